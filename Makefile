@@ -1,0 +1,29 @@
+# The README's commands. Every target sets up .venv first (idempotent).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+HETC   := $(VENV)/bin/hetc
+STAMP  := $(VENV)/.hetc-setup
+
+.PHONY: setup run test bench clean
+
+setup: $(STAMP)
+
+# torch first and pinned: an unpinned torch pulls several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[plot,test]"
+	touch $(STAMP)
+
+run: setup
+	$(HETC) plan --profiles examples/mixed-rack.yaml llama-3.1-70b -o out/plan.json
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/inspect_speed.py
+
+clean:
+	rm -rf $(VENV) out

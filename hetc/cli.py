@@ -1,0 +1,169 @@
+"""`hetc` command line: parses, calls one function, prints. Human output goes to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextlib import contextmanager
+
+from rich.console import Console
+
+from hetc.errors import BadInput, HetcError
+
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage errors are bad input too: exit 2
+        self.print_usage(sys.stderr)
+        err.print(f"hetc: error: {message}")
+        raise SystemExit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {v}")
+    return v
+
+
+def _nonneg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {v}")
+    return v
+
+
+DTYPES = ["bf16", "fp16", "fp8", "fp32"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hetc", description="Plan and serve PyTorch models across heterogeneous accelerators.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    pl = sub.add_parser("plan", help="place MODEL on the cluster and write plan.json")
+    pl.add_argument("model", metavar="MODEL")
+    pl.add_argument("--profiles", required=True, metavar="CLUSTER.yaml", help="cluster file")
+    pl.add_argument("-o", "--output", default="plan.json", help="where to write the plan (default plan.json)")
+    pl.add_argument("--json", action="store_true", help="print the plan JSON to stdout")
+    pl.add_argument("--plot", metavar="PNG", help="draw the plan to an image")
+    pl.add_argument("--dtype", choices=DTYPES, default="bf16")
+    pl.add_argument("--kv-dtype", choices=DTYPES, default=None)
+    pl.add_argument("--input-len", type=_positive_int, default=1024)
+    pl.add_argument("--output-len", type=_positive_int, default=256)
+    pl.add_argument("--objective", choices=["throughput", "latency", "cost"], default="throughput")
+    pl.add_argument("--min-tok-s", type=_nonneg, default=0.0)
+    pl.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
+    pl.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
+    pl.add_argument("--disaggregate", choices=["auto", "on", "off"], default="auto")
+    pl.add_argument("--tp", choices=["auto", "1"], default="auto")
+    pl.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+
+    ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
+    ins.add_argument("model", metavar="MODEL")
+    ins.add_argument("--dtype", choices=DTYPES, default="bf16")
+    ins.add_argument("--kv-dtype", choices=DTYPES, default=None)
+    ins.add_argument("--input-len", type=_positive_int, default=1024)
+    ins.add_argument("--output-len", type=_positive_int, default=256)
+    ins.add_argument("--json", action="store_true")
+
+    sub.add_parser("devices", help="local devices and known profiles")
+
+    for name, what in (("serve", "serve a plan behind an OpenAI-compatible API"),
+                       ("profile", "measure the local device and fit a profile"),
+                       ("compare", "compare placements side by side")):
+        sp = sub.add_parser(name, help=f"{what} (not in this version yet)")
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+@contextmanager
+def _status(text: str):
+    if err.is_terminal:
+        with err.status(text) as st:
+            yield lambda msg: st.update(msg)
+    else:
+        yield lambda msg: None
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from hetc.partitioner.planner import PlanRequest, make_plan
+    from hetc.plan import save_plan
+    from hetc.report import print_plan
+
+    req = PlanRequest(model=a.model, profiles=a.profiles, dtype=a.dtype, kv_dtype=a.kv_dtype, input_len=a.input_len,
+                      output_len=a.output_len, objective=a.objective, min_tok_s=a.min_tok_s, ttft_slo_ms=a.ttft_slo,
+                      tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit)
+    with _status("planning") as update:
+        plan = make_plan(req, progress=update)
+    save_plan(plan, a.output)
+    print_plan(plan, err)
+    err.print(f"wrote {a.output}")
+    if a.plot:
+        from hetc.report import plot_plan
+
+        plot_plan(plan, a.plot)
+        err.print(f"wrote {a.plot}")
+    if a.json:
+        sys.stdout.write(plan.to_json() + "\n")
+    return 0
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from hetc.partitioner.capture import capture
+    from hetc.report import inspect_rows, print_inspect
+
+    with _status(f"capturing {a.model}"):
+        model = capture(a.model, dtype=a.dtype, kv_dtype=a.kv_dtype)
+    rows, totals = inspect_rows(model, a.input_len, a.output_len)
+    if a.json:
+        doc = {"model": model.ref, "dtype": model.dtype, "kv_dtype": model.kv_dtype, "num_layers": model.num_layers,
+               "params": model.num_params, "graph_hash": model.graph_hash, "notes": model.notes,
+               "units": rows, "totals": totals}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        print_inspect(model, rows, totals, Console(width=None if sys.stdout.isatty() else 140))
+    return 0
+
+
+def cmd_devices(a: argparse.Namespace) -> int:
+    from hetc.report import print_devices
+
+    print_devices(Console(width=None if sys.stdout.isatty() else 140))
+    return 0
+
+
+def cmd_later(a: argparse.Namespace) -> int:
+    raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
+                   fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices}.get(a.command, cmd_later)
+    try:
+        return handler(a)
+    except HetcError as e:
+        err.print(f"hetc: {e}", soft_wrap=True, markup=False)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err.print("hetc: interrupted")
+        return 130
+    except Exception as e:  # an internal error: say so, keep the traceback for HETC_DEBUG=1
+        if os.environ.get("HETC_DEBUG"):
+            raise
+        err.print(f"hetc: internal error: {type(e).__name__}: {e}. Rerun with HETC_DEBUG=1 for the traceback "
+                  "and report it.", markup=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,397 @@
+"""The cluster contract: hardware profiles, links and cluster.yaml (see DESIGN.md).
+
+Files are parsed strictly (quantities need units, unknown keys are errors) and every
+problem becomes a `BadInput` naming the file, the field path and the fix. The resolved
+`Cluster` can be written into plan.json (`to_json`) and read back (`Cluster.from_json`)
+without the files it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from hetc.errors import BadInput
+from hetc.quantity import Kind, parse_quantity
+
+__all__ = ["Profile", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
+           "profile_names", "PROFILE_DIR"]
+
+PROFILE_DIR = resources.files("hetc.hardware_profiles")
+
+
+def _q(kind: Kind):
+    return BeforeValidator(lambda v: parse_quantity(v, kind))
+
+
+Bytes = Annotated[float, _q(Kind.BYTES)]
+Bandwidth = Annotated[float, _q(Kind.BANDWIDTH)]
+Flops = Annotated[float, _q(Kind.FLOPS)]
+Seconds = Annotated[float, _q(Kind.TIME)]
+Watts = Annotated[float, _q(Kind.POWER)]
+UsdPerHour = Annotated[float, _q(Kind.PRICE)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Link(_Strict):
+    """A link: per-direction bandwidth, per-message latency, shared (aggregate) or per peer."""
+
+    bandwidth: Bandwidth
+    latency: Seconds
+    scope: Literal["aggregate", "per_peer"] = "aggregate"
+    source: str | None = None
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> "Link":
+        if self.bandwidth <= 0:
+            raise ValueError("bandwidth must be > 0")
+        return self
+
+
+class Efficiency(BaseModel):
+    """Achievable fractions of peak. `matmul` and `memory` are required; more may be added."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    matmul: Fraction
+    memory: Fraction
+
+
+class Profile(_Strict):
+    """One device model (hardware_profiles/NAME.yaml). Values in base units."""
+
+    name: str
+    vendor: Literal["nvidia", "amd", "intel", "cpu"]
+    backend: Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
+    memory: Bytes
+    reserved_memory: Bytes
+    memory_bandwidth: Bandwidth
+    peak_flops: dict[DType, Flops]
+    efficiency: Efficiency
+    launch_overhead: Seconds
+    step_overhead: Seconds = 0.0
+    host_link: str | Link
+    power: Watts
+    price: UsdPerHour
+    sources: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Profile":
+        if self.memory <= 0 or self.memory_bandwidth <= 0:
+            raise ValueError("memory and memory_bandwidth must be > 0")
+        if self.reserved_memory >= self.memory:
+            raise ValueError("reserved_memory must be smaller than memory")
+        if not ({"bf16", "fp16"} & self.peak_flops.keys()) or "fp32" not in self.peak_flops:
+            raise ValueError("peak_flops needs fp32 and at least one of bf16/fp16")
+        return self
+
+    @property
+    def usable_memory(self) -> float:
+        """Bytes available for weights, KV and activations."""
+        return self.memory - self.reserved_memory
+
+
+# ---------------------------------------------------------------- file helpers
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadInput("file not found.", file=str(path), fix="check the path.") from None
+    except OSError as e:
+        raise BadInput(f"cannot read the file ({e.strerror}).", file=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(f"YAML syntax error at {at}: {problem}.", file=str(path),
+                       fix="correct the YAML syntax at that position (indentation, colons, quotes).") from None
+
+
+def _validation_error(e: ValidationError, file: str, prefix: str = "") -> BadInput:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    path = ".".join(p for p in (prefix, loc) if p)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        return BadInput("required field is missing.", file=file, field=path, fix=f"add `{loc.split('.')[-1]}`.")
+    if err["type"] == "extra_forbidden":
+        return BadInput("unknown field.", file=file, field=path, fix="remove it or correct its spelling.")
+    more = f" ({len(e.errors()) - 1} more problem(s) after this one.)" if len(e.errors()) > 1 else ""
+    return BadInput(f"{msg}.{more}", file=file, field=path or None, fix="correct the value as described.")
+
+
+def _unknown(kind: str, name: str, known: list[str], file: str, fld: str) -> BadInput:
+    near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    fix = f"did you mean {', '.join(repr(n) for n in near)}?" if near else f"known {kind}s: {', '.join(sorted(known))}."
+    return BadInput(f"unknown {kind} {name!r}.", file=file, field=fld,
+                    fix=fix + f" A {kind} can also be given as a path to its YAML file" * (kind == "device"))
+
+
+# ---------------------------------------------------------------- profiles and links
+
+
+def profile_names() -> list[str]:
+    return sorted(p.name[:-5] for p in PROFILE_DIR.iterdir() if p.name.endswith(".yaml") and p.name != "links.yaml")
+
+
+@cache
+def load_links() -> dict[str, Link]:
+    """The named links of hardware_profiles/links.yaml."""
+    path = Path(str(PROFILE_DIR / "links.yaml"))
+    raw = _read_yaml(path) or {}
+    out = {}
+    for name, spec in raw.items():
+        try:
+            out[name] = Link.model_validate({**spec, "name": name})
+        except ValidationError as e:
+            raise _validation_error(e, str(path), name) from None
+    return out
+
+
+def resolve_link(spec: Any, file: str, fld: str) -> Link:
+    """A link given by name (links.yaml) or inline `{bandwidth, latency[, scope]}`."""
+    if isinstance(spec, str):
+        links = load_links()
+        if spec not in links:
+            raise _unknown("link", spec, list(links), file, fld)
+        return links[spec]
+    if isinstance(spec, dict):
+        try:
+            return Link.model_validate(spec)
+        except ValidationError as e:
+            raise _validation_error(e, file, fld) from None
+    raise BadInput(f"expected a link name or {{bandwidth, latency}}, got {spec!r}.", file=file, field=fld,
+                   fix=f"use one of: {', '.join(sorted(load_links()))}.")
+
+
+def _profile_from_dict(raw: Any, file: str) -> Profile:
+    if not isinstance(raw, dict):
+        raise BadInput("a profile must be a YAML mapping.", file=file, fix="see DESIGN.md 'hardware profile'.")
+    try:
+        prof = Profile.model_validate(raw)
+    except ValidationError as e:
+        raise _validation_error(e, file) from None
+    resolve_link(prof.host_link, file, "host_link")  # validate the reference now, not at plan time
+    return prof
+
+
+@cache
+def load_profile(ref: str) -> Profile:
+    """A profile by catalog name (hardware_profiles/NAME.yaml) or by path to a YAML file."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        path = Path(ref)
+    else:
+        path = Path(str(PROFILE_DIR / f"{ref}.yaml"))
+        if not path.is_file():
+            raise _unknown("device", ref, profile_names(), "", "device")
+    return _profile_from_dict(_read_yaml(path), str(path))
+
+
+# ---------------------------------------------------------------- cluster
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    profile: Profile
+    count: int
+    link: Link | None  # between devices of this node; None for a single-device node
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: str  # "NODE:INDEX"
+    node: str
+    index: int
+    profile: Profile
+
+
+@dataclass(kw_only=True)
+class Cluster:
+    name: str
+    nodes: list[Node]
+    network: Link | None  # between nodes; None for a single-node cluster
+    network_per: Literal["device", "node"] = "device"
+    pairs: dict[frozenset[str], Link] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)  # profile name -> USD/h override
+    raw: dict[str, Any] = field(default_factory=dict)  # the resolved document, for plan.json
+
+    @property
+    def devices(self) -> list[Device]:
+        return [Device(f"{n.name}:{i}", n.name, i, n.profile) for n in self.nodes for i in range(n.count)]
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def price(self, profile: Profile) -> float:
+        return self.prices.get(profile.name, profile.price)
+
+    def link_between(self, a: str, b: str) -> Link:
+        """The link between two nodes (the node's own link when a == b)."""
+        if a == b:
+            link = self.node(a).link
+            if link is None:
+                raise ValueError(f"node {a} has one device and no intra-node link")
+            return link
+        return self.pairs.get(frozenset((a, b))) or self.network  # type: ignore[return-value]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.raw
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], file: str = "plan.json") -> "Cluster":
+        """Rebuild from the document `to_json` wrote (profiles inline, links inline)."""
+        return _build_cluster(doc, file, inline_profiles=doc.get("profiles", {}))
+
+
+class _NodeSpec(_Strict):
+    name: str = Field(min_length=1)
+    device: str
+    count: int = Field(gt=0, strict=True)
+    link: str | dict | None = None
+
+
+class _PairSpec(_Strict):
+    nodes: list[str] = Field(min_length=2, max_length=2)
+    link: str | dict
+
+
+class _NetworkSpec(_Strict):
+    default: str | dict
+    per: Literal["device", "node"] = "device"
+    pairs: list[_PairSpec] = []
+
+
+class _ClusterSpec(_Strict):
+    name: str | None = None
+    nodes: list[_NodeSpec] = Field(min_length=1)
+    network: _NetworkSpec | None = None
+    prices: dict[str, str] = {}
+    profiles: dict[str, dict] = {}  # only in plan.json's embedded copy
+
+
+def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None = None, stem: str = "cluster") -> Cluster:
+    if not isinstance(raw, dict):
+        raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file,
+                       fix="see DESIGN.md 'cluster.yaml' for the layout.")
+    try:
+        spec = _ClusterSpec.model_validate(raw)
+    except ValidationError as e:
+        raise _validation_error(e, file) from None
+    inline_profiles = inline_profiles or {}
+    nodes, seen, profiles_raw = [], set(), {}
+    for i, n in enumerate(spec.nodes):
+        fld = f"nodes[{i}]"
+        if n.name in seen:
+            raise BadInput(f"duplicate node name {n.name!r}.", file=file, field=f"{fld}.name",
+                           fix="give every node a unique name.")
+        if ":" in n.name:
+            raise BadInput(f"node name {n.name!r} contains ':'.", file=file, field=f"{fld}.name",
+                           fix="use letters, digits, '-' or '_' (device ids are NODE:INDEX).")
+        seen.add(n.name)
+        if n.device in inline_profiles:
+            prof = _profile_from_dict(inline_profiles[n.device], f"{file} (profiles.{n.device})")
+        else:
+            try:
+                ref = n.device
+                if ("/" in ref or ref.endswith((".yaml", ".yml"))) and not Path(ref).is_absolute():
+                    ref = str(Path(file).parent / ref)
+                prof = load_profile(ref)
+            except BadInput as e:
+                if e.file:  # the profile file itself is bad
+                    raise
+                raise _unknown("device", n.device, profile_names(), file, f"{fld}.device") from None
+        profiles_raw[prof.name] = prof
+        if n.link is None and n.count > 1:
+            raise BadInput(f"node {n.name!r} has {n.count} devices but no `link` between them.", file=file,
+                           field=f"{fld}.link", fix=f"add e.g. `link: nvlink4` (names: {', '.join(sorted(load_links()))}).")
+        link = resolve_link(n.link, file, f"{fld}.link") if n.link is not None else None
+        nodes.append(Node(n.name, prof, n.count, link))
+    network, pairs = None, {}
+    if spec.network is not None:
+        network = resolve_link(spec.network.default, file, "network.default")
+        for j, p in enumerate(spec.network.pairs):
+            for k, nn in enumerate(p.nodes):
+                if nn not in seen:
+                    raise _unknown("node", nn, list(seen), file, f"network.pairs[{j}].nodes[{k}]")
+            pairs[frozenset(p.nodes)] = resolve_link(p.link, file, f"network.pairs[{j}].link")
+    elif len(nodes) > 1:
+        raise BadInput("a cluster with several nodes needs `network.default`.", file=file, field="network",
+                       fix="add `network: {default: roce-400g}` (a links.yaml name or {bandwidth, latency}).")
+    prices = {}
+    for dev, text in spec.prices.items():
+        if dev not in profiles_raw:
+            raise _unknown("device", dev, list(profiles_raw), file, f"prices.{dev}")
+        try:
+            prices[dev] = parse_quantity(text, Kind.PRICE)
+        except ValueError as e:
+            raise BadInput(f"{e}.", file=file, field=f"prices.{dev}", fix='write a price like "2.95 USD/h".') from None
+
+    resolved = {
+        "name": spec.name or stem,
+        "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)}
+                  for n in nodes],
+        "network": None if network is None else {
+            "default": _link_text(network), "per": spec.network.per,
+            "pairs": [{"nodes": sorted(k), "link": _link_text(v)} for k, v in pairs.items()],
+        },
+        "prices": dict(spec.prices),
+        "profiles": {k: _profile_text(v) for k, v in profiles_raw.items()},
+    }
+    return Cluster(name=spec.name or stem, nodes=nodes, network=network,
+                   network_per=spec.network.per if spec.network else "device",
+                   pairs=pairs, prices=prices, raw=resolved)
+
+
+def _link_text(link: Link | None) -> dict | None:
+    """A link as an inline spec with units, so the embedded copy parses strictly again."""
+    if link is None:
+        return None
+    out = {"bandwidth": f"{link.bandwidth:.6g} B/s", "latency": f"{link.latency * 1e6:.6g} us", "scope": link.scope}
+    if link.name:
+        out["name"] = link.name
+    return out
+
+
+def _profile_text(prof: Profile) -> dict:
+    """A profile rewritten with explicit units, so the embedded copy parses strictly again."""
+    p = prof.model_dump(mode="json")
+    out = dict(p)
+    for k, unit in (("memory", "B"), ("reserved_memory", "B"), ("memory_bandwidth", "B/s"), ("power", "W"),
+                    ("price", "USD/h")):
+        out[k] = f"{p[k]:.6g} {unit}"
+    out["launch_overhead"] = f"{p['launch_overhead'] * 1e6:.6g} us"
+    out["step_overhead"] = f"{p['step_overhead'] * 1e6:.6g} us"
+    out["peak_flops"] = {k: f"{v:.6g} FLOP/s" for k, v in p["peak_flops"].items()}
+    if isinstance(prof.host_link, Link):
+        out["host_link"] = _link_text(prof.host_link)
+    return out
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Load and validate a cluster.yaml.
+
+    Args:
+        path: the cluster file.
+
+    Raises:
+        BadInput: any problem, naming the file, the field path and the fix.
+    """
+    path = Path(path)
+    return _build_cluster(_read_yaml(path), str(path), stem=path.stem)

@@ -1,0 +1,174 @@
+"""plan.json (schema "hetc.plan/1"): the one contract between planning and running.
+
+Validated on load: a plan of another schema version, with missing fields, or whose
+stages do not cover the model's units exactly once per pipeline is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hetc.errors import BadInput
+
+SCHEMA = "hetc.plan/1"
+
+__all__ = ["SCHEMA", "Plan", "Pipeline", "Stage", "load_plan", "save_plan"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ModelInfo(_M):
+    ref: str
+    dtype: str
+    kv_dtype: str
+    num_layers: int = Field(gt=0)
+    num_units: int = Field(gt=0)
+    params: int = Field(ge=0)
+    graph_hash: str
+
+
+class MemoryBytes(_M):
+    weights: float = Field(ge=0)
+    kv: float = Field(ge=0)
+    activations: float = Field(ge=0)
+    total: float = Field(ge=0)
+
+
+class StageTimes(_M):
+    prefill: float = Field(ge=0)
+    decode: float = Field(ge=0)
+
+
+class Stage(_M):
+    devices: list[str] = Field(min_length=1)
+    profile: str
+    backend: str
+    node: str
+    tp: int = Field(ge=1)
+    units: tuple[int, int]
+    layers: tuple[int, int]
+    memory_bytes: MemoryBytes
+    predicted_ms: StageTimes
+
+    @model_validator(mode="after")
+    def _check(self) -> "Stage":
+        if self.units[0] > self.units[1] or self.layers[0] > self.layers[1]:
+            raise ValueError("units and layers are inclusive [first, last] with first ≤ last")
+        if len(self.devices) != self.tp:
+            raise ValueError(f"tp={self.tp} but {len(self.devices)} devices")
+        return self
+
+
+class Pipeline(_M):
+    id: int
+    phase: Literal["both", "prefill", "decode"]
+    replicas: int = Field(ge=1)
+    batch: int = Field(ge=1)
+    micro_batches: int = Field(ge=1)
+    stages: list[Stage] = Field(min_length=1)
+
+
+class KVTransfer(_M):
+    from_pipeline: int
+    to_pipeline: int
+    bytes_per_token: float
+    link: str
+    predicted_ms_per_seq: float
+
+
+class Predicted(_M):
+    output_tok_s: float = Field(ge=0)
+    total_tok_s: float = Field(ge=0)
+    ttft_ms: float = Field(ge=0)
+    tpot_ms: float = Field(ge=0)
+    usd_per_mtok: float = Field(ge=0)
+    watts: float = Field(ge=0)
+
+
+class SolverInfo(_M):
+    status: str
+    objective: float
+    bound: float
+    upper_bound: float
+    gap: float = Field(ge=0)
+    seconds: float = Field(ge=0)
+    bound_method: str
+
+
+class Objective(_M):
+    name: Literal["throughput", "latency", "cost"]
+    sense: Literal["max", "min"]
+    unit: str
+
+
+class Workload(_M):
+    input_len: int = Field(gt=0)
+    output_len: int = Field(gt=0)
+
+
+class Plan(_M):
+    schema_: Literal["hetc.plan/1"] = Field(alias="schema")
+    hetc_version: str
+    created: str
+    model: ModelInfo
+    cluster: dict
+    workload: Workload
+    objective: Objective
+    pipelines: list[Pipeline] = Field(min_length=1)
+    kv_transfer: list[KVTransfer] = []
+    predicted: Predicted
+    solver: SolverInfo
+    baselines: dict[str, dict] = {}
+    units: list[dict] = []  # the unit table the plan refers to (name, kind, layer, sizes)
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _cover(self) -> "Plan":
+        n = self.model.num_units
+        for p in self.pipelines:
+            nxt = 0
+            for s in p.stages:
+                if s.units[0] != nxt:
+                    raise ValueError(f"pipeline {p.id}: stage starts at unit {s.units[0]}, expected {nxt}")
+                nxt = s.units[1] + 1
+            if nxt != n:
+                raise ValueError(f"pipeline {p.id}: stages end at unit {nxt - 1}, the model has {n} units")
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True, mode="json"), indent=2)
+
+
+def save_plan(plan: Plan, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(plan.to_json() + "\n")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan.json; BadInput names the problem."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput("file not found.", file=str(path), fix="check the path, or make one with `hetc plan`.") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).", file=str(path),
+                       fix="regenerate it with `hetc plan`.") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise BadInput(f"schema is {got!r}, this hetc reads {SCHEMA!r}.", file=str(path), field="schema",
+                       fix="regenerate the plan with this version of `hetc plan`.")
+    try:
+        return Plan.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise BadInput(f"{err['msg'].removeprefix('Value error, ')}.", file=str(path), field=loc or None,
+                       fix="regenerate it with `hetc plan`; plans are not meant to be edited by hand.") from None

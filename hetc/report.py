@@ -1,0 +1,181 @@
+"""What the CLI shows a person: plan summaries, unit tables, device lists, plan plots."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from hetc.plan import Plan
+
+if TYPE_CHECKING:
+    from hetc.partitioner.capture import CapturedModel
+
+__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices"]
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def _si(x: float) -> str:
+    for unit, f in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= f:
+            return f"{x / f:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _bar(frac: float, width: int = 12) -> str:
+    full = max(0, min(width, round(frac * width)))
+    return "█" * full + "░" * (width - full)
+
+
+def print_plan(plan: Plan, console: Console) -> None:
+    m, pr, s = plan.model, plan.predicted, plan.solver
+    console.print(f"[bold]{m.ref}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
+                  f"{m.dtype}, KV {m.kv_dtype}) on [bold]{plan.cluster['name']}[/] — "
+                  f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens")
+    profiles = plan.cluster["profiles"]
+    for p in plan.pipelines:
+        t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches",
+                  title_justify="left")
+        for col in ("stage", "devices", "profile", "layers", "units", "memory (GB)", "", "decode ms", "prefill ms"):
+            t.add_column(col, justify="right" if col.endswith(("ms", ")")) else "left")
+        for i, st in enumerate(p.stages):
+            cap = float(profiles[st.profile]["memory"].split()[0])
+            t.add_row(str(i), ",".join(st.devices), st.profile, f"{st.layers[0]}–{st.layers[1]}",
+                      f"{st.units[0]}–{st.units[1]}", f"{_gb(st.memory_bytes.total)} / {_gb(cap)}",
+                      _bar(st.memory_bytes.total / cap), f"{st.predicted_ms.decode:.2f}", f"{st.predicted_ms.prefill:.1f}")
+        console.print(t)
+    console.print(f"predicted: [bold]{pr.output_tok_s:,.0f} output tok/s[/] ({pr.total_tok_s:,.0f} total), "
+                  f"TTFT {pr.ttft_ms:.0f} ms, TPOT {pr.tpot_ms:.1f} ms, {pr.usd_per_mtok:.3f} USD/M tok, "
+                  f"{pr.watts / 1e3:.1f} kW")
+    console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
+                  f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
+    if plan.baselines:
+        parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
+                 for k, v in plan.baselines.items()]
+        console.print("baselines (output tok/s): " + ", ".join(parts))
+
+
+def plot_plan(plan: Plan, path: str) -> None:
+    """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from hetc.errors import BadInput
+
+        raise BadInput("--plot needs matplotlib.", field="--plot", fix="pip install 'hetc[plot]'.") from None
+    colors = {"nvidia": "#76b900", "amd": "#ed1c24", "intel": "#0071c5", "cpu": "#888888"}
+    rows = [(p, st) for p in plan.pipelines for st in p.stages]
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.5))
+    for y, (p, st) in enumerate(rows):
+        vendor = plan.cluster["profiles"][st.profile]["vendor"]
+        ax.barh(y, st.layers[1] - st.layers[0] + 1, left=st.layers[0], color=colors.get(vendor, "#555"))
+        ax.text(st.layers[1] + 1.2, y, f"{','.join(st.devices)} {st.profile} · {st.memory_bytes.total / 1e9:.0f} GB · "
+                f"{st.predicted_ms.decode:.1f} ms", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [f"p{p.id} s{i}" for i, (p, _) in enumerate(rows)], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("layers")
+    ax.set_title(f"{plan.model.ref}: {plan.predicted.output_tok_s:,.0f} output tok/s (bound {plan.solver.bound:,.0f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tuple[list[dict], dict]:
+    """Per-unit figures: prefill FLOPs/token average over a causal prompt, decode at mean context."""
+    pre_ctx = (input_len + 1) / 2
+    dec_ctx = input_len + output_len / 2
+    rows = []
+    for u in model.units:
+        rows.append({
+            "index": u.index, "kind": u.kind, "layer": u.layer, "params": u.param_bytes / _wbytes(model),
+            "param_bytes": u.param_bytes,
+            "prefill_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * pre_ctx,
+            "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
+            "matmul_flops_per_token": u.matmul_flops.per_token, "attention_flops_per_ctx": u.attention_flops_per_ctx,
+            "act_bytes_per_token": u.act_bytes.per_token, "out_bytes_per_token": u.out_bytes_per_token,
+            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels,
+        })
+    keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token",
+            "kv_bytes_per_token")
+    totals = {k: sum(r[k] for r in rows) for k in keys}
+    totals["param_bytes"] = model.param_bytes  # tied weights once
+    totals["params"] = model.num_params
+    return rows, totals
+
+
+def _wbytes(model: "CapturedModel") -> float:
+    from hetc.partitioner.graph import DTYPE_BYTES
+
+    return DTYPE_BYTES[model.dtype]
+
+
+def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, console: Console) -> None:
+    t = Table(title=f"{model.ref}: {model.num_params / 1e9:.3f}B params, {model.num_layers} layers, "
+                    f"{len(rows)} units ({model.dtype}, KV {model.kv_dtype})", title_justify="left")
+    for col in ("unit", "kind", "layer", "params", "prefill FLOP/tok", "decode FLOP/tok", "act B/tok", "KV B/tok",
+                "out B/tok"):
+        t.add_column(col, justify="left" if col in ("kind",) else "right")
+    for r in rows:
+        t.add_row(str(r["index"]), r["kind"], str(r["layer"]), _si(r["params"]), _si(r["prefill_flops_per_token"]),
+                  _si(r["decode_flops_per_token"]), _si(r["act_bytes_per_token"]), _si(r["kv_bytes_per_token"]),
+                  _si(r["out_bytes_per_token"]))
+    t.add_section()
+    t.add_row("total", "", "", _si(totals["params"]), _si(totals["prefill_flops_per_token"]),
+              _si(totals["decode_flops_per_token"]), _si(totals["act_bytes_per_token"]),
+              _si(totals["kv_bytes_per_token"]), "")
+    console.print(t)
+    for n in model.notes:
+        console.print(f"note: {n}")
+
+
+def print_devices(console: Console) -> None:
+    import torch
+
+    from hetc.cluster import load_profile, profile_names
+
+    t = Table(title="local devices", title_justify="left")
+    for col in ("device", "name", "memory"):
+        t.add_column(col)
+    t.add_row("cpu", _cpu_name(), f"{_host_memory() / 1e9:.0f} GB")
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            t.add_row(f"cuda:{i}", p.name, f"{p.total_memory / 1e9:.0f} GB")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        for i in range(torch.xpu.device_count()):
+            t.add_row(f"xpu:{i}", torch.xpu.get_device_name(i), "")
+    console.print(t)
+    k = Table(title="known profiles (hardware_profiles/)", title_justify="left")
+    for col in ("profile", "vendor", "backend", "memory", "bandwidth", "bf16/fp16 peak", "price"):
+        k.add_column(col)
+    for name in profile_names():
+        p = load_profile(name)
+        peak = p.peak_flops.get("bf16") or p.peak_flops.get("fp16")
+        k.add_row(name, p.vendor, p.backend, f"{p.memory / 1e9:.0f} GB", f"{p.memory_bandwidth / 1e12:.2f} TB/s",
+                  f"{peak / 1e12:.0f} TFLOP/s", f"{p.price:.2f} USD/h")
+    console.print(k)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def _host_memory() -> float:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

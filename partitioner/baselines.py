@@ -1,0 +1,56 @@
+"""Baselines, given the same cost model and the same batch search as the solver.
+
+- uniform: every device of the cluster in one pipeline, units split evenly (vLLM's default);
+- memory_proportional: the same chain, units split in proportion to free memory (exo, OpenVINO HETERO);
+- best_homogeneous: the best pipeline set using one device type only.
+"""
+
+from __future__ import annotations
+
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.simulate import StagePlan, Workload
+from hetc.partitioner.solver import best_batch
+from hetc.partitioner.units import Unit
+
+__all__ = ["run_baselines"]
+
+
+def _split_by_weight(units: list[Unit], chain: list[Node], weights: list[float]) -> list[StagePlan]:
+    """Contiguous ranges with unit counts proportional to `weights` (largest remainder)."""
+    n = len(units)
+    total = sum(weights)
+    exact = [w / total * n for w in weights]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(chain)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
+        counts[i] += 1
+    stages, u = [], 0
+    for node, c in zip(chain, counts):
+        if c:
+            stages.append(StagePlan(node, u, u + c - 1))
+            u += c
+    return stages
+
+
+def _entry(found, replicas: int = 1) -> dict:
+    if found is None:
+        return {"feasible": False, "output_tok_s": 0.0}
+    e = found.estimate
+    return {"feasible": True, "output_tok_s": e.output_tok_s * replicas, "batch": e.batch,
+            "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3, "stages": len(found.stages) * replicas}
+
+
+def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: str) -> dict[str, dict]:
+    chain = [n for n in cluster.nodes for _ in range(n.count)]
+    out = {}
+    for name, weights in (("uniform", [1.0] * len(chain)),
+                          ("memory_proportional", [n.profile.usable_memory for n in chain])):
+        stages = _split_by_weight(units, chain, weights)
+        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s))
+    homo = {}
+    for node in cluster.nodes:
+        for r in (d for d in range(1, node.count + 1) if node.count % d == 0):
+            e = _entry(best_batch(units, [node] * (node.count // r), cluster, wl, objective), r)
+            if e["feasible"] and e["output_tok_s"] > homo.get("output_tok_s", -1):
+                homo = {**e, "device": node.profile.name, "replicas": r}
+    out["best_homogeneous"] = homo or {"feasible": False, "output_tok_s": 0.0}
+    return out

@@ -1,0 +1,33 @@
+"""Link cost: α–β time per transfer, host-staged where devices share no fabric."""
+
+from __future__ import annotations
+
+from hetc.cluster import Cluster, Link, Node, resolve_link
+
+__all__ = ["hops", "transfer_time", "path_name"]
+
+
+def hops(cluster: Cluster, a: Node, b: Node) -> list[Link]:
+    """The links a tensor crosses from a device of node `a` to one of node `b`.
+
+    Same node: the node's fabric. Same vendor across nodes: the network (devices with their
+    own NICs, as in GPU servers). Across vendors: device → host (PCIe) → network → host → device,
+    since no collective library spans vendors.
+    """
+    if a.name == b.name:
+        return [a.link] if a.link else []
+    net = cluster.link_between(a.name, b.name)
+    if a.profile.vendor == b.profile.vendor:
+        return [net]
+    host_a = resolve_link(a.profile.host_link, a.profile.name, "host_link")
+    host_b = resolve_link(b.profile.host_link, b.profile.name, "host_link")
+    return [host_a, net, host_b]
+
+
+def transfer_time(nbytes: float, path: list[Link]) -> float:
+    """Seconds to move `nbytes` along `path`: the sum of each hop's latency + bytes/bandwidth."""
+    return sum(link.latency + nbytes / link.bandwidth for link in path)
+
+
+def path_name(path: list[Link]) -> str:
+    return " → ".join(link.name or "inline" for link in path) or "local"

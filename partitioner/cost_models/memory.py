@@ -1,0 +1,45 @@
+"""Memory a stage needs: weights, paged KV for its sequences, activations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetc.partitioner.units import Unit
+
+__all__ = ["StageMemory", "stage_memory", "KV_BLOCK_TOKENS"]
+
+KV_BLOCK_TOKENS = 16  # the runtime's paged-KV block size
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    weights: float
+    kv: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv + self.activations
+
+
+def stage_memory(units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1,
+                 logits_bytes_per_token: float = 0.0) -> StageMemory:
+    """Bytes one device of a stage holds.
+
+    Args:
+        units: the stage's units (tied weights used by two of them counted once).
+        batch: sequences in flight on the stage.
+        context: tokens each sequence keeps (prompt + output), rounded up to whole KV blocks.
+        prefill_chunk: most tokens one step processes (sizes the transient activations).
+        tp: tensor-parallel degree (weights and KV split k ways).
+        logits_bytes_per_token: extra per-token output kept by the last stage (fp32 logits).
+    """
+    params: dict[str, float] = {}
+    for u in units:
+        params.update(u.params)
+    blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    kv = batch * blocks * sum(u.kv_bytes_per_token for u in units)
+    step_tokens = max(prefill_chunk, batch)
+    act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
+    return StageMemory(sum(params.values()) / tp, kv / tp, act)

@@ -1,0 +1,303 @@
+"""OpGraph: the exported graph with every node's cost terms.
+
+Each compute node gets its FLOPs and bytes as polynomials in the captured program's
+token symbol: with a batch of one sequence of s tokens, T = s tokens are processed at
+context L = s, so `c0 + c1·s + c2·s²` reads as a constant, a part ∝ T and a part ∝ T·L
+(attention). FLOPs are split into matmul-class FLOPs (what `torch.utils.flop_counter`
+counts) and other FLOPs (one per output element of elementwise and reduction ops).
+Nodes with a T·L part are tagged as attention, with the K/V bytes they keep per token.
+Nothing here depends on module or attribute names: only on ops, shapes and data flow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import sympy
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+__all__ = ["Terms", "OpNode", "OpGraph", "build_graph", "DTYPE_BYTES"]
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+# Ops that only re-describe memory (no kernel, no traffic).
+VIEW_OPS = {
+    "view", "_unsafe_view", "reshape", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
+    "alias", "t", "detach", "unflatten", "flatten", "as_strided", "split", "chunk", "unbind", "narrow", "getitem",
+    "split_with_sizes", "lift_fresh_copy", "_assert_tensor_metadata", "sym_size", "sym_numel", "sym_stride",
+    "dropout", "view_as", "expand_as", "contiguous_noop",
+}
+MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addbmm", "einsum"}
+ATTENTION_OPS = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                 "_flash_attention_forward", "_efficient_attention_forward", "flex_attention"}
+CONV_OPS = {"convolution", "conv1d", "conv2d", "conv3d", "_convolution", "conv_transpose1d", "conv_transpose2d"}
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """c0 + c1·T + c2·T·L."""
+
+    const: float = 0.0
+    per_token: float = 0.0
+    per_token_ctx: float = 0.0
+
+    def __add__(self, o: "Terms") -> "Terms":
+        return Terms(self.const + o.const, self.per_token + o.per_token, self.per_token_ctx + o.per_token_ctx)
+
+    def scale(self, k: float) -> "Terms":
+        return Terms(self.const * k, self.per_token * k, self.per_token_ctx * k)
+
+    def at(self, tokens: float, ctx: float) -> float:
+        """Value for `tokens` new tokens of one sequence with context `ctx` (the export's view)."""
+        return self.const + self.per_token * tokens + self.per_token_ctx * tokens * ctx
+
+    def as_dict(self) -> dict[str, float]:
+        return {"const": self.const, "per_token": self.per_token, "per_token_ctx": self.per_token_ctx}
+
+
+@dataclass(slots=True)
+class OpNode:
+    name: str
+    op: str  # short op name: "linear", "scaled_dot_product_attention", ...
+    matmul_flops: Terms = field(default_factory=Terms)
+    other_flops: Terms = field(default_factory=Terms)
+    act_bytes: Terms = field(default_factory=Terms)  # activations read + written
+    params: tuple[str, ...] = ()  # canonical parameter names this node reads
+    gather: bool = False  # reads only the rows it returns (embedding): weights not streamed per step
+    attention: bool = False
+    kv_bytes_per_token: float = 0.0  # K/V bytes this attention node keeps per context token
+    moe: dict | None = None  # {num_experts, top_k} for nodes that read stacked expert weights
+    is_view: bool = False
+
+    @property
+    def flops(self) -> Terms:
+        return self.matmul_flops + self.other_flops
+
+
+@dataclass(slots=True)
+class OpGraph:
+    """The costed nodes in program order, with the data flow needed to cut them."""
+
+    nodes: list[OpNode]
+    inputs: list[list[int]]  # per node: indices of producer nodes (activations only)
+    out_bytes_per_token: list[Terms]  # per node: its output's size (the tensor crossing a cut after it)
+    recomputable: list[bool]  # depends on no parameter (rotary tables, masks, positions)
+    uses_param: list[bool]
+    graph_outputs: set[int]
+    param_bytes: dict[str, float]  # canonical name -> bytes at the weight dtype
+    aliases: dict[str, str]  # parameter name -> canonical name (tied weights)
+    token_symbol: str | None
+
+
+def _short(target) -> str:
+    name = getattr(target, "__name__", None) or str(target)
+    if hasattr(target, "_opname"):
+        name = target._opname
+    return name.split(".")[0]
+
+
+def _expr(x) -> sympy.Expr:
+    if isinstance(x, torch.SymInt):
+        return x.node.expr
+    return sympy.Integer(int(x))
+
+
+def _numel(t) -> sympy.Expr:
+    if not isinstance(t, torch.Tensor):
+        return sympy.Integer(0)
+    return sympy.Mul(*[_expr(d) for d in t.shape]) if t.dim() else sympy.Integer(1)
+
+
+def _vals(v) -> list[torch.Tensor]:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for x in v if isinstance(x, torch.Tensor)]
+    return []
+
+
+class _Poly:
+    """Turns size expressions into Terms in the token symbol; other symbols take fixed values."""
+
+    def __init__(self, token: sympy.Symbol | None, fixed: dict[sympy.Symbol, int]):
+        self.token, self.fixed = token, fixed
+
+    def terms(self, e: sympy.Expr, scale: float = 1.0) -> Terms:
+        e = sympy.sympify(e).subs(self.fixed) if self.fixed else sympy.sympify(e)
+        if self.token is None or not e.has(self.token):
+            return Terms(float(e) * scale)
+        p = sympy.Poly(sympy.expand(e), self.token)
+        c = {m[0]: float(v) for m, v in zip(p.monoms(), p.coeffs())}
+        if max(c) > 2:
+            raise ValueError(f"cost of degree {max(c)} in tokens: {e}")
+        return Terms(c.get(0, 0.0) * scale, c.get(1, 0.0) * scale, c.get(2, 0.0) * scale)
+
+
+def _matmul_flops(op: str, node: Node, out: torch.Tensor) -> sympy.Expr:
+    args = [a.meta.get("val") if isinstance(a, Node) else a for a in node.args]
+    if op == "linear":
+        return 2 * _numel(out) * _expr(args[1].shape[-1])
+    if op in ("addmm", "baddbmm", "addbmm"):
+        a = args[1]
+    elif op == "einsum":
+        return 2 * _numel(out) * _expr(args[1][0].shape[-1])  # best effort: contraction on the last dim
+    else:
+        a = args[0]
+    return 2 * _numel(out) * _expr(a.shape[-1])
+
+
+def _attention_flops(node: Node) -> sympy.Expr:
+    q, k, v = (a.meta["val"] for a in node.args[:3])
+    # scores q·kᵀ and weights·v: 2·B·H·Sq·Skv·(dk + dv)
+    b_h_sq = _numel(q) / _expr(q.shape[-1])
+    return 2 * b_h_sq * _expr(k.shape[-2]) * (_expr(q.shape[-1]) + _expr(v.shape[-1]))
+
+
+def _conv_flops(node: Node, out: torch.Tensor) -> sympy.Expr:
+    w = node.args[1].meta["val"]
+    groups = node.args[-1] if node.target.__name__.startswith("convolution") and isinstance(node.args[-1], int) else 1
+    transposed = bool(node.args[6]) if len(node.args) > 6 and isinstance(node.args[6], bool) else False
+    if transposed:
+        return 2 * _numel(node.args[0].meta["val"]) * _expr(w.shape[1]) * math.prod(w.shape[2:])
+    return 2 * _numel(out) * _expr(w.shape[1]) * math.prod(int(d) for d in w.shape[2:])
+
+
+def _kv_source_bytes(node: Node, poly: _Poly) -> float:
+    """Per-token bytes of the K or V tensor feeding attention, before any GQA expansion."""
+    best = None
+    cur = node
+    while True:
+        val = cur.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            t = poly.terms(_numel(val), val.element_size()).per_token
+            if t > 0:
+                best = t if best is None else min(best, t)
+        if cur.op != "call_function" or _short(cur.target) not in VIEW_OPS | {"clone", "contiguous", "repeat_interleave", "to", "_to_copy"}:
+            break
+        cur = next((a for a in cur.args if isinstance(a, Node)), None)
+        if cur is None:
+            break
+    return best or 0.0
+
+
+def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = None) -> OpGraph:
+    """Annotate every node of `ep` with its cost terms.
+
+    Args:
+        ep: the exported program (meta tensors are fine).
+        weight_dtype: dtype of the weights as they will be stored (sets parameter bytes).
+        moe: `{num_experts, top_k}` from the model config, to tag expert nodes.
+    """
+    sig = ep.graph_signature
+    param_of = dict(sig.inputs_to_parameters)
+    buffers = set(sig.inputs_to_buffers) | set(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
+    # tied weights: several names, one tensor
+    by_id: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, t in ep.state_dict.items():
+        aliases[name] = by_id.setdefault(id(t), name)
+    wbytes = DTYPE_BYTES[weight_dtype]
+
+    gm = ep.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    syms = sorted({s for n in placeholders if n.name not in param_of and n.name not in buffers
+                   for d in getattr(n.meta.get("val"), "shape", ()) if isinstance(d, torch.SymInt)
+                   for s in d.node.expr.free_symbols}, key=str)
+    token = syms[0] if syms else None
+    fixed = {s: max(1, int(ep.range_constraints[s].lower)) for s in syms[1:] if s in ep.range_constraints}
+    poly = _Poly(token, fixed)
+
+    param_bytes: dict[str, float] = {}
+    for ph, fqn in param_of.items():
+        t = ep.state_dict[fqn]
+        canon = aliases.get(fqn, fqn)
+        param_bytes[canon] = t.numel() * (wbytes if t.is_floating_point() else t.element_size())
+
+    index: dict[Node, int] = {}
+    nodes: list[OpNode] = []
+    inputs: list[list[int]] = []
+    outb: list[Terms] = []
+    recomputable: list[bool] = []
+    uses_param: list[bool] = []
+    dep_param: dict[Node, bool] = {}
+    for ph in placeholders:
+        dep_param[ph] = ph.name in param_of
+
+    def node_inputs(n: Node) -> list[Node]:
+        return [a for a in n.all_input_nodes]
+
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        ins = node_inputs(n)
+        # higher-order ops (wrap_with_set_grad_enabled, ...) read a submodule: look through it
+        sub = [getattr(gm, a.target) for a in ins if a.op == "get_attr" and isinstance(getattr(gm, a.target, None), torch.fx.GraphModule)]
+        op = _short(n.target)
+        val = n.meta.get("val")
+        outs = _vals(val)
+        my_params = tuple(dict.fromkeys(aliases.get(param_of[a.name], param_of[a.name]) for a in ins if a.name in param_of))
+        dep_param[n] = any(dep_param.get(a, False) for a in ins)
+        on = OpNode(name=n.name, op=op, params=my_params)
+        out_numel = sum((_numel(t) for t in outs), sympy.Integer(0))
+        out_bytes = sum((_numel(t) * t.element_size() for t in outs), sympy.Integer(0))
+        act_in = [a.meta.get("val") for a in ins if a.name not in param_of and isinstance(a.meta.get("val"), torch.Tensor)]
+        in_bytes = sum((_numel(t) * t.element_size() for t in act_in), sympy.Integer(0))
+        if op in VIEW_OPS or sub and not outs:
+            on.is_view = True
+        elif op in ATTENTION_OPS:
+            on.matmul_flops = poly.terms(_attention_flops(n))
+            on.act_bytes = poly.terms(in_bytes + out_bytes)
+        elif op in MATMUL_OPS or "grouped_mm" in op:
+            on.matmul_flops = poly.terms(_matmul_flops(op if op in MATMUL_OPS else "mm", n, outs[0]))
+            on.act_bytes = poly.terms(in_bytes + out_bytes)
+        elif op in CONV_OPS:
+            on.matmul_flops = poly.terms(_conv_flops(n, outs[0]))
+            on.act_bytes = poly.terms(in_bytes + out_bytes)
+        elif op in ("embedding", "index", "gather", "index_select") and my_params:
+            # a gather reads only the rows it returns
+            on.act_bytes = poly.terms(out_bytes * 2)
+            on.gather = True
+        elif sub:
+            inner = sum((_numel(x.meta["val"]) for g in sub for x in g.graph.nodes
+                         if x.op == "call_function" and isinstance(x.meta.get("val"), torch.Tensor)), sympy.Integer(0))
+            on.other_flops = poly.terms(inner)
+            on.act_bytes = poly.terms(in_bytes + out_bytes)
+        else:
+            on.other_flops = poly.terms(out_numel) if any(t.is_floating_point() for t in outs) else Terms()
+            on.act_bytes = poly.terms(in_bytes + out_bytes)
+        if on.matmul_flops.per_token_ctx > 0:
+            on.attention = True
+            if op in ATTENTION_OPS:
+                on.kv_bytes_per_token = sum(_kv_source_bytes(a, poly) for a in n.args[1:3] if isinstance(a, Node))
+            else:  # eager attention: the second operand of q·kᵀ and of weights·v
+                b = n.args[1] if op != "baddbmm" else n.args[2]
+                if isinstance(b, Node) and b.name not in param_of:
+                    on.kv_bytes_per_token = _kv_source_bytes(b, poly)
+        if moe and ("grouped_mm" in op or any(
+                ep.state_dict[param_of[a.name]].dim() == 3 and ep.state_dict[param_of[a.name]].shape[0] == moe["num_experts"]
+                for a in ins if a.name in param_of)):
+            on.moe = dict(moe)
+        index[n] = len(nodes)
+        nodes.append(on)
+        inputs.append([index[a] for a in ins if a in index])
+        outb.append(poly.terms(out_bytes))
+        recomputable.append(not dep_param[n])
+        uses_param.append(bool(my_params) or any(a.op == "placeholder" and a.name in param_of for a in ins))
+
+    # nodes like transpose(param) forward the parameter to the real consumer (grouped_mm)
+    for i, on in enumerate(nodes):
+        if on.is_view and on.params:
+            for j in range(i + 1, len(nodes)):
+                if i in inputs[j] and not nodes[j].is_view:
+                    nodes[j].params = tuple(dict.fromkeys(nodes[j].params + on.params))
+                    nodes[j].moe = nodes[j].moe or on.moe
+            on.params = ()
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    graph_outputs = {index[a] for a in out_node.all_input_nodes if a in index}
+    return OpGraph(nodes, inputs, outb, recomputable, uses_param, graph_outputs, param_bytes, aliases,
+                   str(token) if token is not None else None)

@@ -1,0 +1,160 @@
+"""`hetc plan` end to end: capture → units → solve → plan.json."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hetc import __version__
+from hetc.cluster import Cluster, load_cluster
+from hetc.errors import BadInput
+from hetc.plan import SCHEMA, Plan
+from hetc.partitioner.baselines import run_baselines
+from hetc.partitioner.capture import CapturedModel, capture
+from hetc.partitioner.cost_models.analytic import Step, compute_dtype, units_time
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.solver import OBJECTIVES, Solution, solve
+
+__all__ = ["PlanRequest", "make_plan", "build_plan"]
+
+
+@dataclass(kw_only=True, slots=True)
+class PlanRequest:
+    model: str
+    profiles: str
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    input_len: int = 1024
+    output_len: int = 256
+    objective: str = "throughput"
+    min_tok_s: float = 0.0
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    disaggregate: str = "auto"
+    tp: str = "auto"
+    time_limit: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
+                               fix="give a positive number of tokens.")
+        if self.objective not in OBJECTIVES:
+            raise BadInput(f"unknown objective {self.objective!r}.", field="--objective",
+                           fix="use throughput, latency or cost.")
+        for name in ("min_tok_s", "ttft_slo_ms", "tpot_slo_ms", "time_limit"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise BadInput(f"must be ≥ 0, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a non-negative value.")
+        if self.disaggregate == "on":
+            raise BadInput("prefill/decode disaggregation is not implemented in this solver yet.",
+                           field="--disaggregate", fix="use --disaggregate auto or off.")
+        if self.disaggregate not in ("auto", "off"):
+            raise BadInput(f"unknown value {self.disaggregate!r}.", field="--disaggregate", fix="use auto, on or off.")
+        if self.tp not in ("auto", "1"):
+            raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
+
+
+def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
+    """Run the whole planning flow for a request."""
+    t0 = time.perf_counter()
+    cluster = load_cluster(req.profiles)
+    if progress:
+        progress(f"capturing {req.model}")
+    model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
+    sol = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
+                ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+                tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
+                progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+    baselines = run_baselines(model.units, cluster, wl, req.objective)
+    plan = build_plan(model, cluster, wl, req, sol, baselines)
+    plan.solver.seconds = sol.seconds
+    plan.__pydantic_extra__["command_seconds"] = time.perf_counter() - t0
+    return plan
+
+
+def _bounds(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str) -> float:
+    """The bound in the objective's unit (see solver.fluid_bound for throughput)."""
+    if objective == "throughput":
+        return sol.bound
+    if objective == "latency":  # TPOT ≥ one token through every unit on its fastest device
+        step = Step(1, 1, wl.decode_ctx)
+        return 1e3 * sum(min(units_time([u], n.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype)
+                             for n in cluster.nodes) for u in model.units)
+    from hetc.partitioner.solver import fluid_bound
+
+    best = 0.0
+    for n in cluster.nodes:  # tokens per dollar of the most cost-efficient device type
+        one = Cluster(name="one", nodes=[type(n)(n.name, n.profile, 1, n.link)], network=None)
+        best = max(best, fluid_bound(model.units, one, wl) * 3600 / cluster.price(n.profile))
+    return 1e6 / best if best else 0.0
+
+
+def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution,
+               baselines: dict[str, dict]) -> Plan:
+    pipelines, usd_h, watts = [], 0.0, 0.0
+    for pid, cand in enumerate(sol.pipelines):
+        stages = []
+        for sp, est in zip(cand.stages, cand.estimate.stages):
+            us = model.units[sp.first: sp.last + 1]
+            stages.append({
+                "devices": [],  # numbered below, across pipelines
+                "profile": sp.node.profile.name, "backend": sp.node.profile.backend, "node": sp.node.name,
+                "tp": sp.tp, "units": [sp.first, sp.last], "layers": [us[0].layer, us[-1].layer],
+                "memory_bytes": {"weights": est.memory.weights, "kv": est.memory.kv,
+                                 "activations": est.memory.activations, "total": est.memory.total},
+                "predicted_ms": {"prefill": est.prefill_s * 1e3, "decode": est.decode_s * 1e3},
+            })
+            usd_h += cluster.price(sp.node.profile) * sp.tp * cand.replicas
+            watts += sp.node.profile.power * sp.tp * cand.replicas
+        pipelines.append({"id": pid, "phase": "both", "replicas": cand.replicas, "batch": cand.estimate.batch,
+                          "micro_batches": cand.estimate.micro_batches, "stages": stages})
+    _number_devices(pipelines)
+    tok_s = sol.output_tok_s
+    ttft = max(c.estimate.ttft_s for c in sol.pipelines) * 1e3
+    tpot = max(c.estimate.tpot_s for c in sol.pipelines) * 1e3
+    usd = usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
+    sense, unit = OBJECTIVES[req.objective]
+    value = {"throughput": tok_s, "latency": tpot, "cost": usd}[req.objective]
+    bound = _bounds(model, cluster, wl, sol, req.objective)
+    gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
+    doc = {
+        "schema": SCHEMA, "hetc_version": __version__,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"ref": model.ref, "dtype": model.dtype, "kv_dtype": model.kv_dtype, "num_layers": model.num_layers,
+                  "num_units": len(model.units), "params": model.num_params, "graph_hash": model.graph_hash,
+                  "kind": model.kind, "notes": model.notes},
+        "cluster": cluster.to_json(),
+        "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
+        "objective": {"name": req.objective, "sense": sense, "unit": unit},
+        "pipelines": pipelines, "kv_transfer": [],
+        "predicted": {"output_tok_s": tok_s, "total_tok_s": tok_s * (wl.input_len + wl.output_len) / wl.output_len,
+                      "ttft_ms": ttft, "tpot_ms": tpot, "usd_per_mtok": usd, "watts": watts},
+        "solver": {"status": "FEASIBLE", "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
+                   "seconds": sol.seconds, "explored": sol.explored,
+                   "bound_method": "fluid roofline relaxation: all devices' achievable FLOP/s and bandwidth pooled, "
+                                   "weights, memory capacity, links and overheads ignored",
+                   "search": "enumerated pipeline shapes × exact min-bottleneck contiguous split × batch grid; "
+                             "tp=1, no disaggregation"},
+        "baselines": baselines,
+        "units": [{"index": u.index, "kind": u.kind, "layer": u.layer, "param_bytes": u.param_bytes,
+                   "kv_bytes_per_token": u.kv_bytes_per_token, "out_bytes_per_token": u.out_bytes_per_token}
+                  for u in model.units],
+    }
+    return Plan.model_validate(doc)
+
+
+def _number_devices(pipelines: list[dict]) -> None:
+    """Give every stage distinct device indices on its node across pipelines and replicas.
+
+    A stage lists replica 0's devices; replica j uses the next j·tp indices after them.
+    """
+    nxt: dict[str, int] = {}
+    for p in pipelines:
+        for s in p["stages"]:
+            i = nxt.get(s["node"], 0)
+            s["devices"] = [f"{s['node']}:{j}" for j in range(i, i + s["tp"])]
+            nxt[s["node"]] = i + s["tp"] * p["replicas"]

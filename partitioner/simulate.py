@@ -1,0 +1,121 @@
+"""Saturation model: what a pipeline placement gives at a batch (DESIGN 'predicted.*').
+
+A pipeline of n stages keeps m = min(n, batch) micro-batches in flight. In one round every
+sequence gets one token: each stage runs m decode micro-steps plus its share of prompt
+prefills (batch/output_len prompts per round, chunked), each link carries the matching
+activations, and one micro-batch must also pass every stage and link in turn. The round
+lasts as long as the busiest of these; output tok/s = batch / round.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.cost_models.analytic import Step, units_time
+from hetc.partitioner.cost_models.links import hops, transfer_time
+from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
+from hetc.partitioner.units import Unit
+
+__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "estimate_pipeline", "max_batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    input_len: int
+    output_len: int
+    dtype: str
+    kv_dtype: str
+    prefill_chunk: int = 2048
+
+    @property
+    def context(self) -> int:
+        return self.input_len + self.output_len
+
+    @property
+    def decode_ctx(self) -> float:
+        return self.input_len + self.output_len / 2
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    node: Node
+    first: int  # first unit, inclusive
+    last: int  # last unit, inclusive
+    tp: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StageEstimate:
+    decode_s: float  # one decode micro-step
+    prefill_s: float  # one whole prompt
+    link_decode_s: float  # activations of one micro-step to the next stage
+    link_prefill_s: float
+    memory: StageMemory
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineEstimate:
+    batch: int
+    micro_batches: int
+    round_s: float
+    output_tok_s: float
+    ttft_s: float
+    stages: list[StageEstimate]
+
+    @property
+    def tpot_s(self) -> float:
+        return self.round_s
+
+
+def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool) -> StageMemory:
+    logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
+    return stage_memory(units, batch=batch, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
+                        tp=sp.tp, logits_bytes_per_token=logits)
+
+
+def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload,
+                      batch: int) -> PipelineEstimate | None:
+    """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory."""
+    m = max(1, min(len(stages), batch))
+    b = batch / m
+    ests = []
+    for i, sp in enumerate(stages):
+        us = units[sp.first: sp.last + 1]
+        prof = sp.node.profile
+        mem = _stage_memory(us, sp, batch, wl, last=i == len(stages) - 1)
+        if mem.total > prof.usable_memory:
+            return None
+        dec = units_time(us, prof, Step(b, b, wl.decode_ctx), dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=sp.tp)
+        chunks = math.ceil(wl.input_len / wl.prefill_chunk)
+        chunk = wl.input_len / chunks
+        pre = chunks * units_time(us, prof, Step(chunk, 1, wl.input_len / 2), dtype=wl.dtype,
+                                  kv_dtype=wl.kv_dtype, tp=sp.tp)
+        dec += prof.step_overhead
+        pre += chunks * prof.step_overhead
+        if i + 1 < len(stages):
+            path = hops(cluster, sp.node, stages[i + 1].node)
+            out = us[-1].out_bytes_per_token
+            ld, lp = transfer_time(b * out, path), chunks * transfer_time(chunk * out, path)
+        else:
+            ld = lp = 0.0
+        ests.append(StageEstimate(dec, pre, ld, lp, mem))
+    prompts_per_round = batch / wl.output_len
+    busy = max(max(m * e.decode_s + prompts_per_round * e.prefill_s for e in ests),
+               max(m * e.link_decode_s + prompts_per_round * e.link_prefill_s for e in ests))
+    loop = sum(e.decode_s + e.link_decode_s for e in ests)
+    round_s = max(busy, loop)
+    ttft = sum(e.prefill_s + e.link_prefill_s for e in ests)
+    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft, ests)
+
+
+def max_batch(units: list[Unit], stages: list[StagePlan], wl: Workload, limit: int = 4096) -> int:
+    """Largest batch whose KV and activations fit on every stage (0 if even one sequence does not)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ok = all(_stage_memory(units[s.first: s.last + 1], s, mid, wl, i == len(stages) - 1).total
+                 <= s.node.profile.usable_memory for i, s in enumerate(stages))
+        lo, hi = (mid, hi) if ok else (lo, mid - 1)
+    return lo
