@@ -125,11 +125,13 @@ def _read_yaml(path: Path) -> Any:
 
 def _validation_error(e: ValidationError, file: str, prefix: str = "") -> BadInput:
     err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
+    # pydantic's union branch names ("str", "dict[any,any]") are not fields
+    parts = [p for p in err["loc"] if not (isinstance(p, str) and (p in ("str", "int", "float") or "[" in p))]
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     path = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "missing":
-        return BadInput("required field is missing.", file=file, field=path, fix=f"add `{loc.split('.')[-1]}`.")
+        return BadInput("required field is missing.", file=file, field=path, fix=f"add `{parts[-1]}`.")
     if err["type"] == "extra_forbidden":
         return BadInput("unknown field.", file=file, field=path, fix="remove it or correct its spelling.")
     more = f" ({len(e.errors()) - 1} more problem(s) after this one.)" if len(e.errors()) > 1 else ""
@@ -191,15 +193,21 @@ def _profile_from_dict(raw: Any, file: str) -> Profile:
     return prof
 
 
-@cache
 def load_profile(ref: str) -> Profile:
-    """A profile by catalog name (hardware_profiles/NAME.yaml) or by path to a YAML file."""
+    """A profile by catalog name (hardware_profiles/NAME.yaml) or by path to a YAML file.
+
+    Catalog profiles are read once per process; files given by path are read every time.
+    """
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        path = Path(ref)
-    else:
-        path = Path(str(PROFILE_DIR / f"{ref}.yaml"))
-        if not path.is_file():
-            raise _unknown("device", ref, profile_names(), "", "device")
+        return _profile_from_dict(_read_yaml(Path(ref)), ref)
+    return _catalog_profile(ref)
+
+
+@cache
+def _catalog_profile(name: str) -> Profile:
+    path = Path(str(PROFILE_DIR / f"{name}.yaml"))
+    if not path.is_file():
+        raise _unknown("device", name, profile_names(), "", "device")
     return _profile_from_dict(_read_yaml(path), str(path))
 
 
@@ -264,16 +272,16 @@ class _NodeSpec(_Strict):
     name: str = Field(min_length=1)
     device: str
     count: int = Field(gt=0, strict=True)
-    link: str | dict | None = None
+    link: Any = None  # a links.yaml name or an inline {bandwidth, latency}: checked by resolve_link
 
 
 class _PairSpec(_Strict):
     nodes: list[str] = Field(min_length=2, max_length=2)
-    link: str | dict
+    link: Any
 
 
 class _NetworkSpec(_Strict):
-    default: str | dict
+    default: Any
     per: Literal["device", "node"] = "device"
     pairs: list[_PairSpec] = []
 

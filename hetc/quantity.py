@@ -92,7 +92,10 @@ def parse_quantity(value: object, kind: Kind) -> float:
         raise QuantityError(f"expected a {kind.value} like {_examples(kind)}; got {value!r}")
     number, unit = float(m.group(1)), m.group(2)
     if unit not in UNITS:
-        near = [u for u, (k, _) in UNITS.items() if k == kind and u.lower() == unit.lower()]
+        if unit.endswith("b/s") and f"{unit[:-3]}bit/s" in UNITS:  # "Gb/s" is gigabits, never gigabytes
+            near = [f"{unit[:-3]}bit/s"]
+        else:
+            near = [u for u, (k, _) in UNITS.items() if k == kind and u.lower() == unit.lower()]
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise QuantityError(f"unknown unit {unit!r} in {value!r}{hint}; write it like {_examples(kind)}")
     got_kind, factor = UNITS[unit]
@@ -101,7 +104,7 @@ def parse_quantity(value: object, kind: Kind) -> float:
             f"{value!r} is a {got_kind.value}, but this field needs a {kind.value}, like {_examples(kind)}"
         )
     if number < 0:
-        raise QuantityError(f"{value!r} is negative; a {kind.value} must be ≥ 0")
+        raise QuantityError(f"{value!r} is negative; a {kind.value} must be ≥ 0, like {_examples(kind)}")
     return number * factor
 
 

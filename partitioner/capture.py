@@ -229,10 +229,14 @@ def _count_params(units: list[Unit], dtype: str) -> int:
 
 def _capture_program(ep, ref: str, kind: str, dtype: str, kv_dtype: str) -> CapturedModel:
     graph = build_graph(ep, weight_dtype=dtype)
-    units = _unit_layers(cut_units(graph))
+    units = assign_layers(cut_units(graph))
+    notes = []
+    if units is None:
+        units = _unit_layers(cut_units(graph))
+        notes.append("no attention found: one layer per unit")
     return CapturedModel(ref=ref, kind=kind, dtype=dtype, kv_dtype=kv_dtype,
-                         units=_finish(units, dtype, kv_dtype), num_layers=len(units),
-                         num_params=_count_params(units, dtype), notes=["one layer per unit"], graph=graph)
+                         units=_finish(units, dtype, kv_dtype), num_layers=max(u.layer for u in units) + 1,
+                         num_params=_count_params(units, dtype), notes=notes, graph=graph)
 
 
 def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
@@ -252,8 +256,10 @@ def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
     module, example = made
     example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     module.eval()
-    batch = Dim("batch", min=2, max=1 << 16)
-    dyn = tuple({0: batch} if isinstance(x, torch.Tensor) and x.dim() > 0 else None for x in example)
+    # token ids [B, S]: the sequence is the token dimension; anything else: the batch
+    tokens, batch = Dim("tokens", min=2, max=1 << 16), Dim("batch", min=2, max=1 << 16)
+    dyn = tuple(({1: tokens} if x.dim() == 2 and not x.is_floating_point() else {0: batch})
+                if isinstance(x, torch.Tensor) and x.dim() > 0 else None for x in example)
     try:
         try:
             ep = export(module, example, dynamic_shapes=dyn, strict=False)

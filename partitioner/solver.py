@@ -23,7 +23,8 @@ from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS, stage_memory
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.units import Unit
 
-__all__ = ["OBJECTIVES", "Candidate", "Found", "Solution", "solve", "fluid_bound", "best_batch", "split_chain"]
+__all__ = ["OBJECTIVES", "Candidate", "Found", "Solution", "solve", "fluid_bound", "batch_options", "best_batch",
+           "split_chain"]
 
 MAX_BATCH = 4096  # sequences in flight per pipeline considered
 
@@ -127,26 +128,31 @@ class Found:
     stages: list[StagePlan]
 
 
-def best_batch(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None) -> Found | None:
-    """The batch (powers of two while memory allows) best for `objective` on this chain.
+def batch_options(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload,
+                  split: Callable[[int], list[StagePlan] | None] | None = None) -> list[Found]:
+    """Every batch on the grid (powers of two) that fits, with its best split.
 
     Args:
         split: stage boundaries for a batch; default: `split_chain` (the best split).
     """
     split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch))
-    best: tuple[float, Found] | None = None
+    out: list[Found] = []
     batch = 1
     while batch <= MAX_BATCH:
         stages = split(batch)
         est = estimate_pipeline(units, stages, cluster, wl, batch) if stages else None
         if est is None:
             break
-        score = _score(objective, est.output_tok_s, est.tpot_s, 1.0)
-        if best is None or score > best[0]:
-            best = (score, Found(est, stages))
+        out.append(Found(est, stages))
         batch *= 2
-    return best[1] if best else None
+    return out
+
+
+def best_batch(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload, objective: str,
+               *, split: Callable[[int], list[StagePlan] | None] | None = None) -> Found | None:
+    """The batch best for `objective` on this chain, with no floors."""
+    opts = batch_options(units, chain, cluster, wl, split)
+    return max(opts, key=lambda f: _score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)
 
 
 def _score(objective: str, tok_s: float, tpot_s: float, usd_h: float) -> float:
@@ -219,21 +225,31 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     for label, chain, r in _shapes(cluster):
         if progress:
             progress(label)
-        found = best_batch(units, chain, cluster, wl, objective)
         explored += 1
-        if found is not None:
+        for found in batch_options(units, chain, cluster, wl):
             consider([Candidate(found.stages, r, found.estimate)])
-    # each node on its own, replicated: the best homogeneous use of every node at once
-    homo = []
+    # each node on its own, replicated, all nodes at once (the same batch grid point everywhere)
+    per_node = []
     for node in cluster.nodes:
-        opts = [(r, best_batch(units, [node] * (node.count // r), cluster, wl, objective))
-                for r in range(1, node.count + 1) if node.count % r == 0]
-        opts = [(r, f) for r, f in opts if f is not None]
-        explored += len(opts)
-        if opts:
-            r, f = max(opts, key=lambda o: o[0] * o[1].estimate.output_tok_s)
-            homo.append(Candidate(f.stages, r, f.estimate))
-    consider(homo)
+        for r in (d for d in range(1, node.count + 1) if node.count % d == 0):
+            explored += 1
+            per_node.append((node, r, batch_options(units, [node] * (node.count // r), cluster, wl)))
+    own_best: dict[str, Candidate] = {}  # every node at its own highest-throughput batch
+    for node, r, opts in per_node:
+        for f in opts:
+            old = own_best.get(node.name)
+            if old is None or f.estimate.output_tok_s * r > old.estimate.output_tok_s * old.replicas:
+                own_best[node.name] = Candidate(f.stages, r, f.estimate)
+    consider(list(own_best.values()))
+    for i in range(int(math.log2(MAX_BATCH)) + 1):
+        best_per_node: dict[str, Candidate] = {}
+        for node, r, opts in per_node:
+            if i < len(opts):
+                c = Candidate(opts[i].stages, r, opts[i].estimate)
+                old = best_per_node.get(node.name)
+                if old is None or c.estimate.output_tok_s * r > old.estimate.output_tok_s * old.replicas:
+                    best_per_node[node.name] = c
+        consider(list(best_per_node.values()))
     if best is None:
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
     tok_s = sum(c.estimate.output_tok_s * c.replicas for c in best[1])

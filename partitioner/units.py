@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
-from hetc.partitioner.graph import OpGraph, Terms
+from hetc.partitioner.graph import CONV_OPS, OpGraph, Terms
 
 __all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
 
@@ -23,7 +23,7 @@ class Unit:
     """A contiguous slice of the model, the solver's smallest placement."""
 
     index: int
-    kind: str  # embed | attention | mlp | moe | norm | head | block
+    kind: str  # embed | attention | mlp | moe | conv | norm | head
     layer: int  # model layer (block) this unit belongs to
     matmul_flops: Terms
     other_flops: Terms
@@ -118,6 +118,8 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
         kind = "attention"
     elif moe:
         kind = "moe"
+    elif any(x.op in CONV_OPS for x in nodes):
+        kind = "conv"
     elif mm.per_token > 0 or mm.const > 0:
         kind = "mlp"
     elif any(x.gather for x in nodes):
@@ -160,7 +162,7 @@ def cut_units(g: OpGraph) -> list[Unit]:
     crossing = [next((out_of[i] for i in reversed(seg) if i in out_of), final) for seg in merged]
     crossing[-1] = final
     units = [_make_unit(g, seg, k, c) for k, (seg, c) in enumerate(zip(merged, crossing))]
-    if len(units) > 1 and units[-1].kind in ("mlp", "norm"):
+    if len(units) > 1 and units[-1].kind in ("mlp", "norm") and units[-2].kind != "conv":
         units[-1] = replace(units[-1], kind="head")
     return units
 
