@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=["llama-3.1-70b", "llama-3.1-405b", "mixtral-8x7b"])
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
-    print(f"{"command":72s} {'median s':>9s} {'min s':>7s} {'max s':>7s}")
+    print(f"{'command':72s} {'median s':>9s} {'min s':>7s} {'max s':>7s}")
     for m in a.models:
         for cmd in (["inspect", m, "--json"],
                     ["plan", "--profiles", "examples/mixed-rack.yaml", m, "-o", "/tmp/hetc-bench-plan.json"]):
