@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.simulate import StagePlan, Workload
-from hetc.partitioner.solver import best_batch
+from hetc.partitioner.split import Slot, best_batch
+from hetc.partitioner.tables import type_key
 from hetc.partitioner.units import Unit
 
 __all__ = ["run_baselines"]
@@ -40,17 +41,23 @@ def _entry(found, replicas: int = 1) -> dict:
 
 
 def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: str) -> dict[str, dict]:
-    chain = [n for n in cluster.nodes for _ in range(n.count)]
+    nodes = [n for n in cluster.nodes for _ in range(n.count)]
+    chain = [Slot(n) for n in nodes]
     out = {}
-    for name, weights in (("uniform", [1.0] * len(chain)),
-                          ("memory_proportional", [n.profile.usable_memory for n in chain])):
-        stages = _split_by_weight(units, chain, weights)
+    for name, weights in (("uniform", [1.0] * len(nodes)),
+                          ("memory_proportional", [n.profile.usable_memory for n in nodes])):
+        stages = _split_by_weight(units, nodes, weights)
         out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s))
     homo = {}
-    for node in cluster.nodes:
-        for r in (d for d in range(1, node.count + 1) if node.count % d == 0):
-            e = _entry(best_batch(units, [node] * (node.count // r), cluster, wl, objective), r)
+    by_type: dict[tuple, list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    for nodes_of_type in by_type.values():  # one device type, its devices in r equal pipelines
+        count = sum(n.count for n in nodes_of_type)
+        pool = [n for n in nodes_of_type for _ in range(n.count)]
+        for r in (d for d in range(1, count + 1) if count % d == 0):
+            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective), r)
             if e["feasible"] and e["output_tok_s"] > homo.get("output_tok_s", -1):
-                homo = {**e, "device": node.profile.name, "replicas": r}
+                homo = {**e, "device": nodes_of_type[0].profile.name, "replicas": r}
     out["best_homogeneous"] = homo or {"feasible": False, "output_tok_s": 0.0}
     return out

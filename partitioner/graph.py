@@ -73,6 +73,8 @@ class OpNode:
     kv_bytes_per_token: float = 0.0  # K/V bytes this attention node keeps per context token
     moe: dict | None = None  # {num_experts, top_k} for nodes that read stacked expert weights
     is_view: bool = False
+    weight_nk: float = 0.0  # matmul with a weight: N·K of one weight matrix (one expert's for MoE)
+    noop: bool = False  # a kernel call that moves no data (a cast to its own dtype, contiguous on contiguous)
 
     @property
     def flops(self) -> Terms:
@@ -185,6 +187,32 @@ def _kv_source_bytes(node: Node, poly: _Poly) -> float:
     return best or 0.0
 
 
+def _weight_nk(ep: ExportedProgram, fqns: list[str], moe: dict | None) -> float:
+    """N·K of the weight a matmul multiplies by (per expert when the weight stacks experts)."""
+    for fqn in fqns:
+        t = ep.state_dict[fqn]
+        if t.dim() >= 2:
+            n = float(t.numel())
+            if t.dim() == 3 and moe and t.shape[0] == moe["num_experts"]:
+                n /= moe["num_experts"]
+            return n
+    return 0.0
+
+
+def _is_noop(op: str, ins: list, outs: list) -> bool:
+    """Casts to the tensor's own dtype and `contiguous` of a contiguous tensor return their input."""
+    if len(ins) != 1 or len(outs) != 1:
+        return False
+    if op in ("to", "_to_copy", "type_as"):
+        return ins[0].dtype == outs[0].dtype
+    if op == "contiguous":
+        try:
+            return bool(ins[0].is_contiguous())
+        except Exception:  # symbolic strides that cannot be decided: assume a copy
+            return False
+    return False
+
+
 def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = None) -> OpGraph:
     """Annotate every node of `ep` with its cost terms.
 
@@ -255,6 +283,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         elif op in MATMUL_OPS or "grouped_mm" in op:
             on.matmul_flops = poly.terms(_matmul_flops(op if op in MATMUL_OPS else "mm", n, outs[0]))
             on.act_bytes = poly.terms(in_bytes + out_bytes)
+            on.weight_nk = _weight_nk(ep, [param_of[a.name] for a in ins if a.name in param_of], moe)
         elif op in CONV_OPS:
             on.matmul_flops = poly.terms(_conv_flops(n, outs[0]))
             on.act_bytes = poly.terms(in_bytes + out_bytes)
@@ -270,6 +299,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         else:
             on.other_flops = poly.terms(out_numel) if any(t.is_floating_point() for t in outs) else Terms()
             on.act_bytes = poly.terms(in_bytes + out_bytes)
+            on.noop = _is_noop(op, act_in, outs)
         if on.matmul_flops.per_token_ctx > 0:
             on.attention = True
             if op in ATTENTION_OPS:
@@ -296,6 +326,8 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
                 if i in inputs[j] and not nodes[j].is_view:
                     nodes[j].params = tuple(dict.fromkeys(nodes[j].params + on.params))
                     nodes[j].moe = nodes[j].moe or on.moe
+                    if nodes[j].matmul_flops.per_token > 0 and not nodes[j].weight_nk:
+                        nodes[j].weight_nk = _weight_nk(ep, list(on.params), nodes[j].moe)
             on.params = ()
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     graph_outputs = {index[a] for a in out_node.all_input_nodes if a in index}

@@ -13,9 +13,11 @@ from hetc.errors import BadInput
 from hetc.plan import SCHEMA, Plan
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import CapturedModel, capture
-from hetc.partitioner.cost_models.analytic import Step, compute_dtype, units_time
+from hetc.partitioner.bound import cost_bound
+from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import OBJECTIVES, Solution, solve
+from hetc.partitioner.tables import Tables, kinds_of, type_key
 
 __all__ = ["PlanRequest", "make_plan", "build_plan"]
 
@@ -67,8 +69,8 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
     sol = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
-                tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
-                progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+                tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,
+                time_limit=req.time_limit, progress=(lambda s: progress(f"solving: {s}")) if progress else None)
     baselines = run_baselines(model.units, cluster, wl, req.objective)
     plan = build_plan(model, cluster, wl, req, sol, baselines)
     plan.solver.seconds = sol.seconds
@@ -76,21 +78,18 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     return plan
 
 
-def _bounds(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str) -> float:
-    """The bound in the objective's unit (see solver.fluid_bound for throughput)."""
+def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str) -> float:
+    """The bound in the objective's unit (throughput: the solver's LP bound)."""
     if objective == "throughput":
         return sol.bound
-    if objective == "latency":  # TPOT ≥ one token through every unit on its fastest device
+    if objective == "latency":  # TPOT ≥ one token through every unit on its fastest device, alone
         step = Step(1, 1, wl.decode_ctx)
         return 1e3 * sum(min(units_time([u], n.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype)
                              for n in cluster.nodes) for u in model.units)
-    from hetc.partitioner.solver import fluid_bound
-
-    best = 0.0
-    for n in cluster.nodes:  # tokens per dollar of the most cost-efficient device type
-        one = Cluster(name="one", nodes=[type(n)(n.name, n.profile, 1, n.link)], network=None)
-        best = max(best, fluid_bound(model.units, one, wl) * 3600 / cluster.price(n.profile))
-    return 1e6 / best if best else 0.0
+    kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    price = {type_key(n): cluster.price(n.profile) for n in cluster.nodes}
+    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in cluster.nodes)), price)
+    return usd_h_per_tok_s / 3600 * 1e6
 
 
 def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution,
@@ -98,10 +97,10 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     pipelines, usd_h, watts = [], 0.0, 0.0
     for pid, cand in enumerate(sol.pipelines):
         stages = []
-        for sp, est in zip(cand.stages, cand.estimate.stages):
+        for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
             us = model.units[sp.first: sp.last + 1]
             stages.append({
-                "devices": [],  # numbered below, across pipelines
+                "devices": [f"{sp.node.name}:{i}" for i in range(first, first + sp.tp)],
                 "profile": sp.node.profile.name, "backend": sp.node.profile.backend, "node": sp.node.name,
                 "tp": sp.tp, "units": [sp.first, sp.last], "layers": [us[0].layer, us[-1].layer],
                 "memory_bytes": {"weights": est.memory.weights, "kv": est.memory.kv,
@@ -112,14 +111,13 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
             watts += sp.node.profile.power * sp.tp * cand.replicas
         pipelines.append({"id": pid, "phase": "both", "replicas": cand.replicas, "batch": cand.estimate.batch,
                           "micro_batches": cand.estimate.micro_batches, "stages": stages})
-    _number_devices(pipelines)
     tok_s = sol.output_tok_s
     ttft = max(c.estimate.ttft_s for c in sol.pipelines) * 1e3
     tpot = max(c.estimate.tpot_s for c in sol.pipelines) * 1e3
     usd = usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
     value = {"throughput": tok_s, "latency": tpot, "cost": usd}[req.objective]
-    bound = _bounds(model, cluster, wl, sol, req.objective)
+    bound = _bound(model, cluster, wl, sol, req.objective, req.tp)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     doc = {
         "schema": SCHEMA, "hetc_version": __version__,
@@ -133,28 +131,14 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
         "pipelines": pipelines, "kv_transfer": [],
         "predicted": {"output_tok_s": tok_s, "total_tok_s": tok_s * (wl.input_len + wl.output_len) / wl.output_len,
                       "ttft_ms": ttft, "tpot_ms": tpot, "usd_per_mtok": usd, "watts": watts},
-        "solver": {"status": "FEASIBLE", "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
-                   "seconds": sol.seconds, "explored": sol.explored,
-                   "bound_method": "fluid roofline relaxation: all devices' achievable FLOP/s and bandwidth pooled, "
-                                   "weights, memory capacity, links and overheads ignored",
-                   "search": "enumerated pipeline shapes × exact min-bottleneck contiguous split × batch grid; "
-                             "tp=1, no disaggregation"},
+        "solver": {"status": sol.status, "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
+                   "seconds": sol.seconds, "templates": sol.explored, "bound_method": sol.bound_method,
+                   "search": "pipeline templates (homogeneous, even mixes, LP optimum rounded) × best split × "
+                             "batch grid; CP-SAT chooses replicas; no prefill/decode disaggregation",
+                   "notes": sol.notes},
         "baselines": baselines,
         "units": [{"index": u.index, "kind": u.kind, "layer": u.layer, "param_bytes": u.param_bytes,
                    "kv_bytes_per_token": u.kv_bytes_per_token, "out_bytes_per_token": u.out_bytes_per_token}
                   for u in model.units],
     }
     return Plan.model_validate(doc)
-
-
-def _number_devices(pipelines: list[dict]) -> None:
-    """Give every stage distinct device indices on its node across pipelines and replicas.
-
-    A stage lists replica 0's devices; replica j uses the next j·tp indices after them.
-    """
-    nxt: dict[str, int] = {}
-    for p in pipelines:
-        for s in p["stages"]:
-            i = nxt.get(s["node"], 0)
-            s["devices"] = [f"{s['node']}:{j}" for j in range(i, i + s["tp"])]
-            nxt[s["node"]] = i + s["tp"] * p["replicas"]

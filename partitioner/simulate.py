@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.cost_models.links import hops, transfer_time
+from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.units import Unit
 
-__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "estimate_pipeline", "max_batch"]
+__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "estimate_pipeline", "max_batch", "stage_time"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,15 @@ class StagePlan:
     first: int  # first unit, inclusive
     last: int  # last unit, inclusive
     tp: int = 1
+
+
+def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
+    """One step of a stage: its units on the device (1/tp of the work each) plus, for a
+    tensor-parallel group, one all-reduce of the unit's output per unit holding weights."""
+    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
+    if tp > 1:
+        t += sum(allreduce_time(step.tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
+    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +96,10 @@ def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Clust
         mem = _stage_memory(us, sp, batch, wl, last=i == len(stages) - 1)
         if mem.total > prof.usable_memory:
             return None
-        dec = units_time(us, prof, Step(b, b, wl.decode_ctx), dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=sp.tp)
+        dec = stage_time(us, sp.node, sp.tp, Step(b, b, wl.decode_ctx), wl)
         chunks = math.ceil(wl.input_len / wl.prefill_chunk)
         chunk = wl.input_len / chunks
-        pre = chunks * units_time(us, prof, Step(chunk, 1, wl.input_len / 2), dtype=wl.dtype,
-                                  kv_dtype=wl.kv_dtype, tp=sp.tp)
+        pre = chunks * stage_time(us, sp.node, sp.tp, Step(chunk, 1, wl.input_len / 2), wl)
         dec += prof.step_overhead
         pre += chunks * prof.step_overhead
         if i + 1 < len(stages):

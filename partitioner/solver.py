@@ -1,43 +1,50 @@
-"""Placement search: pipelines, stage boundaries and batch for an objective.
+"""Placement search: pipelines, their stages (devices or tp groups), unit ranges and batch.
 
-This first solver enumerates pipeline shapes — r identical replicas drawing devices from
-a set of nodes, or each node serving its own replicas — and for each shape and batch finds
-the stage boundaries that minimise the busiest stage exactly (binary search on the
-bottleneck with a greedy fill, optimal for contiguous splits over an ordered chain).
-The bound is a fluid relaxation of the whole decision space; the gap is reported as is.
+1. Group identical devices into kinds (type × tp) and build per-kind tables (tables.py).
+2. Bound: the LP relaxation of all plans (bound.py).
+3. Templates (templates.py): homogeneous chains, even mixes, and the LP optimum rounded.
+   Each is evaluated exactly — best split per batch (split.py) and the saturation model
+   (simulate.py) — at every batch of the grid.
+4. CP-SAT picks how many replicas of each template to run within the device counts
+   (throughput), warm-started from the best single template; for latency and cost the best
+   single template, replicated as far as floors need, is taken.
+5. Replicas get real devices (TP groups inside one node), and are re-estimated there.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
-from hetc.partitioner.cost_models.analytic import Step, compute_dtype, units_time
-from hetc.partitioner.cost_models.links import hops, transfer_time
-from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS, stage_memory
+from hetc.partitioner.bound import METHOD, throughput_bound
+from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.split import Found, batch_options, score
+from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
 
-__all__ = ["OBJECTIVES", "Candidate", "Found", "Solution", "solve", "fluid_bound", "batch_options", "best_batch",
-           "split_chain"]
+__all__ = ["OBJECTIVES", "Candidate", "Solution", "solve"]
 
-MAX_BATCH = 4096  # sequences in flight per pipeline considered
-
-OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"), "cost": ("min", "USD per M output tokens")}
+OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
+              "cost": ("min", "USD per M output tokens")}
 
 
 @dataclass(slots=True)
 class Candidate:
-    """Identical pipelines, `replicas` of them, each over `stages`."""
+    """`replicas` identical pipelines over `stages`; replica j of a stage uses devices first + j·tp."""
 
     stages: list[StagePlan]
     replicas: int
     estimate: PipelineEstimate
+    first_device: list[int] = field(default_factory=list)  # per stage, replica 0's first device index
+    template: str = ""
 
 
 @dataclass(slots=True)
@@ -46,214 +53,169 @@ class Solution:
     output_tok_s: float
     seconds: float
     bound: float
-    baselines: dict[str, dict] = field(default_factory=dict)
+    bound_method: str
+    status: str
     explored: int = 0
-
-    @property
-    def devices_used(self) -> list[tuple[Node, int]]:
-        return [(s.node, s.tp * c.replicas) for c in self.pipelines for s in c.stages]
-
-
-def _per_unit(units: list[Unit], node: Node, step: Step, wl: Workload) -> list[float]:
-    return [units_time([u], node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype) for u in units]
-
-
-def split_chain(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload, batch: int) -> list[StagePlan] | None:
-    """Contiguous unit ranges over the ordered device `chain` minimising the busiest stage.
-
-    Devices may stay empty (then unused). Memory is checked per stage at `batch`.
-    """
-    n = len(chain)
-    m = max(1, min(n, batch))
-    b = batch / m
-    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-    chunk = wl.input_len / chunks
-    per_round = batch / wl.output_len
-    cache: dict[str, list[float]] = {}
-    cost: list[list[float]] = []
-    for node in chain:
-        key = node.profile.name
-        if key not in cache:
-            dec = _per_unit(units, node, Step(b, b, wl.decode_ctx), wl)
-            pre = _per_unit(units, node, Step(chunk, 1, wl.input_len / 2), wl)
-            cache[key] = [m * d + per_round * chunks * p for d, p in zip(dec, pre)]
-        cost.append(cache[key])
-    fixed = [m * nd.profile.step_overhead + per_round * chunks * nd.profile.step_overhead for nd in chain]
-    out = units[0].out_bytes_per_token
-    link = []
-    for i in range(n):
-        path = hops(cluster, chain[i], chain[i + 1]) if i + 1 < n else []
-        link.append(m * transfer_time(b * out, path) + per_round * chunks * transfer_time(chunk * out, path) if path else 0.0)
-
-    # memory by prefix sums (tied weights in one stage are counted twice here: conservative;
-    # estimate_pipeline counts them once)
-    blocks = math.ceil(wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
-    fixed_mem = [u.param_bytes + batch * blocks * u.kv_bytes_per_token for u in units]
-    act = [step_tokens * u.act_bytes.per_token for u in units]
-
-    def greedy(tau: float) -> list[StagePlan] | None:
-        stages, u = [], 0
-        for i, node in enumerate(chain):
-            if u == len(units):
-                break
-            t, mem, peak, hi = fixed[i] + link[i], 0.0, 0.0, u - 1
-            cap = node.profile.usable_memory
-            while hi + 1 < len(units):
-                nxt = hi + 1
-                if t + cost[i][nxt] > tau or mem + fixed_mem[nxt] + max(peak, act[nxt]) > cap:
-                    break
-                hi, t, mem, peak = nxt, t + cost[i][nxt], mem + fixed_mem[nxt], max(peak, act[nxt])
-            if hi >= u:
-                stages.append(StagePlan(node, u, hi))
-                u = hi + 1
-        return stages if u == len(units) else None
-
-    total = max(sum(c) + f + lk for c, f, lk in zip(cost, fixed, link))
-    if greedy(total * 1.0001) is None:
-        return None
-    lo, hi = 0.0, total * 1.0001
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if greedy(mid) is None:
-            lo = mid
-        else:
-            hi = mid
-    return greedy(hi)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
-class Found:
-    estimate: PipelineEstimate
-    stages: list[StagePlan]
+class _Option:
+    template: Template
+    found: Found
 
 
-def batch_options(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload,
-                  split: Callable[[int], list[StagePlan] | None] | None = None) -> list[Found]:
-    """Every batch on the grid (powers of two) that fits, with its best split.
-
-    Args:
-        split: stage boundaries for a batch; default: `split_chain` (the best split).
-    """
-    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch))
-    out: list[Found] = []
-    batch = 1
-    while batch <= MAX_BATCH:
-        stages = split(batch)
-        est = estimate_pipeline(units, stages, cluster, wl, batch) if stages else None
-        if est is None:
-            break
-        out.append(Found(est, stages))
-        batch *= 2
-    return out
+def _tok_s(cands: list[Candidate]) -> float:
+    return sum(c.estimate.output_tok_s * c.replicas for c in cands)
 
 
-def best_batch(units: list[Unit], chain: list[Node], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None) -> Found | None:
-    """The batch best for `objective` on this chain, with no floors."""
-    opts = batch_options(units, chain, cluster, wl, split)
-    return max(opts, key=lambda f: _score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)
+def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float) -> dict[int, int]:
+    """CP-SAT: replicas per option maximising tok/s within device and tp-group counts."""
+    devices = Counter()
+    groups = Counter()
+    for n in cluster.nodes:
+        devices[type_key(n)] += n.count
+        for tp in (2, 4, 8):
+            groups[(type_key(n), tp)] += n.count // tp
+    m = cp_model.CpModel()
+    r = []
+    uses = [usage(o.template) for o in opts]
+    for j, (dev, _) in enumerate(uses):
+        most = min(devices[t] // c for t, c in dev.items())
+        r.append(m.NewIntVar(0, most, f"r{j}"))
+    for t in devices:
+        m.Add(sum(r[j] * uses[j][0][t] for j in range(len(opts)) if uses[j][0][t]) <= devices[t])
+    for key, cnt in groups.items():
+        terms = [r[j] * uses[j][1][key] for j in range(len(opts)) if uses[j][1][key]]
+        if terms:
+            m.Add(sum(terms) <= cnt)
+    gain = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
+    if min_tok_s:
+        m.Add(sum(g * x for g, x in zip(gain, r)) >= round(min_tok_s * 1000))
+    m.Maximize(sum(g * x for g, x in zip(gain, r)))
+    best = max(range(len(opts)), key=lambda j: gain[j] * min(devices[t] // c for t, c in uses[j][0].items()))
+    for j, x in enumerate(r):  # warm start: the best template replicated as far as it goes
+        m.AddHint(x, min(devices[t] // c for t, c in uses[j][0].items()) if j == best else 0)
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1  # deterministic
+    s.parameters.max_time_in_seconds = time_limit
+    status = s.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return {}
+    return {j: s.Value(x) for j, x in enumerate(r) if s.Value(x)}
 
 
-def _score(objective: str, tok_s: float, tpot_s: float, usd_h: float) -> float:
-    if objective == "throughput":
-        return tok_s
-    if objective == "latency":
-        return -tpot_s
-    return tok_s / usd_h  # cost: tokens per dollar
-
-
-def _shapes(cluster: Cluster) -> list[tuple[str, list[Node], int]]:
-    """Pipeline shapes (label, chain of nodes, replicas): r identical pipelines, each with
-    count/r devices of every node of a subset, in the cluster file's node order."""
-    shapes = []
-    for k in range(1, len(cluster.nodes) + 1):
-        for group in itertools.combinations(cluster.nodes, k):
-            low = min(n.count for n in group)
-            for r in (d for d in range(1, low + 1) if low % d == 0):
-                chain = [n for n in group for _ in range(n.count // r)]
-                label = f"{r} × [{' + '.join(f'{n.count // r} {n.profile.name}' for n in group)}]"
-                shapes.append((label, chain, r))
-    return shapes
-
-
-def fluid_bound(units: list[Unit], cluster: Cluster, wl: Workload) -> float:
-    """Upper bound on output tok/s: every device's FLOPs and bandwidth pooled, no weights, no memory limit.
-
-    Per output token the model needs its FLOPs for the token, its share of the prompt, and
-    reads the KV of its context; a device spending a share of its time on that work cannot do
-    it faster than its roofline. Summing each device's best rate bounds any placement.
-    """
-    flops = sum(u.matmul_flops.per_token * (1 + wl.input_len / wl.output_len)
-                + u.attention_flops_per_ctx * (wl.decode_ctx + wl.input_len ** 2 / 2 / wl.output_len) for u in units)
-    kv = sum(u.kv_bytes_per_token for u in units) * wl.decode_ctx
-    total = 0.0
-    for node in cluster.nodes:
-        p = node.profile
-        peak = p.peak_flops[compute_dtype(p, wl.dtype)] * p.efficiency.matmul
-        rate = 1.0 / max(flops / peak, kv / (p.memory_bandwidth * p.efficiency.memory))
-        total += rate * node.count
-    return total
+def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Cluster,
+              wl: Workload) -> tuple[list[Candidate], list[str]]:
+    """Real devices for each replica: per stage a block of replicas·tp devices on one node."""
+    free = {n.name: 0 for n in cluster.nodes}  # next free index per node
+    by_type: dict[tuple, list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    out, notes = [], []
+    for opt, want in choice:
+        left = want
+        while left:
+            take, placed = left, []
+            while take:
+                trial, placed = dict(free), []
+                for sp in opt.found.stages:
+                    node = max(by_type[type_key(sp.node)], key=lambda nd: nd.count - trial[nd.name])
+                    room = (node.count - trial[node.name]) // sp.tp
+                    if room < take:
+                        take = room
+                        break
+                    placed.append((sp, node, trial[node.name]))
+                    trial[node.name] += take * sp.tp
+                else:
+                    break
+            if not take:
+                notes.append(f"{left} replica(s) of {opt.template.label} found no devices left")
+                break
+            free = trial
+            stages = [replace(sp, node=node) for sp, node, _ in placed]
+            est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch) or opt.found.estimate
+            out.append(Candidate(stages, take, est, [first for _, _, first in placed], opt.template.label))
+            left -= take
+    return out, notes
 
 
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str = "throughput",
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          progress: Callable[[str], None] | None = None) -> Solution:
+          tp: str = "auto", time_limit: float = 30.0, progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
+    Args:
+        tp: "auto" allows tensor-parallel groups of 2, 4 or 8 devices inside a node; "1" does not.
+        time_limit: seconds for CP-SAT (the tables, bound and templates come first).
+
     Raises:
-        Infeasible: no pipeline shape holds the model, with the shortfall.
+        Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
     """
     t0 = time.perf_counter()
-    best: tuple[float, list[Candidate]] | None = None
-    explored = 0
-
-    def consider(cands: list[Candidate]) -> None:
-        nonlocal best
-        tok_s = sum(c.estimate.output_tok_s * c.replicas for c in cands)
-        if not cands or tok_s < min_tok_s:
-            return
-        if ttft_slo_s and max(c.estimate.ttft_s for c in cands) > ttft_slo_s:
-            return
-        if tpot_slo_s and max(c.estimate.tpot_s for c in cands) > tpot_slo_s:
-            return
-        usd_h = sum(cluster.price(s.node.profile) * c.replicas for c in cands for s in c.stages)
-        score = _score(objective, tok_s, max(c.estimate.tpot_s for c in cands), usd_h)
-        if best is None or score > best[0]:
-            best = (score, cands)
-
-    for label, chain, r in _shapes(cluster):
+    kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    tables = Tables(units, wl)
+    max_stages = min(len(units), sum(n.count for n in cluster.nodes))
+    if progress:
+        progress("bound: LP relaxation")
+    bound = throughput_bound(tables, kinds, max_stages)
+    templates = generate(cluster, kinds, bound, max_stages)
+    opts: list[_Option] = []
+    for i, t in enumerate(templates):
         if progress:
-            progress(label)
-        explored += 1
-        for found in batch_options(units, chain, cluster, wl):
-            consider([Candidate(found.stages, r, found.estimate)])
-    # each node on its own, replicated, all nodes at once (the same batch grid point everywhere)
-    per_node = []
-    for node in cluster.nodes:
-        for r in (d for d in range(1, node.count + 1) if node.count % d == 0):
-            explored += 1
-            per_node.append((node, r, batch_options(units, [node] * (node.count // r), cluster, wl)))
-    own_best: dict[str, Candidate] = {}  # every node at its own highest-throughput batch
-    for node, r, opts in per_node:
-        for f in opts:
-            old = own_best.get(node.name)
-            if old is None or f.estimate.output_tok_s * r > old.estimate.output_tok_s * old.replicas:
-                own_best[node.name] = Candidate(f.stages, r, f.estimate)
-    consider(list(own_best.values()))
-    for i in range(int(math.log2(MAX_BATCH)) + 1):
-        best_per_node: dict[str, Candidate] = {}
-        for node, r, opts in per_node:
-            if i < len(opts):
-                c = Candidate(opts[i].stages, r, opts[i].estimate)
-                old = best_per_node.get(node.name)
-                if old is None or c.estimate.output_tok_s * r > old.estimate.output_tok_s * old.replicas:
-                    best_per_node[node.name] = c
-        consider(list(best_per_node.values()))
-    if best is None:
+            progress(f"templates {i + 1}/{len(templates)}: {t.label}")
+        for f in batch_options(units, list(t.chain), cluster, wl):
+            e = f.estimate
+            if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
+                continue
+            opts.append(_Option(t, f))
+    if not opts:
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
-    tok_s = sum(c.estimate.output_tok_s * c.replicas for c in best[1])
-    return Solution(best[1], tok_s, time.perf_counter() - t0, fluid_bound(units, cluster, wl), explored=explored)
+    notes: list[str] = []
+    if objective == "throughput":
+        best_per_template: dict[str, _Option] = {}
+        for o in opts:
+            cur = best_per_template.get(o.template.label)
+            if cur is None or o.found.estimate.output_tok_s > cur.found.estimate.output_tok_s:
+                best_per_template[o.template.label] = o
+        pool = list(best_per_template.values())
+        if progress:
+            progress(f"CP-SAT over {len(pool)} templates")
+        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit - (time.perf_counter() - t0)))
+        picks = [(pool[j], k) for j, k in sorted(chosen.items())]
+    else:
+        picks = _best_single(opts, cluster, objective, min_tok_s)
+    if not picks:
+        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
+    cands, more = _allocate(picks, units, cluster, wl)
+    notes += more
+    tok_s = _tok_s(cands)
+    gap = (bound.value - tok_s) / bound.value if bound.value else 0.0
+    status = "OPTIMAL" if objective == "throughput" and gap <= 1e-6 else "FEASIBLE"
+    return Solution(cands, tok_s, time.perf_counter() - t0, bound.value, METHOD, status,
+                    explored=len(templates), notes=notes)
+
+
+def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float) -> list[tuple[_Option, int]]:
+    """For latency and cost: one template, replicated as far as the devices allow."""
+    devices = Counter()
+    for n in cluster.nodes:
+        devices[type_key(n)] += n.count
+    best, pick = None, []
+    for o in opts:
+        dev, _ = usage(o.template)
+        most = min(devices[t] // c for t, c in dev.items())
+        if most == 0:
+            continue
+        need = 1 if not min_tok_s else -(-min_tok_s // o.found.estimate.output_tok_s)
+        if need > most:
+            continue
+        reps = int(need) if objective == "cost" else most
+        usd_h = sum(cluster.price(s.node.profile) * s.tp for s in o.found.stages)
+        sc = score(objective, o.found.estimate.output_tok_s, o.found.estimate.tpot_s, usd_h)
+        if best is None or sc > best:
+            best, pick = sc, [(o, reps)]
+    return pick
 
 
 def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s: float,
@@ -273,7 +235,5 @@ def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s
         return ("no placement meets the floors/SLOs given (--min-tok-s, --ttft-slo, --tpot-slo); "
                 "relax them or add devices.")
     biggest = max(units, key=lambda u: u.param_bytes)
-    return (f"no single unit placement fits: the largest unit needs {biggest.param_bytes / 1e9:.2f} GB and the "
-            f"largest device has {max(n.profile.usable_memory for n in cluster.nodes) / 1e9:.1f} GB free.")
-
-
+    return (f"no placement fits: the largest unit needs {biggest.param_bytes / 1e9:.2f} GB and the largest device "
+            f"has {max(n.profile.usable_memory for n in cluster.nodes) / 1e9:.1f} GB free.")

@@ -11,11 +11,15 @@ The rule reads only data flow, never module names.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hetc.partitioner.graph import CONV_OPS, OpGraph, Terms
+from hetc.partitioner.op_records import OpRecord, aggregate_records, records_for
 
 __all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
+
+
+_COST_KEYS: dict[tuple, int] = {}  # interned cost-relevant contents of units (few distinct per model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,24 @@ class Unit:
     kernels: int  # non-view ops: each is a launch
     moe: dict | None = None  # {num_experts, top_k, expert_bytes}
     signature: str = ""
+    ops: tuple[OpRecord, ...] = ()  # per-op records, identical ops grouped; () = only the totals above
+    # small int naming everything the cost model reads: equal keys cost the same (set in __post_init__)
+    cost_key: int = field(default=-1, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.ops, self.matmul_flops, self.other_flops, self.act_bytes, self.streamed_param_bytes,
+               self.kv_bytes_per_token, self.kernels,
+               tuple(sorted(self.moe.items())) if self.moe else None)
+        object.__setattr__(self, "cost_key", _COST_KEYS.setdefault(key, len(_COST_KEYS)))
+
+    @property
+    def op_records(self) -> tuple[OpRecord, ...]:
+        """The per-op records, or records made from the totals for a unit built without them."""
+        if self.ops:
+            return self.ops
+        return aggregate_records(matmul_flops=self.matmul_flops, other_flops=self.other_flops,
+                                 act_bytes=self.act_bytes, streamed_param_bytes=self.streamed_param_bytes,
+                                 kv_bytes_per_token=self.kv_bytes_per_token, moe=self.moe)
 
     @property
     def param_bytes(self) -> float:
@@ -134,7 +156,7 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
         streamed_param_bytes=streamed, kv_bytes_per_token=sum(x.kv_bytes_per_token for x in nodes),
         attention_flops_per_ctx=mm.per_token_ctx, out_bytes_per_token=out.per_token, out_bytes_const=out.const,
         kernels=sum(1 for x in nodes if not x.is_view), moe=moe,
-        signature=hashlib.sha1(sig.encode()).hexdigest()[:16],
+        signature=hashlib.sha1(sig.encode()).hexdigest()[:16], ops=records_for(g, idx),
     )
 
 

@@ -1,26 +1,38 @@
-"""Analytic cost model: roofline with the profile's achievable efficiencies.
+"""Analytic cost model: a roofline per op with the profile's achievable efficiencies.
 
-Time of a run of units on a device for one engine step:
-    compute = matmul FLOPs / (peak[dtype] · efficiency.matmul)
-    memory  = (weights streamed + activations + KV read) / (bandwidth · efficiency.memory)
-    time    = max(compute, memory) + kernels · launch_overhead
-Every efficiency and overhead comes from the profile (with its source), none from code.
+For each op of a unit (identical ops grouped, see `op_records`), on one device of a
+tensor-parallel group of `tp` (each holding 1/tp of the work):
+    compute = FLOPs / (peak[dtype] · e)      e: the profile's efficiency for this op's shape
+    memory  = bytes / (bandwidth · e_mem)     weights and KV stream; activations by op size
+    time    = max(compute, memory) + (1 − overlap) · min(compute, memory)
+and the unit pays `launch_overhead` per kernel. Matmuls take e from `efficiency_curves.matmul`
+by GEMM rows M and weight size N·K, attention by query tokens per sequence, element-wise ops
+from `efficiency_curves.memory` by bytes moved; where the profile has no curve its scalar
+`efficiency` applies. Decode attention reads each sequence's K/V for its context (GQA-aware:
+the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
+its tokens touch, and each touched expert runs a GEMM of its share of the rows. Every
+efficiency and overhead comes from the profile (with its source), none from code.
+
+The per-step host overhead (`step_overhead`) is added by the caller once per step, and the
+all-reduce of a tensor-parallel group by the caller too (it needs the node's link).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetc.cluster import Profile
-from hetc.partitioner.graph import DTYPE_BYTES
+from hetc.partitioner.cost_models.curves import LogCurve, LogTable
+from hetc.partitioner.op_records import OpRecord
 from hetc.partitioner.units import Unit
 
-__all__ = ["Step", "compute_dtype", "units_time"]
+__all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
 
 # What runs where the device has no native unit for the dtype: fp8 weights are dequantized
 # to 16-bit (weight-only, as vLLM does on Ampere); bf16 and fp16 substitute for each other.
 _SUBSTITUTES = {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
                 "fp32": ("fp32",)}
+_MEMO_LIMIT = 200_000  # cached unit times per parameter set before the cache is dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,33 +52,132 @@ class Step:
 
 
 def compute_dtype(profile: Profile, dtype: str) -> str:
+    """The dtype whose peak applies to `dtype` on this device (itself or its substitute)."""
     for d in _SUBSTITUTES[dtype]:
         if d in profile.peak_flops:
             return d
     raise KeyError(f"{profile.name} has no peak_flops for {dtype} or a substitute")
 
 
-def _expert_fraction(moe: dict, tokens: float) -> float:
+@dataclass(slots=True)
+class CostParams:
+    """What the model reads from a profile for one compute dtype and TP degree, prepared once."""
+
+    profile: Profile
+    dtype: str
+    tp: int
+    peak: float
+    bandwidth: float
+    eff_matmul: float
+    eff_memory: float
+    overlap: float
+    launch: float
+    matmul: LogTable | None
+    attention: LogCurve | None
+    memory: LogCurve | None
+    memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
+
+
+_PARAMS: dict[tuple[int, str, int], CostParams] = {}
+
+
+def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
+    """The prepared parameters of `profile` for weights of `dtype` on a TP group of `tp` (cached)."""
+    key = (id(profile), dtype, tp)
+    cp = _PARAMS.get(key)
+    if cp is not None and cp.profile is profile:
+        return cp
+    if len(_PARAMS) > 256:
+        _PARAMS.clear()
+    cd = compute_dtype(profile, dtype)
+    curves = profile.efficiency_curves
+    mm = curves.matmul.get(cd) if curves else None
+    at = curves.attention.get(cd) if curves else None
+    cp = CostParams(
+        profile=profile, dtype=cd, tp=tp, peak=profile.peak_flops[cd], bandwidth=profile.memory_bandwidth,
+        eff_matmul=profile.efficiency.matmul, eff_memory=profile.efficiency.memory,
+        overlap=profile.efficiency.overlap, launch=profile.launch_overhead,
+        matmul=LogTable(mm) if mm else None, attention=LogCurve(at) if at else None,
+        memory=LogCurve(curves.memory) if curves and curves.memory else None)
+    _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
+    return cp
+
+
+def _expert_fraction(experts: int, top_k: int, tokens: float) -> float:
     """Expected share of experts a step touches: 1 − (1 − k/E)^tokens."""
-    e, k = moe["num_experts"], moe["top_k"]
-    return 1.0 - (1.0 - k / e) ** max(tokens, 1.0)
+    return 1.0 - (1.0 - top_k / experts) ** max(tokens, 1.0)
+
+
+def _combine(compute: float, memory: float, overlap: float) -> float:
+    hi, lo = (compute, memory) if compute >= memory else (memory, compute)
+    return hi + (1.0 - overlap) * lo
+
+
+def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float = 0.0) -> float:
+    """Seconds for one of the `op.count` identical ops, without its launch overhead.
+
+    Args:
+        op: the op's record.
+        cp: prepared profile parameters (`cost_params`).
+        step: the engine step.
+        kv_bytes_per_token: attention only: K+V bytes per context token at the KV-cache dtype.
+    """
+    t, ctx, tp = step.tokens, step.ctx, cp.tp
+    if op.kind == "noop":
+        return 0.0
+    act = op.act_bytes.at(t, ctx) / tp
+    stream = cp.bandwidth * cp.eff_memory
+    if op.kind in ("matmul", "conv", "moe"):
+        flops = op.flops.at(t, ctx) / tp
+        weights = op.weight_bytes / tp
+        rows = op.rows(t)
+        if op.kind == "moe" and op.experts:
+            share = _expert_fraction(op.experts, op.top_k, t)
+            weights *= share
+            rows = max(t * op.top_k / (op.experts * share), 1.0)  # rows per touched expert
+        e = cp.matmul(rows, op.nk / tp) if cp.matmul and op.nk > 0 else cp.eff_matmul
+        return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
+    if op.kind == "attention":
+        flops = op.flops.at(t, ctx) / tp
+        q = t / max(step.seqs, 1.0)  # query tokens per sequence: 1 in decode
+        e = cp.attention(q) if cp.attention else cp.eff_matmul
+        kv = kv_bytes_per_token * step.seqs * ctx / tp
+        return _combine(flops / (cp.peak * e), (kv + act) / stream, cp.overlap)
+    # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
+    nbytes = act + op.weight_bytes / tp
+    e = cp.memory(nbytes) if cp.memory else cp.eff_memory
+    compute = op.other_flops.at(t, ctx) / tp / (cp.peak * cp.eff_matmul)
+    return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap)
+
+
+def unit_time(u: Unit, cp: CostParams, step: Step) -> float:
+    """Seconds for unit `u` in `step` on one device (launch overheads included)."""
+    ops = u.op_records
+    kv_ops = sum(o.kv_bytes_per_token * o.count for o in ops if o.kind == "attention")
+    total = u.kernels * cp.launch
+    for o in ops:
+        kv = u.kv_bytes_per_token * o.kv_bytes_per_token / kv_ops if o.kind == "attention" and kv_ops else 0.0
+        total += o.count * op_time(o, cp, step, kv)
+    return total
 
 
 def units_time(units: list[Unit], profile: Profile, step: Step, *, dtype: str, kv_dtype: str, tp: int = 1) -> float:
-    """Seconds for `units` on one device of `profile` (or a tp group, without its all-reduce)."""
-    peak = profile.peak_flops[compute_dtype(profile, dtype)] * profile.efficiency.matmul
-    bw = profile.memory_bandwidth * profile.efficiency.memory
-    t, ctx_tokens = step.tokens, step.seqs * step.ctx
+    """Seconds for `units` in one step on one device of `profile` (each of a TP group of `tp`
+    doing 1/tp of the work; the group's all-reduce and the step's host overhead are the
+    caller's). K/V bytes are the units' own, already at the KV-cache dtype `kv_dtype`.
+
+    Units with equal contents cost the same, so each is computed once per step and profile.
+    """
+    cp = cost_params(profile, dtype, tp)
+    memo = cp.memo.get(step)
+    if memo is None:
+        if len(cp.memo) > _MEMO_LIMIT // 64:
+            cp.memo.clear()
+        memo = cp.memo[step] = {}
     total = 0.0
     for u in units:
-        flops = u.matmul_flops.const + u.matmul_flops.per_token * t + u.attention_flops_per_ctx * t * step.ctx
-        weights = u.streamed_param_bytes
-        if u.moe:
-            expert = u.moe["expert_bytes"]
-            weights += expert * (_expert_fraction(u.moe, t) - 1.0)
-        act = u.act_bytes.const + u.act_bytes.per_token * t + u.act_bytes.per_token_ctx * t * step.ctx
-        kv_read = u.kv_bytes_per_token * ctx_tokens  # already at the KV dtype
-        compute = flops / peak / tp
-        memory = (weights / tp + act / tp + kv_read / tp) / bw
-        total += max(compute, memory) + u.kernels * profile.launch_overhead
+        t = memo.get(u.cost_key)
+        if t is None:
+            t = memo[u.cost_key] = unit_time(u, cp, step)
+        total += t
     return total

@@ -31,3 +31,20 @@ def transfer_time(nbytes: float, path: list[Link]) -> float:
 
 def path_name(path: list[Link]) -> str:
     return " → ".join(link.name or "inline" for link in path) or "local"
+
+
+def allreduce_time(nbytes: float, tp: int, link: Link | None) -> float:
+    """Seconds for one all-reduce of `nbytes` across a tensor-parallel group of `tp` devices.
+
+    A ring over a shared (aggregate) fabric moves 2·(tp−1)/tp of the data through each
+    device in 2·(tp−1) steps; a full mesh of per-peer links (Infinity Fabric, Gaudi RoCE)
+    reduce-scatters and all-gathers to every peer at once, in 2 steps.
+    """
+    if tp <= 1:
+        return 0.0
+    if link is None:
+        raise ValueError("a tensor-parallel group needs an intra-node link")
+    share = 2 * (tp - 1) / tp * nbytes
+    if link.scope == "per_peer":
+        return share / (link.bandwidth * (tp - 1)) + 2 * link.latency
+    return share / link.bandwidth + 2 * (tp - 1) * link.latency

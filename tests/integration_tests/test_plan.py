@@ -53,7 +53,7 @@ def check_plan(doc: dict) -> None:
                     seen.add(dev)
         assert nxt == doc["model"]["num_units"]
     assert doc["predicted"]["output_tok_s"] > 0
-    assert doc["solver"]["upper_bound"] >= doc["predicted"]["output_tok_s"]
+    assert doc["solver"]["upper_bound"] >= doc["predicted"]["output_tok_s"] * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("name", catalog_names())

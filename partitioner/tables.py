@@ -1,0 +1,152 @@
+"""Per-type throughput tables: what one stage of a device type can sustain.
+
+Identical devices are grouped into kinds (profile × tensor-parallel degree, with the
+node link the group reduces over). For a kind, a batch B and m micro-batches, a stage
+holding units [i, i+k) is busy
+
+    m · (decode step of B/m sequences) + (B / output_len) · (prefill of one prompt)
+
+per round, exactly as partitioner/simulate.py counts it, and must fit its memory at B.
+`busy_min[k]` is the least busy time of any memory-feasible range of k units: the
+stage's best case, used for the bound (bound.py) and to rank pipeline templates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetc.cluster import Cluster, Link, Node, Profile
+from hetc.partitioner.cost_models.analytic import Step
+from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
+from hetc.partitioner.simulate import Workload, stage_time
+from hetc.partitioner.units import Unit
+
+__all__ = ["Kind", "Tables", "kinds_of", "BATCH_GRID"]
+
+BATCH_GRID = [2**i for i in range(13)]  # 1 … 4096 sequences in flight per pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """tp identical devices on one node acting as one stage; `groups` of them exist."""
+
+    profile: Profile
+    tp: int
+    link: Link | None
+    nodes: tuple[Node, ...]
+    groups: int
+
+    @property
+    def name(self) -> str:
+        return self.profile.name + (f"×tp{self.tp}" if self.tp > 1 else "")
+
+    @property
+    def type_key(self) -> tuple[str, str]:
+        return type_key(self.nodes[0])
+
+
+def type_key(node: Node) -> tuple[str, str]:
+    """Devices are interchangeable when profile and intra-node link are the same."""
+    return node.profile.name, repr(node.link)
+
+
+def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = (1, 2, 4, 8)) -> list[Kind]:
+    by_type: dict[tuple[str, str], list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    out = []
+    for nodes in by_type.values():
+        for tp in tp_options:
+            groups = sum(n.count // tp for n in nodes)
+            if groups and (tp == 1 or nodes[0].link is not None):
+                out.append(Kind(nodes[0].profile, tp, nodes[0].link, tuple(nodes), groups))
+    return out
+
+
+@dataclass(slots=True)
+class Tables:
+    """busy_min arrays per (kind, m, batch), built lazily and cached."""
+
+    units: list[Unit]
+    wl: Workload
+    _ranges: tuple | None = None
+    _cost: dict = field(default_factory=dict)
+    _feasible: dict = field(default_factory=dict)
+    _busy: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        u = len(self.units)
+        i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
+        valid = (k >= 1) & (i + k <= u)
+        i, k = np.where(valid, i, 0), np.where(valid, k, 0)
+        w = np.concatenate([[0.0], np.cumsum([x.param_bytes for x in self.units])])
+        kv = np.concatenate([[0.0], np.cumsum([x.kv_bytes_per_token for x in self.units])])
+        act = np.array([x.act_bytes.per_token for x in self.units])
+        amax = np.zeros((u + 1, u + 1))
+        for s in range(u):
+            amax[s, 1: u - s + 1] = np.maximum.accumulate(act[s:])
+        weights = w[i + k] - w[i]
+        full = {}  # the whole model: tied weights once
+        for x in self.units:
+            full.update(x.params)
+        weights[0, u] = sum(full.values())
+        last = (i + k == u) & valid
+        logits = 4.0 * self.units[-1].out_bytes_per_token / 2
+        self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
+
+    def _unit_costs(self, kind: Kind, m: int, batch: int) -> tuple[np.ndarray, float]:
+        """Per-unit busy seconds per round, and the stage's fixed overhead per round."""
+        key = (kind.name, kind.type_key, m, batch)
+        if key not in self._cost:
+            wl = self.wl
+            b = batch / m
+            chunks = math.ceil(wl.input_len / wl.prefill_chunk)
+            chunk = wl.input_len / chunks
+            per_round = batch / wl.output_len
+            node = kind.nodes[0]
+            memo: dict = {}
+            out = np.empty(len(self.units))
+            for j, u in enumerate(self.units):
+                sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
+                if sig not in memo:
+                    dec = stage_time([u], node, kind.tp, Step(b, b, wl.decode_ctx), wl)
+                    pre = stage_time([u], node, kind.tp, Step(chunk, 1, wl.input_len / 2), wl)
+                    memo[sig] = m * dec + per_round * chunks * pre
+                out[j] = memo[sig]
+            over = kind.profile.step_overhead * (m + per_round * chunks)
+            self._cost[key] = (out, over)
+        return self._cost[key]
+
+    def _fits(self, kind: Kind, batch: int) -> np.ndarray:
+        key = (kind.name, kind.type_key, batch)
+        if key not in self._feasible:
+            i, k, valid, weights, kv, amax, last, logits = self._ranges
+            wl = self.wl
+            blocks = math.ceil(wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+            step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
+            amax_ik = amax[i, k]
+            mem = weights / kind.tp + batch * blocks * kv / kind.tp + step_tokens * (amax_ik + np.where(last, logits, 0))
+            self._feasible[key] = valid & (mem <= kind.profile.usable_memory)
+        return self._feasible[key]
+
+    def busy_min(self, kind: Kind, m: int, batch: int) -> np.ndarray:
+        """busy_min[k] for k = 0 … U (inf where no range of k units fits)."""
+        key = (kind.name, kind.type_key, m, batch)
+        if key not in self._busy:
+            cost, over = self._unit_costs(kind, m, batch)
+            i, k, valid, *_ = self._ranges
+            p = np.concatenate([[0.0], np.cumsum(cost)])
+            busy = np.where(self._fits(kind, batch), p[i + k] - p[i] + over, np.inf)
+            self._busy[key] = busy.min(axis=0)
+        return self._busy[key]
+
+    def max_fitting_batch(self, kind: Kind) -> int:
+        """Largest batch on the grid at which some range fits this kind (0 if none)."""
+        best = 0
+        for b in BATCH_GRID:
+            if self._fits(kind, b).any():
+                best = b
+        return best

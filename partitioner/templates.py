@@ -1,0 +1,100 @@
+"""Pipeline templates: chains of stage slots that the solver may replicate.
+
+A template names device types and tp degrees, not devices; `allocate` later gives each
+replica real devices. Templates come from three places:
+- homogeneous: a chains of a groups of one kind (one type, one tp degree);
+- even mixes: every device of a subset of types split evenly over r replicas;
+- the bound's LP optimum: for each pipeline length it uses, the stage kinds in proportion;
+- on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.bound import Bound
+from hetc.partitioner.split import Slot
+from hetc.partitioner.tables import Kind, type_key
+
+__all__ = ["Template", "generate", "usage"]
+
+SMALL = 4  # clusters with at most this many devices get every ordered chain as a template
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    label: str
+    chain: tuple[Slot, ...]
+
+
+def usage(t: Template) -> tuple[Counter, Counter]:
+    """Devices per type and tp groups per (type, tp) that one replica takes."""
+    devices, groups = Counter(), Counter()
+    for s in t.chain:
+        devices[type_key(s.node)] += s.tp
+        groups[(type_key(s.node), s.tp)] += 1
+    return devices, groups
+
+
+def _chain(parts: list[tuple[Kind, int]]) -> tuple[Slot, ...]:
+    """Groups of each kind, kinds in cluster order, on their first node (allocate moves them)."""
+    return tuple(Slot(k.nodes[0], k.tp) for k, a in parts for _ in range(a))
+
+
+def _label(parts: list[tuple[Kind, int]]) -> str:
+    return " + ".join(f"{a}×{k.name}" for k, a in parts if a)
+
+
+def generate(cluster: Cluster, kinds: list[Kind], bound: Bound | None, max_stages: int) -> list[Template]:
+    out: dict[tuple, Template] = {}
+
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None) -> None:
+        key = tuple((type_key(s.node), s.tp) for s in chain)
+        out.setdefault(key, Template(label or " → ".join(s.node.profile.name for s in chain), chain))
+
+    def add(parts: list[tuple[Kind, int]]) -> None:
+        parts = [(k, a) for k, a in parts if a > 0]
+        if parts and sum(a for _, a in parts) <= max_stages:
+            add_chain(_chain(parts), _label(parts))
+
+    for k in kinds:  # homogeneous
+        for a in range(1, k.groups + 1):
+            add([(k, a)])
+    by_type: dict[tuple, list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    single = {k.type_key: k for k in kinds if k.tp == 1}
+    types = list(by_type)
+    for size in range(2, len(types) + 1):  # even mixes of tp=1 devices
+        for group in itertools.combinations(types, size):
+            counts = [sum(n.count for n in by_type[t]) for t in group]
+            low = min(counts)
+            for r in (d for d in range(1, low + 1) if low % d == 0):
+                add([(single[t], c // r) for t, c in zip(group, counts)])
+    if sum(k.groups for k in kinds if k.tp == 1) <= SMALL:  # tiny clusters: every chain of devices
+        pool = [k for k in kinds if k.tp == 1]
+        for size in range(1, max_stages + 1):
+            for combo in itertools.product(pool, repeat=size):
+                use = Counter(k.type_key for k in combo)
+                if all(use[k.type_key] <= k.groups for k in pool):
+                    add_chain(tuple(Slot(k.nodes[0], 1) for k in combo))
+    if bound is not None:  # the LP optimum, rounded per pipeline length
+        by_name = {k.name: k for k in kinds}
+        for n in bound.pipelines:
+            groups = Counter()
+            for (name, length, _), z in bound.stages.items():
+                if length == n:
+                    groups[name] += z
+            total = sum(groups.values())
+            if total <= 0:
+                continue
+            pipes = total / n
+            parts = [(by_name[name], round(z / pipes)) for name, z in groups.items()]
+            add(sorted(parts, key=lambda p: kinds.index(p[0])))
+            for (k, a) in parts:  # and its neighbours, one group more or fewer of each kind
+                for d in (-1, 1):
+                    add([(kk, aa + d if kk is k else aa) for kk, aa in parts])
+    return list(out.values())
