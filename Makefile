@@ -24,6 +24,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/inspect_speed.py
+	$(PY) benchmarks/solver_scenarios.py
 
 clean:
 	rm -rf $(VENV) out

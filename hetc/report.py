@@ -44,7 +44,7 @@ def print_plan(plan: Plan, console: Console) -> None:
             t.add_column(col, justify="right" if col.endswith(("ms", ")")) else "left")
         for i, st in enumerate(p.stages):
             cap = float(profiles[st.profile]["memory"].split()[0])
-            t.add_row(str(i), ",".join(st.devices), st.profile, f"{st.layers[0]}–{st.layers[1]}",
+            t.add_row(str(i), _replica_devices(st.devices, p.replicas), st.profile, f"{st.layers[0]}–{st.layers[1]}",
                       f"{st.units[0]}–{st.units[1]}", f"{_gb(st.memory_bytes.total)} / {_gb(cap)}",
                       _bar(st.memory_bytes.total / cap), f"{st.predicted_ms.decode:.2f}", f"{st.predicted_ms.prefill:.1f}")
         console.print(t)
@@ -59,6 +59,16 @@ def print_plan(plan: Plan, console: Console) -> None:
         console.print("baselines (output tok/s): " + ", ".join(parts))
 
 
+def _replica_devices(devices: list[str], replicas: int) -> str:
+    """Replica 0's devices, and where the others are (replica j: indices + j·tp)."""
+    node, first = devices[0].split(":")
+    tp = len(devices)
+    if replicas == 1:
+        return ",".join(devices)
+    last = int(first) + replicas * tp - 1
+    return f"{node}:{first}–{last}" + (f" (tp{tp} groups)" if tp > 1 else "")
+
+
 def plot_plan(plan: Plan, path: str) -> None:
     """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
     try:
@@ -71,14 +81,16 @@ def plot_plan(plan: Plan, path: str) -> None:
 
         raise BadInput("--plot needs matplotlib.", field="--plot", fix="pip install 'hetc[plot]'.") from None
     colors = {"nvidia": "#76b900", "amd": "#ed1c24", "intel": "#0071c5", "cpu": "#888888"}
-    rows = [(p, st) for p in plan.pipelines for st in p.stages]
-    fig, ax = plt.subplots(figsize=(10, 0.4 * len(rows) + 1.5))
-    for y, (p, st) in enumerate(rows):
+    rows = [(p, i, st) for p in plan.pipelines for i, st in enumerate(p.stages)]
+    fig, ax = plt.subplots(figsize=(12, 0.4 * len(rows) + 1.5))
+    for y, (p, _, st) in enumerate(rows):
         vendor = plan.cluster["profiles"][st.profile]["vendor"]
         ax.barh(y, st.layers[1] - st.layers[0] + 1, left=st.layers[0], color=colors.get(vendor, "#555"))
-        ax.text(st.layers[1] + 1.2, y, f"{','.join(st.devices)} {st.profile} · {st.memory_bytes.total / 1e9:.0f} GB · "
-                f"{st.predicted_ms.decode:.1f} ms", va="center", fontsize=7)
-    ax.set_yticks(range(len(rows)), [f"p{p.id} s{i}" for i, (p, _) in enumerate(rows)], fontsize=7)
+        ax.text(st.layers[1] + 1.2, y, f"{_replica_devices(st.devices, p.replicas)} {st.profile} · "
+                f"{st.memory_bytes.total / 1e9:.0f} GB · {st.predicted_ms.decode:.1f} ms", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [f"p{p.id} s{i}" + (f" ×{p.replicas}" if p.replicas > 1 else "")
+                                     for p, i, _ in rows], fontsize=7)
+    ax.set_xlim(0, plan.model.num_layers * 1.45)
     ax.invert_yaxis()
     ax.set_xlabel("layers")
     ax.set_title(f"{plan.model.ref}: {plan.predicted.output_tok_s:,.0f} output tok/s (bound {plan.solver.bound:,.0f})")

@@ -61,11 +61,11 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def _build(tables: Tables, kinds: list[Kind], max_stages: int):
+def _build(tables: Tables, kinds: list[Kind], max_stages: int, integer: bool = False):
     """Variables y[g, n, k] (flow through stage groups of kind g holding k units in
     pipelines of n stages) with the per-length flow and cover equations."""
     u = len(tables.units)
-    solver = pywraplp.Solver.CreateSolver("GLOP")
+    solver = pywraplp.Solver.CreateSolver("SCIP" if integer else "GLOP")
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
@@ -83,11 +83,21 @@ def _build(tables: Tables, kinds: list[Kind], max_stages: int):
                 y[gi, n, k] = solver.NumVar(0, solver.infinity(), "")
                 caps[gi, n, k] = float(cap[k])
     xs = {n: solver.NumVar(0, solver.infinity(), "") for n in range(1, max_stages + 1)}
+    groups_z: dict[int, list] = {}  # stage-group variables per kind (whole-pipeline form only)
     for n, x in xs.items():
         here = [(key, var) for key, var in y.items() if key[1] == n]
         solver.Add(sum(var for _, var in here) == n * x)
         solver.Add(sum(key[2] * var for key, var in here) == u * x)
-    return solver, y, caps, xs
+        if integer and here:  # whole pipelines: exactly n stage groups each, every group within its capacity
+            zs = []
+            for key, var in here:
+                zv = solver.NumVar(0, solver.infinity(), "")
+                solver.Add(var <= caps[key] * zv)
+                zs.append((key, zv))
+            solver.Add(sum(zv for _, zv in zs) == n * solver.IntVar(0, max_stages // n, ""))
+            for key, zv in zs:
+                groups_z.setdefault(key[0], []).append(zv)
+    return solver, y, caps, xs, groups_z
 
 
 def _devices_used(y, caps, kinds: list[Kind]) -> dict[tuple[str, str], list]:
@@ -99,33 +109,48 @@ def _devices_used(y, caps, kinds: list[Kind]) -> dict[tuple[str, str], list]:
     return types
 
 
-def throughput_bound(tables: Tables, kinds: list[Kind], max_stages: int) -> Bound:
+def throughput_bound(tables: Tables, kinds: list[Kind], max_stages: int, *, integer: bool = True,
+                     time_limit: float = 10.0) -> Bound:
+    """The bound; `integer` counts whole pipelines (a MILP, tighter; its dual bound is used
+    when the time limit stops it), otherwise the plain LP."""
     t0 = time.perf_counter()
-    solver, y, caps, xs = _build(tables, kinds, max_stages)
+    solver, y, caps, xs, groups_z = _build(tables, kinds, max_stages, integer)
     if not y:
         return Bound(0.0, METHOD, time.perf_counter() - t0, {}, {})
-    for tkey, terms in _devices_used(y, caps, kinds).items():
+    if integer:
+        types: dict[tuple[str, str], list] = {}
+        for gi, zs in groups_z.items():
+            types.setdefault(kinds[gi].type_key, []).extend(kinds[gi].tp * z for z in zs)
+        per_kind = {gi: sum(zs) for gi, zs in groups_z.items()}
+    else:
+        types = _devices_used(y, caps, kinds)
+        per_kind = {}
+        for key, var in y.items():
+            per_kind[key[0]] = per_kind.get(key[0], 0) + var / caps[key]
+    for tkey, terms in types.items():
         devices = sum(nd.count for nd in next(g for g in kinds if g.type_key == tkey).nodes)
         solver.Add(sum(terms) <= devices)
-    for gi, g in enumerate(kinds):
-        mine = [var / caps[key] for key, var in y.items() if key[0] == gi]
-        if mine and g.tp > 1:
-            solver.Add(sum(mine) <= g.groups)
+    for gi, used in per_kind.items():
+        if kinds[gi].tp > 1:
+            solver.Add(used <= kinds[gi].groups)
     solver.Maximize(sum(xs.values()))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        raise RuntimeError("the bound LP did not solve to optimality")
+    solver.SetTimeLimit(int(time_limit * 1000))
+    status = solver.Solve()
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        raise RuntimeError(f"the bound program ended with status {status}")
+    value = solver.Objective().BestBound() if integer else solver.Objective().Value()
     return Bound(
-        value=solver.Objective().Value(), method=METHOD, seconds=time.perf_counter() - t0,
+        value=value, method=METHOD, seconds=time.perf_counter() - t0,
         pipelines={n: x.solution_value() for n, x in xs.items() if x.solution_value() > 1e-9},
         stages={(kinds[gi].name, n, k): var.solution_value() / caps[gi, n, k] for (gi, n, k), var in y.items()
-                if var.solution_value() > 1e-9},
+                if var.solution_value() > 1e-9},  # groups the flow needs (≤ the groups counted when integer)
     )
 
 
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float]) -> float:
     """Lower bound on USD per hour per output tok/s over all plans (the same relaxation,
     scale-free: one tok/s in total, devices priced, counts unlimited)."""
-    solver, y, caps, xs = _build(tables, kinds, max_stages)
+    solver, y, caps, xs, _ = _build(tables, kinds, max_stages)
     if not y:
         return 0.0
     solver.Add(sum(xs.values()) == 1)

@@ -158,7 +158,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     if progress:
         progress("bound: LP relaxation")
-    bound = throughput_bound(tables, kinds, max_stages)
+    bound = throughput_bound(tables, kinds, max_stages, time_limit=max(1.0, time_limit / 3))
     templates = generate(cluster, kinds, bound, max_stages)
     opts: list[_Option] = []
     for i, t in enumerate(templates):

@@ -1,0 +1,64 @@
+"""Plan quality and planner speed over a table of heterogeneous scenarios.
+
+For each scenario: the plan's output tok/s, the solver's bound and the ratio, every
+baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process).
+
+Usage: python benchmarks/solver_scenarios.py [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+SCENARIOS = [
+    # name, cluster, model, extra args
+    ("8b-6dev-bf16", "examples/small-mixed.yaml", "llama-3.1-8b", []),
+    ("70b-24dev-bf16", "examples/mixed-rack.yaml", "llama-3.1-70b", []),
+    ("70b-24dev-fp8", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--dtype", "fp8"]),
+    ("qwen72b-24dev-bf16", "examples/mixed-rack.yaml", "qwen2.5-72b", []),
+    ("mixtral-24dev-bf16", "examples/mixed-rack.yaml", "mixtral-8x7b", []),
+    ("70b-legacy24-bf16", "examples/legacy-mix.yaml", "llama-3.1-70b", []),
+    ("405b-42dev-bf16", "examples/big-mixed.yaml", "llama-3.1-405b", []),
+    ("405b-64dev-fp8", "examples/fleet-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
+]
+
+
+def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, *extra],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - t
+        return json.load(open(f.name)), wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only")
+    a = ap.parse_args()
+    head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "uniform", "mem-prop", "best-homog",
+            "plan/mem-prop", "solver s", "command s")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name, cluster, model, extra in SCENARIOS:
+        if a.only and a.only != name:
+            continue
+        plan, wall = run(cluster, model, extra)
+        devices = sum(n["count"] for n in plan["cluster"]["nodes"])
+        tok = plan["predicted"]["output_tok_s"]
+        b = plan["baselines"]
+        mp = b["memory_proportional"]["output_tok_s"]
+        row = (name, str(devices), f"{tok:,.0f}", f"{plan['solver']['upper_bound']:,.0f}",
+               f"{tok / plan['solver']['upper_bound']:.3f}", f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
+               f"{b['best_homogeneous']['output_tok_s']:,.0f}", f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
+               f"{plan['solver']['seconds']:.1f}", f"{wall:.1f}")
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
