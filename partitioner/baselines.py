@@ -2,7 +2,9 @@
 
 - uniform: every device of the cluster in one pipeline, units split evenly (vLLM's default);
 - memory_proportional: the same chain, units split in proportion to free memory (exo, OpenVINO HETERO);
-- best_homogeneous: the best pipeline set using one device type only.
+- best_homogeneous: the best pipeline set using one device type only;
+- chain_dp: every device in one pipeline with the best contiguous split (PipeDream/Alpa-style
+  min-bottleneck partition over a fixed device order).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: 
                           ("memory_proportional", [n.profile.usable_memory for n in nodes])):
         stages = _split_by_weight(units, nodes, weights)
         out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s))
+    out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective))
     homo = {}
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:

@@ -140,3 +140,12 @@ def test_slo_and_floor_are_respected():
     assert capped.predicted.tpot_ms <= slo
     assert capped.objective.sense == "max" and fast.objective.sense == "min"
     assert load_cluster(SMALL).name == "small-mixed"
+
+
+def test_short_time_limit_reports_its_gap_honestly():
+    plan = make_plan(PlanRequest(model="llama-3.1-8b", profiles=MIXED, time_limit=0.05))
+    s = plan.solver
+    assert s.status == "FEASIBLE" and s.gap > 0
+    assert s.gap == pytest.approx((s.bound - s.objective) / s.bound)
+    assert s.objective <= s.bound
+    assert set(plan.baselines) == {"uniform", "memory_proportional", "chain_dp", "best_homogeneous"}
