@@ -77,8 +77,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("devices", help="local devices and known profiles")
 
-    for name, what in (("serve", "serve a plan behind an OpenAI-compatible API"),
-                       ("profile", "measure the local device and fit a profile"),
+    sv = sub.add_parser("serve", help="serve a plan behind an OpenAI-compatible API")
+    sv.add_argument("plan", metavar="plan.json")
+    sv.add_argument("--model-dir", metavar="DIR", help="Hugging Face model dir with the weights (default: the plan's "
+                    "model.ref when it is a dir with weights)")
+    sv.add_argument("--random-weights", action="store_true", help="initialize the weights instead of loading them")
+    sv.add_argument("--emulate", action="store_true", help="run every device of the plan as a process on this CPU")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=_positive_int, default=8000)
+    sv.add_argument("--api-key", default=os.environ.get("HETC_API_KEY"), help="require 'Authorization: Bearer KEY'")
+    sv.add_argument("--served-model-name", default=None, help="the model id clients send (default: the dir's name)")
+    sv.add_argument("--nnodes", type=_positive_int, default=1)
+    sv.add_argument("--node-rank", type=int, default=0)
+    sv.add_argument("--master-addr", default=None)
+    sv.add_argument("--master-port", type=_positive_int, default=None)
+    sv.add_argument("--max-num-seqs", type=_positive_int, default=None,
+                    help="sequences running at once (default: the plan's batch)")
+    sv.add_argument("--max-batched-tokens", type=_positive_int, default=2048, help="prefill chunk (default 2048)")
+    sv.add_argument("--max-waiting", type=_positive_int, default=256, help="wait-queue bound; beyond it 429")
+    sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
+    sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
+    sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
+
+    for name, what in (("profile", "measure the local device and fit a profile"),
                        ("compare", "compare placements side by side")):
         sp = sub.add_parser(name, help=f"{what} (not in this version yet)")
         sp.add_argument("rest", nargs=argparse.REMAINDER)
@@ -141,6 +162,17 @@ def cmd_devices(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(a: argparse.Namespace) -> int:
+    from hetc.runtime.launch import ServeOptions, serve
+
+    o = ServeOptions(plan=a.plan, model_dir=a.model_dir, random_weights=a.random_weights, emulate=a.emulate,
+                     host=a.host, port=a.port, api_key=a.api_key, served_model_name=a.served_model_name,
+                     nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr, master_port=a.master_port,
+                     max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
+                     num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout)
+    return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
+
+
 def cmd_later(a: argparse.Namespace) -> int:
     raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
                    fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
@@ -148,7 +180,7 @@ def cmd_later(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices}.get(a.command, cmd_later)
+    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve}.get(a.command, cmd_later)
     try:
         return handler(a)
     except HetcError as e:

@@ -1,0 +1,47 @@
+"""CUDA backend (NVIDIA): torch's CUDA device API, NCCL between devices of one node.
+
+Needs: an NVIDIA GPU, its driver, and a CUDA build of torch (`torch.version.cuda` set).
+Device placement and transfers are plain torch; what a later issue adds: CUDA graphs
+for decode steps, NCCL groups for tp stages, a fused paged-attention kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hetc.backends.base import Backend, BackendUnavailable, DeviceInfo
+
+__all__ = ["BACKEND", "CudaBackend"]
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    dist_backend = "nccl"
+    requires = "an NVIDIA GPU with its driver and a CUDA build of torch (pip install torch from the CUDA index)"
+
+    def _check(self) -> None:
+        if torch.version.cuda is None or getattr(torch.version, "hip", None):
+            build = "a ROCm" if getattr(torch.version, "hip", None) else "a CPU-only"
+            raise BackendUnavailable(f"cuda: this torch ({torch.__version__}) is {build} build; the cuda backend "
+                                     f"needs {self.requires}.")
+        if not torch.cuda.is_available():
+            raise BackendUnavailable(f"cuda: torch {torch.__version__} sees no NVIDIA GPU (driver missing, or "
+                                     f"CUDA_VISIBLE_DEVICES hides them); the cuda backend needs {self.requires}.")
+
+    def detect(self) -> list[DeviceInfo]:
+        self._check()
+        out = []
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            out.append(DeviceInfo(self.name, i, torch.cuda.get_device_name(i), total, free))
+        return out
+
+    def torch_device(self, index: int) -> torch.device:
+        self._check()
+        return torch.device("cuda", index)
+
+    def synchronize(self, index: int) -> None:
+        torch.cuda.synchronize(index)
+
+
+BACKEND = CudaBackend()

@@ -1,0 +1,84 @@
+"""The backend interface: what the runtime needs of a device family.
+
+A backend knows its devices (detect, name, memory), turns a stage's modules into
+something that runs on one of them, and moves tensors between the host and the device.
+Backends import neither `hetc.partitioner` nor `hetc.runtime`: the runtime drives them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["Backend", "BackendUnavailable", "DeviceInfo"]
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend's hardware or library is absent; the message says what it needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    backend: str  # cpu | cuda | rocm | gaudi | openvino
+    index: int  # the backend's device index
+    name: str  # marketing name, e.g. "NVIDIA H100 80GB HBM3"
+    total_memory: int  # bytes
+    free_memory: int  # bytes, at detection time
+
+
+class Backend(ABC):
+    """One device family. Instances are cheap; `detect()` raises BackendUnavailable when absent."""
+
+    name: str = ""
+    # what torch.distributed uses between two devices of this backend (gloo across vendors/hosts)
+    dist_backend: str = "gloo"
+    # what the backend needs, said to the user when it is absent
+    requires: str = ""
+
+    @abstractmethod
+    def detect(self) -> list[DeviceInfo]:
+        """The devices of this family on this host.
+
+        Raises:
+            BackendUnavailable: the library or the hardware is absent (the message says which).
+        """
+
+    def device_info(self, index: int) -> DeviceInfo:
+        """One device by index; BackendUnavailable when there is no such device."""
+        devices = self.detect()
+        if not 0 <= index < len(devices):
+            raise BackendUnavailable(f"{self.name}: device {index} requested, this host has {len(devices)} "
+                                     f"({', '.join(d.name for d in devices) or 'none'}).")
+        return devices[index]
+
+    def free_memory(self, index: int) -> int:
+        """Free bytes on device `index` now."""
+        return self.device_info(index).free_memory
+
+    @abstractmethod
+    def torch_device(self, index: int) -> torch.device:
+        """The torch device that holds tensors of device `index`."""
+
+    def prepare_stage(self, module: nn.Module, index: int, *, threads: int | None = None) -> nn.Module:
+        """Make a stage's modules runnable on device `index`: move them there, inference mode.
+
+        Args:
+            module: the stage's modules (parameters already materialized on the host).
+            index: the device index.
+            threads: host threads the stage may use (CPU backends); None leaves the default.
+        """
+        return module.to(self.torch_device(index)).eval()
+
+    def to_device(self, t: torch.Tensor, index: int) -> torch.Tensor:
+        """Host → device (a no-op when already there)."""
+        return t.to(self.torch_device(index), non_blocking=False)
+
+    def to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """Device → host (what torch.distributed's gloo sends)."""
+        return t.cpu()
+
+    def synchronize(self, index: int) -> None:
+        """Wait for queued work on device `index` (for timing)."""

@@ -1,0 +1,260 @@
+"""The frontend's engine: per lane (pipeline replica) a scheduler, a sender thread that
+feeds micro-batches to the first stage and a receiver thread that takes sampled tokens
+from the last stage; a watchdog that fails everything in flight when a worker dies.
+
+Threads share the scheduler under the lane's condition variable; gloo sends and receives
+release the GIL, so the HTTP server keeps serving while they wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hetc.runtime.block_manager import BLOCK_SIZE, BlockManager
+from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
+from hetc.runtime.sequence import SamplingParams, Sequence
+from hetc.runtime.topology import Lane
+from hetc.runtime.transport import Kind, Message, Sender, StepMeta, recv
+
+__all__ = ["Engine", "EngineDead", "Event", "QueueFull", "Request"]
+
+
+class QueueFull(Exception):
+    """The bounded wait queue is full (HTTP 429)."""
+
+
+class EngineDead(Exception):
+    """A worker died or the server is draining (HTTP 503)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    token: int | None  # a new token, or None
+    finished: bool = False
+    reason: str | None = None  # stop | length | abort | error
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class Request:
+    seq: Sequence
+    lane: "LaneRunner"
+    sink: Callable[[Event], None]  # called from engine threads; must not block
+    arrival: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+
+
+_HEARTBEAT = object()  # marks a heartbeat in the in-flight queue
+
+
+class LaneRunner:
+    """One pipeline replica: its scheduler and the two threads that talk to its stages."""
+
+    def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig):
+        self.engine, self.lane = engine, lane
+        self.sched = Scheduler(BlockManager(num_blocks), cfg)
+        self.cond = threading.Condition()
+        self.inflight: deque = deque()
+        self.first_rank, self.last_rank = lane.stages[0].rank, lane.stages[-1].rank
+        self.stopping = False  # SHUTDOWN requested
+        self.stopped = threading.Event()
+        self._last_send = time.monotonic()
+
+    def start(self) -> None:
+        threading.Thread(target=self._guard, args=(self._send_loop,), name=f"lane{self.lane.id}-send", daemon=True).start()
+        threading.Thread(target=self._guard, args=(self._recv_loop,), name=f"lane{self.lane.id}-recv", daemon=True).start()
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # a transport error: a peer died or timed out
+            self.engine.fail(f"pipeline lane {self.lane.id}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+
+    # ---- sending ---------------------------------------------------------------------------
+    def _send_loop(self) -> None:
+        out = Sender(self.first_rank)
+        n_stages = len(self.lane.stages)
+        hb = self.engine.heartbeat_s
+        while True:
+            with self.cond:
+                batch = None
+                while True:
+                    if self.engine.failed:
+                        return
+                    if len(self.inflight) < n_stages:
+                        batch = self.sched.schedule()
+                        if batch is not None:
+                            break
+                    if self.stopping and not self.inflight and not self.sched.has_unfinished():
+                        break
+                    idle = time.monotonic() - self._last_send
+                    if not self.inflight and idle >= hb:
+                        break
+                    self.cond.wait(timeout=max(0.01, hb - idle) if not self.inflight else hb)
+                if batch is not None:
+                    msg = self._step_message(batch)
+                    self.inflight.append(batch)
+                    self.engine.metrics.on_schedule(self)
+                elif self.stopping and not self.inflight and not self.sched.has_unfinished():
+                    msg = Message(Kind.SHUTDOWN)
+                    self.inflight.append(_HEARTBEAT)
+                else:
+                    msg = Message(Kind.HEARTBEAT)
+                    self.inflight.append(_HEARTBEAT)
+                self._last_send = time.monotonic()
+            if batch is not None:
+                batch.sent_at = time.perf_counter()
+            out.send(msg)
+            if msg.kind is Kind.SHUTDOWN:
+                out.flush()
+                return
+
+    def _step_message(self, batch: MicroBatch) -> Message:
+        items = batch.items
+        meta = StepMeta(starts=[i.start for i in items], n_new=[i.n_new for i in items],
+                        sample=[i.sample for i in items], block_tables=[list(i.seq.block_table) for i in items],
+                        token_ids=[t for i in items for t in i.seq.token_ids[i.start:i.start + i.n_new]],
+                        sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
+                                   i.seq.params.seed) for i in items])
+        m, s = meta.encode()
+        import torch
+
+        return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
+                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+
+    # ---- receiving -------------------------------------------------------------------------
+    def _recv_loop(self) -> None:
+        while True:
+            msg = recv(self.last_rank)
+            now = time.perf_counter()
+            with self.cond:
+                if self.engine.failed:
+                    return
+                item = self.inflight.popleft()
+                outs = []
+                if msg.kind is Kind.RESULT:
+                    outs = self.sched.on_result(item, msg.payload.reshape(-1).tolist())
+                    self.engine.metrics.on_step(self, item, msg.times.tolist(), now - item.sent_at)
+                self.cond.notify_all()
+            if msg.kind is Kind.SHUTDOWN:
+                self.stopped.set()
+                return
+            self.engine.deliver(outs)
+
+    # ---- requests --------------------------------------------------------------------------
+    def load(self) -> int:
+        return self.sched.num_running + self.sched.num_waiting
+
+
+class Engine:
+    """All lanes of the plan behind one submit/abort interface."""
+
+    def __init__(self, lanes: list[Lane], blocks: dict[int, int], cfg: SchedulerConfig, metrics, *,
+                 heartbeat_s: float = 1.0):
+        """Args:
+            lanes: the plan's lanes (topology).
+            blocks: lane id → KV blocks of its block manager.
+            cfg: scheduler settings (n_stages is set per lane).
+            metrics: a runtime.metrics.Metrics.
+            heartbeat_s: idle interval between heartbeats (well below the transport timeout).
+        """
+        self.metrics, self.heartbeat_s, self.cfg = metrics, heartbeat_s, cfg
+        self.lanes = [LaneRunner(self, l, blocks[l.id], SchedulerConfig(
+            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages))) for l in lanes]
+        self.requests: dict[int, Request] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self.failed: str | None = None
+        self.draining = False
+
+    @property
+    def max_tokens_per_seq(self) -> int:
+        """Most tokens (prompt + output) one sequence can hold: the smallest lane's whole pool."""
+        return min(r.sched.blocks.num_blocks for r in self.lanes) * BLOCK_SIZE
+
+    def start(self) -> None:
+        for r in self.lanes:
+            r.start()
+
+    def num_waiting(self) -> int:
+        return sum(r.sched.num_waiting for r in self.lanes)
+
+    def num_running(self) -> int:
+        return sum(r.sched.num_running for r in self.lanes)
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, eos: frozenset[int],
+               sink: Callable[[Event], None]) -> Request:
+        """Queue a request. Raises EngineDead (503) or QueueFull (429)."""
+        if self.failed:
+            raise EngineDead(self.failed)
+        if self.draining:
+            raise EngineDead("the server is shutting down")
+        with self._lock:
+            if self.num_waiting() >= self.cfg.max_waiting:
+                raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
+            lane = min(self.lanes, key=LaneRunner.load)
+            seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos)
+            req = Request(seq, lane, sink)
+            self.requests[seq.seq_id] = req
+        with lane.cond:
+            lane.sched.add(seq)
+            lane.cond.notify_all()
+        self.metrics.on_queue(self)
+        return req
+
+    def abort(self, req: Request) -> None:
+        """Stop a request whose client left or whose stop string matched."""
+        with req.lane.cond:
+            done = req.lane.sched.abort(req.seq)
+            req.lane.cond.notify_all()
+        if done:
+            self.requests.pop(req.seq.seq_id, None)
+
+    def deliver(self, outs) -> None:
+        now = time.monotonic()
+        for o in outs:
+            req = self.requests.get(o.seq.seq_id)
+            if req is None:
+                continue
+            if o.token is not None:
+                self.metrics.on_token(req, now)
+                req.last_token_at = now
+                if req.first_token_at is None:
+                    req.first_token_at = now
+            if o.finished:
+                self.requests.pop(o.seq.seq_id, None)
+                self.metrics.on_finish(req, now)
+            if o.token is not None or o.finished:
+                req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
+
+    def fail(self, reason: str) -> None:
+        """A worker is dead: fail every request, refuse new ones (health turns 503)."""
+        with self._lock:
+            if self.failed or all(r.stopped.is_set() for r in self.lanes):
+                return
+            self.failed = reason
+        self.metrics.on_fail()
+        for r in self.lanes:
+            with r.cond:
+                r.sched.fail_all()
+                r.inflight.clear()
+                r.cond.notify_all()
+        reqs, self.requests = list(self.requests.values()), {}
+        for req in reqs:
+            req.sink(Event(None, True, "error", error=reason))
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Drain: finish what is queued, then stop the workers (SHUTDOWN through every stage)."""
+        self.draining = True
+        for r in self.lanes:
+            with r.cond:
+                r.stopping = True
+                r.cond.notify_all()
+        deadline = time.monotonic() + timeout
+        return all(r.stopped.wait(max(0.0, deadline - time.monotonic())) for r in self.lanes) and not self.failed

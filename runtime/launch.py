@@ -1,0 +1,309 @@
+"""`hetc serve plan.json`: check the plan against the model, launch one worker process per
+plan device, join them in one torch.distributed job, and serve the OpenAI API.
+
+Startup refuses (BadInput, exit 2) a plan that is malformed, of another schema, made for
+another model (graph_hash), or that needs a device this host lacks (without --emulate).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetc.errors import BadInput, HetcError
+
+__all__ = ["ServeOptions", "serve"]
+
+
+@dataclass(kw_only=True)
+class ServeOptions:
+    plan: str
+    model_dir: str | None = None
+    random_weights: bool = False
+    emulate: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    served_model_name: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    max_num_seqs: int | None = None  # default: the plan's batch (at least 2 per stage)
+    max_batched_tokens: int = 2048  # the prefill chunk (the planner assumes 2048)
+    max_waiting: int = 256
+    num_kv_blocks: int | None = None  # cap on each lane's KV blocks (to exercise preemption)
+    threads: int | None = None  # per worker; default: host cores shared out when emulating
+    timeout: float = 60.0  # transport receive timeout, seconds
+    drain_timeout: float = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _resolve_model(plan, o: ServeOptions) -> tuple[str, str | None]:
+    """(where the config comes from, the safetensors/tokenizer dir or None)."""
+    from hetc.runtime.weights import has_weights
+
+    if o.model_dir:
+        d = Path(o.model_dir)
+        if not (d / "config.json").is_file():
+            raise BadInput(f"{d} has no config.json.", field="--model-dir", fix="point it at a Hugging Face model dir.")
+        if not o.random_weights and not has_weights(d):
+            raise BadInput(f"{d} has no *.safetensors weights.", field="--model-dir",
+                           fix="save the model with safetensors, or pass --random-weights.")
+        return str(d), str(d)
+    ref = plan.model.ref
+    if Path(ref).is_dir() and (has_weights(ref) or o.random_weights):
+        return ref, ref
+    if o.random_weights:
+        return ref, None
+    raise BadInput(f"the plan's model {ref!r} has no weights here.", field="--model-dir",
+                   fix="pass --model-dir DIR with the model's safetensors, or --random-weights.")
+
+
+def _check_hash(plan, model_ref: str, file: str) -> None:
+    from hetc.partitioner.capture import capture
+
+    got = capture(model_ref, dtype=plan.model.dtype, kv_dtype=plan.model.kv_dtype).graph_hash
+    if got != plan.model.graph_hash:
+        raise BadInput(f"model.graph_hash is {plan.model.graph_hash[:16]}…, but {model_ref} ({plan.model.dtype}, "
+                       f"kv {plan.model.kv_dtype}) hashes to {got[:16]}…: the plan was made for another model, dtype "
+                       "or unit table.", file=file, field="model.graph_hash",
+                       fix=f"re-plan with `hetc plan {model_ref} --dtype {plan.model.dtype}`, or serve the model the "
+                           "plan was made for.")
+
+
+def _check_devices(lanes, file: str) -> None:
+    from hetc.backends import BackendUnavailable, get_backend
+
+    for lane in lanes:
+        for s in lane.stages:
+            try:
+                get_backend(s.backend).device_info(s.device_index)
+            except BackendUnavailable as e:
+                raise BadInput(f"stage {s.index} of pipeline {lane.pipeline} runs on {s.device} ({s.profile}, backend "
+                               f"{s.backend}), which this host cannot provide: {e}", file=file,
+                               field=f"pipelines.{lane.pipeline}.stages.{s.index}",
+                               fix="run on a host with that device, or pass --emulate to run every device of the "
+                                   "plan as a CPU process.") from None
+
+
+class _Launch:
+    """Everything the running server holds: plan, topology, workers, engine."""
+
+    def __init__(self, o: ServeOptions):
+        import torch
+
+        from hetc.partitioner.capture import load_hf_config
+        from hetc.plan import load_plan
+        from hetc.runtime.block_manager import BLOCK_SIZE
+        from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, kv_layout
+        from hetc.runtime.topology import build_topology, kv_blocks
+
+        self.o = o
+        if o.nnodes != 1:
+            raise BadInput("multi-host serving (--nnodes > 1) is not in this version of `hetc serve` yet.",
+                           field="--nnodes", fix="serve on one host (--nnodes 1).")
+        plan = self.plan = load_plan(o.plan)
+        if not plan.units:
+            raise BadInput("the plan has no unit table.", file=o.plan, field="units",
+                           fix="regenerate it with this version of `hetc plan`.")
+        self.lanes = build_topology(plan, o.plan)
+        self.model_ref, self.model_dir = _resolve_model(plan, o)
+        _check_hash(plan, self.model_ref, o.plan)
+        self.hf_cfg, _ = load_hf_config(self.model_ref)
+        units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
+        check_supported(self.hf_cfg, units, o.plan)
+        if not o.emulate:
+            _check_devices(self.lanes, o.plan)
+        kvh, hd = kv_layout(self.hf_cfg)
+        per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
+        self.blocks: dict[int, int] = {}
+        for lane in self.lanes:
+            attn = {s.index: sum(1 for u in units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
+                    for s in lane.stages}
+            n, caps = kv_blocks(lane, attn, per_token_layer, BLOCK_SIZE)
+            if n < 1:
+                s = lane.stages[caps.index(min(c for c in caps if c >= 0))]
+                raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
+                               f"one block of {BLOCK_SIZE} tokens.", file=o.plan,
+                               field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
+                               fix="re-plan with a larger --input-len/--output-len or more memory.")
+            self.blocks[lane.id] = min(n, o.num_kv_blocks) if o.num_kv_blocks else n
+        self.n_workers = sum(len(l.stages) for l in self.lanes)
+        self.threads = o.threads or max(1, (os.cpu_count() or 1) // self.n_workers if o.emulate else os.cpu_count() or 1)
+        torch.set_num_threads(1)  # the frontend computes nothing
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.workers: dict[int, dict] = {}
+        self._tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
+
+    # ---- workers ---------------------------------------------------------------------------
+    def start_workers(self) -> None:
+        import torch.distributed as dist
+
+        from hetc.runtime.transport import Kind, recv
+        from hetc.runtime.worker import WorkerConfig
+
+        o = self.o
+        addr, port = o.master_addr or "127.0.0.1", o.master_port or _free_port()
+        cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=self.model_ref, model_dir=self.model_dir,
+                           random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
+                           world_size=self.n_workers + 1, timeout_s=o.timeout,
+                           kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads)
+        spec = os.path.join(self._tmp.name, "spec.json")
+        cfg.save(spec)
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "PYTHONUNBUFFERED": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+        for lane in self.lanes:
+            for s in lane.stages:
+                self.procs[s.rank] = subprocess.Popen(
+                    [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", s.device], env=env)
+        err: list[BaseException] = []
+
+        def join() -> None:
+            try:
+                dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=0,
+                                        world_size=self.n_workers + 1, timeout=dt.timedelta(seconds=o.timeout))
+            except BaseException as e:  # noqa: BLE001 — reported below
+                err.append(e)
+
+        t = threading.Thread(target=join, daemon=True)
+        t.start()
+        deadline = time.monotonic() + max(o.timeout, 120.0)
+        while t.is_alive():
+            t.join(0.2)
+            self._raise_if_dead("starting")
+            if time.monotonic() > deadline:
+                raise HetcError("the workers did not join the torch.distributed job in time.")
+        if err:
+            raise HetcError(f"joining the workers failed: {err[0]}")
+        for lane in self.lanes:
+            for s in lane.stages:
+                msg = recv(s.rank)
+                if msg.kind is not Kind.READY:
+                    raise HetcError(f"worker {s.device} sent {msg.kind.name} before READY")
+                pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
+                self.workers[s.rank] = {"rank": s.rank, "device": s.device, "stage": f"{lane.id}.{s.index}",
+                                        "units": list(s.units), "pid": pid, "param_bytes": pb,
+                                        "param_tensors": n_params, "kv_blocks": blocks, "kv_bytes": kv_bytes}
+
+    def _raise_if_dead(self, when: str) -> None:
+        for rank, p in self.procs.items():
+            if p.poll() is not None:
+                dev = next(s.device for l in self.lanes for s in l.stages if s.rank == rank)
+                raise HetcError(f"the worker for {dev} (rank {rank}) exited with code {p.returncode} while {when}; "
+                                "its message is above.")
+
+    def watch(self, engine) -> None:
+        """Fail the engine when a worker process exits unexpectedly."""
+
+        def loop() -> None:
+            while not engine.failed:
+                time.sleep(0.2)
+                if engine.draining and all(r.stopped.is_set() for r in engine.lanes):
+                    return
+                for rank, p in self.procs.items():
+                    if p.poll() is not None:
+                        w = self.workers.get(rank, {})
+                        engine.fail(f"the worker for device {w.get('device')} (rank {rank}, stage {w.get('stage')}) "
+                                    f"exited with code {p.returncode}")
+                        return
+
+        threading.Thread(target=loop, name="watchdog", daemon=True).start()
+
+    def stop_workers(self, grace: float = 5.0) -> None:
+        deadline = time.monotonic() + grace
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self._tmp.cleanup()
+
+
+def serve(o: ServeOptions, log=print) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the exit code.
+
+    Args:
+        o: the command line's options.
+        log: where progress lines go (stderr in the CLI).
+    """
+    import uvicorn
+
+    from hetc.runtime.engine import Engine
+    from hetc.runtime.metrics import Metrics
+    from hetc.runtime.scheduler import SchedulerConfig
+    from hetc.runtime.server import ServerState, create_app
+    from hetc.runtime.tokenizer import load_tokenizer
+
+    L = _Launch(o)
+    plan, cfg = L.plan, L.hf_cfg
+    name = o.served_model_name or (Path(L.model_ref).name if Path(L.model_ref).is_dir() else L.model_ref)
+    eos = getattr(cfg, "eos_token_id", None)
+    eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    try:
+        tokenizer = load_tokenizer(L.model_dir, cfg.vocab_size, next(iter(eos_ids), None))
+    except ValueError as e:
+        raise BadInput(f"{e}.", field="--model-dir", fix="serve a model dir with a tokenizer.") from None
+    if tokenizer.eos_token_id is not None:
+        eos_ids |= {tokenizer.eos_token_id}
+    batch = max(l.batch for l in L.lanes)
+    max_seqs = o.max_num_seqs or max(batch, 2 * max(len(l.stages) for l in L.lanes))
+    sched_cfg = SchedulerConfig(max_num_seqs=max_seqs, max_batched_tokens=o.max_batched_tokens,
+                                max_waiting=o.max_waiting)
+    metrics = Metrics(name)
+    n_stages = [len(l.stages) for l in L.lanes]
+    log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(L.lanes)} lane(s) of {n_stages} stages, "
+        f"{L.n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}, KV blocks per lane "
+        f"{list(L.blocks.values())} × 16 tokens")
+    try:
+        L.start_workers()
+        engine = Engine(L.lanes, L.blocks, sched_cfg, metrics)
+        for lane in L.lanes:
+            metrics.register_lane(lane.id, L.blocks[lane.id])
+            for s in lane.stages:
+                w = L.workers[s.rank]
+                metrics.register_stage(lane.id, s.index, s.device, w["param_bytes"], s.weight_bytes, w["kv_bytes"],
+                                       s.predicted_ms)
+        engine.start()
+        L.watch(engine)
+        max_len = min(int(getattr(cfg, "max_position_embeddings", 1 << 30)), engine.max_tokens_per_seq)
+        info = {"root": plan.model.ref, "dtype": plan.model.dtype, "tokenizer": tokenizer.kind,
+                "vocab_size": cfg.vocab_size, "emulated": o.emulate, "random_weights": o.random_weights,
+                "lanes": len(L.lanes), "stages": n_stages}
+        if plan.model.dtype == "fp8":
+            info["note"] = "fp8 weights are computed in bf16 by this runtime"
+
+        def health() -> dict:
+            return {"workers": [{**w, "alive": L.procs[r].poll() is None} for r, w in sorted(L.workers.items())],
+                    "running": engine.num_running(), "waiting": engine.num_waiting()}
+
+        st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,
+                         eos_token_ids=eos_ids, metrics=metrics, api_key=o.api_key, model_info=info,
+                         health_info=health)
+        server = uvicorn.Server(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
+                                               timeout_graceful_shutdown=o.drain_timeout, access_log=False))
+        log(f"listening on http://{o.host}:{o.port}/v1 (max context {max_len} tokens)")
+        server.run()  # returns after SIGTERM/SIGINT, once open requests have drained
+        clean = engine.failed is None and engine.shutdown(timeout=o.drain_timeout)
+        log("drained; workers stopped" if clean else f"stopped{': ' + engine.failed if engine.failed else ''}")
+        return 0 if clean else 1
+    finally:
+        L.stop_workers()

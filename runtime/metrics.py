@@ -1,0 +1,122 @@
+"""Prometheus metrics of the server (one registry per server, served at /metrics)."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+_LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_STEP = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    """Request latencies, queue state, tokens, and per-stage parameter bytes and step times."""
+
+    def __init__(self, model: str):
+        r = self.registry = CollectorRegistry()
+        lbl = ["model"]
+        self.model = model
+        self.ttft = Histogram("hetc_time_to_first_token_seconds", "Arrival to first generated token.", lbl,
+                              buckets=_LAT, registry=r)
+        self.itl = Histogram("hetc_inter_token_latency_seconds", "Between consecutive generated tokens of a request.",
+                             lbl, buckets=_LAT, registry=r)
+        self.e2e = Histogram("hetc_e2e_request_latency_seconds", "Arrival to last token.", lbl, buckets=_LAT, registry=r)
+        self.queue = Histogram("hetc_request_queue_time_seconds", "Arrival to first scheduled.", lbl, buckets=_LAT,
+                               registry=r)
+        self.running = Gauge("hetc_num_requests_running", "Sequences holding KV now.", lbl, registry=r)
+        self.waiting = Gauge("hetc_num_requests_waiting", "Sequences in the wait queue now.", lbl, registry=r)
+        self.peak_running = Gauge("hetc_num_requests_running_peak", "Most sequences running at once so far.", lbl,
+                                  registry=r)
+        self.batch_seqs = Histogram("hetc_micro_batch_sequences", "Sequences per micro-batch sent.", lbl,
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.gen_tokens = Counter("hetc_generation_tokens", "Generated tokens.", lbl, registry=r)
+        self.prompt_tokens = Counter("hetc_prompt_tokens", "Tokens prefilled (prompts, and recomputation after preemption).", lbl,
+                                     registry=r)
+        self.requests = Counter("hetc_request_success", "Finished requests by reason.", ["model", "finished_reason"],
+                                registry=r)
+        self.preemptions = Gauge("hetc_num_preemptions", "Sequences preempted (KV freed, recomputed) so far.", lbl,
+                                 registry=r)
+        self.kv_used = Gauge("hetc_kv_blocks_used", "KV blocks in use.", ["model", "lane"], registry=r)
+        self.kv_total = Gauge("hetc_kv_blocks_total", "KV blocks of the lane's pool.", ["model", "lane"], registry=r)
+        st = ["model", "stage", "device"]
+        self.stage_params = Gauge("hetc_stage_parameter_bytes", "Parameter bytes a stage worker holds.", st, registry=r)
+        self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for the stage.", st,
+                                       registry=r)
+        self.stage_kv_bytes = Gauge("hetc_stage_kv_pool_bytes", "Bytes of the stage's KV pool.", st, registry=r)
+        self.stage_step = Histogram("hetc_stage_step_seconds", "Measured compute time of one micro-batch on a stage.",
+                                    [*st, "phase"], buckets=_STEP, registry=r)
+        self.stage_pred = Gauge("hetc_stage_predicted_step_seconds",
+                                "The plan's step time for the stage at its operating point.", [*st, "phase"], registry=r)
+        self.stage_busy = Counter("hetc_stage_busy_seconds", "Compute time summed over micro-batches.", st, registry=r)
+        self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.",
+                                  lbl, buckets=_STEP, registry=r)
+        self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
+        self.up.labels(model).set(1)
+        self._peak = 0
+        self._lock = threading.Lock()
+        self._stage_labels: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def register_stage(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float, kv_bytes: int,
+                       predicted_ms: tuple[float, float]) -> None:
+        key = (f"{lane}.{index}", device)
+        self._stage_labels[(lane, index)] = key
+        self.stage_params.labels(self.model, *key).set(param_bytes)
+        self.stage_plan_params.labels(self.model, *key).set(plan_weights)
+        self.stage_kv_bytes.labels(self.model, *key).set(kv_bytes)
+        self.stage_pred.labels(self.model, *key, "prefill").set(predicted_ms[0] / 1e3)
+        self.stage_pred.labels(self.model, *key, "decode").set(predicted_ms[1] / 1e3)
+
+    def register_lane(self, lane: int, blocks: int) -> None:
+        self.kv_total.labels(self.model, str(lane)).set(blocks)
+
+    # engine hooks (called with the lane's lock held where noted; cheap)
+    def on_queue(self, engine) -> None:
+        self.waiting.labels(self.model).set(engine.num_waiting())
+
+    def on_schedule(self, runner) -> None:  # lane lock held
+        eng = runner.engine
+        batch = runner.inflight[-1]
+        self.batch_seqs.labels(self.model).observe(len(batch.items))
+        # prefill work: every token but single decode tokens (recomputation after preemption included)
+        self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items
+                                                      if i.n_new > 1 or i.start < i.seq.num_prompt_tokens))
+        running = eng.num_running()
+        with self._lock:
+            self._peak = max(self._peak, running)
+            self.peak_running.labels(self.model).set(self._peak)
+        self.running.labels(self.model).set(running)
+        self.waiting.labels(self.model).set(eng.num_waiting())
+        self.kv_used.labels(self.model, str(runner.lane.id)).set(runner.sched.blocks.num_used)
+        self.preemptions.labels(self.model).set(sum(r.sched.num_preemptions for r in eng.lanes))
+
+    def on_step(self, runner, batch, stage_times: list[float], rtt: float) -> None:  # lane lock held
+        phase = "prefill" if batch.has_prefill else "decode"
+        for i, t in enumerate(stage_times):
+            key = self._stage_labels.get((runner.lane.id, i))
+            if key:
+                self.stage_step.labels(self.model, *key, phase).observe(t)
+                self.stage_busy.labels(self.model, *key).inc(t)
+        self.step_rtt.labels(self.model).observe(rtt)
+        eng = runner.engine
+        self.running.labels(self.model).set(eng.num_running())
+        self.waiting.labels(self.model).set(eng.num_waiting())
+        self.kv_used.labels(self.model, str(runner.lane.id)).set(runner.sched.blocks.num_used)
+
+    def on_token(self, req, now: float) -> None:
+        self.gen_tokens.labels(self.model).inc()
+        if req.first_token_at is None:
+            self.ttft.labels(self.model).observe(now - req.arrival)
+            if req.seq.first_scheduled is not None:
+                self.queue.labels(self.model).observe(max(0.0, req.seq.first_scheduled - req.arrival))
+        elif req.last_token_at is not None:
+            self.itl.labels(self.model).observe(now - req.last_token_at)
+
+    def on_finish(self, req, now: float) -> None:
+        self.e2e.labels(self.model).observe(now - req.arrival)
+        self.requests.labels(self.model, req.seq.finish_reason or "unknown").inc()
+
+    def on_fail(self) -> None:
+        self.up.labels(self.model).set(0)

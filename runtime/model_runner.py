@@ -1,0 +1,226 @@
+"""One stage of a decoder LLM: the model's own transformers modules for the stage's
+units, with hetc's paged-KV attention.
+
+Units map to modules by kind (from plan.json's unit table):
+  embed          model.embed_tokens
+  attention L    model.layers[L].input_layernorm, .self_attn (+ residual)
+  mlp / moe L    model.layers[L].post_attention_layernorm, .mlp (+ residual)
+  norm           model.norm
+  head           lm_head (with model.norm when the model has no separate norm unit)
+so a stage may start at the MLP half of a layer. The model is built on the meta device
+and only the stage's modules get real parameters.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hetc.errors import BadInput
+from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
+
+__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "kv_layout"]
+
+# plan dtype → what the stage computes in (fp8 weights are computed in bf16 here)
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+_KINDS = ("embed", "attention", "mlp", "moe", "norm", "head")
+_EXTRA_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm", "post_self_attn_layernorm")
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRef:
+    index: int
+    kind: str
+    layer: int
+
+
+def kv_layout(cfg) -> tuple[int, int]:
+    """(kv_heads, head_dim) of the model's attention."""
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
+
+
+def check_supported(cfg, units: list[UnitRef], file: str = "plan.json") -> None:
+    """Refuse (BadInput) a model this runtime cannot run exactly, with the reason."""
+    kinds = [u.kind for u in units]
+    bad = sorted(set(kinds) - set(_KINDS))
+    if bad:
+        raise BadInput(f"the model has units of kind {', '.join(bad)}; `hetc serve` runs decoder LLMs "
+                       f"(units {', '.join(_KINDS)}).", file=file, field="units",
+                       fix="serve a Llama-family decoder (llama, mistral, qwen2, qwen3, mixtral).")
+    if not kinds or kinds[0] != "embed" or kinds[-1] != "head":
+        raise BadInput("the unit table does not start with the embedding and end with the LM head.", file=file,
+                       field="units", fix="regenerate the plan with `hetc plan` for a decoder LLM.")
+    window = getattr(cfg, "sliding_window", None)
+    use_window = getattr(cfg, "use_sliding_window", window is not None)
+    if window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
+        raise BadInput(f"the model uses sliding-window attention (window {window}), which this runtime does not "
+                       "implement yet.", file=file, field="model", fix="serve a model with full attention.")
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if getattr(cfg, key, None):
+            raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file,
+                           field="model", fix="serve a Llama-family decoder.")
+
+
+def _set_param(root: nn.Module, name: str, t: torch.Tensor) -> None:
+    mod_name, _, leaf = name.rpartition(".")
+    mod = root.get_submodule(mod_name) if mod_name else root
+    setattr(mod, leaf, nn.Parameter(t, requires_grad=False))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class StageModel(nn.Module):
+    """The modules of units [first, last] of a decoder LLM, runnable on packed micro-batches."""
+
+    def __init__(self, cfg, units: list[UnitRef], first: int, last: int, *, dtype: torch.dtype,
+                 kv_dtype: torch.dtype, num_blocks: int, weights, device: torch.device | str = "cpu"):
+        """Args:
+            cfg: the transformers config of the model.
+            units: the whole unit table (every stage sees the same one).
+            first, last: this stage's units, inclusive.
+            dtype: compute/weight dtype; kv_dtype: KV storage dtype.
+            num_blocks: KV blocks per attention layer (the lane's block manager's count).
+            weights: a SafetensorsWeights or RandomWeights (`.get(name, shape, dtype)`).
+        """
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+
+        check_supported(cfg, units)
+        self.cfg, self.dtype = cfg, dtype
+        self.units = units[first: last + 1]
+        self.first, self.last = first, last
+        kinds = [u.kind for u in units]
+        self.fused_final_norm = "norm" not in kinds  # the head unit then includes the final norm
+        # rows are cut to the sampled tokens before the first of norm/head: both are per-token
+        self.select_at = next(u.index for u in units if u.kind in ("norm", "head"))
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            full = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")
+        backbone = full.get_decoder() if hasattr(full, "get_decoder") else full.model
+        embed_name = next(n for n, m in full.named_modules() if m is full.get_input_embeddings())
+        self.mods = nn.ModuleDict()
+        wanted: dict[str, nn.Module] = {}  # full module path → module
+        for u in self.units:
+            if u.kind == "embed":
+                wanted[embed_name] = full.get_input_embeddings()
+            elif u.kind == "attention":
+                layer = backbone.layers[u.layer]
+                self._check_layer(layer, u.layer)
+                wanted[f"{self._lp(full, backbone)}.{u.layer}.input_layernorm"] = layer.input_layernorm
+                wanted[f"{self._lp(full, backbone)}.{u.layer}.self_attn"] = layer.self_attn
+            elif u.kind in ("mlp", "moe"):
+                layer = backbone.layers[u.layer]
+                mlp_name = "mlp" if hasattr(layer, "mlp") else "block_sparse_moe"
+                wanted[f"{self._lp(full, backbone)}.{u.layer}.post_attention_layernorm"] = layer.post_attention_layernorm
+                wanted[f"{self._lp(full, backbone)}.{u.layer}.{mlp_name}"] = getattr(layer, mlp_name)
+            elif u.kind == "norm" or (u.kind == "head" and self.fused_final_norm):
+                wanted[next(n for n, m in full.named_modules() if m is backbone.norm)] = backbone.norm
+            if u.kind == "head":
+                wanted["lm_head"] = full.get_output_embeddings()
+        self.param_names: list[str] = []
+        for path, mod in wanted.items():
+            for name, p in list(mod.named_parameters()):
+                full_name = f"{path}.{name}"
+                _set_param(mod, name, weights.get(full_name, p.shape, dtype).to(device))
+                self.param_names.append(full_name)
+            for name, b in mod.named_buffers():
+                if b.is_meta:
+                    raise BadInput(f"module {path} has a buffer {name} this runtime cannot initialize.",
+                                   field="model", fix="serve a Llama-family decoder.")
+            self.mods[path.replace(".", "__")] = mod
+        self._paths = {path: path.replace(".", "__") for path in wanted}
+        self._embed_key, self._lp_key = embed_name, self._lp(full, backbone)
+        self._norm_key = next((n for n, m in full.named_modules() if m is backbone.norm), "")
+        attn_layers = [u.layer for u in self.units if u.kind == "attention"]
+        self.rotary = None
+        if attn_layers:
+            self.rotary = type(backbone.rotary_emb)(config=cfg).to(device)
+        kvh, hd = kv_layout(cfg)
+        self.kv = KVPool(attn_layers, num_blocks if attn_layers else 0, kvh, hd, kv_dtype, device)
+        del full
+
+    @staticmethod
+    def _lp(full: nn.Module, backbone: nn.Module) -> str:
+        """Module path of the layer list, e.g. model.layers."""
+        return next(n for n, m in full.named_modules() if m is backbone.layers)
+
+    @staticmethod
+    def _check_layer(layer: nn.Module, i: int) -> None:
+        attn = getattr(layer, "self_attn", None)
+        if attn is None or not all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj")) \
+                or not hasattr(layer, "input_layernorm") or any(hasattr(layer, n) for n in _EXTRA_NORMS):
+            raise BadInput(f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj, "
+                           "post_attention_layernorm, mlp).", field="model", fix="serve a Llama-family decoder.")
+
+    def _m(self, path: str) -> nn.Module:
+        return self.mods[self._paths[path]]
+
+    @property
+    def param_bytes(self) -> int:
+        seen, total = set(), 0
+        for p in self.parameters():
+            if p.data_ptr() not in seen:
+                seen.add(p.data_ptr())
+                total += p.numel() * p.element_size()
+        return total
+
+    @torch.inference_mode()
+    def forward(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """Run the stage's units.
+
+        Args:
+            x: token ids [T] on the first stage, else the residual stream [T or S, D].
+            meta: the micro-batch's positions, KV slots and masks.
+        Returns:
+            [T, D] hidden states; [S, D] once the rows were cut to the sampled tokens; [S, V]
+            fp32 logits after the head.
+        """
+        cos = sin = None
+        for u in self.units:
+            if u.index == self.select_at:
+                x = x[meta.sample_rows]  # only the tokens whose successor is sampled go on
+            if u.kind == "embed":
+                x = self._m(self._embed_key)(x)  # [T] → [T, D]
+            elif u.kind == "attention":
+                if cos is None:
+                    cos, sin = self.rotary(x, meta.positions[None])  # [1, T, Dh]
+                    cos, sin = cos[0, :, None], sin[0, :, None]  # [T, 1, Dh]
+                x = x + self._attention(u.layer, self._m(f"{self._lp_key}.{u.layer}.input_layernorm")(x),
+                                        cos, sin, meta)
+            elif u.kind in ("mlp", "moe"):
+                base = f"{self._lp_key}.{u.layer}"
+                h = self._m(f"{base}.post_attention_layernorm")(x)
+                mlp = self._m(f"{base}.mlp") if f"{base}.mlp" in self._paths else self._m(f"{base}.block_sparse_moe")
+                out = mlp(h[None])  # MoE blocks expect [B, S, D]
+                out = out[0] if isinstance(out, tuple) else out
+                x = x + out[0]
+            elif u.kind == "norm":
+                x = self._m(self._norm_key)(x)
+            elif u.kind == "head":
+                if self.fused_final_norm:
+                    x = self._m(self._norm_key)(x)
+                x = self._m("lm_head")(x).float()  # [S, V]
+        return x
+
+    def _attention(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   meta: AttnMeta) -> torch.Tensor:
+        attn = self._m(f"{self._lp_key}.{layer}.self_attn")
+        t = h.shape[0]
+        kvh, hd = kv_layout(self.cfg)
+        q = attn.q_proj(h).view(t, -1, hd)  # [T, H, Dh]
+        k = attn.k_proj(h).view(t, kvh, hd)  # [T, KVH, Dh]
+        v = attn.v_proj(h).view(t, kvh, hd)
+        if hasattr(attn, "q_norm"):  # qwen3: per-head RMSNorm before rotary
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        o = paged_attention(q, k, v, self.kv, layer, meta, getattr(attn, "scaling", hd ** -0.5))
+        return attn.o_proj(o)

@@ -1,0 +1,202 @@
+"""Iteration-level continuous batching over a paged KV cache (one per pipeline lane).
+
+Each call to `schedule()` forms one micro-batch from sequences not already in the
+pipeline: running sequences first (one decode token each, or the next chunk of a prompt
+being prefilled), then waiting sequences admitted first-come-first-served while KV blocks
+and the token budget last. Long prompts are prefilled in chunks of at most
+`max_batched_tokens`. When a running sequence needs a block and none is free, the most
+recently admitted sequence not in flight is preempted: its blocks are freed and it goes
+back to the front of the queue, to be recomputed (prompt + what it generated so far).
+Micro-batches are kept small enough that `n_stages` of them can be in flight at once,
+so no stage idles while others work.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from hetc.runtime.block_manager import BlockManager
+from hetc.runtime.sequence import Sequence, SeqStatus
+
+__all__ = ["MicroBatch", "Scheduler", "SchedulerConfig", "StepOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int = 64  # sequences running at once (holding KV)
+    max_batched_tokens: int = 2048  # tokens in one micro-batch: the prefill chunk
+    max_waiting: int = 256  # the bounded wait queue; submit beyond it is refused (HTTP 429)
+    n_stages: int = 1  # micro-batches that may be in flight at once
+
+
+@dataclass(slots=True)
+class BatchItem:
+    seq: Sequence
+    start: int  # position of the first new token
+    n_new: int  # tokens processed this step
+    sample: bool  # this chunk ends at the last known token: the last stage samples the next one
+
+
+@dataclass(slots=True)
+class MicroBatch:
+    step_id: int
+    items: list[BatchItem] = field(default_factory=list)
+    sent_at: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(i.n_new for i in self.items)
+
+    @property
+    def has_prefill(self) -> bool:
+        return any(i.n_new > 1 or not i.sample for i in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    seq: Sequence
+    token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
+    finished: bool
+
+
+class Scheduler:
+    """Owns the lane's sequences and block manager. Not thread-safe: the engine holds a lock."""
+
+    def __init__(self, blocks: BlockManager, config: SchedulerConfig):
+        self.blocks, self.cfg = blocks, config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._step = 0
+        self.num_preemptions = 0
+
+    # ---- queue -------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> bool:
+        """Stop `seq`. Returns True when it is finished now; False when it is in flight and
+        will be finished (and its blocks freed) when its micro-batch comes back."""
+        seq.aborted = True
+        if seq.in_flight:
+            return False
+        self._finish(seq, "abort")
+        return True
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SeqStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status, seq.finish_reason = SeqStatus.FINISHED, reason
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free `seq`'s KV; it is recomputed from its tokens when admitted again."""
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.status = SeqStatus.WAITING
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # ---- one micro-batch -----------------------------------------------------------------
+    def schedule(self) -> MicroBatch | None:
+        """The next micro-batch from sequences not in flight; None when there is nothing to run."""
+        active = len(self.running) + len(self.waiting)
+        # split the active sequences over n_stages micro-batches so the pipeline stays full
+        seq_cap = max(1, math.ceil(active / self.cfg.n_stages))
+        budget = self.cfg.max_batched_tokens
+        batch = MicroBatch(self._step)
+        for seq in list(self.running):
+            if budget == 0 or len(batch.items) >= seq_cap:
+                break
+            if seq.in_flight or seq.status is not SeqStatus.RUNNING:
+                continue
+            n = min(seq.remaining, budget)
+            while not self.blocks.can_grow(seq, n):
+                victim = next((s for s in reversed(self.running) if not s.in_flight and s is not seq), None)
+                self._preempt(victim or seq)
+                if victim is None:
+                    break
+            if seq.status is not SeqStatus.RUNNING:
+                continue
+            self._add(batch, seq, n)
+            budget -= n
+        while self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.remaining, budget)
+            if not self.blocks.can_grow(seq, n):
+                break  # first come first served: later arrivals do not overtake it
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            if seq.first_scheduled is None:
+                seq.first_scheduled = time.monotonic()
+            self._add(batch, seq, n)
+            budget -= n
+        if not batch.items:
+            return None
+        self._step += 1
+        return batch
+
+    def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
+        self.blocks.grow(seq, n)
+        seq.in_flight = True
+        start = seq.num_computed
+        batch.items.append(BatchItem(seq, start, n, sample=start + n == seq.num_tokens))
+
+    # ---- results -------------------------------------------------------------------------
+    def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
+        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none).
+
+        Returns what each sequence got; finished ones have released their blocks.
+        """
+        out = []
+        for item, tok in zip(batch.items, tokens, strict=True):
+            seq = item.seq
+            seq.in_flight = False
+            if seq.status is not SeqStatus.RUNNING:  # preempted/finished meanwhile cannot happen in flight
+                continue
+            if seq.aborted:
+                self._finish(seq, "abort")
+                out.append(StepOutput(seq, None, True))
+                continue
+            seq.num_computed = item.start + item.n_new
+            if not item.sample:
+                out.append(StepOutput(seq, None, False))
+                continue
+            seq.token_ids.append(tok)
+            reason = None
+            if not seq.params.ignore_eos and tok in seq.eos_token_ids:
+                reason = "stop"
+            elif seq.num_generated >= seq.params.max_tokens:
+                reason = "length"
+            if reason:
+                self._finish(seq, reason)
+            out.append(StepOutput(seq, tok, reason is not None))
+        return out
+
+    def fail_all(self) -> list[Sequence]:
+        """Finish every sequence with an error (a dead stage); returns them."""
+        seqs = [*self.running, *self.waiting]
+        for s in seqs:
+            self.blocks.free(s)
+            s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", False
+        self.running.clear()
+        self.waiting.clear()
+        return seqs

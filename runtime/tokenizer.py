@@ -1,0 +1,93 @@
+"""Text ↔ token ids for the server: the model dir's tokenizer and chat template, or a
+byte-level fallback (one token per UTF-8 byte; labelled as such in /v1/models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ByteTokenizer", "Detokenizer", "load_tokenizer"]
+
+_FALLBACK_TEMPLATE = "{role}: {content}\n"
+
+
+class ByteTokenizer:
+    """Token id = byte value (0..255); needs a vocabulary of at least 256."""
+
+    kind = "byte-level fallback"
+    chat_template = None
+
+    def __init__(self, eos_token_id: int | None = None):
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    kind = "hf"
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_token_id = tok.eos_token_id
+        self.chat_template = getattr(tok, "chat_template", None)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=True)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def load_tokenizer(model_dir: str | None, vocab_size: int, eos_token_id: int | None):
+    """The model dir's tokenizer when it has one, else the byte-level fallback.
+
+    Args:
+        model_dir: the served model's directory (None with random weights from a catalog name).
+        vocab_size: the model's vocabulary (the fallback needs ≥ 256).
+        eos_token_id: from the model config, for the fallback.
+    """
+    if model_dir and any((Path(model_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer.model",
+                                                                      "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        return HFTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    if vocab_size < 256:
+        raise ValueError(f"the model has no tokenizer and a vocabulary of {vocab_size} < 256 byte tokens")
+    return ByteTokenizer(eos_token_id if eos_token_id is not None and eos_token_id >= 256 else None)
+
+
+def apply_chat(tokenizer, messages: list[dict]) -> list[int]:
+    """Prompt ids for a chat: the tokenizer's template, or `role: content` lines ending in `assistant:`."""
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(out, dict) or hasattr(out, "keys"):  # some versions return a BatchEncoding
+            out = out["input_ids"]
+        return list(out)
+    text = "".join(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"]) for m in messages) + "assistant:"
+    return tokenizer.encode(text)
+
+
+class Detokenizer:
+    """Incremental text of a growing list of ids: each call returns only the new text,
+    holding back a trailing partial UTF-8 character (shown as U+FFFD) until it completes."""
+
+    def __init__(self, tokenizer):
+        self.tok, self.ids, self.text = tokenizer, [], ""
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        full = self.tok.decode(self.ids)
+        if full.endswith("\ufffd"):
+            return ""
+        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        self.text = full if full.startswith(self.text) else self.text
+        return delta
+
+    def flush(self) -> str:
+        full = self.tok.decode(self.ids)
+        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        self.text = full if full.startswith(self.text) else self.text
+        return delta

@@ -1,0 +1,132 @@
+"""Messages between the frontend and the stage workers, over torch.distributed send/recv.
+
+Every message is two sends on the same (src, dst) pair: a fixed header (int64[8]) and a
+body of raw bytes whose sections the header sizes. A step travels
+frontend → stage 0 → … → last stage → frontend; each stage fills its own slot of the
+timing section, so the frontend learns every stage's compute time from the result.
+
+Header: [kind, step_id, n_meta (int64), n_samp (float64), rows, cols, dtype code, n_times (float64)]
+Body:   meta int64[n_meta] | sampling float64[n_samp] | times float64[n_times] | payload dtype[rows, cols]
+(8-byte sections first, so every section starts aligned for its dtype)
+
+A receive waits at most the process group's timeout; a peer that died closes its
+sockets and the receive fails at once (gloo), so nothing waits forever. While idle the
+frontend sends heartbeats through the whole pipeline, well within that timeout.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["Kind", "Message", "StepMeta", "recv", "Sender"]
+
+HEADER = 8
+_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.float64]
+
+
+class Kind(enum.IntEnum):
+    STEP = 1  # a micro-batch (frontend → stages)
+    RESULT = 2  # sampled token ids (last stage → frontend)
+    HEARTBEAT = 3  # keeps idle receivers within their timeout; proves the pipeline is alive
+    SHUTDOWN = 4  # drain: each stage forwards it, then exits
+    READY = 5  # a worker's report after loading (worker → frontend)
+
+
+@dataclass(slots=True)
+class Message:
+    kind: Kind
+    step_id: int = 0
+    meta: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))  # int64
+    samp: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    payload: torch.Tensor | None = None  # [rows, cols] or [rows]
+    times: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+
+    def encode(self) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.payload
+        if p is None:
+            p = torch.zeros(0, 0, dtype=torch.float32)
+        p2 = p if p.dim() == 2 else p.reshape(-1, 1)
+        header = torch.tensor([int(self.kind), self.step_id, self.meta.numel(), self.samp.numel(), p2.shape[0],
+                               p2.shape[1], _DTYPES.index(p2.dtype), self.times.numel()], dtype=torch.long)
+        parts = [self.meta.contiguous(), self.samp.contiguous(), self.times.contiguous(), p2.contiguous()]
+        body = torch.cat([t.reshape(-1).view(torch.uint8) for t in parts])
+        return header, body
+
+
+@dataclass(slots=True)
+class StepMeta:
+    """What every stage is told about a micro-batch (packed in Message.meta / .samp)."""
+
+    starts: list[int]
+    n_new: list[int]
+    sample: list[bool]
+    block_tables: list[list[int]]
+    token_ids: list[int]  # the new tokens, packed (the first stage embeds them)
+    sampling: list[tuple[float, float, int, int]]  # per sequence: temperature, top_p, top_k, seed
+
+    def encode(self) -> tuple[torch.Tensor, torch.Tensor]:
+        b = len(self.starts)
+        width = max((len(t) for t in self.block_tables), default=0)
+        tables = [t + [0] * (width - len(t)) for t in self.block_tables]
+        flat = [b, width, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []), *self.token_ids]
+        samp = [v for s in self.sampling for v in (s[0], s[1], float(s[2]), float(s[3]))]
+        return torch.tensor(flat, dtype=torch.long), torch.tensor(samp, dtype=torch.float64)
+
+    @staticmethod
+    def decode(meta: torch.Tensor, samp: torch.Tensor) -> "StepMeta":
+        v = meta.tolist()
+        b, width = v[0], v[1]
+        o = 2
+        starts, n_new, sample = v[o:o + b], v[o + b:o + 2 * b], [bool(x) for x in v[o + 2 * b:o + 3 * b]]
+        o += 3 * b
+        tables = [v[o + i * width:o + (i + 1) * width] for i in range(b)]
+        o += b * width
+        s = samp.tolist()
+        sampling = [(s[4 * i], s[4 * i + 1], int(s[4 * i + 2]), int(s[4 * i + 3])) for i in range(b)]
+        return StepMeta(starts, n_new, sample, tables, v[o:], sampling)
+
+
+def recv(src: int) -> Message:
+    """Receive one message from rank `src` (blocks up to the process group's timeout)."""
+    header = torch.zeros(HEADER, dtype=torch.long)
+    dist.recv(header, src=src)
+    kind, step, n_meta, n_samp, rows, cols, code, n_times = header.tolist()
+    dtype = _DTYPES[code]
+    sizes = [n_meta * 8, n_samp * 8, n_times * 8, rows * cols * dtype.itemsize]
+    body = torch.empty(sum(sizes), dtype=torch.uint8)
+    if body.numel():
+        dist.recv(body, src=src)
+    meta, samp, times, pay = torch.split(body, sizes)
+    return Message(Kind(kind), step, meta.view(torch.long), samp.view(torch.float64), pay.view(dtype).view(rows, cols),
+                   times.view(torch.float64).clone())
+
+
+class Sender:
+    """Asynchronous sends to one rank, in order; at most `depth` outstanding, so a slow
+    receiver holds back the sender (back-pressure) instead of piling up buffers."""
+
+    def __init__(self, dst: int, depth: int = 4):
+        self.dst, self.depth = dst, depth
+        self._pending: list[tuple[object, tuple[torch.Tensor, torch.Tensor]]] = []
+
+    def send(self, msg: Message) -> None:
+        header, body = msg.encode()
+        works = [dist.isend(header, dst=self.dst)]
+        if body.numel():
+            works.append(dist.isend(body, dst=self.dst))
+        self._pending.append((works, (header, body)))  # the buffers must live until sent
+        while len(self._pending) > self.depth:
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        works, _ = self._pending.pop(0)
+        for w in works:
+            w.wait()
+
+    def flush(self) -> None:
+        while self._pending:
+            self._wait_oldest()

@@ -1,0 +1,99 @@
+"""Where a stage's parameters come from: the model dir's safetensors (memory-mapped, only
+the tensors asked for) or a deterministic random initialization (`--random-weights`)."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+import zlib
+from pathlib import Path
+
+import torch
+
+from hetc.errors import BadInput
+
+__all__ = ["RandomWeights", "SafetensorsWeights", "has_weights"]
+
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+
+def has_weights(model_dir: str | Path) -> bool:
+    d = Path(model_dir)
+    return d.is_dir() and any(d.glob("*.safetensors"))
+
+
+class SafetensorsWeights:
+    """Tensors of a Hugging Face model dir by name, read through mmap.
+
+    Only the header of each file is parsed up front; a tensor's bytes are mapped when it
+    is asked for, so a worker touches the pages of its own stage's tensors and no others.
+    """
+
+    def __init__(self, model_dir: str | Path, aliases: dict[str, str] | None = None):
+        """Args:
+            model_dir: directory with *.safetensors (and model.safetensors.index.json when sharded).
+            aliases: name → name to read instead when the first is absent (tied embeddings).
+        """
+        self.dir = Path(model_dir)
+        self.aliases = aliases or {}
+        files = sorted(self.dir.glob("*.safetensors"))
+        if not files:
+            raise BadInput(f"no *.safetensors in {self.dir}.", field="--model-dir",
+                           fix="save the model with save_pretrained(safe_serialization=True), or pass --random-weights.")
+        self._where: dict[str, tuple[Path, str, list[int], int, int]] = {}
+        self._maps: dict[Path, mmap.mmap] = {}
+        for f in files:
+            with open(f, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+            base = 8 + n
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                b, e = info["data_offsets"]
+                self._where[name] = (f, info["dtype"], info["shape"], base + b, e - b)
+
+    def names(self) -> set[str]:
+        return set(self._where)
+
+    def _map(self, f: Path) -> mmap.mmap:
+        if f not in self._maps:
+            with open(f, "rb") as fh:  # private copy-on-write map: torch may view it as writable
+                self._maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        return self._maps[f]
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """The tensor `name` as `dtype` (a view of the mapped file when the dtype matches)."""
+        key = name if name in self._where else self.aliases.get(name, name)
+        if key not in self._where:
+            raise BadInput(f"tensor {name!r} is not in the safetensors of {self.dir}.", field="--model-dir",
+                           fix="point --model-dir at the weights of the model the plan was made for.")
+        f, st_dtype, st_shape, offset, nbytes = self._where[key]
+        if tuple(st_shape) != tuple(shape):
+            raise BadInput(f"tensor {key!r} has shape {tuple(st_shape)} in {f.name}, the model config says "
+                           f"{tuple(shape)}.", field="--model-dir", fix="use the weights that go with config.json.")
+        tdtype = _ST_DTYPES[st_dtype]
+        count = nbytes // tdtype.itemsize
+        try:
+            t = torch.frombuffer(self._map(f), dtype=tdtype, count=count, offset=offset).view(st_shape)
+        except (ValueError, RuntimeError):  # unaligned offset: read a copy instead
+            with open(f, "rb") as fh:
+                fh.seek(offset)
+                t = torch.frombuffer(bytearray(fh.read(nbytes)), dtype=tdtype).view(st_shape)
+        return t if tdtype == dtype else t.to(dtype)
+
+
+class RandomWeights:
+    """Deterministic random parameters: the same name gives the same tensor in every process."""
+
+    def __init__(self, std: float = 0.02, seed: int = 0):
+        self.std, self.seed = std, seed
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        g = torch.Generator().manual_seed(zlib.crc32(name.encode()) ^ self.seed)
+        if len(shape) == 1:  # norm gains start at one, biases at zero
+            return (torch.zeros if name.endswith("bias") else torch.ones)(shape, dtype=dtype)
+        return torch.empty(shape, dtype=torch.float32).normal_(0.0, self.std, generator=g).to(dtype)

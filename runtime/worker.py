@@ -1,0 +1,162 @@
+"""A stage worker: one process per plan device, one rank of the torch.distributed job.
+
+    python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX
+
+It finds its stage and rank from the plan by its device name, loads only its stage's
+parameters, joins the job, reports READY to the frontend, then loops: receive a message
+from the previous rank, run it, send the result on. The last stage samples and sends
+token ids back to the frontend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["WorkerConfig", "main"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """What the frontend writes to SPEC.json for its workers."""
+
+    plan: str  # plan.json path
+    model_ref: str  # where the config comes from (model dir, or the plan's model.ref)
+    model_dir: str | None  # safetensors dir; None with random weights
+    random_weights: bool
+    emulate: bool
+    master_addr: str
+    master_port: int
+    world_size: int
+    timeout_s: float
+    kv_blocks: dict[str, int]  # lane id → blocks
+    threads: int
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({k: getattr(self, k) for k in self.__dataclass_fields__}, f)
+
+    @staticmethod
+    def load(path: str) -> "WorkerConfig":
+        with open(path) as f:
+            return WorkerConfig(**json.load(f))
+
+
+def _watch_parent() -> None:
+    """Exit when the process that launched us is gone (no orphaned workers)."""
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def build_stage(cfg: WorkerConfig, device: str):
+    """(stage spec, StageModel, backend) for `device` of the plan."""
+    from hetc.backends import get_backend
+    from hetc.partitioner.capture import load_hf_config
+    from hetc.plan import load_plan
+    from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef
+    from hetc.runtime.topology import build_topology, stage_of_device
+    from hetc.runtime.weights import RandomWeights, SafetensorsWeights
+
+    plan = load_plan(cfg.plan)
+    spec = stage_of_device(build_topology(plan, cfg.plan), device)
+    backend = get_backend("cpu" if cfg.emulate else spec.backend)
+    hf_cfg, _ = load_hf_config(cfg.model_ref)
+    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
+    if cfg.random_weights:
+        weights = RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
+    else:
+        aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
+        weights = SafetensorsWeights(cfg.model_dir, aliases)
+    tdev = backend.torch_device(spec.device_index if not cfg.emulate else 0)
+    model = StageModel(hf_cfg, units, spec.units[0], spec.units[1], dtype=TORCH_DTYPES[plan.model.dtype],
+                       kv_dtype=TORCH_DTYPES[plan.model.kv_dtype], num_blocks=cfg.kv_blocks[str(spec.lane)],
+                       weights=weights, device=tdev)
+    model = backend.prepare_stage(model, 0 if cfg.emulate else spec.device_index, threads=cfg.threads)
+    return spec, model, backend
+
+
+def serve_stage(spec, model, backend) -> None:
+    """The worker loop; returns after forwarding SHUTDOWN."""
+    from hetc.runtime.kv_cache import AttnMeta
+    from hetc.runtime.sampler import sample
+    from hetc.runtime.transport import Kind, Message, Sender, StepMeta, recv
+
+    first, last = spec.index == 0, spec.index == spec.n_stages - 1
+    out = Sender(spec.next_rank)
+    dev_index = 0
+    while True:
+        msg = recv(spec.prev_rank)
+        if msg.kind is Kind.STEP:
+            t0 = time.perf_counter()
+            meta = StepMeta.decode(msg.meta, msg.samp)
+            attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+            x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
+            y = model(backend.to_device(x, dev_index), attn)
+            if last:
+                rows = [i for i, s in enumerate(meta.sample) if s]
+                picked = sample(backend.to_host(y), [meta.sampling[i] for i in rows],
+                                [meta.starts[i] + meta.n_new[i] for i in rows])
+                tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
+                tokens[rows] = torch.tensor(picked, dtype=torch.long)
+                reply = Message(Kind.RESULT, msg.step_id, payload=tokens, times=msg.times)
+            else:
+                reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y),
+                                times=msg.times)
+            backend.synchronize(dev_index)
+            msg.times[spec.index] = time.perf_counter() - t0
+            out.send(reply)
+        elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
+            out.send(Message(msg.kind, msg.step_id, times=msg.times))
+            if msg.kind is Kind.SHUTDOWN:
+                out.flush()
+                return
+        else:
+            raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="hetc-worker")
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--device", required=True, help="the plan device this worker runs (NODE:INDEX)")
+    a = ap.parse_args(argv)
+    threading.Thread(target=_watch_parent, daemon=True).start()
+    cfg = WorkerConfig.load(a.spec)
+    tag = f"[hetc worker {a.device}]"
+    try:
+        torch.set_num_threads(max(1, cfg.threads))
+        spec, model, backend = build_stage(cfg, a.device)
+        tag = f"[hetc worker {a.device} rank {spec.rank} stage {spec.lane}.{spec.index}]"
+        dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=spec.rank,
+                                world_size=cfg.world_size, timeout=dt.timedelta(seconds=cfg.timeout_s))
+        from hetc.runtime.transport import Kind, Message, Sender
+
+        ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
+                              model.kv.nbytes], dtype=torch.long)
+        hello = Sender(0)
+        hello.send(Message(Kind.READY, spec.rank, payload=ready))
+        hello.flush()
+        serve_stage(spec, model, backend)
+        dist.destroy_process_group()
+        return 0
+    except Exception as e:  # the frontend sees the exit code; the log says why
+        print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if os.environ.get("HETC_DEBUG"):
+            traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
