@@ -172,6 +172,7 @@ class Engine:
         self._lock = threading.Lock()
         self.failed: str | None = None
         self.draining = False
+        self.on_fail: Callable[[str], None] | None = None  # the launcher stops the surviving workers
 
     @property
     def max_tokens_per_seq(self) -> int:
@@ -248,6 +249,8 @@ class Engine:
         reqs, self.requests = list(self.requests.values()), {}
         for req in reqs:
             req.sink(Event(None, True, "error", error=reason))
+        if self.on_fail:
+            self.on_fail(reason)
 
     def shutdown(self, timeout: float = 30.0) -> bool:
         """Drain: finish what is queued, then stop the workers (SHUTDOWN through every stage)."""

@@ -7,8 +7,10 @@ another model (graph_hash), or that needs a device this host lacks (without --em
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -223,6 +225,11 @@ class _Launch:
 
         threading.Thread(target=loop, name="watchdog", daemon=True).start()
 
+    def terminate(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+
     def stop_workers(self, grace: float = 5.0) -> None:
         deadline = time.monotonic() + grace
         for p in self.procs.values():
@@ -236,6 +243,25 @@ class _Launch:
             except subprocess.TimeoutExpired:
                 p.kill()
         self._tmp.cleanup()
+
+
+def _server_class():
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM once its graceful shutdown is over, which would end the
+        process before the workers are stopped; here the signal only asks the server to exit."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+
+    return _Server
 
 
 def serve(o: ServeOptions, log=print) -> int:
@@ -253,6 +279,7 @@ def serve(o: ServeOptions, log=print) -> int:
     from hetc.runtime.server import ServerState, create_app
     from hetc.runtime.tokenizer import load_tokenizer
 
+    _Server = _server_class()
     L = _Launch(o)
     plan, cfg = L.plan, L.hf_cfg
     name = o.served_model_name or (Path(L.model_ref).name if Path(L.model_ref).is_dir() else L.model_ref)
@@ -282,6 +309,8 @@ def serve(o: ServeOptions, log=print) -> int:
                 w = L.workers[s.rank]
                 metrics.register_stage(lane.id, s.index, s.device, w["param_bytes"], s.weight_bytes, w["kv_bytes"],
                                        s.predicted_ms)
+        # one dead stage leaves the job unusable: stop the others now rather than at their receive timeout
+        engine.on_fail = lambda reason: L.terminate()
         engine.start()
         L.watch(engine)
         max_len = min(int(getattr(cfg, "max_position_embeddings", 1 << 30)), engine.max_tokens_per_seq)
@@ -298,7 +327,7 @@ def serve(o: ServeOptions, log=print) -> int:
         st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,
                          eos_token_ids=eos_ids, metrics=metrics, api_key=o.api_key, model_info=info,
                          health_info=health)
-        server = uvicorn.Server(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
+        server = _Server(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
                                                timeout_graceful_shutdown=o.drain_timeout, access_log=False))
         log(f"listening on http://{o.host}:{o.port}/v1 (max context {max_len} tokens)")
         server.run()  # returns after SIGTERM/SIGINT, once open requests have drained

@@ -1,0 +1,133 @@
+"""Stages built from a model's own modules, chained, give the unpartitioned model's
+logits (fp32, within 1e-4) through paged KV — chunked prefill and decode of sequences of
+different lengths in one micro-batch — and hold only their own units' tensors."""
+
+import torch
+import pytest
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hetc.runtime.kv_cache import AttnMeta
+from hetc.runtime.model_runner import StageModel, UnitRef
+from hetc.runtime.sampler import sample
+from hetc.runtime.transport import Message, StepMeta
+from hetc.runtime.weights import RandomWeights, SafetensorsWeights
+
+CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
+           num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
+
+
+def _units(n_layers: int) -> list[UnitRef]:
+    us = [UnitRef(0, "embed", 0)]
+    for layer in range(n_layers):
+        us += [UnitRef(len(us), "attention", layer), UnitRef(len(us) + 1, "mlp", layer)]
+    return us + [UnitRef(len(us), "norm", n_layers - 1), UnitRef(len(us) + 1, "head", n_layers - 1)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**CFG)
+    m = LlamaForCausalLM(cfg).eval()
+    d = tmp_path_factory.mktemp("tiny")
+    m.save_pretrained(d)
+    return d, cfg, m
+
+
+# a stage may start at the MLP half of a layer: cuts after units 3 (attention 1) and 5 (attention 2)
+CUTS = [(0, 3), (4, 5), (6, 8)]
+
+
+def _stages(cfg, weights, blocks=16):
+    units = _units(cfg.num_hidden_layers)
+    return [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks,
+                       weights=weights) for a, b in CUTS]
+
+
+def test_stages_match_unpartitioned_logits(model_dir):
+    d, cfg, ref = model_dir
+    stages = _stages(cfg, SafetensorsWeights(d))
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randint(0, 300, (41,), generator=g).tolist(), torch.randint(0, 300, (9,), generator=g).tolist()
+    with torch.no_grad():
+        ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
+    tables = {0: [3, 0, 7], 1: [5]}  # non-contiguous blocks
+
+    def step(items):  # (seq, start, n, sample)
+        seqs = {0: a, 1: b}
+        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
+                              [i[3] for i in items])
+        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
+        for s in stages:
+            x = s(x, meta)
+        return x
+
+    worst = 0.0
+    out = step([(0, 0, 16, False), (1, 0, 5, True)])  # a's first chunk, b's whole prompt
+    worst = max(worst, (out[0] - rb[4]).abs().max().item())
+    out = step([(1, 5, 1, True), (0, 16, 16, False)])  # b decodes beside a's second chunk
+    worst = max(worst, (out[0] - rb[5]).abs().max().item())
+    out = step([(0, 32, 8, True), (1, 6, 2, True)])
+    worst = max(worst, (out[0] - ra[39]).abs().max().item(), (out[1] - rb[7]).abs().max().item())
+    out = step([(1, 8, 1, True), (0, 40, 1, True)])
+    worst = max(worst, (out[0] - rb[8]).abs().max().item(), (out[1] - ra[40]).abs().max().item())
+    assert out.shape == (2, 300)
+    assert worst < 1e-4
+
+
+def test_each_stage_holds_only_its_units(model_dir):
+    d, cfg, _ = model_dir
+    stages = _stages(cfg, SafetensorsWeights(d))
+    names = [set(s.param_names) for s in stages]
+    assert names[0] == {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+                        *(f"model.layers.{l}.{m}" for l in (0, 1) for m in (
+                            "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                            "self_attn.v_proj.weight", "self_attn.o_proj.weight")),
+                        *(f"model.layers.0.{m}" for m in ("post_attention_layernorm.weight", "mlp.gate_proj.weight",
+                                                          "mlp.up_proj.weight", "mlp.down_proj.weight"))}
+    assert "model.layers.1.mlp.up_proj.weight" in names[1] and "model.layers.2.self_attn.q_proj.weight" in names[1]
+    assert names[2] >= {"model.norm.weight", "lm_head.weight"} and "model.embed_tokens.weight" not in names[2]
+    assert not (names[0] & names[1]) and not (names[1] & names[2])
+    total = sum(p.numel() * 4 for p in LlamaForCausalLM(cfg).parameters())
+    assert sum(s.param_bytes for s in stages) == total
+    assert list(stages[0].kv.k) == [0, 1] and list(stages[1].kv.k) == [2] and stages[2].kv.k == {}
+
+
+def test_safetensors_are_memory_mapped(model_dir):
+    d, cfg, ref = model_dir
+    w = SafetensorsWeights(d)
+    t = w.get("model.layers.0.mlp.up_proj.weight", torch.Size([176, 64]), torch.float32)
+    assert torch.equal(t, ref.model.layers[0].mlp.up_proj.weight)
+    t2 = w.get("model.layers.0.mlp.up_proj.weight", torch.Size([176, 64]), torch.float32)
+    assert t.data_ptr() == t2.data_ptr()  # both views of the same mapped pages, no copy
+
+
+def test_random_weights_are_deterministic():
+    r = RandomWeights(std=0.02)
+    a = r.get("model.layers.3.mlp.up_proj.weight", torch.Size([8, 4]), torch.float32)
+    assert torch.equal(a, RandomWeights(std=0.02).get("model.layers.3.mlp.up_proj.weight", torch.Size([8, 4]),
+                                                      torch.float32))
+    assert not torch.equal(a, r.get("model.layers.2.mlp.up_proj.weight", torch.Size([8, 4]), torch.float32))
+    assert torch.equal(r.get("model.norm.weight", torch.Size([4]), torch.float32), torch.ones(4))
+
+
+def test_step_meta_and_message_round_trip():
+    m = StepMeta(starts=[0, 7], n_new=[3, 1], sample=[False, True], block_tables=[[4, 2], [9]],
+                 token_ids=[5, 6, 7, 8], sampling=[(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    meta, samp = m.encode()
+    assert StepMeta.decode(meta, samp) == StepMeta([0, 7], [3, 1], [False, True], [[4, 2], [9, 0]], [5, 6, 7, 8],
+                                                   [(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    header, body = Message(1, 3, meta=meta, samp=samp, payload=torch.ones(3, 5, dtype=torch.bfloat16),
+                           times=torch.zeros(2, dtype=torch.float64)).encode()
+    assert header.tolist()[:7] == [1, 3, meta.numel(), samp.numel(), 3, 5, 1]
+    assert body.numel() == meta.numel() * 8 + samp.numel() * 8 + 2 * 8 + 3 * 5 * 2
+
+
+def test_sampler_greedy_seeded_and_filtered():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
+    assert sample(logits, [(0.0, 1.0, 0, 0), (0.0, 1.0, 0, 0)], [1, 1]) == [1, 0]
+    p = [(1.0, 1.0, 0, 42)]
+    draws = [sample(logits[:1], p, [pos])[0] for pos in range(40)]
+    assert draws == [sample(logits[:1], p, [pos])[0] for pos in range(40)]  # seeded: reproducible
+    assert len(set(draws)) > 1
+    assert {sample(logits[:1], [(1.0, 1.0, 2, s)], [0])[0] for s in range(40)} <= {1, 3}  # top-k 2
+    assert {sample(logits[:1], [(1.0, 0.4, 0, s)], [0])[0] for s in range(40)} == {1}  # top-p: token 1 alone has 0.48

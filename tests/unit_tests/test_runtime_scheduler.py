@@ -1,0 +1,108 @@
+"""Paged-KV bookkeeping and continuous batching: chunked prefill, mixed lengths in one
+micro-batch, micro-batches sized to fill the pipeline, preemption by recompute."""
+
+import pytest
+
+from hetc.runtime.block_manager import BlockManager
+from hetc.runtime.scheduler import Scheduler, SchedulerConfig
+from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
+
+
+def _seq(i: int, prompt: int, max_tokens: int = 4) -> Sequence:
+    return Sequence(i, list(range(1, prompt + 1)), prompt, SamplingParams(temperature=0, max_tokens=max_tokens),
+                    frozenset({0}))
+
+
+def _run(s: Scheduler, batch, token: int = 7):
+    """Pretend the pipeline ran `batch`: every sampling item gets `token`."""
+    return s.on_result(batch, [token if it.sample else -1 for it in batch.items])
+
+
+def test_blocks_allocated_on_demand_and_freed():
+    bm = BlockManager(8)
+    s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
+    a = _seq(0, 20, max_tokens=13)  # 20 prompt tokens: 2 blocks; grows to 33 tokens: 3 blocks
+    s.add(a)
+    b = s.schedule()
+    assert [(i.start, i.n_new, i.sample) for i in b.items] == [(0, 20, True)]
+    assert len(a.block_table) == 2 and bm.num_free == 6
+    _run(s, b)
+    for _ in range(12):
+        _run(s, s.schedule())
+    assert a.is_finished and a.finish_reason == "length" and a.num_generated == 13
+    assert bm.num_free == 8 and a.block_table == []
+
+
+def test_chunked_prefill_and_mixed_lengths_share_a_step():
+    s = Scheduler(BlockManager(32), SchedulerConfig(max_batched_tokens=16))
+    long, short = _seq(0, 40), _seq(1, 3)
+    s.add(long)
+    b1 = s.schedule()
+    assert [(i.start, i.n_new, i.sample) for i in b1.items] == [(0, 16, False)]  # first chunk samples nothing
+    assert _run(s, b1)[0].token is None
+    s.add(short)
+    b2 = s.schedule()  # the long prompt's next chunk takes the whole budget
+    assert [(i.seq.seq_id, i.start, i.n_new) for i in b2.items] == [(0, 16, 16)]
+    _run(s, b2)
+    b3 = s.schedule()  # last 8 of the long prompt + the short prompt, one micro-batch
+    assert [(i.seq.seq_id, i.start, i.n_new, i.sample) for i in b3.items] == [(0, 32, 8, True), (1, 0, 3, True)]
+    _run(s, b3)
+    b4 = s.schedule()  # both decode: one token each, at their own positions
+    assert [(i.seq.seq_id, i.start, i.n_new) for i in b4.items] == [(0, 40, 1), (1, 3, 1)]
+
+
+def test_micro_batches_split_to_fill_the_pipeline():
+    s = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=256, n_stages=3))
+    for i in range(6):
+        s.add(_seq(i, 5))
+    batches = [s.schedule() for _ in range(4)]
+    assert [len(b.items) for b in batches[:3]] == [2, 2, 2] and batches[3] is None  # all 6 in flight
+    ids = [i.seq.seq_id for b in batches[:3] for i in b.items]
+    assert sorted(ids) == list(range(6))
+    _run(s, batches[0])
+    nxt = s.schedule()  # only the sequences whose micro-batch came back
+    assert sorted(i.seq.seq_id for i in nxt.items) == sorted(i.seq.seq_id for i in batches[0].items)
+
+
+def test_preemption_recomputes_and_keeps_generated_tokens():
+    bm = BlockManager(3)  # 48 tokens for everyone
+    s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
+    a, b = _seq(0, 16, max_tokens=20), _seq(1, 16, max_tokens=20)
+    s.add(a)
+    s.add(b)
+    _run(s, s.schedule(), token=5)  # both prefilled: 2 blocks, one generated token each
+    assert bm.num_free == 1 and a.num_tokens == b.num_tokens == 17
+    batch = s.schedule()  # both need a 2nd block, one is free: the later one (b) is preempted
+    assert [i.seq for i in batch.items] == [a]
+    assert b.status is SeqStatus.WAITING and b.block_table == [] and b.num_computed == 0 and s.num_preemptions == 1
+    assert b.token_ids[-1] == 5  # its generated token is kept and recomputed with the prompt
+    _run(s, batch)
+    while not a.is_finished:
+        _run(s, s.schedule())
+    batch = s.schedule()  # b comes back: prefill of prompt + generated token, then samples its 2nd token
+    assert [(i.seq, i.start, i.n_new, i.sample) for i in batch.items] == [(b, 0, 17, True)]
+
+
+def test_abort_in_flight_frees_on_return_and_eos_stops():
+    bm = BlockManager(4)
+    s = Scheduler(bm, SchedulerConfig())
+    a = _seq(0, 4)
+    s.add(a)
+    batch = s.schedule()
+    assert s.abort(a) is False and not a.is_finished  # in flight: finished when it comes back
+    out = _run(s, batch)
+    assert out[0].finished and a.finish_reason == "abort" and bm.num_free == 4
+    c = _seq(1, 4)
+    s.add(c)
+    out = _run(s, s.schedule(), token=0)  # 0 is the EOS of _seq
+    assert out[0].finished and c.finish_reason == "stop" and c.token_ids[-1] == 0
+
+
+def test_waiting_queue_is_fcfs_when_blocks_run_out():
+    s = Scheduler(BlockManager(2), SchedulerConfig(max_batched_tokens=64))
+    big, small = _seq(0, 40), _seq(1, 2)  # big needs 3 blocks > 2: it waits, and small may not overtake
+    s.add(big)
+    s.add(small)
+    with pytest.raises(RuntimeError):
+        BlockManager(2).grow(big, 40)
+    assert s.schedule() is None and s.num_waiting == 2
