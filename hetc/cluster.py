@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hetc.errors import BadInput
 from hetc.quantity import Kind, parse_quantity
 
-__all__ = ["Profile", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
+__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
            "profile_names", "PROFILE_DIR"]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
@@ -62,11 +62,98 @@ class Link(_Strict):
 
 
 class Efficiency(BaseModel):
-    """Achievable fractions of peak. `matmul` and `memory` are required; more may be added."""
+    """Achievable fractions of peak. `matmul` and `memory` are required; more may be added.
+
+    `overlap` is the share of the shorter of an op's compute and memory time hidden under
+    the longer (1: a pure roofline, max(compute, memory); 0: they add up).
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
     matmul: Fraction
     memory: Fraction
+    overlap: Annotated[float, Field(ge=0, le=1)] = 1.0
+
+
+class Curve1D(_Strict):
+    """Efficiency at ascending points `x`, linear in log x between them, flat beyond the ends."""
+
+    x: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    eff: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Curve1D":
+        if len(self.x) != len(self.eff):
+            raise ValueError(f"x has {len(self.x)} points but eff has {len(self.eff)}")
+        if any(b <= a for a, b in zip(self.x, self.x[1:])):
+            raise ValueError("x must be strictly ascending")
+        return self
+
+
+class Curve2D(_Strict):
+    """Matmul efficiency `eff[i][j]` at rows `m[i]` and weight size `nk[j]` (N·K elements),
+    bilinear in (log m, log nk), flat beyond the grid."""
+
+    m: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    nk: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    eff: list[list[Annotated[float, Field(gt=0)]]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Curve2D":
+        if len(self.eff) != len(self.m) or any(len(r) != len(self.nk) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.m)} rows (m) of {len(self.nk)} values (nk)")
+        for name, xs in (("m", self.m), ("nk", self.nk)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
+class AttentionCurve(_Strict):
+    """Attention efficiency `eff[i][j]` at `q[i]` query tokens per sequence (1 = decode) and a
+    mean context of `ctx[j]` keys per query, bilinear in (log q, log ctx), flat beyond the grid."""
+
+    q: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    ctx: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    eff: list[list[Annotated[float, Field(gt=0)]]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "AttentionCurve":
+        if len(self.eff) != len(self.q) or any(len(r) != len(self.ctx) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.q)} rows (q) of {len(self.ctx)} values (ctx)")
+        for name, xs in (("q", self.q), ("ctx", self.ctx)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
+class EfficiencyCurves(_Strict):
+    """Shape-dependent efficiencies (optional; `hetc profile` fits them). Where a curve is
+    missing the scalar `efficiency` applies.
+
+    matmul[dtype]: achieved FLOP/s ÷ peak_flops[dtype] by GEMM rows M and weight size N·K.
+    attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and
+        mean context.
+    memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
+        the working set stays in cache).
+    memory_kinds: like `memory`, for one kind of op (norm: reductions; copy; gather: rows
+        read from a table that stays in memory, not in cache), where measured.
+    memory_ops: like `memory`, for one op by its name in the exported graph (silu, exp on
+        a CPU are bound by arithmetic; cat has a high fixed cost), where measured. An op
+        takes its own curve, else its kind's, else `memory`.
+    gather_row_latency: a gather (embedding lookup) pays this per row it reads, beside its
+        bytes: each row is a random access into a table far larger than the cache.
+    dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
+        a model step (dispatch plus the framework's own code between ops).
+    """
+
+    matmul: dict[DType, Curve2D] = {}
+    attention: dict[DType, AttentionCurve] = {}
+    memory: Curve1D | None = None
+    memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
+    memory_ops: dict[str, Curve1D] = {}
+    gather_row_latency: Seconds | None = None
+    dispatch_overhead: Seconds | None = None
+    threads: int | None = Field(default=None, gt=0)
+    source: str | None = None
 
 
 class Profile(_Strict):
@@ -80,6 +167,7 @@ class Profile(_Strict):
     memory_bandwidth: Bandwidth
     peak_flops: dict[DType, Flops]
     efficiency: Efficiency
+    efficiency_curves: EfficiencyCurves | None = None
     launch_overhead: Seconds
     step_overhead: Seconds = 0.0
     host_link: str | Link
@@ -167,7 +255,9 @@ def load_links() -> dict[str, Link]:
 
 
 def resolve_link(spec: Any, file: str, fld: str) -> Link:
-    """A link given by name (links.yaml) or inline `{bandwidth, latency[, scope]}`."""
+    """A link given by name (links.yaml) or inline `{bandwidth, latency[, scope]}` (or already parsed)."""
+    if isinstance(spec, Link):  # a profile's inline host_link, parsed with the profile
+        return spec
     if isinstance(spec, str):
         links = load_links()
         if spec not in links:
@@ -387,6 +477,12 @@ def _profile_text(prof: Profile) -> dict:
     out["launch_overhead"] = f"{p['launch_overhead'] * 1e6:.6g} us"
     out["step_overhead"] = f"{p['step_overhead'] * 1e6:.6g} us"
     out["peak_flops"] = {k: f"{v:.6g} FLOP/s" for k, v in p["peak_flops"].items()}
+    curves = out.get("efficiency_curves")
+    if curves is None:
+        out.pop("efficiency_curves", None)
+    else:
+        out["efficiency_curves"] = {**curves, **{k: f"{curves[k] * 1e6:.6g} us" for k in
+                                                 ("dispatch_overhead", "gather_row_latency") if curves.get(k) is not None}}
     if isinstance(prof.host_link, Link):
         out["host_link"] = _link_text(prof.host_link)
     return out

@@ -23,6 +23,7 @@ COPY_OPS = {"cat", "clone", "contiguous", "to", "_to_copy", "copy_", "copy", "in
             "index_put_", "index_put", "stack", "repeat", "repeat_interleave", "pad", "constant_pad_nd", "roll",
             "type_as", "new_zeros", "new_ones", "zeros_like", "ones_like", "empty_like", "full_like", "fill_"}
 _MATMUL_LIKE = {"matmul", "conv"}
+_NAMED = {"elementwise", "norm", "copy", "gather"}  # kinds whose records keep the op name
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,8 @@ class OpRecord:
         nk: N·K of the weight (one expert's for MoE); 0 when the op has no weight.
         kv_bytes_per_token: attention: K+V bytes kept per context token, at the export dtype.
         experts, top_k: MoE routing.
+        op: the op's name for element-wise, norm, copy and gather ops: a profile may have a
+            curve for the op itself (silu and exp on a CPU are bound by arithmetic, not bytes).
     """
 
     kind: str
@@ -51,6 +54,7 @@ class OpRecord:
     kv_bytes_per_token: float = 0.0
     experts: int = 0
     top_k: int = 0
+    op: str = ""
 
     def rows(self, tokens: float) -> float:
         """GEMM rows M for `tokens` new tokens: tokens × rows per token (1 for a linear)."""
@@ -104,10 +108,11 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
         experts = int(n.moe["num_experts"]) if kind == "moe" else 0
         top_k = int(n.moe["top_k"]) if kind == "moe" else 0
         act = Terms() if kind == "noop" else n.act_bytes
-        key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k)
+        name = n.op if kind in _NAMED else ""
+        key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k, name)
         groups[key] = groups.get(key, 0) + 1
     return tuple(OpRecord(kind=k[0], count=c, flops=k[1], other_flops=k[2], act_bytes=k[3], weight_bytes=k[4],
-                          nk=k[5], kv_bytes_per_token=k[6], experts=k[7], top_k=k[8])
+                          nk=k[5], kv_bytes_per_token=k[6], experts=k[7], top_k=k[8], op=k[9])
                  for k, c in groups.items())
 
 

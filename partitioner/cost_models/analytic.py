@@ -6,10 +6,11 @@ tensor-parallel group of `tp` (each holding 1/tp of the work):
     memory  = bytes / (bandwidth · e_mem)     weights and KV stream; activations by op size
     time    = max(compute, memory) + (1 − overlap) · min(compute, memory)
 and the unit pays `launch_overhead` per kernel. Matmuls take e from `efficiency_curves.matmul`
-by GEMM rows M and weight size N·K, attention by query tokens per sequence, element-wise ops
-from `efficiency_curves.memory` by bytes moved; where the profile has no curve its scalar
-`efficiency` applies. Decode attention reads each sequence's K/V for its context (GQA-aware:
-the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
+by GEMM rows M and weight size N·K, attention by query tokens per sequence and context, element-wise ops
+from `efficiency_curves.memory` by bytes moved (or the op's own curve, or its kind's: silu is
+bound by arithmetic on a CPU, a gather reads rows from memory); where the profile has no
+curve its scalar `efficiency` applies. Decode attention reads each sequence's K/V for its
+context (GQA-aware: the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
 its tokens touch, and each touched expert runs a GEMM of its share of the rows. Every
 efficiency and overhead comes from the profile (with its source), none from code.
 
@@ -73,8 +74,11 @@ class CostParams:
     overlap: float
     launch: float
     matmul: LogTable | None
-    attention: LogCurve | None
+    attention: LogTable | None
     memory: LogCurve | None
+    memory_kinds: dict[str, LogCurve]
+    memory_ops: dict[str, LogCurve]
+    gather_row: float
     memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
 
 
@@ -97,8 +101,11 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         profile=profile, dtype=cd, tp=tp, peak=profile.peak_flops[cd], bandwidth=profile.memory_bandwidth,
         eff_matmul=profile.efficiency.matmul, eff_memory=profile.efficiency.memory,
         overlap=profile.efficiency.overlap, launch=profile.launch_overhead,
-        matmul=LogTable(mm) if mm else None, attention=LogCurve(at) if at else None,
-        memory=LogCurve(curves.memory) if curves and curves.memory else None)
+        matmul=LogTable(mm) if mm else None, attention=LogTable(at) if at else None,
+        memory=LogCurve(curves.memory) if curves and curves.memory else None,
+        memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
+        memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
+        gather_row=curves.gather_row_latency or 0.0 if curves else 0.0)
     _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
     return cp
 
@@ -140,14 +147,16 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
     if op.kind == "attention":
         flops = op.flops.at(t, ctx) / tp
         q = t / max(step.seqs, 1.0)  # query tokens per sequence: 1 in decode
-        e = cp.attention(q) if cp.attention else cp.eff_matmul
+        e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
         kv = kv_bytes_per_token * step.seqs * ctx / tp
         return _combine(flops / (cp.peak * e), (kv + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
-    e = cp.memory(nbytes) if cp.memory else cp.eff_memory
+    curve = cp.memory_ops.get(op.op) or cp.memory_kinds.get(op.kind) or cp.memory
+    e = curve(nbytes) if curve else cp.eff_memory
     compute = op.other_flops.at(t, ctx) / tp / (cp.peak * cp.eff_matmul)
-    return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap)
+    rows = t * cp.gather_row if op.kind == "gather" else 0.0  # one random row read per token
+    return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap) + rows
 
 
 def unit_time(u: Unit, cp: CostParams, step: Step) -> float:

@@ -11,7 +11,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from hetc.cluster import Curve1D, Curve2D
+from hetc.cluster import AttentionCurve, Curve1D, Curve2D
 
 __all__ = ["LogCurve", "LogTable", "log_weights"]
 
@@ -49,13 +49,15 @@ class LogCurve:
 
 
 class LogTable:
-    """A `Curve2D` ready to evaluate: bilinear in (log m, log nk)."""
+    """A `Curve2D` (rows m, columns nk) or `AttentionCurve` (rows q, columns ctx) ready to
+    evaluate: bilinear in the logs of both axes."""
 
     __slots__ = ("lm", "lnk", "eff")
 
-    def __init__(self, c: Curve2D):
-        self.lm = [math.log(x) for x in c.m]
-        self.lnk = [math.log(x) for x in c.nk]
+    def __init__(self, c: Curve2D | AttentionCurve):
+        rows, cols = (c.m, c.nk) if isinstance(c, Curve2D) else (c.q, c.ctx)
+        self.lm = [math.log(x) for x in rows]
+        self.lnk = [math.log(x) for x in cols]
         self.eff = [list(r) for r in c.eff]
 
     def __call__(self, m: float, nk: float) -> float:
