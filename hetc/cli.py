@@ -99,10 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
 
-    for name, what in (("profile", "measure the local device and fit a profile"),
-                       ("compare", "compare placements side by side")):
-        sp = sub.add_parser(name, help=f"{what} (not in this version yet)")
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
+    pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
+    pr.add_argument("-o", "--output", default=None, metavar="profile.yaml",
+                    help="where to write the fitted profile (default profile.yaml; with --validate: not written)")
+    pr.add_argument("--validate", action="store_true",
+                    help="compare predictions with held-out measurements made in a separate process")
+    pr.add_argument("--profile", default=None, metavar="profile.yaml",
+                    help="with --validate: the profile to check (default: fit one first)")
+    pr.add_argument("--quick", action="store_true", help="a reduced set of shapes (seconds; coarser)")
+    pr.add_argument("--threads", type=_positive_int, default=None,
+                    help="torch threads to measure with (default: all cores; --validate: the profile's)")
+    pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
+    pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
+
+    sp = sub.add_parser("compare", help="compare placements side by side (not in this version yet)")
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -173,6 +185,40 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 
+def cmd_profile(a: argparse.Namespace) -> int:
+    from hetc.cluster import load_profile
+    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, profile_yaml
+    from hetc.profile_report import print_calibration, print_fidelity
+
+    check_device(a.device)
+    if a.profile and not a.validate:
+        raise BadInput("--profile names a profile to check: it goes with --validate.", field="--profile",
+                       fix="add --validate, or drop --profile to measure and fit a new profile.")
+    out: dict = {}
+    if a.profile:
+        prof = load_profile(a.profile)
+    else:
+        with _status("measuring (hetc profile)") as update:
+            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name, progress=update)
+        prof = cal.profile
+        path = a.output or (None if a.validate else "profile.yaml")
+        if path:
+            with open(path, "w") as f:
+                f.write(profile_yaml(cal.doc))
+        print_calibration(prof, cal.details, path, err)
+        out = {"profile": cal.doc, "details": cal.details}
+    if a.validate:
+        from hetc.partitioner.cost_models.fidelity import validate
+
+        with _status("validating") as update:
+            report = validate(prof, quick=a.quick, threads=a.threads if a.profile else None, progress=update)
+        print_fidelity(report, err)
+        out = {**out, "fidelity": report.to_json()} if not a.profile else report.to_json()
+    if a.json:
+        sys.stdout.write(json.dumps(out, indent=2, default=str) + "\n")
+    return 0
+
+
 def cmd_later(a: argparse.Namespace) -> int:
     raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
                    fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
@@ -180,7 +226,8 @@ def cmd_later(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve}.get(a.command, cmd_later)
+    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
+               "profile": cmd_profile}.get(a.command, cmd_later)
     try:
         return handler(a)
     except HetcError as e:

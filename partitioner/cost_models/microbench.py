@@ -1,0 +1,209 @@
+"""Representative ops to time on a device, each with the op record the cost model prices.
+
+Every benchmark returns `Case`s whose `meta` holds the shape and the `OpRecord` and `Step`
+under which `analytic.op_time` predicts it, so fitting and validation read one description.
+Weights and K/V caches rotate through a pool larger than the last-level cache, as they
+stream from memory inside a model step; activations stay put, as they would in cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from hetc.partitioner.cost_models.analytic import Step
+from hetc.partitioner.cost_models.bench import Case
+from hetc.partitioner.graph import Terms
+from hetc.partitioner.op_records import OpRecord
+
+__all__ = ["AttnShape", "matmul_cases", "attention_cases", "memory_cases", "dispatch_cases", "copy_case",
+           "matmul_record", "attention_record", "memory_record", "MEMORY_OPS", "TORCH_DTYPES"]
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _rand(shape: tuple[int, ...], td: torch.dtype, device: str) -> torch.Tensor:
+    return torch.empty(shape, dtype=td, device=device).uniform_(-1.0, 1.0)  # randn's speed matters at GBs
+
+
+def _pool(shape: tuple[int, ...], td: torch.dtype, device: str, evict: float, cache: dict) -> list[torch.Tensor]:
+    """Enough copies of an operand that cycling through them defeats the cache; shared by
+    every case with the same operand shape, so memory stays at one pool per shape."""
+    key = (shape, td, device, evict)
+    if key not in cache:
+        nbytes = torch.Size(shape).numel() * torch.tensor([], dtype=td).element_size()
+        n = max(1, min(64, int(evict // max(nbytes, 1)) + 1))
+        cache[key] = [_rand(shape, td, device) for _ in range(n)]
+    return cache[key]
+
+
+def _cycle(items: list):
+    state = {"i": 0}
+
+    def nxt():
+        state["i"] = (state["i"] + 1) % len(items)
+        return items[state["i"]]
+    return nxt
+
+
+def _size(dtype: str) -> int:
+    return torch.tensor([], dtype=TORCH_DTYPES[dtype]).element_size()
+
+
+def matmul_record(m: int, n: int, k: int, dtype: str) -> tuple[OpRecord, Step]:
+    """The record and step the cost model prices `y = x·Wᵀ` with x [M, K] and W [N, K] by."""
+    es = _size(dtype)
+    rec = OpRecord("matmul", 1, Terms(0.0, 2.0 * n * k, 0.0), Terms(), Terms(0.0, (k + n) * es, 0.0),
+                   weight_bytes=float(n * k * es), nk=float(n * k))
+    return rec, Step(m, 1, 1)
+
+
+def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float) -> list[Case]:
+    """`y = x·Wᵀ` (a linear layer) for each (M, N, K), the weight read from memory each call."""
+    td = TORCH_DTYPES[dtype]
+    cases, pools = [], {}
+    for m, n, k in shapes:
+        x = _rand((m, k), td, device)
+        nxt = _cycle(_pool((n, k), td, device, evict, pools))
+        rec, step = matmul_record(m, n, k, dtype)
+        cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),
+                          reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
+                          meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
+                                "record": rec, "step": step}))
+    return cases
+
+
+@dataclass(frozen=True)
+class AttnShape:
+    """Scaled-dot-product attention of `batch` sequences: `q` new tokens each over `kv` keys.
+
+    causal: a fresh prompt (q == kv, each token sees those before it); else every query
+    sees all `kv` keys (decode, q = 1).
+    """
+
+    batch: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    q: int
+    kv: int
+    causal: bool
+
+    @property
+    def mean_ctx(self) -> float:
+        """Keys each query attends to on average: (T+1)/2 for a causal prompt of T."""
+        return (self.q + 1) / 2 if self.causal else float(self.kv)
+
+
+def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
+    """The record, step and K/V bytes per context token the cost model prices `s` by."""
+    es = _size(dtype)
+    per_tok_ctx = 2.0 * s.heads * 2 * s.head_dim  # q·kᵀ and weights·v
+    kv = 2.0 * s.kv_heads * s.head_dim * es
+    rec = OpRecord("attention", 1, Terms(0.0, 0.0, per_tok_ctx), Terms(),
+                   Terms(0.0, 2.0 * s.heads * s.head_dim * es, 0.0), kv_bytes_per_token=kv)
+    return rec, Step(s.batch * s.q, s.batch, s.mean_ctx), kv
+
+
+def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float) -> list[Case]:
+    """SDPA (GQA without head expansion); K/V rotate out of cache for decode."""
+    td = TORCH_DTYPES[dtype]
+    cases, pools = [], {}
+    for s in shapes:
+        q = _rand((s.batch, s.heads, s.q, s.head_dim), td, device)
+        # K and V as one [2, ...] tensor per pool entry; a prompt's own K/V are fresh (in cache)
+        kvs = _pool((2, s.batch, s.kv_heads, s.kv, s.head_dim), td, device, 0.0 if s.causal else evict, pools)
+        nxt = _cycle([(t[0], t[1]) for t in kvs])
+        gqa = s.heads != s.kv_heads
+        if gqa and s.q == 1 and not s.causal:
+            # decode as transformers runs it: the query heads sharing a K/V head become its rows,
+            # with the (all-visible) boolean mask of a static cache
+            qp = q.reshape(s.batch, s.kv_heads, s.heads // s.kv_heads, s.head_dim)
+            mask = torch.ones(s.batch, 1, 1, s.kv, dtype=torch.bool, device=device)
+
+            def fn(qp=qp, nxt=nxt, mask=mask):
+                k, v = nxt()
+                return F.scaled_dot_product_attention(qp, k, v, attn_mask=mask)
+        else:
+            def fn(q=q, nxt=nxt, causal=s.causal, gqa=gqa):
+                k, v = nxt()
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        rec, step, kv = attention_record(s, dtype)
+        flops = rec.flops.at(step.tokens, step.ctx)
+        cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}",
+                          fn, reps=3 if flops > 2e9 else 5,
+                          meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": step,
+                                "kv_bytes_per_token": kv}))
+    return cases
+
+
+# name -> (kind, fn(x, y) on [rows, width] tensors, bytes moved per element of x as the graph counts
+# them, the op's name in an exported graph)
+MEMORY_OPS = {
+    "add": ("elementwise", lambda x, y: x + y, 3.0, "add"),
+    "mul": ("elementwise", lambda x, y: x * y, 3.0, "mul"),
+    "sub": ("elementwise", lambda x, y: x - y, 3.0, "sub"),
+    "silu": ("elementwise", lambda x, y: F.silu(x), 2.0, "silu"),
+    "neg": ("elementwise", lambda x, y: -x, 2.0, "neg"),
+    "exp": ("elementwise", lambda x, y: torch.exp(x), 2.0, "exp"),
+    "pow": ("elementwise", lambda x, y: x.pow(2), 2.0, "pow"),
+    "mean": ("norm", lambda x, y: x.mean(-1, keepdim=True), 1.0, "mean"),
+    "sum": ("norm", lambda x, y: x.sum(-1, keepdim=True), 1.0, "sum"),
+    "softmax": ("norm", lambda x, y: torch.softmax(x, -1), 2.0, "softmax"),
+    "cat": ("copy", lambda x, y: torch.cat((x[:, : x.shape[1] // 2], y[:, : y.shape[1] // 2]), -1), 2.0, "cat"),
+    "clone": ("copy", lambda x, y: x.clone(), 2.0, "clone"),
+    "transpose_copy": ("copy", lambda x, y: x.t().contiguous(), 2.0, "contiguous"),
+}
+
+
+def memory_record(name: str, rows: int, width: int, dtype: str) -> tuple[OpRecord, Step, float]:
+    """The record, step and bytes moved the cost model prices a memory-bound op by."""
+    es = _size(dtype)
+    kind, _, per_elem, op = ("gather", None, 2.0, "embedding") if name == "gather" else MEMORY_OPS[name]
+    nbytes = per_elem * rows * width * es
+    rec = OpRecord(kind, 1, Terms(), Terms(0.0, float(width), 0.0), Terms(0.0, nbytes / rows, 0.0), op=op)
+    return rec, Step(rows, 1, 1), nbytes
+
+
+def memory_cases(shapes: list[tuple[str, int, int]], *, dtype: str, device: str) -> list[Case]:
+    """Element-wise, reduction and copy ops on [rows, width] activations (left in cache, as in a step).
+
+    Args:
+        shapes: (op name from MEMORY_OPS or "gather", rows, width). A gather reads `rows`
+            rows of a [max(rows, 32000), width] table, like an embedding.
+    """
+    td = TORCH_DTYPES[dtype]
+    cases = []
+    for name, rows, width in shapes:
+        if name == "gather":
+            table = _rand((max(rows, 32000), width), td, device)
+            ids = torch.randint(0, table.shape[0], (rows,), device=device)
+            fn = (lambda ids=ids, table=table: F.embedding(ids, table))
+        else:
+            work = MEMORY_OPS[name][1]
+            x = _rand((rows, width), td, device)
+            y = _rand((rows, width), td, device)
+            fn = (lambda work=work, x=x, y=y: work(x, y))
+        rec, step, nbytes = memory_record(name, rows, width, dtype)
+        cases.append(Case(f"{name} {rows}x{width}", fn, reps=9,
+                          meta={"op": name, "graph_op": rec.op, "kind": rec.kind, "bytes": nbytes,
+                                "record": rec, "step": step}))
+    return cases
+
+
+def dispatch_cases(device: str) -> list[Case]:
+    """Ops on one-element tensors: what one op costs when it does no work (framework dispatch)."""
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+    return [Case(f"dispatch {n}", fn, reps=201) for n, fn in
+            (("add", lambda: a + b), ("mul", lambda: a * b), ("neg", lambda: -a), ("silu", lambda: F.silu(a)))]
+
+
+def copy_case(nbytes: float, *, device: str) -> Case:
+    """Copy of a buffer far larger than cache: sustained memory bandwidth (read + write)."""
+    n = int(nbytes // 4)
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    return Case(f"copy {nbytes / 2**20:.0f} MiB", lambda: dst.copy_(src), reps=5, meta={"bytes": 2.0 * n * 4})
