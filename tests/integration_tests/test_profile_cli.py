@@ -1,0 +1,106 @@
+"""`hetc profile` on this machine's CPU: a quick fit writes a profile a cluster file can use,
+the fidelity report runs on held-out shapes, absent devices are a clean exit 2.
+
+The quick shape set keeps these to seconds; the full fit and report (minutes, the figures
+in BENCHMARKS.md) are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hetc.cluster import load_cluster, load_profile
+from hetc.errors import BadInput
+from hetc.partitioner.capture import capture
+from hetc.partitioner.cost_models.analytic import Step, units_time
+from hetc.partitioner.cost_models.calibrate import check_device
+from hetc.partitioner.cost_models.shapes import fit_shapes, held_out_shapes
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "tests" / "fixtures" / "configs" / "tiny-llama")
+
+
+def hetc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HETC_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_profile(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("profile") / "local-cpu.yaml"
+    r = hetc("profile", "--device", "cpu", "--quick", "--threads", "1", "-o", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    return path
+
+
+def test_quick_profile_is_a_valid_profile_for_a_cluster_file(quick_profile, tmp_path):
+    prof = load_profile(str(quick_profile))
+    assert prof.backend == "cpu" and prof.efficiency_curves is not None
+    curves = prof.efficiency_curves
+    assert curves.threads == 1 and curves.dispatch_overhead > 0
+    assert "fp32" in curves.matmul and "fp32" in curves.attention and curves.memory is not None
+    assert prof.launch_overhead > 0 and prof.step_overhead >= 0
+    assert any(s.startswith("MEASURED by `hetc profile --device cpu --quick`") for s in prof.sources)
+    # skinny GEMMs reach less of the peak than large ones
+    mm = curves.matmul["fp32"]
+    assert mm.eff[0][0] < mm.eff[-1][0]
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"nodes:\n  - {{name: host, device: {quick_profile}, count: 2, link: pcie4}}\n")
+    c = load_cluster(cluster)
+    assert c.nodes[0].profile.efficiency_curves == curves
+    units = capture(TINY, dtype="fp32").units
+    t = units_time(units, c.nodes[0].profile, Step(4, 4, 100), dtype="fp32", kv_dtype="fp32")
+    assert 0 < t < 1
+
+
+def test_quick_fidelity_report_on_held_out_shapes(quick_profile):
+    r = hetc("profile", "--device", "cpu", "--validate", "--quick", "--profile", str(quick_profile), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    classes = doc["classes"]
+    assert {"matmul", "attention (prefill)", "attention (decode)", "prefill step", "decode step"} <= set(classes)
+    assert all(row["measured_ms"] > 0 and row["predicted_ms"] > 0 for row in doc["rows"])
+    assert doc["machine"]["threads"] == 1
+    # a wide sanity bound only: the quick set is coarse and the machine may be shared
+    for v in classes.values():
+        assert v["median_error"] < 1.0, classes
+    assert "median |predicted/measured − 1| per class" in r.stderr
+
+
+def test_held_out_shapes_are_not_fitted_on():
+    for quick in (False, True):
+        fit, held = fit_shapes(quick), held_out_shapes(quick)
+        assert not set(fit.matmul) & set(held.matmul)
+        assert not set(fit.attention) & set(held.attention)
+        assert not set(fit.memory) & set(held.memory)
+
+
+def test_absent_devices_exit_2():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    r = hetc("profile", "--device", "cuda", timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "no cuda device" in r.stderr
+    for device in ("xpu", "hpu"):  # the same check, in-process
+        with pytest.raises(BadInput, match=f"no {device} device"):
+            check_device(device)
+
+
+@pytest.mark.slow
+def test_full_profile_and_fidelity_report_meet_the_targets(tmp_path):
+    """The figures of BENCHMARKS.md 'Cost-model fidelity (CPU)' (minutes)."""
+    r = hetc("profile", "--device", "cpu", "--threads", "1", "--validate", "-o", str(tmp_path / "p.yaml"), "--json",
+             timeout=1200)
+    assert r.returncode == 0, r.stderr
+    classes = json.loads(r.stdout)["fidelity"]["classes"]
+    assert all(v["ok"] for v in classes.values()), classes

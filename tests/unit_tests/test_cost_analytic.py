@@ -1,0 +1,207 @@
+"""The per-op analytic model: every efficiency and overhead from the profile, per-op records
+that add up to the units' totals, and the shape effects the issue names (skinny GEMMs,
+decode attention over the real context, MoE experts touched, tensor parallel)."""
+
+import ast
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hetc.cluster import Cluster, Profile
+from hetc.partitioner.capture import capture
+from hetc.partitioner.cost_models import analytic
+from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, unit_time, units_time
+from hetc.partitioner.graph import Terms
+from hetc.partitioner.op_records import OpRecord
+from hetc.partitioner.units import Unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "tests" / "fixtures" / "configs"
+
+BASE = {
+    "name": "test-chip", "vendor": "nvidia", "backend": "cuda", "memory": "80 GB", "reserved_memory": "6 GB",
+    "memory_bandwidth": "2 TB/s", "peak_flops": {"bf16": "1000 TFLOP/s", "fp32": "100 TFLOP/s"},
+    "efficiency": {"matmul": 0.5, "memory": 0.8}, "launch_overhead": "5 us", "host_link": "pcie5",
+    "power": "700 W", "price": "2 USD/h", "sources": ["test"],
+}
+
+
+def prof(**over) -> Profile:
+    doc = json.loads(json.dumps(BASE))
+    for k, v in over.items():
+        doc[k] = v
+    return Profile.model_validate(doc)
+
+
+def matmul_unit(n=4096, k=4096, kernels=1) -> Unit:
+    """One linear layer of an N×K bf16 weight (2 bytes per element)."""
+    rec = OpRecord("matmul", 1, Terms(0, 2.0 * n * k, 0), Terms(), Terms(0, 2.0 * (n + k), 0),
+                   weight_bytes=2.0 * n * k, nk=float(n * k))
+    return Unit(index=0, kind="mlp", layer=0, matmul_flops=rec.flops, other_flops=Terms(), act_bytes=rec.act_bytes,
+                params={"w": 2.0 * n * k}, streamed_param_bytes=2.0 * n * k, kv_bytes_per_token=0.0,
+                attention_flops_per_ctx=0.0, out_bytes_per_token=2.0 * n, out_bytes_const=0.0, kernels=kernels,
+                ops=(rec,))
+
+
+def t_of(u, p, step, tp=1):
+    return units_time([u], p, step, dtype="bf16", kv_dtype="bf16", tp=tp)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return capture(str(CONFIGS / "tiny-llama"), dtype="bf16")
+
+
+def test_a_scalar_profile_is_a_roofline_per_op_with_launches():
+    p, u = prof(), matmul_unit(kernels=3)
+    n = k = 4096
+    for tokens in (1, 8, 4096):
+        compute = 2.0 * n * k * tokens / (1000e12 * 0.5)
+        memory = (2.0 * n * k + 2.0 * (n + k) * tokens) / (2e12 * 0.8)
+        assert t_of(u, p, Step(tokens, tokens, 100)) == pytest.approx(max(compute, memory) + 3 * 5e-6)
+
+
+def test_every_efficiency_and_overhead_comes_from_the_profile():
+    u = matmul_unit()
+    decode, prefill = Step(1, 1, 100), Step(4096, 1, 2048)
+    base = prof()
+    # compute-bound prefill follows efficiency.matmul and the peak
+    work = t_of(u, base, prefill) - 5e-6
+    assert t_of(u, prof(efficiency={"matmul": 0.25, "memory": 0.8}), prefill) - 5e-6 == pytest.approx(2 * work)
+    assert t_of(u, prof(peak_flops={"bf16": "500 TFLOP/s", "fp32": "100 TFLOP/s"}), prefill) - 5e-6 == \
+        pytest.approx(2 * work)
+    # memory-bound decode follows efficiency.memory and the bandwidth
+    work = t_of(u, base, decode) - 5e-6
+    assert t_of(u, prof(efficiency={"matmul": 0.5, "memory": 0.4}), decode) - 5e-6 == pytest.approx(2 * work)
+    assert t_of(u, prof(memory_bandwidth="1 TB/s"), decode) - 5e-6 == pytest.approx(2 * work)
+    # overheads: launch per kernel; overlap 0 adds compute and memory instead of taking the larger
+    assert t_of(u, prof(launch_overhead="25 us"), decode) - t_of(u, base, decode) == pytest.approx(20e-6)
+    no_overlap = prof(efficiency={"matmul": 0.5, "memory": 0.8, "overlap": 0.0})
+    rec = u.ops[0]
+    c = rec.flops.at(1, 100) / (1000e12 * 0.5)
+    m = (rec.weight_bytes + rec.act_bytes.at(1, 100)) / (2e12 * 0.8)
+    assert t_of(u, no_overlap, decode) == pytest.approx(c + m + 5e-6)
+
+
+def test_efficiency_curves_override_the_scalars_by_shape():
+    u = matmul_unit()
+    curves = {"matmul": {"bf16": {"m": [1, 64, 4096], "nk": [1e6, 1e8],
+                                  "eff": [[0.001, 0.001], [0.2, 0.2], [0.9, 0.9]]}},
+              "memory": {"x": [1e3, 1e9], "eff": [0.5, 0.5]}}
+    p = prof(efficiency_curves=curves)
+    flops = 2.0 * 4096 * 4096
+    # a skinny GEMM (M=1) at 0.1% of peak is slower than its weights take to stream
+    assert t_of(u, p, Step(1, 1, 1)) == pytest.approx(flops / (1000e12 * 0.001) + 5e-6)
+    assert t_of(u, p, Step(4096, 1, 1)) == pytest.approx(4096 * flops / (1000e12 * 0.9) + 5e-6)
+    # between grid points: linear in log M (512 is halfway from 64 to 4096)
+    assert t_of(u, p, Step(512, 512, 1)) == pytest.approx(512 * flops / (1000e12 * 0.55) + 5e-6)
+    # element-wise ops read the memory curve; an op with its own curve reads that
+    ew = OpRecord("elementwise", 1, Terms(), Terms(0, 1.0, 0), Terms(0, 1e6, 0), op="silu")
+    cp = cost_params(p, "bf16")
+    assert op_time(ew, cp, Step(10, 1, 1)) == pytest.approx(1e7 / (2e12 * 0.5))
+    p2 = prof(efficiency_curves={**curves, "memory_ops": {"silu": {"x": [1e3], "eff": [0.1]}}})
+    assert op_time(ew, cost_params(p2, "bf16"), Step(10, 1, 1)) == pytest.approx(1e7 / (2e12 * 0.1))
+
+
+def test_analytic_model_has_no_efficiency_or_overhead_constants():
+    """Only 0, 1, 2 (counting, halves, doubling FLOPs) and cache sizes may appear as numbers."""
+    src = (ROOT / "partitioner" / "cost_models" / "analytic.py").read_text()
+    nums = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant)
+            and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)}
+    assert nums <= {0, 1, 2, 0.0, 1.0, 2.0, 64, 256, 200_000}, nums
+
+
+def test_op_records_add_up_to_the_unit_totals(tiny):
+    for u in tiny.units:
+        ops = u.ops
+        assert ops, u.kind
+        assert sum(o.count for o in ops) == u.kernels
+        assert sum(o.count * o.weight_bytes for o in ops) == pytest.approx(u.streamed_param_bytes)
+        mm = sum((o.flops.scale(o.count) for o in ops), Terms())
+        assert mm.per_token == pytest.approx(u.matmul_flops.per_token)
+        assert mm.per_token_ctx == pytest.approx(u.matmul_flops.per_token_ctx)
+        assert all(o.nk > 0 for o in ops if o.kind == "matmul")
+    attn = next(u for u in tiny.units if u.kind == "attention")
+    # GQA: the cache keeps 2 KV heads of 16 dims (of 4 query heads), K and V, bf16
+    assert attn.kv_bytes_per_token == 2 * 2 * 16 * 2
+    assert sum(o.count for o in attn.ops if o.kind == "attention") == 1
+
+
+def test_decode_attention_reads_the_real_context():
+    p = prof()
+    rec = OpRecord("attention", 1, Terms(0, 0, 2.0 * 32 * 2 * 128), Terms(), Terms(), kv_bytes_per_token=2 * 8 * 128 * 2)
+    cp = cost_params(p, "bf16")
+    kv = 2 * 8 * 128 * 2  # GQA: 8 KV heads of 32 query heads
+    one = op_time(rec, cp, Step(1, 1, 1000), kv)
+    assert one == pytest.approx(kv * 1000 / (2e12 * 0.8))  # memory-bound: the cache read
+    assert op_time(rec, cp, Step(4, 4, 1000), kv) == pytest.approx(4 * one)
+    assert op_time(rec, cp, Step(1, 1, 3000), kv) == pytest.approx(3 * one)
+
+
+def test_moe_streams_the_experts_a_batch_touches():
+    rec = OpRecord("moe", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=8 * 2.0 * 1024 * 1024,
+                   nk=1024.0 * 1024, experts=8, top_k=2)
+    cp = cost_params(prof(), "bf16")
+    expert = 2.0 * 1024 * 1024
+    # one token touches its 2 experts of 8; many tokens touch them all
+    assert op_time(rec, cp, Step(1, 1, 1)) == pytest.approx(2 * expert / (2e12 * 0.8))
+    assert op_time(rec, cp, Step(64, 64, 1)) == pytest.approx(8 * expert / (2e12 * 0.8), rel=1e-6)
+
+
+def test_tensor_parallel_splits_the_work_not_the_launches():
+    u, p = matmul_unit(), prof()
+    step = Step(4096, 1, 2048)
+    one, two = t_of(u, p, step), t_of(u, p, step, tp=2)
+    assert two - 5e-6 == pytest.approx((one - 5e-6) / 2)
+
+
+def test_units_time_caches_per_content_and_profile(tiny):
+    p = prof()
+    step = Step(3, 3, 50)
+    direct = sum(unit_time(u, cost_params(p, "bf16"), step) for u in tiny.units)
+    assert units_time(tiny.units, p, step, dtype="bf16", kv_dtype="bf16") == pytest.approx(direct)
+    assert units_time(tiny.units, p, step, dtype="bf16", kv_dtype="bf16") == pytest.approx(direct)
+    slower = prof(launch_overhead="50 us")
+    assert units_time(tiny.units, slower, step, dtype="bf16", kv_dtype="bf16") > direct
+    # a unit whose KV bytes change (a different KV dtype) is a different cost
+    u = next(u for u in tiny.units if u.kind == "attention")
+    assert replace(u, kv_bytes_per_token=u.kv_bytes_per_token / 2).cost_key != u.cost_key
+    assert replace(u, index=99, layer=7, params={}).cost_key == u.cost_key
+
+
+def test_a_unit_without_op_records_is_costed_from_its_totals():
+    u = replace(matmul_unit(), ops=())
+    p = prof()
+    assert [o.kind for o in u.op_records] == ["matmul", "elementwise"]
+    # the GEMM (one of N·K = FLOPs per token / 2) computes; its activations move as an op of their own
+    flops, act = 2.0 * 4096 * 4096 * 4096, 2.0 * 8192 * 4096
+    assert t_of(u, p, Step(4096, 1, 1)) == pytest.approx(flops / (1000e12 * 0.5) + act / (2e12 * 0.8) + 5e-6)
+
+
+def test_replicated_layers_carry_their_op_records(tmp_path):
+    cfg = json.loads((CONFIGS / "tiny-llama" / "config.json").read_text())
+    cfg["num_hidden_layers"] = 7
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = capture(str(tmp_path), dtype="bf16")
+    assert m.exported_layers == 3 and m.num_layers == 7
+    attn = [u for u in m.units if u.kind == "attention"]
+    assert len(attn) == 7 and all(u.ops for u in m.units)
+    assert len({u.cost_key for u in attn[1:-1]}) == 1
+
+
+def test_a_profile_with_curves_travels_inside_plan_json():
+    curves = {"matmul": {"bf16": {"m": [1, 64], "nk": [1e6], "eff": [[0.1], [0.7]]}}, "dispatch_overhead": "2 us",
+              "gather_row_latency": "0.1 us", "threads": 2, "memory": {"x": [1e3, 1e6], "eff": [0.5, 2.0]}}
+    p = prof(efficiency_curves=curves)
+    from hetc.cluster import _profile_text  # the embedding plan.json carries
+
+    doc = {"nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}], "network": None,
+           "profiles": {"test-chip": json.loads(json.dumps(_profile_text(p)))}}
+    back = Cluster.from_json(doc).nodes[0].profile
+    assert back.efficiency_curves == p.efficiency_curves
+    step = Step(8, 8, 10)
+    assert units_time([matmul_unit()], back, step, dtype="bf16", kv_dtype="bf16") == \
+        pytest.approx(units_time([matmul_unit()], p, step, dtype="bf16", kv_dtype="bf16"))
+    assert analytic.compute_dtype(back, "fp8") == "bf16"

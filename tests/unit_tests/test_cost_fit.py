@@ -1,0 +1,109 @@
+"""The fitting code of `hetc profile` on synthetic timings with known answers."""
+
+import math
+
+import pytest
+
+from hetc.cluster import AttentionCurve, Curve1D, Curve2D
+from hetc.partitioner.cost_models import fit
+from hetc.partitioner.cost_models.curves import LogCurve, LogTable
+
+
+def test_efficiency_subtracts_dispatch_and_caps():
+    # 1 GFLOP in 11 ms at a 100 GFLOP/s peak, 1 ms of it dispatch: 10 ms of work = 100%
+    assert fit.efficiency(1e9, 11e-3, 100e9, dispatch=1e-3) == pytest.approx(1.0)
+    # an op no slower than its dispatch keeps a tenth of its time as work, and the cap holds
+    assert fit.efficiency(1e3, 1e-6, 1e9, dispatch=2e-6) == pytest.approx(1e3 / (1e9 * 1e-7))
+    assert fit.efficiency(1e12, 1e-6, 1.0, cap=5.0) == 5.0
+
+
+def test_table_1d_medians_per_bin_at_the_samples_geometric_mean():
+    xs = [1000, 1000, 1000, 4000, 64000]
+    effs = [0.2, 0.9, 0.3, 0.5, 0.7]
+    t = fit.table_1d(xs, effs)
+    assert t["x"] == pytest.approx([1000.0, 4000.0, 64000.0]) and t["eff"] == [0.3, 0.5, 0.7]
+    # with a grid, samples bin to the nearest point in log space; the point sits where they were taken
+    t = fit.table_1d([1000, 4000, 2000], [0.1, 0.3, 0.2], grid=[1024, 65536])
+    assert t["x"][0] == pytest.approx((1000 * 4000 * 2000) ** (1 / 3))
+    assert t["eff"] == [0.2]
+    Curve1D.model_validate(t)
+    with pytest.raises(ValueError):
+        fit.table_1d([], [])
+
+
+def test_table_2d_fills_cells_not_measured_from_the_nearest_size():
+    ms = [1, 1, 64, 64, 1024]
+    nks = [1e6, 1.6e7, 1e6, 1.6e7, 1e6]  # the large GEMM at M=1024 was skipped
+    effs = [0.1, 0.12, 0.6, 0.55, 0.9]
+    t = fit.table_2d(ms, nks, effs)
+    assert t["m"] == [1.0, 64.0, 1024.0] and t["nk"] == [1e6, 1.6e7]
+    assert t["eff"] == [[0.1, 0.12], [0.6, 0.55], [0.9, 0.9]]
+    Curve2D.model_validate(t)
+
+
+def test_log_curves_interpolate_in_log_space_and_hold_at_the_ends():
+    c = LogCurve(Curve1D(x=[10, 1000], eff=[0.2, 0.6]))
+    assert c(100) == pytest.approx(0.4)  # halfway in log space
+    assert c(1) == 0.2 and c(1e6) == 0.6
+    t = LogTable(Curve2D(m=[1, 100], nk=[1e4, 1e8], eff=[[0.1, 0.3], [0.5, 0.7]]))
+    assert t(10, 1e6) == pytest.approx(0.4)
+    assert t(1000, 1e9) == 0.7 and t(0.5, 1) == 0.1
+    a = LogTable(AttentionCurve(q=[1, 64], ctx=[16, 4096], eff=[[0.1, 0.2], [0.4, 0.5]]))
+    assert a(8, 256) == pytest.approx(0.3)
+
+
+def test_fit_overheads_recovers_slope_and_intercept():
+    kernels = [49, 49, 88, 88, 166, 166]
+    noise = [1.01, 0.99, 1.0, 1.02, 0.98, 1.0]
+    times = [(300e-6 + k * 9e-6) * n for k, n in zip(kernels, noise)]
+    launch, step = fit.fit_overheads(kernels, times)
+    assert launch == pytest.approx(9e-6, rel=0.05)
+    assert step == pytest.approx(300e-6, rel=0.15)
+    # no slope: everything is per step; negative intercept: a line through the origin
+    assert fit.fit_overheads([10, 20], [5e-4, 4.8e-4]) == (0.0, pytest.approx(4.9e-4))
+    launch, step = fit.fit_overheads([10, 20], [0.5e-4, 2.5e-4])
+    assert step == 0.0 and launch > 0
+
+
+def test_fit_alpha_beta():
+    sizes = [1e3, 1e5, 1e6, 1e7]
+    lat, bw = fit.fit_alpha_beta(sizes, [50e-6 + s / 2e9 for s in sizes])
+    assert lat == pytest.approx(50e-6, rel=1e-6) and bw == pytest.approx(2e9, rel=1e-6)
+    with pytest.raises(ValueError):
+        fit.fit_alpha_beta(sizes, [1e-3, 0.9e-3, 0.8e-3, 0.7e-3])
+
+
+def _samples(op, kind, speed, sizes, dispatch=2e-6):
+    return [{"op": op, "kind": kind, "bytes": b, "seconds": dispatch + b / speed} for b in sizes]
+
+
+def test_fit_memory_gives_slow_ops_their_own_curve_and_keeps_them_out_of_the_defaults():
+    bw, d = 20e9, 2e-6
+    sizes = [4 ** i for i in range(6, 13)]
+    samples = (_samples("add", "elementwise", 40e9, sizes) + _samples("mul", "elementwise", 40e9, sizes)
+               + _samples("silu", "elementwise", 8e9, sizes) + _samples("mean", "norm", 30e9, sizes)
+               + _samples("embedding", "gather", 20e9, sizes))
+    default, kinds, ops = fit.fit_memory(samples, bw, d, sizes, cache_bytes=32 * 2**20)
+    # each op's own curve is its speed ÷ bandwidth
+    assert fit.eval_1d(ops["silu"], 65536) == pytest.approx(0.4, rel=1e-6)
+    assert fit.eval_1d(ops["add"], 65536) == pytest.approx(2.0, rel=1e-6)
+    # silu is 5× slower than its kind's bytes explain: the elementwise and default curves ignore it
+    assert fit.eval_1d(kinds["elementwise"], 65536) == pytest.approx(2.0, rel=1e-6)
+    assert fit.eval_1d(kinds["gather"], 65536) == pytest.approx(1.0, rel=1e-6)
+    assert fit.eval_1d(default, 65536) == pytest.approx(2.0, rel=1e-6)  # add, mul and mean (median)
+
+
+def test_fit_gather_recovers_the_row_latency():
+    d, alpha, speed = 2e-6, 0.1e-6, 25e9
+    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + r * alpha + r * w * 4 / speed}
+               for r in (16, 64, 256, 1024) for w in (768, 2048, 4096)]
+    assert fit.fit_gather(samples, d, cache_bytes=64 * 2**20) == pytest.approx(alpha, rel=1e-6)
+    assert fit.fit_gather(samples[:1], d, cache_bytes=64 * 2**20) == 0.0  # too few to say
+
+
+def test_table_2d_and_curves_reject_bad_shapes():
+    with pytest.raises(ValueError):
+        Curve2D(m=[1, 2], nk=[1e6], eff=[[0.1]])
+    with pytest.raises(ValueError):
+        Curve1D(x=[2, 1], eff=[0.1, 0.2])
+    assert math.isfinite(LogCurve(Curve1D(x=[1], eff=[0.5]))(123.0))
