@@ -133,6 +133,12 @@ class _Launch:
         kvh, hd = kv_layout(self.hf_cfg)
         per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
         self.blocks: dict[int, int] = {}
+        self.max_seqs = o.max_num_seqs or max(max(l.batch for l in self.lanes),
+                                               2 * max(len(l.stages) for l in self.lanes))
+        # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
+        # assumes a device of its own; emulated devices share this host's memory)
+        max_len = int(getattr(self.hf_cfg, "max_position_embeddings", 0) or 0)
+        useful = self.max_seqs * -(-max_len // BLOCK_SIZE) if max_len else None
         for lane in self.lanes:
             attn = {s.index: sum(1 for u in units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                     for s in lane.stages}
@@ -143,7 +149,7 @@ class _Launch:
                                f"one block of {BLOCK_SIZE} tokens.", file=o.plan,
                                field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
-            self.blocks[lane.id] = min(n, o.num_kv_blocks) if o.num_kv_blocks else n
+            self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
         self.n_workers = sum(len(l.stages) for l in self.lanes)
         self.threads = o.threads or max(1, (os.cpu_count() or 1) // self.n_workers if o.emulate else os.cpu_count() or 1)
         torch.set_num_threads(1)  # the frontend computes nothing
@@ -291,9 +297,7 @@ def serve(o: ServeOptions, log=print) -> int:
         raise BadInput(f"{e}.", field="--model-dir", fix="serve a model dir with a tokenizer.") from None
     if tokenizer.eos_token_id is not None:
         eos_ids |= {tokenizer.eos_token_id}
-    batch = max(l.batch for l in L.lanes)
-    max_seqs = o.max_num_seqs or max(batch, 2 * max(len(l.stages) for l in L.lanes))
-    sched_cfg = SchedulerConfig(max_num_seqs=max_seqs, max_batched_tokens=o.max_batched_tokens,
+    sched_cfg = SchedulerConfig(max_num_seqs=L.max_seqs, max_batched_tokens=o.max_batched_tokens,
                                 max_waiting=o.max_waiting)
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in L.lanes]

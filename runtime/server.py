@@ -106,7 +106,7 @@ class _Generation:
                 else:  # hold back what could still become a stop string
                     cut = len(self.held) - keep if keep else len(self.held)
                     out, self.held = self.held[:max(0, cut)], self.held[max(0, cut):]
-                if out:
+                if out or ev.token is not None:  # one yield per token, even when its text is not complete yet
                     yield out
         finally:
             if self.finish_reason is None:  # the client went away: free the sequence
@@ -247,6 +247,8 @@ def create_app(st: ServerState) -> FastAPI:
                 if chat:
                     yield chunk(None, None, first=True)
                 async for d in gen.deltas():
+                    if not d and not opts.return_token_ids:
+                        continue
                     new = gen.token_ids[sent:] if opts.return_token_ids else None
                     sent = len(gen.token_ids)
                     yield chunk(d, None, tokens=new)
