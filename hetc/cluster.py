@@ -134,13 +134,14 @@ class EfficiencyCurves(_Strict):
         mean context.
     memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
         the working set stays in cache).
-    memory_kinds: like `memory`, for one kind of op (norm: reductions; copy; gather: rows
-        read from a table that stays in memory, not in cache), where measured.
+    memory_kinds: like `memory`, for one kind of op (elementwise, norm: reductions, copy),
+        where measured.
     memory_ops: like `memory`, for one op by its name in the exported graph (silu, exp on
         a CPU are bound by arithmetic; cat has a high fixed cost), where measured. An op
         takes its own curve, else its kind's, else `memory`.
-    gather_row_latency: a gather (embedding lookup) pays this per row it reads, beside its
-        bytes: each row is a random access into a table far larger than the cache.
+    gather: gathers (embedding lookups: random rows of a table far larger than the cache):
+        bytes/s ÷ memory_bandwidth by the bytes moved per row, which set how well each
+        row's read streams.
     dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
         a model step (dispatch plus the framework's own code between ops).
     """
@@ -150,7 +151,7 @@ class EfficiencyCurves(_Strict):
     memory: Curve1D | None = None
     memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
     memory_ops: dict[str, Curve1D] = {}
-    gather_row_latency: Seconds | None = None
+    gather: Curve1D | None = None
     dispatch_overhead: Seconds | None = None
     threads: int | None = Field(default=None, gt=0)
     source: str | None = None
@@ -482,7 +483,7 @@ def _profile_text(prof: Profile) -> dict:
         out.pop("efficiency_curves", None)
     else:
         out["efficiency_curves"] = {**curves, **{k: f"{curves[k] * 1e6:.6g} us" for k in
-                                                 ("dispatch_overhead", "gather_row_latency") if curves.get(k) is not None}}
+                                                 ("dispatch_overhead",) if curves.get(k) is not None}}
     if isinstance(prof.host_link, Link):
         out["host_link"] = _link_text(prof.host_link)
     return out

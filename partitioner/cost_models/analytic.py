@@ -8,7 +8,7 @@ tensor-parallel group of `tp` (each holding 1/tp of the work):
 and the unit pays `launch_overhead` per kernel. Matmuls take e from `efficiency_curves.matmul`
 by GEMM rows M and weight size N·K, attention by query tokens per sequence and context, element-wise ops
 from `efficiency_curves.memory` by bytes moved (or the op's own curve, or its kind's: silu is
-bound by arithmetic on a CPU, a gather reads rows from memory); where the profile has no
+bound by arithmetic on a CPU; a gather by its bytes per row); where the profile has no
 curve its scalar `efficiency` applies. Decode attention reads each sequence's K/V for its
 context (GQA-aware: the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
 its tokens touch, and each touched expert runs a GEMM of its share of the rows. Every
@@ -78,7 +78,7 @@ class CostParams:
     memory: LogCurve | None
     memory_kinds: dict[str, LogCurve]
     memory_ops: dict[str, LogCurve]
-    gather_row: float
+    gather: LogCurve | None
     memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
 
 
@@ -105,7 +105,7 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
-        gather_row=curves.gather_row_latency or 0.0 if curves else 0.0)
+        gather=LogCurve(curves.gather) if curves and curves.gather else None)
     _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
     return cp
 
@@ -152,11 +152,13 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
         return _combine(flops / (cp.peak * e), (kv + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
-    curve = cp.memory_ops.get(op.op) or cp.memory_kinds.get(op.kind) or cp.memory
-    e = curve(nbytes) if curve else cp.eff_memory
+    if op.kind == "gather" and cp.gather:  # one random row per token: its size sets how well it streams
+        e = cp.gather(op.act_bytes.per_token / tp or nbytes)
+    else:
+        curve = cp.memory_ops.get(op.op) or cp.memory_kinds.get(op.kind) or cp.memory
+        e = curve(nbytes) if curve else cp.eff_memory
     compute = op.other_flops.at(t, ctx) / tp / (cp.peak * cp.eff_matmul)
-    rows = t * cp.gather_row if op.kind == "gather" else 0.0  # one random row read per token
-    return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap) + rows
+    return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap)
 
 
 def unit_time(u: Unit, cp: CostParams, step: Step) -> float:

@@ -134,19 +134,18 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     me = run(microbench.memory_cases(shapes.memory, dtype="fp32", device=device))
     samples = [{"op": c.meta["graph_op"], "kind": c.meta["kind"], "bytes": c.meta["bytes"], "seconds": c.seconds,
                 "rows": c.meta["step"].tokens} for c in me]
-    row = fit.fit_gather([s for s in samples if s["kind"] == "gather"], dispatch, info.l3_bytes)
-    for s in samples:
-        s["fixed"] = row * s["rows"] if s["kind"] == "gather" else 0.0
-    memory, memory_kinds, memory_ops = fit.fit_memory(samples, bandwidth, dispatch, _MEM_GRID, info.l3_bytes)
+    gather = fit.fit_gather([s for s in samples if s["kind"] == "gather"], bandwidth, dispatch, info.l3_bytes)
+    memory, memory_kinds, memory_ops = fit.fit_memory([s for s in samples if s["kind"] != "gather"], bandwidth,
+                                                      dispatch, _MEM_GRID, info.l3_bytes)
 
     eff_matmul = min(1.0, max(max(r) for r in matmul["fp32"]["eff"]))
     curves = {"source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
                         "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
                         "per sequence and mean context; memory, memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, "
-                        "per kind, per op), dispatch subtracted",
+                        "per kind, per op; gather: by bytes per row), dispatch subtracted",
               "threads": threads, "dispatch_overhead": _q(dispatch, "us"),
               "matmul": matmul, "attention": {"fp32": attention}, "memory": memory,
-              "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather_row_latency": _q(row, "us")}
+              "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather": gather}
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem_total = _mem_total()
     catalog = load_profile("cpu")

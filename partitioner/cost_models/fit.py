@@ -106,22 +106,21 @@ def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid:
     instances do not decide: there every op slows alike (fresh pages for each new output).
 
     Args:
-        samples: {"op": graph op name, "kind", "bytes", "seconds"[, "fixed": seconds not due to
-            bytes]} per timed op.
+        samples: {"op": graph op name, "kind", "bytes", "seconds"} per timed op.
         bandwidth: memory_bandwidth the curves are relative to.
         dispatch: one op's cost doing nothing.
         grid: points of the curves (bytes per op).
         cache_bytes: the last-level cache.
 
     Returns:
-        (default curve over all kinds but gather, {kind: curve}, {op: curve}).
+        (default curve, {kind: curve}, {op: curve}).
     """
     if not samples:
         raise ValueError("no samples to fit")
 
-    def curve(ss):  # a sample's "fixed" seconds (a gather's row latency) are not the bytes' doing
-        return table_1d([s["bytes"] for s in ss], [efficiency(s["bytes"], s["seconds"], bandwidth,
-                                                              dispatch + s.get("fixed", 0.0)) for s in ss], grid)
+    def curve(ss):
+        return table_1d([s["bytes"] for s in ss], [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch)
+                                                   for s in ss], grid)
 
     def kind_curves(ss):
         return {k: curve([s for s in ss if s["kind"] == k]) for k in dict.fromkeys(s["kind"] for s in ss)}
@@ -133,34 +132,38 @@ def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid:
     slow = set()
     for op, ss in by_op.items():
         mid = [s for s in ss if _LARGE_OP_BYTES <= s["bytes"] <= cache_bytes / 2]
-        ratio = [s["seconds"] / (dispatch + s.get("fixed", 0.0) + s["bytes"] / (bandwidth * eval_1d(first[s["kind"]],
-                                                                                                 s["bytes"])))
+        ratio = [s["seconds"] / (dispatch + s["bytes"] / (bandwidth * eval_1d(first[s["kind"]], s["bytes"])))
                  for s in mid]
         if ratio and np.median(ratio) > _ARITHMETIC_BOUND:
             slow.add(op)
     typical = [s for s in samples if s["op"] not in slow] or list(samples)
     kinds = {**first, **kind_curves(typical)}
-    default = curve([s for s in typical if s["kind"] != "gather"] or typical)
+    default = curve(typical)
     ops = {op: curve(ss) for op, ss in by_op.items() if op}
     return default, kinds, ops
 
 
-def fit_gather(samples: Sequence[dict], dispatch: float, cache_bytes: float) -> float:
-    """Seconds per row a gather pays beside its bytes: least squares of `t − dispatch =
-    rows·α + bytes·γ` over gathers of 64 KiB up to half the cache (≥ 0).
+def fit_gather(samples: Sequence[dict], bandwidth: float, dispatch: float, cache_bytes: float) -> dict | None:
+    """The gather curve: efficiency (bytes/s ÷ bandwidth) by bytes moved per row.
+
+    Each row of a table far larger than the cache is a random access whose cost depends
+    on the row's size, so rows, not the op's total, key the curve. Gathers of fewer than
+    16 rows (dispatch-bound) or with outputs beyond half the cache (fresh pages) do not decide.
 
     Args:
-        samples: {"rows", "bytes", "seconds"} per timed gather.
+        samples: {"rows", "bytes", "seconds"} per timed gather (bytes read + written).
+        bandwidth: memory_bandwidth the curve is relative to.
         dispatch: one op's cost doing nothing.
         cache_bytes: the last-level cache.
+
+    Returns:
+        A `Curve1D` dict, or None without usable samples.
     """
-    mid = [s for s in samples if _LARGE_OP_BYTES <= s["bytes"] <= cache_bytes / 2]
-    if len(mid) < 2:
-        return 0.0
-    a = np.array([[s["rows"], s["bytes"]] for s in mid], dtype=float)
-    y = np.array([s["seconds"] - dispatch for s in mid], dtype=float)
-    (alpha, _gamma), *_ = np.linalg.lstsq(a, y, rcond=None)
-    return max(float(alpha), 0.0)
+    use = [s for s in samples if s["rows"] >= 16 and s["bytes"] <= cache_bytes / 2]
+    if not use:
+        return None
+    return table_1d([s["bytes"] / s["rows"] for s in use],
+                    [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in use])
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

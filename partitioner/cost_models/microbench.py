@@ -28,15 +28,26 @@ def _rand(shape: tuple[int, ...], td: torch.dtype, device: str) -> torch.Tensor:
     return torch.empty(shape, dtype=td, device=device).uniform_(-1.0, 1.0)  # randn's speed matters at GBs
 
 
-def _pool(shape: tuple[int, ...], td: torch.dtype, device: str, evict: float, cache: dict) -> list[torch.Tensor]:
-    """Enough copies of an operand that cycling through them defeats the cache; shared by
-    every case with the same operand shape, so memory stays at one pool per shape."""
-    key = (shape, td, device, evict)
-    if key not in cache:
-        nbytes = torch.Size(shape).numel() * torch.tensor([], dtype=td).element_size()
-        n = max(1, min(64, int(evict // max(nbytes, 1)) + 1))
-        cache[key] = [_rand(shape, td, device) for _ in range(n)]
-    return cache[key]
+class _Arena:
+    """One buffer that every operand pool of a benchmark family is carved from.
+
+    A pool is `n` views of an operand's shape at distinct offsets, n large enough that
+    cycling through them touches more than `evict` bytes, so each call finds its operand
+    out of cache. All pools share the buffer: memory is the largest pool's, not the sum.
+    """
+
+    def __init__(self, needs: list[tuple[tuple[int, ...], float]], td: torch.dtype, device: str):
+        self.td, self.es = td, torch.tensor([], dtype=td).element_size()
+        total = max((self._count(shape, evict) * torch.Size(shape).numel() for shape, evict in needs), default=0)
+        self.buf = _rand((max(total, 1),), td, device)
+
+    def _count(self, shape: tuple[int, ...], evict: float) -> int:
+        nbytes = torch.Size(shape).numel() * self.es
+        return max(1, min(64, int(evict // max(nbytes, 1)) + 1))
+
+    def pool(self, shape: tuple[int, ...], evict: float) -> list[torch.Tensor]:
+        numel = torch.Size(shape).numel()
+        return [self.buf[i * numel:(i + 1) * numel].view(shape) for i in range(self._count(shape, evict))]
 
 
 def _cycle(items: list):
@@ -63,10 +74,11 @@ def matmul_record(m: int, n: int, k: int, dtype: str) -> tuple[OpRecord, Step]:
 def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float) -> list[Case]:
     """`y = x·Wᵀ` (a linear layer) for each (M, N, K), the weight read from memory each call."""
     td = TORCH_DTYPES[dtype]
-    cases, pools = [], {}
+    cases = []
+    arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device)
     for m, n, k in shapes:
         x = _rand((m, k), td, device)
-        nxt = _cycle(_pool((n, k), td, device, evict, pools))
+        nxt = _cycle(arena.pool((n, k), evict))
         rec, step = matmul_record(m, n, k, dtype)
         cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),
                           reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
@@ -110,11 +122,15 @@ def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
 def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float) -> list[Case]:
     """SDPA (GQA without head expansion); K/V rotate out of cache for decode."""
     td = TORCH_DTYPES[dtype]
-    cases, pools = [], {}
+    cases = []
+
+    def kv_shape(s: AttnShape) -> tuple[tuple[int, ...], float]:
+        # K and V as one [2, ...] tensor per pool entry; a prompt's own K/V are fresh (in cache)
+        return (2, s.batch, s.kv_heads, s.kv, s.head_dim), 0.0 if s.causal else evict
+    arena = _Arena([kv_shape(s) for s in shapes], td, device)
     for s in shapes:
         q = _rand((s.batch, s.heads, s.q, s.head_dim), td, device)
-        # K and V as one [2, ...] tensor per pool entry; a prompt's own K/V are fresh (in cache)
-        kvs = _pool((2, s.batch, s.kv_heads, s.kv, s.head_dim), td, device, 0.0 if s.causal else evict, pools)
+        kvs = arena.pool(*kv_shape(s))
         nxt = _cycle([(t[0], t[1]) for t in kvs])
         gqa = s.heads != s.kv_heads
         if gqa and s.q == 1 and not s.causal:
@@ -158,6 +174,11 @@ MEMORY_OPS = {
 }
 
 
+def _table_rows(width: int, dtype: str) -> int:
+    """Rows of a benchmark embedding table: 128 MiB or more, like a vocabulary's, out of any cache."""
+    return max(8192, (128 << 20) // (width * _size(dtype)))
+
+
 def memory_record(name: str, rows: int, width: int, dtype: str) -> tuple[OpRecord, Step, float]:
     """The record, step and bytes moved the cost model prices a memory-bound op by."""
     es = _size(dtype)
@@ -172,19 +193,24 @@ def memory_cases(shapes: list[tuple[str, int, int]], *, dtype: str, device: str)
 
     Args:
         shapes: (op name from MEMORY_OPS or "gather", rows, width). A gather reads `rows`
-            rows of a [max(rows, 32000), width] table, like an embedding.
+            random rows of a table of 128 MiB or more, like an embedding.
     """
     td = TORCH_DTYPES[dtype]
     cases = []
+    acts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # shared by every op of a shape
+    tables: dict[int, torch.Tensor] = {}  # one embedding table per width, larger than any cache
     for name, rows, width in shapes:
         if name == "gather":
-            table = _rand((max(rows, 32000), width), td, device)
-            ids = torch.randint(0, table.shape[0], (rows,), device=device)
+            if width not in tables:
+                tables[width] = _rand((max(_table_rows(width, dtype), rows), width), td, device)
+            table = tables[width]
+            ids = torch.randint(0, min(table.shape[0], _table_rows(width, dtype)), (rows,), device=device)
             fn = (lambda ids=ids, table=table: F.embedding(ids, table))
         else:
             work = MEMORY_OPS[name][1]
-            x = _rand((rows, width), td, device)
-            y = _rand((rows, width), td, device)
+            if (rows, width) not in acts:
+                acts[(rows, width)] = (_rand((rows, width), td, device), _rand((rows, width), td, device))
+            x, y = acts[(rows, width)]
             fn = (lambda work=work, x=x, y=y: work(x, y))
         rec, step, nbytes = memory_record(name, rows, width, dtype)
         cases.append(Case(f"{name} {rows}x{width}", fn, reps=9,

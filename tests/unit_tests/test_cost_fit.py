@@ -82,23 +82,26 @@ def test_fit_memory_gives_slow_ops_their_own_curve_and_keeps_them_out_of_the_def
     sizes = [4 ** i for i in range(6, 13)]
     samples = (_samples("add", "elementwise", 40e9, sizes) + _samples("mul", "elementwise", 40e9, sizes)
                + _samples("silu", "elementwise", 8e9, sizes) + _samples("mean", "norm", 30e9, sizes)
-               + _samples("embedding", "gather", 20e9, sizes))
+               + _samples("clone", "copy", 20e9, sizes))
     default, kinds, ops = fit.fit_memory(samples, bw, d, sizes, cache_bytes=32 * 2**20)
     # each op's own curve is its speed ÷ bandwidth
     assert fit.eval_1d(ops["silu"], 65536) == pytest.approx(0.4, rel=1e-6)
     assert fit.eval_1d(ops["add"], 65536) == pytest.approx(2.0, rel=1e-6)
     # silu is 5× slower than its kind's bytes explain: the elementwise and default curves ignore it
     assert fit.eval_1d(kinds["elementwise"], 65536) == pytest.approx(2.0, rel=1e-6)
-    assert fit.eval_1d(kinds["gather"], 65536) == pytest.approx(1.0, rel=1e-6)
-    assert fit.eval_1d(default, 65536) == pytest.approx(2.0, rel=1e-6)  # add, mul and mean (median)
+    assert fit.eval_1d(kinds["copy"], 65536) == pytest.approx(1.0, rel=1e-6)
+    assert fit.eval_1d(default, 65536) == pytest.approx(1.75, rel=1e-6)  # median of add 2, mul 2, mean 1.5, clone 1
 
 
-def test_fit_gather_recovers_the_row_latency():
-    d, alpha, speed = 2e-6, 0.1e-6, 25e9
-    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + r * alpha + r * w * 4 / speed}
-               for r in (16, 64, 256, 1024) for w in (768, 2048, 4096)]
-    assert fit.fit_gather(samples, d, cache_bytes=64 * 2**20) == pytest.approx(alpha, rel=1e-6)
-    assert fit.fit_gather(samples[:1], d, cache_bytes=64 * 2**20) == 0.0  # too few to say
+def test_fit_gather_keys_the_curve_by_bytes_per_row():
+    d, bw = 2e-6, 20e9
+    row_speed = {768: 16e9, 4096: 23e9}  # wider rows stream better
+    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + 2.0 * r * w * 4 / row_speed[w]}
+               for r in (4, 64, 1024) for w in (768, 4096)]
+    curve = fit.fit_gather(samples, bw, d, cache_bytes=64 * 2**20)
+    assert curve["x"] == pytest.approx([2 * 768 * 4, 2 * 4096 * 4])
+    assert curve["eff"] == pytest.approx([16 / 20, 23 / 20])
+    assert fit.fit_gather(samples[:1], bw, d, cache_bytes=64 * 2**20) is None  # 4 rows: dispatch-bound
 
 
 def test_table_2d_and_curves_reject_bad_shapes():
