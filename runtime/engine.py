@@ -74,7 +74,9 @@ class LaneRunner:
         try:
             fn()
         except Exception as e:  # a transport error: a peer died or timed out
-            self.engine.fail(f"pipeline lane {self.lane.id}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            devices = ", ".join(s.device for s in self.lane.stages)
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.engine.fail(f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: {text[:240]}")
 
     # ---- sending ---------------------------------------------------------------------------
     def _send_loop(self) -> None:

@@ -87,11 +87,25 @@ def _check_hash(plan, model_ref: str, file: str) -> None:
                            "plan was made for.")
 
 
-def _check_devices(lanes, file: str) -> None:
+def hosts_of_nodes(plan, nnodes: int, file: str) -> dict[str, int]:
+    """Which host (node rank) runs each plan node: the cluster's nodes in order, in nnodes
+    contiguous groups as even as possible (one host → everything)."""
+    names = [n["name"] for n in plan.cluster.get("nodes", [])]
+    used = {s.node for p in plan.pipelines for s in p.stages}
+    names += sorted(used - set(names))
+    if nnodes > len(names):
+        raise BadInput(f"--nnodes {nnodes} but the plan's cluster has {len(names)} node(s); each host runs at least "
+                       "one plan node.", file=file, field="cluster.nodes", fix=f"use --nnodes ≤ {len(names)}.")
+    return {name: i * nnodes // len(names) for i, name in enumerate(names)}
+
+
+def _check_devices(lanes, file: str, local: set[int]) -> None:
     from hetc.backends import BackendUnavailable, get_backend
 
     for lane in lanes:
         for s in lane.stages:
+            if s.rank not in local:
+                continue
             try:
                 get_backend(s.backend).device_info(s.device_index)
             except BackendUnavailable as e:
@@ -115,21 +129,26 @@ class _Launch:
         from hetc.runtime.topology import build_topology, kv_blocks
 
         self.o = o
-        if o.nnodes != 1:
-            raise BadInput("multi-host serving (--nnodes > 1) is not in this version of `hetc serve` yet.",
-                           field="--nnodes", fix="serve on one host (--nnodes 1).")
+        if o.nnodes > 1 and not (o.master_addr and o.master_port):
+            raise BadInput(f"--nnodes {o.nnodes} needs --master-addr and --master-port (node rank 0's address and a "
+                           "free port there).", field="--master-addr", fix="pass the same both to every host.")
+        if not 0 <= o.node_rank < o.nnodes:
+            raise BadInput(f"--node-rank {o.node_rank} is not in 0..{o.nnodes - 1}.", field="--node-rank",
+                           fix="number the hosts 0 to nnodes − 1; rank 0 serves HTTP.")
         plan = self.plan = load_plan(o.plan)
         if not plan.units:
             raise BadInput("the plan has no unit table.", file=o.plan, field="units",
                            fix="regenerate it with this version of `hetc plan`.")
         self.lanes = build_topology(plan, o.plan)
+        self.host_of = hosts_of_nodes(plan, o.nnodes, o.plan)
+        self.local = {s.rank for l in self.lanes for s in l.stages if self.host_of[s.node] == o.node_rank}
         self.model_ref, self.model_dir = _resolve_model(plan, o)
         _check_hash(plan, self.model_ref, o.plan)
         self.hf_cfg, _ = load_hf_config(self.model_ref)
         units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
         check_supported(self.hf_cfg, units, o.plan)
         if not o.emulate:
-            _check_devices(self.lanes, o.plan)
+            _check_devices(self.lanes, o.plan, self.local)
         kvh, hd = kv_layout(self.hf_cfg)
         per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
         self.blocks: dict[int, int] = {}
@@ -151,7 +170,8 @@ class _Launch:
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
             self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
         self.n_workers = sum(len(l.stages) for l in self.lanes)
-        self.threads = o.threads or max(1, (os.cpu_count() or 1) // self.n_workers if o.emulate else os.cpu_count() or 1)
+        n_here = max(1, len(self.local))
+        self.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
         torch.set_num_threads(1)  # the frontend computes nothing
         self.procs: dict[int, subprocess.Popen] = {}
         self.workers: dict[int, dict] = {}
@@ -176,8 +196,11 @@ class _Launch:
                "TOKENIZERS_PARALLELISM": "false"}
         for lane in self.lanes:
             for s in lane.stages:
-                self.procs[s.rank] = subprocess.Popen(
-                    [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", s.device], env=env)
+                if s.rank in self.local:
+                    self.procs[s.rank] = subprocess.Popen(
+                        [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", s.device], env=env)
+        if o.node_rank != 0:
+            return  # rank 0 (the frontend) lives on node rank 0
         err: list[BaseException] = []
 
         def join() -> None:
@@ -204,7 +227,8 @@ class _Launch:
                     raise HetcError(f"worker {s.device} sent {msg.kind.name} before READY")
                 pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
                 self.workers[s.rank] = {"rank": s.rank, "device": s.device, "stage": f"{lane.id}.{s.index}",
-                                        "units": list(s.units), "pid": pid, "param_bytes": pb,
+                                        "node_rank": self.host_of[s.node], "units": list(s.units), "pid": pid,
+                                        "param_bytes": pb,
                                         "param_tensors": n_params, "kv_blocks": blocks, "kv_bytes": kv_bytes}
 
     def _raise_if_dead(self, when: str) -> None:
@@ -270,6 +294,31 @@ def _server_class():
     return _Server
 
 
+def _serve_workers_only(L: _Launch, log) -> int:
+    """Node rank > 0: run this host's workers until they exit (the frontend on node rank 0 stops
+    them) or SIGTERM/SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    L.start_workers()
+    devices = [s.device for l in L.lanes for s in l.stages if s.rank in L.local]
+    log(f"node rank {L.o.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
+        f"{L.o.master_addr}:{L.o.master_port}")
+    try:
+        while not stop.wait(0.2):
+            codes = [p.poll() for p in L.procs.values()]
+            if any(c not in (None, 0) for c in codes):
+                log("a worker failed; stopping this node's workers")
+                return 1
+            if all(c == 0 for c in codes):
+                log("workers finished")
+                return 0
+        return 0
+    finally:
+        L.terminate()
+        L.stop_workers(grace=0.0)
+
+
 def serve(o: ServeOptions, log=print) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit code.
 
@@ -287,6 +336,8 @@ def serve(o: ServeOptions, log=print) -> int:
 
     _Server = _server_class()
     L = _Launch(o)
+    if o.node_rank != 0:
+        return _serve_workers_only(L, log)
     plan, cfg = L.plan, L.hf_cfg
     name = o.served_model_name or (Path(L.model_ref).name if Path(L.model_ref).is_dir() else L.model_ref)
     eos = getattr(cfg, "eos_token_id", None)
@@ -325,7 +376,9 @@ def serve(o: ServeOptions, log=print) -> int:
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
 
         def health() -> dict:
-            return {"workers": [{**w, "alive": L.procs[r].poll() is None} for r, w in sorted(L.workers.items())],
+            # a worker on another host: alive as far as the transport knows (its death fails the engine)
+            return {"workers": [{**w, "alive": L.procs[r].poll() is None if r in L.procs else not engine.failed}
+                                for r, w in sorted(L.workers.items())],
                     "running": engine.num_running(), "waiting": engine.num_waiting()}
 
         st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,

@@ -359,3 +359,8 @@ def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys):
 
     code, err = _serve(capsys, plan_path, "--model-dir", tmp_path, "--emulate")
     assert code == 2 and "config.json" in err
+
+    code, err = _serve(capsys, plan_path, "--emulate", "--nnodes", 2)
+    assert code == 2 and "--master-addr" in err
+    code, err = _serve(capsys, plan_path, "--emulate", "--nnodes", 4, "--master-addr", "127.0.0.1", "--master-port", 9)
+    assert code == 2 and "3 node(s)" in err
