@@ -21,7 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hetc.errors import BadInput
 from hetc.quantity import Kind, parse_quantity
 
-__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
+__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
            "profile_names", "PROFILE_DIR"]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
@@ -125,6 +125,24 @@ class AttentionCurve(_Strict):
         return self
 
 
+class GatherCurve(_Strict):
+    """Gather efficiency `eff[i][j]` (bytes/s ÷ memory_bandwidth) at `rows[i]` rows read and
+    `row_bytes[j]` bytes moved per row, bilinear in the logs, flat beyond the grid."""
+
+    rows: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    row_bytes: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    eff: list[list[Annotated[float, Field(gt=0)]]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "GatherCurve":
+        if len(self.eff) != len(self.rows) or any(len(r) != len(self.row_bytes) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.rows)} rows (rows) of {len(self.row_bytes)} values (row_bytes)")
+        for name, xs in (("rows", self.rows), ("row_bytes", self.row_bytes)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
 class EfficiencyCurves(_Strict):
     """Shape-dependent efficiencies (optional; `hetc profile` fits them). Where a curve is
     missing the scalar `efficiency` applies.
@@ -140,8 +158,8 @@ class EfficiencyCurves(_Strict):
         a CPU are bound by arithmetic; cat has a high fixed cost), where measured. An op
         takes its own curve, else its kind's, else `memory`.
     gather: gathers (embedding lookups: random rows of a table far larger than the cache):
-        bytes/s ÷ memory_bandwidth by the bytes moved per row, which set how well each
-        row's read streams.
+        bytes/s ÷ memory_bandwidth by rows read and bytes moved per row (a row's size sets
+        how well its read streams; few rows leave the op's own fixed cost).
     dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
         a model step (dispatch plus the framework's own code between ops).
     """
@@ -151,7 +169,7 @@ class EfficiencyCurves(_Strict):
     memory: Curve1D | None = None
     memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
     memory_ops: dict[str, Curve1D] = {}
-    gather: Curve1D | None = None
+    gather: GatherCurve | None = None
     dispatch_overhead: Seconds | None = None
     threads: int | None = Field(default=None, gt=0)
     source: str | None = None

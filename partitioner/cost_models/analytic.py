@@ -78,7 +78,7 @@ class CostParams:
     memory: LogCurve | None
     memory_kinds: dict[str, LogCurve]
     memory_ops: dict[str, LogCurve]
-    gather: LogCurve | None
+    gather: LogTable | None
     memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
 
 
@@ -105,7 +105,7 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
-        gather=LogCurve(curves.gather) if curves and curves.gather else None)
+        gather=LogTable(curves.gather) if curves and curves.gather else None)
     _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
     return cp
 
@@ -153,7 +153,7 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
     if op.kind == "gather" and cp.gather:  # one random row per token: its size sets how well it streams
-        e = cp.gather(op.act_bytes.per_token / tp or nbytes)
+        e = cp.gather(max(t, 1.0), op.act_bytes.per_token / tp or nbytes)
     else:
         curve = cp.memory_ops.get(op.op) or cp.memory_kinds.get(op.kind) or cp.memory
         e = curve(nbytes) if curve else cp.eff_memory

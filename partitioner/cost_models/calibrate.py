@@ -134,7 +134,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     me = run(microbench.memory_cases(shapes.memory, dtype="fp32", device=device))
     samples = [{"op": c.meta["graph_op"], "kind": c.meta["kind"], "bytes": c.meta["bytes"], "seconds": c.seconds,
                 "rows": c.meta["step"].tokens} for c in me]
-    gather = fit.fit_gather([s for s in samples if s["kind"] == "gather"], bandwidth, dispatch, info.l3_bytes)
+    gather = fit.fit_gather([s for s in samples if s["kind"] == "gather"], bandwidth, dispatch)
     memory, memory_kinds, memory_ops = fit.fit_memory([s for s in samples if s["kind"] != "gather"], bandwidth,
                                                       dispatch, _MEM_GRID, info.l3_bytes)
 
@@ -142,7 +142,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     curves = {"source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
                         "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
                         "per sequence and mean context; memory, memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, "
-                        "per kind, per op; gather: by bytes per row), dispatch subtracted",
+                        "per kind, per op; gather: by rows and bytes per row), dispatch subtracted",
               "threads": threads, "dispatch_overhead": _q(dispatch, "us"),
               "matmul": matmul, "attention": {"fp32": attention}, "memory": memory,
               "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather": gather}

@@ -143,27 +143,27 @@ def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid:
     return default, kinds, ops
 
 
-def fit_gather(samples: Sequence[dict], bandwidth: float, dispatch: float, cache_bytes: float) -> dict | None:
-    """The gather curve: efficiency (bytes/s ÷ bandwidth) by bytes moved per row.
+def fit_gather(samples: Sequence[dict], bandwidth: float, dispatch: float) -> dict | None:
+    """The gather table: efficiency (bytes/s ÷ bandwidth) by rows read and bytes per row.
 
-    Each row of a table far larger than the cache is a random access whose cost depends
-    on the row's size, so rows, not the op's total, key the curve. Gathers of fewer than
-    16 rows (dispatch-bound) or with outputs beyond half the cache (fresh pages) do not decide.
+    Each row of a table far larger than the cache is a random access whose cost depends on
+    the row's size; few rows leave the op's own fixed cost, many make an output that needs
+    fresh pages each call.
 
     Args:
         samples: {"rows", "bytes", "seconds"} per timed gather (bytes read + written).
-        bandwidth: memory_bandwidth the curve is relative to.
+        bandwidth: memory_bandwidth the table is relative to.
         dispatch: one op's cost doing nothing.
-        cache_bytes: the last-level cache.
 
     Returns:
-        A `Curve1D` dict, or None without usable samples.
+        A `GatherCurve` dict, or None without samples.
     """
-    use = [s for s in samples if s["rows"] >= 16 and s["bytes"] <= cache_bytes / 2]
+    use = list(samples)
     if not use:
         return None
-    return table_1d([s["bytes"] / s["rows"] for s in use],
-                    [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in use])
+    t = table_2d([s["rows"] for s in use], [s["bytes"] / s["rows"] for s in use],
+                 [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in use])
+    return {"rows": t["m"], "row_bytes": t["nk"], "eff": t["eff"]}
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

@@ -193,7 +193,7 @@ def test_replicated_layers_carry_their_op_records(tmp_path):
 
 def test_a_profile_with_curves_travels_inside_plan_json():
     curves = {"matmul": {"bf16": {"m": [1, 64], "nk": [1e6], "eff": [[0.1], [0.7]]}}, "dispatch_overhead": "2 us",
-              "gather": {"x": [6e3], "eff": [0.8]}, "threads": 2, "memory": {"x": [1e3, 1e6], "eff": [0.5, 2.0]}}
+              "gather": {"rows": [1, 64], "row_bytes": [6e3], "eff": [[0.3], [0.8]]}, "threads": 2, "memory": {"x": [1e3, 1e6], "eff": [0.5, 2.0]}}
     p = prof(efficiency_curves=curves)
     from hetc.cluster import _profile_text  # the embedding plan.json carries
 

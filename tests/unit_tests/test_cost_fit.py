@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from hetc.cluster import AttentionCurve, Curve1D, Curve2D
+from hetc.cluster import AttentionCurve, Curve1D, Curve2D, GatherCurve
 from hetc.partitioner.cost_models import fit
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
 
@@ -93,15 +93,16 @@ def test_fit_memory_gives_slow_ops_their_own_curve_and_keeps_them_out_of_the_def
     assert fit.eval_1d(default, 65536) == pytest.approx(1.75, rel=1e-6)  # median of add 2, mul 2, mean 1.5, clone 1
 
 
-def test_fit_gather_keys_the_curve_by_bytes_per_row():
+def test_fit_gather_tables_rows_and_bytes_per_row():
     d, bw = 2e-6, 20e9
     row_speed = {768: 16e9, 4096: 23e9}  # wider rows stream better
     samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + 2.0 * r * w * 4 / row_speed[w]}
                for r in (4, 64, 1024) for w in (768, 4096)]
-    curve = fit.fit_gather(samples, bw, d, cache_bytes=64 * 2**20)
-    assert curve["x"] == pytest.approx([2 * 768 * 4, 2 * 4096 * 4])
-    assert curve["eff"] == pytest.approx([16 / 20, 23 / 20])
-    assert fit.fit_gather(samples[:1], bw, d, cache_bytes=64 * 2**20) is None  # 4 rows: dispatch-bound
+    t = fit.fit_gather(samples, bw, d)
+    GatherCurve.model_validate(t)
+    assert t["rows"] == [4.0, 64.0, 1024.0] and t["row_bytes"] == pytest.approx([2 * 768 * 4, 2 * 4096 * 4])
+    assert t["eff"] == [pytest.approx([16 / 20, 23 / 20])] * 3
+    assert fit.fit_gather([], bw, d) is None
 
 
 def test_table_2d_and_curves_reject_bad_shapes():
