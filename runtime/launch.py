@@ -101,19 +101,21 @@ def hosts_of_nodes(plan, nnodes: int, file: str) -> dict[str, int]:
 
 def _check_devices(lanes, file: str, local: set[int]) -> None:
     from hetc.backends import BackendUnavailable, get_backend
+    from hetc.runtime.topology import workers
 
-    for lane in lanes:
-        for s in lane.stages:
-            if s.rank not in local:
-                continue
-            try:
-                get_backend(s.backend).device_info(s.device_index)
-            except BackendUnavailable as e:
-                raise BadInput(f"stage {s.index} of pipeline {lane.pipeline} runs on {s.device} ({s.profile}, backend "
-                               f"{s.backend}), which this host cannot provide: {e}", file=file,
-                               field=f"pipelines.{lane.pipeline}.stages.{s.index}",
-                               fix="run on a host with that device, or pass --emulate to run every device of the "
-                                   "plan as a CPU process.") from None
+    for w in workers(lanes):
+        s = w.stage
+        if w.rank not in local:
+            continue
+        try:
+            get_backend(s.backend).device_info(w.device_index)
+        except BackendUnavailable as e:
+            pipeline = lanes[s.lane].pipeline
+            raise BadInput(f"stage {s.index} of pipeline {pipeline} runs on {w.device} ({s.profile}, backend "
+                           f"{s.backend}), which this host cannot provide: {e}", file=file,
+                           field=f"pipelines.{pipeline}.stages.{s.index}",
+                           fix="run on a host with that device, or pass --emulate to run every device of the "
+                               "plan as a CPU process.") from None
 
 
 class _Launch:
@@ -125,8 +127,8 @@ class _Launch:
         from hetc.partitioner.capture import load_hf_config
         from hetc.plan import load_plan
         from hetc.runtime.block_manager import BLOCK_SIZE
-        from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, kv_layout
-        from hetc.runtime.topology import build_topology, kv_blocks
+        from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, check_tp, kv_layout
+        from hetc.runtime.topology import build_topology, kv_blocks, workers
 
         self.o = o
         if o.nnodes > 1 and not (o.master_addr and o.master_port):
@@ -141,12 +143,17 @@ class _Launch:
                            fix="regenerate it with this version of `hetc plan`.")
         self.lanes = build_topology(plan, o.plan)
         self.host_of = hosts_of_nodes(plan, o.nnodes, o.plan)
-        self.local = {s.rank for l in self.lanes for s in l.stages if self.host_of[s.node] == o.node_rank}
+        self.all_workers = workers(self.lanes)
+        self.local = {w.rank for w in self.all_workers if self.host_of[w.stage.node] == o.node_rank}
         self.model_ref, self.model_dir = _resolve_model(plan, o)
         _check_hash(plan, self.model_ref, o.plan)
         self.hf_cfg, _ = load_hf_config(self.model_ref)
         units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
         check_supported(self.hf_cfg, units, o.plan)
+        for lane in self.lanes:
+            for s in lane.stages:
+                check_tp(self.hf_cfg, units[s.units[0]: s.units[1] + 1], s.tp,
+                         f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
         if not o.emulate:
             _check_devices(self.lanes, o.plan, self.local)
         kvh, hd = kv_layout(self.hf_cfg)
@@ -169,7 +176,7 @@ class _Launch:
                                field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
             self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
-        self.n_workers = sum(len(l.stages) for l in self.lanes)
+        self.n_workers = len(self.all_workers)
         n_here = max(1, len(self.local))
         self.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
         torch.set_num_threads(1)  # the frontend computes nothing
@@ -181,6 +188,7 @@ class _Launch:
     def start_workers(self) -> None:
         import torch.distributed as dist
 
+        from hetc.runtime.topology import tp_groups
         from hetc.runtime.transport import Kind, recv
         from hetc.runtime.worker import WorkerConfig
 
@@ -194,11 +202,10 @@ class _Launch:
         cfg.save(spec)
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "PYTHONUNBUFFERED": "1",
                "TOKENIZERS_PARALLELISM": "false"}
-        for lane in self.lanes:
-            for s in lane.stages:
-                if s.rank in self.local:
-                    self.procs[s.rank] = subprocess.Popen(
-                        [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", s.device], env=env)
+        for w in self.all_workers:
+            if w.rank in self.local:
+                self.procs[w.rank] = subprocess.Popen(
+                    [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", w.device], env=env)
         if o.node_rank != 0:
             return  # rank 0 (the frontend) lives on node rank 0
         err: list[BaseException] = []
@@ -220,21 +227,23 @@ class _Launch:
                 raise HetcError("the workers did not join the torch.distributed job in time.")
         if err:
             raise HetcError(f"joining the workers failed: {err[0]}")
-        for lane in self.lanes:
-            for s in lane.stages:
-                msg = recv(s.rank)
-                if msg.kind is not Kind.READY:
-                    raise HetcError(f"worker {s.device} sent {msg.kind.name} before READY")
-                pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
-                self.workers[s.rank] = {"rank": s.rank, "device": s.device, "stage": f"{lane.id}.{s.index}",
-                                        "node_rank": self.host_of[s.node], "units": list(s.units), "pid": pid,
-                                        "param_bytes": pb,
-                                        "param_tensors": n_params, "kv_blocks": blocks, "kv_bytes": kv_bytes}
+        for ranks in tp_groups(self.lanes):  # every rank creates every group, the frontend too
+            dist.new_group(list(ranks), timeout=dt.timedelta(seconds=o.timeout))
+        for w in self.all_workers:
+            s = w.stage
+            msg = recv(w.rank)
+            if msg.kind is not Kind.READY:
+                raise HetcError(f"worker {w.device} sent {msg.kind.name} before READY")
+            pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
+            self.workers[w.rank] = {"rank": w.rank, "device": w.device, "stage": f"{s.lane}.{s.index}",
+                                    "tp_rank": w.tp_rank, "node_rank": self.host_of[s.node], "units": list(s.units),
+                                    "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
+                                    "kv_bytes": kv_bytes}
 
     def _raise_if_dead(self, when: str) -> None:
         for rank, p in self.procs.items():
             if p.poll() is not None:
-                dev = next(s.device for l in self.lanes for s in l.stages if s.rank == rank)
+                dev = next(w.device for w in self.all_workers if w.rank == rank)
                 raise HetcError(f"the worker for {dev} (rank {rank}) exited with code {p.returncode} while {when}; "
                                 "its message is above.")
 
@@ -301,7 +310,7 @@ def _serve_workers_only(L: _Launch, log) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     L.start_workers()
-    devices = [s.device for l in L.lanes for s in l.stages if s.rank in L.local]
+    devices = [w.device for w in L.all_workers if w.rank in L.local]
     log(f"node rank {L.o.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
         f"{L.o.master_addr}:{L.o.master_port}")
     try:
@@ -361,9 +370,10 @@ def serve(o: ServeOptions, log=print) -> int:
         for lane in L.lanes:
             metrics.register_lane(lane.id, L.blocks[lane.id])
             for s in lane.stages:
-                w = L.workers[s.rank]
-                metrics.register_stage(lane.id, s.index, s.device, w["param_bytes"], s.weight_bytes, w["kv_bytes"],
-                                       s.predicted_ms)
+                metrics.register_stage(lane.id, s.index, s.device, s.predicted_ms)
+                for rank, dev in zip(s.ranks, s.devices):
+                    w = L.workers[rank]
+                    metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"])
         # one dead stage leaves the job unusable: stop the others now rather than at their receive timeout
         engine.on_fail = lambda reason: L.terminate()
         engine.start()

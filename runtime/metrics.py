@@ -42,8 +42,8 @@ class Metrics:
         self.kv_used = Gauge("hetc_kv_blocks_used", "KV blocks in use.", ["model", "lane"], registry=r)
         self.kv_total = Gauge("hetc_kv_blocks_total", "KV blocks of the lane's pool.", ["model", "lane"], registry=r)
         st = ["model", "stage", "device"]
-        self.stage_params = Gauge("hetc_stage_parameter_bytes", "Parameter bytes a stage worker holds.", st, registry=r)
-        self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for the stage.", st,
+        self.stage_params = Gauge("hetc_stage_parameter_bytes", "Parameter bytes a stage worker (one device) holds.", st, registry=r)
+        self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for one device of the stage.", st,
                                        registry=r)
         self.stage_kv_bytes = Gauge("hetc_stage_kv_pool_bytes", "Bytes of the stage's KV pool.", st, registry=r)
         self.stage_step = Histogram("hetc_stage_step_seconds", "Measured compute time of one micro-batch on a stage.",
@@ -59,13 +59,18 @@ class Metrics:
         self._lock = threading.Lock()
         self._stage_labels: dict[tuple[int, int], tuple[str, str]] = {}
 
-    def register_stage(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float, kv_bytes: int,
-                       predicted_ms: tuple[float, float]) -> None:
+    def register_worker(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float,
+                        kv_bytes: int) -> None:
+        """One device of a stage (a tp stage has several)."""
         key = (f"{lane}.{index}", device)
-        self._stage_labels[(lane, index)] = key
         self.stage_params.labels(self.model, *key).set(param_bytes)
         self.stage_plan_params.labels(self.model, *key).set(plan_weights)
         self.stage_kv_bytes.labels(self.model, *key).set(kv_bytes)
+
+    def register_stage(self, lane: int, index: int, device: str, predicted_ms: tuple[float, float]) -> None:
+        """A stage's step times, labelled with its leading device."""
+        key = (f"{lane}.{index}", device)
+        self._stage_labels[(lane, index)] = key
         self.stage_pred.labels(self.model, *key, "prefill").set(predicted_ms[0] / 1e3)
         self.stage_pred.labels(self.model, *key, "decode").set(predicted_ms[1] / 1e3)
 

@@ -9,6 +9,11 @@ Units map to modules by kind (from plan.json's unit table):
   head           lm_head (with model.norm when the model has no separate norm unit)
 so a stage may start at the MLP half of a layer. The model is built on the meta device
 and only the stage's modules get real parameters.
+
+A tensor-parallel stage (tp = k) is k StageModels, one per device, each holding 1/k of
+the heads (q/k/v rows, o_proj columns), of the MLP (gate/up rows, down columns) and of
+the vocabulary (embedding and LM-head rows); an all-reduce follows o_proj, down_proj and
+the embedding, an all-gather the head. Norms are small and replicated.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from hetc.errors import BadInput
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
 
-__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "kv_layout"]
+__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "check_tp", "kv_layout"]
 
 # plan dtype → what the stage computes in (fp8 weights are computed in bf16 here)
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
@@ -66,6 +72,38 @@ def check_supported(cfg, units: list[UnitRef], file: str = "plan.json") -> None:
                            field="model", fix="serve a Llama-family decoder.")
 
 
+def check_tp(cfg, units: list[UnitRef], tp: int, where: str, file: str = "plan.json") -> None:
+    """Refuse a tp degree this model cannot be split by evenly."""
+    if tp == 1:
+        return
+    kvh, _ = kv_layout(cfg)
+    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh,
+             "intermediate size": cfg.intermediate_size, "vocabulary": cfg.vocab_size}
+    bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
+    if any(u.kind == "moe" for u in units):
+        bad.append("MoE experts (not split by this runtime yet)")
+    if bad:
+        raise BadInput(f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} "
+                       "ways.", file=file, field=where, fix="plan with `--tp 1`.")
+
+
+def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
+    """This tp rank's part of parameter `name` (Megatron-style column/row split)."""
+    if k == 1:
+        return t
+    rows = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.", "embed_tokens.", "lm_head.")
+    cols = (".o_proj.weight", ".down_proj.weight")
+    if any(r in name for r in rows):
+        n = t.shape[0] // k
+        return t[rank * n:(rank + 1) * n]
+    if any(name.endswith(c) for c in cols):
+        n = t.shape[1] // k
+        return t[:, rank * n:(rank + 1) * n].contiguous()
+    if name.endswith((".o_proj.bias", ".down_proj.bias")):  # added once, after the all-reduce sums the parts
+        return t if rank == 0 else torch.zeros_like(t)
+    return t  # norms: replicated
+
+
 def _set_param(root: nn.Module, name: str, t: torch.Tensor) -> None:
     mod_name, _, leaf = name.rpartition(".")
     mod = root.get_submodule(mod_name) if mod_name else root
@@ -81,7 +119,8 @@ class StageModel(nn.Module):
     """The modules of units [first, last] of a decoder LLM, runnable on packed micro-batches."""
 
     def __init__(self, cfg, units: list[UnitRef], first: int, last: int, *, dtype: torch.dtype,
-                 kv_dtype: torch.dtype, num_blocks: int, weights, device: torch.device | str = "cpu"):
+                 kv_dtype: torch.dtype, num_blocks: int, weights, device: torch.device | str = "cpu",
+                 tp_rank: int = 0, tp_size: int = 1):
         """Args:
             cfg: the transformers config of the model.
             units: the whole unit table (every stage sees the same one).
@@ -89,12 +128,16 @@ class StageModel(nn.Module):
             dtype: compute/weight dtype; kv_dtype: KV storage dtype.
             num_blocks: KV blocks per attention layer (the lane's block manager's count).
             weights: a SafetensorsWeights or RandomWeights (`.get(name, shape, dtype)`).
+            tp_rank, tp_size: this device's place in a tensor-parallel stage; set `tp_group`
+                (a torch.distributed group) before running when tp_size > 1.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
 
         check_supported(cfg, units)
+        check_tp(cfg, units[first: last + 1], tp_size, "stage")
         self.cfg, self.dtype = cfg, dtype
+        self.tp_rank, self.tp_size, self.tp_group = tp_rank, tp_size, None
         self.units = units[first: last + 1]
         self.first, self.last = first, last
         kinds = [u.kind for u in units]
@@ -129,7 +172,8 @@ class StageModel(nn.Module):
         for path, mod in wanted.items():
             for name, p in list(mod.named_parameters()):
                 full_name = f"{path}.{name}"
-                _set_param(mod, name, weights.get(full_name, p.shape, dtype).to(device))
+                t = _shard(full_name, weights.get(full_name, p.shape, dtype), tp_rank, tp_size)
+                _set_param(mod, name, t.to(device))
                 self.param_names.append(full_name)
             for name, b in mod.named_buffers():
                 if b.is_meta:
@@ -144,7 +188,9 @@ class StageModel(nn.Module):
         if attn_layers:
             self.rotary = type(backbone.rotary_emb)(config=cfg).to(device)
         kvh, hd = kv_layout(cfg)
-        self.kv = KVPool(attn_layers, num_blocks if attn_layers else 0, kvh, hd, kv_dtype, device)
+        self.kv_heads, self.head_dim = kvh // tp_size, hd  # this device's share of the heads
+        self.vocab_part = cfg.vocab_size // tp_size
+        self.kv = KVPool(attn_layers, num_blocks if attn_layers else 0, self.kv_heads, hd, kv_dtype, device)
         del full
 
     @staticmethod
@@ -188,7 +234,7 @@ class StageModel(nn.Module):
             if u.index == self.select_at:
                 x = x[meta.sample_rows]  # only the tokens whose successor is sampled go on
             if u.kind == "embed":
-                x = self._m(self._embed_key)(x)  # [T] → [T, D]
+                x = self._embed(x)  # [T] → [T, D]
             elif u.kind == "attention":
                 if cos is None:
                     cos, sin = self.rotary(x, meta.positions[None])  # [1, T, Dh]
@@ -201,21 +247,39 @@ class StageModel(nn.Module):
                 mlp = self._m(f"{base}.mlp") if f"{base}.mlp" in self._paths else self._m(f"{base}.block_sparse_moe")
                 out = mlp(h[None])  # MoE blocks expect [B, S, D]
                 out = out[0] if isinstance(out, tuple) else out
-                x = x + out[0]
+                x = x + self._reduce(out[0])
             elif u.kind == "norm":
                 x = self._m(self._norm_key)(x)
             elif u.kind == "head":
                 if self.fused_final_norm:
                     x = self._m(self._norm_key)(x)
-                x = self._m("lm_head")(x).float()  # [S, V]
+                x = self._m("lm_head")(x).float()  # [S, V / tp]
+                if self.tp_size > 1:
+                    parts = [torch.empty_like(x) for _ in range(self.tp_size)]
+                    dist.all_gather(parts, x.contiguous(), group=self.tp_group)
+                    x = torch.cat(parts, dim=-1)  # [S, V]
         return x
+
+    def _reduce(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum the tp ranks' partial results (a no-op without tensor parallelism)."""
+        if self.tp_size > 1:
+            dist.all_reduce(t, group=self.tp_group)
+        return t
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        emb = self._m(self._embed_key)
+        if self.tp_size == 1:
+            return emb(ids)
+        local = ids - self.tp_rank * self.vocab_part  # rows of this rank's vocabulary slice
+        mine = (local >= 0) & (local < self.vocab_part)
+        return self._reduce(emb(local.clamp(0, self.vocab_part - 1)) * mine[:, None])
 
     def _attention(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    meta: AttnMeta) -> torch.Tensor:
         attn = self._m(f"{self._lp_key}.{layer}.self_attn")
         t = h.shape[0]
-        kvh, hd = kv_layout(self.cfg)
-        q = attn.q_proj(h).view(t, -1, hd)  # [T, H, Dh]
+        kvh, hd = self.kv_heads, self.head_dim
+        q = attn.q_proj(h).view(t, -1, hd)  # [T, H / tp, Dh]
         k = attn.k_proj(h).view(t, kvh, hd)  # [T, KVH, Dh]
         v = attn.v_proj(h).view(t, kvh, hd)
         if hasattr(attn, "q_norm"):  # qwen3: per-head RMSNorm before rotary
@@ -223,4 +287,4 @@ class StageModel(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         o = paged_attention(q, k, v, self.kv, layer, meta, getattr(attn, "scaling", hd ** -0.5))
-        return attn.o_proj(o)
+        return self._reduce(attn.o_proj(o))

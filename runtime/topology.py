@@ -4,6 +4,8 @@ Rank 0 is the frontend (HTTP server, tokenizer, schedulers). Workers take ranks 
 plan order — pipeline, replica, stage, then device within the stage — so a worker finds
 its rank from its device name and the plan alone, whatever order processes start in.
 Replica j of a stage uses devices first + j·tp of the stage's node (the planner's rule).
+A stage with tp = k is k workers; the first (its leader) talks to the neighbouring
+stages, the group shares the work through collectives.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from hetc.errors import BadInput
 from hetc.plan import Plan
 
-__all__ = ["Lane", "StageSpec", "build_topology", "kv_blocks", "stage_of_device"]
+__all__ = ["Lane", "StageSpec", "WorkerSpec", "build_topology", "kv_blocks", "tp_groups", "worker_of_device",
+           "workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,18 +24,46 @@ class StageSpec:
     lane: int
     index: int  # position in the lane's pipeline
     n_stages: int
-    device: str  # plan device name, NODE:INDEX
-    rank: int
-    prev_rank: int  # 0: the frontend
-    next_rank: int  # 0: the frontend
+    devices: tuple[str, ...]  # plan device names, NODE:INDEX; devices[0] leads
+    ranks: tuple[int, ...]  # one per device
+    prev_rank: int  # the previous stage's leader; 0: the frontend
+    next_rank: int  # the next stage's leader; 0: the frontend
     backend: str
     profile: str
     node: str
     units: tuple[int, int]
     layers: tuple[int, int]
-    kv_budget: float  # bytes (plan memory_bytes.kv)
-    weight_bytes: float  # plan memory_bytes.weights
+    kv_budget: float  # bytes per device (plan memory_bytes.kv)
+    weight_bytes: float  # per device (plan memory_bytes.weights)
     predicted_ms: tuple[float, float]  # (prefill, decode) step at the plan's operating point
+
+    @property
+    def tp(self) -> int:
+        return len(self.devices)
+
+    @property
+    def device(self) -> str:
+        return self.devices[0]
+
+    @property
+    def rank(self) -> int:
+        return self.ranks[0]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """One worker process: a device of a stage."""
+
+    stage: StageSpec
+    tp_rank: int
+
+    @property
+    def device(self) -> str:
+        return self.stage.devices[self.tp_rank]
+
+    @property
+    def rank(self) -> int:
+        return self.stage.ranks[self.tp_rank]
 
     @property
     def device_index(self) -> int:
@@ -54,41 +85,51 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
         raise BadInput("the plan is disaggregated (separate prefill and decode pools); this version of `hetc serve` "
                        "runs pipelines with phase 'both' only.", file=file, field="pipelines",
                        fix="plan with `--disaggregate off`.")
-    for p in plan.pipelines:
-        for i, s in enumerate(p.stages):
-            if s.tp != 1:
-                raise BadInput(f"pipeline {p.id} stage {i} is tensor-parallel (tp={s.tp}); this version of "
-                               "`hetc serve` runs tp=1 stages only.", file=file, field=f"pipelines.{p.id}.stages.{i}.tp",
-                               fix="plan with `--tp 1`.")
     lanes, rank, seen = [], 1, {}
     for p in plan.pipelines:
         for r in range(p.replicas):
             n = len(p.stages)
-            specs = []
+            first_ranks, dev_lists = [], []
             for i, s in enumerate(p.stages):
                 node, first = s.devices[0].rsplit(":", 1)
-                device = f"{node}:{int(first) + r * s.tp}"
-                if device in seen:
-                    raise BadInput(f"device {device} is used by two stages ({seen[device]} and pipeline {p.id} "
-                                   f"replica {r} stage {i}).", file=file, field="pipelines",
-                                   fix="regenerate the plan with `hetc plan`.")
-                seen[device] = f"pipeline {p.id} replica {r} stage {i}"
-                specs.append(dict(lane=len(lanes), index=i, n_stages=n, device=device, rank=rank + i,
-                                  prev_rank=0 if i == 0 else rank + i - 1, next_rank=0 if i == n - 1 else rank + i + 1,
-                                  backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units),
-                                  layers=tuple(s.layers), kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
-                                  predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
-            rank += n
-            lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(StageSpec(**d) for d in specs)))
+                devs = tuple(f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp))
+                for d in devs:
+                    if d in seen:
+                        raise BadInput(f"device {d} is used by two stages ({seen[d]} and pipeline {p.id} replica {r} "
+                                       f"stage {i}).", file=file, field="pipelines",
+                                       fix="regenerate the plan with `hetc plan`.")
+                    seen[d] = f"pipeline {p.id} replica {r} stage {i}"
+                dev_lists.append(devs)
+                first_ranks.append(rank)
+                rank += s.tp
+            specs = []
+            for i, s in enumerate(p.stages):
+                specs.append(StageSpec(
+                    lane=len(lanes), index=i, n_stages=n, devices=dev_lists[i],
+                    ranks=tuple(range(first_ranks[i], first_ranks[i] + s.tp)),
+                    prev_rank=0 if i == 0 else first_ranks[i - 1], next_rank=0 if i == n - 1 else first_ranks[i + 1],
+                    backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units), layers=tuple(s.layers),
+                    kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
+                    predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
+            lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs)))
     return lanes
 
 
-def stage_of_device(lanes: list[Lane], device: str) -> StageSpec:
-    for lane in lanes:
-        for s in lane.stages:
-            if s.device == device:
-                return s
+def workers(lanes: list[Lane]) -> list[WorkerSpec]:
+    """Every worker process, in rank order."""
+    return [WorkerSpec(s, j) for lane in lanes for s in lane.stages for j in range(s.tp)]
+
+
+def worker_of_device(lanes: list[Lane], device: str) -> WorkerSpec:
+    for w in workers(lanes):
+        if w.device == device:
+            return w
     raise KeyError(f"device {device} runs no stage of this plan")
+
+
+def tp_groups(lanes: list[Lane]) -> list[tuple[int, ...]]:
+    """Ranks of each tensor-parallel group, in the order every process creates them."""
+    return [s.ranks for lane in lanes for s in lane.stages if s.tp > 1]
 
 
 def kv_blocks(lane: Lane, attention_layers_of: dict[int, int], bytes_per_token_per_layer: int,
@@ -96,15 +137,16 @@ def kv_blocks(lane: Lane, attention_layers_of: dict[int, int], bytes_per_token_p
     """KV blocks the lane's block manager hands out, and each stage's own capacity.
 
     Every stage holding attention keeps one block per sequence block, so the lane gets
-    the smallest stage capacity; stages without attention hold no KV.
+    the smallest stage capacity; stages without attention hold no KV. A tp stage's
+    devices each keep 1/tp of the heads, and the plan's budget is per device.
 
     Args:
         attention_layers_of: stage index → attention layers it holds.
-        bytes_per_token_per_layer: K+V bytes of one token in one layer, as stored.
+        bytes_per_token_per_layer: K+V bytes of one token in one layer, as stored, all heads.
     """
     caps = []
     for s in lane.stages:
         n = attention_layers_of.get(s.index, 0)
-        caps.append(int(s.kv_budget // (block_size * n * bytes_per_token_per_layer)) if n else -1)
+        caps.append(int(s.kv_budget * s.tp // (block_size * n * bytes_per_token_per_layer)) if n else -1)
     real = [c for c in caps if c >= 0]
     return (min(real) if real else 0), caps

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-__all__ = ["Kind", "Message", "StepMeta", "recv", "Sender"]
+__all__ = ["Kind", "Message", "Sender", "StepMeta", "broadcast", "recv"]
 
 HEADER = 8
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.float64]
@@ -90,19 +90,42 @@ class StepMeta:
         return StepMeta(starts, n_new, sample, tables, v[o:], sampling)
 
 
+def _sizes(header: torch.Tensor) -> tuple[list[int], torch.dtype]:
+    _, _, n_meta, n_samp, rows, cols, code, n_times = header.tolist()
+    dtype = _DTYPES[code]
+    return [n_meta * 8, n_samp * 8, n_times * 8, rows * cols * dtype.itemsize], dtype
+
+
+def _decode(header: torch.Tensor, body: torch.Tensor) -> Message:
+    kind, step, _, _, rows, cols, _, _ = header.tolist()
+    sizes, dtype = _sizes(header)
+    meta, samp, times, pay = torch.split(body, sizes)
+    return Message(Kind(kind), step, meta.view(torch.long), samp.view(torch.float64), pay.view(dtype).view(rows, cols),
+                   times.view(torch.float64).clone())
+
+
 def recv(src: int) -> Message:
     """Receive one message from rank `src` (blocks up to the process group's timeout)."""
     header = torch.zeros(HEADER, dtype=torch.long)
     dist.recv(header, src=src)
-    kind, step, n_meta, n_samp, rows, cols, code, n_times = header.tolist()
-    dtype = _DTYPES[code]
-    sizes = [n_meta * 8, n_samp * 8, n_times * 8, rows * cols * dtype.itemsize]
-    body = torch.empty(sum(sizes), dtype=torch.uint8)
+    body = torch.empty(sum(_sizes(header)[0]), dtype=torch.uint8)
     if body.numel():
         dist.recv(body, src=src)
-    meta, samp, times, pay = torch.split(body, sizes)
-    return Message(Kind(kind), step, meta.view(torch.long), samp.view(torch.float64), pay.view(dtype).view(rows, cols),
-                   times.view(torch.float64).clone())
+    return _decode(header, body)
+
+
+def broadcast(msg: Message | None, src: int, group) -> Message:
+    """A tensor-parallel group's leader (`src`, passing `msg`) gives every member the same message."""
+    if msg is not None:
+        header, body = msg.encode()
+    else:
+        header = torch.zeros(HEADER, dtype=torch.long)
+    dist.broadcast(header, src=src, group=group)
+    if msg is None:
+        body = torch.empty(sum(_sizes(header)[0]), dtype=torch.uint8)
+    if body.numel():
+        dist.broadcast(body, src=src, group=group)
+    return _decode(header, body)
 
 
 class Sender:

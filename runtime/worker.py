@@ -62,16 +62,18 @@ def _watch_parent() -> None:
 
 
 def build_stage(cfg: WorkerConfig, device: str):
-    """(stage spec, StageModel, backend) for `device` of the plan."""
+    """(worker spec, StageModel, backend, topology) for `device` of the plan."""
     from hetc.backends import get_backend
     from hetc.partitioner.capture import load_hf_config
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef
-    from hetc.runtime.topology import build_topology, stage_of_device
+    from hetc.runtime.topology import build_topology, worker_of_device
     from hetc.runtime.weights import RandomWeights, SafetensorsWeights
 
     plan = load_plan(cfg.plan)
-    spec = stage_of_device(build_topology(plan, cfg.plan), device)
+    lanes = build_topology(plan, cfg.plan)
+    w = worker_of_device(lanes, device)
+    spec = w.stage
     backend = get_backend("cpu" if cfg.emulate else spec.backend)
     hf_cfg, _ = load_hf_config(cfg.model_ref)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
@@ -80,25 +82,42 @@ def build_stage(cfg: WorkerConfig, device: str):
     else:
         aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
         weights = SafetensorsWeights(cfg.model_dir, aliases)
-    tdev = backend.torch_device(spec.device_index if not cfg.emulate else 0)
+    index = 0 if cfg.emulate else w.device_index
     model = StageModel(hf_cfg, units, spec.units[0], spec.units[1], dtype=TORCH_DTYPES[plan.model.dtype],
                        kv_dtype=TORCH_DTYPES[plan.model.kv_dtype], num_blocks=cfg.kv_blocks[str(spec.lane)],
-                       weights=weights, device=tdev)
-    model = backend.prepare_stage(model, 0 if cfg.emulate else spec.device_index, threads=cfg.threads)
-    return spec, model, backend
+                       weights=weights, device=backend.torch_device(index), tp_rank=w.tp_rank, tp_size=spec.tp)
+    model = backend.prepare_stage(model, index, threads=cfg.threads)
+    return w, model, backend, lanes
 
 
-def serve_stage(spec, model, backend) -> None:
-    """The worker loop; returns after forwarding SHUTDOWN."""
+def serve_stage(w, model, backend, group=None, dev_index: int = 0) -> None:
+    """The worker loop; returns after forwarding SHUTDOWN.
+
+    Args:
+        w: this worker (WorkerSpec); its stage's leader receives and sends, the other
+            members of a tp stage get each message by broadcast and only compute.
+        group: the stage's tensor-parallel process group (None when tp = 1).
+    """
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
-    from hetc.runtime.transport import Kind, Message, Sender, StepMeta, recv
+    from hetc.runtime.transport import Kind, Message, Sender, StepMeta, broadcast, recv
 
-    first, last = spec.index == 0, spec.index == spec.n_stages - 1
-    out = Sender(spec.next_rank)
-    dev_index = 0
+    spec = w.stage
+    first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
+    out = Sender(spec.next_rank) if leader else None
     while True:
-        msg = recv(spec.prev_rank)
+        msg = recv(spec.prev_rank) if leader else None
+        if spec.tp > 1:
+            msg = broadcast(msg, spec.rank, group)
+        if not leader:  # a tp member: compute its share, the leader answers
+            if msg.kind is Kind.STEP:
+                meta = StepMeta.decode(msg.meta, msg.samp)
+                attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+                x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
+                model(backend.to_device(x, dev_index), attn)
+            elif msg.kind is Kind.SHUTDOWN:
+                return
+            continue
         if msg.kind is Kind.STEP:
             t0 = time.perf_counter()
             meta = StepMeta.decode(msg.meta, msg.samp)
@@ -137,18 +156,24 @@ def main(argv: list[str] | None = None) -> int:
     tag = f"[hetc worker {a.device}]"
     try:
         torch.set_num_threads(max(1, cfg.threads))
-        spec, model, backend = build_stage(cfg, a.device)
-        tag = f"[hetc worker {a.device} rank {spec.rank} stage {spec.lane}.{spec.index}]"
-        dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=spec.rank,
-                                world_size=cfg.world_size, timeout=dt.timedelta(seconds=cfg.timeout_s))
+        w, model, backend, lanes = build_stage(cfg, a.device)
+        spec = w.stage
+        tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
+        timeout = dt.timedelta(seconds=cfg.timeout_s)
+        dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=w.rank,
+                                world_size=cfg.world_size, timeout=timeout)
+        from hetc.runtime.topology import tp_groups
         from hetc.runtime.transport import Kind, Message, Sender
 
+        # every rank creates every tp group, in the same order (torch.distributed's rule)
+        groups = {ranks: dist.new_group(list(ranks), timeout=timeout) for ranks in tp_groups(lanes)}
+        model.tp_group = groups.get(spec.ranks)
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes], dtype=torch.long)
         hello = Sender(0)
-        hello.send(Message(Kind.READY, spec.rank, payload=ready))
+        hello.send(Message(Kind.READY, w.rank, payload=ready))
         hello.flush()
-        serve_stage(spec, model, backend)
+        serve_stage(w, model, backend, model.tp_group, 0 if cfg.emulate else w.device_index)
         dist.destroy_process_group()
         return 0
     except Exception as e:  # the frontend sees the exit code; the log says why

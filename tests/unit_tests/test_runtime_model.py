@@ -131,3 +131,54 @@ def test_sampler_greedy_seeded_and_filtered():
     assert len(set(draws)) > 1
     assert {sample(logits[:1], [(1.0, 1.0, 2, s)], [0])[0] for s in range(40)} <= {1, 3}  # top-k 2
     assert {sample(logits[:1], [(1.0, 0.4, 0, s)], [0])[0] for s in range(40)} == {1}  # top-p: token 1 alone has 0.48
+
+
+def _tp_rank(rank: int, init: str, model_dir: str, out: str) -> None:
+    import torch.distributed as dist
+    from transformers import AutoConfig
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    cfg = AutoConfig.from_pretrained(model_dir)
+    units = _units(cfg.num_hidden_layers)
+    # two pipeline stages, each split 2 ways
+    stages = [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=8,
+                         weights=SafetensorsWeights(model_dir), tp_rank=rank, tp_size=2) for a, b in ((0, 3), (4, 8))]
+    for s in stages:
+        s.tp_group = dist.group.WORLD
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randint(0, 300, (21,), generator=g).tolist(), torch.randint(0, 300, (4,), generator=g).tolist()
+    tables = {0: [1, 2], 1: [0]}
+
+    def step(items):
+        seqs = {0: a, 1: b}
+        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
+                              [i[3] for i in items])
+        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
+        for s in stages:
+            x = s(x, meta)
+        return x
+
+    outs = [step([(0, 0, 20, True), (1, 0, 3, True)]), step([(1, 3, 1, True), (0, 20, 1, True)])]
+    torch.save({"outs": outs, "a": a, "b": b, "param_bytes": [s.param_bytes for s in stages]}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_tensor_parallel_stages_match_unpartitioned_logits(model_dir, tmp_path):
+    """tp = 2: each device holds half of every matrix; all-reduce/all-gather restore the exact logits."""
+    import torch.multiprocessing as mp
+
+    d, cfg, ref = model_dir
+    out = str(tmp_path / "tp")
+    mp.start_processes(_tp_rank, args=(f"file://{tmp_path / 'store'}", str(d), out), nprocs=2, start_method="spawn")
+    r0, r1 = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    with torch.no_grad():
+        ra, rb = ref(torch.tensor([r0["a"]])).logits[0], ref(torch.tensor([r0["b"]])).logits[0]
+    (x1, x2) = r0["outs"]
+    assert (x1[0] - ra[19]).abs().max() < 1e-4 and (x1[1] - rb[2]).abs().max() < 1e-4
+    assert (x2[0] - rb[3]).abs().max() < 1e-4 and (x2[1] - ra[20]).abs().max() < 1e-4
+    assert torch.equal(r0["outs"][1], r1["outs"][1])  # every member ends with the same logits
+    norms = 3 * cfg.hidden_size * 4  # replicated norm gains (bytes): stage 0 holds 3, the rest is halved
+    total0 = sum(p.numel() * 4 for n, p in ref.named_parameters()
+                 if n.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1.input", "model.layers.1.self")))
+    assert r0["param_bytes"][0] == r1["param_bytes"][0] == (total0 - norms) // 2 + norms
