@@ -87,10 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_positive_int, default=8000)
     sv.add_argument("--api-key", default=os.environ.get("HETC_API_KEY"), help="require 'Authorization: Bearer KEY'")
     sv.add_argument("--served-model-name", default=None, help="the model id clients send (default: the dir's name)")
-    sv.add_argument("--nnodes", type=_positive_int, default=1)
-    sv.add_argument("--node-rank", type=int, default=0)
-    sv.add_argument("--master-addr", default=None)
-    sv.add_argument("--master-port", type=_positive_int, default=None)
+    sv.add_argument("--nnodes", type=_positive_int, default=1,
+                    help="hosts serving the plan; its cluster nodes are split over them in order")
+    sv.add_argument("--node-rank", type=int, default=0, help="this host (0 runs the HTTP server and the frontend)")
+    sv.add_argument("--master-addr", default=None, help="node rank 0's address (with --nnodes > 1)")
+    sv.add_argument("--master-port", type=_positive_int, default=None, help="a free port on node rank 0")
     sv.add_argument("--max-num-seqs", type=_positive_int, default=None,
                     help="sequences running at once (default: the plan's batch)")
     sv.add_argument("--max-batched-tokens", type=_positive_int, default=2048, help="prefill chunk (default 2048)")
