@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from hetc.runtime.block_manager import BLOCK_SIZE, BlockManager
 from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.sequence import SamplingParams, Sequence
@@ -125,8 +127,6 @@ class LaneRunner:
                         sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
                                    i.seq.params.seed) for i in items])
         m, s = meta.encode()
-        import torch
-
         return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
                        times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
 

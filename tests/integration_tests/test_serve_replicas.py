@@ -1,6 +1,7 @@
 """`hetc serve --random-weights` of a config-only model dir on a plan with two pipeline
 replicas: two lanes, the byte-level fallback tokenizer (labelled), the same deterministic
-weights in every worker, so every lane gives the same greedy tokens. Slow: a second server."""
+weights in every worker, so every lane gives the same greedy tokens; SIGTERM drains the
+requests in flight, then exits 0. Slow: a second server."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def test_random_weights_two_replicas_byte_tokenizer(tmp_path):
         steps = [l for l in httpx.get(f"{url}/metrics").text.splitlines()
                  if l.startswith("hetc_stage_step_seconds_count") and not l.endswith(" 0.0")]
         assert {l.split('stage="')[1][:3] for l in steps} == {"0.0", "1.0"}  # both lanes served
-    finally:
-        proc.send_signal(signal.SIGTERM)
+
+        # SIGTERM drains: requests in flight finish, then the server and its workers exit 0
+        def long(_):
+            r = c.completions.create(model="tiny-llama", prompt="drain", max_tokens=64, temperature=0,
+                                     extra_body={"ignore_eos": True})
+            return r.usage.completion_tokens
+
+        with cf.ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(long, i) for i in range(4)]
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            assert [f.result(timeout=60) for f in futs] == [64] * 4
         assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
