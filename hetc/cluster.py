@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
 from hetc.quantity import Kind, parse_quantity
 
@@ -37,7 +38,6 @@ Flops = Annotated[float, _q(Kind.FLOPS)]
 Seconds = Annotated[float, _q(Kind.TIME)]
 Watts = Annotated[float, _q(Kind.POWER)]
 UsdPerHour = Annotated[float, _q(Kind.PRICE)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
 DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 
 
@@ -59,120 +59,6 @@ class Link(_Strict):
         if self.bandwidth <= 0:
             raise ValueError("bandwidth must be > 0")
         return self
-
-
-class Efficiency(BaseModel):
-    """Achievable fractions of peak. `matmul` and `memory` are required; more may be added.
-
-    `overlap` is the share of the shorter of an op's compute and memory time hidden under
-    the longer (1: a pure roofline, max(compute, memory); 0: they add up).
-    """
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    matmul: Fraction
-    memory: Fraction
-    overlap: Annotated[float, Field(ge=0, le=1)] = 1.0
-
-
-class Curve1D(_Strict):
-    """Efficiency at ascending points `x`, linear in log x between them, flat beyond the ends."""
-
-    x: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    eff: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _shape(self) -> "Curve1D":
-        if len(self.x) != len(self.eff):
-            raise ValueError(f"x has {len(self.x)} points but eff has {len(self.eff)}")
-        if any(b <= a for a, b in zip(self.x, self.x[1:])):
-            raise ValueError("x must be strictly ascending")
-        return self
-
-
-class Curve2D(_Strict):
-    """Matmul efficiency `eff[i][j]` at rows `m[i]` and weight size `nk[j]` (N·K elements),
-    bilinear in (log m, log nk), flat beyond the grid."""
-
-    m: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    nk: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    eff: list[list[Annotated[float, Field(gt=0)]]]
-
-    @model_validator(mode="after")
-    def _shape(self) -> "Curve2D":
-        if len(self.eff) != len(self.m) or any(len(r) != len(self.nk) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.m)} rows (m) of {len(self.nk)} values (nk)")
-        for name, xs in (("m", self.m), ("nk", self.nk)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
-        return self
-
-
-class AttentionCurve(_Strict):
-    """Attention efficiency `eff[i][j]` at `q[i]` query tokens per sequence (1 = decode) and a
-    mean context of `ctx[j]` keys per query, bilinear in (log q, log ctx), flat beyond the grid."""
-
-    q: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    ctx: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    eff: list[list[Annotated[float, Field(gt=0)]]]
-
-    @model_validator(mode="after")
-    def _shape(self) -> "AttentionCurve":
-        if len(self.eff) != len(self.q) or any(len(r) != len(self.ctx) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.q)} rows (q) of {len(self.ctx)} values (ctx)")
-        for name, xs in (("q", self.q), ("ctx", self.ctx)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
-        return self
-
-
-class GatherCurve(_Strict):
-    """Gather efficiency `eff[i][j]` (bytes/s ÷ memory_bandwidth) at `rows[i]` rows read and
-    `row_bytes[j]` bytes moved per row, bilinear in the logs, flat beyond the grid."""
-
-    rows: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    row_bytes: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
-    eff: list[list[Annotated[float, Field(gt=0)]]]
-
-    @model_validator(mode="after")
-    def _shape(self) -> "GatherCurve":
-        if len(self.eff) != len(self.rows) or any(len(r) != len(self.row_bytes) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.rows)} rows (rows) of {len(self.row_bytes)} values (row_bytes)")
-        for name, xs in (("rows", self.rows), ("row_bytes", self.row_bytes)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
-        return self
-
-
-class EfficiencyCurves(_Strict):
-    """Shape-dependent efficiencies (optional; `hetc profile` fits them). Where a curve is
-    missing the scalar `efficiency` applies.
-
-    matmul[dtype]: achieved FLOP/s ÷ peak_flops[dtype] by GEMM rows M and weight size N·K.
-    attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and
-        mean context.
-    memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
-        the working set stays in cache).
-    memory_kinds: like `memory`, for one kind of op (elementwise, norm: reductions, copy),
-        where measured.
-    memory_ops: like `memory`, for one op by its name in the exported graph (silu, exp on
-        a CPU are bound by arithmetic; cat has a high fixed cost), where measured. An op
-        takes its own curve, else its kind's, else `memory`.
-    gather: gathers (embedding lookups: random rows of a table far larger than the cache):
-        bytes/s ÷ memory_bandwidth by rows read and bytes moved per row (a row's size sets
-        how well its read streams; few rows leave the op's own fixed cost).
-    dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
-        a model step (dispatch plus the framework's own code between ops).
-    """
-
-    matmul: dict[DType, Curve2D] = {}
-    attention: dict[DType, AttentionCurve] = {}
-    memory: Curve1D | None = None
-    memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
-    memory_ops: dict[str, Curve1D] = {}
-    gather: GatherCurve | None = None
-    dispatch_overhead: Seconds | None = None
-    threads: int | None = Field(default=None, gt=0)
-    source: str | None = None
 
 
 class Profile(_Strict):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Case", "run_cases", "CpuInfo", "cpu_info", "cpu_peak_flops", "set_threads", "sync_for", "evict_bytes"]
+__all__ = ["Case", "run_cases", "CpuInfo", "cpu_info", "cpu_peak_flops", "set_threads", "sync_for", "evict_bytes",
+           "warm_allocator"]
 
 
 @dataclass
@@ -89,6 +90,20 @@ def run_cases(cases: list[Case], *, rounds: int = 3, sync: Callable[[], None] = 
                 ts.append(time.perf_counter() - t0)
             c.seconds = min(c.seconds, statistics.median(ts))
     return cases
+
+
+def warm_allocator() -> None:
+    """Put the C allocator in the state a running engine reaches.
+
+    glibc serves allocations above a threshold with fresh pages (mmap, a page fault per
+    4 KiB on first touch) and raises that threshold to the size of the largest such block
+    freed, up to 32 MiB. An engine freeing activations every step gets there within its
+    first steps; a fresh measuring process would otherwise time page faults on some ops
+    and not others depending on what it happened to free before.
+    """
+    block = torch.empty((31 << 20,), dtype=torch.uint8)  # just under glibc's 32 MiB ceiling
+    block.fill_(0)
+    del block
 
 
 def set_threads(threads: int | None) -> int:

@@ -94,6 +94,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     check_device(device)
     say = progress or (lambda s: None)
     threads = bench.set_threads(threads)
+    bench.warm_allocator()
     info = bench.cpu_info()
     sync = bench.sync_for(device)
     peaks, peak_how = bench.cpu_peak_flops(info, threads)

@@ -22,6 +22,7 @@ def measure(spec: dict) -> dict:
     from hetc.partitioner.cost_models.shapes import held_out_shapes
 
     threads = bench.set_threads(spec.get("threads"))
+    bench.warm_allocator()
     info = bench.cpu_info()
     shapes = held_out_shapes(spec.get("quick", False))
     rounds = int(spec.get("rounds", 3))

@@ -1,0 +1,140 @@
+"""Achievable efficiency in a hardware profile: the scalar form and the optional curves.
+
+A hand-written profile gives `efficiency: {matmul, memory}` (fractions of peak, each with
+its source); `hetc profile` adds `efficiency_curves` beside it, fitted on the device. The
+cost model (partitioner/cost_models/analytic.py) reads a curve where one is given and the
+scalar otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from hetc.quantity import Kind, parse_quantity
+
+__all__ = ["Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve"]
+
+Fraction = Annotated[float, Field(gt=0, le=1)]
+Positive = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, BeforeValidator(lambda v: parse_quantity(v, Kind.TIME))]
+DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Efficiency(BaseModel):
+    """Achievable fractions of peak. `matmul` and `memory` are required; more may be added.
+
+    `overlap` is the share of the shorter of an op's compute and memory time hidden under
+    the longer (1: a pure roofline, max(compute, memory); 0: they add up).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    matmul: Fraction
+    memory: Fraction
+    overlap: Annotated[float, Field(ge=0, le=1)] = 1.0
+
+
+class Curve1D(_Strict):
+    """Efficiency at ascending points `x`, linear in log x between them, flat beyond the ends."""
+
+    x: list[Positive] = Field(min_length=1)
+    eff: list[Positive] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Curve1D":
+        if len(self.x) != len(self.eff):
+            raise ValueError(f"x has {len(self.x)} points but eff has {len(self.eff)}")
+        if any(b <= a for a, b in zip(self.x, self.x[1:])):
+            raise ValueError("x must be strictly ascending")
+        return self
+
+
+class Curve2D(_Strict):
+    """Matmul efficiency `eff[i][j]` at rows `m[i]` and weight size `nk[j]` (N·K elements),
+    bilinear in (log m, log nk), flat beyond the grid."""
+
+    m: list[Positive] = Field(min_length=1)
+    nk: list[Positive] = Field(min_length=1)
+    eff: list[list[Positive]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Curve2D":
+        if len(self.eff) != len(self.m) or any(len(r) != len(self.nk) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.m)} rows (m) of {len(self.nk)} values (nk)")
+        for name, xs in (("m", self.m), ("nk", self.nk)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
+class AttentionCurve(_Strict):
+    """Attention efficiency `eff[i][j]` at `q[i]` query tokens per sequence (1 = decode) and a
+    mean context of `ctx[j]` keys per query, bilinear in (log q, log ctx), flat beyond the grid."""
+
+    q: list[Positive] = Field(min_length=1)
+    ctx: list[Positive] = Field(min_length=1)
+    eff: list[list[Positive]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "AttentionCurve":
+        if len(self.eff) != len(self.q) or any(len(r) != len(self.ctx) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.q)} rows (q) of {len(self.ctx)} values (ctx)")
+        for name, xs in (("q", self.q), ("ctx", self.ctx)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
+class GatherCurve(_Strict):
+    """Gather efficiency `eff[i][j]` (bytes/s ÷ memory_bandwidth) at `rows[i]` rows read and
+    `row_bytes[j]` bytes moved per row, bilinear in the logs, flat beyond the grid."""
+
+    rows: list[Positive] = Field(min_length=1)
+    row_bytes: list[Positive] = Field(min_length=1)
+    eff: list[list[Positive]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "GatherCurve":
+        if len(self.eff) != len(self.rows) or any(len(r) != len(self.row_bytes) for r in self.eff):
+            raise ValueError(f"eff must be {len(self.rows)} rows (rows) of {len(self.row_bytes)} values (row_bytes)")
+        for name, xs in (("rows", self.rows), ("row_bytes", self.row_bytes)):
+            if any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"{name} must be strictly ascending")
+        return self
+
+
+class EfficiencyCurves(_Strict):
+    """Shape-dependent efficiencies (optional; `hetc profile` fits them). Where a curve is
+    missing the scalar `efficiency` applies.
+
+    matmul[dtype]: achieved FLOP/s ÷ peak_flops[dtype] by GEMM rows M and weight size N·K.
+    attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and
+        mean context.
+    memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
+        the working set stays in cache).
+    memory_kinds: like `memory`, for one kind of op (elementwise, norm: reductions, copy),
+        where measured.
+    memory_ops: like `memory`, for one op by its name in the exported graph (silu, exp on
+        a CPU are bound by arithmetic; cat has a high fixed cost), where measured. An op
+        takes its own curve, else its kind's, else `memory`.
+    gather: gathers (embedding lookups: random rows of a table far larger than the cache):
+        bytes/s ÷ memory_bandwidth by rows read and bytes moved per row (a row's size sets
+        how well its read streams; few rows leave the op's own fixed cost).
+    dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
+        a model step (dispatch plus the framework's own code between ops).
+    """
+
+    matmul: dict[DType, Curve2D] = {}
+    attention: dict[DType, AttentionCurve] = {}
+    memory: Curve1D | None = None
+    memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
+    memory_ops: dict[str, Curve1D] = {}
+    gather: GatherCurve | None = None
+    dispatch_overhead: Seconds | None = None
+    threads: int | None = Field(default=None, gt=0)
+    source: str | None = None
