@@ -47,6 +47,9 @@ def main() -> int:
     print(f"Command: `{' '.join(cmd)}` ({time.perf_counter() - t0:.0f} s, fit and report)  ")
     print(f"Machine: {model} (`lscpu`), {cpus} cores, {doc['machine']['threads']} thread(s) measured, "
           f"torch {doc['machine']['torch']}  ")
+    load = doc["machine"].get("foreign_load")
+    if load is not None:
+        print(f"Other processes' share of the CPU while the report measured: {load:.0%}  ")
     print(f"Whole steps: transformers Llama, hidden {m['hidden_size']}, {m['num_hidden_layers']} layers, "
           f"{m['num_attention_heads']}/{m['num_key_value_heads']} heads, intermediate {m['intermediate_size']}, "
           f"vocab {m['vocab_size']}, fp32, random weights\n")

@@ -60,3 +60,7 @@ def print_fidelity(report, console: Console) -> None:
         s.add_row(cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}",
                   "[green]ok[/]" if v["ok"] else "[red]over[/]")
     console.print(s)
+    load = report.machine.get("foreign_load")
+    if load is not None:
+        console.print(f"other processes used {load:.0%} of this machine's CPU time while it measured"
+                      + (" — timings from a busy machine are slower than the profile predicts" if load > 0.1 else ""))

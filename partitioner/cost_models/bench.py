@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["Case", "run_cases", "CpuInfo", "cpu_info", "cpu_peak_flops", "set_threads", "sync_for", "evict_bytes",
-           "warm_allocator"]
+           "warm_allocator", "ForeignLoad"]
 
 
 @dataclass
@@ -90,6 +90,44 @@ def run_cases(cases: list[Case], *, rounds: int = 3, sync: Callable[[], None] = 
                 ts.append(time.perf_counter() - t0)
             c.seconds = min(c.seconds, statistics.median(ts))
     return cases
+
+
+class ForeignLoad:
+    """Share of the machine's CPU time that other processes used over an interval.
+
+    Timings on a shared machine are only as good as the quiet they had; reports carry this
+    figure so a reader can tell. Our own process and the children it waited for are not
+    counted (`os.times`).
+    """
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self._busy0 = self._busy()
+        self._own0 = self._own()
+
+    @staticmethod
+    def _busy() -> float | None:
+        try:
+            f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        except OSError:
+            return None
+        ticks = [float(x) for x in f]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle + iowait
+        return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def share(self) -> float | None:
+        """Other processes' CPU seconds ÷ (wall seconds × CPUs) since construction, or None."""
+        busy = self._busy()
+        if busy is None or self._busy0 is None:
+            return None
+        wall = time.perf_counter() - self._t0
+        others = (busy - self._busy0) - (self._own() - self._own0)
+        return max(0.0, others) / max(wall * (os.cpu_count() or 1), 1e-9)
 
 
 def warm_allocator() -> None:

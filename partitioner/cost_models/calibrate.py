@@ -93,6 +93,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     """
     check_device(device)
     say = progress or (lambda s: None)
+    load = bench.ForeignLoad()
     threads = bench.set_threads(threads)
     bench.warm_allocator()
     info = bench.cpu_info()
@@ -182,8 +183,12 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
         except (RuntimeError, ValueError) as e:  # optional: the profile stands without it
             link = {"error": str(e)}
 
+    foreign = load.share()
     doc["sources"] = _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power, price)
-    details = {"dispatch_s": dispatch, "bandwidth": bandwidth, "probe": pf.points, "p2p_link": link,
+    if foreign is not None:
+        doc["sources"].insert(1, f"{'⚠ ' if foreign > 0.1 else ''}other processes used {foreign:.0%} of the "
+                                 "machine's CPU time while it was measured")
+    details = {"foreign_load": foreign, "dispatch_s": dispatch, "bandwidth": bandwidth, "probe": pf.points, "p2p_link": link,
                "cases": {c.name: c.seconds for c in mm + at + me + pc}}
     return Calibration(doc, _profile(doc), details)
 

@@ -23,6 +23,7 @@ from hetc.cluster import Profile
 from hetc.errors import HetcError
 from hetc.partitioner.cost_models import hf_steps, microbench
 from hetc.partitioner.cost_models.analytic import cost_params, op_time, units_time
+from hetc.partitioner.cost_models.bench import ForeignLoad
 from hetc.partitioner.cost_models.probe import capture_config
 from hetc.partitioner.cost_models.shapes import STEP_MODEL, held_out_shapes
 
@@ -144,7 +145,9 @@ def validate(profile: Profile, *, quick: bool = False, threads: int | None = Non
     cfg = step_model_config()
     spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5)}
     say("measuring held-out ops and steps in a separate process")
+    load = ForeignLoad()
     out = _measure(spec, timeout_s)
+    out["machine"]["foreign_load"] = load.share()
     say("predicting")
     units = capture_config(cfg)
     ops = dict((n, s) for n, s in out["ops"])
