@@ -25,7 +25,7 @@ from hetc.partitioner.cost_models import hf_steps, microbench
 from hetc.partitioner.cost_models.analytic import cost_params, op_time, units_time
 from hetc.partitioner.cost_models.bench import ForeignLoad
 from hetc.partitioner.cost_models.probe import capture_config
-from hetc.partitioner.cost_models.shapes import STEP_MODEL, held_out_shapes
+from hetc.partitioner.cost_models.shapes import STEP_MODEL, STEP_MODEL_QUICK, held_out_shapes
 
 __all__ = ["Row", "FidelityReport", "validate", "TARGETS", "step_model_config"]
 
@@ -73,9 +73,9 @@ class FidelityReport:
                           "measured_ms": r.measured_s * 1e3, "ratio": r.ratio} for r in self.rows]}
 
 
-def step_model_config() -> dict:
-    """config.json of the report's whole-step model."""
-    m = STEP_MODEL
+def step_model_config(quick: bool = False) -> dict:
+    """config.json of the report's whole-step model (a smaller one for `--quick`)."""
+    m = STEP_MODEL_QUICK if quick else STEP_MODEL
     return hf_steps.llama_config(hidden=m["hidden"], layers=m["layers"], heads=m["heads"], kv_heads=m["kv_heads"],
                                  intermediate=m["intermediate"], vocab=m["vocab"])
 
@@ -142,7 +142,7 @@ def validate(profile: Profile, *, quick: bool = False, threads: int | None = Non
     say = progress or (lambda s: None)
     curves = profile.efficiency_curves
     threads = threads or (curves.threads if curves and curves.threads else None)
-    cfg = step_model_config()
+    cfg = step_model_config(quick)
     spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5)}
     say("measuring held-out ops and steps in a separate process")
     load = ForeignLoad()

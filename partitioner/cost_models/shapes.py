@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 from hetc.partitioner.cost_models.microbench import AttnShape
 
-__all__ = ["ShapeSet", "fit_shapes", "held_out_shapes", "PROBE_MODEL", "STEP_MODEL"]
+__all__ = ["ShapeSet", "fit_shapes", "held_out_shapes", "PROBE_MODEL", "STEP_MODEL", "STEP_MODEL_QUICK"]
 
 # overhead probe: a Llama so narrow its arithmetic is negligible next to its op dispatch
 PROBE_MODEL = dict(hidden=64, intermediate=176, heads=4, kv_heads=2, vocab=256)
 # whole steps of the fidelity report: a small Llama-shaped model (GQA 12/4, Llama's 32k vocab)
 STEP_MODEL = dict(hidden=768, intermediate=2048, heads=12, kv_heads=4, vocab=32000, layers=6)
+STEP_MODEL_QUICK = dict(hidden=512, intermediate=1376, heads=8, kv_heads=4, vocab=8192, layers=4)  # --quick
 
 
 @dataclass
