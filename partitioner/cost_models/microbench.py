@@ -198,13 +198,13 @@ def memory_cases(shapes: list[tuple[str, int, int]], *, dtype: str, device: str)
     td = TORCH_DTYPES[dtype]
     cases = []
     acts: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # shared by every op of a shape
-    tables: dict[int, torch.Tensor] = {}  # one embedding table per width, larger than any cache
+    # embedding tables larger than any cache, every width a view of one buffer
+    gathers = [(r, w) for n, r, w in shapes if n == "gather"]
+    flat = _rand((max((_table_rows(w, dtype) * w for _, w in gathers), default=1),), td, device)
     for name, rows, width in shapes:
         if name == "gather":
-            if width not in tables:
-                tables[width] = _rand((max(_table_rows(width, dtype), rows), width), td, device)
-            table = tables[width]
-            ids = torch.randint(0, min(table.shape[0], _table_rows(width, dtype)), (rows,), device=device)
+            table = flat[: _table_rows(width, dtype) * width].view(-1, width)
+            ids = torch.randint(0, table.shape[0], (rows,), device=device)
             fn = (lambda ids=ids, table=table: F.embedding(ids, table))
         else:
             work = MEMORY_OPS[name][1]

@@ -57,7 +57,9 @@ def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
              for L in (32, 128, 512, 2048)]
     mem = [(op, r, w) for op in _MEM_OPS for w in (1024, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096)
            if r * w <= 1 << 24]
-    mem += [("gather", r, w) for w in (512, 1024, 2048, 3072, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096)
+    # gathers at the hidden sizes models use: a row's size sets its cost, not monotonically
+    # (rows that straddle more pages cost more)
+    mem += [("gather", r, w) for w in (512, 768, 1024, 1536, 2048, 3072, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096)
             if r * w <= 1 << 24]
     return ShapeSet(mm, mm_bf16, attn, mem, [1, 2, 4])
 
