@@ -67,6 +67,9 @@ class LaneRunner:
         self.stopping = False  # SHUTDOWN requested
         self.stopped = threading.Event()
         self._last_send = time.monotonic()
+        self._send_lock = threading.Lock()
+        self._dirty = True
+        self._out = Sender(self.first_rank)
 
     def start(self) -> None:
         threading.Thread(target=self._guard, args=(self._send_loop,), name=f"lane{self.lane.id}-send", daemon=True).start()
@@ -81,43 +84,62 @@ class LaneRunner:
             self.engine.fail(f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: {text[:240]}")
 
     # ---- sending ---------------------------------------------------------------------------
-    def _send_loop(self) -> None:
-        out = Sender(self.first_rank)
-        n_stages = len(self.lane.stages)
-        hb = self.engine.heartbeat_s
-        while True:
-            with self.cond:
-                batch = None
-                while True:
-                    if self.engine.failed:
-                        return
-                    if len(self.inflight) < n_stages:
-                        batch = self.sched.schedule()
-                        if batch is not None:
-                            break
-                    if self.stopping and not self.inflight and not self.sched.has_unfinished():
-                        break
-                    idle = time.monotonic() - self._last_send
-                    if not self.inflight and idle >= hb:
-                        break
-                    self.cond.wait(timeout=max(0.01, hb - idle) if not self.inflight else hb)
-                if batch is not None:
-                    msg = self._step_message(batch)
-                    self.inflight.append(batch)
-                    self.engine.metrics.on_schedule(self)
-                elif self.stopping and not self.inflight and not self.sched.has_unfinished():
-                    msg = Message(Kind.SHUTDOWN)
-                    self.inflight.append(_HEARTBEAT)
-                else:
-                    msg = Message(Kind.HEARTBEAT)
-                    self.inflight.append(_HEARTBEAT)
-                self._last_send = time.monotonic()
+    # Both threads send: the receiver sends the next micro-batch as soon as a result frees its
+    # sequences (no thread hand-off between a result and the next step), the sender thread
+    # sends what new requests make possible, heartbeats while idle, and SHUTDOWN. `_send_lock`
+    # keeps "append to inflight" and "send" in one order; it is taken before `cond`.
+    def poke(self) -> None:
+        """The scheduler's state changed (call with `cond` held): the sender looks again."""
+        self._dirty = True
+        self.cond.notify_all()
+
+    def _next_message(self, heartbeat_ok: bool) -> Message | None:
+        """With `cond` held: the next message to send, already queued in `inflight`; None: nothing now."""
+        if len(self.inflight) < len(self.lane.stages):
+            batch = self.sched.schedule()
             if batch is not None:
+                msg = self._step_message(batch)
+                self.inflight.append(batch)
+                self.engine.metrics.on_schedule(self)
                 batch.sent_at = time.perf_counter()
-            out.send(msg)
-            if msg.kind is Kind.SHUTDOWN:
-                out.flush()
-                return
+                self._last_send = time.monotonic()
+                return msg
+        if not heartbeat_ok or self.inflight:
+            return None
+        if self.stopping and not self.sched.has_unfinished():
+            self.inflight.append(_HEARTBEAT)
+            return Message(Kind.SHUTDOWN)
+        if time.monotonic() - self._last_send >= self.engine.heartbeat_s:
+            self.inflight.append(_HEARTBEAT)
+            self._last_send = time.monotonic()
+            return Message(Kind.HEARTBEAT)
+        return None
+
+    def _send_next(self, heartbeat_ok: bool) -> Message | None:
+        with self._send_lock:
+            with self.cond:
+                if self.engine.failed:
+                    return None
+                msg = self._next_message(heartbeat_ok)
+                if msg is None and heartbeat_ok:
+                    self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
+            if msg is not None:
+                self._out.send(msg)
+                if msg.kind is Kind.SHUTDOWN:
+                    self._out.flush()
+            return msg
+
+    def _send_loop(self) -> None:
+        while not self.engine.failed:
+            msg = self._send_next(heartbeat_ok=True)
+            if msg is not None:
+                if msg.kind is Kind.SHUTDOWN:
+                    return
+                continue
+            with self.cond:
+                if not self._dirty and not self.engine.failed:
+                    due = self.engine.heartbeat_s - (time.monotonic() - self._last_send)
+                    self.cond.wait(timeout=max(0.01, due) if not self.inflight else self.engine.heartbeat_s)
 
     def _step_message(self, batch: MicroBatch) -> Message:
         items = batch.items
@@ -143,10 +165,12 @@ class LaneRunner:
                 if msg.kind is Kind.RESULT:
                     outs = self.sched.on_result(item, msg.payload.reshape(-1).tolist())
                     self.engine.metrics.on_step(self, item, msg.times.tolist(), now - item.sent_at)
-                self.cond.notify_all()
+                self.poke()
             if msg.kind is Kind.SHUTDOWN:
                 self.stopped.set()
                 return
+            if msg.kind is Kind.RESULT:
+                self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
             self.engine.deliver(outs)
 
     # ---- requests --------------------------------------------------------------------------
@@ -207,7 +231,7 @@ class Engine:
             self.requests[seq.seq_id] = req
         with lane.cond:
             lane.sched.add(seq)
-            lane.cond.notify_all()
+            lane.poke()
         self.metrics.on_queue(self)
         return req
 
@@ -215,7 +239,7 @@ class Engine:
         """Stop a request whose client left or whose stop string matched."""
         with req.lane.cond:
             done = req.lane.sched.abort(req.seq)
-            req.lane.cond.notify_all()
+            req.lane.poke()
         if done:
             self.requests.pop(req.seq.seq_id, None)
 
@@ -247,7 +271,7 @@ class Engine:
             with r.cond:
                 r.sched.fail_all()
                 r.inflight.clear()
-                r.cond.notify_all()
+                r.poke()
         reqs, self.requests = list(self.requests.values()), {}
         for req in reqs:
             req.sink(Event(None, True, "error", error=reason))
@@ -260,6 +284,6 @@ class Engine:
         for r in self.lanes:
             with r.cond:
                 r.stopping = True
-                r.cond.notify_all()
+                r.poke()
         deadline = time.monotonic() + timeout
         return all(r.stopped.wait(max(0.0, deadline - time.monotonic())) for r in self.lanes) and not self.failed

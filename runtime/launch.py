@@ -200,8 +200,10 @@ class _Launch:
                            kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads)
         spec = os.path.join(self._tmp.name, "spec.json")
         cfg.save(spec)
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "PYTHONUNBUFFERED": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
+        # PASSIVE: idle OpenMP threads sleep instead of spinning on cores the frontend and other
+        # stages need between steps
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "OMP_NUM_THREADS": str(self.threads),
+               "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         for w in self.all_workers:
             if w.rank in self.local:
                 self.procs[w.rank] = subprocess.Popen(
