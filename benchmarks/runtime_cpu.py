@@ -13,7 +13,10 @@ random weights saved as safetensors) served with `hetc serve --emulate`:
    `generate` with a static cache, same model, batch, lengths and threads (in the
    benchmark's own process);
 3. latency at a fixed rate: Poisson arrivals at R req/s on the 2-stage server; TTFT and
-   TPOT (per request: (e2e − TTFT) / (tokens − 1)) p50/p99, client side, streaming.
+   TPOT (per request: (e2e − TTFT) / (tokens − 1)) p50/p99, client side, streaming;
+4. with a measured 1-thread profile of this host (`hetc profile --device cpu`, default
+   out/profile-cpu.yaml): each stage's mean measured decode step against the cost model's
+   prediction for that stage's units at the same operating point.
 """
 
 from __future__ import annotations
@@ -189,6 +192,30 @@ def at_rate(srv: Server, rate: float, n: int, p_len: int, o_len: int) -> dict[st
     return {"ttft_p50": q(ttft, 0.5), "ttft_p99": q(ttft, 0.99), "tpot_p50": q(tpot, 0.5), "tpot_p99": q(tpot, 0.99)}
 
 
+def decode_steps(srv: Server) -> dict[str, float]:
+    """Mean measured decode step (s) per stage so far, from /metrics."""
+    sums, counts = {}, {}
+    for line in httpx.get(f"{srv.url}/metrics").text.splitlines():
+        if line.startswith("hetc_stage_step_seconds_") and 'phase="decode"' in line:
+            stage = line.split('stage="')[1].split('"')[0]
+            (sums if line.startswith("hetc_stage_step_seconds_sum") else counts if
+             line.startswith("hetc_stage_step_seconds_count") else {})[stage] = float(line.rsplit(" ", 1)[1])
+    return {k: sums[k] / counts[k] for k in sums if counts.get(k)}
+
+
+def predicted_decode(model: Path, plan: Path, profile: str, seqs: float, ctx: float) -> dict[str, float]:
+    """Predicted decode step (s) per stage of `plan` on the measured profile, at this load's operating point."""
+    from hetc.cluster import load_profile
+    from hetc.partitioner.capture import capture
+    from hetc.partitioner.cost_models.analytic import Step, units_time
+
+    prof = load_profile(profile)
+    units = capture(str(model), dtype="fp32").units
+    stages = json.loads(plan.read_text())["pipelines"][0]["stages"]
+    return {f"0.{i}": units_time(units[s["units"][0]: s["units"][1] + 1], prof, Step(seqs, seqs, ctx), dtype="fp32",
+                                 kv_dtype="fp32") for i, s in enumerate(stages)}
+
+
 class HFGenerate:
     """transformers' generate with a static cache, in this process, on `threads` threads."""
 
@@ -218,6 +245,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.0, help="requests/s for the latency run")
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=3, help="throughput runs per configuration (the best counts)")
+    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
+                    help="a 1-thread profile of this host from `hetc profile --device cpu` (predicted stage times)")
     a = ap.parse_args()
     if a.quick:
         a.batch, a.output, a.requests, a.runs = 8, 16, 10, 1
@@ -239,6 +268,7 @@ def main() -> None:
         for _ in range(a.runs):
             rounds.append((offline(s1, a.batch, a.prompt, a.output, 1), offline(s2, a.batch, a.prompt, a.output, 1),
                            hf.tok_s()))
+        measured = decode_steps(s2)  # offline rounds only: 8-sequence micro-batches
         lat = at_rate(s2, a.rate, a.requests, a.prompt, a.output)
     one, busy1 = max((r[0] for r in rounds), key=lambda x: x[0])
     two, busy2 = max((r[1] for r in rounds), key=lambda x: x[0])
@@ -259,6 +289,12 @@ def main() -> None:
     print(f"| 2 stages at {a.rate:g} req/s ({a.requests} requests): TTFT p50 / p99 ms | "
           f"{lat['ttft_p50']:.0f} / {lat['ttft_p99']:.0f} |")
     print(f"| 2 stages at {a.rate:g} req/s: TPOT p50 / p99 ms | {lat['tpot_p50']:.1f} / {lat['tpot_p99']:.1f} |")
+    if Path(a.profile).is_file():
+        pred = predicted_decode(model, p2, a.profile, a.batch / 2, a.prompt + a.output / 2)
+        for k in sorted(measured):
+            print(f"| stage {k} decode step, measured / predicted ({Path(a.profile).name}, {a.batch // 2} seqs, "
+                  f"ctx {a.prompt + a.output // 2}) ms | {measured[k] * 1e3:.1f} / {pred[k] * 1e3:.1f} "
+                  f"(×{measured[k] / pred[k]:.2f}) |")
 
 
 if __name__ == "__main__":
