@@ -13,11 +13,12 @@ Processes (one torch.distributed gloo job, ranks mapped from the plan — topolo
   A tp stage is several workers: the leader talks to the pipeline and broadcasts each
   step to its group; all-reduce after o_proj/down_proj/embedding, all-gather of logits.
 
-Not in this version (each refused at start with the reason, or noted here):
+Not in this version, or limited (each refused at start with the reason, or noted here):
   - disaggregated plans (prefill/decode pools, KV blocks sent between them): refused;
     the planner does not make them yet either;
-  - `--emulate` of a model too big for the host (a width-shrunk copy): not done, the
-    worker runs out of memory instead;
+  - `--emulate` of a model too big for the host runs a width-shrunk copy (1/2^k of the heads,
+    hidden and MLP; same layers, units, cuts; labelled in /v1/models) with --random-weights
+    only: real weights cannot be shrunk, so that case is refused;
   - NCCL/RCCL/HCCL within a vendor: every group uses gloo on host tensors;
   - sliding-window attention, logit soft-capping, MoE under tp: refused;
   - prefix caching, logprobs, n > 1, penalties: refused with 400 (logprobs, n, penalties).

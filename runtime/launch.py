@@ -156,6 +156,7 @@ class _Launch:
                          f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
         if not o.emulate:
             _check_devices(self.lanes, o.plan, self.local)
+        self.width = self._fit_host(units) if o.emulate else 1
         kvh, hd = kv_layout(self.hf_cfg)
         per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
         self.blocks: dict[int, int] = {}
@@ -176,6 +177,8 @@ class _Launch:
                                field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
             self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
+        if o.emulate:
+            self._cap_kv(units)
         self.n_workers = len(self.all_workers)
         n_here = max(1, len(self.local))
         self.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
@@ -183,6 +186,68 @@ class _Launch:
         self.procs: dict[int, subprocess.Popen] = {}
         self.workers: dict[int, dict] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
+
+    # ---- emulation on one host ----------------------------------------------------------------
+    # Emulated devices share this host's memory: the weights of this host's stages, their KV
+    # pools and one Python/torch process per device must fit in what is available. A model too
+    # big runs as a width-shrunk copy (random weights only): same layers, units and cuts.
+    _PROCESS_BYTES = 0.4e9  # a worker's interpreter, torch and transformers
+    _WEIGHT_SHARE, _KV_SHARE = 0.5, 0.2  # of the host's available memory
+
+    def _available(self) -> float:
+        from hetc.backends import get_backend
+
+        return float(get_backend("cpu").detect()[0].free_memory)
+
+    def _fit_host(self, units) -> int:
+        from hetc.runtime.model_runner import TORCH_DTYPES, param_count, shrink_config
+
+        o, plan = self.o, self.plan
+        avail = self._available()
+        n_local = len(self.local)
+        budget = self._WEIGHT_SHARE * avail - self._PROCESS_BYTES * n_local
+        if budget <= 0:
+            raise BadInput(f"emulating {n_local} devices needs about {self._PROCESS_BYTES * n_local / 1e9:.1f} GB for "
+                           f"their processes alone; this host has {avail / 1e9:.1f} GB available.", file=o.plan,
+                           field="pipelines", fix="serve a plan with fewer devices, or spread it over hosts with "
+                                                  "--nnodes.")
+        # the plan's bytes are at its dtype; this runtime holds fp8 weights as bf16
+        scale = TORCH_DTYPES[plan.model.dtype].itemsize / {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[plan.model.dtype]
+        real = scale * sum(sum(u["param_bytes"] for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) /
+                           w.stage.tp for w in self.all_workers if w.rank in self.local)
+        if real <= budget:
+            return 1
+        if not o.random_weights:
+            raise BadInput(f"this host's stages hold {real / 1e9:.1f} GB of weights; emulating them here allows "
+                           f"{budget / 1e9:.1f} GB.", file=o.plan, field="model",
+                           fix="pass --random-weights to emulate a width-shrunk copy (same layers and cuts), or "
+                               "serve on the plan's devices.")
+        full = param_count(self.hf_cfg)
+        for f in (2, 4, 8, 16, 32, 64, 128, 256):
+            if real * param_count(shrink_config(self.hf_cfg, f)) / full <= budget:
+                self.hf_cfg = shrink_config(self.hf_cfg, f)
+                return f
+        raise BadInput(f"even a 1/256-width copy of the model does not fit this host ({avail / 1e9:.1f} GB "
+                       "available).", file=o.plan, field="model", fix="spread the plan over hosts with --nnodes.")
+
+    def _cap_kv(self, units) -> None:
+        """Shrink the lanes' KV blocks so this host's pools fit in its share of memory."""
+        from hetc.runtime.block_manager import BLOCK_SIZE
+        from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
+
+        kvh, hd = kv_layout(self.hf_cfg)
+        per = 2 * hd * BLOCK_SIZE * TORCH_DTYPES[self.plan.model.kv_dtype].itemsize
+        per_lane_block = {}
+        for w in self.all_workers:
+            if w.rank in self.local:
+                layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind == "attention")
+                per_lane_block[w.stage.lane] = per_lane_block.get(w.stage.lane, 0) + layers * per * kvh / w.stage.tp
+        total = sum(self.blocks[l] * b for l, b in per_lane_block.items())
+        allowed = self._KV_SHARE * self._available()
+        if total > allowed:
+            k = allowed / total
+            for lane in per_lane_block:
+                self.blocks[lane] = max(1, int(self.blocks[lane] * k))
 
     # ---- workers ---------------------------------------------------------------------------
     def start_workers(self) -> None:
@@ -197,7 +262,8 @@ class _Launch:
         cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=self.model_ref, model_dir=self.model_dir,
                            random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
                            world_size=self.n_workers + 1, timeout_s=o.timeout,
-                           kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads)
+                           kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads,
+                           width=self.width)
         spec = os.path.join(self._tmp.name, "spec.json")
         cfg.save(spec)
         # PASSIVE: idle OpenMP threads sleep instead of spinning on cores the frontend and other
@@ -364,7 +430,8 @@ def serve(o: ServeOptions, log=print) -> int:
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in L.lanes]
     log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(L.lanes)} lane(s) of {n_stages} stages, "
-        f"{L.n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}, KV blocks per lane "
+        f"{L.n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
+        f"{f', a 1/{L.width}-width copy of the model' if L.width > 1 else ''}, KV blocks per lane "
         f"{list(L.blocks.values())} × 16 tokens")
     try:
         L.start_workers()
@@ -386,6 +453,9 @@ def serve(o: ServeOptions, log=print) -> int:
                 "lanes": len(L.lanes), "stages": n_stages}
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
+        if L.width > 1:
+            info["emulated_width"] = (f"1/{L.width}: a width-shrunk copy (heads, hidden and MLP), same layers, units "
+                                      "and cuts; outputs are not the model's")
 
         def health() -> dict:
             # a worker on another host: alive as far as the transport knows (its death fails the engine)

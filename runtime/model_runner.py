@@ -18,6 +18,7 @@ the embedding, an all-gather the head. Norms are small and replicated.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 
@@ -28,7 +29,8 @@ from torch import nn
 from hetc.errors import BadInput
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
 
-__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "check_tp", "kv_layout"]
+__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "check_tp", "kv_layout", "param_count",
+           "shrink_config"]
 
 # plan dtype → what the stage computes in (fp8 weights are computed in bf16 here)
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
@@ -70,6 +72,35 @@ def check_supported(cfg, units: list[UnitRef], file: str = "plan.json") -> None:
         if getattr(cfg, key, None):
             raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file,
                            field="model", fix="serve a Llama-family decoder.")
+
+
+def shrink_config(cfg, f: int):
+    """A width-shrunk copy of a decoder config for emulating a model too big for the host:
+    the same layers (so the same units and cuts), 1/f of the heads, hidden and MLP width,
+    the same head size and vocabulary."""
+    if f == 1:
+        return cfg
+    c = copy.deepcopy(cfg)
+    kvh, hd = kv_layout(cfg)
+    kv2 = max(1, kvh // f)
+    c.num_key_value_heads = kv2
+    c.num_attention_heads = max(kv2, (cfg.num_attention_heads // f) // kv2 * kv2)
+    c.head_dim = hd
+    c.hidden_size = max(64, cfg.hidden_size // f)
+    for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
+        if isinstance(getattr(c, key, None), int):
+            setattr(c, key, max(64, getattr(c, key) // f))
+    return c
+
+
+def param_count(cfg) -> int:
+    """Parameters of the causal LM `cfg` describes (built on the meta device)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in m.parameters())
 
 
 def check_tp(cfg, units: list[UnitRef], tp: int, where: str, file: str = "plan.json") -> None:

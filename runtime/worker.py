@@ -41,6 +41,7 @@ class WorkerConfig:
     timeout_s: float
     kv_blocks: dict[str, int]  # lane id → blocks
     threads: int
+    width: int = 1  # > 1: emulate a width-shrunk copy (1/width of heads, hidden, MLP)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -66,7 +67,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     from hetc.backends import get_backend
     from hetc.partitioner.capture import load_hf_config
     from hetc.plan import load_plan
-    from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef
+    from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
     from hetc.runtime.topology import build_topology, worker_of_device
     from hetc.runtime.weights import RandomWeights, SafetensorsWeights
 
@@ -76,6 +77,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     spec = w.stage
     backend = get_backend("cpu" if cfg.emulate else spec.backend)
     hf_cfg, _ = load_hf_config(cfg.model_ref)
+    hf_cfg = shrink_config(hf_cfg, cfg.width)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
     if cfg.random_weights:
         weights = RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))

@@ -332,7 +332,7 @@ def _serve(capsys, *args) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys):
+def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys, monkeypatch):
     model, plan_path, plan = built
     bad_json = tmp_path / "bad.json"
     bad_json.write_text("{")
@@ -359,6 +359,15 @@ def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys):
 
     code, err = _serve(capsys, plan_path, "--model-dir", tmp_path, "--emulate")
     assert code == 2 and "config.json" in err
+
+    # emulating on a host too small for the weights: refused, unless a width-shrunk copy is asked for
+    from hetc.runtime.launch import _Launch
+
+    monkeypatch.setattr(_Launch, "_available", lambda self: 1.0e6)
+    monkeypatch.setattr(_Launch, "_PROCESS_BYTES", 0.0)
+    code, err = _serve(capsys, plan_path, "--emulate", "--port", _port())
+    assert code == 2 and "--random-weights" in err and "width-shrunk" in err
+    monkeypatch.undo()
 
     code, err = _serve(capsys, plan_path, "--emulate", "--nnodes", 2)
     assert code == 2 and "--master-addr" in err

@@ -182,3 +182,23 @@ def test_tensor_parallel_stages_match_unpartitioned_logits(model_dir, tmp_path):
     total0 = sum(p.numel() * 4 for n, p in ref.named_parameters()
                  if n.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1.input", "model.layers.1.self")))
     assert r0["param_bytes"][0] == r1["param_bytes"][0] == (total0 - norms) // 2 + norms
+
+
+def test_width_shrunk_copy_keeps_layers_and_cuts():
+    from hetc.runtime.model_runner import param_count, shrink_config
+
+    cfg = LlamaConfig(**{**CFG, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
+                         "num_key_value_heads": 4})
+    small = shrink_config(cfg, 4)
+    assert (small.num_hidden_layers, small.vocab_size, small.head_dim) == (3, 300, 32)
+    assert (small.num_attention_heads, small.num_key_value_heads, small.hidden_size, small.intermediate_size) == \
+        (2, 1, 64, 128)
+    assert param_count(small) < param_count(cfg) / 3
+    units = _units(3)  # the same unit table runs, cut at the same places
+    stages = [StageModel(small, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=4,
+                         weights=RandomWeights()) for a, b in CUTS]
+    meta = AttnMeta.build([0], [5], [[0]], [True])
+    x = torch.arange(5)
+    for s in stages:
+        x = s(x, meta)
+    assert x.shape == (1, 300) and torch.isfinite(x).all()
