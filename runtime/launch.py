@@ -87,18 +87,6 @@ def _check_hash(plan, model_ref: str, file: str) -> None:
                            "plan was made for.")
 
 
-def hosts_of_nodes(plan, nnodes: int, file: str) -> dict[str, int]:
-    """Which host (node rank) runs each plan node: the cluster's nodes in order, in nnodes
-    contiguous groups as even as possible (one host → everything)."""
-    names = [n["name"] for n in plan.cluster.get("nodes", [])]
-    used = {s.node for p in plan.pipelines for s in p.stages}
-    names += sorted(used - set(names))
-    if nnodes > len(names):
-        raise BadInput(f"--nnodes {nnodes} but the plan's cluster has {len(names)} node(s); each host runs at least "
-                       "one plan node.", file=file, field="cluster.nodes", fix=f"use --nnodes ≤ {len(names)}.")
-    return {name: i * nnodes // len(names) for i, name in enumerate(names)}
-
-
 def _check_devices(lanes, file: str, local: set[int]) -> None:
     from hetc.backends import BackendUnavailable, get_backend
     from hetc.runtime.topology import workers
@@ -127,8 +115,9 @@ class _Launch:
         from hetc.partitioner.capture import load_hf_config
         from hetc.plan import load_plan
         from hetc.runtime.block_manager import BLOCK_SIZE
+        from hetc.runtime.emulate import cap_kv_blocks, fit_width
         from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, check_tp, kv_layout
-        from hetc.runtime.topology import build_topology, kv_blocks, workers
+        from hetc.runtime.topology import build_topology, hosts_of_nodes, kv_blocks, workers
 
         self.o = o
         if o.nnodes > 1 and not (o.master_addr and o.master_port):
@@ -156,7 +145,10 @@ class _Launch:
                          f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
         if not o.emulate:
             _check_devices(self.lanes, o.plan, self.local)
-        self.width = self._fit_host(units) if o.emulate else 1
+        self.width = 1
+        if o.emulate:  # emulated devices share this host's memory
+            mine = [w for w in self.all_workers if w.rank in self.local]
+            self.width, self.hf_cfg = fit_width(plan, self.hf_cfg, mine, o.random_weights, o.plan)
         kvh, hd = kv_layout(self.hf_cfg)
         per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
         self.blocks: dict[int, int] = {}
@@ -178,7 +170,7 @@ class _Launch:
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
             self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
         if o.emulate:
-            self._cap_kv(units)
+            self.blocks = cap_kv_blocks(plan, self.hf_cfg, units, mine, self.blocks)
         self.n_workers = len(self.all_workers)
         n_here = max(1, len(self.local))
         self.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
@@ -186,64 +178,6 @@ class _Launch:
         self.procs: dict[int, subprocess.Popen] = {}
         self.workers: dict[int, dict] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
-
-    # ---- emulation on one host ----------------------------------------------------------------
-    # Emulated devices share this host's memory: the weights of this host's stages, their KV
-    # pools and one Python/torch process per device must fit in what is available. A model too
-    # big runs as a width-shrunk copy (random weights only): same layers, units and cuts.
-    _PROCESS_BYTES = 0.4e9  # a worker's interpreter, torch and transformers
-    _WEIGHT_SHARE, _KV_SHARE = 0.5, 0.2  # of the host's available memory
-
-    def _available(self) -> float:
-        from hetc.backends import get_backend
-
-        return float(get_backend("cpu").detect()[0].free_memory)
-
-    def _fit_host(self, units) -> int:
-        from hetc.runtime.model_runner import TORCH_DTYPES, param_count, shrink_config
-
-        o, plan = self.o, self.plan
-        avail = self._available()
-        n_local = len(self.local)
-        # the processes' own memory comes off the weights' share, which keeps at least half of it
-        budget = max(self._WEIGHT_SHARE * avail / 2, self._WEIGHT_SHARE * avail - self._PROCESS_BYTES * n_local)
-        # the plan's bytes are at its dtype; this runtime holds fp8 weights as bf16
-        scale = TORCH_DTYPES[plan.model.dtype].itemsize / {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[plan.model.dtype]
-        real = scale * sum(sum(u["param_bytes"] for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) /
-                           w.stage.tp for w in self.all_workers if w.rank in self.local)
-        if real <= budget:
-            return 1
-        if not o.random_weights:
-            raise BadInput(f"this host's stages hold {real / 1e9:.1f} GB of weights; emulating them here allows "
-                           f"{budget / 1e9:.1f} GB.", file=o.plan, field="model",
-                           fix="pass --random-weights to emulate a width-shrunk copy (same layers and cuts), or "
-                               "serve on the plan's devices.")
-        full = param_count(self.hf_cfg)
-        for f in (2, 4, 8, 16, 32, 64, 128, 256):
-            if real * param_count(shrink_config(self.hf_cfg, f)) / full <= budget:
-                self.hf_cfg = shrink_config(self.hf_cfg, f)
-                return f
-        raise BadInput(f"even a 1/256-width copy of the model does not fit this host ({avail / 1e9:.1f} GB "
-                       "available).", file=o.plan, field="model", fix="spread the plan over hosts with --nnodes.")
-
-    def _cap_kv(self, units) -> None:
-        """Shrink the lanes' KV blocks so this host's pools fit in its share of memory."""
-        from hetc.runtime.block_manager import BLOCK_SIZE
-        from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
-
-        kvh, hd = kv_layout(self.hf_cfg)
-        per = 2 * hd * BLOCK_SIZE * TORCH_DTYPES[self.plan.model.kv_dtype].itemsize
-        per_lane_block = {}
-        for w in self.all_workers:
-            if w.rank in self.local:
-                layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind == "attention")
-                per_lane_block[w.stage.lane] = per_lane_block.get(w.stage.lane, 0) + layers * per * kvh / w.stage.tp
-        total = sum(self.blocks[l] * b for l, b in per_lane_block.items())
-        allowed = self._KV_SHARE * self._available()
-        if total > allowed:
-            k = allowed / total
-            for lane in per_lane_block:
-                self.blocks[lane] = max(1, int(self.blocks[lane] * k))
 
     # ---- workers ---------------------------------------------------------------------------
     def start_workers(self) -> None:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from hetc.errors import BadInput
 from hetc.plan import Plan
 
-__all__ = ["Lane", "StageSpec", "WorkerSpec", "build_topology", "kv_blocks", "tp_groups", "worker_of_device",
-           "workers"]
+__all__ = ["Lane", "StageSpec", "WorkerSpec", "build_topology", "hosts_of_nodes", "kv_blocks", "tp_groups",
+           "worker_of_device", "workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +113,18 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                     predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
             lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs)))
     return lanes
+
+
+def hosts_of_nodes(plan: Plan, nnodes: int, file: str = "plan.json") -> dict[str, int]:
+    """Which host (node rank) runs each plan node: the cluster's nodes in order, in nnodes
+    contiguous groups as even as possible (one host → everything)."""
+    names = [n["name"] for n in plan.cluster.get("nodes", [])]
+    used = {s.node for p in plan.pipelines for s in p.stages}
+    names += sorted(used - set(names))
+    if nnodes > len(names):
+        raise BadInput(f"--nnodes {nnodes} but the plan's cluster has {len(names)} node(s); each host runs at least "
+                       "one plan node.", file=file, field="cluster.nodes", fix=f"use --nnodes ≤ {len(names)}.")
+    return {name: i * nnodes // len(names) for i, name in enumerate(names)}
 
 
 def workers(lanes: list[Lane]) -> list[WorkerSpec]:

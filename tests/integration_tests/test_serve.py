@@ -361,10 +361,9 @@ def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys, monkeypatch):
     assert code == 2 and "config.json" in err
 
     # emulating on a host too small for the weights: refused, unless a width-shrunk copy is asked for
-    from hetc.runtime.launch import _Launch
+    from hetc.runtime import emulate
 
-    monkeypatch.setattr(_Launch, "_available", lambda self: 1.0e6)
-    monkeypatch.setattr(_Launch, "_PROCESS_BYTES", 0.0)
+    monkeypatch.setattr(emulate, "available_bytes", lambda: 1.0e6)
     code, err = _serve(capsys, plan_path, "--emulate", "--port", _port())
     assert code == 2 and "--random-weights" in err and "width-shrunk" in err
     monkeypatch.undo()
