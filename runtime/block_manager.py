@@ -55,6 +55,10 @@ class BlockManager:
             raise RuntimeError(f"seq {seq.seq_id}: needs {n} blocks, {len(self._free)} free")
         seq.block_table.extend(self._free.popleft() for _ in range(n))
 
+    def free_blocks(self, blocks: list[int]) -> None:
+        """Return blocks no sequence holds any more (a prefill pool's, once their KV was sent)."""
+        self._free.extend(blocks)
+
     def free(self, seq: Sequence) -> None:
         """Return all of `seq`'s blocks; its KV is gone (num_computed back to 0)."""
         self._free.extend(seq.block_table)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from hetc.runtime.block_manager import BLOCK_SIZE, BlockManager
-from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
-from hetc.runtime.sequence import SamplingParams, Sequence
+from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig, StepOutput
+from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, Sender, StepMeta, recv
 
@@ -55,12 +55,27 @@ class Request:
 _HEARTBEAT = object()  # marks a heartbeat in the in-flight queue
 
 
+@dataclass(eq=False)
+class Transfer:
+    """One prompt's KV moving from a prefill lane to a decode lane (disaggregated plans)."""
+
+    seq: Sequence
+    src: "LaneRunner"
+    dst: "LaneRunner"
+    tokens: int  # KV positions sent: everything computed before the first sampled token
+    src_blocks: list[int]
+    sent_bytes: float = 0.0
+
+
 class LaneRunner:
     """One pipeline replica: its scheduler and the two threads that talk to its stages."""
 
     def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig):
         self.engine, self.lane = engine, lane
-        self.sched = Scheduler(BlockManager(num_blocks), cfg)
+        # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
+        self.sched = Scheduler(BlockManager(num_blocks), cfg,
+                               on_preempt=engine.requeue if lane.phase == "decode" else None)
+        self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
         self.inflight: deque = deque()
         self.first_rank, self.last_rank = lane.stages[0].rank, lane.stages[-1].rank
@@ -95,6 +110,10 @@ class LaneRunner:
 
     def _next_message(self, heartbeat_ok: bool) -> Message | None:
         """With `cond` held: the next message to send, already queued in `inflight`; None: nothing now."""
+        if self.incoming:
+            msg = self._next_transfer()
+            if msg is not None:
+                return msg
         if len(self.inflight) < len(self.lane.stages):
             batch = self.sched.schedule()
             if batch is not None:
@@ -106,7 +125,7 @@ class LaneRunner:
                 return msg
         if not heartbeat_ok or self.inflight:
             return None
-        if self.stopping and not self.sched.has_unfinished():
+        if self.stopping and self.engine.idle():
             self.inflight.append(_HEARTBEAT)
             return Message(Kind.SHUTDOWN)
         if time.monotonic() - self._last_send >= self.engine.heartbeat_s:
@@ -114,6 +133,44 @@ class LaneRunner:
             self._last_send = time.monotonic()
             return Message(Kind.HEARTBEAT)
         return None
+
+    def _next_transfer(self) -> Message | None:
+        """A decode lane (cond held): take the first incoming prompt whose blocks fit; the matching
+        TRANSFER_OUT goes to its prefill lane just before this TRANSFER_IN (see _send_next)."""
+        t = self.incoming[0]
+        if t.seq.aborted:  # the client left while it waited: its prefill blocks go back
+            self.incoming.popleft()
+            t.seq.status = SeqStatus.FINISHED
+            t.seq.finish_reason = "abort"
+            t.src.release(t)
+            return None
+        if not self.sched.blocks.can_grow(t.seq, 0):
+            return None
+        self.incoming.popleft()
+        self.sched.blocks.grow(t.seq, 0)  # blocks for the t.tokens positions already computed
+        t.seq.in_flight = True  # an abort waits for the KV to land
+        self.inflight.append(t)
+        meta = torch.tensor([t.src.lane.id, t.tokens, *t.seq.block_table], dtype=torch.long)
+        return Message(Kind.TRANSFER_IN, t.seq.seq_id, meta=meta,
+                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+
+    def send_transfer_out(self, t: Transfer) -> None:
+        """A prefill lane: send a prompt's KV to `t.dst` (called by the decode lane's sender)."""
+        with self._send_lock:
+            with self.cond:
+                if self.engine.failed:
+                    return
+                self.inflight.append(t)
+            meta = torch.tensor([t.dst.lane.id, t.tokens, *t.src_blocks], dtype=torch.long)
+            self._out.send(Message(Kind.TRANSFER_OUT, t.seq.seq_id, meta=meta,
+                                   times=torch.zeros(len(self.lane.stages), dtype=torch.float64)))
+
+    def release(self, t: Transfer) -> None:
+        """A prefill lane: the prompt's blocks are free again (its KV was sent, or is not needed)."""
+        with self.cond:
+            self.sched.blocks.free_blocks(t.src_blocks)
+            t.src_blocks = []
+            self.poke()
 
     def _send_next(self, heartbeat_ok: bool) -> Message | None:
         with self._send_lock:
@@ -123,6 +180,11 @@ class LaneRunner:
                 msg = self._next_message(heartbeat_ok)
                 if msg is None and heartbeat_ok:
                     self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
+                t = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
+            if t is not None:
+                # every transfer to this lane is issued here, OUT then IN, so each pair of workers
+                # sees its transfers in the same order on both sides
+                t.src.send_transfer_out(t)
             if msg is not None:
                 self._out.send(msg)
                 if msg.kind is Kind.SHUTDOWN:
@@ -157,6 +219,7 @@ class LaneRunner:
         while True:
             msg = recv(self.last_rank)
             now = time.perf_counter()
+            handoffs, done_out = [], None
             with self.cond:
                 if self.engine.failed:
                     return
@@ -165,17 +228,38 @@ class LaneRunner:
                 if msg.kind is Kind.RESULT:
                     outs = self.sched.on_result(item, msg.payload.reshape(-1).tolist())
                     self.engine.metrics.on_step(self, item, msg.times.tolist(), now - item.sent_at)
+                    handoffs, self.sched.handoffs = self.sched.handoffs, []
+                    with self.engine._lock:
+                        self.engine.handoffs_pending += len(handoffs)
+                elif msg.kind is Kind.TRANSFER_OUT:  # its KV left every prefill stage
+                    item.sent_bytes = float(msg.times.sum())
+                    self.sched.blocks.free_blocks(item.src_blocks)
+                    item.src_blocks = []
+                    done_out = item
+                elif msg.kind is Kind.TRANSFER_IN:  # its KV is in every decode stage: decode from here
+                    seq = item.seq
+                    seq.in_flight = False
+                    if seq.aborted:
+                        self.sched.blocks.free(seq)
+                        seq.status, seq.finish_reason = SeqStatus.FINISHED, "abort"
+                        outs = [StepOutput(seq, None, True)]
+                    else:
+                        self.sched.admit_running(seq)
                 self.poke()
             if msg.kind is Kind.SHUTDOWN:
                 self.stopped.set()
                 return
             if msg.kind is Kind.RESULT:
                 self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
+            if done_out is not None:
+                self.engine.metrics.on_transfer(done_out.tokens, done_out.sent_bytes)
+            for seq in handoffs:
+                self.engine.handoff(seq, self)
             self.engine.deliver(outs)
 
     # ---- requests --------------------------------------------------------------------------
     def load(self) -> int:
-        return self.sched.num_running + self.sched.num_waiting
+        return self.sched.num_running + self.sched.num_waiting + len(self.incoming)
 
 
 class Engine:
@@ -191,8 +275,12 @@ class Engine:
             heartbeat_s: idle interval between heartbeats (well below the transport timeout).
         """
         self.metrics, self.heartbeat_s, self.cfg = metrics, heartbeat_s, cfg
+        self.handoffs_pending = 0  # prefilled sequences between their prefill lane and a decode lane's queue
         self.lanes = [LaneRunner(self, l, blocks[l.id], SchedulerConfig(
-            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages))) for l in lanes]
+            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages), handoff=l.phase == "prefill"))
+            for l in lanes]
+        # requests enter where prompts are prefilled; decode pools get them from prefill pools
+        self.entry_lanes = [r for r in self.lanes if r.lane.phase in ("both", "prefill")]
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -225,7 +313,7 @@ class Engine:
         with self._lock:
             if self.num_waiting() >= self.cfg.max_waiting:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
-            lane = min(self.lanes, key=LaneRunner.load)
+            lane = min(self.entry_lanes, key=LaneRunner.load)
             seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos)
             req = Request(seq, lane, sink)
             self.requests[seq.seq_id] = req
@@ -234,6 +322,42 @@ class Engine:
             lane.poke()
         self.metrics.on_queue(self)
         return req
+
+    def handoff(self, seq: Sequence, src: LaneRunner) -> None:
+        """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane."""
+        try:
+            dst = min((self.lanes[i] for i in src.lane.targets), key=LaneRunner.load)
+            with src.cond:
+                if seq.status is not SeqStatus.HANDOFF:  # aborted meanwhile: its blocks are free
+                    return
+                src_blocks, seq.block_table = seq.block_table, []
+                t = Transfer(seq, src, dst, seq.num_computed, src_blocks)
+                req = self.requests.get(seq.seq_id)
+                if req is not None:
+                    req.lane = dst
+            with dst.cond:
+                dst.incoming.append(t)
+                dst.poke()
+        finally:
+            with self._lock:
+                self.handoffs_pending -= 1
+
+    def idle(self) -> bool:
+        """Nothing queued, running or moving anywhere (a drained server may stop its workers)."""
+        return self.handoffs_pending == 0 and all(
+            not r.sched.has_unfinished() and not r.incoming and not any(isinstance(i, Transfer) for i in r.inflight)
+            for r in self.lanes)
+
+    def requeue(self, seq: Sequence) -> None:
+        """A decode lane preempted `seq` (its blocks are free): a prefill lane recomputes it.
+        Called with the decode lane's cond held (decode → prefill is the only cross-lane order)."""
+        lane = min(self.entry_lanes, key=LaneRunner.load)
+        req = self.requests.get(seq.seq_id)
+        if req is not None:
+            req.lane = lane
+        with lane.cond:
+            lane.sched.add(seq, front=True)
+            lane.poke()
 
     def abort(self, req: Request) -> None:
         """Stop a request whose client left or whose stop string matched."""
@@ -271,6 +395,7 @@ class Engine:
             with r.cond:
                 r.sched.fail_all()
                 r.inflight.clear()
+                r.incoming.clear()
                 r.poke()
         reqs, self.requests = list(self.requests.values()), {}
         for req in reqs:

@@ -53,6 +53,10 @@ class Metrics:
         self.stage_busy = Counter("hetc_stage_busy_seconds", "Compute time summed over micro-batches.", st, registry=r)
         self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.",
                                   lbl, buckets=_STEP, registry=r)
+        self.kv_sent = Counter("hetc_kv_transfer_bytes", "KV bytes sent from prefill to decode pools.", lbl,
+                               registry=r)
+        self.kv_sent_tokens = Counter("hetc_kv_transfer_tokens", "Token positions whose KV was sent between pools.",
+                                      lbl, registry=r)
         self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
         self.up.labels(model).set(1)
         self._peak = 0
@@ -122,6 +126,10 @@ class Metrics:
     def on_finish(self, req, now: float) -> None:
         self.e2e.labels(self.model).observe(now - req.arrival)
         self.requests.labels(self.model, req.seq.finish_reason or "unknown").inc()
+
+    def on_transfer(self, tokens: int, nbytes: float) -> None:
+        self.kv_sent_tokens.labels(self.model).inc(tokens)
+        self.kv_sent.labels(self.model).inc(nbytes)
 
     def on_fail(self) -> None:
         self.up.labels(self.model).set(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetc.runtime.block_manager import BlockManager
@@ -30,6 +31,7 @@ class SchedulerConfig:
     max_batched_tokens: int = 2048  # tokens in one micro-batch: the prefill chunk
     max_waiting: int = 256  # the bounded wait queue; submit beyond it is refused (HTTP 429)
     n_stages: int = 1  # micro-batches that may be in flight at once
+    handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
 
 
 @dataclass(slots=True)
@@ -65,10 +67,18 @@ class StepOutput:
 class Scheduler:
     """Owns the lane's sequences and block manager. Not thread-safe: the engine holds a lock."""
 
-    def __init__(self, blocks: BlockManager, config: SchedulerConfig):
-        self.blocks, self.cfg = blocks, config
+    def __init__(self, blocks: BlockManager, config: SchedulerConfig,
+                 on_preempt: Callable[[Sequence], None] | None = None):
+        """Args:
+            blocks: the lane's KV blocks.
+            config: limits; `handoff` for a prefill pool.
+            on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
+                pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
+        """
+        self.blocks, self.cfg, self.on_preempt = blocks, config, on_preempt
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
         self._step = 0
         self.num_preemptions = 0
 
@@ -84,9 +94,17 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, front: bool = False) -> None:
         seq.status = SeqStatus.WAITING
-        self.waiting.append(seq)
+        if front:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
+
+    def admit_running(self, seq: Sequence) -> None:
+        """A sequence whose KV arrived from a prefill pool (its blocks are already its own)."""
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
 
     def abort(self, seq: Sequence) -> bool:
         """Stop `seq`. Returns True when it is finished now; False when it is in flight and
@@ -112,7 +130,10 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         seq.preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        if self.on_preempt is not None:
+            self.on_preempt(seq)
+        else:
+            self.waiting.appendleft(seq)
 
     # ---- one micro-batch -----------------------------------------------------------------
     def schedule(self) -> MicroBatch | None:
@@ -188,12 +209,17 @@ class Scheduler:
                 reason = "length"
             if reason:
                 self._finish(seq, reason)
+            elif self.cfg.handoff:  # KV goes to a decode pool; the blocks stay until it is sent
+                self.running.remove(seq)
+                seq.status = SeqStatus.HANDOFF
+                self.handoffs.append(seq)
             out.append(StepOutput(seq, tok, reason is not None))
         return out
 
     def fail_all(self) -> list[Sequence]:
         """Finish every sequence with an error (a dead stage); returns them."""
-        seqs = [*self.running, *self.waiting]
+        seqs = [*self.running, *self.waiting, *self.handoffs]
+        self.handoffs.clear()
         for s in seqs:
             self.blocks.free(s)
             s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", False

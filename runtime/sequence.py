@@ -24,6 +24,7 @@ class SamplingParams:
 class SeqStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
+    HANDOFF = "handoff"  # prefilled by a prefill pool, its KV on the way to a decode pool
     FINISHED = "finished"
 
 

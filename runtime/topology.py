@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hetc.errors import BadInput
 from hetc.plan import Plan
 
-__all__ = ["Lane", "StageSpec", "WorkerSpec", "build_topology", "hosts_of_nodes", "kv_blocks", "tp_groups",
+__all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "kv_blocks", "tp_groups",
            "worker_of_device", "workers"]
 
 
@@ -77,14 +77,41 @@ class Lane:
     replica: int
     batch: int  # the plan's sequences in flight for this pipeline
     stages: tuple[StageSpec, ...]
+    phase: str = "both"  # both | prefill | decode
+    targets: tuple[int, ...] = ()  # a prefill lane: the decode lanes its KV may go to
+
+
+def attention_owners(lane: Lane, kinds: list[tuple[str, int]]) -> dict[int, int]:
+    """Model layer → rank of the lane's worker holding that layer's attention (and its KV).
+
+    Args:
+        kinds: the unit table as (kind, layer) per unit.
+    """
+    out = {}
+    for s in lane.stages:
+        for kind, layer in kinds[s.units[0]: s.units[1] + 1]:
+            if kind == "attention":
+                out[layer] = s.rank
+    return out
 
 
 def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
-    """Lanes with ranks. Raises BadInput for plan features this runtime does not run yet."""
-    if plan.kv_transfer or any(p.phase != "both" for p in plan.pipelines):
-        raise BadInput("the plan is disaggregated (separate prefill and decode pools); this version of `hetc serve` "
-                       "runs pipelines with phase 'both' only.", file=file, field="pipelines",
-                       fix="plan with `--disaggregate off`.")
+    """Lanes with ranks. Raises BadInput for plan features this runtime does not run yet.
+
+    In a disaggregated plan a prefill lane sends each prompt's KV to a decode lane of a
+    pipeline its `kv_transfer` entries name (any decode lane when the plan names none).
+    """
+    phases = {p.phase for p in plan.pipelines}
+    if phases & {"prefill", "decode"}:
+        if not {"prefill", "decode"} <= phases:
+            raise BadInput(f"the plan has {' and '.join(sorted(phases))} pipelines; a disaggregated plan needs "
+                           "both a prefill and a decode pool.", file=file, field="pipelines",
+                           fix="regenerate the plan with `hetc plan`.")
+        for p in plan.pipelines:
+            if p.phase != "both" and any(s.tp != 1 for s in p.stages):
+                raise BadInput(f"pipeline {p.id} ({p.phase} pool) has a tensor-parallel stage; this version of "
+                               "`hetc serve` moves KV between pools of tp=1 stages only.", file=file,
+                               field=f"pipelines.{p.id}", fix="plan with `--tp 1`.")
     lanes, rank, seen = [], 1, {}
     for p in plan.pipelines:
         for r in range(p.replicas):
@@ -111,8 +138,19 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                     backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units), layers=tuple(s.layers),
                     kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
                     predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
-            lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs)))
-    return lanes
+            lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs), p.phase))
+    decode = [l for l in lanes if l.phase == "decode"]
+    out = []
+    for l in lanes:
+        if l.phase == "prefill":
+            named = {t.to_pipeline for t in plan.kv_transfer if t.from_pipeline == l.pipeline}
+            targets = tuple(d.id for d in decode if not named or d.pipeline in named)
+            if not targets:
+                raise BadInput(f"pipeline {l.pipeline} (prefill) sends its KV to no decode pipeline of the plan.",
+                               file=file, field="kv_transfer", fix="regenerate the plan with `hetc plan`.")
+            l = Lane(l.id, l.pipeline, l.replica, l.batch, l.stages, l.phase, targets)
+        out.append(l)
+    return out
 
 
 def hosts_of_nodes(plan: Plan, nnodes: int, file: str = "plan.json") -> dict[str, int]:

@@ -34,6 +34,8 @@ class Kind(enum.IntEnum):
     HEARTBEAT = 3  # keeps idle receivers within their timeout; proves the pipeline is alive
     SHUTDOWN = 4  # drain: each stage forwards it, then exits
     READY = 5  # a worker's report after loading (worker → frontend)
+    TRANSFER_OUT = 6  # prefill pool: send a prompt's KV to the decode lane's stages (meta: lane, tokens, blocks)
+    TRANSFER_IN = 7  # decode pool: receive it into these blocks (meta: prefill lane, tokens, blocks)
 
 
 @dataclass(slots=True)

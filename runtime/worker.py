@@ -92,13 +92,46 @@ def build_stage(cfg: WorkerConfig, device: str):
     return w, model, backend, lanes
 
 
-def serve_stage(w, model, backend, group=None, dev_index: int = 0) -> None:
+def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float:
+    """A prompt's KV between pools: TRANSFER_OUT sends each attention layer this stage holds to
+    the worker of the decode lane holding the same layer; TRANSFER_IN receives each of its
+    layers from the prefill lane's worker. Both walk their layers in ascending order, so the
+    messages of any pair of workers match. Returns the bytes sent (0 when receiving).
+
+    Args:
+        owners: lane id → layer → rank holding that layer's attention.
+        sends: outstanding isends (their buffers must live until done).
+    """
+    from hetc.runtime.block_manager import BLOCK_SIZE
+    from hetc.runtime.transport import Kind
+
+    other, n, *blocks = msg.meta.tolist()
+    pos = torch.arange(n)
+    slots = torch.tensor(blocks, dtype=torch.long)[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+    sent = 0
+    for layer in sorted(model.kv.k):
+        k, v = model.kv.k[layer], model.kv.v[layer]
+        peer = owners[other][layer]
+        if msg.kind is Kind.TRANSFER_OUT:
+            buf = torch.stack([k[slots], v[slots]])  # [2, n, KVH, Dh]
+            sends.append((dist.isend(buf, dst=peer), buf))
+            sent += buf.numel() * buf.element_size()
+        else:
+            buf = torch.empty((2, n, *k.shape[1:]), dtype=k.dtype)
+            dist.recv(buf, src=peer)
+            k.index_copy_(0, slots, buf[0])
+            v.index_copy_(0, slots, buf[1])
+    return float(sent)
+
+
+def serve_stage(w, model, backend, group=None, dev_index: int = 0, owners: dict | None = None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
         w: this worker (WorkerSpec); its stage's leader receives and sends, the other
             members of a tp stage get each message by broadcast and only compute.
         group: the stage's tensor-parallel process group (None when tp = 1).
+        owners: lane id → layer → rank holding its attention (KV moves between pools).
     """
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
@@ -107,6 +140,7 @@ def serve_stage(w, model, backend, group=None, dev_index: int = 0) -> None:
     spec = w.stage
     first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
     out = Sender(spec.next_rank) if leader else None
+    sends: list = []
     while True:
         msg = recv(spec.prev_rank) if leader else None
         if spec.tp > 1:
@@ -139,10 +173,16 @@ def serve_stage(w, model, backend, group=None, dev_index: int = 0) -> None:
             backend.synchronize(dev_index)
             msg.times[spec.index] = time.perf_counter() - t0
             out.send(reply)
+        elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
+            msg.times[spec.index] = move_kv(model, msg, owners, sends)
+            sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
+            out.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times))
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             out.send(Message(msg.kind, msg.step_id, times=msg.times))
             if msg.kind is Kind.SHUTDOWN:
                 out.flush()
+                for wk, _ in sends:
+                    wk.wait()
                 return
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
@@ -164,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         timeout = dt.timedelta(seconds=cfg.timeout_s)
         dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=w.rank,
                                 world_size=cfg.world_size, timeout=timeout)
-        from hetc.runtime.topology import tp_groups
+        from hetc.plan import load_plan
+        from hetc.runtime.topology import attention_owners, tp_groups
+
+        kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
         from hetc.runtime.transport import Kind, Message, Sender
 
         # every rank creates every tp group, in the same order (torch.distributed's rule)
@@ -175,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         hello = Sender(0)
         hello.send(Message(Kind.READY, w.rank, payload=ready))
         hello.flush()
-        serve_stage(w, model, backend, model.tp_group, 0 if cfg.emulate else w.device_index)
+        owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
+        serve_stage(w, model, backend, model.tp_group, 0 if cfg.emulate else w.device_index, owners)
         dist.destroy_process_group()
         return 0
     except Exception as e:  # the frontend sees the exit code; the log says why

@@ -106,3 +106,29 @@ def test_waiting_queue_is_fcfs_when_blocks_run_out():
     with pytest.raises(RuntimeError):
         BlockManager(2).grow(big, 40)
     assert s.schedule() is None and s.num_waiting == 2
+
+
+def test_prefill_pool_hands_off_after_the_first_token_and_decode_pool_requeues():
+    pre = Scheduler(BlockManager(8), SchedulerConfig(max_batched_tokens=64, handoff=True))
+    a, b = _seq(0, 20, max_tokens=5), _seq(1, 3, max_tokens=1)
+    pre.add(a)
+    pre.add(b)
+    out = _run(pre, pre.schedule(), token=7)
+    assert [o.finished for o in out] == [False, True]  # b wanted one token: done here
+    assert pre.handoffs == [a] and a.status is SeqStatus.HANDOFF and a.num_computed == 20
+    assert a.block_table and not pre.has_unfinished()  # blocks kept until its KV is sent
+    src, a.block_table = a.block_table, []
+    pre.blocks.free_blocks(src)
+    assert pre.blocks.num_free == 8
+
+    requeued = []
+    dec = Scheduler(BlockManager(3), SchedulerConfig(), on_preempt=requeued.append)
+    dec.blocks.grow(a, 0)  # blocks for the 20 positions whose KV arrives: 2
+    dec.admit_running(a)
+    c = _seq(2, 17, max_tokens=9)
+    c.num_computed = 16
+    dec.blocks.grow(c, 0)  # 1 block, the pool is full
+    dec.admit_running(c)
+    batch = dec.schedule()  # a decodes its handed-off token; c needs a 2nd block: none, so it leaves
+    assert [(i.seq, i.start, i.n_new, i.sample) for i in batch.items] == [(a, 20, 1, True)]
+    assert requeued == [c] and c.status is SeqStatus.WAITING and c.block_table == [] and not dec.waiting
