@@ -102,6 +102,19 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(url: str, procs: list[subprocess.Popen], timeout: float = 150) -> None:
+    """Poll /health until 200; fail if a server process exits or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
     """A running `hetc serve --emulate`: (base url, process)."""

@@ -14,14 +14,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import httpx2 as httpx
 import pytest
 import torch
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
+from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
 
 pytestmark = pytest.mark.slow
 
@@ -54,15 +53,7 @@ def test_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F
                              "--api-key", KEY, "--max-batched-tokens", "16"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_healthy(url, [proc])
         c = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
         g = torch.Generator().manual_seed(5)
         prompts = [torch.randint(2, 300, (k,), generator=g).tolist() for k in (1, 9, 17, 33, 50)]

@@ -8,14 +8,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import httpx2 as httpx
 import pytest
 
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
-from tests.integration_tests.test_serve import REPO, _port
+from tests.integration_tests.test_serve import wait_healthy, REPO, _port
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +46,7 @@ def test_too_big_model_runs_width_shrunk(tmp_path):
                              "--random-weights", "--port", str(port), "--num-kv-blocks", "64"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(1)
+        wait_healthy(url, [proc], timeout=240)
         info = httpx.get(f"{url}/v1/models").json()["data"][0]
         assert info["emulated_width"].startswith("1/") and info["tokenizer"] == "byte-level fallback"
         workers = httpx.get(f"{url}/health").json()["workers"]

@@ -15,7 +15,7 @@ import httpx2 as httpx
 import pytest
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
+from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
 
 pytestmark = pytest.mark.slow
 
@@ -30,15 +30,7 @@ def test_two_hosts_serve_one_plan(built):  # noqa: F811
     n1 = subprocess.Popen([*common, "--node-rank", "1"], cwd=REPO, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert n0.poll() is None and n1.poll() is None and time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_healthy(url, [n0, n1])
         workers = httpx.get(f"{url}/health").json()["workers"]
         by_node = {w["device"]: w["node_rank"] for w in workers}
         assert by_node == {"a:0": 0, "b:0": 0, "c:0": 1}

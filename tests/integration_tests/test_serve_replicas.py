@@ -18,7 +18,7 @@ from openai import OpenAI
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
 from tests.conftest import FIXTURES
-from tests.integration_tests.test_serve import REPO, _port
+from tests.integration_tests.test_serve import wait_healthy, REPO, _port
 
 pytestmark = pytest.mark.slow
 
@@ -34,15 +34,7 @@ def test_random_weights_two_replicas_byte_tokenizer(tmp_path):
                              "--emulate", "--port", str(port), "--max-num-seqs", "4"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_healthy(url, [proc])
         workers = httpx.get(f"{url}/health").json()["workers"]
         assert [w["stage"] for w in workers] == ["0.0", "1.0"] and workers[0]["units"] == [0, len(plan.units) - 1]
         c = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)

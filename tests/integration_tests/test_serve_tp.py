@@ -9,14 +9,13 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import httpx2 as httpx
 import pytest
 import torch
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
+from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +37,7 @@ def test_tp2_stage_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
                              "--api-key", KEY], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_healthy(url, [proc])
         workers = httpx.get(f"{url}/health").json()["workers"]
         tp = [w for w in workers if w["stage"] == "0.1"]
         assert [w["tp_rank"] for w in tp] == [0, 1] and tp[0]["param_bytes"] == tp[1]["param_bytes"]
