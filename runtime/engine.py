@@ -85,6 +85,8 @@ class LaneRunner:
         self._send_lock = threading.Lock()
         self._dirty = True
         self._out = Sender(self.first_rank)
+        # looking ahead, each stage has a micro-batch queued behind the one it runs
+        self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
 
     def start(self) -> None:
         threading.Thread(target=self._guard, args=(self._send_loop,), name=f"lane{self.lane.id}-send", daemon=True).start()
@@ -114,8 +116,8 @@ class LaneRunner:
             msg = self._next_transfer()
             if msg is not None:
                 return msg
-        if len(self.inflight) < len(self.lane.stages):
-            batch = self.sched.schedule()
+        if len(self.inflight) < self.depth:
+            batch = self.sched.schedule(self.lane.lookahead)
             if batch is not None:
                 msg = self._step_message(batch)
                 self.inflight.append(batch)
@@ -148,7 +150,7 @@ class LaneRunner:
             return None
         self.incoming.popleft()
         self.sched.blocks.grow(t.seq, 0)  # blocks for the t.tokens positions already computed
-        t.seq.in_flight = True  # an abort waits for the KV to land
+        t.seq.in_flight = 1  # an abort waits for the KV to land
         self.inflight.append(t)
         meta = torch.tensor([t.src.lane.id, t.tokens, *t.seq.block_table], dtype=torch.long)
         return Message(Kind.TRANSFER_IN, t.seq.seq_id, meta=meta,
@@ -205,9 +207,12 @@ class LaneRunner:
 
     def _step_message(self, batch: MicroBatch) -> Message:
         items = batch.items
-        meta = StepMeta(starts=[i.start for i in items], n_new=[i.n_new for i in items],
-                        sample=[i.sample for i in items], block_tables=[list(i.seq.block_table) for i in items],
-                        token_ids=[t for i in items for t in i.seq.token_ids[i.start:i.start + i.n_new]],
+        meta = StepMeta(seq_ids=[i.seq.seq_id for i in items], starts=[i.start for i in items],
+                        n_new=[i.n_new for i in items], sample=[i.sample for i in items],
+                        block_tables=[list(i.seq.block_table) for i in items],
+                        # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
+                        token_ids=[t for i in items for t in ([-1] if i.ahead else
+                                                              i.seq.token_ids[i.start:i.start + i.n_new])],
                         sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
                                    i.seq.params.seed) for i in items])
         m, s = meta.encode()
@@ -238,7 +243,7 @@ class LaneRunner:
                     done_out = item
                 elif msg.kind is Kind.TRANSFER_IN:  # its KV is in every decode stage: decode from here
                     seq = item.seq
-                    seq.in_flight = False
+                    seq.in_flight = 0
                     if seq.aborted:
                         self.sched.blocks.free(seq)
                         seq.status, seq.finish_reason = SeqStatus.FINISHED, "abort"

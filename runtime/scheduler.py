@@ -9,6 +9,13 @@ recently admitted sequence not in flight is preempted: its blocks are freed and 
 back to the front of the queue, to be recomputed (prompt + what it generated so far).
 Micro-batches are kept small enough that `n_stages` of them can be in flight at once,
 so no stage idles while others work.
+
+Lookahead: a decoding sequence whose micro-batch is still in the pipeline may be scheduled
+again before its result is back; its input token is then the one that micro-batch samples,
+which the first stage gets from the last stage directly (feedback.py). The frontend's round
+trip (result → scheduler → next step) overlaps the pipeline's work instead of idling it. A
+sequence that ends with the in-flight token (EOS) wasted that one row; one that ends by
+length, or would need a preemption to grow, is not looked ahead.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ class BatchItem:
     start: int  # position of the first new token
     n_new: int  # tokens processed this step
     sample: bool  # this chunk ends at the last known token: the last stage samples the next one
+    ahead: bool = False  # its one token is the one the sequence's in-flight micro-batch samples
 
 
 @dataclass(slots=True)
@@ -136,8 +144,9 @@ class Scheduler:
             self.waiting.appendleft(seq)
 
     # ---- one micro-batch -----------------------------------------------------------------
-    def schedule(self) -> MicroBatch | None:
-        """The next micro-batch from sequences not in flight; None when there is nothing to run."""
+    def schedule(self, lookahead: bool = False) -> MicroBatch | None:
+        """The next micro-batch from sequences not in flight (with `lookahead`, also decoding
+        sequences in flight once); None when there is nothing to run."""
         active = len(self.running) + len(self.waiting)
         # split the active sequences over n_stages micro-batches so the pipeline stays full
         seq_cap = max(1, math.ceil(active / self.cfg.n_stages))
@@ -146,7 +155,15 @@ class Scheduler:
         for seq in list(self.running):
             if budget == 0 or len(batch.items) >= seq_cap:
                 break
-            if seq.in_flight or seq.status is not SeqStatus.RUNNING:
+            if seq.status is not SeqStatus.RUNNING:
+                continue
+            if seq.in_flight:
+                if lookahead and self._can_look_ahead(seq):
+                    self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
+                    seq.in_flight += 1
+                    seq.last_step = batch.step_id
+                    batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True))
+                    budget -= 1
                 continue
             n = min(seq.remaining, budget)
             while not self.blocks.can_grow(seq, n):
@@ -175,11 +192,22 @@ class Scheduler:
         self._step += 1
         return batch
 
+    def _can_look_ahead(self, seq: Sequence) -> bool:
+        """`seq`'s next step may go before its in-flight one comes back: n_stages micro-batches
+        after it, so the first stage runs the others meanwhile instead of waiting for its token."""
+        return (seq.in_flight == 1 and seq.samples_in_flight and not seq.aborted and not self.cfg.handoff
+                and self._step - seq.last_step >= self.cfg.n_stages
+                and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
+                and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed))
+
     def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
         self.blocks.grow(seq, n)
-        seq.in_flight = True
+        seq.in_flight += 1
+        seq.last_step = batch.step_id
         start = seq.num_computed
-        batch.items.append(BatchItem(seq, start, n, sample=start + n == seq.num_tokens))
+        sample = start + n == seq.num_tokens
+        seq.samples_in_flight = sample
+        batch.items.append(BatchItem(seq, start, n, sample=sample))
 
     # ---- results -------------------------------------------------------------------------
     def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
@@ -190,8 +218,9 @@ class Scheduler:
         out = []
         for item, tok in zip(batch.items, tokens, strict=True):
             seq = item.seq
-            seq.in_flight = False
-            if seq.status is not SeqStatus.RUNNING:  # preempted/finished meanwhile cannot happen in flight
+            seq.in_flight -= 1
+            seq.samples_in_flight = seq.samples_in_flight and seq.in_flight > 0
+            if seq.status is not SeqStatus.RUNNING:  # finished while a looked-ahead step was in flight
                 continue
             if seq.aborted:
                 self._finish(seq, "abort")
@@ -222,7 +251,7 @@ class Scheduler:
         self.handoffs.clear()
         for s in seqs:
             self.blocks.free(s)
-            s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", False
+            s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", 0
         self.running.clear()
         self.waiting.clear()
         return seqs

@@ -40,7 +40,9 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     num_computed: int = 0
     block_table: list[int] = field(default_factory=list)
-    in_flight: bool = False  # part of a micro-batch now in the pipeline
+    in_flight: int = 0  # micro-batches now in the pipeline that hold it (2: one looked ahead)
+    samples_in_flight: bool = False  # its latest in-flight item samples the token after the last known one
+    last_step: int = -1  # the step id of the latest micro-batch that held it
     aborted: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     arrival: float = field(default_factory=time.monotonic)

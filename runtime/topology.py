@@ -80,6 +80,12 @@ class Lane:
     phase: str = "both"  # both | prefill | decode
     targets: tuple[int, ...] = ()  # a prefill lane: the decode lanes its KV may go to
 
+    @property
+    def lookahead(self) -> bool:
+        """Its scheduler sends decode steps before their input token is back (a prefill
+        pool's sequences leave after their first token: nothing to look ahead for)."""
+        return self.phase != "prefill"
+
 
 def attention_owners(lane: Lane, kinds: list[tuple[str, int]]) -> dict[int, int]:
     """Model layer → rank of the lane's worker holding that layer's attention (and its KV).

@@ -36,6 +36,7 @@ class Kind(enum.IntEnum):
     READY = 5  # a worker's report after loading (worker → frontend)
     TRANSFER_OUT = 6  # prefill pool: send a prompt's KV to the decode lane's stages (meta: lane, tokens, blocks)
     TRANSFER_IN = 7  # decode pool: receive it into these blocks (meta: prefill lane, tokens, blocks)
+    TOKENS = 8  # last stage → first stage: what a step sampled (meta: seq ids | positions | tokens); empty: stop
 
 
 @dataclass(slots=True)
@@ -63,18 +64,21 @@ class Message:
 class StepMeta:
     """What every stage is told about a micro-batch (packed in Message.meta / .samp)."""
 
+    seq_ids: list[int]
     starts: list[int]
     n_new: list[int]
     sample: list[bool]
     block_tables: list[list[int]]
-    token_ids: list[int]  # the new tokens, packed (the first stage embeds them)
+    token_ids: list[int]  # the new tokens, packed (the first stage embeds them); -1: not sampled yet (lookahead)
     sampling: list[tuple[float, float, int, int]]  # per sequence: temperature, top_p, top_k, seed
 
     def encode(self) -> tuple[torch.Tensor, torch.Tensor]:
         b = len(self.starts)
         width = max((len(t) for t in self.block_tables), default=0)
         tables = [t + [0] * (width - len(t)) for t in self.block_tables]
-        flat = [b, width, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []), *self.token_ids]
+        # the tokens last: the first stage fills in looked-ahead ones in place (meta[-T:])
+        flat = [b, width, *self.seq_ids, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []),
+                *self.token_ids]
         samp = [v for s in self.sampling for v in (s[0], s[1], float(s[2]), float(s[3]))]
         return torch.tensor(flat, dtype=torch.long), torch.tensor(samp, dtype=torch.float64)
 
@@ -83,13 +87,14 @@ class StepMeta:
         v = meta.tolist()
         b, width = v[0], v[1]
         o = 2
-        starts, n_new, sample = v[o:o + b], v[o + b:o + 2 * b], [bool(x) for x in v[o + 2 * b:o + 3 * b]]
-        o += 3 * b
+        seq_ids, starts, n_new = v[o:o + b], v[o + b:o + 2 * b], v[o + 2 * b:o + 3 * b]
+        sample = [bool(x) for x in v[o + 3 * b:o + 4 * b]]
+        o += 4 * b
         tables = [v[o + i * width:o + (i + 1) * width] for i in range(b)]
         o += b * width
         s = samp.tolist()
         sampling = [(s[4 * i], s[4 * i + 1], int(s[4 * i + 2]), int(s[4 * i + 3])) for i in range(b)]
-        return StepMeta(starts, n_new, sample, tables, v[o:], sampling)
+        return StepMeta(seq_ids, starts, n_new, sample, tables, v[o:], sampling)
 
 
 def _sizes(header: torch.Tensor) -> tuple[list[int], torch.dtype]:

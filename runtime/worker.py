@@ -124,15 +124,19 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float
     return float(sent)
 
 
-def serve_stage(w, model, backend, group=None, dev_index: int = 0, owners: dict | None = None) -> None:
+def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index: int = 0,
+                owners: dict | None = None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
         w: this worker (WorkerSpec); its stage's leader receives and sends, the other
             members of a tp stage get each message by broadcast and only compute.
+        lane: its lane (Lane): where sampled tokens go for looked-ahead steps.
+        timeout_s: the longest wait for a looked-ahead step's token (the job's timeout).
         group: the stage's tensor-parallel process group (None when tp = 1).
         owners: lane id → layer → rank holding its attention (KV moves between pools).
     """
+    from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
     from hetc.runtime.transport import Kind, Message, Sender, StepMeta, broadcast, recv
@@ -141,8 +145,18 @@ def serve_stage(w, model, backend, group=None, dev_index: int = 0, owners: dict 
     first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
     out = Sender(spec.next_rank) if leader else None
     sends: list = []
+    # the first stage fills in looked-ahead tokens: its own samples, or the last stage's sent directly
+    sampled = SampledTokens() if first and leader else None
+    direct = lane.lookahead and spec.n_stages > 1 and leader
+    feed_out = Sender(lane.stages[0].rank) if direct and last else None
+    feed_in = receive_tokens(lane.stages[-1].rank, sampled) if direct and first else None
     while True:
         msg = recv(spec.prev_rank) if leader else None
+        t0, meta = time.perf_counter(), None
+        if leader and msg.kind is Kind.STEP:
+            meta = StepMeta.decode(msg.meta, msg.samp)
+            if first:  # before the broadcast: tp members embed the same tokens
+                t0 += sampled.fill(meta, msg.meta, timeout_s)
         if spec.tp > 1:
             msg = broadcast(msg, spec.rank, group)
         if not leader:  # a tp member: compute its share, the leader answers
@@ -155,15 +169,18 @@ def serve_stage(w, model, backend, group=None, dev_index: int = 0, owners: dict 
                 return
             continue
         if msg.kind is Kind.STEP:
-            t0 = time.perf_counter()
-            meta = StepMeta.decode(msg.meta, msg.samp)
             attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
             x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
             y = model(backend.to_device(x, dev_index), attn)
             if last:
                 rows = [i for i, s in enumerate(meta.sample) if s]
-                picked = sample(backend.to_host(y), [meta.sampling[i] for i in rows],
-                                [meta.starts[i] + meta.n_new[i] for i in rows])
+                positions = [meta.starts[i] + meta.n_new[i] for i in rows]
+                picked = sample(backend.to_host(y), [meta.sampling[i] for i in rows], positions)
+                ids = [meta.seq_ids[i] for i in rows]
+                if first:
+                    sampled.put(ids, positions, picked)
+                elif feed_out is not None and rows:  # before the result: the first stage may wait for it
+                    feed_out.send(tokens_message(msg.step_id, ids, positions, picked))
                 tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
                 tokens[rows] = torch.tensor(picked, dtype=torch.long)
                 reply = Message(Kind.RESULT, msg.step_id, payload=tokens, times=msg.times)
@@ -181,6 +198,11 @@ def serve_stage(w, model, backend, group=None, dev_index: int = 0, owners: dict 
             out.send(Message(msg.kind, msg.step_id, times=msg.times))
             if msg.kind is Kind.SHUTDOWN:
                 out.flush()
+                if feed_out is not None:  # the first stage's receiving thread stops
+                    feed_out.send(tokens_message(msg.step_id, [], [], []))
+                    feed_out.flush()
+                if feed_in is not None:
+                    feed_in.join(timeout_s)
                 for wk, _ in sends:
                     wk.wait()
                 return
@@ -219,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         hello.send(Message(Kind.READY, w.rank, payload=ready))
         hello.flush()
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
-        serve_stage(w, model, backend, model.tp_group, 0 if cfg.emulate else w.device_index, owners)
+        lane = next(l for l in lanes if l.id == spec.lane)
+        serve_stage(w, model, backend, lane, cfg.timeout_s, model.tp_group, 0 if cfg.emulate else w.device_index,
+                    owners)
         dist.destroy_process_group()
         return 0
     except Exception as e:  # the frontend sees the exit code; the log says why

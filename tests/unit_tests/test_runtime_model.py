@@ -6,6 +6,7 @@ import torch
 import pytest
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from hetc.runtime.feedback import SampledTokens
 from hetc.runtime.kv_cache import AttnMeta
 from hetc.runtime.model_runner import StageModel, UnitRef
 from hetc.runtime.sampler import sample
@@ -111,11 +112,18 @@ def test_random_weights_are_deterministic():
 
 
 def test_step_meta_and_message_round_trip():
-    m = StepMeta(starts=[0, 7], n_new=[3, 1], sample=[False, True], block_tables=[[4, 2], [9]],
-                 token_ids=[5, 6, 7, 8], sampling=[(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    m = StepMeta(seq_ids=[3, 8], starts=[0, 7], n_new=[3, 1], sample=[False, True], block_tables=[[4, 2], [9]],
+                 token_ids=[5, 6, 7, -1], sampling=[(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
     meta, samp = m.encode()
-    assert StepMeta.decode(meta, samp) == StepMeta([0, 7], [3, 1], [False, True], [[4, 2], [9, 0]], [5, 6, 7, 8],
-                                                   [(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    assert StepMeta.decode(meta, samp) == StepMeta([3, 8], [0, 7], [3, 1], [False, True], [[4, 2], [9, 0]],
+                                                   [5, 6, 7, -1], [(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    assert meta[-4:].tolist() == [5, 6, 7, -1]  # the tokens last: a looked-ahead one is filled in place
+    store = SampledTokens()
+    with pytest.raises(RuntimeError, match="sequence 8 at position 7"):
+        store.fill(StepMeta.decode(meta, samp), meta, timeout=0.01)
+    store.put([8, 3], [7, 3], [42, 9])  # what the last stage sampled for sequence 8 at position 7
+    store.fill(m, meta, timeout=0.01)
+    assert m.token_ids == [5, 6, 7, 42] and StepMeta.decode(meta, samp).token_ids == [5, 6, 7, 42]
     header, body = Message(1, 3, meta=meta, samp=samp, payload=torch.ones(3, 5, dtype=torch.bfloat16),
                            times=torch.zeros(2, dtype=torch.float64)).encode()
     assert header.tolist()[:7] == [1, 3, meta.numel(), samp.numel(), 3, 5, 1]

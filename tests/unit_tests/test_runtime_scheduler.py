@@ -132,3 +132,42 @@ def test_prefill_pool_hands_off_after_the_first_token_and_decode_pool_requeues()
     batch = dec.schedule()  # a decodes its handed-off token; c needs a 2nd block: none, so it leaves
     assert [(i.seq, i.start, i.n_new, i.sample) for i in batch.items] == [(a, 20, 1, True)]
     assert requeued == [c] and c.status is SeqStatus.WAITING and c.block_table == [] and not dec.waiting
+
+
+def test_lookahead_schedules_the_next_decode_before_the_result():
+    bm = BlockManager(8)
+    s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
+    a = _seq(0, 16, max_tokens=3)
+    s.add(a)
+    b0 = s.schedule(lookahead=True)
+    b1 = s.schedule(lookahead=True)  # a's next step goes before b0 is back: its token is b0's sample
+    assert [(i.start, i.n_new, i.sample, i.ahead) for i in b1.items] == [(16, 1, True, True)]
+    assert len(a.block_table) == 2 and a.in_flight == 2  # position 16 opened a second block
+    assert s.schedule(lookahead=True) is None  # one step ahead at most
+    _run(s, b0, token=5)
+    b2 = s.schedule(lookahead=True)
+    assert [(i.start, i.ahead) for i in b2.items] == [(17, True)]
+    _run(s, b1, token=6)
+    assert s.schedule(lookahead=True) is None  # b2's token is the 3rd and last: nothing to look ahead for
+    _run(s, b2, token=7)
+    assert a.finish_reason == "length" and a.token_ids[16:] == [5, 6, 7] and bm.num_free == 8
+
+
+def test_lookahead_step_of_a_sequence_that_stopped_is_dropped():
+    bm = BlockManager(8)
+    s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
+    a = _seq(0, 4, max_tokens=8)
+    s.add(a)
+    b0, b1 = s.schedule(lookahead=True), s.schedule(lookahead=True)
+    assert _run(s, b0, token=0)[0].finished and a.finish_reason == "stop"  # EOS: the looked-ahead row is wasted
+    assert _run(s, b1) == [] and a.token_ids[-1] == 0 and bm.num_free == 8
+
+
+def test_lookahead_keeps_micro_batches_in_turn_through_the_stages():
+    s = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=256, n_stages=2))
+    for i in range(4):
+        s.add(_seq(i, 5, max_tokens=8))
+    order = [{i.seq.seq_id for i in s.schedule(lookahead=True).items} for _ in range(4)]
+    # a micro-batch's next step comes n_stages steps later: the first stage runs the other one meanwhile
+    assert order == [{0, 1}, {2, 3}, {0, 1}, {2, 3}]
+    assert s.schedule(lookahead=True) is None

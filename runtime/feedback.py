@@ -1,0 +1,104 @@
+"""Sampled tokens going from the last stage straight to the first (lookahead steps).
+
+The frontend may send a sequence's next decode step before the step that samples its input
+token has come back (scheduler.py, lookahead); that step carries -1 for the token. The first
+stage fills it in with what the last stage sampled for that sequence at that position: its
+own samples in a 1-stage lane; else TOKENS messages the last stage sends it after every
+sampling step, taken by a thread so the last stage never waits on the first. One hop, where
+the result's way through the frontend is two plus the scheduler.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import torch
+
+from hetc.runtime.transport import Kind, Message, StepMeta, recv
+
+__all__ = ["SampledTokens", "receive_tokens", "tokens_message"]
+
+
+class SampledTokens:
+    """(seq id, position) → token sampled there, put by the last stage, taken by the first.
+
+    Samples nobody takes (the sequence was not looked ahead) are dropped `keep` puts later;
+    a looked-ahead step always takes a sample from one of the lane's last few steps.
+    """
+
+    def __init__(self, keep: int = 256):
+        self._tok: dict[tuple[int, int], int] = {}
+        self._puts: deque[list[tuple[int, int]]] = deque()
+        self._cond = threading.Condition()
+        self._keep = keep
+        self.error: str | None = None  # the receiving thread's failure
+
+    def put(self, seq_ids: list[int], positions: list[int], tokens: list[int]) -> None:
+        keys = list(zip(seq_ids, positions))
+        with self._cond:
+            self._tok.update(zip(keys, tokens))
+            self._puts.append(keys)
+            if len(self._puts) > self._keep:
+                for k in self._puts.popleft():
+                    self._tok.pop(k, None)
+            self._cond.notify_all()
+
+    def fail(self, reason: str) -> None:
+        with self._cond:
+            self.error = reason
+            self._cond.notify_all()
+
+    def fill(self, meta: StepMeta, packed: torch.Tensor, timeout: float) -> float:
+        """Replace the -1 tokens of `meta` (and the same tail of `packed`, its encoded form)
+        with the sampled ones, waiting up to `timeout` s for each. Returns the seconds it took
+        (the stage was idle meanwhile)."""
+        ids = meta.token_ids
+        if -1 not in ids:
+            return 0.0
+        t0 = time.perf_counter()
+        off = 0
+        for sid, start, n in zip(meta.seq_ids, meta.starts, meta.n_new):
+            for j in range(n):
+                if ids[off + j] == -1:
+                    ids[off + j] = self._take((sid, start + j), timeout)
+            off += n
+        packed[packed.numel() - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        return time.perf_counter() - t0
+
+    def _take(self, key: tuple[int, int], timeout: float) -> int:
+        with self._cond:
+            if not self._cond.wait_for(lambda: key in self._tok or self.error, timeout):
+                raise RuntimeError(f"no token was sampled for sequence {key[0]} at position {key[1]} "
+                                   f"within {timeout:g} s")
+            if self.error:
+                raise RuntimeError(f"the last stage's tokens stopped coming: {self.error}")
+            return self._tok.pop(key)
+
+
+def tokens_message(step_id: int, seq_ids: list[int], positions: list[int], tokens: list[int]) -> Message:
+    """A TOKENS message; with no tokens it tells the first stage's receiver to stop."""
+    return Message(Kind.TOKENS, step_id, meta=torch.tensor([*seq_ids, *positions, *tokens], dtype=torch.long))
+
+
+def receive_tokens(src: int, store: SampledTokens) -> threading.Thread:
+    """Start the first stage's thread that puts every TOKENS message from rank `src` into `store`."""
+
+    def loop() -> None:
+        try:
+            while True:
+                msg = recv(src)
+                if msg.kind is not Kind.TOKENS:
+                    raise RuntimeError(f"unexpected message {msg.kind.name} from the last stage (rank {src})")
+                if not msg.meta.numel():
+                    return
+                v = msg.meta.tolist()
+                n = len(v) // 3
+                store.put(v[:n], v[n:2 * n], v[2 * n:])
+        except Exception as e:  # the last stage died or timed out: fail the step waiting for it
+            store.fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+    t = threading.Thread(target=loop, name="tokens-from-last-stage", daemon=True)
+    t.start()
+    return t
