@@ -139,11 +139,11 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
-    from hetc.runtime.transport import Kind, Message, Sender, StepMeta, broadcast, recv
+    from hetc.runtime.transport import Inbox, Kind, Message, Sender, StepMeta, broadcast
 
     spec = w.stage
     first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
-    out = Sender(spec.next_rank) if leader else None
+    inbox, out = (Inbox(spec.prev_rank), Sender(spec.next_rank)) if leader else (None, None)
     sends: list = []
     # the first stage fills in looked-ahead tokens: its own samples, or the last stage's sent directly
     sampled = SampledTokens() if first and leader else None
@@ -151,7 +151,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
     feed_out = Sender(lane.stages[0].rank) if direct and last else None
     feed_in = receive_tokens(lane.stages[-1].rank, sampled) if direct and first else None
     while True:
-        msg = recv(spec.prev_rank) if leader else None
+        msg = inbox.get() if leader else None
         t0, meta = time.perf_counter(), None
         if leader and msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
