@@ -1,4 +1,5 @@
-"""An upper bound on output tok/s over the whole placement space, by linear relaxation.
+"""Flow relaxations of all plans: a quick upper bound on output tok/s, and a lower bound on
+the cost objective (USD per hour per output tok/s).
 
 Any plan is a set of pipelines; a pipeline of n stages carries X tok/s through all U
 units, and each of its stages (a device or tp group of kind g holding k units) carries
@@ -8,37 +9,28 @@ stages, by kind and unit count:
 
     Σ_g,k y[g,n,k] = n·X_n          every pipeline has n stages carrying its flow
     Σ_g,k k·y[g,n,k] = U·X_n        the flow-weighted stage sizes cover the U units
-    Σ tp·y/cap ≤ devices of each type;  Σ y/cap ≤ tp groups of each kind
-    maximise Σ_n X_n
+    throughput: Σ tp · y / cap ≤ devices of each type, Σ y / cap ≤ tp groups of each kind;
+                maximise Σ_n X_n
+    cost:       Σ_n X_n = 1;  minimise Σ price · tp · y / cap
 
-Every plan is a feasible point (links, inter-stage overheads, the shared batch and
-integrality are relaxed), so the optimum bounds every plan. For each (g, n) only the
-points (cap, k·cap) on the convex hull of the options matter, so only those enter.
+Every plan (for cost, scaled to one tok/s) is a feasible point (links, the shared batch
+and integrality relaxed; for cost, device counts too). For each (g, n) only the points
+(cap, k·cap) on the convex hull of the options matter, so only those enter. The solver's
+throughput bound is colgen.py's, tighter; this one stands in when column generation runs
+out of time before a tighter one.
 """
 
 from __future__ import annotations
-
-import time
-from dataclasses import dataclass
 
 import numpy as np
 from ortools.linear_solver import pywraplp
 
 from hetc.partitioner.tables import BATCH_GRID, Kind, Tables
 
-__all__ = ["Bound", "throughput_bound", "cost_bound", "METHOD"]
+__all__ = ["cost_bound", "flow_bound", "FLOW_METHOD"]
 
-METHOD = ("LP relaxation of all plans: stage flows by pipeline length × stage kind (device type × tp) × "
-          "units held, each stage at its best memory-feasible batch; links, shared batch and integrality relaxed")
-
-
-@dataclass(slots=True)
-class Bound:
-    value: float  # output tok/s
-    method: str
-    seconds: float
-    pipelines: dict[int, float]  # n -> tok/s of pipelines with n stages in the LP optimum
-    stages: dict[tuple[str, int, int], float]  # (kind, n, k) -> stage groups in the LP optimum
+FLOW_METHOD = ("LP relaxation of all plans: stage flows by pipeline length × stage kind × units held, each stage "
+               "at its best memory-feasible batch; links, shared batch and integrality relaxed")
 
 
 def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
@@ -61,11 +53,11 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def _build(tables: Tables, kinds: list[Kind], max_stages: int, integer: bool = False):
+def _build(tables: Tables, kinds: list[Kind], max_stages: int):
     """Variables y[g, n, k] (flow through stage groups of kind g holding k units in
     pipelines of n stages) with the per-length flow and cover equations."""
     u = len(tables.units)
-    solver = pywraplp.Solver.CreateSolver("SCIP" if integer else "GLOP")
+    solver = pywraplp.Solver.CreateSolver("GLOP")
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
@@ -83,21 +75,11 @@ def _build(tables: Tables, kinds: list[Kind], max_stages: int, integer: bool = F
                 y[gi, n, k] = solver.NumVar(0, solver.infinity(), "")
                 caps[gi, n, k] = float(cap[k])
     xs = {n: solver.NumVar(0, solver.infinity(), "") for n in range(1, max_stages + 1)}
-    groups_z: dict[int, list] = {}  # stage-group variables per kind (whole-pipeline form only)
     for n, x in xs.items():
         here = [(key, var) for key, var in y.items() if key[1] == n]
         solver.Add(sum(var for _, var in here) == n * x)
         solver.Add(sum(key[2] * var for key, var in here) == u * x)
-        if integer and here:  # whole pipelines: exactly n stage groups each, every group within its capacity
-            zs = []
-            for key, var in here:
-                zv = solver.NumVar(0, solver.infinity(), "")
-                solver.Add(var <= caps[key] * zv)
-                zs.append((key, zv))
-            solver.Add(sum(zv for _, zv in zs) == n * solver.IntVar(0, max_stages // n, ""))
-            for key, zv in zs:
-                groups_z.setdefault(key[0], []).append(zv)
-    return solver, y, caps, xs, groups_z
+    return solver, y, caps, xs
 
 
 def _devices_used(y, caps, kinds: list[Kind]) -> dict[tuple[str, str], list]:
@@ -109,48 +91,30 @@ def _devices_used(y, caps, kinds: list[Kind]) -> dict[tuple[str, str], list]:
     return types
 
 
-def throughput_bound(tables: Tables, kinds: list[Kind], max_stages: int, *, integer: bool = True,
-                     time_limit: float = 10.0) -> Bound:
-    """The bound; `integer` counts whole pipelines (a MILP, tighter; its dual bound is used
-    when the time limit stops it), otherwise the plain LP."""
-    t0 = time.perf_counter()
-    solver, y, caps, xs, groups_z = _build(tables, kinds, max_stages, integer)
+def flow_bound(tables: Tables, kinds: list[Kind], max_stages: int) -> float:
+    """Upper bound on output tok/s over all plans: the same relaxation with the device count of
+    each type and the tp groups of each kind (looser than colgen.py's, but one small LP)."""
+    solver, y, caps, xs = _build(tables, kinds, max_stages)
     if not y:
-        return Bound(0.0, METHOD, time.perf_counter() - t0, {}, {})
-    if integer:
-        types: dict[tuple[str, str], list] = {}
-        for gi, zs in groups_z.items():
-            types.setdefault(kinds[gi].type_key, []).extend(kinds[gi].tp * z for z in zs)
-        per_kind = {gi: sum(zs) for gi, zs in groups_z.items()}
-    else:
-        types = _devices_used(y, caps, kinds)
-        per_kind = {}
-        for key, var in y.items():
-            per_kind[key[0]] = per_kind.get(key[0], 0) + var / caps[key]
-    for tkey, terms in types.items():
-        devices = sum(nd.count for nd in next(g for g in kinds if g.type_key == tkey).nodes)
-        solver.Add(sum(terms) <= devices)
+        return 0.0
+    for tkey, terms in _devices_used(y, caps, kinds).items():
+        solver.Add(sum(terms) <= sum(nd.count for nd in next(g for g in kinds if g.type_key == tkey).nodes))
+    per_kind: dict[int, list] = {}
+    for key, var in y.items():
+        per_kind.setdefault(key[0], []).append(var / caps[key])
     for gi, used in per_kind.items():
         if kinds[gi].tp > 1:
-            solver.Add(used <= kinds[gi].groups)
+            solver.Add(sum(used) <= kinds[gi].groups)
     solver.Maximize(sum(xs.values()))
-    solver.SetTimeLimit(int(time_limit * 1000))
-    status = solver.Solve()
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        raise RuntimeError(f"the bound program ended with status {status}")
-    value = solver.Objective().BestBound() if integer else solver.Objective().Value()
-    return Bound(
-        value=value, method=METHOD, seconds=time.perf_counter() - t0,
-        pipelines={n: x.solution_value() for n, x in xs.items() if x.solution_value() > 1e-9},
-        stages={(kinds[gi].name, n, k): var.solution_value() / caps[gi, n, k] for (gi, n, k), var in y.items()
-                if var.solution_value() > 1e-9},  # groups the flow needs (≤ the groups counted when integer)
-    )
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the flow-bound LP did not solve to optimality")
+    return solver.Objective().Value()
 
 
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float]) -> float:
     """Lower bound on USD per hour per output tok/s over all plans (the same relaxation,
     scale-free: one tok/s in total, devices priced, counts unlimited)."""
-    solver, y, caps, xs, _ = _build(tables, kinds, max_stages)
+    solver, y, caps, xs = _build(tables, kinds, max_stages)
     if not y:
         return 0.0
     solver.Add(sum(xs.values()) == 1)

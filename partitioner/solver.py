@@ -1,10 +1,11 @@
 """Placement search: pipelines, their stages (devices or tp groups), unit ranges and batch.
 
 1. Group identical devices into kinds (type × tp) and build per-kind tables (tables.py).
-2. Bound: the LP relaxation of all plans (bound.py).
-3. Templates (templates.py): homogeneous chains, even mixes, and the LP optimum rounded.
-   Each is evaluated exactly — best split per batch (split.py) and the saturation model
-   (simulate.py) — at every batch of the grid.
+2. Column generation over whole pipelines (colgen.py): the bound on output tok/s, and the
+   pipelines of the master LP's optimum that the cluster can hold.
+3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
+   of kinds. Each is evaluated exactly — best split per batch (split.py) and the
+   saturation model (simulate.py) — at every batch of the grid.
 4. CP-SAT picks how many replicas of each template to run within the device counts
    (throughput), warm-started from the best single template; for latency and cost the best
    single template, replicated as far as floors need, is taken.
@@ -22,7 +23,8 @@ from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
-from hetc.partitioner.bound import METHOD, throughput_bound
+from hetc.partitioner.bound import FLOW_METHOD, flow_bound
+from hetc.partitioner.colgen import METHOD, column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score
@@ -31,6 +33,8 @@ from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
 
 __all__ = ["OBJECTIVES", "Candidate", "Solution", "solve"]
+
+COLUMN_TEMPLATES = 24  # column generation's pipelines tried as templates, best first
 
 OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
               "cost": ("min", "USD per M output tokens")}
@@ -156,10 +160,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
-    if progress:
-        progress("bound: LP relaxation")
-    bound = throughput_bound(tables, kinds, max_stages, time_limit=max(1.0, time_limit / 3))
-    templates = generate(cluster, kinds, bound, max_stages)
+    bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 3), progress=progress)
+    flow = flow_bound(tables, kinds, max_stages)  # looser, but never stopped by the clock
+    bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
+    templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages)
     opts: list[_Option] = []
     for i, t in enumerate(templates):
         if progress:
@@ -190,9 +194,9 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
     tok_s = _tok_s(cands)
-    gap = (bound.value - tok_s) / bound.value if bound.value else 0.0
+    gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == "throughput" and gap <= 1e-6 else "FEASIBLE"
-    return Solution(cands, tok_s, time.perf_counter() - t0, bound.value, METHOD, status,
+    return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
                     explored=len(templates), notes=notes)
 
 

@@ -97,7 +97,7 @@ class Tables:
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
         self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
 
-    def _unit_costs(self, kind: Kind, m: int, batch: int) -> tuple[np.ndarray, float]:
+    def unit_costs(self, kind: Kind, m: int, batch: int) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round, and the stage's fixed overhead per round."""
         key = (kind.name, kind.type_key, m, batch)
         if key not in self._cost:
@@ -120,7 +120,7 @@ class Tables:
             self._cost[key] = (out, over)
         return self._cost[key]
 
-    def _fits(self, kind: Kind, batch: int) -> np.ndarray:
+    def fits(self, kind: Kind, batch: int) -> np.ndarray:
         key = (kind.name, kind.type_key, batch)
         if key not in self._feasible:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
@@ -136,10 +136,10 @@ class Tables:
         """busy_min[k] for k = 0 … U (inf where no range of k units fits)."""
         key = (kind.name, kind.type_key, m, batch)
         if key not in self._busy:
-            cost, over = self._unit_costs(kind, m, batch)
+            cost, over = self.unit_costs(kind, m, batch)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
-            busy = np.where(self._fits(kind, batch), p[i + k] - p[i] + over, np.inf)
+            busy = np.where(self.fits(kind, batch), p[i + k] - p[i] + over, np.inf)
             self._busy[key] = busy.min(axis=0)
         return self._busy[key]
 
@@ -147,6 +147,6 @@ class Tables:
         """Largest batch on the grid at which some range fits this kind (0 if none)."""
         best = 0
         for b in BATCH_GRID:
-            if self._fits(kind, b).any():
+            if self.fits(kind, b).any():
                 best = b
         return best

@@ -4,7 +4,7 @@ A template names device types and tp degrees, not devices; `allocate` later give
 replica real devices. Templates come from three places:
 - homogeneous: a chains of a groups of one kind (one type, one tp degree);
 - even mixes: every device of a subset of types split evenly over r replicas;
-- the bound's LP optimum: for each pipeline length it uses, the stage kinds in proportion;
+- the pipelines column generation found (colgen.py), those in the master's optimum first;
 - on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
 """
 
@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
-from hetc.partitioner.bound import Bound
+from hetc.partitioner.colgen import Column
 from hetc.partitioner.split import Slot
 from hetc.partitioner.tables import Kind, type_key
 
@@ -48,7 +48,7 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
     return " + ".join(f"{a}×{k.name}" for k, a in parts if a)
 
 
-def generate(cluster: Cluster, kinds: list[Kind], bound: Bound | None, max_stages: int) -> list[Template]:
+def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_stages: int) -> list[Template]:
     out: dict[tuple, Template] = {}
 
     def add_chain(chain: tuple[Slot, ...], label: str | None = None) -> None:
@@ -81,20 +81,6 @@ def generate(cluster: Cluster, kinds: list[Kind], bound: Bound | None, max_stage
                 use = Counter(k.type_key for k in combo)
                 if all(use[k.type_key] <= k.groups for k in pool):
                     add_chain(tuple(Slot(k.nodes[0], 1) for k in combo))
-    if bound is not None:  # the LP optimum, rounded per pipeline length
-        by_name = {k.name: k for k in kinds}
-        for n in bound.pipelines:
-            groups = Counter()
-            for (name, length, _), z in bound.stages.items():
-                if length == n:
-                    groups[name] += z
-            total = sum(groups.values())
-            if total <= 0:
-                continue
-            pipes = total / n
-            parts = [(by_name[name], round(z / pipes)) for name, z in groups.items()]
-            add(sorted(parts, key=lambda p: kinds.index(p[0])))
-            for (k, a) in parts:  # and its neighbours, one group more or fewer of each kind
-                for d in (-1, 1):
-                    add([(kk, aa + d if kk is k else aa) for kk, aa in parts])
+    for col in columns:  # column generation's pipelines, as chains of kinds
+        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in col.kinds))
     return list(out.values())
