@@ -153,13 +153,8 @@ def prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:
     return [[g.randrange(3, MODEL["vocab_size"]) for _ in range(length)] for _ in range(n)]
 
 
-def offline(srv: Server, batch: int, p_len: int, o_len: int, runs: int) -> tuple[float, dict[str, float]]:
-    """(output tok/s, per-stage busy share) for `batch` requests sent at once; the best of `runs`
-    (the machines are shared: another process on a core slows a run, never speeds it up)."""
-    return max((_offline(srv, batch, p_len, o_len) for _ in range(runs)), key=lambda r: r[0])
-
-
-def _offline(srv: Server, batch: int, p_len: int, o_len: int) -> tuple[float, dict[str, float]]:
+def offline(srv: Server, batch: int, p_len: int, o_len: int) -> tuple[float, dict[str, float]]:
+    """(output tok/s, per-stage busy share) for `batch` requests sent at once."""
 
     async def go():
         async with httpx.AsyncClient(timeout=600) as ac:
@@ -244,7 +239,7 @@ def main() -> None:
     ap.add_argument("--output", type=int, default=64)
     ap.add_argument("--rate", type=float, default=1.0, help="requests/s for the latency run")
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
-    ap.add_argument("--runs", type=int, default=3, help="throughput runs per configuration (the best counts)")
+    ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
                     help="a 1-thread profile of this host from `hetc profile --device cpu` (predicted stage times)")
     a = ap.parse_args()
@@ -259,33 +254,40 @@ def main() -> None:
           f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores")
     # both servers up at once (an idle one only sends a heartbeat a second), HF in this process;
     # the three are measured in turn, round after round, so a burst of load from another process
-    # on this shared host hits all of them alike; each one's best round counts
+    # on this shared host hits all of them alike; medians over the rounds are reported
     s1 = Server(p1, model, threads=2, max_seqs=a.batch)
     s2 = Server(p2, model, threads=1, max_seqs=a.batch)
     with s1, s2:
         hf = HFGenerate(model, a.batch, a.prompt, a.output, threads=2)
+        print(f"host load average at the start (1 min): {os.getloadavg()[0]:.2f}")
         rounds = []
         for _ in range(a.runs):
-            rounds.append((offline(s1, a.batch, a.prompt, a.output, 1), offline(s2, a.batch, a.prompt, a.output, 1),
-                           hf.tok_s()))
+            rounds.append((offline(s1, a.batch, a.prompt, a.output), offline(s2, a.batch, a.prompt, a.output),
+                           hf.tok_s(), os.getloadavg()[0]))
+            r = rounds[-1]
+            print(f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, HF {r[2]:.1f} tok/s; 2×1 / 1×2 "
+                  f"{r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[2]:.2f}; busy 2×1 "
+                  + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items())) + f"; load {r[3]:.2f}", flush=True)
         measured = decode_steps(s2)  # offline rounds only: 8-sequence micro-batches
         lat = at_rate(s2, a.rate, a.requests, a.prompt, a.output)
-    one, busy1 = max((r[0] for r in rounds), key=lambda x: x[0])
-    two, busy2 = max((r[1] for r in rounds), key=lambda x: x[0])
-    hf_best = max(r[2] for r in rounds)
-    print("rounds (1×2, 2×1, HF tok/s): " + "; ".join(f"{r[0][0]:.0f}, {r[1][0]:.0f}, {r[2]:.0f}" for r in rounds))
+    med = statistics.median
+    one, two, hf_med = med(r[0][0] for r in rounds), med(r[1][0] for r in rounds), med(r[2] for r in rounds)
+    busy2 = {k: med(r[1][1][k] for r in rounds) for k in rounds[0][1][1]}
+    busy1 = med(next(iter(r[0][1].values()), 0.0) for r in rounds)
     load = os.getloadavg()
     print(f"host load average at the end (1/5/15 min): {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
           "(anything above ~0 is another process sharing the 2 cores)")
-    print("| figure | value |\n|---|---:|")
+    print(f"| figure (median of {a.runs} interleaved rounds) | value |\n|---|---:|")
     print(f"| 1 stage × 2 threads, output tok/s | {one:.1f} |")
     print(f"| 2 stages × 1 thread, output tok/s | {two:.1f} |")
-    print(f"| ratio (2×1 / 1×2), target ≥ 0.9 | {two / one:.2f} |")
+    print(f"| ratio (2×1 / 1×2), target ≥ 0.9 | {two / one:.2f} (per round "
+          + ", ".join(f"{r[1][0] / r[0][0]:.2f}" for r in rounds) + ") |")
     for k, v in sorted(busy2.items()):
         print(f"| stage {k}: busy share (pipeline efficiency) / bubble share | {v:.2f} / {1 - v:.2f} |")
-    print(f"| 1 stage: busy share | {next(iter(busy1.values()), 0):.2f} |")
-    print(f"| HF generate (static cache, 2 threads), output tok/s | {hf_best:.1f} |")
-    print(f"| engine (1 stage × 2 threads) / HF generate, target ≥ 1.0 | {one / hf_best:.2f} |")
+    print(f"| 1 stage: busy share | {busy1:.2f} |")
+    print(f"| HF generate (static cache, 2 threads), output tok/s | {hf_med:.1f} |")
+    print(f"| engine (1 stage × 2 threads) / HF generate, target ≥ 1.0 | {one / hf_med:.2f} (per round "
+          + ", ".join(f"{r[0][0] / r[2]:.2f}" for r in rounds) + ") |")
     print(f"| 2 stages at {a.rate:g} req/s ({a.requests} requests): TTFT p50 / p99 ms | "
           f"{lat['ttft_p50']:.0f} / {lat['ttft_p99']:.0f} |")
     print(f"| 2 stages at {a.rate:g} req/s: TPOT p50 / p99 ms | {lat['tpot_p50']:.1f} / {lat['tpot_p99']:.1f} |")

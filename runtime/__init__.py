@@ -10,6 +10,9 @@ Processes (one torch.distributed gloo job, ranks mapped from the plan — topolo
       own transformers modules and paged-KV attention (model_runner.py, kv_cache.py),
       receives the residual stream from the previous stage and sends it on
       (transport.py); the last stage samples (sampler.py) and returns token ids.
+  Lookahead (scheduler.py): a decoding sequence's next step is sent before its result is
+  back, so each stage has the next micro-batch queued; the first stage takes that step's
+  input token from the last stage directly (feedback.py), not through the frontend.
   A tp stage is several workers: the leader talks to the pipeline and broadcasts each
   step to its group; all-reduce after o_proj/down_proj/embedding, all-gather of logits.
   `--nnodes N` splits the plan's cluster nodes over N hosts in order; node rank 0 holds the
