@@ -1,30 +1,20 @@
 """Column generation over whole pipelines: a tight bound on output tok/s, and the pipelines to try.
 
 A column is one pipeline: an ordered chain of stage kinds (device type × tp), the unit
-range of each stage, and its batch. The master LP takes columns fractionally within the
-device count of each type and the tp-group count of each kind; its duals price one stage
-of each kind, w_g. Pricing looks for the pipeline of largest reduced cost τ − Σ w over its
-stages by dynamic programming over unit prefixes, for every batch of the grid, every
-class of pipeline lengths and a ladder of bottleneck levels R: a pipeline whose busiest
-stage and link take at most R per round gives τ ≤ batch / R, and C(R), the least stage
-price of a pipeline with that bottleneck, falls as R grows, so over R_i ≤ R ≤ R_i+1 the
-reduced cost is at most batch / R_i − C(R_i+1).
+range of each stage, its batch and phase. The master LP takes columns fractionally within
+the device count of each type and the tp-group count of each kind (and, for disaggregated
+pools, decode output within what prefill pools feed); its duals price one stage of each
+kind, and pricing (pricing.py) finds the pipeline of best reduced cost.
 
-Pricing relaxes the saturation model (simulate.py) so that its τ bounds every real
-pipeline's: the loop term (one micro-batch passing all stages) is dropped; a pipeline of
-n stages is costed with the micro-batches of the shortest length in its class (fewer
-micro-steps, less busy); a link between two stages of one type is the type's intra-node
-fabric, between two types their fastest node pair.
-
-The bound (Lagrangian): for duals π (devices per type) and σ (tp groups per kind) ≥ 0 and
-any plan, Σ τ ≤ π·n + σ·G + N·max(0, max_p rc_p / d_p), with N devices and d_p the
-devices of pipeline p. Pricing with prices w + ε·tp gives an upper estimate u of
-max_p (rc_p − ε·d_p), so the bound is z + N·(ε + max(0, u)), z the master's value.
+The bound (Lagrangian): for duals π (devices per type), σ (tp groups per kind), μ (the
+feed row) ≥ 0 and any plan, Σ τ ≤ π·n + σ·G + N·max(0, max_p rc_p / d_p), with N devices
+and d_p the devices of pipeline p. Pricing with prices w + ε·tp gives an upper estimate u
+of max_p (rc_p − ε·d_p), so the bound is z + N·(ε + max(0, u)), z the master's value;
+without pools, Farley's scaling of the duals gives θ·(z + N·ε) with θ ≥ max τ / price.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,27 +23,21 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
-from hetc.partitioner.cost_models.links import hops
-from hetc.partitioner.count_pricing import backtrack, cheapest, covers
-from hetc.partitioner.tables import BATCH_GRID, Kind, Tables
+from hetc.partitioner.pricing import CERTIFY, SEARCH, Column, Pricer
+from hetc.partitioner.tables import Kind, Tables
 
-__all__ = ["Column", "ColumnBound", "column_bound", "METHOD"]
+__all__ = ["ColumnBound", "column_bound", "METHOD"]
 
 METHOD = ("column generation over whole pipelines (chain of stage kinds × unit ranges × shared batch), "
           "Lagrangian bound from the master LP's duals and a relaxed dynamic-programming pricing "
           "(loop term dropped, micro-batches of the shortest length in a class, fastest links)")
 
 INF = np.inf
-SEARCH, CERTIFY = 4, 40  # rounds of ladder refinement while searching and for the bound
 HELD_KEYS = 16  # (batch, class) pairs searched for pipelines the cluster holds
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    kinds: tuple[int, ...]  # kind index per stage, in order
-    cuts: tuple[int, ...]  # unit boundaries: stage s holds units [cuts[s], cuts[s+1])
-    batch: int
-    tok_s: float  # relaxed throughput (pricing model)
+# Pricing is budgeted in DP cells (ladder levels × stages × kinds × units, and the counting
+# DP's states), not seconds, so that a plan does not depend on the machine's load; this
+# many take about a second on one core of the reference machine (BENCHMARKS.md).
+WORK_PER_SECOND = 4e7
 
 
 @dataclass(slots=True)
@@ -63,312 +47,12 @@ class ColumnBound:
     columns: list[Column]  # pipelines the cluster can hold: the master's optimum first, then by tok/s per device
     iterations: int
     seconds: float
-
-
-def _classes(max_stages: int) -> list[tuple[int, int]]:
-    """Pipeline-length classes: exact up to 8 stages, then ranges growing by half."""
-    out, n = [], 1
-    while n <= max_stages:
-        hi = n if n <= 8 else min(max_stages, n + max(1, n // 2) - 1)
-        out.append((n, min(hi, max_stages)))
-        n = hi + 1
-    return out
-
-
-class _Pricer:
-    """Everything pricing needs that does not depend on the duals, per (batch, class)."""
-
-    def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int) -> None:
-        self.tables, self.kinds, self.u = tables, kinds, len(tables.units)
-        types = list(dict.fromkeys(k.type_key for k in kinds))
-        self.types = types
-        self.devices = np.array([sum(nd.count for nd in next(k for k in kinds if k.type_key == t).nodes)
-                                 for t in types], dtype=float)
-        self.type_of = np.array([types.index(k.type_key) for k in kinds])
-        self.tp = np.array([k.tp for k in kinds], dtype=float)
-        self.classes = _classes(max_stages)
-        self.paths = {}  # (t', t) -> candidate hop lists (the fastest is taken per size)
-        for a, ta in enumerate(types):
-            na = next(k for k in kinds if k.type_key == ta).nodes
-            for b, tb in enumerate(types):
-                nb = next(k for k in kinds if k.type_key == tb).nodes
-                self.paths[a, b] = [hops(cluster, na[0], na[0])] if a == b else [hops(cluster, x, y) for x in na for y in nb]
-        self.out_bytes = np.array([0.0] + [u.out_bytes_per_token for u in tables.units])  # out of unit i-1 at cut i
-        self._cases: dict = {}
-        self._cover_cache: dict = {}
-
-    def case(self, batch: int, cls: tuple[int, int]):
-        """(prefix costs P[g, i], overheads[g], last fitting end jfit[g, i], link busy[t', t, i]) or None."""
-        key = (batch, cls)
-        if key not in self._cases:
-            self._cases[key] = self._build(batch, cls)
-        return self._cases[key]
-
-    def _build(self, batch: int, cls: tuple[int, int]):
-        t, wl, u = self.tables, self.tables.wl, self.u
-        m = max(1, min(cls[0], batch))
-        P = np.zeros((len(self.kinds), u + 1))
-        over = np.zeros(len(self.kinds))
-        jfit = np.zeros((len(self.kinds), u), dtype=np.int64)
-        for g, kind in enumerate(self.kinds):
-            fits = t.fits(kind, batch)  # [i, k]
-            ks = np.where(fits[:u], np.arange(u + 1)[None, :], 0).max(axis=1)
-            jfit[g] = np.arange(u) + ks
-            if not ks.any():
-                P[g] = INF
-                continue
-            cost, over[g] = t.unit_costs(kind, m, batch)
-            P[g, 1:] = np.cumsum(cost)
-        if np.isinf(P).all():
-            return None
-        b = batch / m
-        chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-        chunk = wl.input_len / chunks
-        per_round = batch / wl.output_len
-        T = len(self.types)
-        link = np.zeros((T, T, u + 1))
-        ob = self.out_bytes[None, 1:u]
-        for (a, c), paths in self.paths.items():
-            best = np.full((1, u - 1), INF)
-            for p in paths:  # α–β per hop: latency + bytes / bandwidth
-                lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
-                busy = m * (lat + b * ob * inv) + per_round * chunks * (lat + chunk * ob * inv) if p else 0 * ob
-                best = np.minimum(best, busy)
-            link[a, c, 1:u] = best[0]
-        return P, over, jfit, link
-
-    def reach(self, batch: int, cls: tuple[int, int], R: np.ndarray) -> np.ndarray:
-        """reach[r, g, i]: the furthest end of a stage of kind g starting at unit i, within R[r] and memory."""
-        P, over, jfit, _ = self.case(batch, cls)
-        G, U, nR = len(self.kinds), self.u, len(R)
-        limit = P[None, :, :U] + (R[:, None, None] - over[None, :, None])  # [nR, G, U]
-        reach = np.empty((nR, G, U), dtype=np.int64)
-        for g in range(G):
-            if np.isinf(P[g, 0]):
-                reach[:, g] = np.arange(U)[None, :]
-                continue
-            reach[:, g] = np.searchsorted(P[g], limit[:, g], side="right") - 1
-        return np.maximum(np.minimum(reach, jfit[None]), np.arange(U)[None, None, :])
-
-    def costs(self, w: np.ndarray, batch: int, cls: tuple[int, int], R: np.ndarray, keep: bool = False):
-        """C[r, s] = least stage price of an s-stage pipeline (s in the class) with bottleneck ≤ R[r].
-
-        With `keep`, also the per-layer tables for reconstructing (one R only)."""
-        link = self.case(batch, cls)[3]
-        G, U, nR, T = len(self.kinds), self.u, len(R), len(self.types)
-        reach = self.reach(batch, cls, R)
-        # lo[r, g, j] = first start i whose stage can reach j  (reach is nondecreasing in i)
-        flat = (np.arange(nR * G).reshape(nR, G, 1) * (U + 2) + reach).ravel()
-        cnt = np.bincount(flat, minlength=nR * G * (U + 2)).reshape(nR, G, U + 2).cumsum(axis=2)
-        lo = np.concatenate([np.full((nR, G, 1), U + 1), cnt[:, :, :U]], axis=2)  # j = 0 … U
-        j = np.arange(U + 1)
-        length = j[None, None, :] - lo  # window [lo, j-1] has `length` starts
-        ok = length >= 1
-        lvl = np.where(ok, np.floor(np.log2(np.maximum(length, 1))).astype(np.int64), 0)
-        a_idx = np.where(ok, lo, 0)
-        b_idx = np.where(ok, j[None, None, :] - (1 << lvl), 0)
-        allowed = link[None] <= R[:, None, None, None]  # [nR, T', T, U+1]
-        K = max(1, int(np.floor(np.log2(U + 1))) + 1)
-        base = (np.arange(nR)[:, None, None] * T + self.type_of[None, :, None]) * (U + 1)
-        flat_a = (lvl * nR * T * (U + 1) + base + a_idx).ravel()  # sparse-table cells of each window's two halves
-        flat_b = (lvl * nR * T * (U + 1) + base + b_idx).ravel()
-        ST = np.empty((K, nR, T, U + 1))
-        F = np.where((j[None, None, :] >= 1) & (j[None, None, :] <= reach[:, :, :1]), w[None, :, None], INF)
-        lo_n, hi_n = cls
-        out = np.full((nR, hi_n - lo_n + 1), INF)
-        layers = [F] if keep else None
-        if lo_n == 1:
-            out[:, 0] = F[:, :, U].min(axis=1)
-        for s in range(2, hi_n + 1):
-            M = np.stack([F[:, self.type_of == ti].min(axis=1) for ti in range(T)], axis=1)  # [nR, T, U+1]
-            H = ST[0]
-            for tj in range(T):  # cheapest previous stage whose link into type tj fits
-                H[:, tj] = np.where(allowed[:, :, tj], M, INF).min(axis=1)
-            H[:, :, 0] = INF  # a later stage never starts at unit 0
-            for k in range(1, K):
-                half = 1 << (k - 1)
-                np.minimum(ST[k - 1, :, :, :-half], ST[k - 1, :, :, half:], out=ST[k, :, :, :-half])
-                ST[k, :, :, -half:] = ST[k - 1, :, :, -half:]
-            flat = ST.ravel()
-            best = np.minimum(flat[flat_a], flat[flat_b]).reshape(nR, G, U + 1)
-            F = np.where(ok, best + w[None, :, None], INF)
-            if keep:
-                layers.append(F)
-            if s >= lo_n:
-                out[:, s - lo_n] = F[:, :, U].min(axis=1)
-            if np.isinf(F).all():
-                break
-        return (out, layers, reach, allowed) if keep else out
-
-    def reconstruct(self, w: np.ndarray, batch: int, cls: tuple[int, int], R: float, s: int) -> Column | None:
-        """The s-stage pipeline of least price with bottleneck ≤ R, and its relaxed throughput."""
-        _, layers, reach, allowed = self.costs(w, batch, cls, np.array([R]), keep=True)
-        U = self.u
-        F = [f[0] for f in layers]
-        reach, allowed = reach[0], allowed[0]
-        g = int(np.argmin(F[s - 1][:, U]))
-        if not np.isfinite(F[s - 1][g, U]):
-            return None
-        kinds, cuts, j = [g], [U], U
-        for layer in range(s - 1, 0, -1):
-            target = F[layer][g, j] - w[g]
-            found = None
-            for i in range(j - 1, 0, -1):
-                if reach[g, i] < j:
-                    break
-                for g2 in range(len(self.kinds)):
-                    if allowed[self.type_of[g2], self.type_of[g], i] and abs(F[layer - 1][g2, i] - target) <= 1e-9 * max(1.0, abs(target)):
-                        found = (i, g2)
-                        break
-                if found:
-                    break
-            if found is None:
-                return None
-            j, g = found
-            kinds.append(g)
-            cuts.append(j)
-        cuts.append(0)
-        kinds, cuts = tuple(reversed(kinds)), tuple(reversed(cuts))
-        return Column(kinds, cuts, batch, self.relaxed_tok_s(kinds, cuts, batch))
-
-    def relaxed_tok_s(self, kinds: tuple[int, ...], cuts: tuple[int, ...], batch: int) -> float:
-        """The pricing model's throughput of a pipeline (its length's class sets the micro-batches)."""
-        cls = next(c for c in self.classes if c[0] <= len(kinds) <= c[1])
-        P, over, _, link = self.case(batch, cls)
-        busy = max(P[g, b] - P[g, a] + over[g] for g, a, b in zip(kinds, cuts, cuts[1:]))
-        busy = max([busy] + [link[self.type_of[g1], self.type_of[g2], c]
-                             for g1, g2, c in zip(kinds, kinds[1:], cuts[1:-1])])
-        return batch / busy
-
-    def keys(self) -> list[tuple[int, tuple[int, int]]]:
-        return [(b, c) for b in BATCH_GRID for c in self.classes if self.case(b, c) is not None]
-
-    def price(self, w: np.ndarray, pdev: np.ndarray, keys: list, *, rounds: int, counted: bool,
-              stop: float = INF) -> tuple[list[Column], dict]:
-        """Per (batch, class) in `keys`: the best column the cluster can hold if its reduced cost
-        is positive, and upper estimates (reduced cost, τ / price) over the columns it can hold.
-
-        Args:
-            w: price of a stage of each kind; pdev: price of a device of each type (w without
-                the tp-group part), used when the best column takes more devices than exist.
-            rounds: ladder refinements per pair; none after the clock passes `stop` (the
-                estimates stay valid, only looser).
-        """
-        cols, est = [], {}
-        for key in keys:
-            rounds = rounds if time.perf_counter() < stop else 0
-            col, up, ratio = self._price_key(w, *key, rounds)
-            if counted and up > 0 and (rounds >= CERTIFY or col is not None and not self.holds(col)):
-                col, up2, ratio2 = self._price_counts(pdev, *key, rounds)
-                up, ratio = min(up, up2), min(ratio, ratio2)
-            est[key] = (up, ratio)
-            if (col is not None and (self.holds(col) or not counted)
-                    and col.tok_s - float(w[list(col.kinds)].sum()) > 1e-9):
-                cols.append(col)
-        return cols, est
-
-    def holds(self, col: Column) -> bool:
-        """Whether the cluster has the devices and tp groups the pipeline takes."""
-        g = list(col.kinds)
-        use = np.bincount(self.type_of[g], weights=self.tp[g], minlength=len(self.types))
-        return bool((use <= self.devices).all()) and all(col.kinds.count(k) <= self.kinds[k].groups for k in set(g))
-
-    def _ladder(self, batch: int, cls: tuple[int, int], floor: float, cost: Callable[[np.ndarray], np.ndarray],
-                rounds: int, steps: int = 24):
-        """Bottleneck levels R and least prices C[r, s] at each; refined (`rounds` times) where an interval's upper
-        estimate batch / R_i − C(R_i+1) is positive and C changes inside it.
-
-        Returns (R, C, upper, ratio): `upper` bounds the reduced cost τ − price and `ratio`
-        τ / price (Farley) of every pipeline here; R and C are None when nothing in this
-        class can pay its least price `floor`."""
-        P, over, _, link = self.case(batch, cls)
-        usable = np.isfinite(P[:, -1])
-        # the bottleneck can't be below every device's best time for the costliest unit
-        per_unit = (np.diff(P[usable], axis=1) + over[usable, None]).min(axis=0) if usable.any() else np.full(self.u, INF)
-        r_lo = float(per_unit.max())
-        r_sat = float(max(np.max(np.where(usable, P[:, -1] + over, 0.0)), link.max()))
-        r_hi = min(r_sat, batch / floor) if floor > 0 else r_sat
-        if not np.isfinite(r_lo):
-            return None, None, -INF, 0.0
-        if r_lo >= r_hi:  # every pipeline here is slower than its cheapest price
-            return None, None, batch / r_lo - floor, 1.0
-        # a fixed ladder from r_lo to r_sat, cut just above r_hi: the same levels every call
-        ladder = np.geomspace(r_lo, r_sat, steps) if r_sat > r_lo else np.array([r_lo])
-        R = ladder[: int(np.searchsorted(ladder, r_hi)) + 1]
-        C = cost(R)
-        for _ in range(rounds):
-            est = batch / R[:-1, None] - C[1:]
-            split = (est > 0) & (C[:-1] != C[1:]) & (R[1:, None] / R[:-1, None] > 1 + 1e-4)
-            need = np.nonzero(split.any(axis=1))[0]
-            if not len(need):
-                break
-            mid = np.sqrt(R[need] * R[need + 1])
-            R = np.concatenate([R, mid])
-            C = np.concatenate([C, cost(mid)])
-            order = np.argsort(R)
-            R, C = R[order], C[order]
-        tau = batch / R[:, None]  # over [R_i, R_i+1]: τ ≤ batch / R_i, price ≥ C(R_i+1); beyond the top, C stays
-        den = np.concatenate([C[1:], C[-1:]])
-        upper = float((tau - den).max())
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.where(np.isinf(den), 0.0, tau / den).max())
-        return R, C, upper, ratio
-
-    def _price_key(self, w: np.ndarray, batch: int, cls: tuple[int, int], rounds: int):
-        """The best column for stage prices `w`, counting no devices (its reduced cost may be ≤ 0),
-        and the ladder's two estimates (reduced cost, ratio)."""
-        if self.case(batch, cls) is None:
-            return None, -INF, 0.0
-        R, C, upper, ratio = self._ladder(batch, cls, cls[0] * float(w.min()), lambda R: self.costs(w, batch, cls, R),
-                                          rounds)
-        if R is None:
-            return None, upper, ratio
-        val = batch / R[:, None] - C
-        r, s = np.unravel_index(np.argmax(val), val.shape)
-        if not np.isfinite(val[r, s]):
-            return None, upper, ratio
-        return self.reconstruct(w, batch, cls, float(R[r]), cls[0] + int(s)), upper, ratio
-
-    def _covers(self, batch: int, cls: tuple[int, int], R: np.ndarray) -> list[np.ndarray]:
-        """count_pricing.covers per level R (they don't depend on prices: cached across iterations)."""
-        todo = np.array([r for r in R if (batch, cls, float(r)) not in self._cover_cache])
-        if len(todo):
-            E = covers(self.reach(batch, cls, todo), self._allowed(batch, cls, todo), self.type_of, self.tp,
-                       self.devices).astype(np.int16)
-            for r, e in zip(todo, E):
-                self._cover_cache[batch, cls, float(r)] = e
-        return [self._cover_cache[batch, cls, float(r)] for r in R]
-
-    def _allowed(self, batch: int, cls: tuple[int, int], R: np.ndarray) -> np.ndarray:
-        link = self.case(batch, cls)[3][:, :, 1:self.u]
-        cheapest_cut = link.min(axis=2) if link.shape[2] else np.zeros(link.shape[:2])
-        return cheapest_cut[None] <= R[:, None, None]
-
-    def _price_counts(self, pdev: np.ndarray, batch: int, cls: tuple[int, int],
-                      rounds: int):
-        """As _price_key, but only pipelines within the device counts, priced per device (count_pricing.py)."""
-        def cost(R: np.ndarray) -> np.ndarray:
-            return np.array([cheapest(E[None], self.u, pdev)[0][0] for E in self._covers(batch, cls, R)])[:, None]
-
-        R, C, upper, ratio = self._ladder(batch, cls, cls[0] * float(pdev.min()), cost, rounds)
-        if R is None:
-            return None, upper, ratio
-        val = batch / R - C[:, 0]
-        r = int(np.argmax(val))
-        if not np.isfinite(val[r]):
-            return None, upper, ratio
-        Rr = R[r: r + 1]
-        E = self._covers(batch, cls, Rr)[0]
-        _, [(t, counts)] = cheapest(E[None], self.u, pdev)
-        found = backtrack(E, self.reach(batch, cls, Rr)[0], self._allowed(batch, cls, Rr)[0], self.type_of, self.tp,
-                          t, counts, self.u)
-        if found is None:
-            return None, upper, ratio
-        return Column(*found, batch, self.relaxed_tok_s(*found, batch)), upper, ratio
+    work: float  # DP cells evaluated (the budget's unit)
 
 
 def _master(cols: list[Column], kinds: list[Kind], types: list, type_of: np.ndarray, devices: list[int]):
-    """The master LP over `cols`: (value, x per column, device duals per type, group duals per kind)."""
+    """The master LP over `cols`: (value, x per column, device duals per type, group duals per kind,
+    the dual of decode pools' output against what prefill pools feed)."""
     s = pywraplp.Solver.CreateSolver("GLOP")
     x = [s.NumVar(0, s.infinity(), "") for _ in cols]
     dev_rows = []
@@ -380,17 +64,20 @@ def _master(cols: list[Column], kinds: list[Kind], types: list, type_of: np.ndar
         terms = [xv * c.kinds.count(g) for c, xv in zip(cols, x) if g in c.kinds]
         if k.tp > 1 and terms:
             grp_rows[g] = s.Add(sum(terms) <= k.groups)
-    s.Maximize(sum(c.tok_s * xv for c, xv in zip(cols, x)))
+    feed = [(c.tok_s if c.phase == "decode" else -c.tok_s) * xv for c, xv in zip(cols, x) if c.phase != "both"]
+    feed_row = s.Add(sum(feed) <= 0) if feed else None
+    s.Maximize(sum(c.tok_s * xv for c, xv in zip(cols, x) if c.phase != "prefill"))
     if s.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the master LP did not solve to optimality")
     pi = np.array([max(0.0, r.dual_value()) if r else 0.0 for r in dev_rows])
     sigma = np.zeros(len(kinds))
     for g, r in grp_rows.items():
         sigma[g] = max(0.0, r.dual_value())
-    return s.Objective().Value(), [xv.solution_value() for xv in x], pi, sigma
+    mu = max(0.0, feed_row.dual_value()) if feed_row else 0.0
+    return s.Objective().Value(), [xv.solution_value() for xv in x], pi, sigma, mu
 
 
-def _generate(pr: _Pricer, *, counted: bool, seed: list[Column], deadline: float, hard: float, tolerance: float,
+def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float, hard: float, tolerance: float,
               progress: Callable[[str], None] | None, keys: list | None = None):
     """One column-generation run: (bound, master value, columns, their x, iterations, estimates).
 
@@ -398,7 +85,8 @@ def _generate(pr: _Pricer, *, counted: bool, seed: list[Column], deadline: float
     a relaxed set, fast); counted=True: the master only takes columns the cluster holds and
     pricing falls back to the counting DP where the free one's best can't be held.
     `keys` limits pricing to those (batch, class) pairs: then no bound comes out. New columns
-    are sought until `deadline`; the last full pass refines its ladders until `hard`."""
+    are sought until the pricer's work passes `deadline`; the last full pass refines its
+    ladders until `hard` (work, not seconds: the same inputs give the same columns)."""
     n_dev = float(pr.devices.sum())
     keys_given = keys
     cols, seen = [], set()
@@ -406,16 +94,16 @@ def _generate(pr: _Pricer, *, counted: bool, seed: list[Column], deadline: float
         seen.add((c.kinds, c.cuts, c.batch))
         cols.append(c)
     best, z, x, it = INF, 0.0, [], 0
-    w, pdev = np.zeros(len(pr.kinds)), np.zeros(len(pr.types))
+    w, pdev, mu = np.zeros(len(pr.kinds)), np.zeros(len(pr.types)), 0.5
     every = keys or pr.keys()
     hot = every  # (batch, class) pairs worth searching: all at first, then the promising ones
     while True:
         it += 1
         if cols:
-            z, x, pi, sigma = _master(cols, pr.kinds, pr.types, pr.type_of, pr.devices)
+            z, x, pi, sigma, mu = _master(cols, pr.kinds, pr.types, pr.type_of, pr.devices)
             w, pdev = pi[pr.type_of] * pr.tp + sigma, pi
         eps = tolerance * z / n_dev if z > 0 else 0.0
-        late = time.perf_counter() > deadline
+        late = pr.work > deadline
         if late:  # one last full pass, refined, for the bound
             passes = [(every, CERTIFY)]
         elif not cols:  # the first columns: any will do
@@ -423,15 +111,16 @@ def _generate(pr: _Pricer, *, counted: bool, seed: list[Column], deadline: float
         else:  # the promising pairs, then all, then all refined until certain
             passes = [(hot, SEARCH), (every, SEARCH), (every, CERTIFY)]
         for keys, rounds in passes:
-            new, est = pr.price(w + eps * pr.tp, pdev + eps, keys, rounds=rounds, counted=counted,
+            new, est = pr.price(w + eps * pr.tp, pdev + eps, mu, keys, rounds=rounds, counted=counted,
                                 stop=hard if rounds == CERTIFY else deadline)
             new = [c for c in new if (c.kinds, c.cuts, c.batch) not in seen]
             if new:
                 break
         if cols and keys is every and every is not keys_given:  # a full pass: its estimates hold for every column
             upper = max((u for u, _ in est.values()), default=-INF)
-            theta = max([1.0] + [r for _, r in est.values()])
-            best = min(best, z + n_dev * (eps + max(0.0, upper)), theta * (z + n_dev * eps))
+            best = min(best, z + n_dev * (eps + max(0.0, upper)))
+            if pr.phases == ("both",):  # Farley's scaling of the duals: not with the feed row
+                best = min(best, max([1.0] + [r for _, r in est.values()]) * (z + n_dev * eps))
         if progress:
             progress(f"column generation ({'counted' if counted else 'relaxed'}) {it}: LP {z:,.0f} tok/s, "
                      f"bound {best:,.0f}, {len(cols)} pipelines")
@@ -445,7 +134,7 @@ def _generate(pr: _Pricer, *, counted: bool, seed: list[Column], deadline: float
 
 def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, *,
                  time_limit: float = 20.0, tolerance: float = 0.002,
-                 progress: Callable[[str], None] | None = None) -> ColumnBound:
+                 phases: tuple[str, ...] = ("both",), progress: Callable[[str], None] | None = None) -> ColumnBound:
     """The bound and the pipelines to try.
 
     First column generation over the relaxed set (pricing counts no devices): its last full
@@ -455,17 +144,20 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
 
     Args:
         tolerance: ε per device as a share of the master's value over the device count.
+        phases: "both" (pipelines that prefill and decode), and/or "prefill" and "decode"
+            (disaggregated pools; one-device stages, as the runtime serves them).
         progress: called with a line per iteration.
     """
     t0 = time.perf_counter()
-    pr = _Pricer(tables, kinds, cluster, max_stages)
-    bound, _, cols, _, it, est = _generate(pr, counted=False, seed=[], deadline=t0 + 0.5 * time_limit,
-                                           hard=t0 + 0.7 * time_limit, tolerance=tolerance, progress=progress)
+    pr = Pricer(tables, kinds, cluster, max_stages, phases)
+    work = time_limit * WORK_PER_SECOND
+    bound, _, cols, _, it, est = _generate(pr, counted=False, seed=[], deadline=0.6 * work, hard=0.8 * work,
+                                           tolerance=tolerance, progress=progress)
     held = [c for c in cols if pr.holds(c)]
     promising = sorted(est, key=lambda k: est[k][0], reverse=True)[:HELD_KEYS]
-    _, z, cols, x, it2, _ = _generate(pr, counted=True, seed=held, deadline=t0 + time_limit, hard=t0 + time_limit,
+    _, z, cols, x, it2, _ = _generate(pr, counted=True, seed=held, deadline=work, hard=work,
                                       tolerance=tolerance, progress=progress, keys=promising)
     weight = {(c.kinds, c.cuts, c.batch): v for c, v in zip(cols, x)}
     order = sorted(cols, key=lambda c: (-weight.get((c.kinds, c.cuts, c.batch), 0.0),
                                         -c.tok_s / pr.tp[list(c.kinds)].sum()))
-    return ColumnBound(bound if np.isfinite(bound) else 0.0, z, order, it + it2, time.perf_counter() - t0)
+    return ColumnBound(bound if np.isfinite(bound) else 0.0, z, order, it + it2, time.perf_counter() - t0, pr.work)

@@ -50,10 +50,10 @@ class PlanRequest:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise BadInput(f"must be ≥ 0, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a non-negative value.")
-        if self.disaggregate == "on":
-            raise BadInput("prefill/decode disaggregation is not implemented in this solver yet.",
-                           field="--disaggregate", fix="use --disaggregate auto or off.")
-        if self.disaggregate not in ("auto", "off"):
+        if self.disaggregate == "on" and self.objective != "throughput":
+            raise BadInput(f"prefill/decode pools are planned for the throughput objective only, not {self.objective}.",
+                           field="--disaggregate", fix="use --objective throughput, or --disaggregate off.")
+        if self.disaggregate not in ("auto", "on", "off"):
             raise BadInput(f"unknown value {self.disaggregate!r}.", field="--disaggregate", fix="use auto, on or off.")
         if self.tp not in ("auto", "1"):
             raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
@@ -70,7 +70,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     sol = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
                 tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,
-                time_limit=req.time_limit, progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+                disaggregate=req.disaggregate, time_limit=req.time_limit, progress=(lambda s: progress(f"solving: {s}")) if progress else None)
     baselines = run_baselines(model.units, cluster, wl, req.objective)
     plan = build_plan(model, cluster, wl, req, sol, baselines)
     plan.solver.seconds = sol.seconds
@@ -109,11 +109,16 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
             })
             usd_h += cluster.price(sp.node.profile) * sp.tp * cand.replicas
             watts += sp.node.profile.power * sp.tp * cand.replicas
-        pipelines.append({"id": pid, "phase": "both", "replicas": cand.replicas, "batch": cand.estimate.batch,
+        pipelines.append({"id": pid, "phase": cand.phase, "replicas": cand.replicas, "batch": cand.estimate.batch,
                           "micro_batches": cand.estimate.micro_batches, "stages": stages})
+    kv_transfer = [{"from_pipeline": k.source, "to_pipeline": t, "bytes_per_token": k.bytes_per_token,
+                    "link": k.link, "predicted_ms_per_seq": k.seconds_per_seq * 1e3}
+                   for k in sol.kv_transfers for t in k.targets]
     tok_s = sol.output_tok_s
-    ttft = max(c.estimate.ttft_s for c in sol.pipelines) * 1e3
-    tpot = max(c.estimate.tpot_s for c in sol.pipelines) * 1e3
+    kv_s = max((k.seconds_per_seq for k in sol.kv_transfers), default=0.0)
+    ttft = max(c.estimate.ttft_s + (kv_s if c.phase == "prefill" else 0.0)
+               for c in sol.pipelines if c.phase != "decode") * 1e3
+    tpot = max(c.estimate.tpot_s for c in sol.pipelines if c.phase != "prefill") * 1e3
     usd = usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
     value = {"throughput": tok_s, "latency": tpot, "cost": usd}[req.objective]
@@ -128,13 +133,14 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
         "cluster": cluster.to_json(),
         "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
         "objective": {"name": req.objective, "sense": sense, "unit": unit},
-        "pipelines": pipelines, "kv_transfer": [],
+        "pipelines": pipelines, "kv_transfer": kv_transfer,
         "predicted": {"output_tok_s": tok_s, "total_tok_s": tok_s * (wl.input_len + wl.output_len) / wl.output_len,
                       "ttft_ms": ttft, "tpot_ms": tpot, "usd_per_mtok": usd, "watts": watts},
         "solver": {"status": sol.status, "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
                    "seconds": sol.seconds, "templates": sol.explored, "bound_method": sol.bound_method,
-                   "search": "pipeline templates (homogeneous, even mixes, column generation's pipelines) × best split × "
-                             "batch grid; CP-SAT chooses replicas; no prefill/decode disaggregation",
+                   "search": "pipeline templates (homogeneous, even mixes, column generation's pipelines; prefill and "
+                             f"decode pools with --disaggregate {req.disaggregate}) × best split × batch grid; CP-SAT "
+                             "chooses replicas",
                    "notes": sol.notes},
         "baselines": baselines,
         "units": [{"index": u.index, "kind": u.kind, "layer": u.layer, "param_bytes": u.param_bytes,

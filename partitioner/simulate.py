@@ -5,6 +5,11 @@ sequence gets one token: each stage runs m decode micro-steps plus its share of 
 prefills (batch/output_len prompts per round, chunked), each link carries the matching
 activations, and one micro-batch must also pass every stage and link in turn. The round
 lasts as long as the busiest of these; output tok/s = batch / round.
+
+Disaggregated pools (phase): a decode pipeline runs the same rounds without prefills; a
+prefill pipeline keeps one prompt per stage in flight and finishes a prompt every time
+its busiest stage or link has done one, so it can feed prompts/s × output_len output
+tok/s to decode pipelines (what `output_tok_s` means for it); its KV holds prompts only.
 """
 
 from __future__ import annotations
@@ -78,22 +83,30 @@ class PipelineEstimate:
         return self.round_s
 
 
-def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool) -> StageMemory:
+def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool,
+                  phase: str = "both") -> StageMemory:
     logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
-    return stage_memory(units, batch=batch, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
+    context = wl.input_len if phase == "prefill" else wl.context
+    return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
                         tp=sp.tp, logits_bytes_per_token=logits)
 
 
 def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload,
-                      batch: int) -> PipelineEstimate | None:
-    """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory."""
+                      batch: int, phase: str = "both") -> PipelineEstimate | None:
+    """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory.
+
+    Args:
+        phase: "both"; "decode" (no prefills); "prefill" (batch = prompts in flight, one per stage).
+    """
+    if phase == "prefill":
+        batch = len(stages)
     m = max(1, min(len(stages), batch))
     b = batch / m
     ests = []
     for i, sp in enumerate(stages):
         us = units[sp.first: sp.last + 1]
         prof = sp.node.profile
-        mem = _stage_memory(us, sp, batch, wl, last=i == len(stages) - 1)
+        mem = _stage_memory(us, sp, batch, wl, i == len(stages) - 1, phase)
         if mem.total > prof.usable_memory:
             return None
         dec = stage_time(us, sp.node, sp.tp, Step(b, b, wl.decode_ctx), wl)
@@ -109,13 +122,16 @@ def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Clust
         else:
             ld = lp = 0.0
         ests.append(StageEstimate(dec, pre, ld, lp, mem))
-    prompts_per_round = batch / wl.output_len
+    ttft = sum(e.prefill_s + e.link_prefill_s for e in ests)
+    if phase == "prefill":
+        per_prompt = max(max(e.prefill_s for e in ests), max(e.link_prefill_s for e in ests))
+        return PipelineEstimate(batch, m, per_prompt, wl.output_len / per_prompt, ttft, ests)
+    prompts_per_round = batch / wl.output_len if phase == "both" else 0.0
     busy = max(max(m * e.decode_s + prompts_per_round * e.prefill_s for e in ests),
                max(m * e.link_decode_s + prompts_per_round * e.link_prefill_s for e in ests))
     loop = sum(e.decode_s + e.link_decode_s for e in ests)
     round_s = max(busy, loop)
-    ttft = sum(e.prefill_s + e.link_prefill_s for e in ests)
-    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft, ests)
+    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft if phase == "both" else 0.0, ests)
 
 
 def max_batch(units: list[Unit], stages: list[StagePlan], wl: Workload, limit: int = 4096) -> int:

@@ -26,6 +26,7 @@ from hetc.errors import Infeasible
 from hetc.partitioner.bound import FLOW_METHOD, flow_bound
 from hetc.partitioner.colgen import METHOD, column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score
 from hetc.partitioner.tables import Tables, kinds_of, type_key
@@ -35,6 +36,7 @@ from hetc.partitioner.units import Unit
 __all__ = ["OBJECTIVES", "Candidate", "Solution", "solve"]
 
 COLUMN_TEMPLATES = 24  # column generation's pipelines tried as templates, best first
+PHASES = {"off": ("both",), "on": ("prefill", "decode"), "auto": ("both", "prefill", "decode")}
 
 OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
               "cost": ("min", "USD per M output tokens")}
@@ -49,6 +51,7 @@ class Candidate:
     estimate: PipelineEstimate
     first_device: list[int] = field(default_factory=list)  # per stage, replica 0's first device index
     template: str = ""
+    phase: str = "both"
 
 
 @dataclass(slots=True)
@@ -61,6 +64,19 @@ class Solution:
     status: str
     explored: int = 0
     notes: list[str] = field(default_factory=list)
+    kv_transfers: list["KVRoute"] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class KVRoute:
+    """A prefill pool's KV on its way to the decode pools."""
+
+    source: int  # candidate index of the prefill pool
+    targets: list[int]  # candidate indices of the decode pools
+    bytes_per_token: float
+    link: str
+    seconds_per_seq: float  # one prompt's KV over the link
+    feed_cap: float  # output tok/s the link lets this pool feed
 
 
 @dataclass(slots=True)
@@ -69,12 +85,22 @@ class _Option:
     found: Found
 
 
-def _tok_s(cands: list[Candidate]) -> float:
-    return sum(c.estimate.output_tok_s * c.replicas for c in cands)
+def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> float:
+    """Output tok/s: pipelines that do both, plus decode pools as far as prefill pools feed them.
+
+    Args:
+        feed_cap: per prefill candidate (index), the output tok/s its KV link can carry.
+    """
+    both = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == "both")
+    decode = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == "decode")
+    feed = sum(min(c.estimate.output_tok_s, (feed_cap or {}).get(i, float("inf"))) * c.replicas
+               for i, c in enumerate(cands) if c.phase == "prefill")
+    return both + min(decode, feed)
 
 
 def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float) -> dict[int, int]:
-    """CP-SAT: replicas per option maximising tok/s within device and tp-group counts."""
+    """CP-SAT: replicas per option maximising tok/s within device and tp-group counts; decode
+    pools produce no more than the prefill pools feed."""
     devices = Counter()
     groups = Counter()
     for n in cluster.nodes:
@@ -82,24 +108,30 @@ def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, ti
         for tp in (2, 4, 8):
             groups[(type_key(n), tp)] += n.count // tp
     m = cp_model.CpModel()
-    r = []
     uses = [usage(o.template) for o in opts]
-    for j, (dev, _) in enumerate(uses):
-        most = min(devices[t] // c for t, c in dev.items())
-        r.append(m.NewIntVar(0, most, f"r{j}"))
+    most = [min(devices[t] // c for t, c in dev.items()) for dev, _ in uses]
+    r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]
     for t in devices:
         m.Add(sum(r[j] * uses[j][0][t] for j in range(len(opts)) if uses[j][0][t]) <= devices[t])
     for key, cnt in groups.items():
         terms = [r[j] * uses[j][1][key] for j in range(len(opts)) if uses[j][1][key]]
         if terms:
             m.Add(sum(terms) <= cnt)
-    gain = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
+    rate = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
+    gain = [g if o.template.phase == "both" else 0 for o, g in zip(opts, rate)]
+    pools = {p: [j for j, o in enumerate(opts) if o.template.phase == p] for p in ("prefill", "decode")}
+    total = sum(g * x for g, x in zip(gain, r))
+    if pools["decode"]:  # decode pools give what prefill pools feed them, at most their own rate
+        fed = m.NewIntVar(0, sum(rate[j] * most[j] for j in pools["decode"]), "fed")
+        m.Add(fed <= sum(rate[j] * r[j] for j in pools["decode"]))
+        m.Add(fed <= sum(rate[j] * r[j] for j in pools["prefill"]))
+        total += fed
     if min_tok_s:
-        m.Add(sum(g * x for g, x in zip(gain, r)) >= round(min_tok_s * 1000))
-    m.Maximize(sum(g * x for g, x in zip(gain, r)))
-    best = max(range(len(opts)), key=lambda j: gain[j] * min(devices[t] // c for t, c in uses[j][0].items()))
+        m.Add(total >= round(min_tok_s * 1000))
+    m.Maximize(total)
+    best = max(range(len(opts)), key=lambda j: gain[j] * most[j])
     for j, x in enumerate(r):  # warm start: the best template replicated as far as it goes
-        m.AddHint(x, min(devices[t] // c for t, c in uses[j][0].items()) if j == best else 0)
+        m.AddHint(x, most[j] if j == best and gain[j] else 0)
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1  # deterministic
     s.parameters.max_time_in_seconds = time_limit
@@ -138,19 +170,23 @@ def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Clu
                 break
             free = trial
             stages = [replace(sp, node=node) for sp, node, _ in placed]
-            est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch) or opt.found.estimate
-            out.append(Candidate(stages, take, est, [first for _, _, first in placed], opt.template.label))
+            est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch, opt.template.phase)
+            out.append(Candidate(stages, take, est or opt.found.estimate, [first for _, _, first in placed],
+                                 opt.template.label, opt.template.phase))
             left -= take
     return out, notes
 
 
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str = "throughput",
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          tp: str = "auto", time_limit: float = 30.0, progress: Callable[[str], None] | None = None) -> Solution:
+          tp: str = "auto", disaggregate: str = "off", time_limit: float = 30.0,
+          progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
     Args:
         tp: "auto" allows tensor-parallel groups of 2, 4 or 8 devices inside a node; "1" does not.
+        disaggregate: "off" (every pipeline prefills and decodes), "on" (prefill and decode pools
+            only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         time_limit: seconds for CP-SAT (the tables, bound and templates come first).
 
     Raises:
@@ -160,15 +196,19 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
-    bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 3), progress=progress)
-    flow = flow_bound(tables, kinds, max_stages)  # looser, but never stopped by the clock
-    bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
-    templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages)
+    phases = PHASES[disaggregate] if objective == "throughput" else ("both",)
+    bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 2), phases=phases,
+                         progress=progress)
+    bound_value, method = bound.value, METHOD
+    if phases == ("both",):  # the flow LP knows no pools; a fallback when column generation ran short
+        flow = flow_bound(tables, kinds, max_stages)
+        bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
+    templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages, phases)
     opts: list[_Option] = []
     for i, t in enumerate(templates):
         if progress:
             progress(f"templates {i + 1}/{len(templates)}: {t.label}")
-        for f in batch_options(units, list(t.chain), cluster, wl):
+        for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase):
             e = f.estimate
             if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
                 continue
@@ -193,11 +233,28 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
-    tok_s = _tok_s(cands)
+    kv = _kv_transfers(units, cands, cluster, wl)
+    tok_s = _tok_s(cands, {t.source: t.feed_cap for t in kv})
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == "throughput" and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
-                    explored=len(templates), notes=notes)
+                    explored=len(templates), notes=notes, kv_transfers=kv)
+
+
+def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:
+    """Each prefill pool's prompts go to the decode pools; their KV crosses the path from its
+    last stage's node to the first decode pool's first node, which caps how fast it can feed."""
+    decode = [i for i, c in enumerate(cands) if c.phase == "decode"]
+    out = []
+    per_token = sum(u.kv_bytes_per_token for u in units)
+    for i, c in enumerate(cands):
+        if c.phase != "prefill" or not decode:
+            continue
+        path = hops(cluster, c.stages[-1].node, cands[decode[0]].stages[0].node)
+        seconds = transfer_time(wl.input_len * per_token, path)
+        out.append(KVRoute(i, decode, per_token, path_name(path), seconds,
+                           wl.output_len / seconds if seconds > 0 else float("inf")))
+    return out
 
 
 def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float) -> list[tuple[_Option, int]]:

@@ -50,59 +50,63 @@ EXHAUSTIVE = 120  # up to this many ways to split, every one is evaluated exactl
 
 
 def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int) -> list[StagePlan] | None:
+                batch: int, phase: str) -> list[StagePlan] | None:
     """Every split with each slot non-empty, scored by the saturation model itself."""
     best, best_x = None, -1.0
     for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
         bounds = (0, *cuts, len(units))
         stages = [StagePlan(s.node, a, b - 1, s.tp) for s, a, b in zip(chain, bounds, bounds[1:])]
-        est = estimate_pipeline(units, stages, cluster, wl, batch)
+        est = estimate_pipeline(units, stages, cluster, wl, batch, phase)
         if est is not None and est.output_tok_s > best_x:
             best, best_x = stages, est.output_tok_s
     return best
 
 
 def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int) -> list[StagePlan] | None:
-    """Contiguous unit ranges over `chain` minimising the busiest stage at `batch`; None if none fits.
+                batch: int, phase: str = "both") -> list[StagePlan] | None:
+    """Contiguous unit ranges over `chain` minimising the busiest stage at `batch` (for a
+    prefill pool: per prompt, one prompt per stage in flight); None if none fits.
 
     Small cases (at most EXHAUSTIVE splits) are searched exhaustively against the full
     saturation model, so tiny instances are solved exactly.
     """
     n = len(chain)
     if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:
-        return _all_splits(units, chain, cluster, wl, batch)
+        return _all_splits(units, chain, cluster, wl, batch, phase)
+    if phase == "prefill":
+        batch = n
     m = max(1, min(n, batch))
     b = batch / m
     chunks = math.ceil(wl.input_len / wl.prefill_chunk)
     chunk = wl.input_len / chunks
-    per_round = batch / wl.output_len
+    per_round = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
+    micro = 0 if phase == "prefill" else m
     cache: dict[tuple, list[float]] = {}
     cost: list[list[float]] = []
     for s in chain:
-        key = (s.node.profile.name, s.tp, repr(s.node.link))
+        key = (s.node.profile.name, s.tp, repr(s.node.link), phase)
         if key not in cache:
             memo: dict = {}
             row = []
             for u in units:
                 sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
                 if sig not in memo:
-                    dec = stage_time([u], s.node, s.tp, Step(b, b, wl.decode_ctx), wl)
-                    pre = stage_time([u], s.node, s.tp, Step(chunk, 1, wl.input_len / 2), wl)
-                    memo[sig] = m * dec + per_round * chunks * pre
+                    dec = stage_time([u], s.node, s.tp, Step(b, b, wl.decode_ctx), wl) if micro else 0.0
+                    pre = stage_time([u], s.node, s.tp, Step(chunk, 1, wl.input_len / 2), wl) if per_round else 0.0
+                    memo[sig] = micro * dec + per_round * chunks * pre
                 row.append(memo[sig])
             cache[key] = row
         cost.append(cache[key])
-    fixed = [s.node.profile.step_overhead * (m + per_round * chunks) for s in chain]
+    fixed = [s.node.profile.step_overhead * (micro + per_round * chunks) for s in chain]
     out = units[0].out_bytes_per_token
     link = []
     for i in range(n):
         path = hops(cluster, chain[i].node, chain[i + 1].node) if i + 1 < n else []
-        link.append(m * transfer_time(b * out, path) + per_round * chunks * transfer_time(chunk * out, path)
+        link.append(micro * transfer_time(b * out, path) + per_round * chunks * transfer_time(chunk * out, path)
                     if path else 0.0)
     # memory by prefix sums (tied weights in one stage counted twice here: conservative;
     # estimate_pipeline counts them once)
-    blocks = math.ceil(wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
     fixed_mem = [u.param_bytes + batch * blocks * u.kv_bytes_per_token for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]
@@ -138,18 +142,19 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
 
 
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                  split: Callable[[int], list[StagePlan] | None] | None = None) -> list[Found]:
-    """Every batch on the grid (powers of two) that fits, with its best split.
+                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: str = "both") -> list[Found]:
+    """Every batch on the grid (powers of two) that fits, with its best split (a prefill
+    pool has one option: a prompt per stage).
 
     Args:
         split: stage boundaries for a batch; default: `split_chain` (the best split).
     """
-    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch))
+    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase))
     out: list[Found] = []
     batch = 1
-    while batch <= MAX_BATCH:
+    while batch <= (1 if phase == "prefill" else MAX_BATCH):
         stages = split(batch)
-        est = estimate_pipeline(units, stages, cluster, wl, batch) if stages else None
+        est = estimate_pipeline(units, stages, cluster, wl, batch, phase) if stages else None
         if est is None:
             break
         out.append(Found(est, stages))

@@ -97,35 +97,40 @@ class Tables:
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
         self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
 
-    def unit_costs(self, kind: Kind, m: int, batch: int) -> tuple[np.ndarray, float]:
-        """Per-unit busy seconds per round, and the stage's fixed overhead per round."""
-        key = (kind.name, kind.type_key, m, batch)
+    def unit_costs(self, kind: Kind, m: int, batch: int, phase: str = "both") -> tuple[np.ndarray, float]:
+        """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
+        overhead per round, as simulate.estimate_pipeline counts them for `phase`."""
+        key = (kind.name, kind.type_key, m, batch, phase)
         if key not in self._cost:
             wl = self.wl
             b = batch / m
             chunks = math.ceil(wl.input_len / wl.prefill_chunk)
             chunk = wl.input_len / chunks
-            per_round = batch / wl.output_len
+            per_round = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
+            micro = 0 if phase == "prefill" else m
             node = kind.nodes[0]
             memo: dict = {}
             out = np.empty(len(self.units))
             for j, u in enumerate(self.units):
                 sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
                 if sig not in memo:
-                    dec = stage_time([u], node, kind.tp, Step(b, b, wl.decode_ctx), wl)
-                    pre = stage_time([u], node, kind.tp, Step(chunk, 1, wl.input_len / 2), wl)
-                    memo[sig] = m * dec + per_round * chunks * pre
+                    dec = stage_time([u], node, kind.tp, Step(b, b, wl.decode_ctx), wl) if micro else 0.0
+                    pre = stage_time([u], node, kind.tp, Step(chunk, 1, wl.input_len / 2), wl) if per_round else 0.0
+                    memo[sig] = micro * dec + per_round * chunks * pre
                 out[j] = memo[sig]
-            over = kind.profile.step_overhead * (m + per_round * chunks)
+            over = kind.profile.step_overhead * (micro + per_round * chunks)
             self._cost[key] = (out, over)
         return self._cost[key]
 
-    def fits(self, kind: Kind, batch: int) -> np.ndarray:
-        key = (kind.name, kind.type_key, batch)
+    def fits(self, kind: Kind, batch: int, phase: str = "both") -> np.ndarray:
+        """fits[i, k]: whether units [i, i+k) fit one device of `kind` at `batch` (prefill
+        pools: prompts in flight, KV for the prompt only)."""
+        key = (kind.name, kind.type_key, batch, phase)
         if key not in self._feasible:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
             wl = self.wl
-            blocks = math.ceil(wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+            context = wl.input_len if phase == "prefill" else wl.context
+            blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
             step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
             amax_ik = amax[i, k]
             mem = weights / kind.tp + batch * blocks * kv / kind.tp + step_tokens * (amax_ik + np.where(last, logits, 0))

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
-from hetc.partitioner.colgen import Column
+from hetc.partitioner.pricing import Column
 from hetc.partitioner.split import Slot
 from hetc.partitioner.tables import Kind, type_key
 
@@ -28,6 +28,7 @@ SMALL = 4  # clusters with at most this many devices get every ordered chain as 
 class Template:
     label: str
     chain: tuple[Slot, ...]
+    phase: str = "both"  # or a disaggregated pool: "prefill" / "decode"
 
 
 def usage(t: Template) -> tuple[Counter, Counter]:
@@ -48,18 +49,35 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
     return " + ".join(f"{a}×{k.name}" for k, a in parts if a)
 
 
-def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_stages: int) -> list[Template]:
+def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_stages: int,
+             phases: tuple[str, ...] = ("both",)) -> list[Template]:
+    """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
+    one-device-stage chains and column generation's pools)."""
     out: dict[tuple, Template] = {}
 
-    def add_chain(chain: tuple[Slot, ...], label: str | None = None) -> None:
-        key = tuple((type_key(s.node), s.tp) for s in chain)
-        out.setdefault(key, Template(label or " → ".join(s.node.profile.name for s in chain), chain))
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: str = "both") -> None:
+        key = (phase, *((type_key(s.node), s.tp) for s in chain))
+        name = label or " → ".join(s.node.profile.name for s in chain)
+        out.setdefault(key, Template(name if phase == "both" else f"{phase}: {name}", chain, phase))
 
-    def add(parts: list[tuple[Kind, int]]) -> None:
+    def add(parts: list[tuple[Kind, int]], phase: str = "both") -> None:
         parts = [(k, a) for k, a in parts if a > 0]
         if parts and sum(a for _, a in parts) <= max_stages:
-            add_chain(_chain(parts), _label(parts))
+            add_chain(_chain(parts), _label(parts), phase)
 
+    for phase in (p for p in phases if p != "both"):  # disaggregated pools, homogeneous
+        for k in (k for k in kinds if k.tp == 1):
+            for a in range(1, k.groups + 1):
+                add([(k, a)], phase)
+    if "both" in phases:
+        _pipelines(cluster, kinds, max_stages, add, add_chain)
+    for col in columns:  # column generation's pipelines, as chains of kinds
+        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in col.kinds), phase=col.phase)
+    return list(out.values())
+
+
+def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:
+    """Pipelines that prefill and decode: homogeneous, even mixes, every chain on tiny clusters."""
     for k in kinds:  # homogeneous
         for a in range(1, k.groups + 1):
             add([(k, a)])
@@ -81,6 +99,3 @@ def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_sta
                 use = Counter(k.type_key for k in combo)
                 if all(use[k.type_key] <= k.groups for k in pool):
                     add_chain(tuple(Slot(k.nodes[0], 1) for k in combo))
-    for col in columns:  # column generation's pipelines, as chains of kinds
-        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in col.kinds))
-    return list(out.values())

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.errors import Infeasible
+from hetc.errors import BadInput, Infeasible
 from hetc.partitioner.capture import capture, catalog_names
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import Plan, load_plan, save_plan
@@ -149,3 +149,30 @@ def test_short_time_limit_reports_its_gap_honestly():
     assert s.gap == pytest.approx((s.bound - s.objective) / s.bound)
     assert s.objective <= s.bound
     assert set(plan.baselines) == {"uniform", "memory_proportional", "chain_dp", "best_homogeneous"}
+
+
+def test_disaggregated_pools_are_planned_and_fed():
+    """--disaggregate on: only prefill and decode pools, KV routes from every prefill pool,
+    bytes per token as the units say; auto is at least as good as off (its space holds off's)."""
+    req = dict(model="llama-3.1-8b", profiles=SMALL, input_len=512, output_len=128)
+    on = json.loads(make_plan(PlanRequest(**req, disaggregate="on")).to_json())
+    off = json.loads(make_plan(PlanRequest(**req, disaggregate="off")).to_json())
+    auto = json.loads(make_plan(PlanRequest(**req, disaggregate="auto")).to_json())
+    for doc in (on, off, auto):
+        check_plan(doc)
+    assert {p["phase"] for p in on["pipelines"]} == {"prefill", "decode"}
+    assert {p["phase"] for p in off["pipelines"]} == {"both"} and off["kv_transfer"] == []
+    kv = sum(u["kv_bytes_per_token"] for u in on["units"])
+    prefill = {p["id"] for p in on["pipelines"] if p["phase"] == "prefill"}
+    decode = {p["id"] for p in on["pipelines"] if p["phase"] == "decode"}
+    assert {t["from_pipeline"] for t in on["kv_transfer"]} == prefill
+    assert {t["to_pipeline"] for t in on["kv_transfer"]} == decode
+    assert all(t["bytes_per_token"] == kv and t["predicted_ms_per_seq"] > 0 for t in on["kv_transfer"])
+    assert all(s["tp"] == 1 for p in on["pipelines"] for s in p["stages"])  # the runtime's pools
+    assert auto["predicted"]["output_tok_s"] >= off["predicted"]["output_tok_s"] * (1 - 1e-9)
+    assert on["solver"]["bound_method"].startswith("column generation")
+
+
+def test_disaggregate_on_needs_the_throughput_objective():
+    with pytest.raises(BadInput, match="throughput"):
+        PlanRequest(model="llama-3.1-8b", profiles=SMALL, objective="latency", disaggregate="on")
