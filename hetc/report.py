@@ -38,8 +38,10 @@ def print_plan(plan: Plan, console: Console) -> None:
                   f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens")
     profiles = plan.cluster["profiles"]
     for p in plan.pipelines:
-        t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches",
-                  title_justify="left")
+        role = {"both": "", "prefill": " — prefill pool, one prompt per stage",
+                "decode": " — decode pool"}[p.phase]
+        t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches"
+                        + role, title_justify="left")
         for col in ("stage", "devices", "profile", "layers", "units", "memory (GB)", "", "decode ms", "prefill ms"):
             t.add_column(col, justify="right" if col.endswith(("ms", ")")) else "left")
         for i, st in enumerate(p.stages):
@@ -48,6 +50,9 @@ def print_plan(plan: Plan, console: Console) -> None:
                       f"{st.units[0]}–{st.units[1]}", f"{_gb(st.memory_bytes.total)} / {_gb(cap)}",
                       _bar(st.memory_bytes.total / cap), f"{st.predicted_ms.decode:.2f}", f"{st.predicted_ms.prefill:.1f}")
         console.print(t)
+    for k in plan.kv_transfer:
+        console.print(f"KV: pipeline {k.from_pipeline} → {k.to_pipeline} over {k.link}, "
+                      f"{k.predicted_ms_per_seq:.1f} ms per prompt ({k.bytes_per_token / 1e3:,.0f} kB per token)")
     console.print(f"predicted: [bold]{pr.output_tok_s:,.0f} output tok/s[/] ({pr.total_tok_s:,.0f} total), "
                   f"TTFT {pr.ttft_ms:.0f} ms, TPOT {pr.tpot_ms:.1f} ms, {pr.usd_per_mtok:.3f} USD/M tok, "
                   f"{pr.watts / 1e3:.1f} kW")

@@ -9,8 +9,10 @@ kind, and pricing (pricing.py) finds the pipeline of best reduced cost.
 The bound (Lagrangian): for duals π (devices per type), σ (tp groups per kind), μ (the
 feed row) ≥ 0 and any plan, Σ τ ≤ π·n + σ·G + N·max(0, max_p rc_p / d_p), with N devices
 and d_p the devices of pipeline p. Pricing with prices w + ε·tp gives an upper estimate u
-of max_p (rc_p − ε·d_p), so the bound is z + N·(ε + max(0, u)), z the master's value;
-without pools, Farley's scaling of the duals gives θ·(z + N·ε) with θ ≥ max τ / price.
+of max_p (rc_p − ε·d_p), so the bound is z + N·(ε + max(0, u)), z the master's value.
+Farley's: scaling π + ε and σ by θ (μ kept) stays dual-feasible when θ ≥ every column's
+(worth · τ) / price, worth being 1, 1 − μ or μ for pipelines, decode and prefill pools;
+the bound is then θ·(z + N·ε). The smaller of the two is reported.
 """
 
 from __future__ import annotations
@@ -118,9 +120,8 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
                 break
         if cols and keys is every and every is not keys_given:  # a full pass: its estimates hold for every column
             upper = max((u for u, _ in est.values()), default=-INF)
-            best = min(best, z + n_dev * (eps + max(0.0, upper)))
-            if pr.phases == ("both",):  # Farley's scaling of the duals: not with the feed row
-                best = min(best, max([1.0] + [r for _, r in est.values()]) * (z + n_dev * eps))
+            theta = max([1.0] + [r for _, r in est.values()])
+            best = min(best, z + n_dev * (eps + max(0.0, upper)), theta * (z + n_dev * eps))
         if progress:
             progress(f"column generation ({'counted' if counted else 'relaxed'}) {it}: LP {z:,.0f} tok/s, "
                      f"bound {best:,.0f}, {len(cols)} pipelines")

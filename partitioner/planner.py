@@ -111,9 +111,8 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
             watts += sp.node.profile.power * sp.tp * cand.replicas
         pipelines.append({"id": pid, "phase": cand.phase, "replicas": cand.replicas, "batch": cand.estimate.batch,
                           "micro_batches": cand.estimate.micro_batches, "stages": stages})
-    kv_transfer = [{"from_pipeline": k.source, "to_pipeline": t, "bytes_per_token": k.bytes_per_token,
-                    "link": k.link, "predicted_ms_per_seq": k.seconds_per_seq * 1e3}
-                   for k in sol.kv_transfers for t in k.targets]
+    kv_transfer = [{"from_pipeline": k.source, "to_pipeline": k.target, "bytes_per_token": k.bytes_per_token,
+                    "link": k.link, "predicted_ms_per_seq": k.seconds_per_seq * 1e3} for k in sol.kv_transfers]
     tok_s = sol.output_tok_s
     kv_s = max((k.seconds_per_seq for k in sol.kv_transfers), default=0.0)
     ttft = max(c.estimate.ttft_s + (kv_s if c.phase == "prefill" else 0.0)

@@ -69,14 +69,13 @@ class Solution:
 
 @dataclass(frozen=True, slots=True)
 class KVRoute:
-    """A prefill pool's KV on its way to the decode pools."""
+    """A prefill pool's KV on its way to a decode pool."""
 
     source: int  # candidate index of the prefill pool
-    targets: list[int]  # candidate indices of the decode pools
+    target: int  # candidate index of a decode pool
     bytes_per_token: float
     link: str
     seconds_per_seq: float  # one prompt's KV over the link
-    feed_cap: float  # output tok/s the link lets this pool feed
 
 
 @dataclass(slots=True)
@@ -234,7 +233,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
     kv = _kv_transfers(units, cands, cluster, wl)
-    tok_s = _tok_s(cands, {t.source: t.feed_cap for t in kv})
+    tok_s = _tok_s(cands, _feed_caps(kv, wl))
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == "throughput" and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
@@ -242,19 +241,24 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
 
 
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:
-    """Each prefill pool's prompts go to the decode pools; their KV crosses the path from its
-    last stage's node to the first decode pool's first node, which caps how fast it can feed."""
-    decode = [i for i, c in enumerate(cands) if c.phase == "decode"]
-    out = []
+    """A route from each prefill pool to each decode pool: a prompt's KV crosses the path from
+    the pool's last stage's node to the decode pool's first node."""
     per_token = sum(u.kv_bytes_per_token for u in units)
+    out = []
     for i, c in enumerate(cands):
-        if c.phase != "prefill" or not decode:
-            continue
-        path = hops(cluster, c.stages[-1].node, cands[decode[0]].stages[0].node)
-        seconds = transfer_time(wl.input_len * per_token, path)
-        out.append(KVRoute(i, decode, per_token, path_name(path), seconds,
-                           wl.output_len / seconds if seconds > 0 else float("inf")))
+        for j, d in enumerate(cands):
+            if c.phase == "prefill" and d.phase == "decode":
+                path = hops(cluster, c.stages[-1].node, d.stages[0].node)
+                out.append(KVRoute(i, j, per_token, path_name(path), transfer_time(wl.input_len * per_token, path)))
     return out
+
+
+def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
+    """Output tok/s each prefill pool's KV links let it feed (its slowest route, to be safe)."""
+    slowest: dict[int, float] = {}
+    for r in routes:
+        slowest[r.source] = max(slowest.get(r.source, 0.0), r.seconds_per_seq)
+    return {i: wl.output_len / s if s > 0 else float("inf") for i, s in slowest.items()}
 
 
 def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float) -> list[tuple[_Option, int]]:
