@@ -4,8 +4,10 @@ The frontend may send a sequence's next decode step before the step that samples
 token has come back (scheduler.py, lookahead); that step carries -1 for the token. The first
 stage fills it in with what the last stage sampled for that sequence at that position: its
 own samples in a 1-stage lane; else TOKENS messages the last stage sends it after every
-sampling step, taken by a thread so the last stage never waits on the first. One hop, where
-the result's way through the frontend is two plus the scheduler.
+step, taken by a thread so the last stage never waits on the first. One hop, where the
+result's way through the frontend is two plus the scheduler. The last stage also passes on
+heartbeats (every message but a step's) and SHUTDOWN, so this channel is never silent for
+longer than the pipeline itself.
 """
 
 from __future__ import annotations
@@ -78,21 +80,24 @@ class SampledTokens:
 
 
 def tokens_message(step_id: int, seq_ids: list[int], positions: list[int], tokens: list[int]) -> Message:
-    """A TOKENS message; with no tokens it tells the first stage's receiver to stop."""
+    """A TOKENS message (what one step sampled; nothing for a prefill chunk)."""
     return Message(Kind.TOKENS, step_id, meta=torch.tensor([*seq_ids, *positions, *tokens], dtype=torch.long))
 
 
 def receive_tokens(src: int, store: SampledTokens) -> threading.Thread:
-    """Start the first stage's thread that puts every TOKENS message from rank `src` into `store`."""
+    """Start the first stage's thread that puts every TOKENS message from rank `src` into
+    `store`, until SHUTDOWN."""
 
     def loop() -> None:
         try:
             while True:
                 msg = recv(src)
+                if msg.kind is Kind.SHUTDOWN:
+                    return
+                if msg.kind is Kind.HEARTBEAT:
+                    continue
                 if msg.kind is not Kind.TOKENS:
                     raise RuntimeError(f"unexpected message {msg.kind.name} from the last stage (rank {src})")
-                if not msg.meta.numel():
-                    return
                 v = msg.meta.tolist()
                 n = len(v) // 3
                 store.put(v[:n], v[n:2 * n], v[2 * n:])

@@ -38,7 +38,7 @@ class Kind(enum.IntEnum):
     READY = 5  # a worker's report after loading (worker → frontend)
     TRANSFER_OUT = 6  # prefill pool: send a prompt's KV to the decode lane's stages (meta: lane, tokens, blocks)
     TRANSFER_IN = 7  # decode pool: receive it into these blocks (meta: prefill lane, tokens, blocks)
-    TOKENS = 8  # last stage → first stage: what a step sampled (meta: seq ids | positions | tokens); empty: stop
+    TOKENS = 8  # last stage → first stage: what a step sampled (meta: seq ids | positions | tokens)
 
 
 @dataclass(slots=True)

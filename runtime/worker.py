@@ -179,7 +179,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
                 ids = [meta.seq_ids[i] for i in rows]
                 if first:
                     sampled.put(ids, positions, picked)
-                elif feed_out is not None and rows:  # before the result: the first stage may wait for it
+                elif feed_out is not None:  # before the result: the first stage may wait for it
                     feed_out.send(tokens_message(msg.step_id, ids, positions, picked))
                 tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
                 tokens[rows] = torch.tensor(picked, dtype=torch.long)
@@ -199,7 +199,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
             if msg.kind is Kind.SHUTDOWN:
                 out.flush()
                 if feed_out is not None:  # the first stage's receiving thread stops
-                    feed_out.send(tokens_message(msg.step_id, [], [], []))
+                    feed_out.send(Message(Kind.SHUTDOWN, msg.step_id))
                     feed_out.flush()
                 if feed_in is not None:
                     feed_in.join(timeout_s)
@@ -208,6 +208,8 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
                 return
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
+        if feed_out is not None and msg.kind is not Kind.STEP:  # keeps the first stage's receive within its timeout
+            feed_out.send(Message(Kind.HEARTBEAT, msg.step_id))
 
 
 def main(argv: list[str] | None = None) -> int:
