@@ -3,7 +3,8 @@
 For each scenario: the plan's output tok/s, the solver's bound and the ratio, every
 baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process).
 
-Usage: python benchmarks/solver_scenarios.py [--only NAME]
+Usage: python benchmarks/solver_scenarios.py [--only NAME] [-- EXTRA hetc plan ARGS]
+(e.g. `-- --disaggregate off` to plan without prefill/decode pools)
 """
 
 from __future__ import annotations
@@ -40,21 +41,24 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
+    ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
-    head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "uniform", "mem-prop", "best-homog",
+    head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
             "plan/mem-prop", "solver s", "command s")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, cluster, model, extra in SCENARIOS:
         if a.only and a.only != name:
             continue
-        plan, wall = run(cluster, model, extra)
+        plan, wall = run(cluster, model, extra + a.extra)
         devices = sum(n["count"] for n in plan["cluster"]["nodes"])
         tok = plan["predicted"]["output_tok_s"]
         b = plan["baselines"]
         mp = b["memory_proportional"]["output_tok_s"]
+        phases = [p["phase"] for p in plan["pipelines"] for _ in range(p["replicas"])]
+        pools = f"{phases.count('prefill')}P+{phases.count('decode')}D" if "decode" in phases else "–"
         row = (name, str(devices), f"{tok:,.0f}", f"{plan['solver']['upper_bound']:,.0f}",
-               f"{tok / plan['solver']['upper_bound']:.3f}", f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
+               f"{tok / plan['solver']['upper_bound']:.3f}", pools, f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
                f"{b['best_homogeneous']['output_tok_s']:,.0f}", f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
                f"{plan['solver']['seconds']:.1f}", f"{wall:.1f}")
         print("| " + " | ".join(row) + " |", flush=True)

@@ -53,32 +53,37 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def _build(tables: Tables, kinds: list[Kind], max_stages: int):
-    """Variables y[g, n, k] (flow through stage groups of kind g holding k units in
-    pipelines of n stages) with the per-length flow and cover equations."""
+def _build(tables: Tables, kinds: list[Kind], max_stages: int, phases: tuple[str, ...] = ("both",)):
+    """Variables y[phase, g, n, k] (flow through stage groups of kind g holding k units in
+    pipelines of n stages; prefill pools: the output tok/s they feed) with the per-length
+    flow and cover equations, per phase."""
     u = len(tables.units)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
-    for gi, g in enumerate(kinds):
-        top = tables.max_fitting_batch(g)
-        for n in range(1, max_stages + 1):
-            cap = np.zeros(u + 1)
-            for b in (b for b in BATCH_GRID if b <= top):
-                busy = tables.busy_min(g, min(n, b), b)
-                with np.errstate(divide="ignore"):
-                    cap = np.maximum(cap, np.where(np.isfinite(busy), b / busy, 0.0))
-            ok = np.nonzero(cap[1:] > 0)[0] + 1
-            for j in _hull(cap[ok], ks[ok] * cap[ok]) if len(ok) else []:
-                k = int(ok[j])
-                y[gi, n, k] = solver.NumVar(0, solver.infinity(), "")
-                caps[gi, n, k] = float(cap[k])
-    xs = {n: solver.NumVar(0, solver.infinity(), "") for n in range(1, max_stages + 1)}
-    for n, x in xs.items():
-        here = [(key, var) for key, var in y.items() if key[1] == n]
+    for phase in phases:
+        for gi, g in enumerate(kinds):
+            if phase != "both" and g.tp > 1:  # the runtime's pools are tp 1
+                continue
+            top = tables.max_fitting_batch(g)
+            for n in range(1, max_stages + 1):
+                cap = np.zeros(u + 1)
+                for b in [n] if phase == "prefill" else (b for b in BATCH_GRID if b <= top):
+                    busy = tables.busy_min(g, min(n, b), b, phase)
+                    rate = tables.wl.output_len if phase == "prefill" else b
+                    with np.errstate(divide="ignore"):
+                        cap = np.maximum(cap, np.where(np.isfinite(busy), rate / busy, 0.0))
+                ok = np.nonzero(cap[1:] > 0)[0] + 1
+                for j in _hull(cap[ok], ks[ok] * cap[ok]) if len(ok) else []:
+                    k = int(ok[j])
+                    y[phase, gi, n, k] = solver.NumVar(0, solver.infinity(), "")
+                    caps[phase, gi, n, k] = float(cap[k])
+    xs = {(p, n): solver.NumVar(0, solver.infinity(), "") for p in phases for n in range(1, max_stages + 1)}
+    for (phase, n), x in xs.items():
+        here = [(key, var) for key, var in y.items() if key[0] == phase and key[2] == n]
         solver.Add(sum(var for _, var in here) == n * x)
-        solver.Add(sum(key[2] * var for key, var in here) == u * x)
+        solver.Add(sum(key[3] * var for key, var in here) == u * x)
     return solver, y, caps, xs
 
 
@@ -86,26 +91,30 @@ def _devices_used(y, caps, kinds: list[Kind]) -> dict[tuple[str, str], list]:
     """Devices each type lends: tp for each stage group the flow y needs (y / cap groups)."""
     types: dict[tuple[str, str], list] = {}
     for key, var in y.items():
-        g = kinds[key[0]]
+        g = kinds[key[1]]
         types.setdefault(g.type_key, []).append(g.tp / caps[key] * var)
     return types
 
 
-def flow_bound(tables: Tables, kinds: list[Kind], max_stages: int) -> float:
+def flow_bound(tables: Tables, kinds: list[Kind], max_stages: int, phases: tuple[str, ...] = ("both",)) -> float:
     """Upper bound on output tok/s over all plans: the same relaxation with the device count of
-    each type and the tp groups of each kind (looser than colgen.py's, but one small LP)."""
-    solver, y, caps, xs = _build(tables, kinds, max_stages)
+    each type and the tp groups of each kind (looser than colgen.py's, but one small LP). With
+    prefill and decode pools in `phases`, decode flow is at most what prefill flow feeds."""
+    solver, y, caps, xs = _build(tables, kinds, max_stages, phases)
     if not y:
         return 0.0
     for tkey, terms in _devices_used(y, caps, kinds).items():
         solver.Add(sum(terms) <= sum(nd.count for nd in next(g for g in kinds if g.type_key == tkey).nodes))
     per_kind: dict[int, list] = {}
     for key, var in y.items():
-        per_kind.setdefault(key[0], []).append(var / caps[key])
+        per_kind.setdefault(key[1], []).append(var / caps[key])
     for gi, used in per_kind.items():
         if kinds[gi].tp > 1:
             solver.Add(sum(used) <= kinds[gi].groups)
-    solver.Maximize(sum(xs.values()))
+    if "decode" in phases:
+        solver.Add(sum(x for (p, _), x in xs.items() if p == "decode") <=
+                   sum(x for (p, _), x in xs.items() if p == "prefill"))
+    solver.Maximize(sum(x for (p, _), x in xs.items() if p != "prefill"))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the flow-bound LP did not solve to optimality")
     return solver.Objective().Value()

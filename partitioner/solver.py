@@ -198,10 +198,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     phases = PHASES[disaggregate] if objective == "throughput" else ("both",)
     bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 2), phases=phases,
                          progress=progress)
-    bound_value, method = bound.value, METHOD
-    if phases == ("both",):  # the flow LP knows no pools; a fallback when column generation ran short
-        flow = flow_bound(tables, kinds, max_stages)
-        bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
+    flow = flow_bound(tables, kinds, max_stages, phases)  # looser, but never stopped by a budget
+    bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
     templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages, phases)
     opts: list[_Option] = []
     for i, t in enumerate(templates):

@@ -137,14 +137,14 @@ class Tables:
             self._feasible[key] = valid & (mem <= kind.profile.usable_memory)
         return self._feasible[key]
 
-    def busy_min(self, kind: Kind, m: int, batch: int) -> np.ndarray:
+    def busy_min(self, kind: Kind, m: int, batch: int, phase: str = "both") -> np.ndarray:
         """busy_min[k] for k = 0 … U (inf where no range of k units fits)."""
-        key = (kind.name, kind.type_key, m, batch)
+        key = (kind.name, kind.type_key, m, batch, phase)
         if key not in self._busy:
-            cost, over = self.unit_costs(kind, m, batch)
+            cost, over = self.unit_costs(kind, m, batch, phase)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
-            busy = np.where(self.fits(kind, batch), p[i + k] - p[i] + over, np.inf)
+            busy = np.where(self.fits(kind, batch, phase), p[i + k] - p[i] + over, np.inf)
             self._busy[key] = busy.min(axis=0)
         return self._busy[key]
 

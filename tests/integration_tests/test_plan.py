@@ -10,6 +10,7 @@ from hetc.errors import BadInput, Infeasible
 from hetc.partitioner.capture import capture, catalog_names
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import Plan, load_plan, save_plan
+from hetc.runtime.topology import build_topology
 from tests.conftest import EXAMPLES, FIXTURES
 
 MIXED = str(EXAMPLES / "mixed-rack.yaml")
@@ -171,6 +172,9 @@ def test_disaggregated_pools_are_planned_and_fed():
     assert all(s["tp"] == 1 for p in on["pipelines"] for s in p["stages"])  # the runtime's pools
     assert auto["predicted"]["output_tok_s"] >= off["predicted"]["output_tok_s"] * (1 - 1e-9)
     assert on["solver"]["bound_method"].startswith("column generation")
+    lanes = build_topology(Plan.model_validate(on))  # the runtime takes the plan as it is
+    decode_lanes = {lane.id for lane in lanes if lane.phase == "decode"}
+    assert all(set(lane.targets) <= decode_lanes and lane.targets for lane in lanes if lane.phase == "prefill")
 
 
 def test_disaggregate_on_needs_the_throughput_objective():
