@@ -54,7 +54,7 @@ def _classes(max_stages: int) -> list[tuple[int, int]]:
 
 
 class Pricer:
-    """Everything pricing needs that does not depend on the duals, per (batch, class)."""
+    """Everything pricing needs that does not depend on the duals, per (phase, batch, class)."""
 
     def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int,
                  phases: tuple[str, ...] = ("both",)) -> None:
