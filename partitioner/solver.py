@@ -133,7 +133,7 @@ def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, ti
         m.AddHint(x, most[j] if j == best and gain[j] else 0)
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1  # deterministic
-    s.parameters.max_time_in_seconds = time_limit
+    s.parameters.max_deterministic_time = time_limit  # work, not seconds: the same plan on any machine
     status = s.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return {}
@@ -186,7 +186,9 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         tp: "auto" allows tensor-parallel groups of 2, 4 or 8 devices inside a node; "1" does not.
         disaggregate: "off" (every pipeline prefills and decodes), "on" (prefill and decode pools
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
-        time_limit: seconds for CP-SAT (the tables, bound and templates come first).
+        time_limit: roughly the seconds to spend: half as column generation's work budget, a
+            third as CP-SAT's deterministic time (both counted in work, so plans don't depend
+            on the machine's load).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
@@ -222,7 +224,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         pool = list(best_per_template.values())
         if progress:
             progress(f"CP-SAT over {len(pool)} templates")
-        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit - (time.perf_counter() - t0)))
+        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit / 3))
         picks = [(pool[j], k) for j, k in sorted(chosen.items())]
     else:
         picks = _best_single(opts, cluster, objective, min_tok_s)
