@@ -213,7 +213,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
                 continue
             opts.append(_Option(t, f))
     if not opts:
-        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
+        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
     notes: list[str] = []
     if objective == "throughput":
         best_per_template: dict[str, _Option] = {}
@@ -229,7 +229,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     else:
         picks = _best_single(opts, cluster, objective, min_tok_s)
     if not picks:
-        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s))
+        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
     kv = _kv_transfers(units, cands, cluster, wl)
@@ -284,7 +284,7 @@ def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_
 
 
 def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s: float,
-                    ttft_slo_s: float | None, tpot_slo_s: float | None) -> str:
+                    ttft_slo_s: float | None, tpot_slo_s: float | None, pools_only: bool = False) -> str:
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
@@ -296,6 +296,12 @@ def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s
                 f"activations for one sequence of {wl.context} tokens); all devices together have "
                 f"{free / 1e9:.1f} GB free after reserved memory — short by {(one.total - free) / 1e9:.1f} GB. "
                 "Add devices, or use a smaller --dtype.")
+    if pools_only:
+        devices = sum(n.count for n in cluster.nodes)
+        return (f"with --disaggregate on, a prefill pool and a decode pool run on separate devices and each holds "
+                f"the whole model ({need / 1e9:.1f} GB of weights at {wl.dtype}, one device per stage); no such "
+                f"pair fits the {devices} device(s) with {free / 1e9:.1f} GB free in all. Use --disaggregate auto "
+                "or off, or add devices.")
     if min_tok_s or ttft_slo_s or tpot_slo_s:
         return ("no placement meets the floors/SLOs given (--min-tok-s, --ttft-slo, --tpot-slo); "
                 "relax them or add devices.")

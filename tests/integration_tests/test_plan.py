@@ -180,3 +180,9 @@ def test_disaggregated_pools_are_planned_and_fed():
 def test_disaggregate_on_needs_the_throughput_objective():
     with pytest.raises(BadInput, match="throughput"):
         PlanRequest(model="llama-3.1-8b", profiles=SMALL, objective="latency", disaggregate="on")
+
+
+def test_pools_that_cannot_fit_say_why():
+    """One device can't hold a prefill pool and a decode pool: exit 3 with the reason, not a unit-size riddle."""
+    with pytest.raises(Infeasible, match="separate devices.*--disaggregate auto or off"):
+        make_plan(PlanRequest(model="llama-3.1-8b", profiles=str(EXAMPLES / "one-h100.yaml"), disaggregate="on"))
