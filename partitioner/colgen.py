@@ -90,13 +90,11 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
     are sought until the pricer's work passes `deadline`; the last full pass refines its
     ladders until `hard` (work, not seconds: the same inputs give the same columns)."""
     n_dev = float(pr.devices.sum())
-    keys_given = keys
-    cols, seen = [], set()
-    for c in seed:
-        seen.add((c.kinds, c.cuts, c.batch))
-        cols.append(c)
+    cols = list(seed)
+    seen = {(c.kinds, c.cuts, c.batch) for c in cols}
     best, z, x, it = INF, 0.0, [], 0
     w, pdev, mu = np.zeros(len(pr.kinds)), np.zeros(len(pr.types)), 0.5
+    bounding = keys is None  # every pair is priced, so a full pass bounds every column
     every = keys or pr.keys()
     hot = every  # (batch, class) pairs worth searching: all at first, then the promising ones
     while True:
@@ -112,13 +110,13 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
             passes = [(every, 0)]
         else:  # the promising pairs, then all, then all refined until certain
             passes = [(hot, SEARCH), (every, SEARCH), (every, CERTIFY)]
-        for keys, rounds in passes:
-            new, est = pr.price(w + eps * pr.tp, pdev + eps, mu, keys, rounds=rounds, counted=counted,
+        for priced, rounds in passes:
+            new, est = pr.price(w + eps * pr.tp, pdev + eps, mu, priced, rounds=rounds, counted=counted,
                                 stop=hard if rounds == CERTIFY else deadline)
             new = [c for c in new if (c.kinds, c.cuts, c.batch) not in seen]
             if new:
                 break
-        if cols and keys is every and every is not keys_given:  # a full pass: its estimates hold for every column
+        if cols and bounding and priced is every:  # a full pass: its estimates hold for every column
             upper = max((u for u, _ in est.values()), default=-INF)
             theta = max([1.0] + [r for _, r in est.values()])
             best = min(best, z + n_dev * (eps + max(0.0, upper)), theta * (z + n_dev * eps))
@@ -128,9 +126,8 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
         if not new or late:
             return best, z, cols, x, it, est
         hot = sorted(est, key=lambda k: est[k][0], reverse=True)[: max(8, len(every) // 8)]
-        for c in new:
-            seen.add((c.kinds, c.cuts, c.batch))
-            cols.append(c)
+        seen.update((c.kinds, c.cuts, c.batch) for c in new)
+        cols += new
 
 
 def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, *,

@@ -17,7 +17,6 @@ its best pipeline takes more than exist, count_pricing.py's DP, which does, take
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ import numpy as np
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.count_pricing import backtrack, cheapest, covers
+from hetc.partitioner.simulate import Round
 from hetc.partitioner.tables import BATCH_GRID, Kind, Tables
 
 __all__ = ["Column", "Pricer", "SEARCH", "CERTIFY"]
@@ -101,11 +101,7 @@ class Pricer:
             P[g, 1:] = np.cumsum(cost)
         if np.isinf(P).all():
             return None
-        b = batch / m
-        chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-        chunk = wl.input_len / chunks
-        per_round = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
-        micro = 0 if phase == "prefill" else m
+        r = Round.of(wl, batch, m, phase)
         T = len(self.types)
         link = np.zeros((T, T, u + 1))
         ob = self.out_bytes[None, 1:u]
@@ -113,7 +109,8 @@ class Pricer:
             best = np.full((1, u - 1), INF)
             for p in paths:  # α–β per hop: latency + bytes / bandwidth
                 lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
-                busy = micro * (lat + b * ob * inv) + per_round * chunks * (lat + chunk * ob * inv) if p else 0 * ob
+                busy = (r.micro * (lat + r.seqs * ob * inv) + r.prompts * r.chunks * (lat + r.chunk * ob * inv)
+                        if p else 0 * ob)  # Round.link_time, vectorized over the cut positions
                 best = np.minimum(best, busy)
             link[a, c, 1:u] = best[0]
         return P, over, jfit, link
@@ -268,29 +265,28 @@ class Pricer:
     def _ladder(self, key: tuple, scale: float, floor: float, cost: Callable[[np.ndarray], np.ndarray],
                 rounds: int, steps: int = 24):
         """Bottleneck levels R and least prices C[r, s] at each; refined (`rounds` times) where an interval's upper
-        estimate batch / R_i − C(R_i+1) is positive and C changes inside it.
+        estimate scale / R_i − C(R_i+1) is positive and C changes inside it.
 
         Returns (R, C, upper, ratio): `upper` bounds the reduced cost τ − price and `ratio`
         τ / price (Farley) of every pipeline here; R and C are None when nothing in this
         class can pay its least price `floor`."""
         P, over, _, link = self.case(key)
-        batch = scale  # the value of a pipeline with bottleneck R is scale / R
         usable = np.isfinite(P[:, -1])
         # the bottleneck can't be below every device's best time for the costliest unit
         per_unit = (np.diff(P[usable], axis=1) + over[usable, None]).min(axis=0) if usable.any() else np.full(self.u, INF)
         r_lo = float(per_unit.max())
         r_sat = float(max(np.max(np.where(usable, P[:, -1] + over, 0.0)), link.max()))
-        r_hi = min(r_sat, batch / floor) if floor > 0 else r_sat
+        r_hi = min(r_sat, scale / floor) if floor > 0 else r_sat
         if not np.isfinite(r_lo):
             return None, None, -INF, 0.0
         if r_lo >= r_hi:  # every pipeline here is slower than its cheapest price
-            return None, None, batch / r_lo - floor, 1.0
+            return None, None, scale / r_lo - floor, 1.0
         # a fixed ladder from r_lo to r_sat, cut just above r_hi: the same levels every call
         ladder = np.geomspace(r_lo, r_sat, steps) if r_sat > r_lo else np.array([r_lo])
         R = ladder[: int(np.searchsorted(ladder, r_hi)) + 1]
         C = cost(R)
         for _ in range(rounds):
-            est = batch / R[:-1, None] - C[1:]
+            est = scale / R[:-1, None] - C[1:]
             split = (est > 0) & (C[:-1] != C[1:]) & (R[1:, None] / R[:-1, None] > 1 + 1e-4)
             need = np.nonzero(split.any(axis=1))[0]
             if not len(need):
@@ -300,7 +296,7 @@ class Pricer:
             C = np.concatenate([C, cost(mid)])
             order = np.argsort(R)
             R, C = R[order], C[order]
-        tau = batch / R[:, None]  # over [R_i, R_i+1]: τ ≤ batch / R_i, price ≥ C(R_i+1); beyond the top, C stays
+        tau = scale / R[:, None]  # over [R_i, R_i+1]: τ ≤ scale / R_i, price ≥ C(R_i+1); beyond the top, C stays
         den = np.concatenate([C[1:], C[-1:]])
         upper = float((tau - den).max())
         with np.errstate(divide="ignore", invalid="ignore"):

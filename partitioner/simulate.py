@@ -23,7 +23,8 @@ from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_ti
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.units import Unit
 
-__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "estimate_pipeline", "max_batch", "stage_time"]
+__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "Round", "estimate_pipeline", "max_batch",
+           "stage_time", "unit_round_costs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,44 @@ def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     if tp > 1:
         t += sum(allreduce_time(step.tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
     return t
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One stage's work per round as this model counts it for a phase: `micro` decode
+    micro-steps of `seqs` sequences each, and `prompts` prompts prefilled in `chunks`
+    chunks of `chunk` tokens (a prefill pool's round is one prompt)."""
+
+    micro: int
+    seqs: float
+    prompts: float
+    chunks: int
+    chunk: float
+
+    @staticmethod
+    def of(wl: Workload, batch: int, m: int, phase: str = "both") -> "Round":
+        chunks = math.ceil(wl.input_len / wl.prefill_chunk)
+        prompts = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
+        return Round(0 if phase == "prefill" else m, batch / m, prompts, chunks, wl.input_len / chunks)
+
+    def link_time(self, out_bytes_per_token: float, path: list) -> float:
+        """Seconds a link is busy per round carrying the activations of `out_bytes_per_token`."""
+        return (self.micro * transfer_time(self.seqs * out_bytes_per_token, path)
+                + self.prompts * self.chunks * transfer_time(self.chunk * out_bytes_per_token, path))
+
+
+def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round) -> tuple[list[float], float]:
+    """Per-unit busy seconds of one stage per round `r`, and the stage's fixed overhead per round."""
+    memo: dict = {}
+    out = []
+    for u in units:
+        sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
+        if sig not in memo:
+            dec = stage_time([u], node, tp, Step(r.seqs, r.seqs, wl.decode_ctx), wl) if r.micro else 0.0
+            pre = stage_time([u], node, tp, Step(r.chunk, 1, wl.input_len / 2), wl) if r.prompts else 0.0
+            memo[sig] = r.micro * dec + r.prompts * r.chunks * pre
+        out.append(memo[sig])
+    return out, node.profile.step_overhead * (r.micro + r.prompts * r.chunks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
-from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.cost_models.links import hops, transfer_time
+from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
-from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline, stage_time
+from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.units import Unit
 
 __all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "MAX_BATCH"]
@@ -75,35 +74,21 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
         return _all_splits(units, chain, cluster, wl, batch, phase)
     if phase == "prefill":
         batch = n
-    m = max(1, min(n, batch))
-    b = batch / m
-    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-    chunk = wl.input_len / chunks
-    per_round = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
-    micro = 0 if phase == "prefill" else m
-    cache: dict[tuple, list[float]] = {}
+    r = Round.of(wl, batch, max(1, min(n, batch)), phase)
+    cache: dict[tuple, tuple[list[float], float]] = {}
     cost: list[list[float]] = []
+    fixed: list[float] = []
     for s in chain:
-        key = (s.node.profile.name, s.tp, repr(s.node.link), phase)
+        key = (s.node.profile.name, s.tp, repr(s.node.link))
         if key not in cache:
-            memo: dict = {}
-            row = []
-            for u in units:
-                sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
-                if sig not in memo:
-                    dec = stage_time([u], s.node, s.tp, Step(b, b, wl.decode_ctx), wl) if micro else 0.0
-                    pre = stage_time([u], s.node, s.tp, Step(chunk, 1, wl.input_len / 2), wl) if per_round else 0.0
-                    memo[sig] = micro * dec + per_round * chunks * pre
-                row.append(memo[sig])
-            cache[key] = row
-        cost.append(cache[key])
-    fixed = [s.node.profile.step_overhead * (micro + per_round * chunks) for s in chain]
+            cache[key] = unit_round_costs(units, s.node, s.tp, wl, r)
+        cost.append(cache[key][0])
+        fixed.append(cache[key][1])
     out = units[0].out_bytes_per_token
     link = []
     for i in range(n):
         path = hops(cluster, chain[i].node, chain[i + 1].node) if i + 1 < n else []
-        link.append(micro * transfer_time(b * out, path) + per_round * chunks * transfer_time(chunk * out, path)
-                    if path else 0.0)
+        link.append(r.link_time(out, path) if path else 0.0)
     # memory by prefix sums (tied weights in one stage counted twice here: conservative;
     # estimate_pipeline counts them once)
     blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS

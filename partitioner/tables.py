@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster, Link, Node, Profile
-from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
-from hetc.partitioner.simulate import Workload, stage_time
+from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.units import Unit
 
 __all__ = ["Kind", "Tables", "kinds_of", "BATCH_GRID"]
@@ -102,24 +101,8 @@ class Tables:
         overhead per round, as simulate.estimate_pipeline counts them for `phase`."""
         key = (kind.name, kind.type_key, m, batch, phase)
         if key not in self._cost:
-            wl = self.wl
-            b = batch / m
-            chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-            chunk = wl.input_len / chunks
-            per_round = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
-            micro = 0 if phase == "prefill" else m
-            node = kind.nodes[0]
-            memo: dict = {}
-            out = np.empty(len(self.units))
-            for j, u in enumerate(self.units):
-                sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
-                if sig not in memo:
-                    dec = stage_time([u], node, kind.tp, Step(b, b, wl.decode_ctx), wl) if micro else 0.0
-                    pre = stage_time([u], node, kind.tp, Step(chunk, 1, wl.input_len / 2), wl) if per_round else 0.0
-                    memo[sig] = micro * dec + per_round * chunks * pre
-                out[j] = memo[sig]
-            over = kind.profile.step_overhead * (micro + per_round * chunks)
-            self._cost[key] = (out, over)
+            cost, over = unit_round_costs(self.units, kind.nodes[0], kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
+            self._cost[key] = (np.array(cost), over)
         return self._cost[key]
 
     def fits(self, kind: Kind, batch: int, phase: str = "both") -> np.ndarray:
