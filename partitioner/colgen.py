@@ -79,6 +79,11 @@ def _master(cols: list[Column], kinds: list[Kind], types: list, type_of: np.ndar
     return s.Objective().Value(), [xv.solution_value() for xv in x], pi, sigma, mu
 
 
+def _ident(c: Column) -> tuple:
+    """A column's pipeline, whatever its priced value: phase, kinds, cuts, batch."""
+    return c.phase, c.kinds, c.cuts, c.batch
+
+
 def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float, hard: float, tolerance: float,
               progress: Callable[[str], None] | None, keys: list | None = None):
     """One column-generation run: (bound, master value, columns, their x, iterations, estimates).
@@ -91,7 +96,7 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
     ladders until `hard` (work, not seconds: the same inputs give the same columns)."""
     n_dev = float(pr.devices.sum())
     cols = list(seed)
-    seen = {(c.kinds, c.cuts, c.batch) for c in cols}
+    seen = set(map(_ident, cols))
     best, z, x, it = INF, 0.0, [], 0
     w, pdev, mu = np.zeros(len(pr.kinds)), np.zeros(len(pr.types)), 0.5
     bounding = keys is None  # every pair is priced, so a full pass bounds every column
@@ -113,7 +118,7 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
         for priced, rounds in passes:
             new, est = pr.price(w + eps * pr.tp, pdev + eps, mu, priced, rounds=rounds, counted=counted,
                                 stop=hard if rounds == CERTIFY else deadline)
-            new = [c for c in new if (c.kinds, c.cuts, c.batch) not in seen]
+            new = [c for c in new if _ident(c) not in seen]
             if new:
                 break
         if cols and bounding and priced is every:  # a full pass: its estimates hold for every column
@@ -126,7 +131,7 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
         if not new or late:
             return best, z, cols, x, it, est
         hot = sorted(est, key=lambda k: est[k][0], reverse=True)[: max(8, len(every) // 8)]
-        seen.update((c.kinds, c.cuts, c.batch) for c in new)
+        seen.update(map(_ident, new))
         cols += new
 
 
@@ -155,7 +160,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     promising = sorted(est, key=lambda k: est[k][0], reverse=True)[:HELD_KEYS]
     _, z, cols, x, it2, _ = _generate(pr, counted=True, seed=held, deadline=work, hard=work,
                                       tolerance=tolerance, progress=progress, keys=promising)
-    weight = {(c.kinds, c.cuts, c.batch): v for c, v in zip(cols, x)}
-    order = sorted(cols, key=lambda c: (-weight.get((c.kinds, c.cuts, c.batch), 0.0),
+    weight = {_ident(c): v for c, v in zip(cols, x)}
+    order = sorted(cols, key=lambda c: (-weight.get(_ident(c), 0.0),
                                         -c.tok_s / pr.tp[list(c.kinds)].sum()))
     return ColumnBound(bound if np.isfinite(bound) else 0.0, z, order, it + it2, time.perf_counter() - t0, pr.work)
