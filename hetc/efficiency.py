@@ -54,6 +54,16 @@ class Curve1D(_Strict):
         return self
 
 
+def _check_grid(eff: list[list[float]], rows: tuple[str, list[float]], cols: tuple[str, list[float]]) -> None:
+    """A 2-D curve's table: one row of `eff` per row point, one value per column point, both axes ascending."""
+    (rn, rv), (cn, cv) = rows, cols
+    if len(eff) != len(rv) or any(len(r) != len(cv) for r in eff):
+        raise ValueError(f"eff must be {len(rv)} rows ({rn}) of {len(cv)} values ({cn})")
+    for name, xs in (rows, cols):
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            raise ValueError(f"{name} must be strictly ascending")
+
+
 class Curve2D(_Strict):
     """Matmul efficiency `eff[i][j]` at rows `m[i]` and weight size `nk[j]` (N·K elements),
     bilinear in (log m, log nk), flat beyond the grid."""
@@ -64,11 +74,7 @@ class Curve2D(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> "Curve2D":
-        if len(self.eff) != len(self.m) or any(len(r) != len(self.nk) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.m)} rows (m) of {len(self.nk)} values (nk)")
-        for name, xs in (("m", self.m), ("nk", self.nk)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
+        _check_grid(self.eff, ("m", self.m), ("nk", self.nk))
         return self
 
 
@@ -82,11 +88,7 @@ class AttentionCurve(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> "AttentionCurve":
-        if len(self.eff) != len(self.q) or any(len(r) != len(self.ctx) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.q)} rows (q) of {len(self.ctx)} values (ctx)")
-        for name, xs in (("q", self.q), ("ctx", self.ctx)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
+        _check_grid(self.eff, ("q", self.q), ("ctx", self.ctx))
         return self
 
 
@@ -100,11 +102,7 @@ class GatherCurve(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> "GatherCurve":
-        if len(self.eff) != len(self.rows) or any(len(r) != len(self.row_bytes) for r in self.eff):
-            raise ValueError(f"eff must be {len(self.rows)} rows (rows) of {len(self.row_bytes)} values (row_bytes)")
-        for name, xs in (("rows", self.rows), ("row_bytes", self.row_bytes)):
-            if any(b <= a for a, b in zip(xs, xs[1:])):
-                raise ValueError(f"{name} must be strictly ascending")
+        _check_grid(self.eff, ("rows", self.rows), ("row_bytes", self.row_bytes))
         return self
 
 
