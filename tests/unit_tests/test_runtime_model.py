@@ -44,6 +44,16 @@ def _stages(cfg, weights, blocks=16):
                        weights=weights) for a, b in CUTS]
 
 
+def _step(stages, seqs: dict, tables: dict, items: list[tuple]):
+    """One step through `stages` of the sequences' tokens; items are (seq, start, n, sample)."""
+    meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
+                          [i[3] for i in items])
+    x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
+    for stage in stages:
+        x = stage(x, meta)
+    return x
+
+
 def test_stages_match_unpartitioned_logits(model_dir):
     d, cfg, ref = model_dir
     stages = _stages(cfg, SafetensorsWeights(d))
@@ -53,14 +63,8 @@ def test_stages_match_unpartitioned_logits(model_dir):
         ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
     tables = {0: [3, 0, 7], 1: [5]}  # non-contiguous blocks
 
-    def step(items):  # (seq, start, n, sample)
-        seqs = {0: a, 1: b}
-        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
-                              [i[3] for i in items])
-        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
-        for s in stages:
-            x = s(x, meta)
-        return x
+    def step(items):
+        return _step(stages, {0: a, 1: b}, tables, items)
 
     worst = 0.0
     out = step([(0, 0, 16, False), (1, 0, 5, True)])  # a's first chunk, b's whole prompt
@@ -159,13 +163,7 @@ def _tp_rank(rank: int, init: str, model_dir: str, out: str) -> None:
     tables = {0: [1, 2], 1: [0]}
 
     def step(items):
-        seqs = {0: a, 1: b}
-        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
-                              [i[3] for i in items])
-        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
-        for s in stages:
-            x = s(x, meta)
-        return x
+        return _step(stages, {0: a, 1: b}, tables, items)
 
     outs = [step([(0, 0, 20, True), (1, 0, 3, True)]), step([(1, 3, 1, True), (0, 20, 1, True)])]
     torch.save({"outs": outs, "a": a, "b": b, "param_bytes": [s.param_bytes for s in stages]}, f"{out}.{rank}")
