@@ -127,18 +127,12 @@ def server(built, tmp_path_factory):
                              "--num-kv-blocks", "16", "--max-waiting", "32", "--timeout", "30"],
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 150
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            log.seek(0)
-            proc.kill()
-            pytest.fail(f"hetc serve did not come up (exit {proc.poll()}):\n{log.read()}")
-        time.sleep(0.5)
+    try:
+        wait_healthy(url, [proc])
+    except AssertionError:
+        log.seek(0)
+        proc.kill()
+        pytest.fail(f"hetc serve did not come up (exit {proc.poll()}):\n{log.read()}")
     yield url, proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
