@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,3 +17,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def tiny_llama_with_layers(d: Path, layers: int) -> Path:
+    """The tiny-llama fixture's config with `layers` decoder layers, written to dir `d`."""
+    cfg = json.loads((FIXTURES / "tiny-llama" / "config.json").read_text())
+    cfg["num_hidden_layers"] = layers
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d

@@ -16,6 +16,7 @@ from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, un
 from hetc.partitioner.graph import Terms
 from hetc.partitioner.op_records import OpRecord
 from hetc.partitioner.units import Unit
+from tests.conftest import tiny_llama_with_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
@@ -181,10 +182,7 @@ def test_a_unit_without_op_records_is_costed_from_its_totals():
 
 
 def test_replicated_layers_carry_their_op_records(tmp_path):
-    cfg = json.loads((CONFIGS / "tiny-llama" / "config.json").read_text())
-    cfg["num_hidden_layers"] = 7
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    m = capture(str(tmp_path), dtype="bf16")
+    m = capture(str(tiny_llama_with_layers(tmp_path, 7)), dtype="bf16")
     assert m.exported_layers == 3 and m.num_layers == 7
     attn = [u for u in m.units if u.kind == "attention"]
     assert len(attn) == 7 and all(u.ops for u in m.units)

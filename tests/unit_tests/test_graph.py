@@ -11,7 +11,7 @@ from hetc.partitioner import capture as cap
 from hetc.partitioner.capture import capture
 from hetc.partitioner.graph import build_graph
 from hetc.partitioner.units import assign_layers, cut_units
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, tiny_llama_with_layers
 
 
 def _matmul_flops(units, tokens):
@@ -40,10 +40,7 @@ def test_matmul_flops_match_flop_counter(name):
 
 def test_flops_of_a_replicated_deep_model_match_flop_counter(tmp_path):
     """A 7-layer model is exported with 3 layers and replicated: FLOPs still match the real 7-layer model."""
-    d = json.loads((FIXTURES / "tiny-llama" / "config.json").read_text())
-    d["num_hidden_layers"] = 7
-    (tmp_path / "config.json").write_text(json.dumps(d))
-    m = capture(str(tmp_path), dtype="fp32")
+    m = capture(str(tiny_llama_with_layers(tmp_path, 7)), dtype="fp32")
     assert m.exported_layers == 3 and m.num_layers == 7
     hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path), attn_implementation="eager").eval()
     assert _matmul_flops(m.units, 20) == pytest.approx(_flop_counter(hf, 20), rel=1e-9)
