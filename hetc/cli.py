@@ -87,9 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_positive_int, default=8000)
     sv.add_argument("--api-key", default=os.environ.get("HETC_API_KEY"), help="require 'Authorization: Bearer KEY'")
     sv.add_argument("--served-model-name", default=None, help="the model id clients send (default: the dir's name)")
-    sv.add_argument("--nnodes", type=_positive_int, default=1,
-                    help="hosts serving the plan; its cluster nodes are split over them in order")
-    sv.add_argument("--node-rank", type=int, default=0, help="this host (0 runs the HTTP server and the frontend)")
+    sv.add_argument("--nnodes", type=_positive_int, default=None,
+                    help="hosts serving the plan; its cluster nodes are split over them in order (default 1; under "
+                         "torchrun, torchrun's)")
+    sv.add_argument("--node-rank", type=int, default=None,
+                    help="this host (0 runs the HTTP server and the frontend; default 0; under torchrun, torchrun's)")
     sv.add_argument("--master-addr", default=None, help="node rank 0's address (with --nnodes > 1)")
     sv.add_argument("--master-port", type=_positive_int, default=None, help="a free port on node rank 0")
     sv.add_argument("--max-num-seqs", type=_positive_int, default=None,

@@ -17,13 +17,15 @@ Processes (one torch.distributed gloo job, ranks mapped from the plan — topolo
   step to its group; all-reduce after o_proj/down_proj/embedding, all-gather of logits.
   `--nnodes N` splits the plan's cluster nodes over N hosts in order; node rank 0 holds the
   frontend, every host launches its own workers (emulate.py sizes an emulated host).
+  Under `torchrun --nproc-per-node 1 -m hetc.cli serve plan.json` the hosts, node rank and
+  master address come from torchrun, and the job joins its agent's store (rendezvous.py).
 
 Not in this version, or limited (each refused at start with the reason, or noted here):
   - disaggregated plans: a prefill lane hands each prompt, after its first token, to a decode
     lane; its KV moves layer by layer between the workers holding the same layers (the pools
     may be cut differently), then the decode lane runs it; decode-pool preemption sends it
-    back to a prefill lane. Pools of tp=1 stages only; the planner does not make such plans
-    yet (tests cut one by hand);
+    back to a prefill lane. Pools of tp=1 stages only (the planner makes such plans with
+    `hetc plan --disaggregate on|auto`);
   - `--emulate` of a model too big for the host runs a width-shrunk copy (1/2^k of the heads,
     hidden and MLP; same layers, units, cuts; labelled in /v1/models) with --random-weights
     only: real weights cannot be shrunk, so that case is refused;

@@ -35,8 +35,8 @@ class ServeOptions:
     port: int = 8000
     api_key: str | None = None
     served_model_name: str | None = None
-    nnodes: int = 1
-    node_rank: int = 0
+    nnodes: int | None = None  # None: 1, or torchrun's (rendezvous.py)
+    node_rank: int | None = None  # None: 0, or torchrun's
     master_addr: str | None = None
     master_port: int | None = None
     max_num_seqs: int | None = None  # default: the plan's batch (at least 2 per stage)
@@ -117,23 +117,19 @@ class _Launch:
         from hetc.runtime.block_manager import BLOCK_SIZE
         from hetc.runtime.emulate import cap_kv_blocks, fit_width
         from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, check_tp, kv_layout
+        from hetc.runtime.rendezvous import rendezvous
         from hetc.runtime.topology import build_topology, hosts_of_nodes, kv_blocks, workers
 
         self.o = o
-        if o.nnodes > 1 and not (o.master_addr and o.master_port):
-            raise BadInput(f"--nnodes {o.nnodes} needs --master-addr and --master-port (node rank 0's address and a "
-                           "free port there).", field="--master-addr", fix="pass the same both to every host.")
-        if not 0 <= o.node_rank < o.nnodes:
-            raise BadInput(f"--node-rank {o.node_rank} is not in 0..{o.nnodes - 1}.", field="--node-rank",
-                           fix="number the hosts 0 to nnodes − 1; rank 0 serves HTTP.")
+        self.rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
         plan = self.plan = load_plan(o.plan)
         if not plan.units:
             raise BadInput("the plan has no unit table.", file=o.plan, field="units",
                            fix="regenerate it with this version of `hetc plan`.")
         self.lanes = build_topology(plan, o.plan)
-        self.host_of = hosts_of_nodes(plan, o.nnodes, o.plan)
+        self.host_of = hosts_of_nodes(plan, self.rdzv.nnodes, o.plan)
         self.all_workers = workers(self.lanes)
-        self.local = {w.rank for w in self.all_workers if self.host_of[w.stage.node] == o.node_rank}
+        self.local = {w.rank for w in self.all_workers if self.host_of[w.stage.node] == self.rdzv.node_rank}
         self.model_ref, self.model_dir = _resolve_model(plan, o)
         _check_hash(plan, self.model_ref, o.plan)
         self.hf_cfg, _ = load_hf_config(self.model_ref)
@@ -183,15 +179,16 @@ class _Launch:
     def start_workers(self) -> None:
         import torch.distributed as dist
 
+        from hetc.runtime.rendezvous import join_job
         from hetc.runtime.topology import tp_groups
         from hetc.runtime.transport import Kind, recv
         from hetc.runtime.worker import WorkerConfig
 
-        o = self.o
-        addr, port = o.master_addr or "127.0.0.1", o.master_port or _free_port()
+        o, r = self.o, self.rdzv
+        addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
         cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=self.model_ref, model_dir=self.model_dir,
                            random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
-                           world_size=self.n_workers + 1, timeout_s=o.timeout,
+                           agent_store=r.agent_store, world_size=self.n_workers + 1, timeout_s=o.timeout,
                            kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads,
                            width=self.width)
         spec = os.path.join(self._tmp.name, "spec.json")
@@ -204,14 +201,13 @@ class _Launch:
             if w.rank in self.local:
                 self.procs[w.rank] = subprocess.Popen(
                     [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", w.device], env=env)
-        if o.node_rank != 0:
+        if r.node_rank != 0:
             return  # rank 0 (the frontend) lives on node rank 0
         err: list[BaseException] = []
 
         def join() -> None:
             try:
-                dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=0,
-                                        world_size=self.n_workers + 1, timeout=dt.timedelta(seconds=o.timeout))
+                join_job(addr, port, 0, self.n_workers + 1, o.timeout, r.agent_store)
             except BaseException as e:  # noqa: BLE001 — reported below
                 err.append(e)
 
@@ -309,8 +305,8 @@ def _serve_workers_only(L: _Launch, log) -> int:
         signal.signal(sig, lambda *_: stop.set())
     L.start_workers()
     devices = [w.device for w in L.all_workers if w.rank in L.local]
-    log(f"node rank {L.o.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
-        f"{L.o.master_addr}:{L.o.master_port}")
+    log(f"node rank {L.rdzv.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
+        f"{L.rdzv.master_addr}:{L.rdzv.master_port}")
     try:
         while not stop.wait(0.2):
             codes = [p.poll() for p in L.procs.values()]
@@ -343,7 +339,7 @@ def serve(o: ServeOptions, log=print) -> int:
 
     _Server = _server_class()
     L = _Launch(o)
-    if o.node_rank != 0:
+    if L.rdzv.node_rank != 0:
         return _serve_workers_only(L, log)
     plan, cfg = L.plan, L.hf_cfg
     name = o.served_model_name or (Path(L.model_ref).name if Path(L.model_ref).is_dir() else L.model_ref)

@@ -37,6 +37,7 @@ class WorkerConfig:
     emulate: bool
     master_addr: str
     master_port: int
+    agent_store: bool  # torchrun's agent serves the job's store (rendezvous.join_job)
     world_size: int
     timeout_s: float
     kv_blocks: dict[str, int]  # lane id → blocks
@@ -221,19 +222,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
     try:
+        from hetc.plan import load_plan
+        from hetc.runtime.rendezvous import join_job
+        from hetc.runtime.topology import attention_owners, tp_groups
+        from hetc.runtime.transport import Kind, Message, Sender
+
         torch.set_num_threads(max(1, cfg.threads))
         w, model, backend, lanes = build_stage(cfg, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
+        join_job(cfg.master_addr, cfg.master_port, w.rank, cfg.world_size, cfg.timeout_s, cfg.agent_store)
         timeout = dt.timedelta(seconds=cfg.timeout_s)
-        dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=w.rank,
-                                world_size=cfg.world_size, timeout=timeout)
-        from hetc.plan import load_plan
-        from hetc.runtime.topology import attention_owners, tp_groups
-
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
-        from hetc.runtime.transport import Kind, Message, Sender
-
         # every rank creates every tp group, in the same order (torch.distributed's rule)
         groups = {ranks: dist.new_group(list(ranks), timeout=timeout) for ranks in tp_groups(lanes)}
         model.tp_group = groups.get(spec.ranks)

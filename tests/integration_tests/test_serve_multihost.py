@@ -1,7 +1,8 @@
 """Two `hetc serve --nnodes 2` invocations on localhost, separate process trees, serve one
 plan (the 3-vendor plan of test_serve.py: node c on node rank 1, nodes a and b on rank 0);
-greedy output equals Hugging Face generate; killing node rank 1 turns /health to 503. Slow:
-two more servers."""
+greedy output equals Hugging Face generate; killing node rank 1 turns /health to 503. The
+same with each host's `hetc serve` started by torchrun (its agent's store, its node ranks).
+Slow: two more servers per test."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -18,40 +20,105 @@ from openai import OpenAI
 from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
 
 pytestmark = pytest.mark.slow
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+
+def _serve_args(plan: Path) -> list[str]:
+    return ["serve", str(plan), "--emulate", "--served-model-name", NAME, "--api-key", KEY]
+
+
+def _start(cmd: list[str]) -> subprocess.Popen:
+    # a session of its own: a separate process tree, as on another host (no terminal signals)
+    return subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (from /proc; torchrun starts its worker in a session of its
+    own, so a process group is not the whole tree)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each host's first process, then SIGKILL whatever of its tree is left: no orphans."""
+    trees = [_tree(p.pid) for p in procs]  # before the leaders exit and their children are re-parented
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p, tree in zip(procs, trees):
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill(tree)
+        p.wait(10)
+
+
+def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subprocess.Popen) -> None:
+    """Devices on their hosts, greedy tokens equal to HF generate, and /health 503 once node rank
+    1's whole process tree is killed."""
+    wait_healthy(url, [node0, node1])
+    workers = httpx.get(f"{url}/health").json()["workers"]
+    by_node = {w["device"]: w["node_rank"] for w in workers}
+    assert by_node == {"a:0": 0, "b:0": 0, "c:0": 1}
+    c = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
+    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0,
+                             extra_body={"return_token_ids": True})
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    x = torch.tensor([[5, 6, 7, 8, 9]])
+    want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False)[0, 5:].tolist()
+    assert r.choices[0].model_extra["token_ids"] == want
+    _kill(_tree(node1.pid))  # the whole second "host"
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{url}/health").status_code != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert "c:0" in httpx.get(f"{url}/health").json()["reason"]
 
 
 def test_two_hosts_serve_one_plan(built):  # noqa: F811
     model, plan, doc = built
     mport, port = _port(), _port()
-    common = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--emulate", "--nnodes", "2", "--master-addr",
-              "127.0.0.1", "--master-port", str(mport), "--served-model-name", NAME, "--api-key", KEY]
-    # separate sessions: separate process trees, as on two hosts
-    n0 = subprocess.Popen([*common, "--node-rank", "0", "--port", str(port)], cwd=REPO, start_new_session=True)
-    n1 = subprocess.Popen([*common, "--node-rank", "1"], cwd=REPO, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    common = [sys.executable, "-m", "hetc.cli", *_serve_args(plan), "--nnodes", "2", "--master-addr", "127.0.0.1",
+              "--master-port", str(mport)]
+    n0 = _start([*common, "--node-rank", "0", "--port", str(port)])
+    n1 = _start([*common, "--node-rank", "1"])
     try:
-        wait_healthy(url, [n0, n1])
-        workers = httpx.get(f"{url}/health").json()["workers"]
-        by_node = {w["device"]: w["node_rank"] for w in workers}
-        assert by_node == {"a:0": 0, "b:0": 0, "c:0": 1}
-        c = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
-        r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0,
-                                 extra_body={"return_token_ids": True})
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-        x = torch.tensor([[5, 6, 7, 8, 9]])
-        want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False)[0, 5:].tolist()
-        assert r.choices[0].model_extra["token_ids"] == want
-        os.killpg(n1.pid, signal.SIGKILL)  # the whole second "host"
-        deadline = time.monotonic() + 20
-        while httpx.get(f"{url}/health").status_code != 503:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        assert "c:0" in httpx.get(f"{url}/health").json()["reason"]
+        _check_two_hosts(model, f"http://127.0.0.1:{port}", n0, n1)
     finally:
-        for p in (n0, n1):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        n0.wait(60)
+        _stop([n0, n1])
+
+
+def test_two_hosts_serve_one_plan_under_torchrun(built):  # noqa: F811
+    model, plan, doc = built
+    mport, port = _port(), _port()
+    # torchrun's agent on node rank 0 serves the store on mport; hetc's processes join it as clients
+    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+              str(mport)]
+    n0 = _start([*common, "--node-rank", "0", "-m", "hetc.cli", *_serve_args(plan), "--port", str(port)])
+    n1 = _start([*common, "--node-rank", "1", "-m", "hetc.cli", *_serve_args(plan)])
+    try:
+        _check_two_hosts(model, f"http://127.0.0.1:{port}", n0, n1)
+    finally:
+        _stop([n0, n1])
