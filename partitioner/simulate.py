@@ -90,7 +90,7 @@ def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Ro
     memo: dict = {}
     out = []
     for u in units:
-        sig = (u.signature, u.kv_bytes_per_token, u.out_bytes_per_token, u.act_bytes, bool(u.params))
+        sig = (u.cost_key, u.out_bytes_per_token, bool(u.params))  # what stage_time reads of a unit
         if sig not in memo:
             dec = stage_time([u], node, tp, Step(r.seqs, r.seqs, wl.decode_ctx), wl) if r.micro else 0.0
             pre = stage_time([u], node, tp, Step(r.chunk, 1, wl.input_len / 2), wl) if r.prompts else 0.0

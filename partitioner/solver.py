@@ -200,14 +200,18 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     phases = PHASES[disaggregate] if objective == "throughput" else ("both",)
     bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 2), phases=phases,
                          progress=progress)
-    flow = flow_bound(tables, kinds, max_stages, phases)  # looser, but never stopped by a budget
-    bound_value, method = (bound.value, METHOD) if 0 < bound.value <= flow else (flow, FLOW_METHOD)
+    bound_value, method = bound.value, METHOD
+    if not bound.converged:  # the flow LP: looser, but never stopped by a budget
+        flow = flow_bound(tables, kinds, max_stages, phases)
+        if not 0 < bound_value <= flow:
+            bound_value, method = flow, FLOW_METHOD
     templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages, phases)
     opts: list[_Option] = []
+    memo: dict = {}  # split_chain's per-kind costs, shared by every template
     for i, t in enumerate(templates):
         if progress:
             progress(f"templates {i + 1}/{len(templates)}: {t.label}")
-        for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase):
+        for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase, memo=memo):
             e = f.estimate
             if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
                 continue

@@ -8,6 +8,8 @@ an ordered chain when costs and memory grow with the range). Slots may stay empt
 
 from __future__ import annotations
 
+import bisect
+import collections
 import itertools
 import math
 from collections.abc import Callable
@@ -62,62 +64,56 @@ def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
 
 
 def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int, phase: str = "both") -> list[StagePlan] | None:
+                batch: int, phase: str = "both", memo: dict | None = None) -> list[StagePlan] | None:
     """Contiguous unit ranges over `chain` minimising the busiest stage at `batch` (for a
     prefill pool: per prompt, one prompt per stage in flight); None if none fits.
 
     Small cases (at most EXHAUSTIVE splits) are searched exhaustively against the full
     saturation model, so tiny instances are solved exactly.
+
+    Args:
+        memo: per-slot-kind costs and memory reach, kept across calls over the same units,
+            cluster and workload (the solver splits many chains of the same kinds).
     """
     n = len(chain)
     if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:
         return _all_splits(units, chain, cluster, wl, batch, phase)
     if phase == "prefill":
         batch = n
+    memo = {} if memo is None else memo
     r = Round.of(wl, batch, max(1, min(n, batch)), phase)
-    cache: dict[tuple, tuple[list[float], float]] = {}
-    cost: list[list[float]] = []
-    fixed: list[float] = []
-    for s in chain:
-        key = (s.node.profile.name, s.tp, repr(s.node.link))
-        if key not in cache:
-            cache[key] = unit_round_costs(units, s.node, s.tp, wl, r)
-        cost.append(cache[key][0])
-        fixed.append(cache[key][1])
     out = units[0].out_bytes_per_token
-    link = []
-    for i in range(n):
-        path = hops(cluster, chain[i].node, chain[i + 1].node) if i + 1 < n else []
-        link.append(r.link_time(out, path) if path else 0.0)
-    # memory by prefix sums (tied weights in one stage counted twice here: conservative;
-    # estimate_pipeline counts them once)
-    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
-    fixed_mem = [u.param_bytes + batch * blocks * u.kv_bytes_per_token for u in units]
-    act = [step_tokens * u.act_bytes.per_token for u in units]
+    slots = []  # per slot: prefix sums of its unit costs, its memory reach, fixed time + link out
+    for i, s in enumerate(chain):
+        key = (_slot_key(s), r)
+        if key not in memo:
+            cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
+            memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
+        prefix, fixed = memo[key]
+        key = (_slot_key(s), batch, phase)
+        if key not in memo:
+            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
+        path = hops(cluster, s.node, chain[i + 1].node) if i + 1 < n else []
+        slots.append((prefix, memo[key], fixed + (r.link_time(out, path) if path else 0.0), s))
+    n_units = len(units)
 
     def greedy(tau: float) -> list[StagePlan] | None:
+        """Each slot in turn takes as many units as fit within `tau` and its memory."""
         stages, u = [], 0
-        for i, s in enumerate(chain):
-            if u == len(units):
+        for P, reach, base, s in slots:
+            if u == n_units:
                 break
-            t, mem, peak, hi = fixed[i] + link[i], 0.0, 0.0, u - 1
-            cap = s.node.profile.usable_memory
-            while hi + 1 < len(units):
-                nxt = hi + 1
-                if t + cost[i][nxt] > tau or (mem + fixed_mem[nxt]) / s.tp + max(peak, act[nxt]) > cap:
-                    break
-                hi, t, mem, peak = nxt, t + cost[i][nxt], mem + fixed_mem[nxt], max(peak, act[nxt])
+            hi = min(bisect.bisect_right(P, P[u] + (tau - base)) - 2, reach[u])  # P[hi+1] − P[u] ≤ tau − base
             if hi >= u:
                 stages.append(StagePlan(s.node, u, hi, s.tp))
                 u = hi + 1
-        return stages if u == len(units) else None
+        return stages if u == n_units else None
 
-    total = max(sum(c) + f + lk for c, f, lk in zip(cost, fixed, link))
+    total = max(P[-1] + base for P, _, base, _ in slots)
     if greedy(total * 1.0001) is None:
         return None
     lo, hi = 0.0, total * 1.0001
-    for _ in range(40):
+    while hi - lo > 1e-7 * hi:  # the bottleneck to 1e-7 of itself
         mid = (lo + hi) / 2
         if greedy(mid) is None:
             lo = mid
@@ -126,15 +122,48 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     return greedy(hi)
 
 
+def _slot_key(s: Slot) -> tuple:
+    return s.node.profile.name, s.tp, repr(s.node.link)
+
+
+def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float) -> list[int]:
+    """reach[u]: the last unit a stage starting at unit u holds within `cap` bytes (u − 1 if
+    none): weights and KV split over tp, activations at their peak (tied weights counted per
+    unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
+    pointers, a running sum and a sliding-window max."""
+    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
+    mem_of = [(u.param_bytes + batch * blocks * u.kv_bytes_per_token) / tp for u in units]
+    act = [step_tokens * u.act_bytes.per_token for u in units]
+    n, out, hi, mem, peak = len(units), [], -1, 0.0, collections.deque()  # peak: indices, act decreasing
+    for u in range(n):
+        if hi < u - 1:
+            hi, mem = u - 1, 0.0
+        while peak and peak[0] < u:
+            peak.popleft()
+        while hi + 1 < n and mem + mem_of[hi + 1] + max(act[peak[0]] if peak else 0.0, act[hi + 1]) <= cap:
+            hi += 1
+            mem += mem_of[hi]
+            while peak and act[peak[-1]] <= act[hi]:
+                peak.pop()
+            peak.append(hi)
+        out.append(hi)
+        if hi >= u:
+            mem -= mem_of[u]
+    return out
+
+
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: str = "both") -> list[Found]:
+                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: str = "both",
+                  memo: dict | None = None) -> list[Found]:
     """Every batch on the grid (powers of two) that fits, with its best split (a prefill
     pool has one option: a prompt per stage).
 
     Args:
         split: stage boundaries for a batch; default: `split_chain` (the best split).
+        memo: passed on to `split_chain`.
     """
-    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase))
+    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
     out: list[Found] = []
     batch = 1
     while batch <= (1 if phase == "prefill" else MAX_BATCH):
