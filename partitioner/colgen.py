@@ -50,6 +50,7 @@ class ColumnBound:
     iterations: int
     seconds: float
     work: float  # DP cells evaluated (the budget's unit)
+    converged: bool  # the relaxed generation ended with no improving pipeline left, within its budget
 
 
 def _master(cols: list[Column], kinds: list[Kind], types: list, type_of: np.ndarray, devices: list[int]):
@@ -86,7 +87,8 @@ def _ident(c: Column) -> tuple:
 
 def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float, hard: float, tolerance: float,
               progress: Callable[[str], None] | None, keys: list | None = None):
-    """One column-generation run: (bound, master value, columns, their x, iterations, estimates).
+    """One column-generation run: (bound, master value, columns, their x, iterations, estimates,
+    whether it ended for want of improving columns rather than of budget).
 
     counted=False: pricing counts no devices and the master takes every column (the LP over
     a relaxed set, fast); counted=True: the master only takes columns the cluster holds and
@@ -129,7 +131,7 @@ def _generate(pr: Pricer, *, counted: bool, seed: list[Column], deadline: float,
             progress(f"column generation ({'counted' if counted else 'relaxed'}) {it}: LP {z:,.0f} tok/s, "
                      f"bound {best:,.0f}, {len(cols)} pipelines")
         if not new or late:
-            return best, z, cols, x, it, est
+            return best, z, cols, x, it, est, not new and not late
         hot = sorted(est, key=lambda k: est[k][0], reverse=True)[: max(8, len(every) // 8)]
         seen.update(map(_ident, new))
         cols += new
@@ -154,13 +156,14 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     t0 = time.perf_counter()
     pr = Pricer(tables, kinds, cluster, max_stages, phases)
     work = time_limit * WORK_PER_SECOND
-    bound, _, cols, _, it, est = _generate(pr, counted=False, seed=[], deadline=0.6 * work, hard=0.8 * work,
+    bound, _, cols, _, it, est, converged = _generate(pr, counted=False, seed=[], deadline=0.6 * work, hard=0.8 * work,
                                            tolerance=tolerance, progress=progress)
     held = [c for c in cols if pr.holds(c)]
     promising = sorted(est, key=lambda k: est[k][0], reverse=True)[:HELD_KEYS]
-    _, z, cols, x, it2, _ = _generate(pr, counted=True, seed=held, deadline=work, hard=work,
+    _, z, cols, x, it2, _, _ = _generate(pr, counted=True, seed=held, deadline=work, hard=work,
                                       tolerance=tolerance, progress=progress, keys=promising)
     weight = {_ident(c): v for c, v in zip(cols, x)}
     order = sorted(cols, key=lambda c: (-weight.get(_ident(c), 0.0),
                                         -c.tok_s / pr.tp[list(c.kinds)].sum()))
-    return ColumnBound(bound if np.isfinite(bound) else 0.0, z, order, it + it2, time.perf_counter() - t0, pr.work)
+    return ColumnBound(bound if np.isfinite(bound) else 0.0, z, order, it + it2, time.perf_counter() - t0, pr.work,
+                       converged)

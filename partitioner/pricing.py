@@ -309,7 +309,7 @@ class Pricer:
         if self.case(key) is None or scale <= 0:
             return None, -INF, 0.0
         R, C, upper, ratio = self._ladder(key, scale, key[2][0] * float(w.min()), lambda R: self.costs(w, key, R), rounds)
-        if R is None:
+        if R is None or upper <= 0:  # no pipeline here pays its price
             return None, upper, ratio
         val = scale / R[:, None] - C
         r, s = np.unravel_index(np.argmax(val), val.shape)
