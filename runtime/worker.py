@@ -54,13 +54,12 @@ class WorkerConfig:
             return WorkerConfig(**json.load(f))
 
 
-def _watch_parent() -> None:
-    """Exit when the process that launched us is gone (no orphaned workers)."""
+def watch_parent(on_gone=lambda: os._exit(3)) -> None:
+    """Call `on_gone` (default: exit) when the process that launched us is gone (no orphans)."""
     parent = os.getppid()
-    while True:
+    while os.getppid() == parent:
         time.sleep(0.5)
-        if os.getppid() != parent:
-            os._exit(3)
+    on_gone()
 
 
 def build_stage(cfg: WorkerConfig, device: str):
@@ -218,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", required=True)
     ap.add_argument("--device", required=True, help="the plan device this worker runs (NODE:INDEX)")
     a = ap.parse_args(argv)
-    threading.Thread(target=_watch_parent, daemon=True).start()
+    threading.Thread(target=watch_parent, daemon=True).start()
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
     try:

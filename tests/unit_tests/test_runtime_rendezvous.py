@@ -1,6 +1,7 @@
 """`hetc serve`'s hosts from the command line or from torchrun's environment (rendezvous.py):
 torchrun's variables map to nnodes, node rank, master address and port and the agent store;
-more than one process per host, or a flag that disagrees with torchrun, is bad input."""
+more than one process per host, or a flag that disagrees with torchrun, is bad input; and the
+workers' OpenMP wait policy."""
 
 import pytest
 
@@ -60,3 +61,11 @@ def test_serve_under_torchrun_with_a_disagreeing_flag_exits_2(torchrun, capsys):
     assert hetc_main(["serve", "no-plan.json", "--nnodes", "3"]) == 2
     err = capsys.readouterr().err
     assert "--nnodes 3 disagrees with torchrun's 2" in " ".join(err.split())
+
+
+def test_workers_sleep_idle_openmp_threads_only_when_they_oversubscribe_the_host(monkeypatch):
+    from hetc.runtime.launch import _wait_policy
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert _wait_policy(2) == {}  # 1 stage × 2 threads, or 2 × 1: OpenMP's default, as torch alone
+    assert _wait_policy(4) == {"OMP_WAIT_POLICY": "PASSIVE"}  # 2 stages × 2 threads on 2 cores
