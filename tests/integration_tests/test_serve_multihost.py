@@ -1,8 +1,9 @@
 """Two `hetc serve --nnodes 2` invocations on localhost, separate process trees, serve one
 plan (the 3-vendor plan of test_serve.py: node c on node rank 1, nodes a and b on rank 0);
 greedy output equals Hugging Face generate; killing node rank 1 turns /health to 503. The
-same with each host's `hetc serve` started by torchrun (its agent's store, its node ranks).
-Slow: two more servers per test."""
+same with each host's `hetc serve` started by torchrun (its agent's store, its node ranks); and
+SIGKILL of a torchrun agent alone stops that host's `hetc serve` and its workers. Slow: two more
+servers per test."""
 
 from __future__ import annotations
 
@@ -122,3 +123,61 @@ def test_two_hosts_serve_one_plan_under_torchrun(built):  # noqa: F811
         _check_two_hosts(model, f"http://127.0.0.1:{port}", n0, n1)
     finally:
         _stop([n0, n1])
+
+
+def _started(pid: int) -> int | None:
+    """`pid`'s start time (clock ticks after boot); None when it is gone or a zombie (its exit
+    only waits to be reaped by whoever adopted it)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in "ZX" else int(fields[19])
+
+
+def _left(procs: dict[int, int | None], timeout: float) -> list[int]:
+    """Those of `procs` (pid: start time) still running after up to `timeout` seconds (a pid
+    reused by a new process does not count)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [pid for pid, t in procs.items() if t is not None and _started(pid) == t]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def test_killing_a_torchrun_agent_stops_its_hosts_server_and_workers(built):  # noqa: F811
+    """torchrun starts `hetc serve` in a session of its own: SIGKILL of the agent alone (not its
+    tree) leaves it orphaned, and it must stop with its workers — on node rank 1 (workers only)
+    and node rank 0 (the HTTP frontend)."""
+    model, plan, doc = built
+    mport, port = _port(), _port()
+    url = f"http://127.0.0.1:{port}"
+    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
+              str(mport)]
+    n0 = _start([*common, "--node-rank", "0", "-m", "hetc.cli", *_serve_args(plan), "--port", str(port)])
+    n1 = _start([*common, "--node-rank", "1", "-m", "hetc.cli", *_serve_args(plan)])
+    seen: dict[int, int | None] = {}  # every process of both trees: start time
+    try:
+        wait_healthy(url, [n0, n1])
+        workers = httpx.get(f"{url}/health").json()["workers"]
+        below = {}  # node rank: {pid: start time} of its `hetc serve` process and workers (not the agent)
+        for node, agent in ((0, n0), (1, n1)):
+            tree = {pid: _started(pid) for pid in _tree(agent.pid)}
+            seen |= tree
+            below[node] = {pid: t for pid, t in tree.items() if pid != agent.pid}
+            mine = {w["pid"] for w in workers if w["node_rank"] == node}
+            assert mine and mine < below[node].keys()  # the workers, and at least the server above them
+        os.kill(n1.pid, signal.SIGKILL)  # node rank 1's agent only
+        n1.wait(10)
+        assert _left(below[1], 20) == []
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{url}/health").status_code != 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        os.kill(n0.pid, signal.SIGKILL)  # node rank 0's agent only: the frontend and its workers stop
+        n0.wait(10)
+        assert _left(below[0], 30) == []
+    finally:
+        _stop([n0, n1])
+        _kill(_left(seen, 0))  # whatever an agent's death left behind
