@@ -1,15 +1,16 @@
-"""A disaggregated plan — a prefill pool of two stages, a decode pool of one device, cut
-differently — serves the greedy tokens of Hugging Face `generate`; each prompt's KV moves
-layer by layer from the prefill workers to the decode worker holding the same layers, and the
-KV bytes sent equal the plan's prediction (kv_transfer.bytes_per_token × prompt tokens).
+"""A disaggregated plan that the planner made (`hetc plan --disaggregate on`) serves the greedy
+tokens of Hugging Face `generate`, and the KV bytes sent equal the plan's prediction
+(kv_transfer.bytes_per_token × prompt tokens).
 
-The planner does not make disaggregated plans yet, so the plan is test_serve.py's, re-cut
-by hand into the two pools (its unit table and graph_hash unchanged). Slow: another server."""
+The cluster: two devices with test_serve.py's made-up profile (1.5 MB, too small for its tiny
+Llama alone) and one with the same profile and 4 MB. The planner puts a prefill pool of two
+stages on the small pair and a decode pool of one stage on the big device — pools cut
+differently — so each prompt's KV moves layer by layer from the two prefill workers to the
+decode worker holding the same layers. Slow: another server."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import copy
 import json
 import signal
 import subprocess
@@ -18,35 +19,39 @@ import sys
 import httpx2 as httpx
 import pytest
 import torch
+import yaml
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
+from hetc.cli import main as hetc_main
+from tests.integration_tests.test_serve import PROFILE, wait_healthy, KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
 
 pytestmark = pytest.mark.slow
 
 
-def disaggregate(plan: dict) -> dict:
-    units, pipe = plan["units"], plan["pipelines"][0]
-    n = len(units)
-    a, b, d = (copy.deepcopy(s) for s in pipe["stages"])
-    a["units"], a["layers"] = [0, 5], [0, 2]  # prefill: embed … attention 2 | mlp 2 … head
-    b["units"], b["layers"] = [6, n - 1], [2, units[-1]["layer"]]
-    d["units"], d["layers"] = [0, n - 1], [0, units[-1]["layer"]]  # decode: the whole model on one device
-    for s in (a, b, d):
-        s["memory_bytes"]["kv"] = 393216.0
-    out = {**plan, "pipelines": [{**pipe, "id": 0, "phase": "prefill", "stages": [a, b]},
-                                 {**pipe, "id": 1, "phase": "decode", "stages": [d]}]}
-    out["kv_transfer"] = [{"from_pipeline": 0, "to_pipeline": 1, "link": "ethernet-10g", "predicted_ms_per_seq": 0.1,
-                           "bytes_per_token": sum(u["kv_bytes_per_token"] for u in units)}]
-    return out
+def plan_pools(model, root) -> dict:
+    """`hetc plan --disaggregate on` over 2 small devices and 1 big one (the workload of test_serve's plan)."""
+    for name, memory in (("small", "1.5 MB"), ("big", "4 MB")):
+        doc = yaml.safe_load(PROFILE.format(name=name, vendor="cpu", backend="cpu"))
+        (root / f"{name}.yaml").write_text(yaml.safe_dump({**doc, "memory": memory}))
+    (root / "pools.yaml").write_text("nodes:\n  - {name: s, device: ./small.yaml, count: 2, link: pcie4}\n"
+                                     "  - {name: b, device: ./big.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n")
+    assert hetc_main(["plan", str(model), "--profiles", str(root / "pools.yaml"), "-o", str(root / "dis.json"),
+                      "--dtype", "fp32", "--input-len", "64", "--output-len", "32", "--time-limit", "5",
+                      "--disaggregate", "on"]) == 0
+    return json.loads((root / "dis.json").read_text())
 
 
-def test_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
+def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
     from transformers import AutoModelForCausalLM
 
-    model, _, plan = built
-    doc = disaggregate(plan)
-    (tmp_path / "dis.json").write_text(json.dumps(doc))
+    model, _, _ = built
+    doc = plan_pools(model, tmp_path)
+    pre, dec = (next(p for p in doc["pipelines"] if p["phase"] == ph) for ph in ("prefill", "decode"))
+    assert len(doc["pipelines"]) == 2 and pre["replicas"] == dec["replicas"] == 1
+    cuts = [[s["units"][0] for s in p["stages"]] for p in (pre, dec)]
+    assert len(pre["stages"]) >= 2 and cuts[0] != cuts[1]  # the pools are cut differently: KV changes hands
+    assert [t["from_pipeline"] for t in doc["kv_transfer"]] == [pre["id"]]
+    assert [t["to_pipeline"] for t in doc["kv_transfer"]] == [dec["id"]]
     port = _port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "dis.json"), "--emulate",
                              "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
@@ -76,7 +81,9 @@ def test_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F
         assert tokens == sum(len(p) for p in prompts)  # every prompt's KV moved once (no preemption here)
         assert sent == per_token * tokens  # the plan's prediction, byte for byte
         workers = httpx.get(f"{url}/health").json()["workers"]
-        assert [(w["stage"], w["device"]) for w in workers] == [("0.0", "c:0"), ("0.1", "b:0"), ("1.0", "a:0")]
+        lanes = sorted(doc["pipelines"], key=lambda p: p["id"])
+        assert [(w["stage"], w["device"]) for w in workers] == [
+            (f"{lane}.{i}", s["devices"][0]) for lane, p in enumerate(lanes) for i, s in enumerate(p["stages"])]
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
