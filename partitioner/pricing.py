@@ -31,7 +31,8 @@ from hetc.partitioner.tables import BATCH_GRID, Kind, Tables
 __all__ = ["Column", "Pricer", "SEARCH", "CERTIFY"]
 
 INF = np.inf
-SEARCH, CERTIFY = 4, 40  # rounds of ladder refinement while searching and for the bound
+QUARTERS = np.array([0.25, 0.5, 0.75])
+SEARCH, CERTIFY = 2, 20  # rounds of ladder refinement (each quarters an interval) while searching and for the bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class Pricer:
                                  for t in types], dtype=float)
         self.type_of = np.array([types.index(k.type_key) for k in kinds])
         self.tp = np.array([k.tp for k in kinds], dtype=float)
+        self.of_type = [np.nonzero(self.type_of == t)[0] for t in range(len(types))]  # kinds of each type
         self.classes = _classes(max_stages)
         self.paths = {}  # (t', t) -> candidate hop lists (the fastest is taken per size)
         for a, ta in enumerate(types):
@@ -147,7 +149,7 @@ class Pricer:
         a_idx = np.where(ok, lo, 0)
         b_idx = np.where(ok, j[None, None, :] - (1 << lvl), 0)
         allowed = link[None] <= R[:, None, None, None]  # [nR, T', T, U+1]
-        K = max(1, int(np.floor(np.log2(U + 1))) + 1)
+        K = int(lvl.max()) + 1  # sparse-table levels the longest window needs
         base = (np.arange(nR)[:, None, None] * T + self.type_of[None, :, None]) * (U + 1)
         flat_a = (lvl * nR * T * (U + 1) + base + a_idx).ravel()  # sparse-table cells of each window's two halves
         flat_b = (lvl * nR * T * (U + 1) + base + b_idx).ravel()
@@ -159,7 +161,7 @@ class Pricer:
         if lo_n == 1:
             out[:, 0] = F[:, :, U].min(axis=1)
         for s in range(2, hi_n + 1):
-            M = np.stack([F[:, self.type_of == ti].min(axis=1) for ti in range(T)], axis=1)  # [nR, T, U+1]
+            M = np.stack([F[:, g].min(axis=1) for g in self.of_type], axis=1)  # [nR, T, U+1]
             H = ST[0]
             for tj in range(T):  # cheapest previous stage whose link into type tj fits
                 H[:, tj] = np.where(allowed[:, :, tj], M, INF).min(axis=1)
@@ -291,7 +293,8 @@ class Pricer:
             need = np.nonzero(split.any(axis=1))[0]
             if not len(need):
                 break
-            mid = np.sqrt(R[need] * R[need + 1])
+            # three geometric points per interval: one DP call refines as far as two halvings
+            mid = (R[need, None] ** (1 - QUARTERS) * R[need + 1, None] ** QUARTERS).ravel()
             R = np.concatenate([R, mid])
             C = np.concatenate([C, cost(mid)])
             order = np.argsort(R)
