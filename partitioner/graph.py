@@ -161,8 +161,7 @@ def _attention_flops(node: Node) -> sympy.Expr:
 
 
 def _conv_flops(node: Node, out: torch.Tensor) -> sympy.Expr:
-    w = node.args[1].meta["val"]
-    groups = node.args[-1] if node.target.__name__.startswith("convolution") and isinstance(node.args[-1], int) else 1
+    w = node.args[1].meta["val"]  # [C_out, C_in/groups, *k] (transposed: [C_in, C_out/groups, *k]): groups built in
     transposed = bool(node.args[6]) if len(node.args) > 6 and isinstance(node.args[6], bool) else False
     if transposed:
         return 2 * _numel(node.args[0].meta["val"]) * _expr(w.shape[1]) * math.prod(w.shape[2:])
