@@ -58,7 +58,8 @@ def _wait_policy(threads: int) -> dict[str, str]:
     """OpenMP's wait policy for the workers when the user sets none: when their threads together
     exceed the host's cores, idle threads sleep (PASSIVE) rather than spin on cores the other
     stages need; otherwise OpenMP's default (spin briefly, then sleep), as in a plain torch
-    process — sleeping costs a wake-up per parallel region, about 12% of a CPU decode step."""
+    process. Sleeping costs a wake-up per parallel region: a fifth of a decode step on the
+    2-core reference host (BENCHMARKS.md, Runtime)."""
     return {"OMP_WAIT_POLICY": "PASSIVE"} if threads > (os.cpu_count() or 1) else {}
 
 
