@@ -262,7 +262,7 @@ class StageModel(nn.Module):
         """
         cos = sin = None
         for u in self.units:
-            if u.index == self.select_at:
+            if u.index == self.select_at and meta.sample_rows is not None:
                 x = x[meta.sample_rows]  # only the tokens whose successor is sampled go on
             if u.kind == "embed":
                 x = self._embed(x)  # [T] → [T, D]

@@ -79,6 +79,26 @@ def test_stages_match_unpartitioned_logits(model_dir):
     assert worst < 1e-4
 
 
+def test_dense_micro_batches_match_unpartitioned_logits(model_dir):
+    """Equal chunks (no query gather) with one sequence not sampling, then a decode step where
+    every row samples (no row selection); contexts end mid-block and span several blocks."""
+    d, cfg, ref = model_dir
+    stages = _stages(cfg, SafetensorsWeights(d))
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randint(0, 300, (23,), generator=g).tolist(), torch.randint(0, 300, (19,), generator=g).tolist()
+    with torch.no_grad():
+        ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
+    tables = {0: [6, 2], 1: [1, 4]}
+    meta = AttnMeta.build([0, 0], [18, 18], [tables[0], tables[1]], [True, False])
+    assert meta.q_index is None and meta.sample_rows.tolist() == [17]
+    out = _step(stages, {0: a, 1: b}, tables, [(0, 0, 18, True), (1, 0, 18, False)])
+    worst = (out[0] - ra[17]).abs().max().item()
+    assert out.shape == (1, 300)
+    out = _step(stages, {0: a, 1: b}, tables, [(0, 18, 1, True), (1, 18, 1, True)])
+    worst = max(worst, (out[0] - ra[18]).abs().max().item(), (out[1] - rb[18]).abs().max().item())
+    assert worst < 1e-4
+
+
 def test_each_stage_holds_only_its_units(model_dir):
     d, cfg, _ = model_dir
     stages = _stages(cfg, SafetensorsWeights(d))
