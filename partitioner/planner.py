@@ -137,7 +137,7 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
                       "ttft_ms": ttft, "tpot_ms": tpot, "usd_per_mtok": usd, "watts": watts},
         "solver": {"status": sol.status, "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
                    "seconds": sol.seconds, "templates": sol.explored, "bound_method": sol.bound_method,
-                   "search": "pipeline templates (homogeneous, even mixes, column generation's pipelines; prefill and "
+                   "search": "pipeline templates (homogeneous, even mixes, the cell bound's pipelines; prefill and "
                              f"decode pools with --disaggregate {req.disaggregate}) × best split × batch grid; CP-SAT "
                              "chooses replicas",
                    "notes": sol.notes},

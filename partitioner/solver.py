@@ -1,8 +1,9 @@
 """Placement search: pipelines, their stages (devices or tp groups), unit ranges and batch.
 
 1. Group identical devices into kinds (type × tp) and build per-kind tables (tables.py).
-2. Column generation over whole pipelines (colgen.py): the bound on output tok/s, and the
-   pipelines of the master LP's optimum that the cluster can hold.
+2. The cell bound (cell_bound.py): an integer knapsack over device-count vectors of
+   per-pipeline upper bounds gives the bound on output tok/s, and the pipelines of its
+   optimum.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
    of kinds. Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid.
@@ -23,8 +24,7 @@ from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
-from hetc.partitioner.bound import FLOW_METHOD, flow_bound
-from hetc.partitioner.colgen import METHOD, column_bound
+from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
@@ -35,7 +35,6 @@ from hetc.partitioner.units import Unit
 
 __all__ = ["OBJECTIVES", "Candidate", "Solution", "solve"]
 
-COLUMN_TEMPLATES = 24  # column generation's pipelines tried as templates, best first
 PHASES = {"off": ("both",), "on": ("prefill", "decode"), "auto": ("both", "prefill", "decode")}
 
 OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
@@ -186,7 +185,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         tp: "auto" allows tensor-parallel groups of 2, 4 or 8 devices inside a node; "1" does not.
         disaggregate: "off" (every pipeline prefills and decodes), "on" (prefill and decode pools
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
-        time_limit: roughly the seconds to spend: half as column generation's work budget, a
+        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
             third as CP-SAT's deterministic time (both counted in work, so plans don't depend
             on the machine's load).
 
@@ -198,14 +197,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == "throughput" else ("both",)
-    bound = column_bound(tables, kinds, cluster, max_stages, time_limit=max(1.0, time_limit / 2), phases=phases,
-                         progress=progress)
+    bound = cell_bound(tables, kinds, cluster, max_stages, phases=phases,
+                       budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD
-    if not bound.converged:  # the flow LP: looser, but never stopped by a budget
-        flow = flow_bound(tables, kinds, max_stages, phases)
-        if not 0 < bound_value <= flow:
-            bound_value, method = flow, FLOW_METHOD
-    templates = generate(cluster, kinds, bound.columns[:COLUMN_TEMPLATES], max_stages, phases)
+    templates = generate(cluster, kinds, bound.pipelines, max_stages, phases)
     opts: list[_Option] = []
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
     for i, t in enumerate(templates):

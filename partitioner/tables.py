@@ -8,7 +8,8 @@ holding units [i, i+k) is busy
 
 per round, exactly as partitioner/simulate.py counts it, and must fit its memory at B.
 `busy_min[k]` is the least busy time of any memory-feasible range of k units: the
-stage's best case, used for the bound (bound.py) and to rank pipeline templates.
+stage's best case, used for the cost objective's bound (bound.py). The cell bound reads
+the per-unit costs and memory fits (stage_costs.py).
 """
 
 from __future__ import annotations
@@ -120,14 +121,14 @@ class Tables:
             self._feasible[key] = valid & (mem <= kind.profile.usable_memory)
         return self._feasible[key]
 
-    def busy_min(self, kind: Kind, m: int, batch: int, phase: str = "both") -> np.ndarray:
-        """busy_min[k] for k = 0 … U (inf where no range of k units fits)."""
-        key = (kind.name, kind.type_key, m, batch, phase)
+    def busy_min(self, kind: Kind, m: int, batch: int) -> np.ndarray:
+        """busy_min[k] for k = 0 … U (inf where no range of k units fits), pipelines that prefill and decode."""
+        key = (kind.name, kind.type_key, m, batch)
         if key not in self._busy:
-            cost, over = self.unit_costs(kind, m, batch, phase)
+            cost, over = self.unit_costs(kind, m, batch)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
-            busy = np.where(self.fits(kind, batch, phase), p[i + k] - p[i] + over, np.inf)
+            busy = np.where(self.fits(kind, batch), p[i + k] - p[i] + over, np.inf)
             self._busy[key] = busy.min(axis=0)
         return self._busy[key]
 

@@ -4,7 +4,7 @@ A template names device types and tp degrees, not devices; `allocate` later give
 replica real devices. Templates come from three places:
 - homogeneous: a chains of a groups of one kind (one type, one tp degree);
 - even mixes: every device of a subset of types split evenly over r replicas;
-- the pipelines column generation found (colgen.py), those in the master's optimum first;
+- the pipelines of the cell bound's optimum (cell_bound.py);
 - on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
 """
 
@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
-from hetc.partitioner.pricing import Column
+from hetc.partitioner.cell_bound import Pipeline
 from hetc.partitioner.split import Slot
 from hetc.partitioner.tables import Kind, type_key
 
@@ -49,10 +49,10 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
     return " + ".join(f"{a}×{k.name}" for k, a in parts if a)
 
 
-def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_stages: int,
+def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max_stages: int,
              phases: tuple[str, ...] = ("both",)) -> list[Template]:
     """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
-    one-device-stage chains and column generation's pools)."""
+    one-device-stage chains and the cell bound's pools)."""
     out: dict[tuple, Template] = {}
 
     def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: str = "both") -> None:
@@ -71,8 +71,8 @@ def generate(cluster: Cluster, kinds: list[Kind], columns: list[Column], max_sta
                 add([(k, a)], phase)
     if "both" in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
-    for col in columns:  # column generation's pipelines, as chains of kinds
-        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in col.kinds), phase=col.phase)
+    for p in pipelines:  # the cell bound's pipelines, as chains of kinds
+        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase)
     return list(out.values())
 
 

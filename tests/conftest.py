@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from hetc.cluster import load_cluster
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
 EXAMPLES = ROOT / "examples"
@@ -25,3 +27,34 @@ def tiny_llama_with_layers(d: Path, layers: int) -> Path:
     cfg["num_hidden_layers"] = layers
     (d / "config.json").write_text(json.dumps(cfg))
     return d
+
+
+PROFILE = """name: {name}
+vendor: {vendor}
+backend: {backend}
+memory: {memory}
+reserved_memory: 10 kB
+memory_bandwidth: {bw}
+peak_flops: {{fp32: {flops}, bf16: {flops}}}
+efficiency: {{matmul: 0.8, memory: 0.8}}
+launch_overhead: 2 us
+step_overhead: 20 us
+host_link: pcie4
+power: 100 W
+price: 1 USD/h
+sources: ["made up for a test"]
+"""
+
+
+def two_type_cluster(tmp_path: Path, a_memory: str, b_memory: str, a_count: int = 2):
+    """Node a: `a_count` fast devices on PCIe (tp groups possible); node b: one big slow device."""
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda",
+                                                       memory=a_memory, bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm",
+                                                      memory=b_memory, bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "c.yaml").write_text(f"""nodes:
+  - {{name: a, device: ./fast.yaml, count: {a_count}, link: pcie4}}
+  - {{name: b, device: ./big.yaml, count: 1}}
+network: {{default: ethernet-10g}}
+""")
+    return load_cluster(tmp_path / "c.yaml")

@@ -5,42 +5,11 @@ import math
 
 import pytest
 
-from hetc.cluster import load_cluster
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import capture
 from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.solver import solve
-from tests.conftest import FIXTURES
-
-PROFILE = """name: {name}
-vendor: {vendor}
-backend: {backend}
-memory: {memory}
-reserved_memory: 10 kB
-memory_bandwidth: {bw}
-peak_flops: {{fp32: {flops}, bf16: {flops}}}
-efficiency: {{matmul: 0.8, memory: 0.8}}
-launch_overhead: 2 us
-step_overhead: 20 us
-host_link: pcie4
-power: 100 W
-price: 1 USD/h
-sources: ["made up for a test"]
-"""
-
-
-def _cluster(tmp_path, a_memory: str, b_memory: str, a_count: int = 2):
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda",
-                                                       memory=a_memory, bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm",
-                                                      memory=b_memory, bw="10 GB/s", flops="0.5 TFLOP/s"))
-    (tmp_path / "c.yaml").write_text(f"""nodes:
-  - {{name: a, device: ./fast.yaml, count: {a_count}, link: pcie4}}
-  - {{name: b, device: ./big.yaml, count: 1}}
-network: {{default: ethernet-10g}}
-""")
-    return load_cluster(tmp_path / "c.yaml")
-
+from tests.conftest import FIXTURES, two_type_cluster as _cluster
 
 def brute_force(units, cluster, wl) -> float:
     """Best total output tok/s over every set of disjoint ordered device chains, every split, every batch."""

@@ -1,0 +1,183 @@
+"""First pass of the cell bound: an order-free relaxation of one pipeline, for every count vector.
+
+Fix a phase, a batch B and a class [lo, hi] of pipeline lengths, and cost every stage with
+m = min(lo, B) micro-batches (fewer micro-steps than any pipeline of the class runs: cheaper).
+A pipeline whose busiest stage takes R covers the units with contiguous ranges, each within
+R and its device's memory. For any weights w ≥ 0 on the units, each range then weighs at
+most cap_g(R) = the heaviest memory-feasible range of its kind g within R, so
+
+    Σ over stages of cap_{g_s}(R) ≥ Σ_u w_u          (for every w)
+
+is necessary. Weights used: each one-device kind's own unit costs, the units' memory at B,
+one per unit, and one per unit kind (attention, MLP, …: the alternation that a range's start
+decides). For pipelines of one-device stages the stage counts are the device counts; with
+tensor-parallel kinds the left side is bounded by its LP over stage counts (at most hi
+stages, devices per type), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
+R*(c), the least R at which a cell's counts satisfy every w, gives τ ≤ rate / R*(c) for every
+pipeline on exactly those devices in the class (links and the loop term dropped).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hetc.partitioner.cells import CountSpace
+from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
+from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
+from hetc.partitioner.tables import BATCH_GRID
+
+__all__ = ["Key", "classes", "keys", "first_pass"]
+
+INF = np.inf
+EXACT = 12  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
+GROWTH = 1.25
+NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
+
+Key = tuple  # (phase, batch, m, lo, hi)
+
+
+def classes(max_stages: int) -> list[tuple[int, int]]:
+    out, n = [], 1
+    while n <= max_stages:
+        hi = n if n <= EXACT else min(max_stages, math.floor(n * GROWTH))
+        out.append((n, hi))
+        n = hi + 1
+    return out
+
+
+def keys(phase: str, max_stages: int) -> list[Key]:
+    """Operating points that cover every pipeline of `phase` (batches on the grid; prefill pools
+    keep one prompt per stage, so their batch is the class's shortest length)."""
+    out = []
+    for lo, hi in classes(max_stages):
+        if phase == "prefill":
+            out.append((phase, lo, 1, lo, hi))
+            continue
+        for b in BATCH_GRID:
+            out.append((phase, b, min(lo, b), lo, hi))
+    merged: dict = {}  # classes whose lo ≥ B share m = B: one key from the first such lo up
+    for k in out:
+        phase, b, m, lo, hi = k
+        top = merged.get((phase, b, m))
+        merged[(phase, b, m)] = (phase, b, m, min(lo, top[3]) if top else lo, max(hi, top[4]) if top else hi)
+    return list(merged.values())
+
+
+def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[int]) -> np.ndarray:
+    """Prefix sums [U+1, W] of each unit weighting."""
+    units = costs.tables.units
+    wl = costs.tables.wl
+    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    cols = [case.P[g] for g in gs if np.isfinite(case.P[g, -1])]
+    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * blocks * u.kv_bytes_per_token
+                                                 for u in units])]))
+    cols.append(np.arange(len(units) + 1, dtype=float))
+    for kind in sorted({u.kind for u in units}):
+        ind = np.array([u.kind == kind for u in units], dtype=float)
+        if ind.sum() > 1:
+            cols.append(np.concatenate([[0.0], np.cumsum(ind)]))
+    return np.stack(cols, axis=1)
+
+
+def kind_caps(costs: StageCosts, case: Case, g: int, Wc: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every memory-feasible range of kind g: busy seconds sorted, and the running max of its
+    weights [ranges, W] (cap_g at R = the row of the last range within R)."""
+    P = case.P[g]
+    if not np.isfinite(P[-1]):
+        return None
+    ii, jj = costs.ranges(case, g)
+    if not len(ii):
+        return None
+    cost = P[jj] - P[ii] + case.over[g]
+    order = np.argsort(cost, kind="stable")
+    gain = np.maximum.accumulate((Wc[jj] - Wc[ii])[order], axis=0)
+    keep = np.ones(len(gain), dtype=bool)  # only the ranges that raise some weight's cap
+    keep[1:] = (gain[1:] > gain[:-1]).any(axis=1)
+    return cost[order][keep], gain[keep]
+
+
+def _caps_at(caps: list, R: np.ndarray, W: int) -> np.ndarray:
+    """[G, cells, W]: each kind's cap at each cell's R (0 for kinds that hold nothing)."""
+    out = np.zeros((len(caps), len(R), W))
+    for g, cg in enumerate(caps):
+        if cg is not None:
+            k = np.searchsorted(cg[0], R * (1 + SLACK), side="right") - 1
+            out[g] = np.where(k[:, None] >= 0, cg[1][np.maximum(k, 0)], 0.0)
+    return out
+
+
+def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int) -> tuple[list[Key], np.ndarray]:
+    """The keys of `phase` and V [keys, cells]: an upper bound on the tok/s of every pipeline of
+    the key's class on exactly the devices of each cell (0 where none fits).
+
+    Keys run from the largest batch down; a cell that can't reach NEAR × its bound so far under
+    this key (infeasible at the R that would) gets that value for the key (still a bound,
+    refined later if it matters) instead of a bisection."""
+    rate_of = (lambda k: costs.tables.wl.output_len) if phase == "prefill" else (lambda k: k[1])
+    kinds = [g for g in range(len(costs.kinds)) if phase == "both" or costs.tp[g] == 1]
+    one = [next(g for g in kinds if costs.type_of[g] == t and costs.tp[g] == 1) for t in range(len(costs.types))]
+    tp_mode = any(costs.tp[g] > 1 for g in kinds)
+    top_tp = np.array([max(costs.tp[g] for g in kinds if costs.type_of[g] == t) for t in range(len(costs.types))])
+    s_min = np.ceil(space.cells / top_tp).sum(axis=1)
+    order = sorted(keys(phase, max_stages), key=lambda k: (-rate_of(k), k[3]))
+    V = np.zeros((len(order), len(space)))
+    best = np.zeros(len(space))
+    for ki, key in enumerate(order):
+        _, batch, m, lo, hi = key
+        case = costs.case(phase, batch, m)
+        if case is None:
+            continue
+        usable = np.array([any(np.isfinite(case.P[g, -1]) for g in kinds if costs.type_of[g] == t)
+                           for t in range(len(costs.types))])
+        sel = (space.total >= lo) & ((s_min <= hi) if tp_mode else (space.total <= hi))
+        sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
+        idx = np.nonzero(sel)[0]
+        if not len(idx):
+            continue
+        Wc = weightings(costs, case, phase, batch, one)
+        total = Wc[-1] * (1 - 1e-12)
+        caps = [kind_caps(costs, case, g, Wc) if g in kinds else None for g in range(len(costs.kinds))]
+        if all(c is None for c in caps):
+            continue
+        cnt = space.cells[idx].astype(float)
+
+        def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            cap = _caps_at(caps, R, Wc.shape[1])  # [G, n, W]
+            c = cnt[rows]
+            if not tp_mode:
+                return (np.einsum("nt,tnw->nw", c, cap[one]) >= total).all(axis=1)
+            cov = np.einsum("nt,tnw->nw", c, _per_type(cap, 0.0))  # λ = 0: exact when ≤ hi devices
+            big = np.nonzero(c.sum(axis=1) > hi)[0]
+            for lam in (cap[g][big] for g in one):  # a stage budget that binds: try λ = each type's own cap
+                cov[big] = np.minimum(cov[big], lam * hi + np.einsum("nt,tnw->nw", c[big], _per_type(cap[:, big], lam)))
+            return (cov >= total).all(axis=1)
+
+        def _per_type(cap: np.ndarray, lam) -> np.ndarray:
+            """[T, n, W]: max(0, max over kinds g of the type of (cap_g − λ) / tp_g)."""
+            out = np.zeros((len(one),) + cap.shape[1:])
+            for g in kinds:
+                t = costs.type_of[g]
+                np.maximum(out[t], (cap[g] - lam) / costs.tp[g], out=out[t])
+            return out
+
+        cand = np.unique(np.concatenate([c[0] for c in caps if c is not None]))
+        rows = np.arange(len(idx))
+        known = best[idx] > 0
+        if known.any():  # can this key come near the bound so far? not if infeasible where it would
+            near = feasible(rate_of(key) / (NEAR * best[idx[known]]), rows[known])
+            V[ki, idx[known][~near]] = NEAR * best[idx[known][~near]]
+            rows = np.concatenate([rows[known][near], rows[~known]])
+        rows = rows[feasible(np.full(len(rows), cand[-1]), rows)]
+        lo_i, hi_i = np.zeros(len(rows), dtype=np.int64), np.full(len(rows), len(cand) - 1)
+        while len(rows) and (lo_i < hi_i).any():
+            act = lo_i < hi_i
+            mid = (lo_i + hi_i) // 2
+            f = feasible(cand[mid], rows)
+            hi_i = np.where(act & f, mid, hi_i)
+            lo_i = np.where(act & ~f, mid + 1, lo_i)
+        cells = idx[rows]
+        V[ki, cells] = rate_of(key) / cand[lo_i]
+        best[cells] = np.maximum(best[cells], V[ki, cells])
+    return order, V

@@ -1,0 +1,132 @@
+"""Second pass of the cell bound: one pipeline's best bottleneck on a given set of devices, exactly.
+
+For a cell c (devices per type), a phase, a batch B and an exact pipeline length n, a
+dynamic program over chains of stages finds the least R at which n stages, in some order
+of kinds and within c's devices, cover every unit: state (stages so far, type of the last
+stage, devices used per type), value the furthest unit reached (reaching further is never
+worse: a stage reaches at least as far from a later start), capped so that every stage
+still to come keeps a unit. A link between two stages must carry its activations within R
+at its cheapest cut (the fastest path between the two types). Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only
+relaxations left are the loop term and the choice of the fastest link. R comes from a
+bisection over the stage and link times that can occur, so it is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetc.partitioner.stage_costs import Case, StageCosts
+
+__all__ = ["Chain", "best_chain"]
+
+Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
+
+
+def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int],
+           keep: bool = False):
+    """Furthest unit reached by n-stage chains within `counts`, per layer (when `keep`)."""
+    T, U = len(costs.types), costs.u
+    dims = np.array([int(x) + 1 for x in counts])
+    size = int(np.prod(dims))
+    strides = np.array([int(np.prod(dims[k + 1:])) for k in range(T)], dtype=np.int64)
+    cells = np.indices(tuple(dims)).reshape(T, -1).T
+    kk = np.array(kinds)
+    ty, tp = costs.type_of[kk], costs.tp[kk]
+    reach = costs.reach(case, R)[kk]  # [K, U]
+    link_ok = _cheapest_cut(case) <= R  # [T', T]
+    E = np.full((T, size), -1, dtype=np.int64)
+    first = tp <= counts[ty]
+    np.maximum.at(E, (ty[first], (tp * strides[ty])[first]), np.minimum(reach[first, 0], U - n + 1))
+    layers = [E] if keep else None
+    for s in range(1, n):
+        F = np.full(T * size, -1, dtype=np.int64)
+        for t2 in range(T):
+            live = np.nonzero((E[t2] > 0) & (E[t2] < U))[0]
+            if not len(live):
+                continue
+            at = E[t2, live]
+            nxt = reach[:, at]  # [K, L]
+            ok = ((cells[live][:, ty].T + tp[:, None] < dims[ty][:, None]) & link_ok[t2, ty][:, None] & (nxt > at))
+            dst = ty[:, None] * size + live[None, :] + (tp * strides[ty])[:, None]
+            np.maximum.at(F, dst[ok], np.minimum(nxt[ok], U - n + 1 + s))
+        E = F.reshape(T, size)
+        if keep:
+            layers.append(E)
+    return (E, layers, cells, strides, costs.reach(case, R)) if keep else E
+
+
+def _cheapest_cut(case: Case) -> np.ndarray:
+    link = case.link[:, :, 1:-1]
+    return link.min(axis=2) if link.shape[2] else np.zeros(link.shape[:2])
+
+
+def _reaches(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> bool:
+    return bool((_cover(costs, case, R, counts, n, kinds) >= costs.u).any())
+
+
+def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
+               tp_groups: bool, below: float = np.inf) -> tuple[float, Chain] | None:
+    """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
+    `counts` devices per type; None if none fits within R ≤ `below`.
+
+    Args:
+        batch: sequences in flight (prefill pools: ignored, one prompt per stage).
+        tp_groups: whether stages may be tensor-parallel groups (never in pools).
+        below: only bottlenecks up to this matter (a caller that knows a better chain).
+    """
+    b, m = (n, 1) if phase == "prefill" else (batch, min(n, batch))
+    case = costs.case(phase, b, m)
+    if case is None:
+        return None
+    kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
+    if not kinds:
+        return None
+    cand = [_cheapest_cut(case).ravel()]  # every link time and stage time that can bind
+    for g in kinds:
+        ii, jj = costs.ranges(case, g)
+        cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
+    cand = np.unique(np.concatenate(cand))
+    cand = cand[cand <= below]
+    if not len(cand) or not _reaches(costs, case, cand[-1], counts, n, kinds):
+        return None
+    lo, hi = 0, len(cand) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _reaches(costs, case, cand[mid], counts, n, kinds):
+            hi = mid
+        else:
+            lo = mid + 1
+    R = float(cand[lo])
+    return R, _backtrack(costs, case, R, counts, n, kinds)
+
+
+def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
+    E, layers, cells, strides, reach = _cover(costs, case, R, counts, n, kinds, keep=True)
+    U = costs.u
+    t, c = map(int, np.argwhere(E >= U)[0])
+    target, chain, cuts = U, [], [U]
+    for s in range(n - 1, -1, -1):
+        for g in (g for g in kinds if costs.type_of[g] == t):
+            k = int(costs.tp[g])
+            if cells[c, t] < k:
+                continue
+            prev = c - k * strides[t]
+            if s == 0:
+                if prev == 0 and reach[g, 0] >= target:
+                    chain.append(g)
+                    break
+                continue
+            done = False
+            for t2 in range(len(costs.types)):
+                i = int(layers[s - 1][t2, prev])
+                if 0 < i < target and reach[g, i] >= target and _cheapest_cut(case)[t2, t] <= R:
+                    chain.append(g)
+                    cuts.append(i)
+                    t, c, target, done = t2, prev, i, True
+                    break
+            if done:
+                break
+        else:
+            raise AssertionError("no predecessor found while backtracking a covering chain")
+    cuts.append(0)
+    return tuple(reversed(chain)), tuple(reversed(cuts))

@@ -1,0 +1,132 @@
+"""Per-kind stage costs for one operating point, as the bound's relaxation counts them.
+
+For a phase, a batch and m micro-batches, `StageCosts.case` gives per stage kind the
+prefix sums of its units' busy seconds per round (simulate.unit_round_costs), its fixed
+overhead per round, the furthest unit a stage starting at each unit can hold in memory,
+and the link busy time between two types at each cut (the fastest path between any of
+their nodes; within a type, its node's fabric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetc.cluster import Cluster
+from hetc.partitioner.cost_models.links import hops
+from hetc.partitioner.simulate import Round
+from hetc.partitioner.tables import Kind, Tables
+
+__all__ = ["Case", "StageCosts", "SLACK"]
+
+INF = np.inf
+SLACK = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """Costs at one operating point. P[g, i]: busy seconds per round of units [0, i) on kind g
+    (inf where g can't serve this phase); over[g]: fixed seconds per round; jfit[g, i]: the
+    furthest end (exclusive) of a memory-feasible stage of kind g starting at unit i;
+    link[t', t, i]: seconds per round the link from type t' to type t is busy at cut i."""
+
+    P: np.ndarray
+    over: np.ndarray
+    jfit: np.ndarray
+    link: np.ndarray
+
+
+class StageCosts:
+    """Stage kinds grouped into device types, and their costs per (phase, batch, m), cached."""
+
+    def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster) -> None:
+        self.tables, self.kinds, self.u = tables, kinds, len(tables.units)
+        self.types = list(dict.fromkeys(k.type_key for k in kinds))
+        first = [next(k for k in kinds if k.type_key == t) for t in self.types]
+        self.devices = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
+        self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
+        self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
+        self.paths = {(a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else
+                      [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
+                      for a, ka in enumerate(first) for b, kb in enumerate(first)}
+        self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
+        self.period = _period(tables.units)
+        self._cases: dict = {}
+
+    def case(self, phase: str, batch: int, m: int) -> Case | None:
+        """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
+        micro-batches; None if no kind holds any unit. Pools are one device per stage."""
+        key = (phase, batch, m)
+        if key not in self._cases:
+            self._cases[key] = self._build(phase, batch, m)
+        return self._cases[key]
+
+    def _build(self, phase: str, batch: int, m: int) -> Case | None:
+        t, u = self.tables, self.u
+        G = len(self.kinds)
+        P, over = np.zeros((G, u + 1)), np.zeros(G)
+        jfit = np.zeros((G, u), dtype=np.int64)
+        for g, kind in enumerate(self.kinds):
+            fits = t.fits(kind, batch, phase)  # [i, k]
+            ks = np.where(fits[:u], np.arange(u + 1)[None, :], 0).max(axis=1)
+            jfit[g] = np.arange(u) + ks
+            if not ks.any() or (phase != "both" and kind.tp > 1):
+                P[g] = INF
+                continue
+            cost, over[g] = t.unit_costs(kind, m, batch, phase)
+            P[g, 1:] = np.cumsum(cost)
+        if np.isinf(P).all():
+            return None
+        r = Round.of(t.wl, batch, m, phase)
+        T = len(self.types)
+        link = np.zeros((T, T, u + 1))
+        ob = self.out_bytes[None, : u - 1]  # crossing cut i: the output of unit i − 1
+        for (a, c), paths in self.paths.items():
+            best = np.full((1, u - 1), INF)
+            for p in paths:  # Round.link_time, vectorized over the cut positions (α–β per hop)
+                lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
+                busy = (r.micro * (lat + r.seqs * ob * inv) + r.prompts * r.chunks * (lat + r.chunk * ob * inv)
+                        if p else 0 * ob)
+                best = np.minimum(best, busy)
+            link[a, c, 1:u] = best[0]
+        return Case(P, over, jfit, link)
+
+    def ranges(self, case: Case, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the memory-feasible stages of kind g, one of each distinct content:
+        inside the model's repeating middle a range equals its copy one period earlier."""
+        U = self.u
+        i = np.arange(U)
+        n = np.maximum(case.jfit[g] - i, 0)
+        ii = np.repeat(i, n)
+        jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+        a, b, p = self.period
+        keep = ~((ii >= a + p) & (jj <= b))
+        return ii[keep], jj[keep]
+
+    def reach(self, case: Case, R: float) -> np.ndarray:
+        """reach[g, i]: the furthest end of a stage of kind g starting at unit i within R and memory
+        (i where none). R is widened by a relative 1e-9: equal stage times summed in another
+        order differ in their last bits."""
+        U = self.u
+        R = R * (1 + SLACK)
+        out = np.tile(np.arange(U), (len(self.kinds), 1))
+        for g in range(len(self.kinds)):
+            if np.isfinite(case.P[g, 0]):
+                j = np.searchsorted(case.P[g], case.P[g, :U] + (R - case.over[g]), side="right") - 1
+                out[g] = np.maximum(np.minimum(j, case.jfit[g]), np.arange(U))
+        return out
+
+
+def _period(units: list) -> tuple[int, int, int]:
+    """(a, b, p): units [a, b) repeat with period p (the longest such run, p ≤ 8); (0, 0, 1) if none."""
+    sig = [(u.cost_key, u.param_bytes, u.kv_bytes_per_token, u.kind, u.out_bytes_per_token) for u in units]
+    ids = np.array([{s: k for k, s in enumerate(dict.fromkeys(sig))}[s] for s in sig])
+    best = (0, 0, 1)
+    for p in range(1, min(8, len(ids) - 1) + 1):
+        same = np.concatenate([[False], ids[p:] == ids[:-p], [False]])
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        for start, stop in zip(edges[::2], edges[1::2]):  # same[u] for u in [start, stop): ids[u] == ids[u+p]
+            if stop + p - start > best[1] - best[0]:
+                best = (int(start), int(stop + p), p)
+    return best
