@@ -58,6 +58,8 @@ def print_plan(plan: Plan, console: Console) -> None:
                   f"{pr.watts / 1e3:.1f} kW")
     console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
                   f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
+    for note in getattr(s, "notes", None) or []:
+        console.print(f"note: {note}")
     if plan.baselines:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
                  for k, v in plan.baselines.items()]

@@ -12,7 +12,7 @@ is necessary. Weights used: each one-device kind's own unit costs, the units' me
 one per unit, and one per unit kind (attention, MLP, …: the alternation that a range's start
 decides). For pipelines of one-device stages the stage counts are the device counts; with
 tensor-parallel kinds the left side is bounded by its LP over stage counts (at most hi
-stages, devices per type), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
+stages, devices per group of types), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
 R*(c), the least R at which a cell's counts satisfy every w, gives τ ≤ rate / R*(c) for every
 pipeline on exactly those devices in the class (links and the loop term dropped).
 """
@@ -117,9 +117,11 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
     refined later if it matters) instead of a bisection."""
     rate_of = (lambda k: costs.tables.wl.output_len) if phase == "prefill" else (lambda k: k[1])
     kinds = [g for g in range(len(costs.kinds)) if phase == "both" or costs.tp[g] == 1]
-    one = [next(g for g in kinds if costs.type_of[g] == t and costs.tp[g] == 1) for t in range(len(costs.types))]
+    G = len(costs.devices)  # device groups (types, unless merged)
+    one = [g for g in kinds if costs.tp[g] == 1]
+    one_of = [[g for g in one if costs.group[g] == k] for k in range(G)]
     tp_mode = any(costs.tp[g] > 1 for g in kinds)
-    top_tp = np.array([max(costs.tp[g] for g in kinds if costs.type_of[g] == t) for t in range(len(costs.types))])
+    top_tp = np.array([max(costs.tp[g] for g in kinds if costs.group[g] == k) for k in range(G)])
     s_min = np.ceil(space.cells / top_tp).sum(axis=1)
     order = sorted(keys(phase, max_stages), key=lambda k: (-rate_of(k), k[3]))
     V = np.zeros((len(order), len(space)))
@@ -129,8 +131,7 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
         case = costs.case(phase, batch, m)
         if case is None:
             continue
-        usable = np.array([any(np.isfinite(case.P[g, -1]) for g in kinds if costs.type_of[g] == t)
-                           for t in range(len(costs.types))])
+        usable = np.array([any(np.isfinite(case.P[g, -1]) for g in kinds if costs.group[g] == k) for k in range(G)])
         sel = (space.total >= lo) & ((s_min <= hi) if tp_mode else (space.total <= hi))
         sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
         idx = np.nonzero(sel)[0]
@@ -144,22 +145,23 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
         cnt = space.cells[idx].astype(float)
 
         def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
-            cap = _caps_at(caps, R, Wc.shape[1])  # [G, n, W]
+            cap = _caps_at(caps, R, Wc.shape[1])  # [kinds, n, W]
             c = cnt[rows]
             if not tp_mode:
-                return (np.einsum("nt,tnw->nw", c, cap[one]) >= total).all(axis=1)
-            cov = np.einsum("nt,tnw->nw", c, _per_type(cap, 0.0))  # λ = 0: exact when ≤ hi devices
+                return (np.einsum("nk,knw->nw", c, _per_group(cap, 0.0)) >= total).all(axis=1)
+            cov = np.einsum("nk,knw->nw", c, _per_group(cap, 0.0))  # λ = 0: exact when ≤ hi devices
             big = np.nonzero(c.sum(axis=1) > hi)[0]
-            for lam in (cap[g][big] for g in one):  # a stage budget that binds: try λ = each type's own cap
-                cov[big] = np.minimum(cov[big], lam * hi + np.einsum("nt,tnw->nw", c[big], _per_type(cap[:, big], lam)))
+            for k in range(G):  # a stage budget that binds: try λ = each group's one-device cap
+                lam = np.max([cap[g][big] for g in one_of[k]], axis=0)
+                cov[big] = np.minimum(cov[big], lam * hi + np.einsum("nk,knw->nw", c[big], _per_group(cap[:, big], lam)))
             return (cov >= total).all(axis=1)
 
-        def _per_type(cap: np.ndarray, lam) -> np.ndarray:
-            """[T, n, W]: max(0, max over kinds g of the type of (cap_g − λ) / tp_g)."""
-            out = np.zeros((len(one),) + cap.shape[1:])
+        def _per_group(cap: np.ndarray, lam) -> np.ndarray:
+            """[groups, n, W]: max(0, max over the group's kinds g of (cap_g − λ) / tp_g)."""
+            out = np.zeros((G,) + cap.shape[1:])
             for g in kinds:
-                t = costs.type_of[g]
-                np.maximum(out[t], (cap[g] - lam) / costs.tp[g], out=out[t])
+                k = costs.group[g]
+                np.maximum(out[k], (cap[g] - lam) / costs.tp[g], out=out[k])
             return out
 
         cand = np.unique(np.concatenate([c[0] for c in caps if c is not None]))

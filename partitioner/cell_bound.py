@@ -52,6 +52,7 @@ class CellBound:
     pipelines: list[Pipeline] = field(default_factory=list)  # the optimum's pipelines that were refined
     refined: int = 0
     converged: bool = False  # the optimum uses refined cells only
+    merged: list[str] = field(default_factory=list)  # device types counted together (too many to count apart)
 
 
 class _Cells:
@@ -106,7 +107,11 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     """
     costs = StageCosts(tables, kinds, cluster)
     space = CountSpace(costs.devices)
-    table = {p: _Cells(costs, space, p, max_stages) for p in phases}
+    table = {}
+    for p in phases:
+        if progress:
+            progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
+        table[p] = _Cells(costs, space, p, max_stages)
     zero = np.zeros(len(space))
     work, rounds = 0.0, 0
     while True:
@@ -123,5 +128,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         for p, c in todo:
             while not table[p].settled(c) and work < budget:
                 work += table[p].refine(c)
-    pipes = [table[p].exact[c][1] for p, c in items if c in table[p].exact]
-    return CellBound(value, pipes, sum(len(t.exact) for t in table.values()), not todo)
+    pipes = [table[p].exact[c][1] for p, c in items if c in table[p].exact and table[p].exact[c][1]]
+    merged = [" + ".join(costs.types[t][0] for t in np.nonzero(costs.group_of == k)[0])
+              for k in range(len(costs.devices)) if (costs.group_of == k).sum() > 1]
+    return CellBound(value, pipes, sum(len(t.exact) for t in table.values()), not todo, merged)

@@ -1,9 +1,9 @@
 """Second pass of the cell bound: one pipeline's best bottleneck on a given set of devices, exactly.
 
-For a cell c (devices per type), a phase, a batch B and an exact pipeline length n, a
+For a cell c (devices per group of types, see stage_costs.py), a phase, a batch B and an exact pipeline length n, a
 dynamic program over chains of stages finds the least R at which n stages, in some order
 of kinds and within c's devices, cover every unit: state (stages so far, type of the last
-stage, devices used per type), value the furthest unit reached (reaching further is never
+stage, devices used per group), value the furthest unit reached (reaching further is never
 worse: a stage reaches at least as far from a later start), capped so that every stage
 still to come keeps a unit. A link between two stages must carry its activations within R
 at its cheapest cut (the fastest path between the two types). Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only
@@ -26,17 +26,17 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
            keep: bool = False):
     """Furthest unit reached by n-stage chains within `counts`, per layer (when `keep`)."""
     T, U = len(costs.types), costs.u
-    dims = np.array([int(x) + 1 for x in counts])
+    dims = np.array([int(x) + 1 for x in counts])  # per device group
     size = int(np.prod(dims))
-    strides = np.array([int(np.prod(dims[k + 1:])) for k in range(T)], dtype=np.int64)
-    cells = np.indices(tuple(dims)).reshape(T, -1).T
+    strides = np.array([int(np.prod(dims[k + 1:])) for k in range(len(dims))], dtype=np.int64)
+    cells = np.indices(tuple(dims)).reshape(len(dims), -1).T
     kk = np.array(kinds)
-    ty, tp = costs.type_of[kk], costs.tp[kk]
+    ty, gr, tp = costs.type_of[kk], costs.group[kk], costs.tp[kk]
     reach = costs.reach(case, R)[kk]  # [K, U]
     link_ok = _cheapest_cut(case) <= R  # [T', T]
     E = np.full((T, size), -1, dtype=np.int64)
-    first = tp <= counts[ty]
-    np.maximum.at(E, (ty[first], (tp * strides[ty])[first]), np.minimum(reach[first, 0], U - n + 1))
+    first = tp <= counts[gr]
+    np.maximum.at(E, (ty[first], (tp * strides[gr])[first]), np.minimum(reach[first, 0], U - n + 1))
     layers = [E] if keep else None
     for s in range(1, n):
         F = np.full(T * size, -1, dtype=np.int64)
@@ -46,8 +46,8 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
                 continue
             at = E[t2, live]
             nxt = reach[:, at]  # [K, L]
-            ok = ((cells[live][:, ty].T + tp[:, None] < dims[ty][:, None]) & link_ok[t2, ty][:, None] & (nxt > at))
-            dst = ty[:, None] * size + live[None, :] + (tp * strides[ty])[:, None]
+            ok = ((cells[live][:, gr].T + tp[:, None] < dims[gr][:, None]) & link_ok[t2, ty][:, None] & (nxt > at))
+            dst = ty[:, None] * size + live[None, :] + (tp * strides[gr])[:, None]
             np.maximum.at(F, dst[ok], np.minimum(nxt[ok], U - n + 1 + s))
         E = F.reshape(T, size)
         if keep:
@@ -67,7 +67,7 @@ def _reaches(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int
 def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
                tp_groups: bool, below: float = np.inf) -> tuple[float, Chain] | None:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
-    `counts` devices per type; None if none fits within R ≤ `below`.
+    `counts` devices per group; None if none fits within R ≤ `below`.
 
     Args:
         batch: sequences in flight (prefill pools: ignored, one prompt per stage).
@@ -107,10 +107,10 @@ def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: i
     target, chain, cuts = U, [], [U]
     for s in range(n - 1, -1, -1):
         for g in (g for g in kinds if costs.type_of[g] == t):
-            k = int(costs.tp[g])
-            if cells[c, t] < k:
+            k, grp = int(costs.tp[g]), int(costs.group[g])
+            if cells[c, grp] < k:
                 continue
-            prev = c - k * strides[t]
+            prev = c - k * strides[grp]
             if s == 0:
                 if prev == 0 and reach[g, 0] >= target:
                     chain.append(g)

@@ -200,6 +200,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     bound = cell_bound(tables, kinds, cluster, max_stages, phases=phases,
                        budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD
+    notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
+                        "each apart): the bound is looser than it would be" for m in bound.merged]
     templates = generate(cluster, kinds, bound.pipelines, max_stages, phases)
     opts: list[_Option] = []
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
@@ -213,7 +215,6 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
             opts.append(_Option(t, f))
     if not opts:
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
-    notes: list[str] = []
     if objective == "throughput":
         best_per_template: dict[str, _Option] = {}
         for o in opts:

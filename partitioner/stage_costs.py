@@ -5,10 +5,15 @@ prefix sums of its units' busy seconds per round (simulate.unit_round_costs), it
 overhead per round, the furthest unit a stage starting at each unit can hold in memory,
 and the link busy time between two types at each cut (the fastest path between any of
 their nodes; within a type, its node's fabric).
+
+Devices are counted per group of types: each type its own group, unless the clusters' count
+vectors would be more than MAX_CELLS; then the types closest in memory bandwidth share a
+count (a pipeline may then use any of the group's devices up to their total: a relaxation).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +27,7 @@ __all__ = ["Case", "StageCosts", "SLACK"]
 
 INF = np.inf
 SLACK = 1e-9
+MAX_CELLS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +50,11 @@ class StageCosts:
         self.tables, self.kinds, self.u = tables, kinds, len(tables.units)
         self.types = list(dict.fromkeys(k.type_key for k in kinds))
         first = [next(k for k in kinds if k.type_key == t) for t in self.types]
-        self.devices = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
+        per_type = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
+        self.group_of = _groups(per_type, [k.profile.memory_bandwidth for k in first])  # per type
+        self.devices = np.bincount(self.group_of, weights=per_type).astype(np.int64)  # per group
         self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
+        self.group = self.group_of[self.type_of]  # per kind
         self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
         self.paths = {(a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else
                       [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
@@ -130,3 +139,17 @@ def _period(units: list) -> tuple[int, int, int]:
             if stop + p - start > best[1] - best[0]:
                 best = (int(start), int(stop + p), p)
     return best
+
+
+def _groups(devices: np.ndarray, bandwidth: list[float]) -> np.ndarray:
+    """Group index per type: merge the two groups closest in (their fastest) memory bandwidth
+    until the count vectors number at most MAX_CELLS."""
+    groups = [[t] for t in range(len(devices))]
+    while np.prod([devices[g].sum() + 1.0 for g in groups]) > MAX_CELLS and len(groups) > 1:
+        bw = [max(bandwidth[t] for t in g) for g in groups]
+        a, b = min(itertools.combinations(range(len(groups)), 2), key=lambda p: abs(np.log(bw[p[0]] / bw[p[1]])))
+        groups[a] += groups.pop(b)
+    out = np.zeros(len(devices), dtype=np.int64)
+    for k, g in enumerate(sorted(groups)):
+        out[g] = k
+    return out
