@@ -1,32 +1,43 @@
 """Runtime figures on the host CPU (BENCHMARKS.md "Runtime (CPU)").
 
-    python benchmarks/runtime_cpu.py [--quick]
+    python benchmarks/runtime_cpu.py [--quick] [--profile out/profile-cpu.yaml]
 
 A Llama-shaped model (hidden 768, 12 layers, vocab 32000: 124M parameters, fp32,
-random weights saved as safetensors) served with `hetc serve --emulate`:
+random weights saved as safetensors) served with `hetc serve --emulate`. Every plan comes
+from hetc's planner and a measured 1-thread profile of this host (`hetc profile --device cpu
+--threads 1`, run first when the file is missing): a cluster of 1 and one of 2 such devices
+(linked as the profile measured gloo between two processes), fp32, tp 1, no pools, the
+load's prompt and output lengths, at the load's batch:
 
 1. pipeline: the same offline load (B requests at once, prompt P, output O tokens, EOS
-   ignored) on 1 stage × 2 threads and on 2 stages × 1 thread (the plan cut in two at its
-   decode-work midpoint); output tok/s, the ratio, and per stage the busy share of the
-   wall time (pipeline efficiency) and the bubble share (1 − busy);
+   ignored) on 1 stage × 2 threads and on 2 stages × 1 thread (the planner's best split of a
+   2-device chain: `split_chain` and the saturation model); output tok/s, the ratio, and per
+   stage the busy share of the wall time (pipeline efficiency) and the bubble share (1 − busy).
+   Left to itself, `hetc plan` over the 2 devices may choose otherwise (on the reference
+   host: 2 replicas of the whole model); its plan is printed and served as a third
+   configuration;
 2. engine vs Hugging Face: the 1-stage server's offline tok/s against transformers'
    `generate` with a static cache, same model, batch, lengths and threads (in the
    benchmark's own process);
 3. latency at a fixed rate: Poisson arrivals at R req/s on the 2-stage server; TTFT and
    TPOT (per request: (e2e − TTFT) / (tokens − 1)) p50/p99, client side, streaming;
-4. with a measured 1-thread profile of this host (`hetc profile --device cpu`, default
-   out/profile-cpu.yaml): each stage's mean measured decode step against the cost model's
-   prediction for that stage's units at the same operating point.
+4. measured vs predicted: each stage's mean decode step in the offline rounds against the
+   2-stage plan's `predicted_ms`;
+5. the bound without a runtime: the same decode steps run in this process back to back (no
+   frontend, transport, scheduling or bubble): the 1-stage model at B sequences on 2 threads
+   against each 2-stage stage at B/2 on 1 thread. With m micro-batches on m stages a round
+   is m times the slowest stage, so the 2 × 1 / 1 × 2 ratio can be at most
+   T(1 stage, B) / (2 · max stage(B/2)) however little the runtime costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import os
 import random
+import re
 import signal
 import socket
 import statistics
@@ -38,6 +49,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
@@ -53,39 +65,88 @@ def build_model(d: Path) -> None:
     LlamaForCausalLM(LlamaConfig(**MODEL)).eval().save_pretrained(d)
 
 
-def plans(model: Path, out: Path) -> tuple[Path, Path]:
-    """(1-stage plan, 2-stage plan): planned on one host CPU; the 2-stage one cut where half the decode work is done."""
-    from hetc.partitioner.planner import PlanRequest, make_plan
-    from hetc.plan import Plan, save_plan
+def ensure_profile(path: Path) -> Path:
+    """The 1-thread profile of this host; measured now (about a minute) when the file is missing."""
+    if not path.is_file():
+        print(f"no profile at {path}: measuring one (hetc profile --device cpu --threads 1)", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "hetc.cli", "profile", "--device", "cpu", "--threads", "1", "-o",
+                        str(path)], cwd=REPO, check=True)
+    return path
 
-    (out / "c.yaml").write_text("nodes:\n  - {name: h, device: cpu, count: 1}\n")
-    p1 = make_plan(PlanRequest(model=str(model), profiles=str(out / "c.yaml"), dtype="fp32", input_len=64,
-                               output_len=64, tp="1", time_limit=5))
-    save_plan(p1, out / "plan1.json")
-    doc = json.loads(p1.to_json())
-    units = doc["units"]
-    (st,) = doc["pipelines"][0]["stages"]
-    total = sum(u["param_bytes"] for u in units)
-    # decode work ∝ weight bytes streamed per step; an embedding reads only its rows (≈ 0)
-    work = [0.0 if u["kind"] == "embed" else u["param_bytes"] for u in units]
-    acc, cut = 0.0, 0
-    for u, w in zip(units, work):  # first unit of stage 2: where the cumulative work passes half
-        acc += w
-        if acc >= sum(work) / 2:
-            cut = u["index"] + 1
-            break
-    a, b = copy.deepcopy(st), copy.deepcopy(st)
-    a["units"], b["units"] = [0, cut - 1], [cut, len(units) - 1]
-    a["layers"], b["layers"] = [0, units[cut - 1]["layer"]], [units[cut]["layer"], units[-1]["layer"]]
-    b["devices"] = ["h:1"]
-    for s, lo, hi in ((a, 0, cut), (b, cut, len(units))):
-        share = sum(u["param_bytes"] for u in units[lo:hi]) / total
-        s["memory_bytes"]["weights"] = sum(u["param_bytes"] for u in units[lo:hi])
-        s["predicted_ms"] = {k: v * share for k, v in st["predicted_ms"].items()}
-    doc["pipelines"][0]["stages"], doc["pipelines"][0]["micro_batches"] = [a, b], 2
-    doc["cluster"]["nodes"][0]["count"] = 2
-    save_plan(Plan.model_validate(doc), out / "plan2.json")
-    return out / "plan1.json", out / "plan2.json"
+
+def cluster_yaml(out: Path, profile: Path, devices: int) -> Path:
+    """A cluster of `devices` CPU devices of `profile` on one node; several are linked as the
+    profile's own measurement of gloo between two processes of this host says."""
+    link = ""
+    if devices > 1:
+        text = " ".join(yaml.safe_load(profile.read_text()).get("sources", []))
+        m = re.search(r"link: \{bandwidth: ([^,]+), latency: ([^}]+)\}", text)
+        if m is None:
+            sys.exit(f"{profile} has no process-to-process link measurement; re-measure it with `hetc profile "
+                     "--device cpu --threads 1`")
+        link = f", link: {{bandwidth: {m.group(1)}, latency: {m.group(2)}}}"
+    path = out / f"cluster-{devices}.yaml"
+    path.write_text(f"nodes:\n  - {{name: h, device: {profile.resolve()}, count: {devices}{link}}}\n")
+    return path
+
+
+def _plan_request(model: Path, cluster: Path, prompt: int, output: int):
+    """What `hetc plan MODEL --profiles CLUSTER --dtype fp32 --tp 1 --disaggregate off` asks for."""
+    from hetc.partitioner.planner import PlanRequest
+
+    return PlanRequest(model=str(model), profiles=str(cluster), dtype="fp32", input_len=prompt, output_len=output,
+                       tp="1", disaggregate="off", time_limit=5)
+
+
+def plan_at(model: Path, cluster: Path, stages: int, batch: int, prompt: int, output: int, out: Path) -> Path:
+    """The planner's plan of `model` as one pipeline over `stages` devices of `cluster` at `batch`
+    sequences: its best contiguous split (`split_chain`: exhaustive against the saturation model
+    for so few units) and that model's estimate, written by `build_plan` as `hetc plan` writes
+    its plans. `make_plan` itself would choose the batch (as large as memory allows: 1024 here,
+    so its predicted_ms would not describe 8-sequence steps) and, for 2 devices, the layout."""
+    from hetc.cluster import load_cluster
+    from hetc.partitioner.capture import capture
+    from hetc.partitioner.planner import build_plan
+    from hetc.partitioner.simulate import Workload, estimate_pipeline
+    from hetc.partitioner.solver import Candidate, Solution
+    from hetc.partitioner.split import Slot, split_chain
+    from hetc.plan import save_plan
+
+    cl, cap = load_cluster(cluster), capture(str(model), dtype="fp32")
+    wl = Workload(prompt, output, "fp32", cap.kv_dtype)
+    split = split_chain(cap.units, [Slot(cl.nodes[0])] * stages, cl, wl, batch)
+    est = estimate_pipeline(cap.units, split, cl, wl, batch) if split else None
+    if est is None:
+        sys.exit(f"the model does not fit {stages} device(s) of {cluster} at batch {batch}")
+    sol = Solution([Candidate(split, 1, est, list(range(stages)), f"{stages}-device chain")], est.output_tok_s, 0.0,
+                   est.output_tok_s, "none: the benchmark fixes the batch and the chain", "FEASIBLE")
+    path = out / f"plan-{stages}stage.json"
+    save_plan(build_plan(cap, cl, wl, _plan_request(model, cluster, prompt, output), sol, {}), path)
+    return path
+
+
+def plans(model: Path, out: Path, profile: Path, batch: int, prompt: int, output: int) -> tuple[Path, Path, Path]:
+    """(1-stage plan, 2-stage plan, the planner's own plan for 2 devices)."""
+    from hetc.partitioner.planner import make_plan
+    from hetc.plan import save_plan
+
+    c1, c2 = cluster_yaml(out, profile, 1), cluster_yaml(out, profile, 2)
+    p1, p2 = plan_at(model, c1, 1, batch, prompt, output, out), plan_at(model, c2, 2, batch, prompt, output, out)
+    free = make_plan(_plan_request(model, c2, prompt, output))
+    save_plan(free, out / "plan-free.json")
+    return p1, p2, out / "plan-free.json"
+
+
+def describe(plan: Path) -> str:
+    """One line: replicas, stages, batch, each stage's units and predicted decode step."""
+    doc = json.loads(plan.read_text())
+    parts = []
+    for p in doc["pipelines"]:
+        cuts = " | ".join(f"units {s['units'][0]}–{s['units'][1]} (decode {s['predicted_ms']['decode']:.1f} ms)"
+                          for s in p["stages"])
+        parts.append(f"{p['replicas']} replica(s) × {len(p['stages'])} stage(s), batch {p['batch']}: {cuts}")
+    return "; ".join(parts) + f"; predicted {doc['predicted']['output_tok_s']:.1f} output tok/s"
 
 
 def _port() -> int:
@@ -158,7 +219,8 @@ def offline(srv: Server, batch: int, p_len: int, o_len: int) -> tuple[float, dic
 
     async def go():
         async with httpx.AsyncClient(timeout=600) as ac:
-            await _request(ac, srv.url, prompts(1, p_len, 99)[0], 4)  # warm-up
+            # warm-up: two requests at once, so each lane of a 2-replica plan has run once
+            await asyncio.gather(*(_request(ac, srv.url, p, 4) for p in prompts(2, p_len, 99)))
             b0 = srv.busy()
             t0 = time.perf_counter()
             # unstreamed: the engine's throughput, not the client's SSE parsing on the same two cores
@@ -198,17 +260,39 @@ def decode_steps(srv: Server) -> dict[str, float]:
     return {k: sums[k] / counts[k] for k in sums if counts.get(k)}
 
 
-def predicted_decode(model: Path, plan: Path, profile: str, seqs: float, ctx: float) -> dict[str, float]:
-    """Predicted decode step (s) per stage of `plan` on the measured profile, at this load's operating point."""
-    from hetc.cluster import load_profile
-    from hetc.partitioner.capture import capture
-    from hetc.partitioner.cost_models.analytic import Step, units_time
-
-    prof = load_profile(profile)
-    units = capture(str(model), dtype="fp32").units
+def predicted_decode(plan: Path) -> dict[str, float]:
+    """The plan's decode step (s) per stage, labelled like /metrics (lane.stage)."""
     stages = json.loads(plan.read_text())["pipelines"][0]["stages"]
-    return {f"0.{i}": units_time(units[s["units"][0]: s["units"][1] + 1], prof, Step(seqs, seqs, ctx), dtype="fp32",
-                                 kv_dtype="fp32") for i, s in enumerate(stages)}
+    return {f"0.{i}": s["predicted_ms"]["decode"] / 1e3 for i, s in enumerate(stages)}
+
+
+def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threads: int, reps: int = 15) -> float:
+    """Median decode step (ms) of one stage of `plan` run in this process with no runtime around it:
+    `seqs` sequences at context `ctx`, on `threads` torch threads."""
+    from hetc.partitioner.capture import load_hf_config
+    from hetc.runtime.block_manager import blocks_for
+    from hetc.runtime.kv_cache import AttnMeta
+    from hetc.runtime.model_runner import StageModel, UnitRef
+    from hetc.runtime.weights import SafetensorsWeights
+
+    doc = json.loads(plan.read_text())
+    first, last = doc["pipelines"][0]["stages"][stage]["units"]
+    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in doc["units"]]
+    cfg, _ = load_hf_config(str(model))
+    per_seq = blocks_for(ctx + 1)
+    torch.set_num_threads(threads)
+    sm = StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32,
+                    num_blocks=seqs * per_seq, weights=SafetensorsWeights(model))
+    meta = AttnMeta.build([ctx] * seqs, [1] * seqs, [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(seqs)],
+                          [True] * seqs)
+    x = torch.randint(3, cfg.vocab_size, (seqs,)) if first == 0 else torch.randn(seqs, cfg.hidden_size)
+    times = []
+    for i in range(reps + 3):
+        t = time.perf_counter()
+        sm(x, meta)
+        if i >= 3:  # the first steps fault the memory-mapped weights in
+            times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
 class HFGenerate:
@@ -241,7 +325,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
-                    help="a 1-thread profile of this host from `hetc profile --device cpu` (predicted stage times)")
+                    help="a 1-thread profile of this host from `hetc profile --device cpu --threads 1` (measured "
+                         "first when missing); every plan is made from it")
     a = ap.parse_args()
     if a.quick:
         a.batch, a.output, a.requests, a.runs = 8, 16, 10, 1
@@ -249,29 +334,41 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     model = work / "llama-124m-ctx512"
     build_model(model)
-    p1, p2 = plans(model, work)
+    profile = ensure_profile(Path(a.profile))
+    p1, p2, pf = plans(model, work, profile, a.batch, a.prompt, a.output)
     print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "
-          f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores")
-    # both servers up at once (an idle one only sends a heartbeat a second), HF in this process;
-    # the three are measured in turn, round after round, so a burst of load from another process
+          f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores; "
+          f"profile {profile}")
+    print(f"plan, 1 device: {describe(p1)}\nplan, 2-device chain: {describe(p2)}\n"
+          f"`hetc plan` over 2 devices, left to itself: {describe(pf)}", flush=True)
+    # the bound without a runtime first, while nothing else of ours runs
+    ctx, m = a.prompt + a.output // 2, json.loads(p2.read_text())["pipelines"][0]["micro_batches"]
+    bare1 = bare_step_ms(model, p1, 0, a.batch, ctx, threads=2)
+    bare2 = {f"0.{i}": bare_step_ms(model, p2, i, a.batch // m, ctx, threads=1) for i in range(m)}
+    print(f"bare decode steps (ms): 1 stage × 2 threads, {a.batch} seqs {bare1:.1f}; 2 stages × 1 thread, "
+          f"{a.batch // m} seqs " + " / ".join(f"{v:.1f}" for v in bare2.values()), flush=True)
+    # every server up at once (an idle one only sends a heartbeat a second), HF in this process;
+    # they are measured in turn, round after round, so a burst of load from another process
     # on this shared host hits all of them alike; medians over the rounds are reported
     s1 = Server(p1, model, threads=2, max_seqs=a.batch)
     s2 = Server(p2, model, threads=1, max_seqs=a.batch)
-    with s1, s2:
+    s3 = Server(pf, model, threads=1, max_seqs=a.batch)
+    with s1, s2, s3:
         hf = HFGenerate(model, a.batch, a.prompt, a.output, threads=2)
         print(f"host load average at the start (1 min): {os.getloadavg()[0]:.2f}")
         rounds = []
         for _ in range(a.runs):
-            rounds.append((offline(s1, a.batch, a.prompt, a.output), offline(s2, a.batch, a.prompt, a.output),
-                           hf.tok_s(), os.getloadavg()[0]))
+            rounds.append(tuple(offline(s, a.batch, a.prompt, a.output) for s in (s1, s2, s3))
+                          + (hf.tok_s(), os.getloadavg()[0]))
             r = rounds[-1]
-            print(f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, HF {r[2]:.1f} tok/s; 2×1 / 1×2 "
-                  f"{r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[2]:.2f}; busy 2×1 "
-                  + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items())) + f"; load {r[3]:.2f}", flush=True)
-        measured = decode_steps(s2)  # offline rounds only: 8-sequence micro-batches
+            print(f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, planner's own {r[2][0]:.1f}, HF "
+                  f"{r[3]:.1f} tok/s; 2×1 / 1×2 {r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[3]:.2f}; busy 2×1 "
+                  + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items())) + f"; load {r[4]:.2f}", flush=True)
+        measured = decode_steps(s2)  # offline rounds only: batch / m sequences per micro-batch
         lat = at_rate(s2, a.rate, a.requests, a.prompt, a.output)
     med = statistics.median
-    one, two, hf_med = med(r[0][0] for r in rounds), med(r[1][0] for r in rounds), med(r[2] for r in rounds)
+    one, two, free = (med(r[i][0] for r in rounds) for i in range(3))
+    hf_med = med(r[3] for r in rounds)
     busy2 = {k: med(r[1][1][k] for r in rounds) for k in rounds[0][1][1]}
     busy1 = med(next(iter(r[0][1].values()), 0.0) for r in rounds)
     load = os.getloadavg()
@@ -282,21 +379,24 @@ def main() -> None:
     print(f"| 2 stages × 1 thread, output tok/s | {two:.1f} |")
     print(f"| ratio (2×1 / 1×2), target ≥ 0.9 | {two / one:.2f} (per round "
           + ", ".join(f"{r[1][0] / r[0][0]:.2f}" for r in rounds) + ") |")
+    bound = bare1 / (m * max(bare2.values()))
+    print(f"| bound on that ratio from bare decode steps, T(1 stage) / ({m} · slowest stage) | {bound:.2f} |")
     for k, v in sorted(busy2.items()):
         print(f"| stage {k}: busy share (pipeline efficiency) / bubble share | {v:.2f} / {1 - v:.2f} |")
     print(f"| 1 stage: busy share | {busy1:.2f} |")
+    print(f"| `hetc plan`'s own plan for the 2 devices, 1 thread each, output tok/s / ÷ 1×2 | {free:.1f} / "
+          f"{free / one:.2f} |")
     print(f"| HF generate (static cache, 2 threads), output tok/s | {hf_med:.1f} |")
     print(f"| engine (1 stage × 2 threads) / HF generate, target ≥ 1.0 | {one / hf_med:.2f} (per round "
-          + ", ".join(f"{r[0][0] / r[2]:.2f}" for r in rounds) + ") |")
+          + ", ".join(f"{r[0][0] / r[3]:.2f}" for r in rounds) + ") |")
     print(f"| 2 stages at {a.rate:g} req/s ({a.requests} requests): TTFT p50 / p99 ms | "
           f"{lat['ttft_p50']:.0f} / {lat['ttft_p99']:.0f} |")
     print(f"| 2 stages at {a.rate:g} req/s: TPOT p50 / p99 ms | {lat['tpot_p50']:.1f} / {lat['tpot_p99']:.1f} |")
-    if Path(a.profile).is_file():
-        pred = predicted_decode(model, p2, a.profile, a.batch / 2, a.prompt + a.output / 2)
-        for k in sorted(measured):
-            print(f"| stage {k} decode step, measured / predicted ({Path(a.profile).name}, {a.batch // 2} seqs, "
-                  f"ctx {a.prompt + a.output // 2}) ms | {measured[k] * 1e3:.1f} / {pred[k] * 1e3:.1f} "
-                  f"(×{measured[k] / pred[k]:.2f}) |")
+    pred = predicted_decode(p2)
+    for k in sorted(measured):
+        print(f"| stage {k} decode step ({a.batch // m} seqs), measured in serving / bare / the plan's predicted_ms | "
+              f"{measured[k] * 1e3:.1f} / {bare2[k]:.1f} / {pred[k] * 1e3:.1f} ms (×{measured[k] / pred[k]:.2f}, "
+              f"bare ×{bare2[k] / 1e3 / pred[k]:.2f}) |")
 
 
 if __name__ == "__main__":
