@@ -31,8 +31,8 @@ from hetc.partitioner.tables import BATCH_GRID
 __all__ = ["Key", "classes", "keys", "first_pass"]
 
 INF = np.inf
-EXACT = 12  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
-GROWTH = 1.25
+EXACT = 24  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
+GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
 
 Key = tuple  # (phase, batch, m, lo, hi)

@@ -31,6 +31,7 @@ __all__ = ["CellBound", "Pipeline", "cell_bound", "METHOD", "WORK_PER_SECOND"]
 # Refinement is budgeted in DP cells, not seconds, so that a plan does not depend on the
 # machine's load; about this many take a second on one core of the reference machine.
 WORK_PER_SECOND = 4e7
+TEMPLATES = 32  # refined pipelines handed to the solver as templates
 
 METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
           "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
@@ -49,7 +50,7 @@ class Pipeline:
 @dataclass(slots=True)
 class CellBound:
     value: float
-    pipelines: list[Pipeline] = field(default_factory=list)  # the optimum's pipelines that were refined
+    pipelines: list[Pipeline] = field(default_factory=list)  # refined pipelines: the optimum's first
     refined: int = 0
     converged: bool = False  # the optimum uses refined cells only
     merged: list[str] = field(default_factory=list)  # device types counted together (too many to count apart)
@@ -80,10 +81,10 @@ class _Cells:
         for n in ([total] if not self.tp_groups else range(lo, min(hi, total) + 1)):
             if not lo <= n <= hi:
                 continue
-            work += n * len(self.costs.kinds) * float(np.prod(counts + 1)) * 20
             rate = self.costs.tables.wl.output_len if self.phase == "prefill" else batch
-            got = best_chain(self.costs, self.phase, batch, n, counts, self.tp_groups,
-                             below=rate / best[0] if best[0] else np.inf)  # only a better chain matters
+            got, w = best_chain(self.costs, self.phase, batch, n, counts, self.tp_groups,
+                                below=rate / best[0] if best[0] else np.inf)  # only a better chain matters
+            work += w
             if got is None:
                 continue
             R, (kinds, cuts) = got
@@ -116,6 +117,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     work, rounds = 0.0, 0
     while True:
         rounds += 1
+        work += (len(phases) + 1) * space.closure_work
         K = {p: closure(space, table[p].ub) for p in phases}
         value, (c1, c2, c3) = combine(space, K.get("both", zero), K.get("decode", zero), K.get("prefill", zero))
         items = [(p, c) for p, top in (("both", c1), ("decode", c2), ("prefill", c3)) if p in phases
@@ -128,7 +130,11 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         for p, c in todo:
             while not table[p].settled(c) and work < budget:
                 work += table[p].refine(c)
-    pipes = [table[p].exact[c][1] for p, c in items if c in table[p].exact and table[p].exact[c][1]]
+    # the optimum's refined pipelines first, then every other refined one, best first
+    refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe),
+                     key=lambda e: -e[0])
+    first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
+    pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
     merged = [" + ".join(costs.types[t][0] for t in np.nonzero(costs.group_of == k)[0])
               for k in range(len(costs.devices)) if (costs.group_of == k).sum() > 1]
     return CellBound(value, pipes, sum(len(t.exact) for t in table.values()), not todo, merged)

@@ -27,6 +27,9 @@ class CountSpace:
         self.total = self.cells.sum(axis=1)
         self.order = np.argsort(self.total, kind="stable")
         self.full = len(self.cells) - 1  # every device of the cluster
+        # one closure's work in the refinement budget's unit (cell_bound.WORK_PER_SECOND): a
+        # python step per cell, and the sub-box of every cell
+        self.closure_work = 400.0 * len(self.cells) + float(np.prod([(n + 1) * (n + 2) / 2 for n in self.devices])) / 25
 
     def __len__(self) -> int:
         return len(self.cells)

@@ -22,9 +22,13 @@ __all__ = ["Chain", "best_chain"]
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 
 
+STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
+
+
 def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int],
            keep: bool = False):
-    """Furthest unit reached by n-stage chains within `counts`, per layer (when `keep`)."""
+    """Furthest unit reached by n-stage chains within `counts` (per layer, when `keep`), and the
+    work it took (numpy steps and the states × kinds they touched)."""
     T, U = len(costs.types), costs.u
     dims = np.array([int(x) + 1 for x in counts])  # per device group
     size = int(np.prod(dims))
@@ -38,6 +42,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     first = tp <= counts[gr]
     np.maximum.at(E, (ty[first], (tp * strides[gr])[first]), np.minimum(reach[first, 0], U - n + 1))
     layers = [E] if keep else None
+    work = STEP
     for s in range(1, n):
         F = np.full(T * size, -1, dtype=np.int64)
         for t2 in range(T):
@@ -45,6 +50,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
             if not len(live):
                 continue
             at = E[t2, live]
+            work += STEP + len(live) * len(kk)
             nxt = reach[:, at]  # [K, L]
             ok = ((cells[live][:, gr].T + tp[:, None] < dims[gr][:, None]) & link_ok[t2, ty][:, None] & (nxt > at))
             dst = ty[:, None] * size + live[None, :] + (tp * strides[gr])[:, None]
@@ -52,7 +58,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
         E = F.reshape(T, size)
         if keep:
             layers.append(E)
-    return (E, layers, cells, strides, costs.reach(case, R)) if keep else E
+    return (E, layers, cells, strides, costs.reach(case, R)) if keep else (E, work)
 
 
 def _cheapest_cut(case: Case) -> np.ndarray:
@@ -60,14 +66,10 @@ def _cheapest_cut(case: Case) -> np.ndarray:
     return link.min(axis=2) if link.shape[2] else np.zeros(link.shape[:2])
 
 
-def _reaches(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> bool:
-    return bool((_cover(costs, case, R, counts, n, kinds) >= costs.u).any())
-
-
 def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
-               tp_groups: bool, below: float = np.inf) -> tuple[float, Chain] | None:
+               tp_groups: bool, below: float = np.inf) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
-    `counts` devices per group; None if none fits within R ≤ `below`.
+    `counts` devices per group, None if none fits within R ≤ `below`; and the work it took.
 
     Args:
         batch: sequences in flight (prefill pools: ignored, one prompt per stage).
@@ -77,27 +79,35 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
     b, m = (n, 1) if phase == "prefill" else (batch, min(n, batch))
     case = costs.case(phase, b, m)
     if case is None:
-        return None
+        return None, STEP
     kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
     if not kinds:
-        return None
+        return None, STEP
+    work = last = 0.0
+
+    def reaches(R: float) -> bool:
+        nonlocal work, last
+        E, last = _cover(costs, case, R, counts, n, kinds)
+        work += last
+        return bool((E >= costs.u).any())
+
     cand = [_cheapest_cut(case).ravel()]  # every link time and stage time that can bind
     for g in kinds:
         ii, jj = costs.ranges(case, g)
         cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
     cand = np.unique(np.concatenate(cand))
     cand = cand[cand <= below]
-    if not len(cand) or not _reaches(costs, case, cand[-1], counts, n, kinds):
-        return None
+    if not len(cand) or not reaches(cand[-1]):
+        return None, work
     lo, hi = 0, len(cand) - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if _reaches(costs, case, cand[mid], counts, n, kinds):
+        if reaches(cand[mid]):
             hi = mid
         else:
             lo = mid + 1
     R = float(cand[lo])
-    return R, _backtrack(costs, case, R, counts, n, kinds)
+    return (R, _backtrack(costs, case, R, counts, n, kinds)), work + last  # backtracking: one more pass
 
 
 def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
