@@ -147,13 +147,12 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
         def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
             cap = _caps_at(caps, R, Wc.shape[1])  # [kinds, n, W]
             c = cnt[rows]
-            if not tp_mode:
-                return (np.einsum("nk,knw->nw", c, _per_group(cap, 0.0)) >= total).all(axis=1)
             cov = np.einsum("nk,knw->nw", c, _per_group(cap, 0.0))  # λ = 0: exact when ≤ hi devices
-            big = np.nonzero(c.sum(axis=1) > hi)[0]
-            for k in range(G):  # a stage budget that binds: try λ = each group's one-device cap
+            big = np.nonzero(c.sum(axis=1) > hi)[0] if tp_mode else []
+            for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
                 lam = np.max([cap[g][big] for g in one_of[k]], axis=0)
-                cov[big] = np.minimum(cov[big], lam * hi + np.einsum("nk,knw->nw", c[big], _per_group(cap[:, big], lam)))
+                dual = lam * hi + np.einsum("nk,knw->nw", c[big], _per_group(cap[:, big], lam))
+                cov[big] = np.minimum(cov[big], dual)
             return (cov >= total).all(axis=1)
 
         def _per_group(cap: np.ndarray, lam) -> np.ndarray:

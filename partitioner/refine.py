@@ -1,14 +1,15 @@
 """Second pass of the cell bound: one pipeline's best bottleneck on a given set of devices, exactly.
 
-For a cell c (devices per group of types, see stage_costs.py), a phase, a batch B and an exact pipeline length n, a
-dynamic program over chains of stages finds the least R at which n stages, in some order
-of kinds and within c's devices, cover every unit: state (stages so far, type of the last
-stage, devices used per group), value the furthest unit reached (reaching further is never
-worse: a stage reaches at least as far from a later start), capped so that every stage
-still to come keeps a unit. A link between two stages must carry its activations within R
-at its cheapest cut (the fastest path between the two types). Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only
-relaxations left are the loop term and the choice of the fastest link. R comes from a
-bisection over the stage and link times that can occur, so it is exact.
+For a cell c (devices per group of types, see stage_costs.py), a phase, a batch B and an
+exact pipeline length n, a dynamic program over chains of stages finds the least R at which
+n stages, in some order of kinds and within c's devices, cover every unit: state (stages so
+far, type of the last stage, devices used per group), value the furthest unit reached
+(reaching further is never worse: a stage reaches at least as far from a later start),
+capped so that every stage still to come keeps a unit. A link between two stages must carry
+its activations within R at its cheapest cut (the fastest path between the two types).
+Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only relaxations
+left are the loop term and the choice of the fastest link. R comes from a bisection over
+the stage and link times that can occur, so it is exact.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from hetc.partitioner.stage_costs import Case, StageCosts
 __all__ = ["Chain", "best_chain"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
-
-
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
 
 
