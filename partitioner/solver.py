@@ -96,23 +96,40 @@ def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> 
     return both + min(decode, feed)
 
 
-def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float) -> dict[int, int]:
-    """CP-SAT: replicas per option maximising tok/s within device and tp-group counts; decode
-    pools produce no more than the prefill pools feed."""
-    devices = Counter()
-    groups = Counter()
+GROUP_SIZES = (1, 2, 4, 8)
+
+
+def _slots(cluster: Cluster) -> Counter:
+    """(type, s): how many groups of s devices the type's nodes hold, each node apart. Stage
+    sizes divide one another, so a set of stages fits the nodes exactly when, for every s, the
+    stages of s or more devices need at most that many s-slots (counting tp/s each)."""
+    out = Counter()
     for n in cluster.nodes:
-        devices[type_key(n)] += n.count
-        for tp in (2, 4, 8):
-            groups[(type_key(n), tp)] += n.count // tp
+        for s in GROUP_SIZES:
+            out[(type_key(n), s)] += n.count // s
+    return out
+
+
+def _slot_use(groups: Counter) -> Counter:
+    """(type, s) slots that stages {(type, tp): count} take."""
+    out = Counter()
+    for (t, tp), k in groups.items():
+        for s in GROUP_SIZES:
+            if tp >= s:
+                out[(t, s)] += k * tp // s
+    return out
+
+
+def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float) -> dict[int, int]:
+    """CP-SAT: replicas per option maximising tok/s within what the nodes can hold (every tp
+    group inside one node); decode pools produce no more than the prefill pools feed."""
+    slots = _slots(cluster)
     m = cp_model.CpModel()
-    uses = [usage(o.template) for o in opts]
-    most = [min(devices[t] // c for t, c in dev.items()) for dev, _ in uses]
+    uses = [_slot_use(usage(o.template)) for o in opts]
+    most = [min(slots[k] // c for k, c in use.items()) for use in uses]
     r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]
-    for t in devices:
-        m.Add(sum(r[j] * uses[j][0][t] for j in range(len(opts)) if uses[j][0][t]) <= devices[t])
-    for key, cnt in groups.items():
-        terms = [r[j] * uses[j][1][key] for j in range(len(opts)) if uses[j][1][key]]
+    for key, cnt in slots.items():
+        terms = [r[j] * uses[j][key] for j in range(len(opts)) if uses[j][key]]
         if terms:
             m.Add(sum(terms) <= cnt)
     rate = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
@@ -141,38 +158,48 @@ def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, ti
 
 def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Cluster,
               wl: Workload) -> tuple[list[Candidate], list[str]]:
-    """Real devices for each replica: per stage a block of replicas·tp devices on one node."""
-    free = {n.name: 0 for n in cluster.nodes}  # next free index per node
+    """Real devices for every replica's stages: largest groups first, each on the node of its type
+    with the most room (a replica's stage beside the previous replica's where it fits), which
+    never fails for a choice within `_slots`; replicas placed alike make one candidate."""
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
-    out, notes = [], []
-    for opt, want in choice:
-        left = want
-        while left:
-            take, placed = left, []
-            while take:
-                trial, placed = dict(free), []
-                for sp in opt.found.stages:
-                    node = max(by_type[type_key(sp.node)], key=lambda nd: nd.count - trial[nd.name])
-                    room = (node.count - trial[node.name]) // sp.tp
-                    if room < take:
-                        take = room
-                        break
-                    placed.append((sp, node, trial[node.name]))
-                    trial[node.name] += take * sp.tp
-                else:
-                    break
-            if not take:
-                notes.append(f"{left} replica(s) of {opt.template.label} found no devices left")
-                break
-            free = trial
-            stages = [replace(sp, node=node) for sp, node, _ in placed]
-            est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch, opt.template.phase)
-            out.append(Candidate(stages, take, est or opt.found.estimate, [first for _, _, first in placed],
-                                 opt.template.label, opt.template.phase))
-            left -= take
-    return out, notes
+    used = {n.name: 0 for n in cluster.nodes}
+    jobs = sorted(((-sp.tp, j, s, r) for j, (opt, want) in enumerate(choice)
+                   for s, sp in enumerate(opt.found.stages) for r in range(want)))
+    where: dict[tuple, tuple[Node, int]] = {}
+    notes = []
+    for neg_tp, j, s, r in jobs:
+        tp, nodes = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)]
+        prev = where.get((j, s, r - 1))
+        node = prev[0] if prev and prev[0].count - used[prev[0].name] >= tp else \
+            max(nodes, key=lambda nd: nd.count - used[nd.name])
+        if node.count - used[node.name] < tp:
+            notes.append(f"a replica of {choice[j][0].template.label} found no devices left")
+            continue
+        where[(j, s, r)] = (node, used[node.name])
+        used[node.name] += tp
+    out = []
+    for j, (opt, want) in enumerate(choice):
+        stages = opt.found.stages
+        for r in range(want):
+            spots = [where.get((j, s, r)) for s in range(len(stages))]
+            if None in spots:
+                continue
+            last = out[-1] if out and out[-1][0] == j else None
+            if last and all(nd.name == pn.name and first == f0 + last[2] * sp.tp
+                            for (nd, first), (pn, f0), sp in zip(spots, last[1], stages)):
+                last[2] += 1  # one more replica in the same blocks
+            else:
+                out.append([j, spots, 1])
+    cands = []
+    for j, spots, reps in out:
+        opt = choice[j][0]
+        stages = [replace(sp, node=nd) for sp, (nd, _) in zip(opt.found.stages, spots)]
+        est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch, opt.template.phase)
+        cands.append(Candidate(stages, reps, est or opt.found.estimate, [f for _, f in spots], opt.template.label,
+                               opt.template.phase))
+    return cands, notes
 
 
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str = "throughput",
@@ -262,14 +289,11 @@ def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
 
 
 def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float) -> list[tuple[_Option, int]]:
-    """For latency and cost: one template, replicated as far as the devices allow."""
-    devices = Counter()
-    for n in cluster.nodes:
-        devices[type_key(n)] += n.count
+    """For latency and cost: one template, replicated as far as the nodes hold it."""
+    slots = _slots(cluster)
     best, pick = None, []
     for o in opts:
-        dev, _ = usage(o.template)
-        most = min(devices[t] // c for t, c in dev.items())
+        most = min(slots[k] // c for k, c in _slot_use(usage(o.template)).items())
         if most == 0:
             continue
         need = 1 if not min_tok_s else -(-min_tok_s // o.found.estimate.output_tok_s)

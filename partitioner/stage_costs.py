@@ -6,9 +6,10 @@ overhead per round, the furthest unit a stage starting at each unit can hold in 
 and the link busy time between two types at each cut (the fastest path between any of
 their nodes; within a type, its node's fabric).
 
-Devices are counted per group of types: each type its own group, unless the clusters' count
+Devices are counted per group of types: each type its own group, unless the cluster's count
 vectors would be more than MAX_CELLS; then the types closest in memory bandwidth share a
-count (a pipeline may then use any of the group's devices up to their total: a relaxation).
+count (the bound then knows a group's total, not which of its types a pipeline takes: a
+relaxation, and a loose one when the grouped types differ much).
 """
 
 from __future__ import annotations

@@ -31,13 +31,9 @@ class Template:
     phase: str = "both"  # or a disaggregated pool: "prefill" / "decode"
 
 
-def usage(t: Template) -> tuple[Counter, Counter]:
-    """Devices per type and tp groups per (type, tp) that one replica takes."""
-    devices, groups = Counter(), Counter()
-    for s in t.chain:
-        devices[type_key(s.node)] += s.tp
-        groups[(type_key(s.node), s.tp)] += 1
-    return devices, groups
+def usage(t: Template) -> Counter:
+    """Stages per (device type, tp) that one replica takes."""
+    return Counter((type_key(s.node), s.tp) for s in t.chain)
 
 
 def _chain(parts: list[tuple[Kind, int]]) -> tuple[Slot, ...]:

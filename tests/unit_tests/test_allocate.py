@@ -1,0 +1,61 @@
+"""Replicas get real devices: tensor-parallel groups stay inside a node, and what CP-SAT may
+choose always fits the nodes (tp sizes divide one another; largest groups are placed first)."""
+
+import pytest
+
+from hetc.cluster import load_cluster
+from hetc.partitioner.capture import capture
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.solver import _Option, _allocate, _slot_use, _slots
+from hetc.partitioner.split import Slot, batch_options
+from hetc.partitioner.templates import Template, usage
+from tests.conftest import FIXTURES, PROFILE
+
+WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="2 MB",
+                                                       bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./fast.yaml, count: 4, link: pcie4}\n"
+                                     "  - {name: b, device: ./fast.yaml, count: 4, link: pcie4}\nnetwork: {default: ethernet-10g}\n")
+    cluster = load_cluster(tmp_path / "c.yaml")
+    units = capture(str(FIXTURES / "tiny-llama"), dtype="fp32").units
+    node = cluster.nodes[0]
+
+    def option(label: str, tps: list[int]) -> _Option:
+        t = Template(label, tuple(Slot(node, k) for k in tps))
+        return _Option(t, batch_options(units, list(t.chain), cluster, WL)[0])
+
+    return cluster, units, option
+
+
+def test_groups_are_placed_first_so_a_valid_choice_always_fits(setup):
+    cluster, units, option = setup
+    chain, group = option("four singles", [1, 1, 1, 1]), option("one tp4", [4])
+    cands, notes = _allocate([(chain, 1), (group, 1)], units, cluster, WL)
+    assert not notes
+    by_label = {c.template: c for c in cands}
+    tp4 = by_label["one tp4"]
+    assert tp4.stages[0].tp == 4 and tp4.first_device == [0]  # a whole node
+    singles = by_label["four singles"]
+    assert {s.node.name for s in singles.stages} == {"b" if tp4.stages[0].node.name == "a" else "a"}
+    assert sorted(singles.first_device) == [0, 1, 2, 3]
+
+
+def test_slots_count_what_the_nodes_hold(setup):
+    cluster, _, option = setup
+    slots = _slots(cluster)
+    two_groups = _slot_use(usage(option("tp4 + tp4", [4, 4]).template))
+    assert all(two_groups[k] <= slots[k] for k in two_groups)  # one tp4 group per node
+    three = _slot_use(usage(option("tp4 × 3", [4, 4, 4]).template))
+    assert any(three[k] > slots[k] for k in three)  # 12 devices: no
+    mixed = option("tp2 + 2 singles + tp4", [2, 1, 1, 4])  # 8 devices: fits only with the tp4 group alone on a node
+    use = _slot_use(usage(mixed.template))
+    assert all(use[k] <= slots[k] for k in use)
+    cands, notes = _allocate([(mixed, 1)], setup[1], cluster, WL)
+    assert not notes
+    placed = [(s.node.name, f, s.tp) for s, f in zip(cands[0].stages, cands[0].first_device)]
+    tp4 = next(p for p in placed if p[2] == 4)
+    assert tp4[1] == 0 and all(p[0] != tp4[0] for p in placed if p[2] < 4)
