@@ -201,7 +201,7 @@ def wait_quiet(limit_s: float = 900.0, busy: float = 0.05) -> float:
             return time.monotonic() - t0
 
 
-def quiet_run(what: str, fn, tries: int = 3, busy: float = 0.05):
+def quiet_run(what: str, fn, tries: int = 6, busy: float = 0.05):
     """(fn(), others' share of the host while it ran, seconds waited): run on a quiet host, again
     (up to `tries` times) when another process took more than `busy` of it meanwhile."""
     waited = 0.0
@@ -274,20 +274,22 @@ def prompts(n: int, length: int, seed: int = 0) -> list[list[int]]:
     return [[g.randrange(3, MODEL["vocab_size"]) for _ in range(length)] for _ in range(n)]
 
 
-def offline(srv: Server, batch: int, p_len: int, o_len: int) -> tuple[float, dict[str, float]]:
-    """(output tok/s, per-stage busy share) for `batch` requests sent at once."""
+def offline(srv: Server, batch: int, p_len: int, o_len: int) -> tuple[float, dict[str, float], dict]:
+    """(output tok/s, per-stage busy share, per-stage (seconds, count) of its decode steps) for
+    `batch` requests sent at once."""
 
     async def go():
         async with httpx.AsyncClient(timeout=600) as ac:
             # warm-up: two requests at once, so each lane of a 2-replica plan has run once
             await asyncio.gather(*(_request(ac, srv.url, p, 4) for p in prompts(2, p_len, 99)))
-            b0 = srv.busy()
+            b0, d0 = srv.busy(), decode_totals(srv)
             t0 = time.perf_counter()
             # unstreamed: the engine's throughput, not the client's SSE parsing on the same two cores
             res = await asyncio.gather(*(_request(ac, srv.url, p, o_len, stream=False) for p in prompts(batch, p_len)))
             wall = time.perf_counter() - t0
-            b1 = srv.busy()
-            return sum(r[2] for r in res) / wall, {k: (b1[k] - b0.get(k, 0.0)) / wall for k in b1}
+            b1, d1 = srv.busy(), decode_totals(srv)
+            steps = {k: (v[0] - d0.get(k, (0, 0))[0], v[1] - d0.get(k, (0, 0))[1]) for k, v in d1.items()}
+            return sum(r[2] for r in res) / wall, {k: (b1[k] - b0.get(k, 0.0)) / wall for k in b1}, steps
 
     return asyncio.run(go())
 
@@ -309,15 +311,15 @@ def at_rate(srv: Server, rate: float, n: int, p_len: int, o_len: int) -> dict[st
     return {"ttft_p50": q(ttft, 0.5), "ttft_p99": q(ttft, 0.99), "tpot_p50": q(tpot, 0.5), "tpot_p99": q(tpot, 0.99)}
 
 
-def decode_steps(srv: Server) -> dict[str, float]:
-    """Mean measured decode step (s) per stage so far, from /metrics."""
+def decode_totals(srv: Server) -> dict[str, tuple[float, float]]:
+    """Per stage, (seconds, count) of its measured decode steps so far, from /metrics."""
     sums, counts = {}, {}
     for line in httpx.get(f"{srv.url}/metrics").text.splitlines():
         if line.startswith("hetc_stage_step_seconds_") and 'phase="decode"' in line:
             stage = line.split('stage="')[1].split('"')[0]
             (sums if line.startswith("hetc_stage_step_seconds_sum") else counts if
              line.startswith("hetc_stage_step_seconds_count") else {})[stage] = float(line.rsplit(" ", 1)[1])
-    return {k: sums[k] / counts[k] for k in sums if counts.get(k)}
+    return {k: (sums[k], counts.get(k, 0.0)) for k in sums}
 
 
 def predicted_decode(plan: Path) -> dict[str, float]:
@@ -420,16 +422,23 @@ def main() -> None:
         print(f"host load average at the start (1 min): {os.getloadavg()[0]:.2f}")
         rounds = []
         for i in range(a.runs):
-            res, other, w = quiet_run(f"round {i + 1}", lambda: tuple(
-                offline(s, a.batch, a.prompt, a.output) for s in (s1, s2, s3)) + (hf.tok_s(),))
-            waited += w
-            rounds.append(res + (other,))
+            # each measurement on its own quiet stretch (a few seconds each): another process's
+            # burst then costs one of them a rerun, not the whole round
+            runs = [quiet_run(f"round {i + 1}, {name}", fn) for name, fn in (
+                ("1×2", lambda: offline(s1, a.batch, a.prompt, a.output)),
+                ("2×1", lambda: offline(s2, a.batch, a.prompt, a.output)),
+                ("planner's own", lambda: offline(s3, a.batch, a.prompt, a.output)), ("HF", hf.tok_s))]
+            other = max(r[1] for r in runs)
+            waited += sum(r[2] for r in runs)
+            rounds.append(tuple(r[0] for r in runs) + (other,))
             r = rounds[-1]
             print(f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, planner's own {r[2][0]:.1f}, HF "
                   f"{r[3]:.1f} tok/s; 2×1 / 1×2 {r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[3]:.2f}; busy 2×1 "
                   + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items()))
-                  + f"; other processes {other:.0%} of the host, load {os.getloadavg()[0]:.2f}", flush=True)
-        measured = decode_steps(s2)  # offline rounds only: batch / m sequences per micro-batch
+                  + f"; other processes at most {other:.0%} of the host, load {os.getloadavg()[0]:.2f}", flush=True)
+        # the offline rounds' steps only (batch / m sequences per micro-batch)
+        measured = {k: sum(r[1][2][k][0] for r in rounds) / sum(r[1][2][k][1] for r in rounds)
+                    for k in rounds[0][1][2]}
         lat = at_rate(s2, a.rate, a.requests, a.prompt, a.output)
     med = statistics.median
     one, two, free = (med(r[i][0] for r in rounds) for i in range(3))
