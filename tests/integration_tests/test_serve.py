@@ -33,25 +33,12 @@ from openai import OpenAI
 from hetc.cli import main as hetc_main
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
+from tests.conftest import PROFILE as BASE_PROFILE
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "test-key"
 NAME = "tiny"
-PROFILE = """name: {name}
-vendor: {vendor}
-backend: {backend}
-memory: 1.5 MB
-reserved_memory: 10 kB
-memory_bandwidth: 20 GB/s
-peak_flops: {{fp32: 1 TFLOP/s, bf16: 1 TFLOP/s}}
-efficiency: {{matmul: 0.8, memory: 0.8}}
-launch_overhead: 2 us
-step_overhead: 20 us
-host_link: pcie4
-power: 100 W
-price: 1 USD/h
-sources: ["made up for a test"]
-"""
+PROFILE = BASE_PROFILE.replace("{memory}", "1.5 MB").replace("{bw}", "20 GB/s").replace("{flops}", "1 TFLOP/s")
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, this is hetc serving a tiny llama",
          "pipelines stream activations from stage to stage", "paged kv cache with blocks of sixteen tokens"]
 
