@@ -51,8 +51,6 @@ class Pipeline:
 class CellBound:
     value: float
     pipelines: list[Pipeline] = field(default_factory=list)  # refined pipelines: the optimum's first
-    refined: int = 0
-    converged: bool = False  # the optimum uses refined cells only
     merged: list[str] = field(default_factory=list)  # device types counted together (too many to count apart)
 
 
@@ -78,10 +76,10 @@ class _Cells:
         counts = self.space.cells[c]
         total = int(counts.sum())
         work, best = 0.0, self.exact.get(c, (0.0, None))
+        rate = self.costs.tables.wl.output_len if self.phase == "prefill" else batch
         for n in ([total] if not self.tp_groups else range(lo, min(hi, total) + 1)):
             if not lo <= n <= hi:
                 continue
-            rate = self.costs.tables.wl.output_len if self.phase == "prefill" else batch
             got, w = best_chain(self.costs, self.phase, batch, n, counts, self.tp_groups,
                                 below=rate / best[0] if best[0] else np.inf)  # only a better chain matters
             work += w
@@ -137,4 +135,4 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
     merged = [" + ".join(costs.types[t][0] for t in np.nonzero(costs.group_of == k)[0])
               for k in range(len(costs.devices)) if (costs.group_of == k).sum() > 1]
-    return CellBound(value, pipes, sum(len(t.exact) for t in table.values()), not todo, merged)
+    return CellBound(value, pipes, merged)

@@ -87,9 +87,7 @@ def decompose(space: CountSpace, ub: np.ndarray, K: np.ndarray, c: int) -> list[
         vals.flat[0] = -np.inf
         j = int(np.argmax(vals))
         pick = int(np.ravel_multi_index(np.unravel_index(j, vals.shape), space.dims))
-        if ub[pick] <= 0:  # the best uses fewer devices: drop to the rest
-            c -= pick
-            continue
-        out.append(pick)
+        if ub[pick] > 0:  # else the best leaves these devices idle
+            out.append(pick)
         c -= pick
     return out

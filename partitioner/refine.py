@@ -35,8 +35,9 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     cells = np.indices(tuple(dims)).reshape(len(dims), -1).T
     kk = np.array(kinds)
     ty, gr, tp = costs.type_of[kk], costs.group[kk], costs.tp[kk]
-    reach = costs.reach(case, R)[kk]  # [K, U]
-    link_ok = _cheapest_cut(case) <= R  # [T', T]
+    full = costs.reach(case, R)  # [kinds, U]
+    reach = full[kk]
+    link_ok = case.cheapest <= R  # [T', T]
     E = np.full((T, size), -1, dtype=np.int64)
     first = tp <= counts[gr]
     np.maximum.at(E, (ty[first], (tp * strides[gr])[first]), np.minimum(reach[first, 0], U - n + 1))
@@ -57,12 +58,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
         E = F.reshape(T, size)
         if keep:
             layers.append(E)
-    return (E, layers, cells, strides, costs.reach(case, R)) if keep else (E, work)
-
-
-def _cheapest_cut(case: Case) -> np.ndarray:
-    link = case.link[:, :, 1:-1]
-    return link.min(axis=2) if link.shape[2] else np.zeros(link.shape[:2])
+    return (E, layers, cells, strides, full) if keep else (E, work)
 
 
 def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
@@ -90,7 +86,7 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
         work += last
         return bool((E >= costs.u).any())
 
-    cand = [_cheapest_cut(case).ravel()]  # every link time and stage time that can bind
+    cand = [case.cheapest.ravel()]  # every link time and stage time that can bind
     for g in kinds:
         ii, jj = costs.ranges(case, g)
         cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
@@ -112,6 +108,7 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
 def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
     E, layers, cells, strides, reach = _cover(costs, case, R, counts, n, kinds, keep=True)
     U = costs.u
+    link_ok = case.cheapest <= R
     t, c = map(int, np.argwhere(E >= U)[0])
     target, chain, cuts = U, [], [U]
     for s in range(n - 1, -1, -1):
@@ -128,7 +125,7 @@ def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: i
             done = False
             for t2 in range(len(costs.types)):
                 i = int(layers[s - 1][t2, prev])
-                if 0 < i < target and reach[g, i] >= target and _cheapest_cut(case)[t2, t] <= R:
+                if 0 < i < target and reach[g, i] >= target and link_ok[t2, t]:
                     chain.append(g)
                     cuts.append(i)
                     t, c, target, done = t2, prev, i, True

@@ -36,12 +36,14 @@ class Case:
     """Costs at one operating point. P[g, i]: busy seconds per round of units [0, i) on kind g
     (inf where g can't serve this phase); over[g]: fixed seconds per round; jfit[g, i]: the
     furthest end (exclusive) of a memory-feasible stage of kind g starting at unit i;
-    link[t', t, i]: seconds per round the link from type t' to type t is busy at cut i."""
+    link[t', t, i]: seconds per round the link from type t' to type t is busy at cut i;
+    cheapest[t', t]: the same at its cheapest cut."""
 
     P: np.ndarray
     over: np.ndarray
     jfit: np.ndarray
     link: np.ndarray
+    cheapest: np.ndarray
 
 
 class StageCosts:
@@ -100,7 +102,8 @@ class StageCosts:
                         if p else 0 * ob)
                 best = np.minimum(best, busy)
             link[a, c, 1:u] = best[0]
-        return Case(P, over, jfit, link)
+        cheapest = link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T))
+        return Case(P, over, jfit, link, cheapest)
 
     def ranges(self, case: Case, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the memory-feasible stages of kind g, one of each distinct content:
