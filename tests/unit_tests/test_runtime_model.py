@@ -54,13 +54,17 @@ def _step(stages, seqs: dict, tables: dict, items: list[tuple]):
     return x
 
 
-def test_stages_match_unpartitioned_logits(model_dir):
+def _two_prompts(model_dir, seed: int, lengths: tuple[int, int]):
+    """The partitioned stages, and two random prompts with the unpartitioned model's logits."""
     d, cfg, ref = model_dir
-    stages = _stages(cfg, SafetensorsWeights(d))
-    g = torch.Generator().manual_seed(1)
-    a, b = torch.randint(0, 300, (41,), generator=g).tolist(), torch.randint(0, 300, (9,), generator=g).tolist()
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 300, (n,), generator=g).tolist() for n in lengths]
     with torch.no_grad():
-        ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
+        return _stages(cfg, SafetensorsWeights(d)), *((p, ref(torch.tensor([p])).logits[0]) for p in prompts)
+
+
+def test_stages_match_unpartitioned_logits(model_dir):
+    stages, (a, ra), (b, rb) = _two_prompts(model_dir, seed=1, lengths=(41, 9))
     tables = {0: [3, 0, 7], 1: [5]}  # non-contiguous blocks
 
     def step(items):
@@ -82,12 +86,7 @@ def test_stages_match_unpartitioned_logits(model_dir):
 def test_dense_micro_batches_match_unpartitioned_logits(model_dir):
     """Equal chunks (no query gather) with one sequence not sampling, then a decode step where
     every row samples (no row selection); contexts end mid-block and span several blocks."""
-    d, cfg, ref = model_dir
-    stages = _stages(cfg, SafetensorsWeights(d))
-    g = torch.Generator().manual_seed(2)
-    a, b = torch.randint(0, 300, (23,), generator=g).tolist(), torch.randint(0, 300, (19,), generator=g).tolist()
-    with torch.no_grad():
-        ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
+    stages, (a, ra), (b, rb) = _two_prompts(model_dir, seed=2, lengths=(23, 19))
     tables = {0: [6, 2], 1: [1, 4]}
     meta = AttnMeta.build([0, 0], [18, 18], [tables[0], tables[1]], [True, False])
     assert meta.q_index is None and meta.sample_rows.tolist() == [17]
