@@ -1,0 +1,70 @@
+"""The toolchain interface: how one vendor compiler lowers an exported stage.
+
+A toolchain takes a stage as a `torch.export.ExportedProgram` whose signature is the
+compiled-stage contract (`hetc/stage.py`), writes its artifact files into a folder and,
+where it has a CPU target, loads them back as a callable of plain tensors. Toolchains
+import neither `hetc.partitioner` nor `hetc.runtime`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable"]
+
+# a loaded artifact: plain tensors in (the signature's order), plain tensors out
+CompiledStep = Callable[..., Sequence[torch.Tensor]]
+
+
+class ToolchainUnavailable(RuntimeError):
+    """The toolchain cannot build or run here; the message says what is missing and how to get it."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Artifact:
+    """What one toolchain built for one stage.
+
+    Args:
+        toolchain: the toolchain's name (`openvino`, `onnx`, `iree`, `inductor`, `hpu`, ...).
+        version: the toolchain's version string.
+        target: what it was built for (`gfx942`, `sm_80`, `CPU`, `llvm-cpu`, ...).
+        files: the artifact's files, relative to the output folder.
+        runnable_here: whether `Toolchain.load` can run it on this host.
+        notes: what a bf16/fp8 plan becomes, flags used, and other facts worth a manifest line.
+    """
+
+    toolchain: str
+    version: str
+    target: str
+    files: list[Path]
+    runnable_here: bool
+    notes: list[str] = field(default_factory=list)
+
+
+class Toolchain(Protocol):
+    name: str
+
+    def version(self) -> str:
+        """The installed version. Raises ToolchainUnavailable when it is not installed."""
+        ...
+
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+        """Lower `program` for `target`, writing files named `stem.*` under `out_dir`.
+
+        Raises:
+            ToolchainUnavailable: the toolchain or the target is not supported here (the reason).
+        """
+        ...
+
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+        """Load a built artifact to run on this host's CPU.
+
+        Raises:
+            ToolchainUnavailable: the artifact has no CPU target here.
+        """
+        ...
