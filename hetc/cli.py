@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from rich.console import Console
 
 from hetc.errors import BadInput, HetcError
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 
@@ -96,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--master-port", type=_positive_int, default=None, help="a free port on node rank 0")
     sv.add_argument("--max-num-seqs", type=_positive_int, default=None,
                     help="sequences running at once (default: the plan's batch)")
-    sv.add_argument("--max-batched-tokens", type=_positive_int, default=2048, help="prefill chunk (default 2048)")
-    sv.add_argument("--max-waiting", type=_positive_int, default=256, help="wait-queue bound; beyond it 429")
+    sv.add_argument("--max-batched-tokens", type=_positive_int, default=PREFILL_CHUNK,
+                    help=f"prefill chunk (default {PREFILL_CHUNK})")
+    sv.add_argument("--max-waiting", type=_positive_int, default=MAX_WAITING, help="wait-queue bound; beyond it 429")
     sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")

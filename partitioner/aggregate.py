@@ -24,9 +24,9 @@ import math
 import numpy as np
 
 from hetc.partitioner.cells import CountSpace
-from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
 from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.tables import BATCH_GRID
+from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["Key", "classes", "keys", "first_pass"]
 

@@ -22,6 +22,7 @@ from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.units import Unit
+from hetc.scheduling import PREFILL_CHUNK
 
 __all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "Round", "estimate_pipeline", "max_batch",
            "stage_time", "unit_round_costs"]
@@ -33,7 +34,7 @@ class Workload:
     output_len: int
     dtype: str
     kv_dtype: str
-    prefill_chunk: int = 2048
+    prefill_chunk: int = PREFILL_CHUNK
 
     @property
     def context(self) -> int:

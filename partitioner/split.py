@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.links import hops
-from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
 from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.units import Unit
+from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "MAX_BATCH"]
 

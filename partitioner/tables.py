@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster, Link, Node, Profile
-from hetc.partitioner.cost_models.memory import KV_BLOCK_TOKENS
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.units import Unit
+from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["Kind", "Tables", "kinds_of", "BATCH_GRID"]
 

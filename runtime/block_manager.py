@@ -10,20 +10,19 @@ from __future__ import annotations
 from collections import deque
 
 from hetc.runtime.sequence import Sequence
+from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["BLOCK_SIZE", "BlockManager", "blocks_for"]
-
-BLOCK_SIZE = 16  # tokens per KV block (the planner's memory model uses the same)
+__all__ = ["BlockManager", "blocks_for"]
 
 
-def blocks_for(tokens: int, block_size: int = BLOCK_SIZE) -> int:
+def blocks_for(tokens: int, block_size: int = KV_BLOCK_TOKENS) -> int:
     return -(-tokens // block_size)
 
 
 class BlockManager:
     """Allocates KV blocks to sequences on demand and frees them when they end."""
 
-    def __init__(self, num_blocks: int, block_size: int = BLOCK_SIZE):
+    def __init__(self, num_blocks: int, block_size: int = KV_BLOCK_TOKENS):
         """Args:
             num_blocks: blocks in every stage's pool of this lane (the smallest stage budget).
             block_size: tokens per block.

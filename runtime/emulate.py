@@ -9,7 +9,7 @@ width, the same layers, units and cuts.
 from __future__ import annotations
 
 from hetc.errors import BadInput
-from hetc.runtime.block_manager import BLOCK_SIZE
+from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, kv_layout, param_count, shrink_config
 
 __all__ = ["available_bytes", "cap_kv_blocks", "fit_width"]
@@ -67,7 +67,7 @@ def cap_kv_blocks(plan, cfg, units: list[UnitRef], local_workers, blocks: dict[i
         blocks: lane id → blocks from the plan's budgets.
     """
     kvh, hd = kv_layout(cfg)
-    per = 2 * hd * BLOCK_SIZE * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
+    per = 2 * hd * KV_BLOCK_TOKENS * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
     per_lane: dict[int, float] = {}
     for w in local_workers:
         layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind == "attention")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hetc.runtime.block_manager import BLOCK_SIZE, BlockManager
+from hetc.runtime.block_manager import BlockManager
+from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig, StepOutput
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
@@ -296,7 +297,7 @@ class Engine:
     @property
     def max_tokens_per_seq(self) -> int:
         """Most tokens (prompt + output) one sequence can hold: the smallest lane's whole pool."""
-        return min(r.sched.blocks.num_blocks for r in self.lanes) * BLOCK_SIZE
+        return min(r.sched.blocks.num_blocks for r in self.lanes) * KV_BLOCK_TOKENS
 
     def start(self) -> None:
         for r in self.lanes:

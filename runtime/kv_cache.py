@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from hetc.runtime.block_manager import BLOCK_SIZE
+from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["AttnMeta", "KVPool", "paged_attention"]
 
@@ -35,7 +35,7 @@ class AttnMeta:
 
     @staticmethod
     def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
-              block_size: int = BLOCK_SIZE) -> "AttnMeta":
+              block_size: int = KV_BLOCK_TOKENS) -> "AttnMeta":
         """Args:
             starts: per sequence, position of its first new token (= tokens already cached).
             n_new: per sequence, new tokens this step.
@@ -76,7 +76,7 @@ class KVPool:
     """K and V blocks of every attention layer a stage holds."""
 
     def __init__(self, layers: list[int], num_blocks: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu", block_size: int = BLOCK_SIZE):
+                 device: torch.device | str = "cpu", block_size: int = KV_BLOCK_TOKENS):
         """Args:
             layers: model layer indices whose attention runs on this stage.
             num_blocks: blocks per layer (the lane's block count).

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetc.errors import BadInput, HetcError
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
 __all__ = ["ServeOptions", "serve"]
 
@@ -40,8 +41,8 @@ class ServeOptions:
     master_addr: str | None = None
     master_port: int | None = None
     max_num_seqs: int | None = None  # default: the plan's batch (at least 2 per stage)
-    max_batched_tokens: int = 2048  # the prefill chunk (the planner assumes 2048)
-    max_waiting: int = 256
+    max_batched_tokens: int = PREFILL_CHUNK  # the prefill chunk (the planner assumes the same)
+    max_waiting: int = MAX_WAITING
     num_kv_blocks: int | None = None  # cap on each lane's KV blocks (to exercise preemption)
     threads: int | None = None  # per worker; default: host cores shared out when emulating
     timeout: float = 60.0  # transport receive timeout, seconds
@@ -123,7 +124,7 @@ class _Launch:
 
         from hetc.partitioner.capture import load_hf_config
         from hetc.plan import load_plan
-        from hetc.runtime.block_manager import BLOCK_SIZE
+        from hetc.scheduling import KV_BLOCK_TOKENS
         from hetc.runtime.emulate import cap_kv_blocks, fit_width
         from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, check_tp, kv_layout
         from hetc.runtime.rendezvous import rendezvous
@@ -162,15 +163,15 @@ class _Launch:
         # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
         # assumes a device of its own; emulated devices share this host's memory)
         max_len = int(getattr(self.hf_cfg, "max_position_embeddings", 0) or 0)
-        useful = self.max_seqs * -(-max_len // BLOCK_SIZE) if max_len else None
+        useful = self.max_seqs * -(-max_len // KV_BLOCK_TOKENS) if max_len else None
         for lane in self.lanes:
             attn = {s.index: sum(1 for u in units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                     for s in lane.stages}
-            n, caps = kv_blocks(lane, attn, per_token_layer, BLOCK_SIZE)
+            n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
             if n < 1:
                 s = lane.stages[caps.index(min(c for c in caps if c >= 0))]
                 raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
-                               f"one block of {BLOCK_SIZE} tokens.", file=o.plan,
+                               f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
                                field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                                fix="re-plan with a larger --input-len/--output-len or more memory.")
             self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)

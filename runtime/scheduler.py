@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from hetc.runtime.block_manager import BlockManager
 from hetc.runtime.sequence import Sequence, SeqStatus
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
 __all__ = ["MicroBatch", "Scheduler", "SchedulerConfig", "StepOutput"]
 
@@ -35,8 +36,8 @@ __all__ = ["MicroBatch", "Scheduler", "SchedulerConfig", "StepOutput"]
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     max_num_seqs: int = 64  # sequences running at once (holding KV)
-    max_batched_tokens: int = 2048  # tokens in one micro-batch: the prefill chunk
-    max_waiting: int = 256  # the bounded wait queue; submit beyond it is refused (HTTP 429)
+    max_batched_tokens: int = PREFILL_CHUNK  # tokens in one micro-batch: the prefill chunk
+    max_waiting: int = MAX_WAITING  # the bounded wait queue; submit beyond it is refused (HTTP 429)
     n_stages: int = 1  # micro-batches that may be in flight at once
     handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
 

@@ -102,12 +102,12 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float
         owners: lane id → layer → rank holding that layer's attention.
         sends: outstanding isends (their buffers must live until done).
     """
-    from hetc.runtime.block_manager import BLOCK_SIZE
+    from hetc.scheduling import KV_BLOCK_TOKENS
     from hetc.runtime.transport import Kind
 
     other, n, *blocks = msg.meta.tolist()
     pos = torch.arange(n)
-    slots = torch.tensor(blocks, dtype=torch.long)[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE
+    slots = torch.tensor(blocks, dtype=torch.long)[pos // KV_BLOCK_TOKENS] * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS
     sent = 0
     for layer in sorted(model.kv.k):
         k, v = model.kv.k[layer], model.kv.v[layer]

@@ -6,10 +6,9 @@ import math
 from dataclasses import dataclass
 
 from hetc.partitioner.units import Unit
+from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["StageMemory", "stage_memory", "KV_BLOCK_TOKENS"]
-
-KV_BLOCK_TOKENS = 16  # the runtime's paged-KV block size
+__all__ = ["StageMemory", "stage_memory"]
 
 
 @dataclass(frozen=True, slots=True)
