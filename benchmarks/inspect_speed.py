@@ -1,4 +1,4 @@
-"""Cold `hetc inspect MODEL` wall time (a fresh process each run), median of several runs.
+"""Cold `hetc inspect MODEL` wall time (a fresh process each run, capture cache off), median of several runs.
 
 Usage: python benchmarks/inspect_speed.py [MODEL ...] [--runs N]
 """
@@ -6,6 +6,7 @@ Usage: python benchmarks/inspect_speed.py [MODEL ...] [--runs N]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 def cold_seconds(args: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "hetc.cli", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, env={**os.environ, "HETC_CACHE_DIR": "off"})
     return time.perf_counter() - t
 
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from rich.console import Console
 
 from hetc.errors import BadInput, HetcError
+from hetc.partitioner.terms import MODEL_DTYPES
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -43,7 +44,7 @@ def _nonneg(text: str) -> float:
     return v
 
 
-DTYPES = ["bf16", "fp16", "fp8", "fp32"]
+DTYPES = list(MODEL_DTYPES)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,14 +21,16 @@ import sys
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from hetc.cluster import PROFILE_DIR
 from hetc.errors import BadInput
-from hetc.partitioner.graph import DTYPE_BYTES, TORCH_DTYPE, OpGraph, build_graph
+from hetc.partitioner import capture_cache
+from hetc.partitioner.terms import DTYPE_BYTES, MODEL_DTYPES, OpGraph
 from hetc.partitioner.units import Unit, assign_layers, cut_units, replicate
+
+if TYPE_CHECKING:  # torch loads only when a model is captured: a cached capture plans without it
+    import torch
 
 __all__ = ["CapturedModel", "capture", "catalog_names", "load_hf_config"]
 
@@ -136,8 +138,11 @@ def _with_layers(cfg, k: int):
 
 
 def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
+    import torch
     from torch.export import Dim, export
     from transformers import AutoModelForCausalLM
+
+    from hetc.partitioner.graph import TORCH_DTYPE
 
     tdtype = TORCH_DTYPE[dtype]
     model = None
@@ -182,12 +187,16 @@ def _moe_info(cfg) -> dict | None:
 
 def _finish(units: list[Unit], dtype: str, kv_dtype: str) -> list[Unit]:
     """Rescale K/V bytes from the export's dtype to the KV-cache dtype."""
+    from hetc.partitioner.graph import TORCH_DTYPE
+
     export_bytes = TORCH_DTYPE[dtype].itemsize
     k = DTYPE_BYTES[kv_dtype] / export_bytes
     return [replace(u, kv_bytes_per_token=u.kv_bytes_per_token * k) for u in units]
 
 
 def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
+    from hetc.partitioner.graph import build_graph
+
     cfg, kind = load_hf_config(ref)
     n = getattr(cfg, "num_hidden_layers", None)
     if not isinstance(n, int) or n < 1:
@@ -228,6 +237,8 @@ def _count_params(units: list[Unit], dtype: str) -> int:
 
 
 def _capture_program(ep, ref: str, kind: str, dtype: str, kv_dtype: str) -> CapturedModel:
+    from hetc.partitioner.graph import build_graph
+
     graph = build_graph(ep, weight_dtype=dtype)
     units = assign_layers(cut_units(graph))
     notes = []
@@ -240,6 +251,7 @@ def _capture_program(ep, ref: str, kind: str, dtype: str, kv_dtype: str) -> Capt
 
 
 def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
+    import torch
     from torch.export import Dim, export
 
     mod_name, _, fn_name = ref.partition(":")
@@ -270,22 +282,35 @@ def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
     return _capture_program(ep, ref, "factory", dtype, kv_dtype)
 
 
-def capture(ref: str, *, dtype: str = "bf16", kv_dtype: str | None = None) -> CapturedModel:
-    """Resolve, build on meta, export and cut MODEL into units.
+def capture(ref: str, *, dtype: str = "bf16", kv_dtype: str | None = None, cache: bool = True) -> CapturedModel:
+    """Resolve, build on meta, export and cut MODEL into units (or read them from the capture cache).
 
     Args:
         ref: the MODEL argument of the CLI.
         dtype: weight dtype (bf16, fp16, fp8, fp32); fp8 is exported in bf16 with 1-byte weights.
         kv_dtype: KV-cache dtype; defaults to `dtype`.
+        cache: read and write the on-disk capture cache (capture_cache.py).
 
     Raises:
         BadInput: unknown model, unreadable config, or an export failure (with the reason).
     """
-    if dtype not in TORCH_DTYPE:
+    if dtype not in MODEL_DTYPES:
         raise BadInput(f"unknown dtype {dtype!r}.", field="--dtype", fix="use bf16, fp16, fp8 or fp32.")
     kv_dtype = kv_dtype or dtype
-    if kv_dtype not in TORCH_DTYPE:
+    if kv_dtype not in MODEL_DTYPES:
         raise BadInput(f"unknown dtype {kv_dtype!r}.", field="--kv-dtype", fix="use bf16, fp16, fp8 or fp32.")
+    key = capture_cache.cache_key(ref, dtype, kv_dtype) if cache else None
+    if key is not None and (hit := capture_cache.load(key)) is not None:
+        return hit
+    model = _capture(ref, dtype, kv_dtype)
+    if key is not None:
+        capture_cache.store(key, model)
+    return model
+
+
+def _capture(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
+    import torch
+
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if ref.endswith(".pt2"):
         if not Path(ref).is_file():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetc.partitioner.graph import CONV_OPS, OpGraph, OpNode, Terms
+from hetc.partitioner.terms import CONV_OPS, OpGraph, OpNode, Terms
 
 __all__ = ["OpRecord", "records_for", "aggregate_records", "NORM_OPS", "COPY_OPS"]
 

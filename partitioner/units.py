@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
-from hetc.partitioner.graph import CONV_OPS, OpGraph, Terms
+from hetc.partitioner.terms import CONV_OPS, OpGraph, Terms
 from hetc.partitioner.op_records import OpRecord, aggregate_records, records_for
 
 __all__ = ["Unit", "cut_units", "assign_layers", "replicate"]

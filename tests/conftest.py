@@ -1,6 +1,7 @@
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ EXAMPLES = ROOT / "examples"
 # module:factory references in tests resolve from the repository root
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# one capture cache per test session (CLI subprocesses inherit it): hermetic, and shared by the tests
+os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
 
 
 @pytest.fixture(scope="session")
