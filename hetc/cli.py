@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 
@@ -119,6 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
     pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
 
+    by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
+    by.add_argument("model", metavar="MODEL")
+    by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
+    by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
+    by.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
+    by.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
+    by.add_argument("--input-len", type=_positive_int, default=1024)
+    by.add_argument("--output-len", type=_positive_int, default=256)
+    by.add_argument("--dtype", choices=DTYPES, default="bf16")
+    by.add_argument("--kv-dtype", choices=DTYPES, default=None)
+    by.add_argument("--tp", choices=["auto", "1"], default="auto")
+    by.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    by.add_argument("-o", "--output", default="fleet.yaml",
+                    help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
+    by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
+
     sp = sub.add_parser("compare", help="compare placements side by side (not in this version yet)")
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     return p
@@ -225,6 +242,31 @@ def cmd_profile(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_buy(a: argparse.Namespace) -> int:
+    from hetc.capacity.buy import BuyRequest, buy, plan_fleet, write_fleet
+    from hetc.catalog import load_catalog
+    from hetc.plan import save_plan
+    from hetc.report import print_plan, print_purchase
+
+    req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
+                     ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
+                     time_limit=a.time_limit)
+    catalog = load_catalog(a.catalog)
+    with _status("choosing what to buy") as update:
+        purchase = buy(catalog, req, progress=update)
+        write_fleet(purchase, a.output)
+        update("planning the fleet")
+        plan = plan_fleet(purchase, req, a.output)
+    plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
+    save_plan(plan, plan_path)
+    print_purchase(purchase, catalog, req, err)
+    print_plan(plan, err)
+    err.print(f"wrote {a.output} and {plan_path}")
+    if a.json:
+        sys.stdout.write(json.dumps(purchase.to_json(catalog), indent=2) + "\n")
+    return 0
+
+
 def cmd_later(a: argparse.Namespace) -> int:
     raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
                    fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
@@ -233,7 +275,7 @@ def cmd_later(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
-               "profile": cmd_profile}.get(a.command, cmd_later)
+               "profile": cmd_profile, "buy": cmd_buy}.get(a.command, cmd_later)
     try:
         return handler(a)
     except HetcError as e:

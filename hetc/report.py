@@ -10,9 +10,11 @@ from rich.table import Table
 from hetc.plan import Plan
 
 if TYPE_CHECKING:
+    from hetc.capacity.buy import BuyRequest, Purchase
+    from hetc.catalog import Catalog
     from hetc.partitioner.capture import CapturedModel
 
-__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices"]
+__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_purchase"]
 
 
 def _gb(x: float) -> str:
@@ -64,6 +66,20 @@ def print_plan(plan: Plan, console: Console) -> None:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
                  for k, v in plan.baselines.items()]
         console.print("baselines (output tok/s): " + ", ".join(parts))
+
+
+def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Console) -> None:
+    slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in (("TTFT", req.ttft_slo_ms), ("TPOT", req.tpot_slo_ms)) if v)
+    t = Table(title=f"buy: {req.rate:g} req/s × {req.output_len} output tokens = {req.output_tok_s:,.0f} output tok/s"
+                    + (f", {slo}" if slo else ""), title_justify="left")
+    for col in ("device", "buy", "of", "USD/h each"):
+        t.add_column(col, justify="left" if col == "device" else "right")
+    for i, e in enumerate(catalog.entries):
+        t.add_row(e.profile, str(p.counts.get(i, 0)), str(e.max), e.price or "profile's")
+    console.print(t)
+    console.print(f"fleet: [bold]{p.usd_h:,.2f} USD/h[/], predicted {p.output_tok_s:,.0f} output tok/s at saturation; "
+                  f"no fleet serving this load costs less than {p.bound_usd_h:,.2f} USD/h "
+                  f"(bound/cost {p.ratio:.3f})")
 
 
 def _replica_devices(devices: list[str], replicas: int) -> str:

@@ -1,0 +1,160 @@
+"""`hetc buy`: the cheapest fleet from a catalog that serves a request rate within SLOs, with
+its placement and a proven lower bound on what any fleet would cost.
+
+The planner does the work: the catalog's whole stock becomes one cluster, and the solver's
+cost objective (USD per output token, replicas as far as the rate needs) picks the pipelines
+under the SLOs; what they use is the purchase. The bound is the larger of two relaxations, each
+below the price of every fleet that serves the load: the planner's cost relaxation
+(partitioner/bound.py: USD/h per output tok/s over every plan, device counts unlimited) times
+the output rate the load needs, and the cheapest set of devices whose memory holds the model and
+one sequence's KV at all (an integer knapsack over the catalog, CP-SAT).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from ortools.sat.python import cp_model
+
+from hetc.catalog import Catalog
+from hetc.cluster import Cluster
+from hetc.errors import BadInput, Infeasible
+from hetc.plan import Plan
+from hetc.partitioner.bound import cost_bound
+from hetc.partitioner.capture import capture
+from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.planner import PlanRequest, make_plan
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.solver import solve
+from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.partitioner.units import Unit
+
+__all__ = ["BuyRequest", "Purchase", "buy"]
+
+
+@dataclass(kw_only=True, slots=True)
+class BuyRequest:
+    model: str
+    rate: float  # requests/s the fleet must sustain
+    input_len: int = 1024
+    output_len: int = 256
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    tp: str = "auto"
+    time_limit: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.rate > 0:
+            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
+        for name in ("input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
+                               fix="give a positive number of tokens.")
+
+    @property
+    def output_tok_s(self) -> float:
+        """The output rate the load needs: every request's output tokens, rate times a second."""
+        return self.rate * self.output_len
+
+
+@dataclass(kw_only=True, slots=True)
+class Purchase:
+    counts: dict[int, int]  # catalog entry -> devices bought
+    usd_h: float
+    output_tok_s: float  # what the chosen pipelines predict at saturation
+    bound_usd_h: float  # no fleet serving the load costs less
+    fleet: dict  # the cluster.yaml document
+
+    @property
+    def ratio(self) -> float:
+        """bound / cost: 1.0 means provably the cheapest."""
+        return self.bound_usd_h / self.usd_h if self.usd_h else 1.0
+
+    def to_json(self, catalog: Catalog) -> dict:
+        return {"devices": {catalog.entries[i].profile: k for i, k in sorted(self.counts.items())},
+                "usd_h": self.usd_h, "predicted_output_tok_s": self.output_tok_s,
+                "bound_usd_h": self.bound_usd_h, "bound_ratio": self.ratio, "fleet": self.fleet}
+
+
+def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None) -> Purchase:
+    """Choose the cheapest purchase from `catalog` that serves `req`.
+
+    Raises:
+        Infeasible: the catalog's whole stock cannot meet the rate or the SLOs (the message says which).
+    """
+    stock = catalog.cluster(catalog.everything(), name=f"{catalog.name}-stock")
+    if progress:
+        progress(f"capturing {req.model}")
+    model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
+    slo = {"ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+           "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, "tp": req.tp, "time_limit": req.time_limit}
+    try:
+        sol = solve(model.units, stock, wl, objective="cost", min_tok_s=req.output_tok_s, **slo,
+                    progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+    except Infeasible:
+        raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
+    entry_of = {e.profile: i for i, e in enumerate(catalog.entries)}
+    counts: Counter = Counter()
+    for cand in sol.pipelines:
+        for sp in cand.stages:
+            counts[entry_of[sp.node.profile.name]] += sp.tp * cand.replicas
+    fleet = catalog.fleet_doc(dict(counts), name=f"{catalog.name}-fleet")
+    profiles = {n.profile.name: n.profile for n in stock.nodes}
+    usd_h = sum(stock.price(profiles[catalog.entries[i].profile]) * k for i, k in counts.items())
+    kinds = kinds_of(stock, (1, 2, 4, 8) if req.tp == "auto" else (1,))
+    price = {type_key(n): stock.price(n.profile) for n in stock.nodes}
+    per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price)
+    bound = max(per_tok_s * req.output_tok_s, _memory_bound(model.units, wl, catalog, stock))
+    return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_usd_h=bound, fleet=fleet)
+
+
+def _short_of(units: list[Unit], stock: Cluster, wl: Workload, req: BuyRequest, slo: dict) -> str:
+    """Why nothing in the catalog serves the load: what its whole stock can do, against what is asked."""
+    asked = f"{req.rate:g} req/s × {req.output_len} output tokens = {req.output_tok_s:,.0f} output tok/s"
+    try:
+        most = solve(units, stock, wl, **slo).output_tok_s
+    except Infeasible as e:
+        return f"even one pipeline is out of reach of the catalog's whole stock: {e}"
+    return (f"the catalog's whole stock serves at most {most:,.0f} output tok/s within the SLOs given; the load asks "
+            f"{asked} ({req.output_tok_s / most:.1f}×). Raise `max` in the catalog, add device types, or lower --rate.")
+
+
+def _memory_bound(units: list[Unit], wl: Workload, catalog: Catalog, stock: Cluster) -> float:
+    """USD/h of the cheapest device multiset (within the catalog's stock) whose usable memory holds
+    the weights plus one sequence's KV and activations: every serving fleet holds at least that."""
+    need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len)).total
+    profiles = {n.profile.name: n.profile for n in stock.nodes}
+    m = cp_model.CpModel()
+    n = [m.NewIntVar(0, e.max, e.profile) for e in catalog.entries]
+    mib = [int(profiles[e.profile].usable_memory // 2**20) for e in catalog.entries]  # rounded down: still a bound
+    m.Add(sum(k * x for k, x in zip(mib, n)) >= int(-(-need // 2**20)))
+    cents = [stock.price(profiles[e.profile]) * 1e4 for e in catalog.entries]
+    m.Minimize(sum(round(c) * x for c, x in zip(cents, n)))
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    s.parameters.max_time_in_seconds = 5.0
+    status = s.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0.0
+    # the solver's proven lower bound on the objective (the optimum when OPTIMAL), less rounding
+    return max(0.0, (s.BestObjectiveBound() - 0.5 * len(n)) / 1e4)
+
+
+def plan_fleet(purchase: Purchase, req: BuyRequest, fleet_path: str | Path) -> Plan:
+    """The fleet's plan (throughput objective under the same SLOs): what to run on what was bought."""
+    return make_plan(PlanRequest(model=req.model, profiles=str(fleet_path), dtype=req.dtype, kv_dtype=req.kv_dtype,
+                                 input_len=req.input_len, output_len=req.output_len, ttft_slo_ms=req.ttft_slo_ms,
+                                 tpot_slo_ms=req.tpot_slo_ms, tp=req.tp, time_limit=req.time_limit))
+
+
+def write_fleet(purchase: Purchase, path: str | Path) -> None:
+    """The purchase as a cluster.yaml that `hetc plan` accepts."""
+    text = "# written by `hetc buy`: the cheapest purchase found, as a cluster file\n"
+    Path(path).write_text(text + yaml.safe_dump(purchase.fleet, sort_keys=False))

@@ -1,0 +1,105 @@
+"""`hetc buy`: the purchase meets the rate, costs no more than needed on tiny catalogs (checked
+against planning every possible fleet), and its bound is below every fleet that serves the load."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hetc.capacity.buy import BuyRequest, buy
+from hetc.catalog import load_catalog
+from hetc.errors import BadInput, Infeasible
+from hetc.partitioner.capture import capture
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.solver import solve
+from tests.conftest import FIXTURES, PROFILE
+
+MODEL = str(FIXTURES / "tiny-llama")
+
+
+def _catalog(tmp_path, fast_max=2, big_max=2):
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="40 MB",
+                                                       bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory="400 MB",
+                                                      bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "catalog.yaml").write_text(f"""devices:
+  - {{device: ./fast.yaml, max: {fast_max}, per_node: 2, link: pcie4, price: 3 USD/h}}
+  - {{device: ./big.yaml, max: {big_max}, per_node: 1, price: 1 USD/h}}
+network: {{default: ethernet-10g}}
+""")
+    return load_catalog(tmp_path / "catalog.yaml")
+
+
+def _cheapest_by_enumeration(cat, req) -> float:
+    """Plan every fleet the catalog allows (throughput objective) and keep the cheapest that serves the load."""
+    model = capture(MODEL, dtype="fp32")
+    wl = Workload(req.input_len, req.output_len, "fp32", "fp32")
+    best = float("inf")
+    for counts in itertools.product(*(range(e.max + 1) for e in cat.entries)):
+        if not any(counts):
+            continue
+        cluster = cat.cluster(dict(enumerate(counts)))
+        try:
+            sol = solve(model.units, cluster, wl, tpot_slo_s=(req.tpot_slo_ms or 0) / 1e3 or None, time_limit=2)
+        except Infeasible:
+            continue
+        if sol.output_tok_s >= req.output_tok_s:
+            best = min(best, sum(cluster.price(n.profile) * n.count for n in cluster.nodes))
+    return best
+
+
+@pytest.mark.parametrize("rate", [2.0, 1000.0, 3000.0])
+def test_purchase_serves_the_rate_and_bound_is_below_every_fleet(tmp_path, rate):
+    cat = _catalog(tmp_path)
+    req = BuyRequest(model=MODEL, rate=rate, input_len=64, output_len=32, dtype="fp32", time_limit=2)
+    p = buy(cat, req)
+    assert p.output_tok_s >= req.output_tok_s
+    assert all(0 <= p.counts.get(i, 0) <= e.max for i, e in enumerate(cat.entries))
+    assert p.usd_h == pytest.approx(3 * p.counts.get(0, 0) + 1 * p.counts.get(1, 0))
+    cheapest = _cheapest_by_enumeration(cat, req)
+    assert p.bound_usd_h <= cheapest * (1 + 1e-9) <= p.usd_h * (1 + 1e-9)
+    # the fleet document is a cluster `hetc plan` reads, holding exactly what was bought
+    fleet = cat.cluster({i: k for i, k in p.counts.items()})
+    assert sum(n.count for n in fleet.nodes) == sum(p.counts.values())
+
+
+def test_more_load_never_buys_less(tmp_path):
+    cat = _catalog(tmp_path, fast_max=4)
+    costs = [buy(cat, BuyRequest(model=MODEL, rate=r, input_len=64, output_len=32, dtype="fp32", time_limit=2)).usd_h
+             for r in (1.0, 1000.0, 3000.0)]
+    assert costs == sorted(costs)
+
+
+def test_catalog_errors_name_the_field(tmp_path):
+    cat = tmp_path / "c.yaml"
+    cat.write_text("devices:\n  - {device: h100-sxmm, max: 2, link: nvlink4}\n")
+    with pytest.raises(BadInput) as e:
+        load_catalog(cat)
+    assert e.value.field == "devices[0].device" and "h100-sxm" in e.value.fix
+    cat.write_text("devices:\n  - {device: h100-sxm, max: 2}\n")
+    with pytest.raises(BadInput) as e:
+        load_catalog(cat)
+    assert e.value.field == "devices[0].link"
+    cat.write_text("devices:\n  - {device: h100-sxm, max: 2, per_node: 1}\n  - {device: l40s, max: 1}\n")
+    with pytest.raises(BadInput) as e:
+        load_catalog(cat)
+    assert e.value.field == "network"
+
+
+def test_cli_writes_a_fleet_that_plans_and_refuses_the_impossible(tmp_path):
+    _catalog(tmp_path)
+    out = tmp_path / "fleet.yaml"
+    run = [sys.executable, "-m", "hetc.cli", "buy", "--catalog", str(tmp_path / "catalog.yaml"), MODEL,
+           "--input-len", "64", "--output-len", "32", "--dtype", "fp32", "--time-limit", "2", "-o", str(out)]
+    r = subprocess.run([*run, "--rate", "2", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    plan = json.loads((tmp_path / "fleet.plan.json").read_text())
+    assert plan["predicted"]["output_tok_s"] >= 2 * 32
+    assert sum(doc["devices"].values()) == sum(n["count"] for n in plan["cluster"]["nodes"])
+    r = subprocess.run([*run, "--rate", "1e9"], capture_output=True, text=True)
+    assert r.returncode == 3 and "Traceback" not in r.stderr and "whole stock serves at most" in r.stderr
+    r = subprocess.run([*run, "--rate", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--rate" in r.stderr
