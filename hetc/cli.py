@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hetc.errors import BadInput, HetcError
+from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
@@ -135,6 +135,21 @@ def build_parser() -> argparse.ArgumentParser:
     by.add_argument("-o", "--output", default="fleet.yaml",
                     help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
+
+    pa = sub.add_parser("pareto", help="output tok/s per device against tok/s per user: the frontier of plans")
+    pa.add_argument("model", metavar="MODEL")
+    pa.add_argument("--profiles", required=True, metavar="CLUSTER.yaml", help="cluster file")
+    pa.add_argument("--metric", choices=["tok_s_per_device", "usd_per_mtok", "joule_per_tok"],
+                    default="tok_s_per_device", help="the y axis (default output tok/s per device)")
+    pa.add_argument("--points", type=_positive_int, default=8, help="TPOT ceilings per series (default 8)")
+    pa.add_argument("--input-len", type=_positive_int, default=1024)
+    pa.add_argument("--output-len", type=_positive_int, default=256)
+    pa.add_argument("--dtype", choices=DTYPES, default="bf16")
+    pa.add_argument("--kv-dtype", choices=DTYPES, default=None)
+    pa.add_argument("--time-limit", type=_nonneg, default=10.0, metavar="SECONDS", help="per plan (default 10)")
+    pa.add_argument("--png", metavar="FILE", help="draw the chart")
+    pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
+    pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
 
     sp = sub.add_parser("compare", help="compare placements side by side (not in this version yet)")
     sp.add_argument("rest", nargs=argparse.REMAINDER)
@@ -267,6 +282,34 @@ def cmd_buy(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pareto(a: argparse.Namespace) -> int:
+    import csv
+
+    from hetc.capacity.pareto import Metric, frontier, sweep
+    from hetc.report import plot_pareto, print_pareto
+
+    metric = Metric(a.metric)
+    with _status("sweeping plans") as update:
+        points = sweep(a.model, a.profiles, input_len=a.input_len, output_len=a.output_len, dtype=a.dtype,
+                       kv_dtype=a.kv_dtype, points=a.points, time_limit=a.time_limit, progress=update)
+    if not points:
+        raise Infeasible("no plan fits this cluster at all; `hetc plan` says why.")
+    front = frontier(points, metric)
+    print_pareto(points, front, metric, err)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=[*points[0].as_dict(), "on_frontier"])
+            w.writeheader()
+            w.writerows({**p.as_dict(), "on_frontier": p in front} for p in points)
+        err.print(f"wrote {a.csv}")
+    if a.png:
+        plot_pareto(points, front, metric, f"{a.model} on {Path(a.profiles).stem}", a.png)
+        err.print(f"wrote {a.png}")
+    if a.json:
+        sys.stdout.write(json.dumps([{**p.as_dict(), "on_frontier": p in front} for p in points], indent=2) + "\n")
+    return 0
+
+
 def cmd_later(a: argparse.Namespace) -> int:
     raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
                    fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
@@ -275,7 +318,7 @@ def cmd_later(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
-               "profile": cmd_profile, "buy": cmd_buy}.get(a.command, cmd_later)
+               "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto}.get(a.command, cmd_later)
     try:
         return handler(a)
     except HetcError as e:

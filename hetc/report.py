@@ -11,10 +11,12 @@ from hetc.plan import Plan
 
 if TYPE_CHECKING:
     from hetc.capacity.buy import BuyRequest, Purchase
+    from hetc.capacity.pareto import Metric, Point
     from hetc.catalog import Catalog
     from hetc.partitioner.capture import CapturedModel
 
-__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_purchase"]
+__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_purchase",
+           "print_pareto", "plot_pareto"]
 
 
 def _gb(x: float) -> str:
@@ -92,8 +94,7 @@ def _replica_devices(devices: list[str], replicas: int) -> str:
     return f"{node}:{first}–{last}" + (f" (tp{tp} groups)" if tp > 1 else "")
 
 
-def plot_plan(plan: Plan, path: str) -> None:
-    """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
+def _pyplot(flag: str):
     try:
         import matplotlib
 
@@ -102,7 +103,13 @@ def plot_plan(plan: Plan, path: str) -> None:
     except ImportError:
         from hetc.errors import BadInput
 
-        raise BadInput("--plot needs matplotlib.", field="--plot", fix="pip install 'hetc[plot]'.") from None
+        raise BadInput(f"{flag} needs matplotlib.", field=flag, fix="pip install 'hetc[plot]'.") from None
+    return plt
+
+
+def plot_plan(plan: Plan, path: str) -> None:
+    """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
+    plt = _pyplot("--plot")
     colors = {"nvidia": "#76b900", "amd": "#ed1c24", "intel": "#0071c5", "cpu": "#888888"}
     rows = [(p, i, st) for p in plan.pipelines for i, st in enumerate(p.stages)]
     fig, ax = plt.subplots(figsize=(12, 0.4 * len(rows) + 1.5))
@@ -117,6 +124,46 @@ def plot_plan(plan: Plan, path: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("layers")
     ax.set_title(f"{plan.model.ref}: {plan.predicted.output_tok_s:,.0f} output tok/s (bound {plan.solver.bound:,.0f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def print_pareto(points: list[Point], front: list[Point], metric: Metric, console: Console) -> None:
+    t = Table(title=f"frontier: tok/s per user against {metric.value}", title_justify="left")
+    for col in ("series", "TPOT ≤ ms", "tok/s/user", "tok/s/device", "devices", "USD/M tok", "J/tok", "TTFT ms",
+                "placement"):
+        t.add_column(col, justify="left" if col in ("series", "placement") else "right")
+    for p in front:
+        t.add_row(p.series, "plan" if p.tpot_ceiling_ms is None else f"{p.tpot_ceiling_ms:.1f}",
+                  f"{p.tok_s_per_user:.1f}", f"{p.tok_s_per_device:,.0f}", str(p.devices), f"{p.usd_per_mtok:.3f}",
+                  f"{p.joule_per_tok:.2f}", f"{p.ttft_ms:,.0f}", p.placement)
+    console.print(t)
+    console.print(f"{len(points)} plans, {len(front)} on the frontier; 'plan' marks what `hetc plan` picks "
+                  "(no TPOT ceiling)")
+
+
+def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: str, path: str) -> None:
+    """Every plan of the sweep by series, the frontier as a line, `hetc plan`'s choice circled."""
+    plt = _pyplot("--png")
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728")):
+        ps = [p for p in points if p.series == series]
+        ax.scatter([p.tok_s_per_user for p in ps], [getattr(p, metric.value) for p in ps], color=color,
+                   label=series, alpha=0.7)
+    ax.plot([p.tok_s_per_user for p in front], [getattr(p, metric.value) for p in front], "k--", lw=1,
+            label="frontier")
+    pick = [p for p in points if p.tpot_ceiling_ms is None and p.series == "disaggregated"] or \
+           [p for p in points if p.tpot_ceiling_ms is None]
+    if pick:
+        ax.scatter([pick[0].tok_s_per_user], [getattr(pick[0], metric.value)], s=220, facecolors="none",
+                   edgecolors="k", label="hetc plan")
+    ax.set_xlabel("output tok/s per user (1000 / TPOT ms)")
+    ax.set_ylabel({"tok_s_per_device": "output tok/s per device", "usd_per_mtok": "USD per M output tokens",
+                   "joule_per_tok": "J per output token"}[metric.value])
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

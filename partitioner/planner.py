@@ -19,7 +19,7 @@ from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import OBJECTIVES, Solution, solve
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 
-__all__ = ["PlanRequest", "make_plan", "build_plan"]
+__all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -92,9 +92,30 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
     return usd_h_per_tok_s / 3600 * 1e6
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """What a solution's pipelines use and predict, over all replicas."""
+
+    devices: int
+    usd_h: float
+    watts: float  # every device at its profile's power (board power): the plan's stated utilization model
+    ttft_s: float  # the slowest pipeline's (a prefill pool's includes its KV transfer)
+    tpot_s: float  # the slowest pipeline's that decodes
+
+
+def totals(sol: Solution, cluster: Cluster) -> Totals:
+    used = [(sp.node.profile, sp.tp * c.replicas) for c in sol.pipelines for sp in c.stages]
+    kv_s = max((k.seconds_per_seq for k in sol.kv_transfers), default=0.0)
+    return Totals(devices=sum(k for _, k in used), usd_h=sum(cluster.price(p) * k for p, k in used),
+                  watts=sum(p.power * k for p, k in used),
+                  ttft_s=max(c.estimate.ttft_s + (kv_s if c.phase == "prefill" else 0.0)
+                             for c in sol.pipelines if c.phase != "decode"),
+                  tpot_s=max(c.estimate.tpot_s for c in sol.pipelines if c.phase != "prefill"))
+
+
 def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution,
                baselines: dict[str, dict]) -> Plan:
-    pipelines, usd_h, watts = [], 0.0, 0.0
+    pipelines = []
     for pid, cand in enumerate(sol.pipelines):
         stages = []
         for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
@@ -107,18 +128,13 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
                                  "activations": est.memory.activations, "total": est.memory.total},
                 "predicted_ms": {"prefill": est.prefill_s * 1e3, "decode": est.decode_s * 1e3},
             })
-            usd_h += cluster.price(sp.node.profile) * sp.tp * cand.replicas
-            watts += sp.node.profile.power * sp.tp * cand.replicas
         pipelines.append({"id": pid, "phase": cand.phase, "replicas": cand.replicas, "batch": cand.estimate.batch,
                           "micro_batches": cand.estimate.micro_batches, "stages": stages})
     kv_transfer = [{"from_pipeline": k.source, "to_pipeline": k.target, "bytes_per_token": k.bytes_per_token,
                     "link": k.link, "predicted_ms_per_seq": k.seconds_per_seq * 1e3} for k in sol.kv_transfers]
-    tok_s = sol.output_tok_s
-    kv_s = max((k.seconds_per_seq for k in sol.kv_transfers), default=0.0)
-    ttft = max(c.estimate.ttft_s + (kv_s if c.phase == "prefill" else 0.0)
-               for c in sol.pipelines if c.phase != "decode") * 1e3
-    tpot = max(c.estimate.tpot_s for c in sol.pipelines if c.phase != "prefill") * 1e3
-    usd = usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
+    tok_s, t = sol.output_tok_s, totals(sol, cluster)
+    ttft, tpot, watts = t.ttft_s * 1e3, t.tpot_s * 1e3, t.watts
+    usd = t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
     value = {"throughput": tok_s, "latency": tpot, "cost": usd}[req.objective]
     bound = _bound(model, cluster, wl, sol, req.objective, req.tp)

@@ -1,0 +1,120 @@
+"""`hetc pareto`: output tok/s per device against tok/s per user, the frontier and where `hetc
+plan` sits on it.
+
+A point is a whole plan: the solver maximizes output tok/s under a TPOT ceiling (tok/s per user
+= 1000 / TPOT ms), searching placements, pipeline depths and batches as `hetc plan` does. The
+ceiling is swept geometrically from the fastest step any plan has to the slowest one the
+unconstrained plan runs (the low end is the latency objective's plan), once with prefill/decode pools allowed (`--disaggregate auto`) and
+once without, so the chart shows what disaggregation buys at each speed. The frontier is the
+set of points no other point beats on both axes (or, with `metric="usd"` / `"joule"`, on tok/s
+per user and USD per million output tokens / joules per output token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from hetc.cluster import load_cluster
+from hetc.errors import Infeasible
+from hetc.partitioner.capture import capture
+from hetc.partitioner.planner import totals
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.solver import solve
+
+__all__ = ["Metric", "Point", "sweep", "frontier"]
+
+
+class Metric(StrEnum):
+    """The chart's y axis."""
+
+    PER_DEVICE = "tok_s_per_device"  # larger is better
+    USD = "usd_per_mtok"  # smaller is better
+    JOULE = "joule_per_tok"  # smaller is better
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    series: str  # "aggregated" | "disaggregated"
+    tpot_ceiling_ms: float | None  # None: the unconstrained plan (what `hetc plan` picks)
+    output_tok_s: float
+    devices: int
+    tok_s_per_device: float
+    tok_s_per_user: float
+    ttft_ms: float
+    tpot_ms: float
+    usd_per_mtok: float
+    joule_per_tok: float
+    placement: str
+
+    def value(self, metric: Metric) -> float:
+        """The metric, signed so that larger is better."""
+        v = getattr(self, metric.value)
+        return v if metric is Metric.PER_DEVICE else -v
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _placement(sol) -> str:
+    parts = []
+    for c in sol.pipelines:
+        chain = "|".join(f"{sp.node.name}×{sp.tp}" if sp.tp > 1 else sp.node.name for sp in c.stages)
+        parts.append(f"{c.phase[0]}:{chain} x{c.replicas} b{c.estimate.batch}")
+    return "; ".join(parts)
+
+
+def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: int = 256, dtype: str = "bf16",
+          kv_dtype: str | None = None, points: int = 10, time_limit: float = 10.0,
+          progress: Callable[[str], None] | None = None) -> list[Point]:
+    """Plans along the TPOT ceiling, for aggregated and disaggregated serving.
+
+    Args:
+        points: ceilings per series (geometric between the fastest and the unconstrained TPOT).
+        time_limit: the solver's limit per plan.
+    """
+    cluster = load_cluster(profiles)
+    model = capture(model_ref, dtype=dtype, kv_dtype=kv_dtype)
+    wl = Workload(input_len, output_len, dtype, model.kv_dtype)
+    out: list[Point] = []
+
+    def plan(series: str, disaggregate: str, ceiling_ms: float | None, objective: str = "throughput") -> Point | None:
+        try:
+            sol = solve(model.units, cluster, wl, objective=objective, disaggregate=disaggregate,
+                        time_limit=time_limit, tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None)
+        except Infeasible:
+            return None
+        t = totals(sol, cluster)
+        tok = sol.output_tok_s
+        return Point(series=series, tpot_ceiling_ms=ceiling_ms, output_tok_s=tok, devices=t.devices,
+                     tok_s_per_device=tok / t.devices, tok_s_per_user=1.0 / t.tpot_s, ttft_ms=t.ttft_s * 1e3,
+                     tpot_ms=t.tpot_s * 1e3, usd_per_mtok=t.usd_h / (tok * 3600) * 1e6, joule_per_tok=t.watts / tok,
+                     placement=_placement(sol))
+
+    for series, dis in (("aggregated", "off"), ("disaggregated", "auto")):
+        if progress:
+            progress(f"{series}: unconstrained plan")
+        top = plan(series, dis, None)
+        if top is None:
+            continue
+        out.append(top)
+        fastest = plan(series, "off", None, objective="latency")  # the latency objective: the smallest TPOT
+        lo = min(fastest.tpot_ms if fastest else top.tpot_ms, top.tpot_ms)
+        for i in range(points):
+            ceiling = lo * (top.tpot_ms / lo) ** (i / max(1, points - 1))
+            if progress:
+                progress(f"{series}: TPOT ≤ {ceiling:.1f} ms ({i + 1}/{points})")
+            p = plan(series, dis, ceiling * (1 + 1e-9))
+            if p is not None:
+                out.append(p)
+    return out
+
+
+def frontier(points: list[Point], metric: Metric = Metric.PER_DEVICE) -> list[Point]:
+    """Points that no other point beats on both tok/s per user and `metric`, fastest users last."""
+    best: list[Point] = []
+    for p in sorted(points, key=lambda p: (p.tok_s_per_user, p.value(metric)), reverse=True):
+        if not best or p.value(metric) > best[-1].value(metric):
+            best.append(p)
+    return best[::-1]
