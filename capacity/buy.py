@@ -29,7 +29,7 @@ from hetc.partitioner.capture import capture
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
+from hetc.partitioner.solver import Caps, solve
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.units import Unit
 
@@ -48,8 +48,11 @@ class BuyRequest:
     kv_dtype: str | None = None
     tp: str = "auto"
     time_limit: float = 30.0
+    budget_usd_h: float | None = None  # set: the most output tok/s within it, instead of the cheapest fleet
 
     def __post_init__(self) -> None:
+        if self.budget_usd_h is not None and not self.budget_usd_h > 0:
+            raise BadInput(f"must be > 0, got {self.budget_usd_h}.", field="--budget", fix="give USD per hour.")
         if not self.rate > 0:
             raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
         for name in ("input_len", "output_len"):
@@ -68,25 +71,30 @@ class Purchase:
     counts: dict[int, int]  # catalog entry -> devices bought
     usd_h: float
     output_tok_s: float  # what the chosen pipelines predict at saturation
-    bound_usd_h: float  # no fleet serving the load costs less
+    bound_usd_h: float | None = None  # cheapest mode: no fleet serving the load costs less
+    bound_tok_s: float | None = None  # budget mode: no fleet within the budget serves more
     fleet: dict  # the cluster.yaml document
 
     @property
     def ratio(self) -> float:
-        """bound / cost: 1.0 means provably the cheapest."""
+        """How close to the best purchase it is provably (1.0: the best): bound/cost, or tok/s / bound."""
+        if self.bound_tok_s is not None:
+            return self.output_tok_s / self.bound_tok_s if self.bound_tok_s else 1.0
         return self.bound_usd_h / self.usd_h if self.usd_h else 1.0
 
     def to_json(self, catalog: Catalog) -> dict:
         return {"devices": {catalog.entries[i].profile: k for i, k in sorted(self.counts.items())},
-                "usd_h": self.usd_h, "predicted_output_tok_s": self.output_tok_s,
-                "bound_usd_h": self.bound_usd_h, "bound_ratio": self.ratio, "fleet": self.fleet}
+                "usd_h": self.usd_h, "predicted_output_tok_s": self.output_tok_s, "bound_usd_h": self.bound_usd_h,
+                "bound_output_tok_s": self.bound_tok_s, "bound_ratio": self.ratio, "fleet": self.fleet}
 
 
 def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None) -> Purchase:
-    """Choose the cheapest purchase from `catalog` that serves `req`.
+    """Choose the cheapest purchase from `catalog` that serves `req` (with `req.budget_usd_h`: the
+    purchase within the budget that serves the most output tok/s within the SLOs).
 
     Raises:
-        Infeasible: the catalog's whole stock cannot meet the rate or the SLOs (the message says which).
+        Infeasible: the catalog's whole stock cannot meet the rate or the SLOs, or nothing fits the
+            budget (the message says which).
     """
     stock = catalog.cluster(catalog.everything(), name=f"{catalog.name}-stock")
     if progress:
@@ -95,11 +103,14 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
     slo = {"ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
            "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, "tp": req.tp, "time_limit": req.time_limit}
-    try:
-        sol = solve(model.units, stock, wl, objective="cost", min_tok_s=req.output_tok_s, **slo,
-                    progress=(lambda s: progress(f"solving: {s}")) if progress else None)
-    except Infeasible:
-        raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
+    say = (lambda s: progress(f"solving: {s}")) if progress else None
+    if req.budget_usd_h:
+        sol = solve(model.units, stock, wl, caps=Caps(usd_h=req.budget_usd_h), **slo, progress=say)
+    else:
+        try:
+            sol = solve(model.units, stock, wl, objective="cost", min_tok_s=req.output_tok_s, **slo, progress=say)
+        except Infeasible:
+            raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
     entry_of = {e.profile: i for i, e in enumerate(catalog.entries)}
     counts: Counter = Counter()
     for cand in sol.pipelines:
@@ -108,6 +119,9 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     fleet = catalog.fleet_doc(dict(counts), name=f"{catalog.name}-fleet")
     profiles = {n.profile.name: n.profile for n in stock.nodes}
     usd_h = sum(stock.price(profiles[catalog.entries[i].profile]) * k for i, k in counts.items())
+    if req.budget_usd_h:  # the solver's bound on output tok/s, capped by the budget
+        return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_tok_s=sol.bound,
+                        fleet=fleet)
     kinds = kinds_of(stock, (1, 2, 4, 8) if req.tp == "auto" else (1,))
     price = {type_key(n): stock.price(n.profile) for n in stock.nodes}
     per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price)

@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--kv-dtype", choices=DTYPES, default=None)
     pl.add_argument("--input-len", type=_positive_int, default=1024)
     pl.add_argument("--output-len", type=_positive_int, default=256)
-    pl.add_argument("--objective", choices=["throughput", "latency", "cost"], default="throughput")
+    pl.add_argument("--objective", choices=["throughput", "latency", "cost", "energy"], default="throughput",
+                    help="energy: output tokens per joule (devices at their profiles' power)")
+    pl.add_argument("--power-budget", type=_nonneg, default=None, metavar="W",
+                    help="the plan's devices together draw at most W watts (at their profiles' power)")
     pl.add_argument("--min-tok-s", type=_nonneg, default=0.0)
     pl.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
     pl.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
@@ -130,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     by.add_argument("--output-len", type=_positive_int, default=256)
     by.add_argument("--dtype", choices=DTYPES, default="bf16")
     by.add_argument("--kv-dtype", choices=DTYPES, default=None)
+    by.add_argument("--budget", type=_nonneg, default=None, metavar="USD_H",
+                    help="instead of the cheapest fleet: the most output tok/s within this many USD per hour")
     by.add_argument("--tp", choices=["auto", "1"], default="auto")
     by.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
     by.add_argument("-o", "--output", default="fleet.yaml",
@@ -172,7 +177,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
     req = PlanRequest(model=a.model, profiles=a.profiles, dtype=a.dtype, kv_dtype=a.kv_dtype, input_len=a.input_len,
                       output_len=a.output_len, objective=a.objective, min_tok_s=a.min_tok_s, ttft_slo_ms=a.ttft_slo,
-                      tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit)
+                      tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit,
+                      power_budget_w=a.power_budget)
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
     save_plan(plan, a.output)
@@ -265,7 +271,7 @@ def cmd_buy(a: argparse.Namespace) -> int:
 
     req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
                      ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
-                     time_limit=a.time_limit)
+                     time_limit=a.time_limit, budget_usd_h=a.budget)
     catalog = load_catalog(a.catalog)
     with _status("choosing what to buy") as update:
         purchase = buy(catalog, req, progress=update)

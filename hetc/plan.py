@@ -102,7 +102,7 @@ class SolverInfo(_M):
 
 
 class Objective(_M):
-    name: Literal["throughput", "latency", "cost"]
+    name: Literal["throughput", "latency", "cost", "energy"]
     sense: Literal["max", "min"]
     unit: str
 

@@ -79,9 +79,14 @@ def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Cons
     for i, e in enumerate(catalog.entries):
         t.add_row(e.profile, str(p.counts.get(i, 0)), str(e.max), e.price or "profile's")
     console.print(t)
-    console.print(f"fleet: [bold]{p.usd_h:,.2f} USD/h[/], predicted {p.output_tok_s:,.0f} output tok/s at saturation; "
-                  f"no fleet serving this load costs less than {p.bound_usd_h:,.2f} USD/h "
-                  f"(bound/cost {p.ratio:.3f})")
+    head = f"fleet: [bold]{p.usd_h:,.2f} USD/h[/], predicted {p.output_tok_s:,.0f} output tok/s at saturation"
+    if p.bound_tok_s is not None:
+        met = "meets" if p.output_tok_s >= req.output_tok_s else "does not meet"
+        console.print(f"{head} ({met} the rate); no fleet within {req.budget_usd_h:,.2f} USD/h serves more than "
+                      f"{p.bound_tok_s:,.0f} output tok/s (plan/bound {p.ratio:.3f})")
+    else:
+        console.print(f"{head}; no fleet serving this load costs less than {p.bound_usd_h:,.2f} USD/h "
+                      f"(bound/cost {p.ratio:.3f})")
 
 
 def _replica_devices(devices: list[str], replicas: int) -> str:

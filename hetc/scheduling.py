@@ -28,6 +28,7 @@ class Objective(StrEnum):
     THROUGHPUT = "throughput"  # output tok/s at saturation (max)
     LATENCY = "latency"  # ms per request (min)
     COST = "cost"  # USD per million output tokens (min)
+    ENERGY = "energy"  # output tokens per joule (max)
 
 
 class Disaggregate(StrEnum):

@@ -16,7 +16,7 @@ from hetc.partitioner.capture import CapturedModel, capture
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import OBJECTIVES, Solution, solve
+from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
@@ -37,6 +37,7 @@ class PlanRequest:
     disaggregate: str = "auto"
     tp: str = "auto"
     time_limit: float = 30.0
+    power_budget_w: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -45,7 +46,10 @@ class PlanRequest:
                                fix="give a positive number of tokens.")
         if self.objective not in OBJECTIVES:
             raise BadInput(f"unknown objective {self.objective!r}.", field="--objective",
-                           fix="use throughput, latency or cost.")
+                           fix="use throughput, latency, cost or energy.")
+        if self.power_budget_w is not None and not self.power_budget_w > 0:
+            raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget",
+                           fix="give the watts the plan's devices may draw together.")
         for name in ("min_tok_s", "ttft_slo_ms", "tpot_slo_ms", "time_limit"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -70,8 +74,11 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     sol = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
                 tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,
-                disaggregate=req.disaggregate, time_limit=req.time_limit, progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+                disaggregate=req.disaggregate, time_limit=req.time_limit, caps=Caps(watts=req.power_budget_w),
+                progress=(lambda s: progress(f"solving: {s}")) if progress else None)
     baselines = run_baselines(model.units, cluster, wl, req.objective)
+    if req.power_budget_w:
+        sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines)
     plan.solver.seconds = sol.seconds
     plan.solver.command_seconds = time.perf_counter() - t0  # capture + solve + baselines
@@ -87,8 +94,13 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
         return 1e3 * sum(min(units_time([u], n.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype)
                              for n in cluster.nodes) for u in model.units)
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
+    if objective == "energy":  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
+        watts = {type_key(n): n.profile.power for n in cluster.nodes}
+        least = cost_bound(Tables(model.units, wl), kinds, max_stages, watts)
+        return 1.0 / least if least > 0 else float("inf")
     price = {type_key(n): cluster.price(n.profile) for n in cluster.nodes}
-    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in cluster.nodes)), price)
+    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, max_stages, price)
     return usd_h_per_tok_s / 3600 * 1e6
 
 
@@ -136,7 +148,7 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     ttft, tpot, watts = t.ttft_s * 1e3, t.tpot_s * 1e3, t.watts
     usd = t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
-    value = {"throughput": tok_s, "latency": tpot, "cost": usd}[req.objective]
+    value = {"throughput": tok_s, "latency": tpot, "cost": usd, "energy": tok_s / watts if watts else 0.0}[req.objective]
     bound = _bound(model, cluster, wl, sol, req.objective, req.tp)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     doc = {

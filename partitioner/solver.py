@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
+from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
@@ -33,12 +35,36 @@ from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
 
-__all__ = ["OBJECTIVES", "Candidate", "Solution", "solve"]
+__all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]
 
 PHASES = {"off": ("both",), "on": ("prefill", "decode"), "auto": ("both", "prefill", "decode")}
 
 OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
-              "cost": ("min", "USD per M output tokens")}
+              "cost": ("min", "USD per M output tokens"), "energy": ("max", "output tokens per J")}
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """Limits on what the chosen pipelines may draw and cost, all replicas together (None: no limit)."""
+
+    watts: float | None = None  # every used device at its profile's power
+    usd_h: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("watts", "usd_h"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} cap must be > 0, got {v}")
+
+    def spend(self, stages: list[StagePlan], cluster: Cluster) -> tuple[float, float]:
+        """(watts, USD/h) of one replica of a pipeline over `stages`."""
+        return (sum(s.node.profile.power * s.tp for s in stages),
+                sum(cluster.price(s.node.profile) * s.tp for s in stages))
+
+    def most_replicas(self, stages: list[StagePlan], cluster: Cluster) -> float:
+        """How many replicas of one pipeline the caps allow on their own."""
+        w, usd = self.spend(stages, cluster)
+        return min(self.watts / w if self.watts else float("inf"), self.usd_h / usd if self.usd_h else float("inf"))
 
 
 @dataclass(slots=True)
@@ -120,18 +146,25 @@ def _slot_use(groups: Counter) -> Counter:
     return out
 
 
-def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float) -> dict[int, int]:
+def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float,
+                     caps: Caps = Caps()) -> dict[int, int]:
     """CP-SAT: replicas per option maximising tok/s within what the nodes can hold (every tp
-    group inside one node); decode pools produce no more than the prefill pools feed."""
+    group inside one node) and the power / price caps; decode pools produce no more than the
+    prefill pools feed."""
     slots = _slots(cluster)
     m = cp_model.CpModel()
     uses = [_slot_use(usage(o.template)) for o in opts]
-    most = [min(slots[k] // c for k, c in use.items()) for use in uses]
+    most = [int(min(min(slots[k] // c for k, c in use.items()), caps.most_replicas(o.found.stages, cluster)))
+            for o, use in zip(opts, uses)]
     r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]
     for key, cnt in slots.items():
         terms = [r[j] * uses[j][key] for j in range(len(opts)) if uses[j][key]]
         if terms:
             m.Add(sum(terms) <= cnt)
+    spend = [caps.spend(o.found.stages, cluster) for o in opts]
+    for i, cap in enumerate((caps.watts, caps.usd_h)):
+        if cap:  # milli-units, rounded against the plan: a rounded plan never exceeds the cap
+            m.Add(sum(math.ceil(s[i] * 1000) * x for s, x in zip(spend, r)) <= math.floor(cap * 1000))
     rate = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
     gain = [g if o.template.phase == "both" else 0 for o, g in zip(opts, rate)]
     pools = {p: [j for j, o in enumerate(opts) if o.template.phase == p] for p in ("prefill", "decode")}
@@ -204,7 +237,7 @@ def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Clu
 
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str = "throughput",
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          tp: str = "auto", disaggregate: str = "off", time_limit: float = 30.0,
+          tp: str = "auto", disaggregate: str = "off", time_limit: float = 30.0, caps: Caps = Caps(),
           progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
@@ -212,6 +245,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         tp: "auto" allows tensor-parallel groups of 2, 4 or 8 devices inside a node; "1" does not.
         disaggregate: "off" (every pipeline prefills and decodes), "on" (prefill and decode pools
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
+        caps: power (W) and price (USD/h) the chosen pipelines may use together.
         time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
             third as CP-SAT's deterministic time (both counted in work, so plans don't depend
             on the machine's load).
@@ -227,6 +261,14 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     bound = cell_bound(tables, kinds, cluster, max_stages, phases=phases,
                        budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD
+    if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
+        per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
+        for name, of in per_tok.items():
+            cap = getattr(caps, name)
+            if cap:
+                least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes})
+                bound_value = min(bound_value, cap / least if least > 0 else float("inf"))
+        method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
     notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
                         "each apart): the bound is looser than it would be" for m in bound.merged]
     templates = generate(cluster, kinds, bound.pipelines, max_stages, phases)
@@ -251,11 +293,13 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
         pool = list(best_per_template.values())
         if progress:
             progress(f"CP-SAT over {len(pool)} templates")
-        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit / 3))
+        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
         picks = [(pool[j], k) for j, k in sorted(chosen.items())]
     else:
-        picks = _best_single(opts, cluster, objective, min_tok_s)
+        picks = _best_single(opts, cluster, objective, min_tok_s, caps)
     if not picks:
+        if caps.watts or caps.usd_h:
+            raise Infeasible(_over_caps(opts, cluster, caps))
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
@@ -288,23 +332,36 @@ def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
     return {i: wl.output_len / s if s > 0 else float("inf") for i, s in slowest.items()}
 
 
-def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float) -> list[tuple[_Option, int]]:
-    """For latency and cost: one template, replicated as far as the nodes hold it."""
+def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float,
+                 caps: Caps = Caps()) -> list[tuple[_Option, int]]:
+    """For latency, cost and energy: one template, replicated as far as the nodes and caps hold
+    it (latency) or as far as the floor needs (cost and energy: per-token figures)."""
     slots = _slots(cluster)
     best, pick = None, []
     for o in opts:
-        most = min(slots[k] // c for k, c in _slot_use(usage(o.template)).items())
+        most = int(min(min(slots[k] // c for k, c in _slot_use(usage(o.template)).items()),
+                       caps.most_replicas(o.found.stages, cluster)))
         if most == 0:
             continue
         need = 1 if not min_tok_s else -(-min_tok_s // o.found.estimate.output_tok_s)
         if need > most:
             continue
-        reps = int(need) if objective == "cost" else most
-        usd_h = sum(cluster.price(s.node.profile) * s.tp for s in o.found.stages)
-        sc = score(objective, o.found.estimate.output_tok_s, o.found.estimate.tpot_s, usd_h)
+        reps = int(need) if objective in ("cost", "energy") else most
+        watts, usd_h = caps.spend(o.found.stages, cluster)
+        sc = score(objective, o.found.estimate.output_tok_s, o.found.estimate.tpot_s, usd_h, watts)
         if best is None or sc > best:
             best, pick = sc, [(o, reps)]
     return pick
+
+
+def _over_caps(opts: list[_Option], cluster: Cluster, caps: Caps) -> str:
+    """What the cheapest and the least power-hungry pipelines need, against the caps."""
+    watts = min(caps.spend(o.found.stages, cluster)[0] for o in opts)
+    usd_h = min(caps.spend(o.found.stages, cluster)[1] for o in opts)
+    parts = ([f"the least power-hungry pipeline draws {watts:,.0f} W (--power-budget {caps.watts:,.0f} W)"]
+             if caps.watts else []) \
+        + ([f"the cheapest costs {usd_h:,.2f} USD/h (--budget {caps.usd_h:,.2f} USD/h)"] if caps.usd_h else [])
+    return "no placement fits: " + "; ".join(parts) + " (with the floors and SLOs given). Raise the budget."
 
 
 def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s: float,

@@ -38,12 +38,14 @@ class Found:
     stages: list[StagePlan]
 
 
-def score(objective: str, tok_s: float, tpot_s: float, usd_h: float) -> float:
+def score(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float = 1.0) -> float:
     """Larger is better for every objective."""
     if objective == "throughput":
         return tok_s
     if objective == "latency":
         return -tpot_s
+    if objective == "energy":
+        return tok_s / watts  # tokens per joule
     return tok_s / usd_h  # cost: tokens per dollar
 
 

@@ -65,6 +65,24 @@ def test_purchase_serves_the_rate_and_bound_is_below_every_fleet(tmp_path, rate)
     assert sum(n.count for n in fleet.nodes) == sum(p.counts.values())
 
 
+@pytest.mark.parametrize("budget", [1.0, 3.0, 5.0])
+def test_budget_buys_the_most_throughput_it_can(tmp_path, budget):
+    cat = _catalog(tmp_path)
+    req = BuyRequest(model=MODEL, rate=1e6, input_len=64, output_len=32, dtype="fp32", time_limit=2,
+                     budget_usd_h=budget)
+    p = buy(cat, req)
+    assert p.usd_h <= budget
+    model = capture(MODEL, dtype="fp32")
+    wl = Workload(64, 32, "fp32", "fp32")
+    most = 0.0
+    for counts in itertools.product(*(range(e.max + 1) for e in cat.entries)):
+        cluster = cat.cluster(dict(enumerate(counts))) if any(counts) else None
+        if cluster and sum(cluster.price(n.profile) * n.count for n in cluster.nodes) <= budget:
+            most = max(most, solve(model.units, cluster, wl, time_limit=2).output_tok_s)
+    assert p.output_tok_s == pytest.approx(most, rel=1e-6)
+    assert p.bound_tok_s >= most * (1 - 1e-9)
+
+
 def test_more_load_never_buys_less(tmp_path):
     cat = _catalog(tmp_path, fast_max=4)
     costs = [buy(cat, BuyRequest(model=MODEL, rate=r, input_len=64, output_len=32, dtype="fp32", time_limit=2)).usd_h

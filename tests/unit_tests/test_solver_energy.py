@@ -1,0 +1,107 @@
+"""The energy objective and the power / price caps against brute force on tiny instances:
+every ordered chain of devices, every split, every batch of the grid."""
+
+import itertools
+
+import pytest
+
+from hetc.partitioner.capture import capture
+from hetc.partitioner.planner import PlanRequest, make_plan
+from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.solver import Caps, solve
+from hetc.errors import Infeasible
+from tests.conftest import FIXTURES, two_type_cluster
+
+WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
+
+
+def _cluster(tmp_path, fast_w: str = "300 W", big_w: str = "100 W"):
+    two_type_cluster(tmp_path, "0.6 MB", "2 MB")
+    for name, w in (("fast", fast_w), ("big", big_w)):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(f.read_text().replace("power: 100 W", f"power: {w}"))
+    from hetc.cluster import load_cluster
+    return load_cluster(tmp_path / "c.yaml")
+
+
+def _chains(units, cluster):
+    """{device set: best tok/s of one pipeline over exactly those devices}, every order and split."""
+    devices = [(n, i) for n in cluster.nodes for i in range(n.count)]
+    best: dict[frozenset, float] = {}
+    for size in range(1, len(devices) + 1):
+        for chain in itertools.permutations(range(len(devices)), size):
+            for cuts in itertools.combinations(range(1, len(units)), size - 1):
+                edges = (0, *cuts, len(units))
+                stages = [StagePlan(devices[d][0], a, b - 1) for d, a, b in zip(chain, edges, edges[1:])]
+                for batch in (2**i for i in range(13)):
+                    est = estimate_pipeline(units, stages, cluster, WL, batch)
+                    if est is None:
+                        break
+                    key = frozenset(chain)
+                    best[key] = max(best.get(key, 0.0), est.output_tok_s)
+    return devices, best
+
+
+def _best_sets(devices, best):
+    """{device set S: best total tok/s of disjoint pipelines inside S (devices may idle)}."""
+    out: dict[frozenset, float] = {frozenset(): 0.0}
+    for size in range(1, len(devices) + 1):
+        for s in map(frozenset, itertools.combinations(range(len(devices)), size)):
+            first, rest = min(s), s - {min(s)}
+            val = out[rest]
+            for k in range(len(rest) + 1):
+                for others in itertools.combinations(sorted(rest), k):
+                    chain = frozenset((first, *others))
+                    val = max(val, best.get(chain, 0.0) + out[s - chain])
+            out[s] = val
+    return out
+
+
+def _watts(devices, s):
+    return sum(devices[d][0].profile.power for d in s)
+
+
+def test_energy_objective_matches_brute_force(tmp_path, tiny):
+    cluster = _cluster(tmp_path)
+    devices, best = _chains(tiny.units, cluster)
+    # a mix of pipelines draws the sum of their watts: its tokens per joule is at most its best pipeline's
+    want = max(tok / _watts(devices, s) for s, tok in best.items())
+    sol = solve(tiny.units, cluster, WL, objective="energy", tp="1")
+    watts = sum(sp.node.profile.power * sp.tp * c.replicas for c in sol.pipelines for sp in c.stages)
+    assert sol.output_tok_s / watts == pytest.approx(want, rel=1e-9)
+
+
+def test_energy_bound_is_above_the_optimum(tmp_path, tiny):
+    cluster = _cluster(tmp_path, fast_w="150 W", big_w="400 W")
+    tok_j = make_plan(PlanRequest(model=str(FIXTURES / "tiny-llama"), profiles=str(tmp_path / "c.yaml"), dtype="fp32",
+                                  input_len=32, output_len=16, objective="energy", tp="1", time_limit=2))
+    assert tok_j.solver.bound >= tok_j.solver.objective * (1 - 1e-9)
+    assert tok_j.solver.objective == pytest.approx(tok_j.predicted.output_tok_s / tok_j.predicted.watts)
+
+
+@pytest.mark.parametrize("budget", [120.0, 350.0, 450.0, 1000.0])
+def test_power_budget_matches_brute_force(tmp_path, tiny, budget):
+    cluster = _cluster(tmp_path)
+    devices, best = _chains(tiny.units, cluster)
+    sets = _best_sets(devices, best)
+    want = max((v for s, v in sets.items() if _watts(devices, s) <= budget), default=0.0)
+    if want == 0.0:
+        with pytest.raises(Infeasible, match="cap"):
+            solve(tiny.units, cluster, WL, tp="1", caps=Caps(watts=budget))
+        return
+    sol = solve(tiny.units, cluster, WL, tp="1", caps=Caps(watts=budget))
+    watts = sum(sp.node.profile.power * sp.tp * c.replicas for c in sol.pipelines for sp in c.stages)
+    assert watts <= budget
+    assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
+    assert sol.bound >= want * (1 - 1e-9)
+
+
+def test_price_cap_is_kept(tmp_path, tiny):
+    cluster = _cluster(tmp_path)  # both test profiles cost 1 USD/h
+    sol = solve(tiny.units, cluster, WL, tp="1", caps=Caps(usd_h=2.0))
+    assert sum(sp.tp * c.replicas for c in sol.pipelines for sp in c.stages) <= 2
