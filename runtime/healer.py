@@ -123,8 +123,28 @@ class Healer:
         self.log(f"pipeline unit {unit} failed: {reason}")
         threading.Thread(target=self._restart, args=(unit,), name=f"restart-unit{unit}", daemon=True).start()
 
+    def _culprit(self, unit: int) -> str | None:
+        """Which of this host's workers of `unit` died, when a transport error reported the failure
+        first: one killed by a signal before the others exited on their receive errors (code 1)."""
+        deadline = time.monotonic() + 1.0
+        while True:
+            dead = self.pool.dead(unit)
+            if dead or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not dead:
+            return None
+        w, code = min(dead, key=lambda d: (d[1] >= 0, d[1] == 0))
+        return (f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) exited "
+                f"with code {code}")
+
     def _restart(self, unit: int) -> None:
         h = self.units[unit]
+        if not h.reason.startswith("the worker for device"):  # a transport error: name the dead worker if local
+            culprit = self._culprit(unit)
+            if culprit is not None:
+                h.reason = f"{culprit} ({h.reason})"
+                self.engine.down[unit] = h.reason
         self.pool.stop_unit(unit)
         gone = self.gone_hosts(unit)
         if gone:
