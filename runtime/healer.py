@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc.errors import HetcError
+from hetc.runtime.worker import EXIT_PEER_LOST
 
 __all__ = ["Healer", "UnitState", "beat", "follow_restarts"]
 
@@ -79,10 +80,13 @@ class Healer:
                     continue
                 gone = self.pool.dead(u)
                 if gone:
-                    w, code = gone[0]
+                    w, code = min(gone, key=lambda d: d[1] == EXIT_PEER_LOST)  # the one that died first
                     runner = self.engine.lanes[w.stage.lane]
-                    self.engine.lane_failed(runner, f"the worker for device {w.device} (rank {w.rank}, stage "
-                                                    f"{w.stage.lane}.{w.stage.index}) exited with code {code}")
+                    what = (f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) "
+                            f"exited with code {code}")
+                    if code == EXIT_PEER_LOST:  # not the cause: _restart looks for it
+                        what = f"pipeline lane {w.stage.lane} lost a stage worker ({what}: it lost a peer)"
+                    self.engine.lane_failed(runner, what)
             self._read_beats()
 
     def _read_beats(self) -> None:
@@ -125,16 +129,17 @@ class Healer:
 
     def _culprit(self, unit: int) -> str | None:
         """Which of this host's workers of `unit` died, when a transport error reported the failure
-        first: one killed by a signal before the others exited on their receive errors (code 1)."""
+        first (the others exit with EXIT_PEER_LOST on their receive errors)."""
         deadline = time.monotonic() + 1.0
         while True:
             dead = self.pool.dead(unit)
             if dead or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        dead = [(w, code) for w, code in dead if code not in (0, EXIT_PEER_LOST)]
         if not dead:
-            return None
-        w, code = min(dead, key=lambda d: (d[1] >= 0, d[1] == 0))
+            return None  # only workers that lost a peer: the dead one is on another host
+        w, code = min(dead, key=lambda d: d[1] >= 0)  # killed by a signal first
         return (f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) exited "
                 f"with code {code}")
 

@@ -21,8 +21,11 @@ import traceback
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["WorkerConfig", "main"]
+__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main"]
+
+EXIT_PEER_LOST = 4  # the worker stopped because a peer of its group died
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if os.environ.get("HETC_DEBUG"):
             traceback.print_exc()
-        return 1
+        return EXIT_PEER_LOST if _peer_lost(e) else 1
+
+
+def _peer_lost(e: Exception) -> bool:
+    """A receive or send failed because another process of the group died or timed out (not this
+    worker's own fault): the healer then looks for the worker that died first."""
+    return isinstance(e, dist.DistError) or "gloo" in str(e) or "tokens stopped coming" in str(e)
 
 
 if __name__ == "__main__":
