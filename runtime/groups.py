@@ -52,7 +52,22 @@ def _prefix(unit: int, generation: int) -> str:
     return f"unit{unit}/gen{generation}/"
 
 
-def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, timeout_s: float) -> GlooTransport:
+def _gloo(store, rank: int, size: int, timeout_s: float, bind: str | None):
+    """A gloo group whose sockets listen on `bind` (an address of this host; None: gloo's
+    default, the host name's address or GLOO_SOCKET_IFNAME)."""
+    import torch.distributed as dist
+
+    timeout = dt.timedelta(seconds=timeout_s)
+    if bind is None:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=bind)]
+    opts._timeout = timeout
+    return dist.ProcessGroupGloo(store, rank, size, opts)
+
+
+def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, timeout_s: float,
+               bind: str | None = None) -> GlooTransport:
     """Join `unit`'s group of `generation` as job-wide `rank`; returns once every member joined.
 
     Args:
@@ -62,18 +77,19 @@ def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, 
         generation: 1 at start, +1 per restart of the unit.
         rank: this process's job-wide rank (0: the frontend).
         timeout_s: how long to wait for the members, and every later receive's limit.
+        bind: the address this process's gloo sockets listen on (None: gloo's default).
     """
     import torch.distributed as dist
 
     ranks = group_ranks(lanes, unit)
-    pg = dist.ProcessGroupGloo(dist.PrefixStore(_prefix(unit, generation), store), ranks.index(rank), len(ranks),
-                               dt.timedelta(seconds=timeout_s))
+    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store), ranks.index(rank), len(ranks), timeout_s, bind)
     return GlooTransport(pg, ranks)
 
 
-def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float):
+def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
+                bind: str | None = None):
     """A tensor-parallel stage's own group (its members, leader first), for its collectives."""
     import torch.distributed as dist
 
     prefix = f"{_prefix(unit, generation)}tp{stage.rank}/"
-    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), tp_rank, stage.tp, dt.timedelta(seconds=timeout_s))
+    return _gloo(dist.PrefixStore(prefix, store), tp_rank, stage.tp, timeout_s, bind)

@@ -242,15 +242,20 @@ def start_workers(c: Checked, tmp: str):
     o, r = c.o, c.rdzv
     addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
     store = open_store(addr, port, r.node_rank == 0, o.timeout, r.agent_store)
+    # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
+    # itself listens on every interface: a torch TCPStore limit, README "Running it in production")
+    bind = "127.0.0.1" if r.nnodes == 1 else addr if r.node_rank == 0 else None
     cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=c.model_ref, model_dir=c.model_dir,
                        random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
                        agent_store=r.agent_store, timeout_s=o.timeout,
-                       kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width)
+                       kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width,
+                       bind=bind)
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)
     env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
            "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout))
+    pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout,
+                                                      bind=bind))
     for u in range(len(pool.units)):
         pool.spawn(u, 1)
     transports: dict = {}

@@ -44,6 +44,7 @@ class WorkerConfig:
     kv_blocks: dict[str, int]  # lane id → blocks
     threads: int
     width: int = 1  # > 1: emulate a width-shrunk copy (1/width of heads, hidden, MLP)
+    bind: str | None = None  # the address gloo listens on (None: gloo's default)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -238,10 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
         store = open_store(cfg.master_addr, cfg.master_port, False, cfg.timeout_s, cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
-        tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s)
+        tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
         if spec.tp > 1:
-            model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s)
+            model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes], dtype=torch.long)
         tp.send(Message(Kind.READY, w.rank, payload=ready), 0)

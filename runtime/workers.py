@@ -28,6 +28,7 @@ class WorkerSetup:
     env: dict[str, str]
     local: frozenset[int]  # ranks this host runs
     timeout_s: float  # the transport timeout: group formation and every receive
+    bind: str | None = None  # the address the frontend's gloo sockets listen on
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
@@ -84,7 +85,7 @@ class WorkerPool:
 
         def form() -> None:
             try:
-                out.append(form_group(store, self.lanes, unit, generation, 0, self.setup.timeout_s))
+                out.append(form_group(store, self.lanes, unit, generation, 0, self.setup.timeout_s, self.setup.bind))
             except BaseException as e:  # noqa: BLE001 — reported below
                 out.append(e)
 
