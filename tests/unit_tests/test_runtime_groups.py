@@ -61,6 +61,17 @@ def _echo(tp, rank: int, step: int) -> list[int]:
     return got.payload.reshape(-1).tolist()
 
 
+def test_pools_that_exchange_kv_share_a_unit():
+    import dataclasses
+
+    pre, dec = _lanes()
+    pre = dataclasses.replace(pre, phase="prefill", targets=(1,))
+    dec = dataclasses.replace(dec, phase="decode")
+    third = dataclasses.replace(_lanes()[0], id=2)
+    assert units([pre, dec, third]) == [(0, 1), (2,)]
+    assert group_ranks([pre, dec, third], 0) == [0, 1, 2]
+
+
 def test_a_unit_reforms_alone_with_a_new_generation():
     import socket
 
