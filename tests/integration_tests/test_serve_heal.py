@@ -197,3 +197,30 @@ def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa:
         assert e.value.status_code == 503
     finally:
         _stop(proc, log)
+
+
+def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path):  # noqa: F811
+    import shutil
+
+    model, plan_path, _ = built
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    url, proc, log = _start(plan_path, copy, "--max-restarts", "2")
+    try:
+        for f in copy.glob("*.safetensors"):  # a restarted worker cannot load its weights any more
+            f.rename(f.with_suffix(".gone"))
+        victim = httpx.get(f"{url}/health").json()["workers"][0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while (h := httpx.get(f"{url}/health").json())["units"][0]["state"] != "failed":
+            assert time.monotonic() < deadline, h
+            time.sleep(0.5)
+        r = httpx.get(f"{url}/health")
+        reason = r.json()["reason"]
+        assert r.status_code == 503 and f"stage {victim['stage']}" in reason and victim["device"] in reason
+        assert "gave up after 2 restart attempt(s)" in reason and "while starting" in reason
+        log.seek(0)
+        text = log.read()
+        assert text.count("restarting pipeline unit 0 (attempt") == 2
+    finally:
+        _stop(proc, log)
