@@ -92,6 +92,25 @@ class Sink:
             self.done.set()
 
 
+_ENGINES: list[Engine] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_engines():
+    """Every engine's lanes stop after the test (no threads left running into the next one)."""
+    yield
+    while _ENGINES:
+        eng = _ENGINES.pop()
+        for p in eng.lanes:
+            p.tp.hold.clear()
+        eng.cancel_all("test over")
+        eng.shutdown(2.0)
+        for r in eng.lanes:
+            r.tp.kill()
+            for t in r.threads:
+                t.join(2.0)
+
+
 def _engine(n_lanes: int = 2, clock=time.monotonic):
     lanes = [_lane(i, 1 + 2 * i) for i in range(n_lanes)]
     pipes = {l.id: FakePipeline(l.stages[-1].rank) for l in lanes}
@@ -100,6 +119,7 @@ def _engine(n_lanes: int = 2, clock=time.monotonic):
     failed: list[tuple[int, str]] = []
     eng.on_unit_failed = lambda unit, why: failed.append((unit, why))
     eng.start()
+    _ENGINES.append(eng)
     return eng, pipes, failed
 
 
