@@ -150,6 +150,7 @@ class Healer:
             if culprit is not None:
                 h.reason = f"{culprit} ({h.reason})"
                 self.engine.down[unit] = h.reason
+                self.log(f"pipeline unit {unit}: {culprit}")
         self.pool.stop_unit(unit)
         gone = self.gone_hosts(unit)
         if gone:
