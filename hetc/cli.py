@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
+    sv.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                    help="restart attempts of a pipeline whose worker died before it stays down (default 3; 0: never)")
+    sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS",
+                    help="on SIGTERM, how long open requests may take to finish (default 30)")
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
@@ -225,7 +229,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      host=a.host, port=a.port, api_key=a.api_key, served_model_name=a.served_model_name,
                      nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr, master_port=a.master_port,
                      max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
-                     num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout)
+                     num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout,
+                     max_restarts=a.max_restarts, drain_timeout=a.drain_timeout)
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 

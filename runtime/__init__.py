@@ -1,10 +1,13 @@
 """`hetc serve`: the runtime that runs a plan.json.
 
-Processes (one torch.distributed gloo job, ranks mapped from the plan — topology.py):
+Processes (ranks mapped from the plan — topology.py; each pipeline unit — a lane, or a
+disaggregated plan's pools — is a gloo group of its own with the frontend: groups.py):
   rank 0, the frontend (launch.py): checks the plan against the model (graph_hash),
-      starts the workers, runs the HTTP server (server.py, protocol.py, tokenizer.py,
-      metrics.py) and, per pipeline replica ("lane"), a scheduler (scheduler.py,
-      block_manager.py, sequence.py) with a sender and a receiver thread (engine.py);
+      starts the workers (workers.py), runs the HTTP server (server.py, protocol.py,
+      tokenizer.py, metrics.py) and, per pipeline replica ("lane"), a scheduler (scheduler.py,
+      block_manager.py, sequence.py) with a sender and a receiver thread (lane.py,
+      inflight.py) behind one engine (engine.py); a watchdog restarts a unit whose worker
+      died, with a new group generation (healer.py); SIGTERM drains (drain.py);
   ranks 1.., one worker per plan device (worker.py): loads only its stage's tensors
       (weights.py; safetensors memory-mapped), runs the stage's units with the model's
       own transformers modules and paged-KV attention (model_runner.py, kv_cache.py),

@@ -1,9 +1,10 @@
-"""The frontend's engine: per lane (pipeline replica) a scheduler, a sender thread that
-feeds micro-batches to the first stage and a receiver thread that takes sampled tokens
-from the last stage; a watchdog that fails everything in flight when a worker dies.
+"""The frontend's engine: every lane of the plan (lane.py) behind one submit/abort interface.
 
-Threads share the scheduler under the lane's condition variable; gloo sends and receives
-release the GIL, so the HTTP server keeps serving while they wait.
+Lanes are grouped in units (groups.py): the lanes that share a process group. When a unit
+fails (a worker died, a receive timed out), only its requests end with an error; the other
+units keep serving, and `on_unit_failed` (the launcher's healer) restarts the unit and hands
+the engine fresh transports (`revive`). Sequence status changes only in the schedulers; the
+engine routes requests, hand-offs and results between them.
 """
 
 from __future__ import annotations
@@ -11,18 +12,16 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
-
-from hetc.runtime.block_manager import BlockManager
-from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig, StepOutput
+from hetc.runtime.inflight import InFlightTransfer, Transfer
+from hetc.runtime.lane import LaneRunner
+from hetc.runtime.scheduler import SchedulerConfig, StepOutput
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
-from hetc.runtime.transport import Kind, Message, Sender, StepMeta, recv
+from hetc.runtime.transport import Transport
+from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["Engine", "EngineDead", "Event", "QueueFull", "Request"]
 
@@ -32,7 +31,7 @@ class QueueFull(Exception):
 
 
 class EngineDead(Exception):
-    """A worker died or the server is draining (HTTP 503)."""
+    """No pipeline can take the request: workers are dead or the server is draining (HTTP 503)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,253 +45,58 @@ class Event:
 @dataclass(eq=False)
 class Request:
     seq: Sequence
-    lane: "LaneRunner"
+    lane: LaneRunner
     sink: Callable[[Event], None]  # called from engine threads; must not block
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     last_token_at: float | None = None
 
 
-_HEARTBEAT = object()  # marks a heartbeat in the in-flight queue
-
-
-@dataclass(eq=False)
-class Transfer:
-    """One prompt's KV moving from a prefill lane to a decode lane (disaggregated plans)."""
-
-    seq: Sequence
-    src: "LaneRunner"
-    dst: "LaneRunner"
-    tokens: int  # KV positions sent: everything computed before the first sampled token
-    src_blocks: list[int]
-    sent_bytes: float = 0.0
-
-
-class LaneRunner:
-    """One pipeline replica: its scheduler and the two threads that talk to its stages."""
-
-    def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig):
-        self.engine, self.lane = engine, lane
-        # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
-        self.sched = Scheduler(BlockManager(num_blocks), cfg,
-                               on_preempt=engine.requeue if lane.phase == "decode" else None)
-        self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
-        self.cond = threading.Condition()
-        self.inflight: deque = deque()
-        self.first_rank, self.last_rank = lane.stages[0].rank, lane.stages[-1].rank
-        self.stopping = False  # SHUTDOWN requested
-        self.stopped = threading.Event()
-        self._last_send = time.monotonic()
-        self._send_lock = threading.Lock()
-        self._dirty = True
-        self._out = Sender(self.first_rank)
-        # looking ahead, each stage has a micro-batch queued behind the one it runs
-        self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
-
-    def start(self) -> None:
-        threading.Thread(target=self._guard, args=(self._send_loop,), name=f"lane{self.lane.id}-send", daemon=True).start()
-        threading.Thread(target=self._guard, args=(self._recv_loop,), name=f"lane{self.lane.id}-recv", daemon=True).start()
-
-    def _guard(self, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as e:  # a transport error: a peer died or timed out
-            devices = ", ".join(s.device for s in self.lane.stages)
-            text = str(e).splitlines()[0] if str(e) else type(e).__name__
-            self.engine.fail(f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: {text[:240]}")
-
-    # ---- sending ---------------------------------------------------------------------------
-    # Both threads send: the receiver sends the next micro-batch as soon as a result frees its
-    # sequences (no thread hand-off between a result and the next step), the sender thread
-    # sends what new requests make possible, heartbeats while idle, and SHUTDOWN. `_send_lock`
-    # keeps "append to inflight" and "send" in one order; it is taken before `cond`.
-    def poke(self) -> None:
-        """The scheduler's state changed (call with `cond` held): the sender looks again."""
-        self._dirty = True
-        self.cond.notify_all()
-
-    def _next_message(self, heartbeat_ok: bool) -> Message | None:
-        """With `cond` held: the next message to send, already queued in `inflight`; None: nothing now."""
-        if self.incoming:
-            msg = self._next_transfer()
-            if msg is not None:
-                return msg
-        if len(self.inflight) < self.depth:
-            batch = self.sched.schedule(self.lane.lookahead)
-            if batch is not None:
-                msg = self._step_message(batch)
-                self.inflight.append(batch)
-                self.engine.metrics.on_schedule(self)
-                batch.sent_at = time.perf_counter()
-                self._last_send = time.monotonic()
-                return msg
-        if not heartbeat_ok or self.inflight:
-            return None
-        if self.stopping and self.engine.idle():
-            self.inflight.append(_HEARTBEAT)
-            return Message(Kind.SHUTDOWN)
-        if time.monotonic() - self._last_send >= self.engine.heartbeat_s:
-            self.inflight.append(_HEARTBEAT)
-            self._last_send = time.monotonic()
-            return Message(Kind.HEARTBEAT)
-        return None
-
-    def _next_transfer(self) -> Message | None:
-        """A decode lane (cond held): take the first incoming prompt whose blocks fit; the matching
-        TRANSFER_OUT goes to its prefill lane just before this TRANSFER_IN (see _send_next)."""
-        t = self.incoming[0]
-        if t.seq.aborted:  # the client left while it waited: its prefill blocks go back
-            self.incoming.popleft()
-            t.seq.status = SeqStatus.FINISHED
-            t.seq.finish_reason = "abort"
-            t.src.release(t)
-            return None
-        if not self.sched.blocks.can_grow(t.seq, 0):
-            return None
-        self.incoming.popleft()
-        self.sched.blocks.grow(t.seq, 0)  # blocks for the t.tokens positions already computed
-        t.seq.in_flight = 1  # an abort waits for the KV to land
-        self.inflight.append(t)
-        meta = torch.tensor([t.src.lane.id, t.tokens, *t.seq.block_table], dtype=torch.long)
-        return Message(Kind.TRANSFER_IN, t.seq.seq_id, meta=meta,
-                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
-
-    def send_transfer_out(self, t: Transfer) -> None:
-        """A prefill lane: send a prompt's KV to `t.dst` (called by the decode lane's sender)."""
-        with self._send_lock:
-            with self.cond:
-                if self.engine.failed:
-                    return
-                self.inflight.append(t)
-            meta = torch.tensor([t.dst.lane.id, t.tokens, *t.src_blocks], dtype=torch.long)
-            self._out.send(Message(Kind.TRANSFER_OUT, t.seq.seq_id, meta=meta,
-                                   times=torch.zeros(len(self.lane.stages), dtype=torch.float64)))
-
-    def release(self, t: Transfer) -> None:
-        """A prefill lane: the prompt's blocks are free again (its KV was sent, or is not needed)."""
-        with self.cond:
-            self.sched.blocks.free_blocks(t.src_blocks)
-            t.src_blocks = []
-            self.poke()
-
-    def _send_next(self, heartbeat_ok: bool) -> Message | None:
-        with self._send_lock:
-            with self.cond:
-                if self.engine.failed:
-                    return None
-                msg = self._next_message(heartbeat_ok)
-                if msg is None and heartbeat_ok:
-                    self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
-                t = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
-            if t is not None:
-                # every transfer to this lane is issued here, OUT then IN, so each pair of workers
-                # sees its transfers in the same order on both sides
-                t.src.send_transfer_out(t)
-            if msg is not None:
-                self._out.send(msg)
-                if msg.kind is Kind.SHUTDOWN:
-                    self._out.flush()
-            return msg
-
-    def _send_loop(self) -> None:
-        while not self.engine.failed:
-            msg = self._send_next(heartbeat_ok=True)
-            if msg is not None:
-                if msg.kind is Kind.SHUTDOWN:
-                    return
-                continue
-            with self.cond:
-                if not self._dirty and not self.engine.failed:
-                    due = self.engine.heartbeat_s - (time.monotonic() - self._last_send)
-                    self.cond.wait(timeout=max(0.01, due) if not self.inflight else self.engine.heartbeat_s)
-
-    def _step_message(self, batch: MicroBatch) -> Message:
-        items = batch.items
-        meta = StepMeta(seq_ids=[i.seq.seq_id for i in items], starts=[i.start for i in items],
-                        n_new=[i.n_new for i in items], sample=[i.sample for i in items],
-                        block_tables=[list(i.seq.block_table) for i in items],
-                        # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
-                        token_ids=[t for i in items for t in ([-1] if i.ahead else
-                                                              i.seq.token_ids[i.start:i.start + i.n_new])],
-                        sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
-                                   i.seq.params.seed) for i in items])
-        m, s = meta.encode()
-        return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
-                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
-
-    # ---- receiving -------------------------------------------------------------------------
-    def _recv_loop(self) -> None:
-        while True:
-            msg = recv(self.last_rank)
-            now = time.perf_counter()
-            handoffs, done_out = [], None
-            with self.cond:
-                if self.engine.failed:
-                    return
-                item = self.inflight.popleft()
-                outs = []
-                if msg.kind is Kind.RESULT:
-                    outs = self.sched.on_result(item, msg.payload.reshape(-1).tolist())
-                    self.engine.metrics.on_step(self, item, msg.times.tolist(), now - item.sent_at)
-                    handoffs, self.sched.handoffs = self.sched.handoffs, []
-                    with self.engine._lock:
-                        self.engine.handoffs_pending += len(handoffs)
-                elif msg.kind is Kind.TRANSFER_OUT:  # its KV left every prefill stage
-                    item.sent_bytes = float(msg.times.sum())
-                    self.sched.blocks.free_blocks(item.src_blocks)
-                    item.src_blocks = []
-                    done_out = item
-                elif msg.kind is Kind.TRANSFER_IN:  # its KV is in every decode stage: decode from here
-                    seq = item.seq
-                    seq.in_flight = 0
-                    if seq.aborted:
-                        self.sched.blocks.free(seq)
-                        seq.status, seq.finish_reason = SeqStatus.FINISHED, "abort"
-                        outs = [StepOutput(seq, None, True)]
-                    else:
-                        self.sched.admit_running(seq)
-                self.poke()
-            if msg.kind is Kind.SHUTDOWN:
-                self.stopped.set()
-                return
-            if msg.kind is Kind.RESULT:
-                self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
-            if done_out is not None:
-                self.engine.metrics.on_transfer(done_out.tokens, done_out.sent_bytes)
-            for seq in handoffs:
-                self.engine.handoff(seq, self)
-            self.engine.deliver(outs)
-
-    # ---- requests --------------------------------------------------------------------------
-    def load(self) -> int:
-        return self.sched.num_running + self.sched.num_waiting + len(self.incoming)
-
-
 class Engine:
     """All lanes of the plan behind one submit/abort interface."""
 
     def __init__(self, lanes: list[Lane], blocks: dict[int, int], cfg: SchedulerConfig, metrics, *,
-                 heartbeat_s: float = 1.0):
+                 transports: dict[int, Transport], units: list[tuple[int, ...]] | None = None,
+                 clock: Callable[[], float] = time.monotonic, heartbeat_s: float = 1.0):
         """Args:
             lanes: the plan's lanes (topology).
             blocks: lane id → KV blocks of its block manager.
             cfg: scheduler settings (n_stages is set per lane).
             metrics: a runtime.metrics.Metrics.
+            transports: lane id → the transport of its unit's group.
+            units: lane ids per unit (groups.units); default: every lane its own unit.
+            clock: monotonic seconds (tests pass a fake).
             heartbeat_s: idle interval between heartbeats (well below the transport timeout).
         """
-        self.metrics, self.heartbeat_s, self.cfg = metrics, heartbeat_s, cfg
-        self.handoffs_pending = 0  # prefilled sequences between their prefill lane and a decode lane's queue
-        self.lanes = [LaneRunner(self, l, blocks[l.id], SchedulerConfig(
-            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages), handoff=l.phase == "prefill"))
-            for l in lanes]
-        # requests enter where prompts are prefilled; decode pools get them from prefill pools
-        self.entry_lanes = [r for r in self.lanes if r.lane.phase in ("both", "prefill")]
+        self.metrics, self.heartbeat_s, self.cfg, self.clock = metrics, heartbeat_s, cfg, clock
+        self.blocks = blocks
+        self.units = units or [(l.id,) for l in lanes]
+        self.unit_of = {lane: u for u, ids in enumerate(self.units) for lane in ids}
+        self._handoffs_pending = 0  # prefilled sequences between their prefill lane and a decode lane's queue
+        self.lanes = [self._runner(l, transports[l.id]) for l in lanes]
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self.failed: str | None = None
+        self.down: dict[int, str] = {}  # unit → why it is not serving (until revived)
         self.draining = False
-        self.on_fail: Callable[[str], None] | None = None  # the launcher stops the surviving workers
+        self.on_unit_failed: Callable[[int, str], None] | None = None  # the launcher's healer
+
+    def _runner(self, lane: Lane, transport: Transport) -> LaneRunner:
+        cfg = SchedulerConfig(self.cfg.max_num_seqs, self.cfg.max_batched_tokens, self.cfg.max_waiting,
+                              len(lane.stages), handoff=lane.phase == "prefill")
+        return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
+
+    @property
+    def entry_lanes(self) -> list[LaneRunner]:
+        """Lanes that take new requests: up, and prefilling (decode pools get them from prefill pools)."""
+        return [r for r in self.lanes if r.up and r.lane.phase in ("both", "prefill")]
+
+    @property
+    def failed(self) -> str | None:
+        """Why no request can be served (every unit is down), else None."""
+        if self.down and len(self.down) == len(self.units):
+            return "; ".join(self.down[u] for u in sorted(self.down))
+        return None
 
     @property
     def max_tokens_per_seq(self) -> int:
@@ -311,17 +115,18 @@ class Engine:
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, eos: frozenset[int],
                sink: Callable[[Event], None]) -> Request:
-        """Queue a request. Raises EngineDead (503) or QueueFull (429)."""
-        if self.failed:
-            raise EngineDead(self.failed)
+        """Queue a request on the least loaded working lane. Raises EngineDead (503) or QueueFull (429)."""
         if self.draining:
-            raise EngineDead("the server is shutting down")
+            raise EngineDead("the server is shutting down and takes no new requests")
         with self._lock:
+            entry = self.entry_lanes
+            if not entry:
+                raise EngineDead(self.failed or "every pipeline is restarting")
             if self.num_waiting() >= self.cfg.max_waiting:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
-            lane = min(self.entry_lanes, key=LaneRunner.load)
+            lane = min(entry, key=LaneRunner.load)
             seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos)
-            req = Request(seq, lane, sink)
+            req = Request(seq, lane, sink, arrival=self.clock())
             self.requests[seq.seq_id] = req
         with lane.cond:
             lane.sched.add(seq)
@@ -329,12 +134,16 @@ class Engine:
         self.metrics.on_queue(self)
         return req
 
+    def handoffs_started(self, n: int) -> None:
+        with self._lock:
+            self._handoffs_pending += n
+
     def handoff(self, seq: Sequence, src: LaneRunner) -> None:
         """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane."""
         try:
             dst = min((self.lanes[i] for i in src.lane.targets), key=LaneRunner.load)
             with src.cond:
-                if seq.status is not SeqStatus.HANDOFF:  # aborted meanwhile: its blocks are free
+                if seq.status is not SeqStatus.HANDOFF or not src.up:  # aborted or failed meanwhile
                     return
                 src_blocks, seq.block_table = seq.block_table, []
                 t = Transfer(seq, src, dst, seq.num_computed, src_blocks)
@@ -346,13 +155,14 @@ class Engine:
                 dst.poke()
         finally:
             with self._lock:
-                self.handoffs_pending -= 1
+                self._handoffs_pending -= 1
 
     def idle(self) -> bool:
         """Nothing queued, running or moving anywhere (a drained server may stop its workers)."""
-        return self.handoffs_pending == 0 and all(
-            not r.sched.has_unfinished() and not r.incoming and not any(isinstance(i, Transfer) for i in r.inflight)
-            for r in self.lanes)
+        return self._handoffs_pending == 0 and all(
+            not r.sched.has_unfinished() and not r.incoming
+            and not any(isinstance(i, InFlightTransfer) for i in r.inflight)
+            for r in self.lanes if r.up)
 
     def requeue(self, seq: Sequence) -> None:
         """A decode lane preempted `seq` (its blocks are free): a prefill lane recomputes it.
@@ -373,8 +183,8 @@ class Engine:
         if done:
             self.requests.pop(req.seq.seq_id, None)
 
-    def deliver(self, outs) -> None:
-        now = time.monotonic()
+    def deliver(self, outs: list[StepOutput]) -> None:
+        now = self.clock()
         for o in outs:
             req = self.requests.get(o.seq.seq_id)
             if req is None:
@@ -390,31 +200,89 @@ class Engine:
             if o.token is not None or o.finished:
                 req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
 
-    def fail(self, reason: str) -> None:
-        """A worker is dead: fail every request, refuse new ones (health turns 503)."""
+    # ---- failures and restarts -------------------------------------------------------------
+    def lane_failed(self, runner: LaneRunner, reason: str) -> None:
+        """`runner`'s transport failed: its whole unit stops, its requests end with an error now,
+        the other units keep serving, and the healer is asked to restart the unit."""
+        unit = self.unit_of[runner.lane.id]
         with self._lock:
-            if self.failed or all(r.stopped.is_set() for r in self.lanes):
-                return
-            self.failed = reason
+            if runner.down is not None or self.lanes[runner.lane.id] is not runner:
+                return  # already failed, or an old runner's thread after a restart
+            if all(r.stopped.is_set() for r in self.lanes if r.up):
+                return  # drained: the workers are stopping
+            self.down[unit] = reason
+            runners = [self.lanes[i] for i in self.units[unit]]
+            for r in runners:
+                r.down = reason
         self.metrics.on_fail()
-        for r in self.lanes:
+        for r in runners:
             with r.cond:
                 r.sched.fail_all()
                 r.inflight.clear()
                 r.incoming.clear()
                 r.poke()
-        reqs, self.requests = list(self.requests.values()), {}
-        for req in reqs:
-            req.sink(Event(None, True, "error", error=reason))
-        if self.on_fail:
-            self.on_fail(reason)
+        with self._lock:
+            reqs = [q for q in self.requests.values() if q.lane in runners]
+            for q in reqs:
+                self.requests.pop(q.seq.seq_id, None)
+        for q in reqs:
+            q.sink(Event(None, True, "error", error=reason))
+        if self.on_unit_failed is not None:
+            self.on_unit_failed(unit, reason)
+
+    def revive(self, unit: int, transports: dict[int, Transport]) -> None:
+        """`unit`'s workers were restarted and joined a new group: fresh lanes (empty schedulers
+        and KV pools) take requests again.
+
+        Args:
+            unit: index into `units`.
+            transports: lane id → the new group's transport, for each lane of the unit.
+        """
+        fresh = [self._runner(self.lanes[i].lane, transports[i]) for i in self.units[unit]]
+        with self._lock:
+            for r in fresh:
+                self.lanes[r.lane.id] = r
+            self.down.pop(unit, None)
+        for r in fresh:
+            r.start()
+        if not self.down:
+            self.metrics.on_revive()
+
+    # ---- drain -------------------------------------------------------------------------------
+    def stop_admitting(self) -> None:
+        """Drain's first step: new requests get 503; queued and running ones go on."""
+        self.draining = True
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is left (True) or `timeout` seconds pass (False)."""
+        deadline = self.clock() + timeout
+        while self.requests or not self.idle():
+            if self.clock() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def cancel_all(self, reason: str) -> None:
+        """End every request still open with an error (drain timed out)."""
+        for r in self.lanes:
+            if r.up:
+                with r.cond:
+                    for q in list(self.requests.values()):
+                        if q.lane is r:
+                            r.sched.abort(q.seq)
+                    r.poke()
+        with self._lock:
+            reqs, self.requests = list(self.requests.values()), {}
+        for q in reqs:
+            q.sink(Event(None, True, "error", error=reason))
 
     def shutdown(self, timeout: float = 30.0) -> bool:
-        """Drain: finish what is queued, then stop the workers (SHUTDOWN through every stage)."""
+        """Stop the workers of every working lane (SHUTDOWN through every stage) once idle."""
         self.draining = True
-        for r in self.lanes:
+        up = [r for r in self.lanes if r.up]
+        for r in up:
             with r.cond:
                 r.stopping = True
                 r.poke()
-        deadline = time.monotonic() + timeout
-        return all(r.stopped.wait(max(0.0, deadline - time.monotonic())) for r in self.lanes) and not self.failed
+        deadline = self.clock() + timeout
+        return all(r.stopped.wait(max(0.0, deadline - self.clock())) for r in up)

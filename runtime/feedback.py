@@ -18,7 +18,7 @@ from collections import deque
 
 import torch
 
-from hetc.runtime.transport import Kind, Message, StepMeta, recv
+from hetc.runtime.transport import Kind, Message, StepMeta, Transport
 
 __all__ = ["SampledTokens", "receive_tokens", "tokens_message"]
 
@@ -84,14 +84,14 @@ def tokens_message(step_id: int, seq_ids: list[int], positions: list[int], token
     return Message(Kind.TOKENS, step_id, meta=torch.tensor([*seq_ids, *positions, *tokens], dtype=torch.long))
 
 
-def receive_tokens(src: int, store: SampledTokens) -> threading.Thread:
+def receive_tokens(transport: Transport, src: int, store: SampledTokens) -> threading.Thread:
     """Start the first stage's thread that puts every TOKENS message from rank `src` into
     `store`, until SHUTDOWN."""
 
     def loop() -> None:
         try:
             while True:
-                msg = recv(src)
+                msg = transport.recv(src)
                 if msg.kind is Kind.SHUTDOWN:
                     return
                 if msg.kind is Kind.HEARTBEAT:

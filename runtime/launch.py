@@ -1,5 +1,7 @@
-"""`hetc serve plan.json`: check the plan against the model, launch one worker process per
-plan device, join them in one torch.distributed job, and serve the OpenAI API.
+"""`hetc serve plan.json`: check the plan against the model (`validate`), size each lane's KV
+pool (`size_kv`), launch one worker process per plan device and form each pipeline unit's
+process group (`start_workers`; a restart reuses its steps for one unit), and serve the
+OpenAI API until SIGTERM, which drains.
 
 Startup refuses (BadInput, exit 2) a plan that is malformed, of another schema, made for
 another model (graph_hash), or that needs a device this host lacks (without --emulate).
@@ -7,23 +9,19 @@ another model (graph_hash), or that needs a device this host lacks (without --em
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import os
 import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from hetc.errors import BadInput, HetcError
+from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
-__all__ = ["ServeOptions", "serve"]
+__all__ = ["Checked", "ServeOptions", "serve", "size_kv", "start_workers", "validate"]
 
 
 @dataclass(kw_only=True)
@@ -46,7 +44,16 @@ class ServeOptions:
     num_kv_blocks: int | None = None  # cap on each lane's KV blocks (to exercise preemption)
     threads: int | None = None  # per worker; default: host cores shared out when emulating
     timeout: float = 60.0  # transport receive timeout, seconds
-    drain_timeout: float = 60.0
+    drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
+    max_restarts: int = 3  # restart attempts of a failed pipeline unit before it stays down
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise BadInput(f"--max-restarts is {self.max_restarts}.", field="--max-restarts",
+                           fix="pass 0 (never restart) or more.")
+        if self.drain_timeout < 0:
+            raise BadInput(f"--drain-timeout is {self.drain_timeout}.", field="--drain-timeout",
+                           fix="pass 0 or more seconds.")
 
 
 def _free_port() -> int:
@@ -116,301 +123,287 @@ def _check_devices(lanes, file: str, local: set[int]) -> None:
                                "plan as a CPU process.") from None
 
 
-class _Launch:
-    """Everything the running server holds: plan, topology, workers, engine."""
+@dataclass(kw_only=True)
+class Checked:
+    """A plan checked against the model and this host (validate's result)."""
 
-    def __init__(self, o: ServeOptions):
-        import torch
+    o: ServeOptions
+    rdzv: Any  # rendezvous.Rendezvous
+    plan: Any  # hetc.plan.Plan
+    lanes: list  # topology.Lane
+    host_of: dict[str, int]  # plan node → node rank
+    local: frozenset[int]  # ranks this host runs
+    model_ref: str
+    model_dir: str | None
+    hf_cfg: Any
+    units: list  # model_runner.UnitRef per plan unit
+    width: int = 1  # > 1: emulating a width-shrunk copy
+    threads: int = 1  # per worker
+    max_seqs: int = 0
+    blocks: dict[int, int] = field(default_factory=dict)  # lane id → KV blocks (size_kv)
 
-        from hetc.partitioner.capture import load_hf_config
-        from hetc.plan import load_plan
-        from hetc.scheduling import KV_BLOCK_TOKENS
-        from hetc.runtime.emulate import cap_kv_blocks, fit_width
-        from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, check_supported, check_tp, kv_layout
-        from hetc.runtime.rendezvous import rendezvous
-        from hetc.runtime.topology import build_topology, hosts_of_nodes, kv_blocks, workers
+    @property
+    def mine(self) -> list:
+        from hetc.runtime.topology import workers
 
-        self.o = o
-        self.rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
-        plan = self.plan = load_plan(o.plan)
-        if not plan.units:
-            raise BadInput("the plan has no unit table.", file=o.plan, field="units",
-                           fix="regenerate it with this version of `hetc plan`.")
-        self.lanes = build_topology(plan, o.plan)
-        self.host_of = hosts_of_nodes(plan, self.rdzv.nnodes, o.plan)
-        self.all_workers = workers(self.lanes)
-        self.local = {w.rank for w in self.all_workers if self.host_of[w.stage.node] == self.rdzv.node_rank}
-        self.model_ref, self.model_dir = _resolve_model(plan, o)
-        _check_hash(plan, self.model_ref, o.plan)
-        self.hf_cfg, _ = load_hf_config(self.model_ref)
-        units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
-        check_supported(self.hf_cfg, units, o.plan)
-        for lane in self.lanes:
-            for s in lane.stages:
-                check_tp(self.hf_cfg, units[s.units[0]: s.units[1] + 1], s.tp,
-                         f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
-        if not o.emulate:
-            _check_devices(self.lanes, o.plan, self.local)
-        self.width = 1
-        if o.emulate:  # emulated devices share this host's memory
-            mine = [w for w in self.all_workers if w.rank in self.local]
-            self.width, self.hf_cfg = fit_width(plan, self.hf_cfg, mine, o.random_weights, o.plan)
-        kvh, hd = kv_layout(self.hf_cfg)
-        per_token_layer = 2 * kvh * hd * TORCH_DTYPES[plan.model.kv_dtype].itemsize
-        self.blocks: dict[int, int] = {}
-        self.max_seqs = o.max_num_seqs or max(max(l.batch for l in self.lanes),
-                                               2 * max(len(l.stages) for l in self.lanes))
-        # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
-        # assumes a device of its own; emulated devices share this host's memory)
-        max_len = int(getattr(self.hf_cfg, "max_position_embeddings", 0) or 0)
-        useful = self.max_seqs * -(-max_len // KV_BLOCK_TOKENS) if max_len else None
-        for lane in self.lanes:
-            attn = {s.index: sum(1 for u in units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
-                    for s in lane.stages}
-            n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
-            if n < 1:
-                s = lane.stages[caps.index(min(c for c in caps if c >= 0))]
-                raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
-                               f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
-                               field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
-                               fix="re-plan with a larger --input-len/--output-len or more memory.")
-            self.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
-        if o.emulate:
-            self.blocks = cap_kv_blocks(plan, self.hf_cfg, units, mine, self.blocks)
-        self.n_workers = len(self.all_workers)
-        n_here = max(1, len(self.local))
-        self.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
-        torch.set_num_threads(1)  # the frontend computes nothing
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.workers: dict[int, dict] = {}
-        self._tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
-
-    # ---- workers ---------------------------------------------------------------------------
-    def start_workers(self) -> None:
-        import torch.distributed as dist
-
-        from hetc.runtime.rendezvous import join_job
-        from hetc.runtime.topology import tp_groups
-        from hetc.runtime.transport import Kind, recv
-        from hetc.runtime.worker import WorkerConfig
-
-        o, r = self.o, self.rdzv
-        addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
-        cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=self.model_ref, model_dir=self.model_dir,
-                           random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
-                           agent_store=r.agent_store, world_size=self.n_workers + 1, timeout_s=o.timeout,
-                           kv_blocks={str(k): v for k, v in self.blocks.items()}, threads=self.threads,
-                           width=self.width)
-        spec = os.path.join(self._tmp.name, "spec.json")
-        cfg.save(spec)
-        env = {**_wait_policy(self.threads * len(self.local)), **os.environ, "OMP_NUM_THREADS": str(self.threads),
-               "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-        for w in self.all_workers:
-            if w.rank in self.local:
-                self.procs[w.rank] = subprocess.Popen(
-                    [sys.executable, "-m", "hetc.runtime.worker", "--spec", spec, "--device", w.device], env=env)
-        if r.node_rank != 0:
-            return  # rank 0 (the frontend) lives on node rank 0
-        err: list[BaseException] = []
-
-        def join() -> None:
-            try:
-                join_job(addr, port, 0, self.n_workers + 1, o.timeout, r.agent_store)
-            except BaseException as e:  # noqa: BLE001 — reported below
-                err.append(e)
-
-        t = threading.Thread(target=join, daemon=True)
-        t.start()
-        deadline = time.monotonic() + max(o.timeout, 120.0)
-        while t.is_alive():
-            t.join(0.2)
-            self._raise_if_dead("starting")
-            if time.monotonic() > deadline:
-                raise HetcError("the workers did not join the torch.distributed job in time.")
-        if err:
-            raise HetcError(f"joining the workers failed: {err[0]}")
-        for ranks in tp_groups(self.lanes):  # every rank creates every group, the frontend too
-            dist.new_group(list(ranks), timeout=dt.timedelta(seconds=o.timeout))
-        for w in self.all_workers:
-            s = w.stage
-            msg = recv(w.rank)
-            if msg.kind is not Kind.READY:
-                raise HetcError(f"worker {w.device} sent {msg.kind.name} before READY")
-            pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
-            self.workers[w.rank] = {"rank": w.rank, "device": w.device, "stage": f"{s.lane}.{s.index}",
-                                    "tp_rank": w.tp_rank, "node_rank": self.host_of[s.node], "units": list(s.units),
-                                    "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
-                                    "kv_bytes": kv_bytes}
-
-    def _raise_if_dead(self, when: str) -> None:
-        for rank, p in self.procs.items():
-            if p.poll() is not None:
-                dev = next(w.device for w in self.all_workers if w.rank == rank)
-                raise HetcError(f"the worker for {dev} (rank {rank}) exited with code {p.returncode} while {when}; "
-                                "its message is above.")
-
-    def watch(self, engine) -> None:
-        """Fail the engine when a worker process exits unexpectedly."""
-
-        def loop() -> None:
-            while not engine.failed:
-                time.sleep(0.2)
-                if engine.draining and all(r.stopped.is_set() for r in engine.lanes):
-                    return
-                for rank, p in self.procs.items():
-                    if p.poll() is not None:
-                        w = self.workers.get(rank, {})
-                        engine.fail(f"the worker for device {w.get('device')} (rank {rank}, stage {w.get('stage')}) "
-                                    f"exited with code {p.returncode}")
-                        return
-
-        threading.Thread(target=loop, name="watchdog", daemon=True).start()
-
-    def terminate(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-
-    def stop_workers(self, grace: float = 5.0) -> None:
-        deadline = time.monotonic() + grace
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(2.0)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self._tmp.cleanup()
+        return [w for w in workers(self.lanes) if w.rank in self.local]
 
 
-def _server_class():
-    import uvicorn
+def validate(o: ServeOptions) -> Checked:
+    """Check the plan against the model, the runtime's support and this host's devices.
 
-    class _Server(uvicorn.Server):
-        """uvicorn re-raises SIGTERM once its graceful shutdown is over, which would end the
-        process before the workers are stopped; here the signal only asks the server to exit."""
+    Args:
+        o: the command line's options.
 
-        @contextlib.contextmanager
-        def capture_signals(self):
-            old = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for s, h in old.items():
-                    signal.signal(s, h)
+    Raises:
+        BadInput: the plan or model cannot be served here (exit 2, with file, field and fix).
+    """
+    from hetc.partitioner.capture import load_hf_config
+    from hetc.plan import load_plan
+    from hetc.runtime.emulate import fit_width
+    from hetc.runtime.model_runner import UnitRef, check_supported, check_tp
+    from hetc.runtime.rendezvous import rendezvous
+    from hetc.runtime.topology import build_topology, hosts_of_nodes, workers
 
-    return _Server
+    rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
+    plan = load_plan(o.plan)
+    if not plan.units:
+        raise BadInput("the plan has no unit table.", file=o.plan, field="units",
+                       fix="regenerate it with this version of `hetc plan`.")
+    lanes = build_topology(plan, o.plan)
+    host_of = hosts_of_nodes(plan, rdzv.nnodes, o.plan)
+    local = frozenset(w.rank for w in workers(lanes) if host_of[w.stage.node] == rdzv.node_rank)
+    model_ref, model_dir = _resolve_model(plan, o)
+    _check_hash(plan, model_ref, o.plan)
+    hf_cfg, _ = load_hf_config(model_ref)
+    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
+    check_supported(hf_cfg, units, o.plan)
+    for lane in lanes:
+        for s in lane.stages:
+            check_tp(hf_cfg, units[s.units[0]: s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp",
+                     o.plan)
+    if not o.emulate:
+        _check_devices(lanes, o.plan, local)
+    c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref,
+                model_dir=model_dir, hf_cfg=hf_cfg, units=units)
+    if o.emulate:  # emulated devices share this host's memory
+        c.width, c.hf_cfg = fit_width(plan, hf_cfg, c.mine, o.random_weights, o.plan)
+    n_here = max(1, len(local))
+    c.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
+    return c
 
 
-def _serve_workers_only(L: _Launch, log) -> int:
-    """Node rank > 0: run this host's workers until they exit (the frontend on node rank 0 stops
-    them) or SIGTERM/SIGINT."""
+def size_kv(c: Checked) -> None:
+    """Each lane's KV blocks (`c.blocks`) and the sequences a lane runs at once (`c.max_seqs`).
+
+    Raises:
+        BadInput: a stage's KV budget holds less than one block.
+    """
+    from hetc.runtime.emulate import cap_kv_blocks
+    from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
+    from hetc.runtime.topology import kv_blocks
+    from hetc.scheduling import KV_BLOCK_TOKENS
+
+    o, lanes = c.o, c.lanes
+    kvh, hd = kv_layout(c.hf_cfg)
+    per_token_layer = 2 * kvh * hd * TORCH_DTYPES[c.plan.model.kv_dtype].itemsize
+    c.max_seqs = o.max_num_seqs or max(max(l.batch for l in lanes), 2 * max(len(l.stages) for l in lanes))
+    # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
+    # assumes a device of its own; emulated devices share this host's memory)
+    max_len = int(getattr(c.hf_cfg, "max_position_embeddings", 0) or 0)
+    useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) if max_len else None
+    for lane in lanes:
+        attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
+                for s in lane.stages}
+        n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
+        if n < 1:
+            s = lane.stages[caps.index(min(x for x in caps if x >= 0))]
+            raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
+                           f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
+                           field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
+                           fix="re-plan with a larger --input-len/--output-len or more memory.")
+        c.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
+    if o.emulate:
+        c.blocks = cap_kv_blocks(c.plan, c.hf_cfg, c.units, c.mine, c.blocks)
+
+
+def start_workers(c: Checked, tmp: str):
+    """Open the job's store, start this host's workers of every unit (generation 1) and, on node
+    rank 0, form every unit's group. Returns (WorkerPool, store, lane id → transport).
+
+    Args:
+        c: validated and sized (`validate`, `size_kv`).
+        tmp: a directory for the workers' spec file.
+    """
+    from hetc.runtime.rendezvous import open_store
+    from hetc.runtime.worker import WorkerConfig
+    from hetc.runtime.workers import WorkerPool, WorkerSetup
+
+    o, r = c.o, c.rdzv
+    addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
+    store = open_store(addr, port, r.node_rank == 0, o.timeout, r.agent_store)
+    # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
+    # itself listens on every interface: a torch TCPStore limit, README "Running it in production")
+    bind = "127.0.0.1" if r.nnodes == 1 else addr if r.node_rank == 0 else None
+    cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=c.model_ref, model_dir=c.model_dir,
+                       random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
+                       agent_store=r.agent_store, timeout_s=o.timeout,
+                       kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width,
+                       bind=bind)
+    spec = os.path.join(tmp, "spec.json")
+    cfg.save(spec)
+    env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
+           "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout,
+                                                      bind=bind))
+    for u in range(len(pool.units)):
+        pool.spawn(u, 1)
+    transports: dict = {}
+    if r.node_rank == 0:  # the frontend lives on node rank 0
+        try:
+            for u in range(len(pool.units)):
+                transports.update(pool.join(store, u, 1))
+        except BaseException:
+            pool.stop_all(grace=0.0)
+            raise
+    return pool, store, transports
+
+
+def _serve_workers_only(c: Checked, tmp: str, log) -> int:
+    """Node rank > 0: run this host's workers, start them again when the frontend restarts their
+    unit, until they exit after a drain (0), the frontend goes away (1), or SIGTERM/SIGINT."""
+    from hetc.runtime.healer import beat, follow_restarts
+
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    L.start_workers()
-    devices = [w.device for w in L.all_workers if w.rank in L.local]
-    log(f"node rank {L.rdzv.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
-        f"{L.rdzv.master_addr}:{L.rdzv.master_port}")
+    pool, store, _ = start_workers(c, tmp)
+    devices = [w.device for w in c.mine]
+    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
+        f"{c.rdzv.master_addr}:{c.rdzv.master_port}")
+    threading.Thread(target=beat, args=(store, c.rdzv.node_rank, stop), daemon=True).start()
+    follower = threading.Thread(target=follow_restarts, args=(store, pool, stop), daemon=True)
+    follower.start()
     try:
         while not stop.wait(0.2):
-            codes = [p.poll() for p in L.procs.values()]
-            if any(c not in (None, 0) for c in codes):
-                log("a worker failed; stopping this node's workers")
-                return 1
-            if all(c == 0 for c in codes):
+            codes = [p.poll() for p in pool.procs.values()]
+            if codes and all(code == 0 for code in codes):
                 log("workers finished")
                 return 0
+            if not follower.is_alive():
+                log("the frontend's store is gone; stopping this node's workers")
+                return 1
         return 0
     finally:
-        L.terminate()
-        L.stop_workers(grace=0.0)
+        stop.set()
+        pool.terminate()
+        pool.stop_all(grace=0.0)
 
 
 def serve(o: ServeOptions, log=print) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the exit code.
+    """Run the server until SIGTERM/SIGINT, which drains; returns the exit code.
 
     Args:
         o: the command line's options.
         log: where progress lines go (stderr in the CLI).
     """
+    import torch
     import uvicorn
 
+    from hetc.runtime.drain import DrainingServer
     from hetc.runtime.engine import Engine
+    from hetc.runtime.groups import units
+    from hetc.runtime.healer import Healer
     from hetc.runtime.metrics import Metrics
     from hetc.runtime.scheduler import SchedulerConfig
     from hetc.runtime.server import ServerState, create_app
     from hetc.runtime.tokenizer import load_tokenizer
 
-    _Server = _server_class()
-    L = _Launch(o)
+    c = validate(o)
+    size_kv(c)
+    torch.set_num_threads(1)  # the frontend computes nothing
+    tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
     if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent gone (e.g. killed): stop as on SIGTERM
         from hetc.runtime.worker import watch_parent
 
         threading.Thread(target=watch_parent, args=(lambda: os.kill(os.getpid(), signal.SIGTERM),),
                          daemon=True).start()
-    if L.rdzv.node_rank != 0:
-        return _serve_workers_only(L, log)
-    plan, cfg = L.plan, L.hf_cfg
-    name = o.served_model_name or (Path(L.model_ref).name if Path(L.model_ref).is_dir() else L.model_ref)
+    if c.rdzv.node_rank != 0:
+        with tmp:
+            return _serve_workers_only(c, tmp.name, log)
+    plan, cfg = c.plan, c.hf_cfg
+    name = o.served_model_name or (Path(c.model_ref).name if Path(c.model_ref).is_dir() else c.model_ref)
     eos = getattr(cfg, "eos_token_id", None)
     eos_ids = frozenset(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     try:
-        tokenizer = load_tokenizer(L.model_dir, cfg.vocab_size, next(iter(eos_ids), None))
+        tokenizer = load_tokenizer(c.model_dir, cfg.vocab_size, next(iter(eos_ids), None))
     except ValueError as e:
         raise BadInput(f"{e}.", field="--model-dir", fix="serve a model dir with a tokenizer.") from None
     if tokenizer.eos_token_id is not None:
         eos_ids |= {tokenizer.eos_token_id}
-    sched_cfg = SchedulerConfig(max_num_seqs=L.max_seqs, max_batched_tokens=o.max_batched_tokens,
+    sched_cfg = SchedulerConfig(max_num_seqs=c.max_seqs, max_batched_tokens=o.max_batched_tokens,
                                 max_waiting=o.max_waiting)
     metrics = Metrics(name)
-    n_stages = [len(l.stages) for l in L.lanes]
-    log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(L.lanes)} lane(s) of {n_stages} stages, "
-        f"{L.n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
-        f"{f', a 1/{L.width}-width copy of the model' if L.width > 1 else ''}, KV blocks per lane "
-        f"{list(L.blocks.values())} × 16 tokens")
+    n_stages = [len(l.stages) for l in c.lanes]
+    n_workers = sum(s.tp for l in c.lanes for s in l.stages)
+    log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(c.lanes)} lane(s) of {n_stages} stages, "
+        f"{n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
+        f"{f', a 1/{c.width}-width copy of the model' if c.width > 1 else ''}, KV blocks per lane "
+        f"{list(c.blocks.values())} × 16 tokens")
+    pool = None
     try:
-        L.start_workers()
-        engine = Engine(L.lanes, L.blocks, sched_cfg, metrics)
-        for lane in L.lanes:
-            metrics.register_lane(lane.id, L.blocks[lane.id])
+        pool, store, transports = start_workers(c, tmp.name)
+        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes))
+        healer = Healer(pool, store, engine, max_restarts=o.max_restarts, log=log,
+                        other_hosts=tuple(range(1, c.rdzv.nnodes)))
+        for lane in c.lanes:
+            metrics.register_lane(lane.id, c.blocks[lane.id])
             for s in lane.stages:
                 metrics.register_stage(lane.id, s.index, s.device, s.predicted_ms)
                 for rank, dev in zip(s.ranks, s.devices):
-                    w = L.workers[rank]
+                    w = pool.info[rank]
                     metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"])
-        # one dead stage leaves the job unusable: stop the others now rather than at their receive timeout
-        engine.on_fail = lambda reason: L.terminate()
         engine.start()
-        L.watch(engine)
+        healer.start()
         max_len = min(int(getattr(cfg, "max_position_embeddings", 1 << 30)), engine.max_tokens_per_seq)
         info = {"root": plan.model.ref, "dtype": plan.model.dtype, "tokenizer": tokenizer.kind,
                 "vocab_size": cfg.vocab_size, "emulated": o.emulate, "random_weights": o.random_weights,
-                "lanes": len(L.lanes), "stages": n_stages}
+                "lanes": len(c.lanes), "stages": n_stages}
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
-        if L.width > 1:
-            info["emulated_width"] = (f"1/{L.width}: a width-shrunk copy (heads, hidden and MLP), same layers, units "
+        if c.width > 1:
+            info["emulated_width"] = (f"1/{c.width}: a width-shrunk copy (heads, hidden and MLP), same layers, units "
                                       "and cuts; outputs are not the model's")
 
         def health() -> dict:
-            # a worker on another host: alive as far as the transport knows (its death fails the engine)
-            return {"workers": [{**w, "alive": L.procs[r].poll() is None if r in L.procs else not engine.failed}
-                                for r, w in sorted(L.workers.items())],
-                    "running": engine.num_running(), "waiting": engine.num_waiting()}
+            # a worker on another host: alive as far as its unit's transport knows
+            down = {u: why for u, why in engine.down.items()}
+            workers = []
+            for r, w in sorted(pool.info.items()):
+                p = pool.procs.get(r)
+                unit = engine.unit_of[int(w["stage"].split(".")[0])]
+                workers.append({**w, "alive": p.poll() is None if p is not None else unit not in down})
+            out = {"workers": workers, "units": healer.health(), "running": engine.num_running(),
+                   "waiting": engine.num_waiting()}
+            if engine.draining:
+                out["down"] = "the server is draining (SIGTERM) and takes no new requests"
+            elif down:
+                out["down"] = "; ".join(f"pipeline unit {u}: {why}" for u, why in sorted(down.items()))
+            return out
 
         st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,
                          eos_token_ids=eos_ids, metrics=metrics, api_key=o.api_key, model_info=info,
                          health_info=health)
-        server = _Server(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
-                                               timeout_graceful_shutdown=o.drain_timeout, access_log=False))
+        server = DrainingServer(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
+                                               timeout_graceful_shutdown=5, access_log=False),
+                                engine=engine, drain_timeout=o.drain_timeout, log=log)
         log(f"listening on http://{o.host}:{o.port}/v1 (max context {max_len} tokens)")
-        server.run()  # returns after SIGTERM/SIGINT, once open requests have drained
-        clean = engine.failed is None and engine.shutdown(timeout=o.drain_timeout)
-        log("drained; workers stopped" if clean else f"stopped{': ' + engine.failed if engine.failed else ''}")
-        return 0 if clean else 1
+        server.run()  # returns once the drain (SIGTERM/SIGINT) is over, or on a second signal
+        healer.stop()
+        stopped = engine.shutdown(timeout=10.0)
+        log("workers stopped" if stopped else "some workers did not stop in time; ending them")
+        return 0
     finally:
-        L.stop_workers()
+        if pool is not None:
+            pool.stop_all()
+        tmp.cleanup()

@@ -85,9 +85,8 @@ class Metrics:
     def on_queue(self, engine) -> None:
         self.waiting.labels(self.model).set(engine.num_waiting())
 
-    def on_schedule(self, runner) -> None:  # lane lock held
+    def on_schedule(self, runner, batch) -> None:  # lane lock held
         eng = runner.engine
-        batch = runner.inflight[-1]
         self.batch_seqs.labels(self.model).observe(len(batch.items))
         # prefill work: every token but single decode tokens (recomputation after preemption included)
         self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items
@@ -133,3 +132,6 @@ class Metrics:
 
     def on_fail(self) -> None:
         self.up.labels(self.model).set(0)
+
+    def on_revive(self) -> None:
+        self.up.labels(self.model).set(1)

@@ -1,11 +1,13 @@
 """Where a `hetc serve` job's processes meet: the hosts from the command line or from
-torchrun's environment, and joining the one gloo job.
+torchrun's environment, and the job's store (each pipeline unit forms its own gloo group
+under it: groups.py).
 
 Under torchrun (TORCHELASTIC_RUN_ID set) each host runs one `hetc serve` process
 (--nproc-per-node 1; hetc launches its own per-device workers): the number of hosts, this
 host's rank and node rank 0's address come from torchrun, and ranks still come from the
 plan. With torchrun's agent store (its default rendezvous) the agent on node rank 0 already
-serves a TCPStore on MASTER_PORT, so every process of the job connects to it as a client.
+serves a TCPStore on MASTER_PORT, so every process of the job connects to it as a client;
+otherwise the frontend serves it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from hetc.errors import BadInput
 
-__all__ = ["Rendezvous", "join_job", "rendezvous"]
+__all__ = ["Rendezvous", "open_store", "rendezvous"]
 
 STORE_PREFIX = "hetc/"  # our keys in torchrun's agent store, apart from the agent's own
 
@@ -89,24 +91,20 @@ def rendezvous(nnodes: int | None, node_rank: int | None, master_addr: str | Non
     return r
 
 
-def join_job(addr: str, port: int, rank: int, world_size: int, timeout_s: float, agent_store: bool) -> None:
-    """Join this process to the job's gloo process group (the frontend and every worker call it).
+def open_store(addr: str, port: int, is_master: bool, timeout_s: float, agent_store: bool):
+    """The job's key-value store, under which every pipeline unit forms its groups (groups.py).
 
     Args:
         addr: node rank 0's address.
-        port: the job's store there.
-        rank: this process's rank (0: the frontend; workers: from the plan, topology.py).
-        world_size: the frontend and every worker, on every host.
-        timeout_s: the store's and the process group's timeout, seconds.
+        port: the store's port there.
+        is_master: this process serves the store (the frontend, unless torchrun's agent does).
+        timeout_s: how long a get or a group's formation waits, seconds.
         agent_store: torchrun's agent already serves the store at addr:port: connect to it as a
-            client (our keys under "hetc/"); False: rank 0 serves it (tcp:// init).
+            client (our keys under "hetc/").
     """
     import torch.distributed as dist
 
     timeout = dt.timedelta(seconds=timeout_s)
-    if agent_store:
-        store = dist.PrefixStore(STORE_PREFIX, dist.TCPStore(addr, port, is_master=False, timeout=timeout))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
-    else:
-        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size,
-                                timeout=timeout)
+    store = dist.TCPStore(addr, port, is_master=is_master and not agent_store, timeout=timeout,
+                          wait_for_workers=False)
+    return dist.PrefixStore(STORE_PREFIX, store)

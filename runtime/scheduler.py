@@ -115,6 +115,30 @@ class Scheduler:
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
 
+    def reserve_incoming(self, seq: Sequence) -> bool:
+        """A decode pool: give a prefilled sequence blocks for the KV already computed (a
+        prefill pool sends it); False when they do not fit yet. It is in flight until `land`."""
+        if not self.blocks.can_grow(seq, 0):
+            return False
+        self.blocks.grow(seq, 0)
+        seq.in_flight = 1  # an abort waits for the KV to land
+        return True
+
+    def land(self, seq: Sequence) -> StepOutput | None:
+        """A decode pool: `seq`'s KV arrived; it runs from here, or finishes if it was aborted
+        meanwhile (returned)."""
+        seq.in_flight = 0
+        if seq.aborted:
+            self.drop(seq, "abort")
+            return StepOutput(seq, None, True)
+        self.admit_running(seq)
+        return None
+
+    def drop(self, seq: Sequence, reason: str) -> None:
+        """Finish a sequence this scheduler holds no queue entry for (a transfer on its way)."""
+        self.blocks.free(seq)
+        seq.status, seq.finish_reason = SeqStatus.FINISHED, reason
+
     def abort(self, seq: Sequence) -> bool:
         """Stop `seq`. Returns True when it is finished now; False when it is in flight and
         will be finished (and its blocks freed) when its micro-batch comes back."""

@@ -177,10 +177,13 @@ def create_app(st: ServerState) -> FastAPI:
     @app.get("/health")
     async def health():
         info = st.health_info()
-        if st.engine.failed:
-            return JSONResponse({"status": "unavailable", "reason": st.engine.failed, **info, **APIError(
-                503, f"a worker is down: {st.engine.failed}", type="server_error", code="worker_failed").body()},
-                status_code=503)
+        # every pipeline down (failed); or some restarting or given up, or draining (degraded): 503
+        reason = st.engine.failed or info.pop("down", None)
+        if reason:
+            status = "unavailable" if st.engine.failed else "degraded"
+            return JSONResponse({"status": status, "reason": reason, **info, **APIError(
+                503, f"a worker is down: {reason}" if st.engine.failed else reason, type="server_error",
+                code="worker_failed" if st.engine.failed else "degraded").body()}, status_code=503)
         return {"status": "ok", **info}
 
     @app.get("/metrics")

@@ -12,6 +12,10 @@ Body:   meta int64[n_meta] | sampling float64[n_samp] | times float64[n_times] |
 A receive waits at most the process group's timeout; a peer that died closes its
 sockets and the receive fails at once (gloo), so nothing waits forever. While idle the
 frontend sends heartbeats through the whole pipeline, well within that timeout.
+
+Messages go through a `Transport`: the frontend's or a worker's view of one pipeline
+unit's process group (groups.py), addressed by job-wide ranks. `GlooTransport` is the
+torch.distributed one; the engine's tests use an in-process fake.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from __future__ import annotations
 import enum
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
-import torch.distributed as dist
 
-__all__ = ["Inbox", "Kind", "Message", "Sender", "StepMeta", "broadcast", "recv"]
+__all__ = ["GlooTransport", "Inbox", "Kind", "Message", "Sender", "StepMeta", "Transport", "broadcast"]
 
 HEADER = 8
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.float64]
@@ -113,27 +118,90 @@ def _decode(header: torch.Tensor, body: torch.Tensor) -> Message:
                    times.view(torch.float64).clone())
 
 
-def recv(src: int) -> Message:
-    """Receive one message from rank `src` (blocks up to the process group's timeout)."""
-    header = torch.zeros(HEADER, dtype=torch.long)
-    dist.recv(header, src=src)
-    body = torch.empty(sum(_sizes(header)[0]), dtype=torch.uint8)
-    if body.numel():
-        dist.recv(body, src=src)
-    return _decode(header, body)
+class Transport(Protocol):
+    """Messages between the ranks of one process group, addressed by job-wide rank."""
+
+    def send(self, msg: Message, dst: int) -> None:
+        """Queue `msg` for `dst`: asynchronous, in order per destination, bounded (back-pressure)."""
+        ...
+
+    def flush(self, dst: int) -> None:
+        """Wait until everything queued for `dst` has left."""
+        ...
+
+    def recv(self, src: int) -> Message:
+        """The next message from `src`; raises when the peer is dead or the group's timeout passes."""
+        ...
+
+    def close(self) -> None:
+        """Drop the group (its peers' receives fail)."""
+        ...
 
 
-def broadcast(msg: Message | None, src: int, group) -> Message:
-    """A tensor-parallel group's leader (`src`, passing `msg`) gives every member the same message."""
+class GlooTransport:
+    """A `Transport` over a torch.distributed (gloo) process group whose group ranks are
+    `ranks` (group rank i is job-wide rank ranks[i]). Also the raw tensor sends the KV moves
+    and collectives of a worker need."""
+
+    def __init__(self, pg, ranks: Sequence[int], depth: int = 4):
+        """Args:
+            pg: a torch.distributed ProcessGroup (gloo) this process belongs to.
+            ranks: job-wide rank of each group rank.
+            depth: outstanding sends per destination before `send` waits.
+        """
+        self.pg, self.ranks = pg, tuple(ranks)
+        self._local = {r: i for i, r in enumerate(self.ranks)}
+        self._senders: dict[int, Sender] = {}
+        self._lock = threading.Lock()
+        self.depth = depth
+
+    def local(self, rank: int) -> int:
+        return self._local[rank]
+
+    def isend_tensor(self, t: torch.Tensor, dst: int):
+        return self.pg.send([t], self._local[dst], 0)
+
+    def recv_tensor(self, t: torch.Tensor, src: int) -> None:
+        self.pg.recv([t], self._local[src], 0).wait()
+
+    def _sender(self, dst: int) -> "Sender":
+        with self._lock:
+            if dst not in self._senders:
+                self._senders[dst] = Sender(self, dst, self.depth)
+            return self._senders[dst]
+
+    def send(self, msg: Message, dst: int) -> None:
+        self._sender(dst).send(msg)
+
+    def flush(self, dst: int) -> None:
+        self._sender(dst).flush()
+
+    def recv(self, src: int) -> Message:
+        header = torch.zeros(HEADER, dtype=torch.long)
+        self.recv_tensor(header, src)
+        body = torch.empty(sum(_sizes(header)[0]), dtype=torch.uint8)
+        if body.numel():
+            self.recv_tensor(body, src)
+        return _decode(header, body)
+
+    def close(self) -> None:
+        with self._lock:
+            self._senders.clear()
+        self.pg = None
+
+
+def broadcast(msg: Message | None, root: int, group) -> Message:
+    """A tensor-parallel group's leader (group rank `root`, passing `msg`) gives every member the
+    same message. `group` is the stage's own process group."""
     if msg is not None:
         header, body = msg.encode()
     else:
         header = torch.zeros(HEADER, dtype=torch.long)
-    dist.broadcast(header, src=src, group=group)
+    group.broadcast(header, root).wait()
     if msg is None:
         body = torch.empty(sum(_sizes(header)[0]), dtype=torch.uint8)
     if body.numel():
-        dist.broadcast(body, src=src, group=group)
+        group.broadcast(body, root).wait()
     return _decode(header, body)
 
 
@@ -141,15 +209,15 @@ class Sender:
     """Asynchronous sends to one rank, in order; at most `depth` outstanding, so a slow
     receiver holds back the sender (back-pressure) instead of piling up buffers."""
 
-    def __init__(self, dst: int, depth: int = 4):
-        self.dst, self.depth = dst, depth
+    def __init__(self, transport: GlooTransport, dst: int, depth: int = 4):
+        self.tp, self.dst, self.depth = transport, dst, depth
         self._pending: list[tuple[object, tuple[torch.Tensor, torch.Tensor]]] = []
 
     def send(self, msg: Message) -> None:
         header, body = msg.encode()
-        works = [dist.isend(header, dst=self.dst)]
+        works = [self.tp.isend_tensor(header, self.dst)]
         if body.numel():
-            works.append(dist.isend(body, dst=self.dst))
+            works.append(self.tp.isend_tensor(body, self.dst))
         self._pending.append((works, (header, body)))  # the buffers must live until sent
         while len(self._pending) > self.depth:
             self._wait_oldest()
@@ -169,15 +237,15 @@ class Inbox:
     rendezvous (a wake-up of the sending process, milliseconds on a busy host) overlaps the
     stage's compute instead of preceding every step. Stops after SHUTDOWN."""
 
-    def __init__(self, src: int, depth: int = 4):
+    def __init__(self, transport: Transport, src: int, depth: int = 4):
         self._q: queue.Queue[Message | Exception] = queue.Queue(maxsize=depth)
-        self.src = src
+        self.tp, self.src = transport, src
         threading.Thread(target=self._loop, name=f"inbox-from-{src}", daemon=True).start()
 
     def _loop(self) -> None:
         try:
             while True:
-                msg = recv(self.src)
+                msg = self.tp.recv(self.src)
                 self._q.put(msg)
                 if msg.kind is Kind.SHUTDOWN:
                     return

@@ -1,9 +1,10 @@
 """A stage worker: one process per plan device, one rank of the torch.distributed job.
 
-    python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX
+    python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX [--generation G]
 
 It finds its stage and rank from the plan by its device name, loads only its stage's
-parameters, joins the job, reports READY to the frontend, then loops: receive a message
+parameters, joins its pipeline unit's process group of generation G (groups.py; a restarted
+worker joins a new generation), reports READY to the frontend, then loops: receive a message
 from the previous rank, run it, send the result on. The last stage samples and sends
 token ids back to the frontend.
 """
@@ -11,7 +12,6 @@ token ids back to the frontend.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["WorkerConfig", "main"]
+__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main"]
+
+EXIT_PEER_LOST = 4  # the worker stopped because a peer of its group died
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +39,12 @@ class WorkerConfig:
     emulate: bool
     master_addr: str
     master_port: int
-    agent_store: bool  # torchrun's agent serves the job's store (rendezvous.join_job)
-    world_size: int
+    agent_store: bool  # torchrun's agent serves the job's store (rendezvous.open_store)
     timeout_s: float
     kv_blocks: dict[str, int]  # lane id → blocks
     threads: int
     width: int = 1  # > 1: emulate a width-shrunk copy (1/width of heads, hidden, MLP)
+    bind: str | None = None  # the address gloo listens on (None: gloo's default)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -92,7 +94,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     return w, model, backend, lanes
 
 
-def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float:
+def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, transport) -> float:
     """A prompt's KV between pools: TRANSFER_OUT sends each attention layer this stage holds to
     the worker of the decode lane holding the same layer; TRANSFER_IN receives each of its
     layers from the prefill lane's worker. Both walk their layers in ascending order, so the
@@ -101,6 +103,7 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float
     Args:
         owners: lane id → layer → rank holding that layer's attention.
         sends: outstanding isends (their buffers must live until done).
+        transport: the unit's GlooTransport (both pools are in one unit).
     """
     from hetc.scheduling import KV_BLOCK_TOKENS
     from hetc.runtime.transport import Kind
@@ -114,17 +117,17 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list) -> float
         peer = owners[other][layer]
         if msg.kind is Kind.TRANSFER_OUT:
             buf = torch.stack([k[slots], v[slots]])  # [2, n, KVH, Dh]
-            sends.append((dist.isend(buf, dst=peer), buf))
+            sends.append((transport.isend_tensor(buf, peer), buf))
             sent += buf.numel() * buf.element_size()
         else:
             buf = torch.empty((2, n, *k.shape[1:]), dtype=k.dtype)
-            dist.recv(buf, src=peer)
+            transport.recv_tensor(buf, peer)
             k.index_copy_(0, slots, buf[0])
             v.index_copy_(0, slots, buf[1])
     return float(sent)
 
 
-def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index: int = 0,
+def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
                 owners: dict | None = None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
@@ -132,6 +135,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
         w: this worker (WorkerSpec); its stage's leader receives and sends, the other
             members of a tp stage get each message by broadcast and only compute.
         lane: its lane (Lane): where sampled tokens go for looked-ahead steps.
+        transport: its unit's group (GlooTransport).
         timeout_s: the longest wait for a looked-ahead step's token (the job's timeout).
         group: the stage's tensor-parallel process group (None when tp = 1).
         owners: lane id → layer → rank holding its attention (KV moves between pools).
@@ -139,17 +143,18 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
-    from hetc.runtime.transport import Inbox, Kind, Message, Sender, StepMeta, broadcast
+    from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
     spec = w.stage
     first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
-    inbox, out = (Inbox(spec.prev_rank), Sender(spec.next_rank)) if leader else (None, None)
+    tp = transport
+    inbox = Inbox(tp, spec.prev_rank) if leader else None
     sends: list = []
     # the first stage fills in looked-ahead tokens: its own samples, or the last stage's sent directly
     sampled = SampledTokens() if first and leader else None
     direct = lane.lookahead and spec.n_stages > 1 and leader
-    feed_out = Sender(lane.stages[0].rank) if direct and last else None
-    feed_in = receive_tokens(lane.stages[-1].rank, sampled) if direct and first else None
+    feed_out = lane.stages[0].rank if direct and last else None  # where TOKENS go
+    feed_in = receive_tokens(tp, lane.stages[-1].rank, sampled) if direct and first else None
     while True:
         msg = inbox.get() if leader else None
         t0, meta = time.perf_counter(), None
@@ -158,7 +163,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
             if first:  # before the broadcast: tp members embed the same tokens
                 t0 += sampled.fill(meta, msg.meta, timeout_s)
         if spec.tp > 1:
-            msg = broadcast(msg, spec.rank, group)
+            msg = broadcast(msg, 0, group)
         if not leader:  # a tp member: compute its share, the leader answers
             if msg.kind is Kind.STEP:
                 meta = StepMeta.decode(msg.meta, msg.samp)
@@ -180,7 +185,7 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
                 if first:
                     sampled.put(ids, positions, picked)
                 elif feed_out is not None:  # before the result: the first stage may wait for it
-                    feed_out.send(tokens_message(msg.step_id, ids, positions, picked))
+                    tp.send(tokens_message(msg.step_id, ids, positions, picked), feed_out)
                 tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
                 tokens[rows] = torch.tensor(picked, dtype=torch.long)
                 reply = Message(Kind.RESULT, msg.step_id, payload=tokens, times=msg.times)
@@ -189,18 +194,18 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
                                 times=msg.times)
             backend.synchronize(dev_index)
             msg.times[spec.index] = time.perf_counter() - t0
-            out.send(reply)
+            tp.send(reply, spec.next_rank)
         elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
-            msg.times[spec.index] = move_kv(model, msg, owners, sends)
+            msg.times[spec.index] = move_kv(model, msg, owners, sends, tp)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
-            out.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times))
+            tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
-            out.send(Message(msg.kind, msg.step_id, times=msg.times))
+            tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
             if msg.kind is Kind.SHUTDOWN:
-                out.flush()
+                tp.flush(spec.next_rank)
                 if feed_out is not None:  # the first stage's receiving thread stops
-                    feed_out.send(Message(Kind.SHUTDOWN, msg.step_id))
-                    feed_out.flush()
+                    tp.send(Message(Kind.SHUTDOWN, msg.step_id), feed_out)
+                    tp.flush(feed_out)
                 if feed_in is not None:
                     feed_in.join(timeout_s)
                 for wk, _ in sends:
@@ -209,49 +214,56 @@ def serve_stage(w, model, backend, lane, timeout_s: float, group=None, dev_index
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
         if feed_out is not None and msg.kind is not Kind.STEP:  # keeps the first stage's receive within its timeout
-            feed_out.send(Message(Kind.HEARTBEAT, msg.step_id))
+            tp.send(Message(Kind.HEARTBEAT, msg.step_id), feed_out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hetc-worker")
     ap.add_argument("--spec", required=True)
     ap.add_argument("--device", required=True, help="the plan device this worker runs (NODE:INDEX)")
+    ap.add_argument("--generation", type=int, default=1, help="its unit's group generation (1 + restarts)")
     a = ap.parse_args(argv)
     threading.Thread(target=watch_parent, daemon=True).start()
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
     try:
         from hetc.plan import load_plan
-        from hetc.runtime.rendezvous import join_job
-        from hetc.runtime.topology import attention_owners, tp_groups
-        from hetc.runtime.transport import Kind, Message, Sender
+        from hetc.runtime.groups import form_group, stage_group, unit_of_lane
+        from hetc.runtime.rendezvous import open_store
+        from hetc.runtime.topology import attention_owners
+        from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
         w, model, backend, lanes = build_stage(cfg, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
-        join_job(cfg.master_addr, cfg.master_port, w.rank, cfg.world_size, cfg.timeout_s, cfg.agent_store)
-        timeout = dt.timedelta(seconds=cfg.timeout_s)
+        store = open_store(cfg.master_addr, cfg.master_port, False, cfg.timeout_s, cfg.agent_store)
+        unit = unit_of_lane(lanes)[spec.lane]
+        tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
-        # every rank creates every tp group, in the same order (torch.distributed's rule)
-        groups = {ranks: dist.new_group(list(ranks), timeout=timeout) for ranks in tp_groups(lanes)}
-        model.tp_group = groups.get(spec.ranks)
+        if spec.tp > 1:
+            model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes], dtype=torch.long)
-        hello = Sender(0)
-        hello.send(Message(Kind.READY, w.rank, payload=ready))
-        hello.flush()
+        tp.send(Message(Kind.READY, w.rank, payload=ready), 0)
+        tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        serve_stage(w, model, backend, lane, cfg.timeout_s, model.tp_group, 0 if cfg.emulate else w.device_index,
-                    owners)
-        dist.destroy_process_group()
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, model.tp_group,
+                    0 if cfg.emulate else w.device_index, owners)
+        tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code; the log says why
         print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if os.environ.get("HETC_DEBUG"):
             traceback.print_exc()
-        return 1
+        return EXIT_PEER_LOST if _peer_lost(e) else 1
+
+
+def _peer_lost(e: Exception) -> bool:
+    """A receive or send failed because another process of the group died or timed out (not this
+    worker's own fault): the healer then looks for the worker that died first."""
+    return isinstance(e, dist.DistError) or "gloo" in str(e) or "tokens stopped coming" in str(e)
 
 
 if __name__ == "__main__":

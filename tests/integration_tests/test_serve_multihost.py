@@ -1,6 +1,8 @@
 """Two `hetc serve --nnodes 2` invocations on localhost, separate process trees, serve one
 plan (the 3-vendor plan of test_serve.py: node c on node rank 1, nodes a and b on rank 0);
-greedy output equals Hugging Face generate; killing node rank 1 turns /health to 503. The
+greedy output equals Hugging Face generate; a worker killed on node rank 1 is started again
+there (a new generation) and the plan serves again; killing node rank 1 turns /health to 503
+and, once its beat stops, names the host. The
 same with each host's `hetc serve` started by torchrun (its agent's store, its node ranks); and
 SIGKILL of a torchrun agent alone stops that host's `hetc serve` and its workers. Slow: two more
 servers per test."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -90,12 +93,29 @@ def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subp
     x = torch.tensor([[5, 6, 7, 8, 9]])
     want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False)[0, 5:].tolist()
     assert r.choices[0].model_extra["token_ids"] == want
+    # a worker on the other host dies: that host starts it again for the pipeline's next generation
+    os.kill(next(w["pid"] for w in workers if w["device"] == "c:0"), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{url}/health").status_code != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    wait_healthy(url, [node0, node1], timeout=60)
+    assert all(w["generation"] == 2 for w in httpx.get(f"{url}/health").json()["workers"])
+    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0,
+                             extra_body={"return_token_ids": True})
+    assert r.choices[0].model_extra["token_ids"] == want
     _kill(_tree(node1.pid))  # the whole second "host"
     deadline = time.monotonic() + 20
     while httpx.get(f"{url}/health").status_code != 503:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert "c:0" in httpx.get(f"{url}/health").json()["reason"]
+    # the host that went away is reported by name, and its pipeline is not restarted without it
+    deadline = time.monotonic() + 20
+    while (h := httpx.get(f"{url}/health").json())["units"][0]["state"] != "failed":
+        assert time.monotonic() < deadline, h
+        time.sleep(0.2)
+    assert f"host {socket.gethostname()} (node rank 1) went away" in h["reason"]
 
 
 def test_two_hosts_serve_one_plan(built):  # noqa: F811

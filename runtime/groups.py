@@ -1,0 +1,95 @@
+"""Process groups per pipeline unit, so a unit can be re-formed alone after a worker dies.
+
+A unit is a set of lanes that exchange messages: one lane, or a disaggregated plan's prefill
+lanes with the decode lanes their KV goes to (their workers send KV to each other). Each
+unit has its own gloo group — the frontend (group rank 0) and the unit's workers in rank
+order — formed under the job's store at the prefix `unit<U>/gen<G>/`. A restart forms
+generation G+1 with fresh worker processes; the old generation's keys are never reused, and
+the other units' groups are untouched. A tensor-parallel stage's members form their own
+group under the unit's prefix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hetc.runtime.topology import Lane, StageSpec
+from hetc.runtime.transport import GlooTransport
+
+__all__ = ["form_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
+
+
+def units(lanes: list[Lane]) -> list[tuple[int, ...]]:
+    """Lane ids of each unit (lanes joined by KV transfers), in lane order."""
+    parent = {l.id: l.id for l in lanes}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for l in lanes:
+        for t in l.targets:
+            parent[root(t)] = root(l.id)
+    out: dict[int, list[int]] = {}
+    for l in lanes:
+        out.setdefault(root(l.id), []).append(l.id)
+    return [tuple(v) for v in out.values()]
+
+
+def unit_of_lane(lanes: list[Lane]) -> dict[int, int]:
+    """Lane id → its unit's index in `units(lanes)`."""
+    return {lane: u for u, ids in enumerate(units(lanes)) for lane in ids}
+
+
+def group_ranks(lanes: list[Lane], unit: int) -> list[int]:
+    """Job-wide rank of each group rank of `unit`'s group: the frontend (0), then its workers."""
+    ids = set(units(lanes)[unit])
+    return [0, *sorted(r for l in lanes if l.id in ids for s in l.stages for r in s.ranks)]
+
+
+def _prefix(unit: int, generation: int) -> str:
+    return f"unit{unit}/gen{generation}/"
+
+
+def _gloo(store, rank: int, size: int, timeout_s: float, bind: str | None):
+    """A gloo group whose sockets listen on `bind` (an address of this host; None: gloo's
+    default, the host name's address or GLOO_SOCKET_IFNAME)."""
+    import torch.distributed as dist
+
+    timeout = dt.timedelta(seconds=timeout_s)
+    if bind is None:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [dist.ProcessGroupGloo.create_device(hostname=bind)]
+    opts._timeout = timeout
+    return dist.ProcessGroupGloo(store, rank, size, opts)
+
+
+def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, timeout_s: float,
+               bind: str | None = None) -> GlooTransport:
+    """Join `unit`'s group of `generation` as job-wide `rank`; returns once every member joined.
+
+    Args:
+        store: the job's store (rendezvous.open_store).
+        lanes: the plan's lanes (topology).
+        unit: index in `units(lanes)`.
+        generation: 1 at start, +1 per restart of the unit.
+        rank: this process's job-wide rank (0: the frontend).
+        timeout_s: how long to wait for the members, and every later receive's limit.
+        bind: the address this process's gloo sockets listen on (None: gloo's default).
+    """
+    import torch.distributed as dist
+
+    ranks = group_ranks(lanes, unit)
+    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store), ranks.index(rank), len(ranks), timeout_s, bind)
+    return GlooTransport(pg, ranks)
+
+
+def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
+                bind: str | None = None):
+    """A tensor-parallel stage's own group (its members, leader first), for its collectives."""
+    import torch.distributed as dist
+
+    prefix = f"{_prefix(unit, generation)}tp{stage.rank}/"
+    return _gloo(dist.PrefixStore(prefix, store), tp_rank, stage.tp, timeout_s, bind)

@@ -1,0 +1,238 @@
+"""One pipeline replica ("lane") on the frontend: its scheduler, its record of what is in
+flight, and the two threads that talk to its stages through the lane's transport.
+
+Threads share the scheduler under the lane's condition variable; gloo sends and receives
+release the GIL, so the HTTP server keeps serving while they wait. A transport error ends
+both threads and reports the lane as failed to the engine, which fails its requests and
+asks for a restart; a restarted lane is a new LaneRunner.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from hetc.runtime.block_manager import BlockManager
+from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightTransfer, Transfer, TransferLeg
+from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
+from hetc.runtime.topology import Lane
+from hetc.runtime.transport import Kind, Message, StepMeta, Transport
+
+if TYPE_CHECKING:
+    from hetc.runtime.engine import Engine
+
+__all__ = ["LaneRunner"]
+
+
+class LaneRunner:
+    """One pipeline replica: its scheduler and the two threads that talk to its stages."""
+
+    def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig, transport: Transport):
+        self.engine, self.lane, self.tp = engine, lane, transport
+        # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
+        self.sched = Scheduler(BlockManager(num_blocks), cfg,
+                               on_preempt=engine.requeue if lane.phase == "decode" else None)
+        self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
+        self.cond = threading.Condition()
+        self.inflight: deque[InFlight] = deque()
+        self.first_rank, self.last_rank = lane.stages[0].rank, lane.stages[-1].rank
+        self.down: str | None = None  # why the lane stopped working (set by the engine)
+        self.stopping = False  # SHUTDOWN requested
+        self.stopped = threading.Event()
+        self._last_send = engine.clock()
+        self._send_lock = threading.Lock()
+        self._dirty = True
+        self.threads: list[threading.Thread] = []
+        # looking ahead, each stage has a micro-batch queued behind the one it runs
+        self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
+
+    @property
+    def up(self) -> bool:
+        return self.down is None
+
+    def start(self) -> None:
+        self.threads = [threading.Thread(target=self._guard, args=(fn,), name=f"lane{self.lane.id}-{name}", daemon=True)
+                        for name, fn in (("send", self._send_loop), ("recv", self._recv_loop))]
+        for t in self.threads:
+            t.start()
+
+    def _guard(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # a transport error: a peer died or timed out
+            devices = ", ".join(s.device for s in self.lane.stages)
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.engine.lane_failed(self, f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: "
+                                          f"{text[:240]}")
+
+    def _live(self) -> bool:
+        return self.down is None and not self.engine.failed
+
+    # ---- sending ---------------------------------------------------------------------------
+    # Both threads send: the receiver sends the next micro-batch as soon as a result frees its
+    # sequences (no thread hand-off between a result and the next step), the sender thread
+    # sends what new requests make possible, heartbeats while idle, and SHUTDOWN. `_send_lock`
+    # keeps "append to inflight" and "send" in one order; it is taken before `cond`.
+    def poke(self) -> None:
+        """The scheduler's state changed (call with `cond` held): the sender looks again."""
+        self._dirty = True
+        self.cond.notify_all()
+
+    def _next_message(self, heartbeat_ok: bool) -> Message | None:
+        """With `cond` held: the next message to send, already recorded in `inflight`; None: nothing now."""
+        if self.incoming:
+            msg = self._next_transfer()
+            if msg is not None:
+                return msg
+        now = self.engine.clock()
+        if len(self.inflight) < self.depth:
+            batch = self.sched.schedule(self.lane.lookahead)
+            if batch is not None:
+                msg = self._step_message(batch)
+                self.inflight.append(InFlightBatch(batch, now))
+                self.engine.metrics.on_schedule(self, batch)
+                self._last_send = now
+                return msg
+        if not heartbeat_ok or self.inflight:
+            return None
+        if self.stopping and self.engine.idle():
+            self.inflight.append(Control(ControlKind.SHUTDOWN))
+            return Message(Kind.SHUTDOWN)
+        if now - self._last_send >= self.engine.heartbeat_s:
+            self.inflight.append(Control(ControlKind.HEARTBEAT))
+            self._last_send = now
+            return Message(Kind.HEARTBEAT)
+        return None
+
+    def _next_transfer(self) -> Message | None:
+        """A decode lane (cond held): take the first incoming prompt whose blocks fit; the matching
+        TRANSFER_OUT goes to its prefill lane just before this TRANSFER_IN (see _send_next)."""
+        t = self.incoming[0]
+        if t.seq.aborted:  # the client left while it waited: its prefill blocks go back
+            self.incoming.popleft()
+            self.sched.drop(t.seq, "abort")
+            t.src.release(t)
+            return None
+        if not self.sched.reserve_incoming(t.seq):
+            return None
+        self.incoming.popleft()
+        self.inflight.append(InFlightTransfer(t, TransferLeg.IN))
+        meta = torch.tensor([t.src.lane.id, t.tokens, *t.seq.block_table], dtype=torch.long)
+        return Message(Kind.TRANSFER_IN, t.seq.seq_id, meta=meta,
+                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+
+    def send_transfer_out(self, t: Transfer) -> None:
+        """A prefill lane: send a prompt's KV to `t.dst` (called by the decode lane's sender)."""
+        with self._send_lock:
+            with self.cond:
+                if not self._live():
+                    return
+                self.inflight.append(InFlightTransfer(t, TransferLeg.OUT))
+            meta = torch.tensor([t.dst.lane.id, t.tokens, *t.src_blocks], dtype=torch.long)
+            self.tp.send(Message(Kind.TRANSFER_OUT, t.seq.seq_id, meta=meta,
+                                 times=torch.zeros(len(self.lane.stages), dtype=torch.float64)), self.first_rank)
+
+    def release(self, t: Transfer) -> None:
+        """A prefill lane: the prompt's blocks are free again (its KV was sent, or is not needed)."""
+        with self.cond:
+            self.sched.blocks.free_blocks(t.src_blocks)
+            t.src_blocks = []
+            self.poke()
+
+    def _send_next(self, heartbeat_ok: bool) -> Message | None:
+        with self._send_lock:
+            with self.cond:
+                if not self._live():
+                    return None
+                msg = self._next_message(heartbeat_ok)
+                if msg is None and heartbeat_ok:
+                    self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
+                rec = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
+            if rec is not None:
+                # every transfer to this lane is issued here, OUT then IN, so each pair of workers
+                # sees its transfers in the same order on both sides
+                rec.transfer.src.send_transfer_out(rec.transfer)
+            if msg is not None:
+                self.tp.send(msg, self.first_rank)
+                if msg.kind is Kind.SHUTDOWN:
+                    self.tp.flush(self.first_rank)
+            return msg
+
+    def _send_loop(self) -> None:
+        while self._live():
+            msg = self._send_next(heartbeat_ok=True)
+            if msg is not None:
+                if msg.kind is Kind.SHUTDOWN:
+                    return
+                continue
+            with self.cond:
+                if not self._dirty and self._live():
+                    due = self.engine.heartbeat_s - (self.engine.clock() - self._last_send)
+                    self.cond.wait(timeout=max(0.01, due) if not self.inflight else self.engine.heartbeat_s)
+
+    def _step_message(self, batch: MicroBatch) -> Message:
+        items = batch.items
+        meta = StepMeta(seq_ids=[i.seq.seq_id for i in items], starts=[i.start for i in items],
+                        n_new=[i.n_new for i in items], sample=[i.sample for i in items],
+                        block_tables=[list(i.seq.block_table) for i in items],
+                        # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
+                        token_ids=[t for i in items for t in ([-1] if i.ahead else
+                                                              i.seq.token_ids[i.start:i.start + i.n_new])],
+                        sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
+                                   i.seq.params.seed) for i in items])
+        m, s = meta.encode()
+        return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
+                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+
+    # ---- receiving -------------------------------------------------------------------------
+    def _recv_loop(self) -> None:
+        while True:
+            msg = self.tp.recv(self.last_rank)
+            now = self.engine.clock()
+            handoffs, done_out, outs = [], None, []
+            with self.cond:
+                if not self._live():
+                    return
+                rec = self.inflight.popleft()
+                if isinstance(rec, InFlightBatch):
+                    _expect(msg, Kind.RESULT, rec)
+                    outs = self.sched.on_result(rec.batch, msg.payload.reshape(-1).tolist())
+                    self.engine.metrics.on_step(self, rec.batch, msg.times.tolist(), now - rec.sent_at)
+                    handoffs, self.sched.handoffs = self.sched.handoffs, []
+                    self.engine.handoffs_started(len(handoffs))
+                elif isinstance(rec, InFlightTransfer) and rec.leg is TransferLeg.OUT:  # its KV left every stage
+                    _expect(msg, Kind.TRANSFER_OUT, rec)
+                    t = done_out = rec.transfer
+                    t.sent_bytes = float(msg.times.sum())
+                    self.sched.blocks.free_blocks(t.src_blocks)
+                    t.src_blocks = []
+                elif isinstance(rec, InFlightTransfer):  # its KV is in every decode stage: decode from here
+                    _expect(msg, Kind.TRANSFER_IN, rec)
+                    out = self.sched.land(rec.transfer.seq)
+                    outs = [out] if out is not None else []
+                else:
+                    _expect(msg, Kind.SHUTDOWN if rec.kind is ControlKind.SHUTDOWN else Kind.HEARTBEAT, rec)
+                self.poke()
+            if isinstance(rec, Control) and rec.kind is ControlKind.SHUTDOWN:
+                self.stopped.set()
+                return
+            if isinstance(rec, InFlightBatch):
+                self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
+            if done_out is not None:
+                self.engine.metrics.on_transfer(done_out.tokens, done_out.sent_bytes)
+            for seq in handoffs:
+                self.engine.handoff(seq, self)
+            self.engine.deliver(outs)
+
+    # ---- requests --------------------------------------------------------------------------
+    def load(self) -> int:
+        return self.sched.num_running + self.sched.num_waiting + len(self.incoming)
+
+
+def _expect(msg: Message, kind: Kind, rec: InFlight) -> None:
+    if msg.kind is not kind:
+        raise RuntimeError(f"the last stage sent {msg.kind.name} where {kind.name} was due ({type(rec).__name__})")

@@ -1,0 +1,209 @@
+"""The engine on a fake pipeline (no processes): micro-batches complete, a lane's failure fails
+only its own sequences (at once) and asks for a restart, a revived lane serves again, and a
+SHUTDOWN control record stops the lane's loops."""
+
+import queue
+import threading
+import time
+
+import pytest
+
+from hetc.runtime.engine import Engine, EngineDead, Event
+from hetc.runtime.metrics import Metrics
+from hetc.runtime.scheduler import SchedulerConfig
+from hetc.runtime.sequence import SamplingParams
+from hetc.runtime.topology import Lane, StageSpec
+from hetc.runtime.transport import Kind, Message, StepMeta
+
+import torch
+
+
+def _lane(lane_id: int, first_rank: int, n_stages: int = 2) -> Lane:
+    stages = tuple(StageSpec(lane=lane_id, index=i, n_stages=n_stages, devices=(f"n{lane_id}:{i}",),
+                             ranks=(first_rank + i,), prev_rank=0 if i == 0 else first_rank + i - 1,
+                             next_rank=0 if i == n_stages - 1 else first_rank + i + 1, backend="cpu", profile="p",
+                             node=f"n{lane_id}", units=(i, i), layers=(i, i), kv_budget=1e6, weight_bytes=1.0,
+                             predicted_ms=(1.0, 1.0)) for i in range(n_stages))
+    return Lane(lane_id, lane_id, 0, 4, stages)
+
+
+def token_at(seq_id: int, pos: int) -> int:
+    """What the fake pipeline samples: a function of the sequence and position only."""
+    return 100 + 7 * seq_id + pos
+
+
+class FakePipeline:
+    """A lane's stages in-process: STEP → RESULT (token_at per sampled row), control messages
+    come back as they went. `hold` keeps results back (work in flight); `kill` is a dead worker:
+    the receive fails at once, as gloo's does when a peer's sockets close."""
+
+    def __init__(self, last_rank: int):
+        self.last_rank, self.out = last_rank, queue.Queue()
+        self.hold = threading.Event()
+        self.sent: list[Kind] = []
+        self._dead = False
+
+    def send(self, msg: Message, dst: int) -> None:
+        if self._dead:
+            raise RuntimeError("Connection closed by peer")
+        self.sent.append(msg.kind)
+        if msg.kind is Kind.STEP:
+            meta = StepMeta.decode(msg.meta, msg.samp)
+            toks = [token_at(s, st + n) if smp else -1
+                    for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)]
+            self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long),
+                                 times=msg.times))
+        else:
+            self.out.put(Message(msg.kind, msg.step_id, times=msg.times))
+
+    def flush(self, dst: int) -> None:
+        pass
+
+    def recv(self, src: int) -> Message:
+        assert src == self.last_rank
+        while True:
+            if self._dead:
+                raise RuntimeError(f"Connection closed by peer [rank {src}]")
+            if self.hold.is_set():
+                time.sleep(0.01)
+                continue
+            try:
+                return self.out.get(timeout=0.01)
+            except queue.Empty:
+                pass
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        self._dead = True
+
+
+class Sink:
+    def __init__(self):
+        self.events: list[Event] = []
+        self.done = threading.Event()
+        self.done_at: float | None = None
+
+    def __call__(self, ev: Event) -> None:
+        self.events.append(ev)
+        if ev.finished:
+            self.done_at = time.monotonic()
+            self.done.set()
+
+
+_ENGINES: list[Engine] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_engines():
+    """Every engine's lanes stop after the test (no threads left running into the next one)."""
+    yield
+    while _ENGINES:
+        eng = _ENGINES.pop()
+        for p in eng.lanes:
+            p.tp.hold.clear()
+        eng.cancel_all("test over")
+        eng.shutdown(2.0)
+        for r in eng.lanes:
+            r.tp.kill()
+            for t in r.threads:
+                t.join(2.0)
+
+
+def _engine(n_lanes: int = 2, clock=time.monotonic):
+    lanes = [_lane(i, 1 + 2 * i) for i in range(n_lanes)]
+    pipes = {l.id: FakePipeline(l.stages[-1].rank) for l in lanes}
+    eng = Engine(lanes, {l.id: 64 for l in lanes}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16),
+                 Metrics("m"), transports=pipes, clock=clock, heartbeat_s=0.05)
+    failed: list[tuple[int, str]] = []
+    eng.on_unit_failed = lambda unit, why: failed.append((unit, why))
+    eng.start()
+    _ENGINES.append(eng)
+    return eng, pipes, failed
+
+
+def _submit(eng, prompt, max_tokens):
+    sink = Sink()
+    req = eng.submit(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
+                     frozenset(), sink)
+    return req, sink
+
+
+def test_micro_batches_complete_with_the_pipelines_tokens():
+    ticks = []
+    eng, _, failed = _engine(1, clock=lambda: ticks.append(1) or time.monotonic())
+    req, sink = _submit(eng, [1, 2, 3, 4, 5], max_tokens=4)
+    assert sink.done.wait(5)
+    # prompt of 5 tokens: the first sampled token is at position 5, then 6, 7, 8
+    assert [e.token for e in sink.events if e.token is not None] == [token_at(req.seq.seq_id, p) for p in range(5, 9)]
+    assert sink.events[-1].finished and sink.events[-1].reason == "length"
+    assert not eng.requests and not failed and ticks  # the engine read the clock it was given
+    assert eng.shutdown(2.0)
+
+
+def test_a_lane_failure_fails_only_its_sequences_at_once():
+    eng, pipes, failed = _engine(2)
+    pipes[0].hold.set()
+    pipes[1].hold.set()  # both requests in flight
+    a, sink_a = _submit(eng, [1, 2, 3], max_tokens=3)
+    b, sink_b = _submit(eng, [4, 5, 6], max_tokens=3)
+    assert {a.lane.lane.id, b.lane.lane.id} == {0, 1}  # least loaded: one on each lane
+    dead, alive = (sink_a, sink_b) if a.lane.lane.id == 0 else (sink_b, sink_a)
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    pipes[0].kill()
+    assert dead.done.wait(2.0) and dead.done_at - t0 < 2.0
+    assert dead.events[-1].reason == "error" and "lane 0" in dead.events[-1].error
+    assert not alive.done.is_set()
+    pipes[1].hold.clear()
+    assert alive.done.wait(5) and alive.events[-1].reason == "length"
+    assert [u for u, _ in failed] == [0] and set(eng.down) == {0}
+    assert eng.failed is None  # one unit still serves
+    c, sink_c = _submit(eng, [7], max_tokens=2)  # new requests go to the working lane
+    assert c.lane.lane.id == 1 and sink_c.done.wait(5)
+    # the unit comes back with a fresh transport: requests may use lane 0 again
+    eng.revive(0, {0: FakePipeline(pipes[0].last_rank)})
+    assert not eng.down and eng.lanes[0].up and eng.lanes[0].sched.blocks.num_used == 0
+    pipes[1].hold.set()
+    d, sink_d = _submit(eng, [8, 9], max_tokens=2)
+    _, sink_e = _submit(eng, [8, 9], max_tokens=2)
+    assert sink_d.done.wait(5) or sink_e.done.wait(5)
+    pipes[1].hold.clear()
+    assert sink_d.done.wait(5) and sink_e.done.wait(5)
+
+
+def test_every_unit_down_refuses_requests():
+    eng, pipes, failed = _engine(1)
+    pipes[0].kill()
+    deadline = time.monotonic() + 2
+    while not eng.failed:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(EngineDead, match="lane 0"):
+        _submit(eng, [1], max_tokens=1)
+
+
+def test_a_shutdown_control_record_stops_the_loops():
+    eng, pipes, _ = _engine(2)
+    _, sink = _submit(eng, [1, 2], max_tokens=2)
+    assert sink.done.wait(5)
+    assert eng.shutdown(2.0)
+    assert all(r.stopped.is_set() for r in eng.lanes)
+    assert all(p.sent[-1] is Kind.SHUTDOWN for p in pipes.values())
+    for r in eng.lanes:  # both loops of every lane end
+        for t in r.threads:
+            t.join(2.0)
+            assert not t.is_alive(), t.name
+
+
+def test_drain_refuses_new_requests_and_cancels_what_outlives_the_timeout():
+    eng, pipes, _ = _engine(1)
+    pipes[0].hold.set()
+    _, sink = _submit(eng, [1, 2], max_tokens=50)
+    eng.stop_admitting()
+    with pytest.raises(EngineDead, match="shutting down"):
+        _submit(eng, [1], max_tokens=1)
+    assert not eng.wait_idle(0.2)
+    eng.cancel_all("drain timeout")
+    assert sink.done.is_set() and sink.events[-1].error == "drain timeout"
