@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[plot,test]"
+	$(PY) -m pip install -q -e ".[plot,test,compile]"
 	touch $(STAMP)
 
 run: setup

@@ -335,7 +335,7 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     from hetc.runtime.block_manager import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.model_runner import StageModel, UnitRef
-    from hetc.runtime.weights import SafetensorsWeights
+    from hetc.weights import SafetensorsWeights
 
     doc = json.loads(plan.read_text())
     first, last = doc["pipelines"][0]["stages"][stage]["units"]

@@ -127,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
     pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
 
+    co = sub.add_parser("compile", help="lower every stage of a plan with its vendor's toolchain; manifest.json")
+    co.add_argument("plan", metavar="plan.json")
+    co.add_argument("-o", "--output", required=True, metavar="DIR", help="where the artifacts and manifest.json go")
+    co.add_argument("--model-dir", default=None, help="Hugging Face model dir with safetensors (default: the plan's)")
+    co.add_argument("--random-weights", action="store_true", help="random weights instead of the model's")
+    co.add_argument("--no-check", action="store_true", help="skip running the CPU lowerings against torch eager")
+
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
     by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
@@ -268,6 +275,24 @@ def cmd_profile(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile(a: argparse.Namespace) -> int:
+    from hetc.report import print_manifest
+    from hetc.runtime.compile import CompileOptions, compile_plan
+
+    with _status("compiling") as update:
+        manifest = compile_plan(CompileOptions(plan=a.plan, out_dir=a.output, model_dir=a.model_dir,
+                                               random_weights=a.random_weights, check=not a.no_check),
+                                progress=update)
+    print_manifest(manifest, err)
+    err.print(f"wrote {Path(a.output) / 'manifest.json'}")
+    failed = [f"{s['stage']}/{x['toolchain']}" for s in manifest["stages"] for x in s["artifacts"]
+              if x.get("check", {}).get("ok") is False]
+    if failed:
+        err.print(f"hetc: numerical check failed for {', '.join(failed)} (see manifest.json)")
+        return 1
+    return 0
+
+
 def cmd_buy(a: argparse.Namespace) -> int:
     from hetc.capacity.buy import BuyRequest, buy, plan_fleet, write_fleet
     from hetc.catalog import load_catalog
@@ -329,7 +354,8 @@ def cmd_later(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
-               "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto}.get(a.command, cmd_later)
+               "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto,
+               "compile": cmd_compile}.get(a.command, cmd_later)
     try:
         return handler(a)
     except HetcError as e:

@@ -67,6 +67,7 @@ class Profile(_Strict):
     name: str
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
     backend: Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
+    target: str | None = None  # what `hetc compile` builds for: gfx942, sm_90, GPU, CPU, ... (see compile_target)
     memory: Bytes
     reserved_memory: Bytes
     memory_bandwidth: Bandwidth
@@ -89,6 +90,22 @@ class Profile(_Strict):
         if not ({"bf16", "fp16"} & self.peak_flops.keys()) or "fp32" not in self.peak_flops:
             raise ValueError("peak_flops needs fp32 and at least one of bf16/fp16")
         return self
+
+    @property
+    def compile_target(self) -> str:
+        """The profile's `target`, or the one its backend implies where that is unambiguous.
+
+        Raises:
+            BadInput: a cuda or rocm profile without `target` (the GPU architecture is not implied).
+        """
+        if self.target:
+            return self.target
+        implied = {"cpu": "CPU", "openvino": "GPU", "gaudi": "hpu"}.get(self.backend)
+        if implied is None:
+            example = "sm_90" if self.backend == "cuda" else "gfx942"
+            raise BadInput(f"profile {self.name} (backend {self.backend}) names no compile target.", field="target",
+                           fix=f"add `target: {example}` (the device's GPU architecture) to the profile.")
+        return implied
 
     @property
     def usable_memory(self) -> float:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from hetc.partitioner.capture import CapturedModel
 
 __all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_purchase",
-           "print_pareto", "plot_pareto"]
+           "print_pareto", "plot_pareto", "print_manifest"]
 
 
 def _gb(x: float) -> str:
@@ -68,6 +68,28 @@ def print_plan(plan: Plan, console: Console) -> None:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
                  for k, v in plan.baselines.items()]
         console.print("baselines (output tok/s): " + ", ".join(parts))
+
+
+def print_manifest(manifest: dict, console: Console) -> None:
+    """One row per stage and toolchain: built or why not, the target, and the check against eager."""
+    t = Table(title=f"hetc compile: {manifest['model']} ({manifest['dtype']}, weights {manifest['weights']})",
+              title_justify="left")
+    for col in ("stage", "devices", "backend", "toolchain", "target", "artifact", "max |Δ| vs eager"):
+        t.add_column(col)
+    for s in manifest["stages"]:
+        for a in s["artifacts"]:
+            if not a["built"]:
+                t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
+                          "[yellow]not built[/]", a["reason"])
+                continue
+            chk = a.get("check")
+            diff = "not runnable here" if chk is None else (
+                chk["reason"] if not chk["ran"] else
+                ("[green]" if chk["ok"] else "[red]") + f"{max(chk['max_abs_diff'].values()):.1e}[/]")
+            size = sum(f["bytes"] for f in a["files"])
+            t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
+                      f"{', '.join(f['path'] for f in a['files'])} ({size / 1e6:.1f} MB)", diff)
+    console.print(t)
 
 
 def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Console) -> None:

@@ -71,28 +71,28 @@ def _wait_policy(threads: int) -> dict[str, str]:
     return {"OMP_WAIT_POLICY": "PASSIVE"} if threads > (os.cpu_count() or 1) else {}
 
 
-def _resolve_model(plan, o: ServeOptions) -> tuple[str, str | None]:
+def resolve_model(plan, model_dir: str | None, random_weights: bool) -> tuple[str, str | None]:
     """(where the config comes from, the safetensors/tokenizer dir or None)."""
-    from hetc.runtime.weights import has_weights
+    from hetc.weights import has_weights
 
-    if o.model_dir:
-        d = Path(o.model_dir)
+    if model_dir:
+        d = Path(model_dir)
         if not (d / "config.json").is_file():
             raise BadInput(f"{d} has no config.json.", field="--model-dir", fix="point it at a Hugging Face model dir.")
-        if not o.random_weights and not has_weights(d):
+        if not random_weights and not has_weights(d):
             raise BadInput(f"{d} has no *.safetensors weights.", field="--model-dir",
                            fix="save the model with safetensors, or pass --random-weights.")
         return str(d), str(d)
     ref = plan.model.ref
-    if Path(ref).is_dir() and (has_weights(ref) or o.random_weights):
+    if Path(ref).is_dir() and (has_weights(ref) or random_weights):
         return ref, ref
-    if o.random_weights:
+    if random_weights:
         return ref, None
     raise BadInput(f"the plan's model {ref!r} has no weights here.", field="--model-dir",
                    fix="pass --model-dir DIR with the model's safetensors, or --random-weights.")
 
 
-def _check_hash(plan, model_ref: str, file: str) -> None:
+def check_hash(plan, model_ref: str, file: str) -> None:
     from hetc.partitioner.capture import capture
 
     got = capture(model_ref, dtype=plan.model.dtype, kv_dtype=plan.model.kv_dtype).graph_hash
@@ -173,8 +173,8 @@ def validate(o: ServeOptions) -> Checked:
     lanes = build_topology(plan, o.plan)
     host_of = hosts_of_nodes(plan, rdzv.nnodes, o.plan)
     local = frozenset(w.rank for w in workers(lanes) if host_of[w.stage.node] == rdzv.node_rank)
-    model_ref, model_dir = _resolve_model(plan, o)
-    _check_hash(plan, model_ref, o.plan)
+    model_ref, model_dir = resolve_model(plan, o.model_dir, o.random_weights)
+    check_hash(plan, model_ref, o.plan)
     hf_cfg, _ = load_hf_config(model_ref)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
     check_supported(hf_cfg, units, o.plan)

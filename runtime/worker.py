@@ -71,7 +71,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
     from hetc.runtime.topology import build_topology, worker_of_device
-    from hetc.runtime.weights import RandomWeights, SafetensorsWeights
+    from hetc.weights import RandomWeights, SafetensorsWeights
 
     plan = load_plan(cfg.plan)
     lanes = build_topology(plan, cfg.plan)

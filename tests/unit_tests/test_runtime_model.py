@@ -11,7 +11,7 @@ from hetc.runtime.kv_cache import AttnMeta
 from hetc.runtime.model_runner import StageModel, UnitRef
 from hetc.runtime.sampler import sample
 from hetc.runtime.transport import Message, StepMeta
-from hetc.runtime.weights import RandomWeights, SafetensorsWeights
+from hetc.weights import RandomWeights, SafetensorsWeights
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)

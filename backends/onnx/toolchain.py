@@ -1,0 +1,64 @@
+"""ONNX toolchain: an exported stage → `.onnx` (opset 20, torch's dynamo exporter), run by
+ONNX Runtime. The model is provider-neutral: CPU here; CUDA, ROCm/MIGraphX or OpenVINO
+execution providers where those devices are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+
+__all__ = ["TOOLCHAIN", "OnnxToolchain"]
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ToolchainUnavailable("ONNX Runtime is not installed: pip install 'hetc[compile]' (onnxruntime).") from None
+    return onnxruntime
+
+
+class OnnxToolchain:
+    name = "onnx"
+
+    def version(self) -> str:
+        try:
+            import onnx  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError:
+            raise ToolchainUnavailable("the ONNX exporter needs onnx and onnxscript: pip install 'hetc[compile]'.") from None
+        return f"onnxruntime {_ort().__version__}, torch.onnx {torch.__version__.split('+')[0]}"
+
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+        self.version()
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # one line per op set it skips
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # and it prints its progress
+            warnings.simplefilter("ignore")
+            torch.onnx.export(program, (), str(out_dir / f"{stem}.onnx"), dynamo=True, external_data=False)
+        return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(f"{stem}.onnx")],
+                        runnable_here=True, notes=["provider-neutral ONNX; checked here with CPUExecutionProvider"])
+
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+        ort = _ort()
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+        session = ort.InferenceSession(str(out_dir / artifact.files[0]), opts, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+
+        def step(*tensors: torch.Tensor) -> list[torch.Tensor]:
+            out = session.run(None, {n: t.numpy() for n, t in zip(names, tensors)})
+            return [torch.from_numpy(o) for o in out]
+
+        return step
+
+
+TOOLCHAIN = OnnxToolchain()

@@ -1,0 +1,173 @@
+"""Compiled stages: the functional stage signature gives the unpartitioned model's logits through
+paged KV the runtime writes; OpenVINO and ONNX artifacts of one export match eager at several
+shapes; `hetc compile` writes a manifest whose hashes match its files."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hetc.backends.stage import FunctionalStage, example_inputs, export_stage, write_kv
+from hetc.backends.toolchains import toolchain
+from hetc.scheduling import KV_BLOCK_TOKENS as BS
+from hetc.weights import SafetensorsWeights
+
+CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
+           num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
+CUTS = [(0, 3), (4, 5), (6, 8)]  # the second stage starts at an MLP half
+
+
+def _units(n: int):
+    us = [SimpleNamespace(index=0, kind="embed", layer=0)]
+    for layer in range(n):
+        us += [SimpleNamespace(index=len(us), kind="attention", layer=layer),
+               SimpleNamespace(index=len(us) + 1, kind="mlp", layer=layer)]
+    return us + [SimpleNamespace(index=len(us), kind="norm", layer=n - 1),
+                 SimpleNamespace(index=len(us) + 1, kind="head", layer=n - 1)]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**CFG)
+    m = LlamaForCausalLM(cfg).eval()
+    d = tmp_path_factory.mktemp("tiny")
+    m.save_pretrained(d)
+    stages = [FunctionalStage(cfg, _units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
+              for a, b in CUTS]
+    return d, cfg, m, stages
+
+
+def test_functional_stages_give_the_models_logits(model):
+    _, _, ref_model, stages = model
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randint(0, 300, (41,), generator=g), torch.randint(0, 300, (9,), generator=g)
+    with torch.no_grad():
+        ra, rb = ref_model(a[None]).logits[0], ref_model(b[None]).logits[0]
+    pools = {layer: (torch.zeros(12, BS, 2, 16), torch.zeros(12, BS, 2, 16)) for layer in range(3)}
+    tables = torch.tensor([[3, 0, 7], [5, 9, 2]])  # non-contiguous blocks
+
+    def step(x, pos, past, select, valid=None):
+        for st in stages:
+            args = [x, pos, past, tables, *([select] if st.selects else [])]
+            for layer in st.attention_layers:
+                args += pools[layer]
+            x, *kv = st(*args)
+            for i, layer in enumerate(st.attention_layers):
+                write_kv(pools[layer][0], tables, pos, kv[2 * i], valid)
+                write_kv(pools[layer][1], tables, pos, kv[2 * i + 1], valid)
+        return x
+
+    with torch.no_grad():
+        # prefill: a's first 20 tokens beside all of b, whose padding sits after its real positions
+        ids = torch.zeros(2, 20, dtype=torch.long)
+        ids[0], ids[1, :9] = a[:20], b
+        pos = torch.stack([torch.arange(20), torch.cat([torch.arange(9), torch.full((11,), 99)])])
+        valid = pos < torch.tensor([[20], [9]])
+        out = step(ids, pos, torch.tensor([0, 0]), torch.tensor([19, 8]), valid)
+        worst = max((out[0] - ra[19]).abs().max(), (out[1] - rb[8]).abs().max())
+        # b decodes beside a's next chunk of 21 tokens (mixed past lengths)
+        ids = torch.zeros(2, 21, dtype=torch.long)
+        ids[0], ids[1, 0] = a[20:41], 7  # b decodes token 7 at position 9
+        pos = torch.stack([torch.arange(20, 41), torch.cat([torch.tensor([9]), torch.full((20,), 99)])])
+        valid = torch.zeros(2, 21, dtype=torch.bool)
+        valid[0], valid[1, 0] = True, True
+        out = step(ids, pos, torch.tensor([20, 9]), torch.tensor([20, 0]), valid)
+        with torch.no_grad():
+            rb2 = ref_model(torch.cat([b, torch.tensor([7])])[None]).logits[0]
+        worst = max(worst, (out[0] - ra[40]).abs().max(), (out[1] - rb2[9]).abs().max())
+    assert worst < 1e-4
+
+
+@pytest.mark.parametrize("name", ["openvino", "onnx"])
+def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name):
+    _, cfg, _, stages = model
+    g = torch.Generator().manual_seed(2)
+    kw = dict(hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32, generator=g)
+    for st in (stages[0], stages[2]):  # ids in / hidden out; hidden in / logits out (with select)
+        ep = export_stage(st, example_inputs(st, batch=2, new=3, past=[20, 7], num_blocks=6, **kw))
+        tc = toolchain(name)
+        step = tc.load(tc.build(ep, tmp_path, target="CPU", stem=f"s{st.attention_layers}"), tmp_path)
+        for batch, new, past in ((1, 9, [0]), (3, 1, [37, 5, 18]), (2, 4, [16, 0])):
+            args = example_inputs(st, batch=batch, new=new, past=past, num_blocks=9, **kw)
+            with torch.no_grad():
+                want = st(*args)
+            got = step(*args)
+            assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want]
+            assert max(float((x - y).abs().max()) for x, y in zip(got, want)) < 1e-4
+
+
+def _profiles(d, memory="0.7 MB", nv_target="sm_90"):
+    for name, vendor, backend, target in (("intel", "intel", "openvino", "GPU"), ("amd", "amd", "rocm", "gfx942"),
+                                          ("nv", "nvidia", "cuda", nv_target)):
+        line = f"target: {target}\n" if target else ""
+        (d / f"{name}.yaml").write_text(f"""name: {name}
+vendor: {vendor}
+backend: {backend}
+{line}memory: {memory}
+reserved_memory: 10 kB
+memory_bandwidth: 40 GB/s
+peak_flops: {{fp32: 4 TFLOP/s, bf16: 4 TFLOP/s}}
+efficiency: {{matmul: 0.8, memory: 0.8}}
+launch_overhead: 2 us
+host_link: pcie4
+power: 100 W
+price: 1 USD/h
+sources: ["made up for a test"]
+""")
+    (d / "c.yaml").write_text("""nodes:
+  - {name: a, device: ./intel.yaml, count: 1}
+  - {name: b, device: ./amd.yaml, count: 1}
+  - {name: c, device: ./nv.yaml, count: 1}
+network: {default: ethernet-10g}
+""")
+
+
+def _hetc(*args):
+    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], capture_output=True, text=True)
+
+
+def test_compile_a_three_vendor_plan(model, tmp_path):
+    d = model[0]
+    _profiles(tmp_path)
+    plan = tmp_path / "plan.json"
+    r = _hetc("plan", "--profiles", str(tmp_path / "c.yaml"), str(d), "--dtype", "fp32", "--input-len", "32",
+              "--output-len", "16", "--disaggregate", "off", "--time-limit", "2", "-o", str(plan))
+    assert r.returncode == 0, r.stderr
+    assert {s["backend"] for p in json.loads(plan.read_text())["pipelines"] for s in p["stages"]} == \
+           {"openvino", "rocm", "cuda"}
+    out = tmp_path / "art"
+    r = _hetc("compile", str(plan), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    for st in manifest["stages"]:
+        assert hashlib.sha256((out / st["exported"]["path"]).read_bytes()).hexdigest() == st["exported"]["sha256"]
+        assert {a["toolchain"] for a in st["artifacts"]} >= {"onnx"}
+        for a in st["artifacts"]:
+            if not a["built"]:
+                assert a["reason"]  # never a silent skip
+                continue
+            for f in a["files"]:
+                assert hashlib.sha256((out / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+            if a["runnable_here"]:
+                assert a["check"]["ran"] and a["check"]["ok"], a
+        assert st["signature"]["inputs"][0]["name"] == "x"
+    ov = next(a for st in manifest["stages"] for a in st["artifacts"] if a["toolchain"] == "openvino")
+    assert ov["built"] and ov["check"]["max_abs_diff"]["decode"] < 1e-4
+
+
+def test_compile_bad_input(model, tmp_path):
+    r = _hetc("compile", str(tmp_path / "nope.json"), "-o", str(tmp_path / "a"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    _profiles(tmp_path, nv_target=None)
+    plan = tmp_path / "plan.json"
+    r = _hetc("plan", "--profiles", str(tmp_path / "c.yaml"), str(model[0]), "--dtype", "fp32", "--input-len", "32",
+              "--output-len", "16", "--disaggregate", "off", "--time-limit", "2", "-o", str(plan))
+    assert r.returncode == 0, r.stderr
+    r = _hetc("compile", str(plan), "-o", str(tmp_path / "a"))
+    assert r.returncode == 2 and "target" in r.stderr and "sm_90" in r.stderr
