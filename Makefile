@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[plot,test,compile]"
+	# torch-mlir's wheel declares no torch: --no-deps keeps pip from pulling another one
+	$(PY) -m pip install -q --no-deps torch-mlir==20261001
 	touch $(STAMP)
 
 run: setup

@@ -88,6 +88,9 @@ class FunctionalStage(nn.Module):
                 setattr(leaf_mod, name.rpartition(".")[2], nn.Parameter(t, requires_grad=False))
         self.mods = nn.ModuleDict(wanted)
         self.rotary = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
+        if self.rotary is not None:  # persistent: torch-mlir's importer finds buffers in the state dict only
+            for name, buf in list(self.rotary.named_buffers(recurse=False)):
+                self.rotary.register_buffer(name, buf, persistent=True)
         heads = cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
@@ -104,7 +107,8 @@ class FunctionalStage(nn.Module):
         li = 0
         for i, (kind, layer) in enumerate(self.kinds):
             if select is not None and i == self.select_pos:
-                x = x[torch.arange(x.shape[0]), select]  # [B, T, H] → [B, H]: the sampled rows only
+                # [B, T, H] → [B, H]: the sampled rows only (a gather: IREE rejects two-tensor indexing)
+                x = x.gather(1, select[:, None, None].expand(-1, 1, x.shape[-1])).squeeze(1)
             if kind == "embed":
                 x = self.mods["embed"](x)  # [B, T] → [B, T, H]
             elif kind == "attention":
@@ -148,8 +152,9 @@ class FunctionalStage(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         nb = block_table.shape[1] * KV_BLOCK_TOKENS
-        past_k = k_pool[block_table].reshape(b, nb, self.kv_heads, d).to(q.dtype)  # [B, P, KVH, D]
-        past_v = v_pool[block_table].reshape(b, nb, self.kv_heads, d).to(q.dtype)
+        flat = block_table.reshape(-1)
+        past_k = k_pool.index_select(0, flat).reshape(b, nb, self.kv_heads, d).to(q.dtype)  # [B, P, KVH, D]
+        past_v = v_pool.index_select(0, flat).reshape(b, nb, self.kv_heads, d).to(q.dtype)
         keys = torch.cat((past_k, k), dim=1).repeat_interleave(self.groups, dim=2).transpose(1, 2)  # [B, Hq, S, D]
         vals = torch.cat((past_v, v), dim=1).repeat_interleave(self.groups, dim=2).transpose(1, 2)
         scores = q.transpose(1, 2) @ keys.transpose(-1, -2) * getattr(attn, "scaling", d ** -0.5)  # [B, Hq, T, S]

@@ -157,8 +157,10 @@ def test_compile_a_three_vendor_plan(model, tmp_path):
             if a["runnable_here"]:
                 assert a["check"]["ran"] and a["check"]["ok"], a
         assert st["signature"]["inputs"][0]["name"] == "x"
-    ov = next(a for st in manifest["stages"] for a in st["artifacts"] if a["toolchain"] == "openvino")
-    assert ov["built"] and ov["check"]["max_abs_diff"]["decode"] < 1e-4
+    built = {a["toolchain"]: a for st in manifest["stages"] for a in st["artifacts"] if a["built"]}
+    assert set(built) == {"openvino", "iree", "inductor", "onnx"}  # three vendors' compilers in one plan
+    assert any(f["path"].endswith(".gfx942.vmfb") for f in built["iree"]["files"])
+    assert all(a["check"]["max_abs_diff"]["decode"] < 1e-4 for a in built.values())
 
 
 def test_compile_bad_input(model, tmp_path):
@@ -171,3 +173,15 @@ def test_compile_bad_input(model, tmp_path):
     assert r.returncode == 0, r.stderr
     r = _hetc("compile", str(plan), "-o", str(tmp_path / "a"))
     assert r.returncode == 2 and "target" in r.stderr and "sm_90" in r.stderr
+
+
+def test_iree_targets_say_what_they_cannot_build():
+    from hetc.backends.rocm.iree import _device_flags
+    from hetc.backends.toolchain import ToolchainUnavailable
+
+    assert "--iree-rocm-target=gfx942" in _device_flags("gfx942")
+    assert "--iree-cuda-target=sm_80" in _device_flags("sm_80")
+    with pytest.raises(ToolchainUnavailable, match="22147"):
+        _device_flags("sm_90")
+    with pytest.raises(ToolchainUnavailable, match="neither"):
+        _device_flags("GPU")

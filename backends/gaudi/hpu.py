@@ -1,0 +1,42 @@
+"""Intel Gaudi: the exported stage (`.pt2`) for the HPU bridge, compiled on the device by
+`torch.compile(backend="hpu_backend")` (shape buckets avoid recompiles, as vllm-gaudi does).
+`habana_frameworks.torch` ships with Intel's Gaudi software stack, not on the package
+registries: without it the program is written and cannot run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+
+__all__ = ["TOOLCHAIN", "HpuToolchain"]
+
+_MISSING = ("habana_frameworks.torch is not installed (it ships with Intel's Gaudi software stack, "
+            "not on PyPI): the HPU bridge runs this program on a Gaudi host")
+
+
+class HpuToolchain:
+    name = "hpu"
+
+    def version(self) -> str:
+        if importlib.util.find_spec("habana_frameworks") is None:
+            return "exported program only (no habana_frameworks here)"
+        from importlib.metadata import version
+        return f"habana-torch-plugin {version('habana-torch-plugin')}"
+
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+        path = out_dir / f"{stem}.hpu.pt2"
+        torch.export.save(program, path)
+        here = importlib.util.find_spec("habana_frameworks") is not None
+        return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(path.name)],
+                        runnable_here=False, notes=[] if here else [_MISSING])
+
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+        raise ToolchainUnavailable(f"an HPU stage runs on a Gaudi device through the HPU bridge; {_MISSING}.")
+
+
+TOOLCHAIN = HpuToolchain()
