@@ -7,7 +7,7 @@ import importlib
 
 from hetc.backends.toolchain import Toolchain, ToolchainUnavailable
 
-__all__ = ["EVERY_STAGE", "device_toolchain", "toolchain"]
+__all__ = ["EVERY_STAGE", "TOOLCHAIN_NAMES", "device_toolchain", "toolchain"]
 
 # backend → (toolchain name, module exposing TOOLCHAIN). The cpu backend serves through
 # OpenVINO's CPU plugin (packed kernels: about 2× torch eager on a fp32 decode step, backends.md).
@@ -19,6 +19,7 @@ _BY_BACKEND = {
     "gaudi": ("hpu", "hetc.backends.gaudi.hpu"),
 }
 _MODULES = {name: mod for name, mod in _BY_BACKEND.values()} | {"onnx": "hetc.backends.onnx.toolchain"}
+TOOLCHAIN_NAMES = tuple(_MODULES)
 EVERY_STAGE = ("onnx",)  # built for every stage beside its device's own toolchain
 
 

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--model-dir", default=None, help="Hugging Face model dir with safetensors (default: the plan's)")
     co.add_argument("--random-weights", action="store_true", help="random weights instead of the model's")
     co.add_argument("--no-check", action="store_true", help="skip running the CPU lowerings against torch eager")
+    co.add_argument("--only", default="", metavar="LIST",
+                    help="comma-separated toolchains (openvino,onnx,iree,inductor,hpu); each must build (else exit 2)")
 
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
@@ -281,7 +283,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
     with _status("compiling") as update:
         manifest = compile_plan(CompileOptions(plan=a.plan, out_dir=a.output, model_dir=a.model_dir,
-                                               random_weights=a.random_weights, check=not a.no_check),
+                                               random_weights=a.random_weights, check=not a.no_check,
+                                               only=tuple(t for t in a.only.split(",") if t)),
                                 progress=update)
     print_manifest(manifest, err)
     err.print(f"wrote {Path(a.output) / 'manifest.json'}")

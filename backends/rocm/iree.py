@@ -65,7 +65,8 @@ class IreeToolchain:
             try:
                 ic.compile_file(str(mlir), input_type="torch", extra_args=extra, output_file=str(out))
             except ic.CompilerToolError as e:
-                raise ToolchainUnavailable(f"iree-compile failed for {name}: {str(e).splitlines()[-1][:300]}") from None
+                why = next((ln for ln in str(e).splitlines() if "error:" in ln), str(e).splitlines()[0])
+                raise ToolchainUnavailable(f"iree-compile failed for {name}: {why.strip()[:300]}") from None
             files.append(Path(out.name))
         return Artifact(toolchain=self.name, version=ver, target=target, files=files, runnable_here=True,
                         notes=[f"{files[1]} for {target} ({' '.join(flags)}); {files[2]} from the same import "

@@ -84,15 +84,18 @@ def test_functional_stages_give_the_models_logits(model):
     assert worst < 1e-4
 
 
-@pytest.mark.parametrize("name", ["openvino", "onnx"])
-def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name):
+# ids in / hidden out (stage 0); hidden in / logits out with select (stage 2); IREE and Inductor
+# compile C++/LLVM code for the host, seconds per stage: one stage each
+@pytest.mark.parametrize("name,which", [("openvino", (0, 2)), ("onnx", (0, 2)), ("iree", (2,)), ("inductor", (1,))])
+def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which):
     _, cfg, _, stages = model
     g = torch.Generator().manual_seed(2)
     kw = dict(hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32, generator=g)
-    for st in (stages[0], stages[2]):  # ids in / hidden out; hidden in / logits out (with select)
+    for st in (stages[i] for i in which):
         ep = export_stage(st, example_inputs(st, batch=2, new=3, past=[20, 7], num_blocks=6, **kw))
         tc = toolchain(name)
-        step = tc.load(tc.build(ep, tmp_path, target="CPU", stem=f"s{st.attention_layers}"), tmp_path)
+        target = {"iree": "gfx942", "inductor": "sm_90"}.get(name, "CPU")
+        step = tc.load(tc.build(ep, tmp_path, target=target, stem=f"s{st.attention_layers}"), tmp_path)
         for batch, new, past in ((1, 9, [0]), (3, 1, [37, 5, 18]), (2, 4, [16, 0])):
             args = example_inputs(st, batch=batch, new=new, past=past, num_blocks=9, **kw)
             with torch.no_grad():
@@ -132,6 +135,7 @@ def _hetc(*args):
     return subprocess.run([sys.executable, "-m", "hetc.cli", *args], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_compile_a_three_vendor_plan(model, tmp_path):
     d = model[0]
     _profiles(tmp_path)
@@ -173,6 +177,8 @@ def test_compile_bad_input(model, tmp_path):
     assert r.returncode == 0, r.stderr
     r = _hetc("compile", str(plan), "-o", str(tmp_path / "a"))
     assert r.returncode == 2 and "target" in r.stderr and "sm_90" in r.stderr
+    r = _hetc("compile", str(plan), "-o", str(tmp_path / "a"), "--only", "openvino,tensorrt")
+    assert r.returncode == 2 and "tensorrt" in r.stderr and "--only" in r.stderr
 
 
 def test_iree_targets_say_what_they_cannot_build():
