@@ -1,0 +1,154 @@
+"""A stage served through a vendor toolchain: the compiled step (hetc/stage.py's signature) behind
+the same call as the eager StageModel, with the paged KV cache still owned here.
+
+Per step the packed micro-batch (tokens of every sequence back to back, AttnMeta) becomes the
+signature's padded [B, Q] layout, the compiled step runs, its new K/V rows are written into
+this worker's blocks at the micro-batch's slots, and its output is packed again. Artifacts come
+from `hetc compile` (`--artifacts DIR`, checked against the manifest) or are built at start into
+the stage cache, keyed by everything they embed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from hetc.backends.stage import FunctionalStage, example_inputs, export_stage
+from hetc.backends.toolchain import Artifact
+from hetc.backends.toolchains import toolchain
+from hetc.errors import BadInput
+from hetc.runtime.kv_cache import AttnMeta, KVPool
+from hetc.scheduling import KV_BLOCK_TOKENS
+
+__all__ = ["CompiledStage", "emulation_toolchain", "build_compiled_stage"]
+
+EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")  # READY reports the index
+
+
+def emulation_toolchain(backend: str) -> str:
+    """What runs a stage of `backend` on the host CPU under --emulate: its vendor's CPU lowering
+    (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else the fastest CPU executor
+    (OpenVINO's packed kernels, about 2× torch eager on a decode step: BENCHMARKS.md)."""
+    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, "openvino")
+
+
+class CompiledStage:
+    """Drop-in for StageModel in the worker loop (call, .kv, .param_bytes, .param_names)."""
+
+    def __init__(self, step, stage: FunctionalStage, kv: KVPool, executor: str, param_bytes: int, n_params: int):
+        self.step, self.kv, self.executor = step, kv, executor
+        self.selects, self.head = stage.selects, stage.head
+        self.first, self.attention_layers = stage.first_stage, stage.attention_layers
+        self.after_select = not stage.selects and not stage.first_stage and stage.kinds[0][0] == "head"
+        self.param_bytes, self.param_names, self.tp_group = param_bytes, [None] * n_params, None
+
+    def __call__(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        b, q = meta.mask.shape[0], meta.mask.shape[2]  # mask: [B, 1, Q, keys]
+        if self.after_select:  # the rows were cut to the sampled tokens upstream: [S, H] → [S, 1, H]
+            s = x.shape[0]
+            z = torch.zeros(s, 1, dtype=torch.long)
+            return self.step(x[:, None], z, z[:, 0], z)[0][:, 0]
+        idx = meta.q_index if meta.q_index is not None else torch.arange(b * q).view(b, q)  # [B, Q] packed rows
+        valid = meta.q_valid if meta.q_valid is not None else torch.ones(b, q, dtype=torch.bool)
+        starts = meta.positions[idx[:, 0]]  # [B] cached tokens per sequence
+        n_new = valid.sum(1)
+        qi = torch.arange(q)[None, :]
+        positions = torch.where(valid, starts[:, None] + qi, starts[:, None] + q + 1)  # padding after the real ones
+        xb = x[idx]  # [B, Q] ids or [B, Q, H]
+        table = meta.blocks.view(b, -1)
+        args = [xb, positions, starts, table]
+        if self.selects:
+            args.append(n_new - 1)
+        for layer in self.attention_layers:  # KVPool keeps [blocks · BS, KVH, D]: the signature's [NB, BS, KVH, D]
+            args += [p.view(-1, KV_BLOCK_TOKENS, *p.shape[1:]) for p in (self.kv.k[layer], self.kv.v[layer])]
+        out, *new_kv = self.step(*args)
+        for i, layer in enumerate(self.attention_layers):  # the new rows into this worker's blocks
+            for pool, rows in ((self.kv.k[layer], new_kv[2 * i]), (self.kv.v[layer], new_kv[2 * i + 1])):
+                pool[meta.slots] = rows[valid].to(pool.dtype)
+        if self.selects:  # [B, H or V]: keep the sequences whose next token is sampled
+            ends = torch.cumsum(n_new, 0) - 1  # each sequence's last packed row
+            keep = torch.ones(b, dtype=torch.bool) if meta.sample_rows is None else torch.isin(ends, meta.sample_rows)
+            return out[keep]
+        return out[valid]  # [T, H] packed again
+
+
+def _weights_id(model_dir: str | None, width: int) -> str:
+    if model_dir is None:
+        return f"random/width{width}"
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    return json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files] + [width])
+
+
+def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype,
+                         num_blocks: int, weights, name: str, graph_hash: str, model_dir: str | None, width: int,
+                         artifacts: str | None, stem: str, threads: int | None) -> CompiledStage:
+    """Load (or build into the stage cache) stage [first, last] lowered by toolchain `name`.
+
+    Args:
+        artifacts: a `hetc compile` output folder to load from (checked against its manifest).
+        stem: the stage's name in that manifest (p<pipeline>s<stage>).
+    """
+    stage = FunctionalStage(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
+    tc = toolchain(name)
+    if artifacts:
+        art, folder = _from_manifest(Path(artifacts), stem, name, graph_hash, first, last)
+    else:
+        key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
+                                         _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
+        folder = _stage_cache() / key
+        done = folder / "artifact.json"
+        if done.is_file():
+            art = _artifact(json.loads(done.read_text()))
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            g = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                ep = export_stage(stage, example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6,
+                                                        hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size,
+                                                        dtype=dtype, kv_dtype=kv_dtype, generator=g))
+            art = tc.build(ep, folder, target="CPU" if name != "iree" else "gfx942", stem="stage")
+            done.write_text(json.dumps({"toolchain": art.toolchain, "version": art.version, "target": art.target,
+                                        "files": [str(f) for f in art.files]}))
+    heads = hf_cfg.num_attention_heads
+    hd = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads
+    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, hd, kv_dtype)
+    n = sum(1 for _ in stage.parameters())
+    pb = sum(p.numel() * p.element_size() for p in stage.parameters())
+    step = tc.load(art, folder, threads=threads)
+    return CompiledStage(step, stage, kv, name, pb, n)
+
+
+def _artifact(d: dict) -> Artifact:
+    return Artifact(toolchain=d["toolchain"], version=d["version"], target=d["target"],
+                    files=[Path(f) for f in d["files"]], runnable_here=True)
+
+
+def _stage_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.environ.get("HETC_STAGE_CACHE") or Path(base) / "hetc" / "stages")
+
+
+def _from_manifest(folder: Path, stem: str, name: str, graph_hash: str, first: int, last: int) -> tuple[Artifact, Path]:
+    file = folder / "manifest.json"
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read the manifest ({e}).", file=str(file), fix="run `hetc compile` into that folder.") from None
+    if manifest.get("graph_hash") != graph_hash:
+        raise BadInput("the artifacts were compiled for another model or dtype (graph_hash differs).", file=str(file),
+                       field="graph_hash", fix="compile this plan again with `hetc compile`.")
+    st = next((s for s in manifest["stages"] if s["stage"] == stem and s["units"] == [first, last]), None)
+    a = next((a for a in (st or {}).get("artifacts", []) if a["toolchain"] == name and a["built"]), None)
+    if a is None:
+        raise BadInput(f"stage {stem} has no built {name} artifact.", file=str(file), field="stages",
+                       fix="compile the plan again on a host with that toolchain, or serve with --executor torch.")
+    for f in a["files"]:
+        if hashlib.sha256((folder / f["path"]).read_bytes()).hexdigest() != f["sha256"]:
+            raise BadInput(f"{f['path']} does not match its sha256 in the manifest.", file=str(file),
+                           field=f"stages.{stem}", fix="compile the plan again; artifacts were changed.")
+    return Artifact(toolchain=name, version=a["version"], target=a["target"],
+                    files=[Path(f["path"]) for f in a["files"]], runnable_here=True), folder
