@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
+    sv.add_argument("--executor", choices=["auto", "torch"], default="auto",
+                    help="auto: under --emulate each stage runs its vendor's CPU lowering (Intel: OpenVINO, AMD: IREE "
+                         "llvm-cpu, NVIDIA: Inductor, others: OpenVINO); torch: eager everywhere")
+    sv.add_argument("--artifacts", default=None, metavar="DIR",
+                    help="load compiled stages from this `hetc compile` folder (default: build them at start, cached)")
     sv.add_argument("--max-restarts", type=int, default=3, metavar="N",
                     help="restart attempts of a pipeline whose worker died before it stays down (default 3; 0: never)")
     sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS",
@@ -239,7 +244,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr, master_port=a.master_port,
                      max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
                      num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout,
-                     max_restarts=a.max_restarts, drain_timeout=a.drain_timeout)
+                     max_restarts=a.max_restarts, drain_timeout=a.drain_timeout, executor=a.executor,
+                     artifacts=a.artifacts)
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 

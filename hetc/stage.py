@@ -26,8 +26,10 @@ from dataclasses import dataclass
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["DYNAMIC_DIMS", "StageSignature", "TensorSpec", "stage_signature"]
+__all__ = ["DYNAMIC_DIMS", "EXECUTORS", "StageSignature", "TensorSpec", "stage_signature"]
 
+# what runs a served stage: torch eager, or a toolchain's CPU lowering (workers report the index)
+EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")
 # named dims that vary at run time (one artifact for all of them); BS = KV_BLOCK_TOKENS is fixed
 DYNAMIC_DIMS = ("B", "T", "MB", "NB")
 

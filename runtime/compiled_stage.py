@@ -26,7 +26,6 @@ from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["CompiledStage", "emulation_toolchain", "build_compiled_stage"]
 
-EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")  # READY reports the index
 
 
 def emulation_toolchain(backend: str) -> str:

@@ -46,8 +46,15 @@ class ServeOptions:
     timeout: float = 60.0  # transport receive timeout, seconds
     drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
     max_restarts: int = 3  # restart attempts of a failed pipeline unit before it stays down
+    executor: str = "auto"  # auto: emulated stages through their vendor's CPU toolchain; torch: eager everywhere
+    artifacts: str | None = None  # a `hetc compile` folder to load the compiled stages from
 
     def __post_init__(self) -> None:
+        if self.executor not in ("auto", "torch"):
+            raise BadInput(f"unknown executor {self.executor!r}.", field="--executor", fix="use auto or torch.")
+        if self.artifacts and not (Path(self.artifacts) / "manifest.json").is_file():
+            raise BadInput(f"{self.artifacts} has no manifest.json.", field="--artifacts",
+                           fix="give the folder `hetc compile plan.json -o DIR` wrote.")
         if self.max_restarts < 0:
             raise BadInput(f"--max-restarts is {self.max_restarts}.", field="--max-restarts",
                            fix="pass 0 (never restart) or more.")
@@ -249,7 +256,8 @@ def start_workers(c: Checked, tmp: str):
                        random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
                        agent_store=r.agent_store, timeout_s=o.timeout,
                        kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width,
-                       bind=bind)
+                       bind=bind, executor=o.executor,
+                       artifacts=str(Path(o.artifacts).resolve()) if o.artifacts else None)
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)
     env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
@@ -362,13 +370,20 @@ def serve(o: ServeOptions, log=print) -> int:
                 metrics.register_stage(lane.id, s.index, s.device, s.predicted_ms)
                 for rank, dev in zip(s.ranks, s.devices):
                     w = pool.info[rank]
-                    metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"])
+                    metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"],
+                                            w["executor"])
         engine.start()
         healer.start()
         max_len = min(int(getattr(cfg, "max_position_embeddings", 1 << 30)), engine.max_tokens_per_seq)
         info = {"root": plan.model.ref, "dtype": plan.model.dtype, "tokenizer": tokenizer.kind,
                 "vocab_size": cfg.vocab_size, "emulated": o.emulate, "random_weights": o.random_weights,
-                "lanes": len(c.lanes), "stages": n_stages}
+                "lanes": len(c.lanes), "stages": n_stages,
+                "executors": [{"stage": f"{lane.id}.{s.index}", "backend": s.backend, "devices": list(s.devices),
+                               "executor": pool.info[s.ranks[0]]["executor"]} for lane in c.lanes for s in lane.stages]}
+        if o.executor == "auto" and any(s.tp > 1 for lane in c.lanes for s in lane.stages):
+            info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
+        if o.executor == "auto" and not o.emulate:
+            info["executor_note"] = "on real devices every stage runs torch eager on its device in this version"
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
         if c.width > 1:

@@ -46,6 +46,8 @@ class Metrics:
         self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for one device of the stage.", st,
                                        registry=r)
         self.stage_kv_bytes = Gauge("hetc_stage_kv_pool_bytes", "Bytes of the stage's KV pool.", st, registry=r)
+        self.stage_executor = Gauge("hetc_stage_executor_info", "1 for what runs each stage's device: torch eager "
+                                    "or a toolchain's lowering.", ["model", "stage", "device", "executor"], registry=r)
         self.stage_step = Histogram("hetc_stage_step_seconds", "Measured compute time of one micro-batch on a stage.",
                                     [*st, "phase"], buckets=_STEP, registry=r)
         self.stage_pred = Gauge("hetc_stage_predicted_step_seconds",
@@ -64,9 +66,10 @@ class Metrics:
         self._stage_labels: dict[tuple[int, int], tuple[str, str]] = {}
 
     def register_worker(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float,
-                        kv_bytes: int) -> None:
+                        kv_bytes: int, executor: str = "torch") -> None:
         """One device of a stage (a tp stage has several)."""
         key = (f"{lane}.{index}", device)
+        self.stage_executor.labels(self.model, *key, executor).set(1)
         self.stage_params.labels(self.model, *key).set(param_bytes)
         self.stage_plan_params.labels(self.model, *key).set(plan_weights)
         self.stage_kv_bytes.labels(self.model, *key).set(kv_bytes)

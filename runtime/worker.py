@@ -45,6 +45,8 @@ class WorkerConfig:
     threads: int
     width: int = 1  # > 1: emulate a width-shrunk copy (1/width of heads, hidden, MLP)
     bind: str | None = None  # the address gloo listens on (None: gloo's default)
+    executor: str = "torch"  # auto: each emulated stage through its vendor's CPU toolchain
+    artifacts: str | None = None  # a `hetc compile` folder to load compiled stages from
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -87,6 +89,17 @@ def build_stage(cfg: WorkerConfig, device: str):
         aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
         weights = SafetensorsWeights(cfg.model_dir, aliases)
     index = 0 if cfg.emulate else w.device_index
+    if cfg.executor == "auto" and cfg.emulate and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
+        from hetc.runtime.compiled_stage import build_compiled_stage, emulation_toolchain
+
+        lane = next(l for l in lanes if l.id == spec.lane)
+        model = build_compiled_stage(hf_cfg=hf_cfg, units=units, first=spec.units[0], last=spec.units[1],
+                                     dtype=TORCH_DTYPES[plan.model.dtype], kv_dtype=TORCH_DTYPES[plan.model.kv_dtype],
+                                     num_blocks=cfg.kv_blocks[str(spec.lane)], weights=weights,
+                                     name=emulation_toolchain(spec.backend), graph_hash=plan.model.graph_hash,
+                                     model_dir=cfg.model_dir, width=cfg.width, artifacts=cfg.artifacts,
+                                     stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
+        return w, model, backend, lanes
     model = StageModel(hf_cfg, units, spec.units[0], spec.units[1], dtype=TORCH_DTYPES[plan.model.dtype],
                        kv_dtype=TORCH_DTYPES[plan.model.kv_dtype], num_blocks=cfg.kv_blocks[str(spec.lane)],
                        weights=weights, device=backend.torch_device(index), tp_rank=w.tp_rank, tp_size=spec.tp)
@@ -243,8 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
+        from hetc.stage import EXECUTORS
+
+        executor = EXECUTORS.index(getattr(model, "executor", "torch"))
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
-                              model.kv.nbytes], dtype=torch.long)
+                              model.kv.nbytes, executor], dtype=torch.long)
         tp.send(Message(Kind.READY, w.rank, payload=ready), 0)
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}

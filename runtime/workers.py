@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from hetc.errors import HetcError
+from hetc.stage import EXECUTORS
 from hetc.runtime.topology import Lane, WorkerSpec, workers
 
 __all__ = ["WorkerPool", "WorkerSetup"]
@@ -108,12 +109,12 @@ class WorkerPool:
             msg = tp.recv(w.rank)
             if msg.kind is not Kind.READY:
                 raise HetcError(f"worker {w.device} sent {msg.kind.name} before READY")
-            pb, n_params, blocks, pid, kv_bytes = msg.payload.reshape(-1).tolist()
+            pb, n_params, blocks, pid, kv_bytes, executor = msg.payload.reshape(-1).tolist()
             s = w.stage
             self.info[w.rank] = {"rank": w.rank, "device": w.device, "stage": f"{s.lane}.{s.index}",
                                  "tp_rank": w.tp_rank, "node_rank": self.host_of[s.node], "units": list(s.units),
                                  "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
-                                 "kv_bytes": kv_bytes, "generation": generation}
+                                 "kv_bytes": kv_bytes, "generation": generation, "executor": EXECUTORS[executor]}
         return {lane: tp for lane in self.units[unit]}
 
     def stop_unit(self, unit: int, grace: float = 2.0) -> None:
