@@ -235,13 +235,14 @@ def start_workers(c: Checked, tmp: str):
         c: validated and sized (`validate`, `size_kv`).
         tmp: a directory for the workers' spec file.
     """
+    from hetc.runtime.groups import FORM_TIMEOUT_S
     from hetc.runtime.rendezvous import open_store
     from hetc.runtime.worker import WorkerConfig
     from hetc.runtime.workers import WorkerPool, WorkerSetup
 
     o, r = c.o, c.rdzv
     addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
-    store = open_store(addr, port, r.node_rank == 0, o.timeout, r.agent_store)
+    store = open_store(addr, port, r.node_rank == 0, max(o.timeout, FORM_TIMEOUT_S), r.agent_store)
     # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
     # itself listens on every interface: a torch TCPStore limit, README "Running it in production")
     bind = "127.0.0.1" if r.nnodes == 1 else addr if r.node_rank == 0 else None

@@ -72,13 +72,13 @@ class WorkerPool:
     def join(self, store, unit: int, generation: int, give_up: threading.Event | None = None) -> dict:
         """The frontend joins `unit`'s group of `generation` and takes each worker's READY.
         Returns lane id → transport. Raises HetcError when a worker exits or the group does not
-        form within the timeout (at least 120 s: loading weights takes a while).
+        form within the timeout (at least FORM_TIMEOUT_S: loading weights takes a while).
 
         Args:
             store: the job's store (rendezvous.open_store).
             give_up: set to abandon the wait (the server is stopping).
         """
-        from hetc.runtime.groups import form_group
+        from hetc.runtime.groups import FORM_TIMEOUT_S, form_group
         from hetc.runtime.transport import Kind
 
         out: list = []
@@ -91,7 +91,7 @@ class WorkerPool:
 
         t = threading.Thread(target=form, name=f"join-unit{unit}", daemon=True)
         t.start()
-        deadline = time.monotonic() + max(self.setup.timeout_s, 120.0)
+        deadline = time.monotonic() + max(self.setup.timeout_s, FORM_TIMEOUT_S) + 5.0
         while t.is_alive():
             t.join(0.2)
             for w, code in self.dead(unit):
