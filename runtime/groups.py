@@ -87,7 +87,8 @@ def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, 
     import torch.distributed as dist
 
     ranks = group_ranks(lanes, unit)
-    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store), ranks.index(rank), len(ranks),
+    # a connection of its own: a formation waits on the store, and other threads use it meanwhile
+    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store.clone()), ranks.index(rank), len(ranks),
                max(timeout_s, FORM_TIMEOUT_S), bind)
     return GlooTransport(pg, ranks, timeout_s)
 
@@ -100,4 +101,4 @@ def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: in
     import torch.distributed as dist
 
     prefix = f"{_prefix(unit, generation)}tp{stage.rank}/"
-    return _gloo(dist.PrefixStore(prefix, store), tp_rank, stage.tp, max(timeout_s, FORM_TIMEOUT_S), bind)
+    return _gloo(dist.PrefixStore(prefix, store.clone()), tp_rank, stage.tp, max(timeout_s, FORM_TIMEOUT_S), bind)

@@ -47,6 +47,7 @@ class WorkerPool:
         self.procs: dict[int, subprocess.Popen] = {}
         self.info: dict[int, dict] = {}  # rank → what its READY said (node rank 0)
         self._lock = threading.Lock()
+        self._forming: list[threading.Thread] = []  # the frontend's group formations (join)
 
     def workers_of(self, unit: int) -> list[WorkerSpec]:
         ids = set(self.units[unit])
@@ -91,6 +92,7 @@ class WorkerPool:
 
         t = threading.Thread(target=form, name=f"join-unit{unit}", daemon=True)
         t.start()
+        self._forming.append(t)
         deadline = time.monotonic() + max(self.setup.timeout_s, FORM_TIMEOUT_S) + 5.0
         while t.is_alive():
             t.join(0.2)
@@ -115,6 +117,10 @@ class WorkerPool:
                                  "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
                                  "kv_bytes": kv_bytes, "generation": generation}
         return {lane: tp for lane in self.units[unit]}
+
+    def forming(self) -> bool:
+        """A formation `join` gave up on (a worker died meanwhile) still waits for its members."""
+        return any(t.is_alive() for t in self._forming)
 
     def stop_unit(self, unit: int, grace: float = 2.0) -> None:
         """End this host's workers of `unit` (SIGTERM, then SIGKILL after `grace` seconds)."""
