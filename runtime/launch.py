@@ -272,34 +272,16 @@ def start_workers(c: Checked, tmp: str):
 
 
 def _serve_workers_only(c: Checked, tmp: str, log) -> int:
-    """Node rank > 0: run this host's workers, start them again when the frontend restarts their
-    unit, until they exit after a drain (0), the frontend goes away (1), or SIGTERM/SIGINT."""
-    from hetc.runtime.healer import beat, follow_restarts
+    """Node rank > 0: this host's workers, until the frontend stops them (healer.run_worker_host)."""
+    from hetc.runtime.healer import run_worker_host
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pool, store, _ = start_workers(c, tmp)
-    devices = [w.device for w in c.mine]
-    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
-        f"{c.rdzv.master_addr}:{c.rdzv.master_port}")
-    threading.Thread(target=beat, args=(store, c.rdzv.node_rank, stop), daemon=True).start()
-    follower = threading.Thread(target=follow_restarts, args=(store, pool, stop), daemon=True)
-    follower.start()
-    try:
-        while not stop.wait(0.2):
-            codes = [p.poll() for p in pool.procs.values()]
-            if codes and all(code == 0 for code in codes):
-                log("workers finished")
-                return 0
-            if not follower.is_alive():
-                log("the frontend's store is gone; stopping this node's workers")
-                return 1
-        return 0
-    finally:
-        stop.set()
-        pool.terminate()
-        pool.stop_all(grace=0.0)
+    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
+        f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}")
+    return run_worker_host(pool, store, c.rdzv.node_rank, stop, log)
 
 
 def serve(o: ServeOptions, log=print) -> int:
