@@ -158,8 +158,8 @@ class Healer:
                                        f"cannot be restarted from here")
         last = h.reason
         for attempt in range(1, self.max_restarts + 1):
-            if self.stopping.is_set():
-                return
+            if self.stopping.is_set() or self.engine.draining:
+                return self._give_up(unit, f"{h.reason}; not restarted: the server is shutting down")
             gen = self.pool.generation[unit] + 1
             self.log(f"restarting pipeline unit {unit} (attempt {attempt} of {self.max_restarts}, generation {gen})")
             self.store.set(f"restart/unit{unit}", str(gen))  # other hosts start theirs (follow_restarts)
