@@ -16,7 +16,11 @@ import datetime as dt
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import GlooTransport
 
-__all__ = ["form_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
+__all__ = ["FORM_TIMEOUT_S", "form_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
+
+# the least time a group's members are given to join: workers start Python, torch and their
+# weights first, slowly on a busy host (the job's store waits this long for a key)
+FORM_TIMEOUT_S = 120.0
 
 
 def units(lanes: list[Lane]) -> list[tuple[int, ...]]:
@@ -76,20 +80,25 @@ def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, 
         unit: index in `units(lanes)`.
         generation: 1 at start, +1 per restart of the unit.
         rank: this process's job-wide rank (0: the frontend).
-        timeout_s: how long to wait for the members, and every later receive's limit.
+        timeout_s: every later send's and receive's limit; the members get at least
+            FORM_TIMEOUT_S to join.
         bind: the address this process's gloo sockets listen on (None: gloo's default).
     """
     import torch.distributed as dist
 
     ranks = group_ranks(lanes, unit)
-    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store), ranks.index(rank), len(ranks), timeout_s, bind)
-    return GlooTransport(pg, ranks)
+    # a connection of its own: a formation waits on the store, and other threads use it meanwhile
+    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store.clone()), ranks.index(rank), len(ranks),
+               max(timeout_s, FORM_TIMEOUT_S), bind)
+    return GlooTransport(pg, ranks, timeout_s)
 
 
 def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
                 bind: str | None = None):
-    """A tensor-parallel stage's own group (its members, leader first), for its collectives."""
+    """A tensor-parallel stage's own group (its members, leader first), for its collectives.
+    Its collectives wait up to max(timeout_s, FORM_TIMEOUT_S): a member that died fails them at
+    once; one that hangs is caught by the pipeline's receives (timeout_s)."""
     import torch.distributed as dist
 
     prefix = f"{_prefix(unit, generation)}tp{stage.rank}/"
-    return _gloo(dist.PrefixStore(prefix, store), tp_rank, stage.tp, timeout_s, bind)
+    return _gloo(dist.PrefixStore(prefix, store.clone()), tp_rank, stage.tp, max(timeout_s, FORM_TIMEOUT_S), bind)

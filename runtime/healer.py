@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from hetc.errors import HetcError
 from hetc.runtime.worker import EXIT_PEER_LOST
 
-__all__ = ["Healer", "UnitState", "beat", "follow_restarts"]
+__all__ = ["Healer", "UnitState", "beat", "follow_restarts", "run_worker_host"]
 
 HOST_STALE_S = 3.0  # a host whose counter has not moved for this long is gone
 BEAT_S = 0.5
@@ -158,8 +158,8 @@ class Healer:
                                        f"cannot be restarted from here")
         last = h.reason
         for attempt in range(1, self.max_restarts + 1):
-            if self.stopping.is_set():
-                return
+            if self.stopping.is_set() or self.engine.draining:
+                return self._give_up(unit, f"{h.reason}; not restarted: the server is shutting down")
             gen = self.pool.generation[unit] + 1
             self.log(f"restarting pipeline unit {unit} (attempt {attempt} of {self.max_restarts}, generation {gen})")
             self.store.set(f"restart/unit{unit}", str(gen))  # other hosts start theirs (follow_restarts)
@@ -218,3 +218,26 @@ def follow_restarts(store, pool, stop: threading.Event) -> None:
             if gen > pool.generation[u]:
                 pool.stop_unit(u)
                 pool.spawn(u, gen)
+
+
+def run_worker_host(pool, store, node_rank: int, stop: threading.Event, log: Callable[[str], None]) -> int:
+    """A worker host (node rank > 0): beat, start this host's workers again when the frontend
+    restarts their unit, until they exit after a drain (0), the frontend's store goes away (1),
+    or `stop` is set (SIGTERM/SIGINT: 0). Its workers are stopped on the way out."""
+    threading.Thread(target=beat, args=(store, node_rank, stop), daemon=True).start()
+    follower = threading.Thread(target=follow_restarts, args=(store, pool, stop), daemon=True)
+    follower.start()
+    try:
+        while not stop.wait(0.2):
+            codes = [p.poll() for p in pool.procs.values()]
+            if codes and all(code == 0 for code in codes):
+                log("workers finished")
+                return 0
+            if not follower.is_alive():
+                log("the frontend's store is gone; stopping this node's workers")
+                return 1
+        return 0
+    finally:
+        stop.set()
+        pool.terminate()
+        pool.stop_all(grace=0.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -242,13 +243,14 @@ def start_workers(c: Checked, tmp: str):
         c: validated and sized (`validate`, `size_kv`).
         tmp: a directory for the workers' spec file.
     """
+    from hetc.runtime.groups import FORM_TIMEOUT_S
     from hetc.runtime.rendezvous import open_store
     from hetc.runtime.worker import WorkerConfig
     from hetc.runtime.workers import WorkerPool, WorkerSetup
 
     o, r = c.o, c.rdzv
     addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
-    store = open_store(addr, port, r.node_rank == 0, o.timeout, r.agent_store)
+    store = open_store(addr, port, r.node_rank == 0, max(o.timeout, FORM_TIMEOUT_S), r.agent_store)
     # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
     # itself listens on every interface: a torch TCPStore limit, README "Running it in production")
     bind = "127.0.0.1" if r.nnodes == 1 else addr if r.node_rank == 0 else None
@@ -278,34 +280,16 @@ def start_workers(c: Checked, tmp: str):
 
 
 def _serve_workers_only(c: Checked, tmp: str, log) -> int:
-    """Node rank > 0: run this host's workers, start them again when the frontend restarts their
-    unit, until they exit after a drain (0), the frontend goes away (1), or SIGTERM/SIGINT."""
-    from hetc.runtime.healer import beat, follow_restarts
+    """Node rank > 0: this host's workers, until the frontend stops them (healer.run_worker_host)."""
+    from hetc.runtime.healer import run_worker_host
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pool, store, _ = start_workers(c, tmp)
-    devices = [w.device for w in c.mine]
-    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(devices) or 'no device'}; frontend at "
-        f"{c.rdzv.master_addr}:{c.rdzv.master_port}")
-    threading.Thread(target=beat, args=(store, c.rdzv.node_rank, stop), daemon=True).start()
-    follower = threading.Thread(target=follow_restarts, args=(store, pool, stop), daemon=True)
-    follower.start()
-    try:
-        while not stop.wait(0.2):
-            codes = [p.poll() for p in pool.procs.values()]
-            if codes and all(code == 0 for code in codes):
-                log("workers finished")
-                return 0
-            if not follower.is_alive():
-                log("the frontend's store is gone; stopping this node's workers")
-                return 1
-        return 0
-    finally:
-        stop.set()
-        pool.terminate()
-        pool.stop_all(grace=0.0)
+    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
+        f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}")
+    return run_worker_host(pool, store, c.rdzv.node_rank, stop, log)
 
 
 def serve(o: ServeOptions, log=print) -> int:
@@ -417,8 +401,14 @@ def serve(o: ServeOptions, log=print) -> int:
         healer.stop()
         stopped = engine.shutdown(timeout=10.0)
         log("workers stopped" if stopped else "some workers did not stop in time; ending them")
-        return 0
     finally:
         if pool is not None:
             pool.stop_all()
         tmp.cleanup()
+    if pool.forming():
+        # a restart cut short by the drain left its group's formation waiting in gloo (C++), which
+        # would abort the interpreter's exit: leave without it (everything is stopped and flushed)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0

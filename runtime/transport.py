@@ -20,6 +20,7 @@ torch.distributed one; the engine's tests use an in-process fake.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import queue
 import threading
@@ -143,13 +144,16 @@ class GlooTransport:
     `ranks` (group rank i is job-wide rank ranks[i]). Also the raw tensor sends the KV moves
     and collectives of a worker need."""
 
-    def __init__(self, pg, ranks: Sequence[int], depth: int = 4):
+    def __init__(self, pg, ranks: Sequence[int], timeout_s: float | None = None, depth: int = 4):
         """Args:
             pg: a torch.distributed ProcessGroup (gloo) this process belongs to.
             ranks: job-wide rank of each group rank.
+            timeout_s: the longest wait of a send or receive (None: the group's own timeout,
+                which may be longer: it also bounds the group's formation).
             depth: outstanding sends per destination before `send` waits.
         """
         self.pg, self.ranks = pg, tuple(ranks)
+        self.timeout = dt.timedelta(seconds=timeout_s) if timeout_s is not None else None
         self._local = {r: i for i, r in enumerate(self.ranks)}
         self._senders: dict[int, Sender] = {}
         self._lock = threading.Lock()
@@ -161,8 +165,16 @@ class GlooTransport:
     def isend_tensor(self, t: torch.Tensor, dst: int):
         return self.pg.send([t], self._local[dst], 0)
 
+    def wait(self, work) -> None:
+        """Wait for a send or receive, at most the transport's timeout (a timeout closes the pair:
+        the group is broken, as when a peer dies)."""
+        if self.timeout is None:
+            work.wait()
+        else:
+            work.wait(self.timeout)
+
     def recv_tensor(self, t: torch.Tensor, src: int) -> None:
-        self.pg.recv([t], self._local[src], 0).wait()
+        self.wait(self.pg.recv([t], self._local[src], 0))
 
     def _sender(self, dst: int) -> "Sender":
         with self._lock:
@@ -225,7 +237,7 @@ class Sender:
     def _wait_oldest(self) -> None:
         works, _ = self._pending.pop(0)
         for w in works:
-            w.wait()
+            self.tp.wait(w)
 
     def flush(self) -> None:
         while self._pending:

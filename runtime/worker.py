@@ -222,7 +222,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 if feed_in is not None:
                     feed_in.join(timeout_s)
                 for wk, _ in sends:
-                    wk.wait()
+                    tp.wait(wk)
                 return
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     tag = f"[hetc worker {a.device}]"
     try:
         from hetc.plan import load_plan
-        from hetc.runtime.groups import form_group, stage_group, unit_of_lane
+        from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_group, unit_of_lane
         from hetc.runtime.rendezvous import open_store
         from hetc.runtime.topology import attention_owners
         from hetc.runtime.transport import Kind, Message
@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         w, model, backend, lanes = build_stage(cfg, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
-        store = open_store(cfg.master_addr, cfg.master_port, False, cfg.timeout_s, cfg.agent_store)
+        store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S),
+                           cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]

@@ -48,6 +48,7 @@ class WorkerPool:
         self.procs: dict[int, subprocess.Popen] = {}
         self.info: dict[int, dict] = {}  # rank → what its READY said (node rank 0)
         self._lock = threading.Lock()
+        self._forming: list[threading.Thread] = []  # the frontend's group formations (join)
 
     def workers_of(self, unit: int) -> list[WorkerSpec]:
         ids = set(self.units[unit])
@@ -73,13 +74,13 @@ class WorkerPool:
     def join(self, store, unit: int, generation: int, give_up: threading.Event | None = None) -> dict:
         """The frontend joins `unit`'s group of `generation` and takes each worker's READY.
         Returns lane id → transport. Raises HetcError when a worker exits or the group does not
-        form within the timeout (at least 120 s: loading weights takes a while).
+        form within the timeout (at least FORM_TIMEOUT_S: loading weights takes a while).
 
         Args:
             store: the job's store (rendezvous.open_store).
             give_up: set to abandon the wait (the server is stopping).
         """
-        from hetc.runtime.groups import form_group
+        from hetc.runtime.groups import FORM_TIMEOUT_S, form_group
         from hetc.runtime.transport import Kind
 
         out: list = []
@@ -92,7 +93,8 @@ class WorkerPool:
 
         t = threading.Thread(target=form, name=f"join-unit{unit}", daemon=True)
         t.start()
-        deadline = time.monotonic() + max(self.setup.timeout_s, 120.0)
+        self._forming.append(t)
+        deadline = time.monotonic() + max(self.setup.timeout_s, FORM_TIMEOUT_S) + 5.0
         while t.is_alive():
             t.join(0.2)
             for w, code in self.dead(unit):
@@ -116,6 +118,10 @@ class WorkerPool:
                                  "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
                                  "kv_bytes": kv_bytes, "generation": generation, "executor": EXECUTORS[executor]}
         return {lane: tp for lane in self.units[unit]}
+
+    def forming(self) -> bool:
+        """A formation `join` gave up on (a worker died meanwhile) still waits for its members."""
+        return any(t.is_alive() for t in self._forming)
 
     def stop_unit(self, unit: int, grace: float = 2.0) -> None:
         """End this host's workers of `unit` (SIGTERM, then SIGKILL after `grace` seconds)."""
