@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # one capture cache per test session (CLI subprocesses inherit it): hermetic, and shared by the tests
 os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
+os.environ["HETC_STAGE_CACHE"] = tempfile.mkdtemp(prefix="hetc-stages-")  # compiled stages built by serve
 
 
 @pytest.fixture(scope="session")
