@@ -140,8 +140,12 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
                           kv_dtype=str(kv_dtype).removeprefix("torch."))
     g = torch.Generator().manual_seed(0)
     common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
-    with torch.no_grad():
-        ep = export_stage(stage, example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6, **common))
+    try:
+        with torch.no_grad():
+            ep = export_stage(stage, example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6, **common))
+    except Exception as e:  # torch.export raises many types; all mean "this stage does not export"
+        raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {_first_line(e)}",
+                       field="model", fix="serve it with --executor torch, or report the model to hetc") from None
     torch.export.save(ep, out / f"{stem}.pt2")
     cases = {"prefill": example_inputs(stage, batch=2, new=7, past=[0, 0], num_blocks=5, **common),
              "decode": example_inputs(stage, batch=3, new=1, past=[37, 5, 18], num_blocks=9, **common)}

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-import httpx
+import httpx2 as httpx
 import pytest
 import torch
 
