@@ -9,8 +9,8 @@ from hetc.backends.toolchain import Toolchain, ToolchainUnavailable
 
 __all__ = ["EVERY_STAGE", "TOOLCHAIN_NAMES", "device_toolchain", "toolchain"]
 
-# backend → (toolchain name, module exposing TOOLCHAIN). The cpu backend serves through
-# OpenVINO's CPU plugin (packed kernels: about 2× torch eager on a fp32 decode step, backends.md).
+# backend → (toolchain name, module exposing TOOLCHAIN); a cpu stage is lowered to OpenVINO IR
+# (Intel CPUs), though it serves on torch eager, measured faster here (BENCHMARKS.md).
 _BY_BACKEND = {
     "openvino": ("openvino", "hetc.backends.openvino.toolchain"),
     "cpu": ("openvino", "hetc.backends.openvino.toolchain"),

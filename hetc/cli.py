@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
     sv.add_argument("--executor", choices=["auto", "torch"], default="auto",
                     help="auto: under --emulate each stage runs its vendor's CPU lowering (Intel: OpenVINO, AMD: IREE "
-                         "llvm-cpu, NVIDIA: Inductor, others: OpenVINO); torch: eager everywhere")
+                         "llvm-cpu, NVIDIA: Inductor; cpu and Gaudi stages: torch eager, the fastest measured here); "
+                         "torch: eager everywhere")
     sv.add_argument("--artifacts", default=None, metavar="DIR",
                     help="load compiled stages from this `hetc compile` folder (default: build them at start, cached)")
     sv.add_argument("--max-restarts", type=int, default=3, metavar="N",

@@ -31,8 +31,8 @@ __all__ = ["CompiledStage", "emulation_toolchain", "build_compiled_stage"]
 def emulation_toolchain(backend: str) -> str:
     """What runs a stage of `backend` on the host CPU under --emulate: its vendor's CPU lowering
     (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else the fastest CPU executor
-    (OpenVINO's packed kernels, about 2× torch eager on a decode step: BENCHMARKS.md)."""
-    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, "openvino")
+    measured on this host's stage steps — torch eager today (BENCHMARKS.md, "Compiled stages")."""
+    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, "torch")
 
 
 class CompiledStage:

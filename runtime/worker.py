@@ -89,14 +89,17 @@ def build_stage(cfg: WorkerConfig, device: str):
         aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
         weights = SafetensorsWeights(cfg.model_dir, aliases)
     index = 0 if cfg.emulate else w.device_index
-    if cfg.executor == "auto" and cfg.emulate and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
-        from hetc.runtime.compiled_stage import build_compiled_stage, emulation_toolchain
+    from hetc.runtime.compiled_stage import emulation_toolchain
+
+    name = emulation_toolchain(spec.backend) if cfg.executor == "auto" and cfg.emulate else "torch"
+    if name != "torch" and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
+        from hetc.runtime.compiled_stage import build_compiled_stage
 
         lane = next(l for l in lanes if l.id == spec.lane)
         model = build_compiled_stage(hf_cfg=hf_cfg, units=units, first=spec.units[0], last=spec.units[1],
                                      dtype=TORCH_DTYPES[plan.model.dtype], kv_dtype=TORCH_DTYPES[plan.model.kv_dtype],
                                      num_blocks=cfg.kv_blocks[str(spec.lane)], weights=weights,
-                                     name=emulation_toolchain(spec.backend), graph_hash=plan.model.graph_hash,
+                                     name=name, graph_hash=plan.model.graph_hash,
                                      model_dir=cfg.model_dir, width=cfg.width, artifacts=cfg.artifacts,
                                      stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
         return w, model, backend, lanes

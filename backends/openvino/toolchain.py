@@ -49,7 +49,7 @@ class OpenVinoToolchain:
         request = compiled.create_infer_request()
 
         def step(*tensors: torch.Tensor) -> list[torch.Tensor]:
-            out = request.infer([t.numpy() for t in tensors])
+            out = request.infer([t.numpy() for t in tensors], share_inputs=True)
             return [torch.from_numpy(np.array(out[o])) for o in compiled.outputs]
 
         return step
