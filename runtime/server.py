@@ -8,6 +8,7 @@ error JSON with its status; a bad request never stops the server.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import random
 import time
@@ -117,6 +118,14 @@ class _Generation:
                 "total_tokens": len(self.prompt_ids) + len(self.token_ids)}
 
 
+MAX_BODY_BYTES = 4 << 20  # a request body larger than this is refused (413) before it is parsed
+
+
+def _too_large(n: int) -> APIError:
+    return APIError(413, f"the request body is {n:,} bytes or more; this server accepts at most {MAX_BODY_BYTES:,}.",
+                    code="request_too_large")
+
+
 def create_app(st: ServerState) -> FastAPI:
     """The FastAPI app serving `st`."""
     app = FastAPI(title="hetc", docs_url=None, redoc_url=None, openapi_url=None)
@@ -142,14 +151,22 @@ def create_app(st: ServerState) -> FastAPI:
         if st.api_key is None:
             return
         got = request.headers.get("authorization", "")
-        if got != f"Bearer {st.api_key}":
+        if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):  # constant time: no timing oracle
             raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'.",
                            code="invalid_api_key")
 
     async def _body(request: Request):
         _auth(request)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise _too_large(int(declared))
+        raw = b""
+        async for chunk in request.stream():  # read no more than the limit, whatever the header said
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                raise _too_large(len(raw))
         try:
-            return json.loads(await request.body())
+            return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise bad(f"the request body is not valid JSON ({e}).") from None
 
