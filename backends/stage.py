@@ -81,7 +81,7 @@ class FunctionalStage(nn.Module):
                 wanted["norm"] = backbone.norm
             if kind == "head":
                 wanted["head"] = full.get_output_embeddings()
-        for key, mod in wanted.items():
+        for mod in wanted.values():
             for name, p in list(mod.named_parameters()):
                 leaf_mod = mod.get_submodule(name.rpartition(".")[0]) if "." in name else mod
                 t = weights.get(f"{names[mod]}.{name}", p.shape, dtype)

@@ -22,7 +22,6 @@ from transformers import LlamaConfig
 from hetc.runtime.compiled_stage import build_compiled_stage
 from hetc.runtime.kv_cache import AttnMeta
 from hetc.runtime.model_runner import StageModel, UnitRef
-from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.weights import RandomWeights
 
 TOOLCHAINS = ("openvino", "iree", "inductor", "onnx")
@@ -70,7 +69,7 @@ def main() -> None:
             x = torch.randn(sum(n_new), a.hidden)
             times = {k: [] for k in runners}
             with torch.no_grad():
-                for k, r in runners.items():
+                for r in runners.values():
                     r(x, meta)  # warm-up
                 for _ in range(a.reps):
                     for k, r in runners.items():

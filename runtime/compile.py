@@ -105,7 +105,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
                                              weights, out, o.check, say, o.only))
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
-                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "plan": str(Path(o.plan).resolve()), "graph_hash": plan.model.graph_hash, "model": model_ref,
                 "weights": weights_dir if weights_dir and not o.random_weights else "random", "dtype": plan.model.dtype,
                 "stages": stages}

@@ -4,7 +4,6 @@ map) running its vendor's toolchain, and greedy completions of concurrent mixed-
 through the openai client are token-identical to Hugging Face `generate`."""
 
 import concurrent.futures as cf
-import json
 import signal
 import subprocess
 import sys

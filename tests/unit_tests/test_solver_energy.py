@@ -77,7 +77,7 @@ def test_energy_objective_matches_brute_force(tmp_path, tiny):
 
 
 def test_energy_bound_is_above_the_optimum(tmp_path, tiny):
-    cluster = _cluster(tmp_path, fast_w="150 W", big_w="400 W")
+    _cluster(tmp_path, fast_w="150 W", big_w="400 W")
     tok_j = make_plan(PlanRequest(model=str(FIXTURES / "tiny-llama"), profiles=str(tmp_path / "c.yaml"), dtype="fp32",
                                   input_len=32, output_len=16, objective="energy", tp="1", time_limit=2))
     assert tok_j.solver.bound >= tok_j.solver.objective * (1 - 1e-9)
