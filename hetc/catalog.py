@@ -107,20 +107,20 @@ def load_catalog(path: str | Path) -> Catalog:
     except ValidationError as e:
         raise _validation_error(e, str(path)) from None
     entries = []
-    for i, e in enumerate(spec.devices):
-        device = e.device
+    for i, item in enumerate(spec.devices):
+        device = item.device
         if device.endswith((".yaml", ".yml")) and not Path(device).is_absolute():
             device = str((path.parent / device).resolve())  # a fleet.yaml written elsewhere must still find it
-        if e.per_node > 1 and e.max > 1 and e.link is None:
-            raise BadInput(f"{e.device} comes {e.per_node} to a node but has no `link` between them.", file=str(path),
+        if item.per_node > 1 and item.max > 1 and item.link is None:
+            raise BadInput(f"{item.device} comes {item.per_node} to a node but has no `link` between them.", file=str(path),
                            field=f"devices[{i}].link", fix="add e.g. `link: nvlink4`, or `per_node: 1`.")
         try:
             profile = load_profile(device).name
         except BadInput as err:
             if err.file:  # the profile file itself is bad
                 raise
-            raise _unknown("device", e.device, profile_names(), str(path), f"devices[{i}].device") from None
-        entries.append(CatalogEntry(device, profile, e.max, e.per_node, e.link, e.price))
+            raise _unknown("device", item.device, profile_names(), str(path), f"devices[{i}].device") from None
+        entries.append(CatalogEntry(device, profile, item.max, item.per_node, item.link, item.price))
     if len({e.profile for e in entries}) < len(entries):
         raise BadInput("a device is listed twice.", file=str(path), field="devices",
                        fix="list each device once; `max` says how many can be bought.")
@@ -128,8 +128,8 @@ def load_catalog(path: str | Path) -> Catalog:
                   raw["network"] if spec.network is not None else None)
     try:
         cat.cluster(cat.everything())  # every entry resolves now, not halfway through a purchase
-    except BadInput as e:
-        raise BadInput(e.problem, file=str(path), field=_catalog_field(e.field, cat), fix=e.fix) from None
+    except BadInput as bad:
+        raise BadInput(bad.problem, file=str(path), field=_catalog_field(bad.field, cat), fix=bad.fix) from None
     return cat
 
 
