@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output-len", type=_positive_int, default=256)
     pl.add_argument("--objective", choices=["throughput", "latency", "cost", "energy"], default="throughput",
                     help="energy: output tokens per joule (devices at their profiles' power)")
+    pl.add_argument("--placement", default=None, metavar="SPEC",
+                    help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
+                         "stages, NODE:FIRST-LAST devices, @L layers, xN replicas)")
+    pl.add_argument("--batch", type=_positive_int, default=None, help="with --placement: sequences in flight per pipeline")
     pl.add_argument("--power-budget", type=_nonneg, default=None, metavar="W",
                     help="the plan's devices together draw at most W watts (at their profiles' power)")
     pl.add_argument("--min-tok-s", type=_nonneg, default=0.0)
@@ -197,7 +201,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     req = PlanRequest(model=a.model, profiles=a.profiles, dtype=a.dtype, kv_dtype=a.kv_dtype, input_len=a.input_len,
                       output_len=a.output_len, objective=a.objective, min_tok_s=a.min_tok_s, ttft_slo_ms=a.ttft_slo,
                       tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit,
-                      power_budget_w=a.power_budget)
+                      power_budget_w=a.power_budget, placement=a.placement, batch=a.batch)
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
     save_plan(plan, a.output)

@@ -16,7 +16,9 @@ from hetc.partitioner.capture import CapturedModel, capture
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Workload
+from hetc.partitioner.given import evaluate_placement
 from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
+from hetc.placement import parse_placement
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
@@ -38,6 +40,8 @@ class PlanRequest:
     tp: str = "auto"
     time_limit: float = 30.0
     power_budget_w: float | None = None
+    placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
+    batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -47,6 +51,9 @@ class PlanRequest:
         if self.objective not in OBJECTIVES:
             raise BadInput(f"unknown objective {self.objective!r}.", field="--objective",
                            fix="use throughput, latency, cost or energy.")
+        if self.batch is not None and (self.batch < 1 or not self.placement):
+            raise BadInput(f"--batch {self.batch} needs --placement and must be ≥ 1.", field="--batch",
+                           fix="give --placement SPEC with it (the solver chooses batches itself otherwise).")
         if self.power_budget_w is not None and not self.power_budget_w > 0:
             raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget",
                            fix="give the watts the plan's devices may draw together.")
@@ -71,15 +78,25 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
-    sol = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
+    given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
+    searched = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
                 tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,
                 disaggregate=req.disaggregate, time_limit=req.time_limit, caps=Caps(watts=req.power_budget_w),
                 progress=(lambda s: progress(f"solving: {s}")) if progress else None)
+    sol = searched
+    if given is not None:
+        sol = evaluate_placement(model.units, cluster, wl, given, req.batch)
+        sol.bound, sol.bound_method = searched.bound, searched.bound_method
+        sol.notes = [f"placement given by the user; the solver's own plan predicts {searched.output_tok_s:,.0f} "
+                     f"output tok/s ({sol.output_tok_s / searched.output_tok_s:.2f}× of it)"] + searched.notes
     baselines = run_baselines(model.units, cluster, wl, req.objective)
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines)
+    if given is not None:  # recorded as given, beside the predictions
+        plan = Plan.model_validate({**plan.model_dump(by_alias=True),
+                                    "placement": {"given": req.placement, "batch": req.batch}})
     plan.solver.seconds = sol.seconds
     plan.solver.command_seconds = time.perf_counter() - t0  # capture + solve + baselines
     return plan
