@@ -79,6 +79,12 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
+    if req.objective == "energy" or req.power_budget_w:
+        unknown = sorted({n.profile.name for n in cluster.nodes if n.profile.power <= 0})
+        if unknown:
+            raise BadInput(f"profile(s) {', '.join(unknown)} give no power figure; the energy objective and "
+                           "--power-budget need every device's.", file=req.profiles, field="power",
+                           fix="add `power: 700 W` (the board power, with its source) to each profile.")
     searched = solve(model.units, cluster, wl, objective=req.objective, min_tok_s=req.min_tok_s,
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
                 tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,

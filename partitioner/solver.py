@@ -64,7 +64,8 @@ class Caps:
     def most_replicas(self, stages: list[StagePlan], cluster: Cluster) -> float:
         """How many replicas of one pipeline the caps allow on their own."""
         w, usd = self.spend(stages, cluster)
-        return min(self.watts / w if self.watts else float("inf"), self.usd_h / usd if self.usd_h else float("inf"))
+        return min(self.watts / w if self.watts and w else float("inf"),
+                   self.usd_h / usd if self.usd_h and usd else float("inf"))
 
 
 @dataclass(slots=True)
