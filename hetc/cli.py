@@ -179,8 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
 
-    sp = sub.add_parser("compare", help="compare placements side by side (not in this version yet)")
-    sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side")
+    sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL",
+                    help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
+    sp.add_argument("--profiles", nargs="+", default=None, metavar="CLUSTER.yaml", help="clusters to plan MODEL on")
+    sp.add_argument("--dtype", choices=DTYPES, default="bf16")
+    sp.add_argument("--input-len", type=_positive_int, default=1024)
+    sp.add_argument("--output-len", type=_positive_int, default=256)
+    sp.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    sp.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
+    sp.add_argument("--csv", metavar="FILE")
+    sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, chart, placements drawn")
     return p
 
 
@@ -360,16 +369,48 @@ def cmd_pareto(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_later(a: argparse.Namespace) -> int:
-    raise BadInput(f"`hetc {a.command}` is not available in this version of hetc yet.",
-                   fix="`hetc plan`, `hetc inspect` and `hetc devices` are; see README.md.")
+def cmd_compare(a: argparse.Namespace) -> int:
+    import csv
+
+    from hetc.capacity.compare import load_plans, plan_clusters, rows_of, write_html
+    from hetc.report import print_compare
+
+    if a.profiles and not a.items and not a.profiles[-1].endswith((".yaml", ".yml")):
+        a.items = [a.profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
+    if not a.items:
+        raise BadInput("nothing to compare.", field="PLAN.json", fix="hetc compare A.json B.json, or "
+                       "hetc compare --profiles c1.yaml c2.yaml MODEL")
+    if a.profiles:
+        if len(a.items) != 1:
+            raise BadInput(f"with --profiles, give one MODEL; got {len(a.items)}: {' '.join(a.items)}.", field="MODEL",
+                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
+        with _status("planning") as update:
+            plans = plan_clusters(a.items[0], a.profiles, dict(dtype=a.dtype, input_len=a.input_len,
+                                                               output_len=a.output_len, time_limit=a.time_limit),
+                                  progress=update)
+    else:
+        plans = load_plans(a.items)
+    rows = rows_of(plans)
+    print_compare(rows, err)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].as_dict()))
+            w.writeheader()
+            w.writerows(r.as_dict() for r in rows)
+        err.print(f"wrote {a.csv}")
+    if a.html:
+        write_html(plans, rows, a.html)
+        err.print(f"wrote {a.html}")
+    if a.json:
+        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
                "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto,
-               "compile": cmd_compile}.get(a.command, cmd_later)
+               "compile": cmd_compile, "compare": cmd_compare}[a.command]
     try:
         return handler(a)
     except HetcError as e:

@@ -70,6 +70,19 @@ def print_plan(plan: Plan, console: Console) -> None:
         console.print("baselines (output tok/s): " + ", ".join(parts))
 
 
+def print_compare(rows: list, console: Console) -> None:
+    t = Table(title="hetc compare (predictions at saturation)", title_justify="left")
+    for col in ("plan", "cluster", "devices", "output tok/s", "tok/s/device", "tok/s/user", "TTFT ms", "TPOT ms",
+                "USD/M tok", "kW", "J/tok", "plan/bound"):
+        t.add_column(col, justify="left" if col in ("plan", "cluster") else "right")
+    best = max(r.output_tok_s for r in rows)
+    for r in rows:
+        t.add_row(r.name, r.cluster, str(r.devices), ("[bold]" if r.output_tok_s == best else "") + f"{r.output_tok_s:,.0f}",
+                  f"{r.tok_s_per_device:,.1f}", f"{r.tok_s_per_user:.1f}", f"{r.ttft_ms:,.0f}", f"{r.tpot_ms:.1f}",
+                  f"{r.usd_per_mtok:.3f}", f"{r.watts / 1e3:.1f}", f"{r.joule_per_tok:.2f}", f"{r.plan_over_bound:.3f}")
+    console.print(t)
+
+
 def print_manifest(manifest: dict, console: Console) -> None:
     """One row per stage and toolchain: built or why not, the target, and the check against eager."""
     t = Table(title=f"hetc compile: {manifest['model']} ({manifest['dtype']}, weights {manifest['weights']})",
