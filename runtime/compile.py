@@ -32,6 +32,7 @@ from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolch
 from hetc.cluster import Cluster, Profile
 from hetc.errors import BadInput
 from hetc.plan import load_plan
+from hetc.runtime.model_runner import UnitRef
 from hetc.stage import stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
@@ -90,7 +91,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     check_hash(plan, model_ref, o.plan)
     cfg, _ = load_hf_config(model_ref)
     weights = SafetensorsWeights(weights_dir) if weights_dir and not o.random_weights else RandomWeights()
-    units = [_Unit(u["index"], u["kind"], u["layer"]) for u in plan.units]
+    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
     dtype, kv_dtype = _DTYPES[plan.model.dtype], _DTYPES[plan.model.kv_dtype]
     out = Path(o.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,13 +120,6 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                        fix=f"install what it needs, or leave {a['toolchain']} out of --only "
                            f"({len(missed)} artifact(s) missing in all; the manifest lists them).")
     return manifest
-
-
-@dataclass(frozen=True, slots=True)
-class _Unit:
-    index: int
-    kind: str
-    layer: int
 
 
 def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
