@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -17,7 +18,7 @@ err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() el
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage errors are bad input too: exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
         err.print(f"hetc: error: {message}")
         raise SystemExit(2)

@@ -9,6 +9,7 @@ without the files it came from.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -20,9 +21,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
-from hetc.quantity import Kind, parse_quantity
+from hetc.quantity import Kind, format_quantity, parse_quantity
 
-__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
+__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
+           "Device", "Cluster", "load_profile", "load_links", "load_cluster",
            "profile_names", "PROFILE_DIR"]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
@@ -33,6 +35,9 @@ def _q(kind: Kind):
 
 
 Bytes = Annotated[float, _q(Kind.BYTES)]
+PositiveBytes = Annotated[float, _q(Kind.BYTES), Field(gt=0)]
+PositiveBandwidth = Annotated[float, _q(Kind.BANDWIDTH), Field(gt=0)]
+PositiveFlops = Annotated[float, _q(Kind.FLOPS), Field(gt=0)]
 Bandwidth = Annotated[float, _q(Kind.BANDWIDTH)]
 Flops = Annotated[float, _q(Kind.FLOPS)]
 Seconds = Annotated[float, _q(Kind.TIME)]
@@ -48,17 +53,11 @@ class _Strict(BaseModel):
 class Link(_Strict):
     """A link: per-direction bandwidth, per-message latency, shared (aggregate) or per peer."""
 
-    bandwidth: Bandwidth
+    bandwidth: PositiveBandwidth
     latency: Seconds
     scope: Literal["aggregate", "per_peer"] = "aggregate"
     source: str | None = None
     name: str | None = None
-
-    @model_validator(mode="after")
-    def _positive(self) -> "Link":
-        if self.bandwidth <= 0:
-            raise ValueError("bandwidth must be > 0")
-        return self
 
 
 class Profile(_Strict):
@@ -67,10 +66,10 @@ class Profile(_Strict):
     name: str
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
     backend: Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
-    memory: Bytes
+    memory: PositiveBytes
     reserved_memory: Bytes
-    memory_bandwidth: Bandwidth
-    peak_flops: dict[DType, Flops]
+    memory_bandwidth: PositiveBandwidth
+    peak_flops: dict[DType, PositiveFlops]
     efficiency: Efficiency
     efficiency_curves: EfficiencyCurves | None = None
     launch_overhead: Seconds
@@ -82,12 +81,10 @@ class Profile(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "Profile":
-        if self.memory <= 0 or self.memory_bandwidth <= 0:
-            raise ValueError("memory and memory_bandwidth must be > 0")
         if self.reserved_memory >= self.memory:
-            raise ValueError("reserved_memory must be smaller than memory")
+            raise ValueError(f"reserved_memory: must be smaller than memory ({format_quantity(self.memory, Kind.BYTES)})")
         if not ({"bf16", "fp16"} & self.peak_flops.keys()) or "fp32" not in self.peak_flops:
-            raise ValueError("peak_flops needs fp32 and at least one of bf16/fp16")
+            raise ValueError("peak_flops: needs fp32 and at least one of bf16/fp16")
         return self
 
     @property
@@ -123,6 +120,10 @@ def _validation_error(e: ValidationError, file: str, prefix: str = "") -> BadInp
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     path = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
+    named = re.match(r"([a-z_]+): (.*)", msg, re.S) if not parts else None
+    if named:  # a cross-field check of a model validator names its field first
+        parts, msg = [named.group(1)], named.group(2)
+        path = ".".join(p for p in (prefix, named.group(1)) if p)
     if err["type"] == "missing":
         return BadInput("required field is missing.", file=file, field=path, fix=f"add `{parts[-1]}`.")
     if err["type"] == "extra_forbidden":
@@ -351,7 +352,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
         "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)}
                   for n in nodes],
         "network": None if network is None else {
-            "default": _link_text(network), "per": spec.network.per,
+            "default": _link_text(network), "per": spec.network.per if spec.network else "device",
             "pairs": [{"nodes": sorted(k), "link": _link_text(v)} for k, v in pairs.items()],
         },
         "prices": dict(spec.prices),

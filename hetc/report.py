@@ -175,10 +175,10 @@ def print_devices(console: Console) -> None:
     for col in ("profile", "vendor", "backend", "memory", "bandwidth", "bf16/fp16 peak", "price"):
         k.add_column(col)
     for name in profile_names():
-        p = load_profile(name)
-        peak = p.peak_flops.get("bf16") or p.peak_flops.get("fp16")
-        k.add_row(name, p.vendor, p.backend, f"{p.memory / 1e9:.0f} GB", f"{p.memory_bandwidth / 1e12:.2f} TB/s",
-                  f"{peak / 1e12:.0f} TFLOP/s", f"{p.price:.2f} USD/h")
+        prof = load_profile(name)
+        peak = prof.peak_flops.get("bf16") or prof.peak_flops.get("fp16", 0.0)
+        k.add_row(name, prof.vendor, prof.backend, f"{prof.memory / 1e9:.0f} GB",
+                  f"{prof.memory_bandwidth / 1e12:.2f} TB/s", f"{peak / 1e12:.0f} TFLOP/s", f"{prof.price:.2f} USD/h")
     console.print(k)
 
 
