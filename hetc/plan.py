@@ -2,11 +2,16 @@
 
 Validated on load: a plan of another schema version, with missing fields, or whose
 stages do not cover the model's units exactly once per pipeline is refused with the reason.
+A plan written by another hetc version (`hetc_version`) stays usable: only the schema
+version and, when serving, the model's `graph_hash` (runtime/launch.py) must match.
+Written atomically (temp file + `os.replace`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -147,8 +152,24 @@ class Plan(_M):
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(plan.to_json() + "\n")
+    """Write plan.json atomically: a crash leaves the old file or the new one, never a truncated one.
+
+    Args:
+        plan: the plan to write.
+        path: where; its directory is created when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(plan.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows within one filesystem
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_plan(path: str | Path) -> Plan:
