@@ -334,6 +334,12 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
             for k, nn in enumerate(p.nodes):
                 if nn not in seen:
                     raise _unknown("node", nn, list(seen), file, f"network.pairs[{j}].nodes[{k}]")
+            if p.nodes[0] == p.nodes[1]:
+                raise BadInput(f"a pair names node {p.nodes[0]!r} twice.", file=file, field=f"network.pairs[{j}].nodes",
+                               fix="name two different nodes; a node's own devices use its `link`.")
+            if frozenset(p.nodes) in pairs:
+                raise BadInput(f"nodes {p.nodes[0]!r} and {p.nodes[1]!r} already have a link.", file=file,
+                               field=f"network.pairs[{j}]", fix="give each pair of nodes one entry.")
             pairs[frozenset(p.nodes)] = resolve_link(p.link, file, f"network.pairs[{j}].link")
     elif len(nodes) > 1:
         raise BadInput("a cluster with several nodes needs `network.default`.", file=file, field="network",

@@ -137,14 +137,14 @@ class Plan(_M):
     @model_validator(mode="after")
     def _cover(self) -> "Plan":
         n = self.model.num_units
-        for p in self.pipelines:
+        for i, p in enumerate(self.pipelines):
             nxt = 0
             for s in p.stages:
                 if s.units[0] != nxt:
-                    raise ValueError(f"pipeline {p.id}: stage starts at unit {s.units[0]}, expected {nxt}")
+                    raise ValueError(f"pipelines[{i}].stages: pipeline {p.id}'s stage starts at unit {s.units[0]}, expected {nxt}")
                 nxt = s.units[1] + 1
             if nxt != n:
-                raise ValueError(f"pipeline {p.id}: stages end at unit {nxt - 1}, the model has {n} units")
+                raise ValueError(f"pipelines[{i}].stages: pipeline {p.id}'s stages end at unit {nxt - 1}, the model has {n} units")
         return self
 
     def to_json(self) -> str:
@@ -191,5 +191,8 @@ def load_plan(path: str | Path) -> Plan:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"{err['msg'].removeprefix('Value error, ')}.", file=str(path), field=loc or None,
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc and ": " in msg:  # a cross-field check names its field first
+            loc, msg = msg.split(": ", 1)
+        raise BadInput(f"{msg}.", file=str(path), field=loc or None,
                        fix="regenerate it with `hetc plan`; plans are not meant to be edited by hand.") from None
