@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from hetc.cluster import defaults_notes
 from hetc.plan import Plan
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def print_plan(plan: Plan, console: Console) -> None:
     console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
                   f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
     for note in getattr(s, "notes", None) or []:
+        console.print(f"note: {note}")
+    for note in defaults_notes(list(profiles.values())):  # outputs that rest on a defaulted figure say so
         console.print(f"note: {note}")
     if plan.baselines:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
