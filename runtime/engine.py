@@ -28,7 +28,11 @@ __all__ = ["Engine", "EngineDead", "Event", "QueueFull", "Request"]
 
 
 class QueueFull(Exception):
-    """The bounded wait queue is full (HTTP 429)."""
+    """The bounded wait queue is full, or the predicted wait too long (HTTP 429 with Retry-After)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EngineDead(Exception):
@@ -283,7 +287,8 @@ class Engine:
         self.metrics, self.heartbeat_s, self.cfg = metrics, heartbeat_s, cfg
         self.handoffs_pending = 0  # prefilled sequences between their prefill lane and a decode lane's queue
         self.lanes = [LaneRunner(self, l, blocks[l.id], SchedulerConfig(
-            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages), handoff=l.phase == "prefill"))
+            cfg.max_num_seqs, cfg.max_batched_tokens, cfg.max_waiting, len(l.stages), handoff=l.phase == "prefill",
+            max_queue_wait=cfg.max_queue_wait))
             for l in lanes]
         # requests enter where prompts are prefilled; decode pools get them from prefill pools
         self.entry_lanes = [r for r in self.lanes if r.lane.phase in ("both", "prefill")]
@@ -316,6 +321,7 @@ class Engine:
             raise EngineDead(self.failed)
         if self.draining:
             raise EngineDead("the server is shutting down")
+        self._admit(len(prompt_ids))
         with self._lock:
             if self.num_waiting() >= self.cfg.max_waiting:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
@@ -328,6 +334,17 @@ class Engine:
             lane.poke()
         self.metrics.on_queue(self)
         return req
+
+    def _admit(self, prompt_tokens: int) -> None:
+        """Refuse a request whose predicted wait for its first token, on the lane that would take
+        it, exceeds cfg.max_queue_wait (the prediction: scheduler.Rates, from measured steps)."""
+        lane = min(self.entry_lanes, key=LaneRunner.load)
+        with lane.cond:  # not under self._lock: the receive loop takes lane.cond, then self._lock
+            wait = lane.sched.predicted_wait(prompt_tokens)
+        if wait > self.cfg.max_queue_wait:
+            raise QueueFull(f"the predicted wait for a first token is {wait:.1f} s, over the server's "
+                            f"--max-queue-wait of {self.cfg.max_queue_wait:g} s",
+                            retry_after=min(wait - self.cfg.max_queue_wait, 60.0) if wait != float("inf") else 60.0)
 
     def handoff(self, seq: Sequence, src: LaneRunner) -> None:
         """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane."""

@@ -8,7 +8,9 @@ error JSON with its status; a bad request never stops the server.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import math
 import random
 import time
 import uuid
@@ -40,6 +42,7 @@ class ServerState:
     api_key: str | None = None
     model_info: dict = field(default_factory=dict)  # extra fields of /v1/models
     health_info: Callable[[], dict] = dict  # workers and their state
+    max_body_bytes: int = 1 << 20  # a larger request body gets 413
 
 
 def _err(e: APIError) -> JSONResponse:
@@ -69,7 +72,7 @@ class _Generation:
                                         lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
         except QueueFull as e:
             raise APIError(429, f"the server is at capacity: {e}. Retry later.", type="rate_limit_error",
-                           code="queue_full", headers={"Retry-After": "1"}) from None
+                           code="queue_full", headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
         except EngineDead as e:
             raise APIError(503, f"the model is unavailable: {e}.", type="server_error",
                            code="service_unavailable") from None
@@ -142,14 +145,25 @@ def create_app(st: ServerState) -> FastAPI:
         if st.api_key is None:
             return
         got = request.headers.get("authorization", "")
-        if got != f"Bearer {st.api_key}":
+        # constant time: the comparison does not reveal how much of a guessed key is right
+        if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):
             raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'.",
                            code="invalid_api_key")
 
     async def _body(request: Request):
         _auth(request)
+        too_big = APIError(413, f"the request body is over this server's limit of {st.max_body_bytes} bytes.",
+                           code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > st.max_body_bytes:
+            raise too_big
+        raw = bytearray()
+        async for chunk in request.stream():  # chunked bodies declare no length: count what arrives
+            raw += chunk
+            if len(raw) > st.max_body_bytes:
+                raise too_big
         try:
-            return json.loads(await request.body())
+            return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise bad(f"the request body is not valid JSON ({e}).") from None
 
