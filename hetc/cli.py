@@ -8,6 +8,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -19,7 +20,7 @@ err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() el
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage errors are bad input too: exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
         err.print(f"hetc: error: {message}")
         raise SystemExit(2)
@@ -109,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-batched-tokens", type=_positive_int, default=PREFILL_CHUNK,
                     help=f"prefill chunk (default {PREFILL_CHUNK})")
     sv.add_argument("--max-waiting", type=_positive_int, default=MAX_WAITING, help="wait-queue bound; beyond it 429")
+    sv.add_argument("--max-queue-wait", type=_nonneg, default=30.0, metavar="SECONDS",
+                    help="refuse (429, Retry-After) a request predicted to wait longer for its first token")
+    sv.add_argument("--max-body-bytes", type=_positive_int, default=1 << 20, help="larger request bodies get 413")
+    sv.add_argument("--idle-timeout", type=_nonneg, default=5.0, metavar="SECONDS",
+                    help="close keep-alive connections idle this long")
     sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
@@ -259,7 +265,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
                      num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout,
                      max_restarts=a.max_restarts, drain_timeout=a.drain_timeout, executor=a.executor,
-                     artifacts=a.artifacts)
+                     artifacts=a.artifacts, max_queue_wait=a.max_queue_wait, max_body_bytes=a.max_body_bytes,
+                     idle_timeout=a.idle_timeout)
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 

@@ -9,20 +9,22 @@ without the files it came from.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
-from hetc.quantity import Kind, parse_quantity
+from hetc.quantity import Kind, format_quantity, parse_quantity
 
-__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node", "Device", "Cluster", "load_profile", "load_links", "load_cluster",
+__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
+           "Device", "Cluster", "load_profile", "load_links", "load_cluster", "defaults_notes",
            "profile_names", "PROFILE_DIR"]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
@@ -33,6 +35,9 @@ def _q(kind: Kind):
 
 
 Bytes = Annotated[float, _q(Kind.BYTES)]
+PositiveBytes = Annotated[float, _q(Kind.BYTES), Field(gt=0)]
+PositiveBandwidth = Annotated[float, _q(Kind.BANDWIDTH), Field(gt=0)]
+PositiveFlops = Annotated[float, _q(Kind.FLOPS), Field(gt=0)]
 Bandwidth = Annotated[float, _q(Kind.BANDWIDTH)]
 Flops = Annotated[float, _q(Kind.FLOPS)]
 Seconds = Annotated[float, _q(Kind.TIME)]
@@ -48,30 +53,41 @@ class _Strict(BaseModel):
 class Link(_Strict):
     """A link: per-direction bandwidth, per-message latency, shared (aggregate) or per peer."""
 
-    bandwidth: Bandwidth
+    bandwidth: PositiveBandwidth
     latency: Seconds
     scope: Literal["aggregate", "per_peer"] = "aggregate"
     source: str | None = None
     name: str | None = None
 
-    @model_validator(mode="after")
-    def _positive(self) -> "Link":
-        if self.bandwidth <= 0:
-            raise ValueError("bandwidth must be > 0")
-        return self
+
+# What a hand-written profile may leave out, and the safe value it then gets. A figure that
+# was defaulted is listed in `Profile.defaulted` (kept in plan.json), and the outputs that
+# depend on it (USD/M tokens on price, kW on power) say so.
+RESERVED_FRACTION = 0.10  # reserved_memory: 10% of memory (runtime context, workspaces, fragmentation)
+DEFAULTS: dict[str, Any] = {
+    "launch_overhead": "10 us",  # a kernel launch without graphs; the cost model errs slow
+    "power": "0 W",  # unknown: J/token is not reported as a measurement
+    "price": "0 USD/h",  # unknown: USD/M tokens is not reported as a measurement
+    "host_link": "pcie4",
+    "sources": ["hand-written profile (no sources given)"],
+}
 
 
 class Profile(_Strict):
-    """One device model (hardware_profiles/NAME.yaml). Values in base units."""
+    """One device model (hardware_profiles/NAME.yaml). Values in base units.
+
+    Only the physical figures are required (memory, memory_bandwidth, peak_flops,
+    efficiency, vendor, backend, name); see DEFAULTS for the rest.
+    """
 
     name: str
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
     backend: Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
     target: str | None = None  # what `hetc compile` builds for: gfx942, sm_90, GPU, CPU, ... (see compile_target)
-    memory: Bytes
+    memory: PositiveBytes
     reserved_memory: Bytes
-    memory_bandwidth: Bandwidth
-    peak_flops: dict[DType, Flops]
+    memory_bandwidth: PositiveBandwidth
+    peak_flops: dict[DType, PositiveFlops]
     efficiency: Efficiency
     efficiency_curves: EfficiencyCurves | None = None
     launch_overhead: Seconds
@@ -80,15 +96,31 @@ class Profile(_Strict):
     power: Watts
     price: UsdPerHour
     sources: list[str] = Field(min_length=1)
+    defaulted: list[str] = []  # the fields above that took their default (set on load)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        missing = [k for k in (*DEFAULTS, "reserved_memory") if k not in raw]
+        if not missing:
+            return raw
+        out = {**{k: v for k, v in DEFAULTS.items() if k in missing}, **raw}
+        if "reserved_memory" in missing:
+            try:
+                out["reserved_memory"] = f"{parse_quantity(raw.get('memory'), Kind.BYTES) * RESERVED_FRACTION:.6g} B"
+            except ValueError:
+                pass  # memory itself is reported
+        out["defaulted"] = sorted({*raw.get("defaulted", []), *missing}) if isinstance(raw.get("defaulted", []), list) else missing
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> "Profile":
-        if self.memory <= 0 or self.memory_bandwidth <= 0:
-            raise ValueError("memory and memory_bandwidth must be > 0")
         if self.reserved_memory >= self.memory:
-            raise ValueError("reserved_memory must be smaller than memory")
+            raise ValueError(f"reserved_memory: must be smaller than memory ({format_quantity(self.memory, Kind.BYTES)})")
         if not ({"bf16", "fp16"} & self.peak_flops.keys()) or "fp32" not in self.peak_flops:
-            raise ValueError("peak_flops needs fp32 and at least one of bf16/fp16")
+            raise ValueError("peak_flops: needs fp32 and at least one of bf16/fp16")
         return self
 
     @property
@@ -133,17 +165,42 @@ def _read_yaml(path: Path) -> Any:
                        fix="correct the YAML syntax at that position (indentation, colons, quotes).") from None
 
 
-def _validation_error(e: ValidationError, file: str, prefix: str = "") -> BadInput:
-    err = e.errors()[0]
+def _known_fields(model: type[BaseModel], parts: list) -> list[str]:
+    """The field names of the (nested) model that `parts` leads to inside `model`."""
+    for p in parts:
+        if isinstance(p, int):
+            continue
+        info = model.model_fields.get(str(p))
+        if info is None:
+            return []
+        nested = [t for t in (info.annotation, *get_args(info.annotation), *(a for t in get_args(info.annotation)
+                                                                             for a in get_args(t)))
+                  if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _validation_error(e: ValidationError, file: str, prefix: str = "", model: type[BaseModel] | None = None) -> BadInput:
+    errs = e.errors()
+    # a misspelt key also shows as a missing field: report the unknown key (with its did-you-mean) first
+    err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
     # pydantic's union branch names ("str", "dict[any,any]") are not fields
     parts = [p for p in err["loc"] if not (isinstance(p, str) and (p in ("str", "int", "float") or "[" in p))]
     loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     path = ".".join(p for p in (prefix, loc) if p)
     msg = err["msg"].removeprefix("Value error, ")
+    named = re.match(r"([a-z_]+): (.*)", msg, re.S) if not parts else None
+    if named:  # a cross-field check of a model validator names its field first
+        parts, msg = [named.group(1)], named.group(2)
+        path = ".".join(p for p in (prefix, named.group(1)) if p)
     if err["type"] == "missing":
         return BadInput("required field is missing.", file=file, field=path, fix=f"add `{parts[-1]}`.")
     if err["type"] == "extra_forbidden":
-        return BadInput("unknown field.", file=file, field=path, fix="remove it or correct its spelling.")
+        near = difflib.get_close_matches(str(parts[-1]), _known_fields(model, parts[:-1]), n=1, cutoff=0.6) if model else []
+        fix = f"did you mean `{near[0]}`?" if near else "remove it or correct its spelling."
+        return BadInput("unknown field.", file=file, field=path, fix=fix)
     more = f" ({len(e.errors()) - 1} more problem(s) after this one.)" if len(e.errors()) > 1 else ""
     return BadInput(f"{msg}.{more}", file=file, field=path or None, fix="correct the value as described.")
 
@@ -172,7 +229,7 @@ def load_links() -> dict[str, Link]:
         try:
             out[name] = Link.model_validate({**spec, "name": name})
         except ValidationError as e:
-            raise _validation_error(e, str(path), name) from None
+            raise _validation_error(e, str(path), name, Link) from None
     return out
 
 
@@ -189,7 +246,7 @@ def resolve_link(spec: Any, file: str, fld: str) -> Link:
         try:
             return Link.model_validate(spec)
         except ValidationError as e:
-            raise _validation_error(e, file, fld) from None
+            raise _validation_error(e, file, fld, Link) from None
     raise BadInput(f"expected a link name or {{bandwidth, latency}}, got {spec!r}.", file=file, field=fld,
                    fix=f"use one of: {', '.join(sorted(load_links()))}.")
 
@@ -197,12 +254,33 @@ def resolve_link(spec: Any, file: str, fld: str) -> Link:
 def _profile_from_dict(raw: Any, file: str) -> Profile:
     if not isinstance(raw, dict):
         raise BadInput("a profile must be a YAML mapping.", file=file, fix="see DESIGN.md 'hardware profile'.")
+    if "name" not in raw and file.endswith((".yaml", ".yml")):  # a hand-written file is named by its stem
+        raw = {"name": Path(file).stem, **raw}
     try:
         prof = Profile.model_validate(raw)
     except ValidationError as e:
-        raise _validation_error(e, file) from None
+        raise _validation_error(e, file, model=Profile) from None
     resolve_link(prof.host_link, file, "host_link")  # validate the reference now, not at plan time
     return prof
+
+
+def defaults_notes(profiles: list[Profile] | list[dict]) -> list[str]:
+    """One line per profile that took defaults: which fields, and which outputs that affects.
+
+    Args:
+        profiles: parsed profiles, or their plan.json copies.
+    """
+    notes = []
+    for p in profiles:
+        name, used = (p.get("name"), p.get("defaulted") or []) if isinstance(p, dict) else (p.name, p.defaulted)
+        if not used:
+            continue
+        affects = [what for k, what in (("price", "USD/M tokens"), ("power", "kW and J/token"),
+                                        ("launch_overhead", "predicted times"), ("reserved_memory", "memory fit"))
+                   if k in used]
+        notes.append(f"profile {name}: default {', '.join(used)} (see hetc/cluster.py DEFAULTS)"
+                     + (f"; {', '.join(affects)} rest on them" if affects else ""))
+    return notes
 
 
 def load_profile(ref: str) -> Profile:
@@ -313,7 +391,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
-        raise _validation_error(e, file) from None
+        raise _validation_error(e, file, model=_ClusterSpec) from None
     inline_profiles = inline_profiles or {}
     nodes, seen, profiles_raw = [], set(), {}
     for i, n in enumerate(spec.nodes):
@@ -350,6 +428,12 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
             for k, nn in enumerate(p.nodes):
                 if nn not in seen:
                     raise _unknown("node", nn, list(seen), file, f"network.pairs[{j}].nodes[{k}]")
+            if p.nodes[0] == p.nodes[1]:
+                raise BadInput(f"a pair names node {p.nodes[0]!r} twice.", file=file, field=f"network.pairs[{j}].nodes",
+                               fix="name two different nodes; a node's own devices use its `link`.")
+            if frozenset(p.nodes) in pairs:
+                raise BadInput(f"nodes {p.nodes[0]!r} and {p.nodes[1]!r} already have a link.", file=file,
+                               field=f"network.pairs[{j}]", fix="give each pair of nodes one entry.")
             pairs[frozenset(p.nodes)] = resolve_link(p.link, file, f"network.pairs[{j}].link")
     elif len(nodes) > 1:
         raise BadInput("a cluster with several nodes needs `network.default`.", file=file, field="network",
@@ -368,7 +452,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
         "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)}
                   for n in nodes],
         "network": None if network is None else {
-            "default": _link_text(network), "per": spec.network.per,
+            "default": _link_text(network), "per": spec.network.per if spec.network else "device",
             "pairs": [{"nodes": sorted(k), "link": _link_text(v)} for k, v in pairs.items()],
         },
         "prices": dict(spec.prices),

@@ -57,6 +57,7 @@ def parse_placement(spec: str, cluster: Cluster, num_layers: int) -> list[GivenP
     for text in spec.split(";"):
         text = text.strip()
         m = re.fullmatch(r"(?P<body>.*?)(?:\s+x(?P<n>\d+))?", text)
+        assert m is not None  # the pattern matches any text
         body, reps = m.group("body").strip(), int(m.group("n") or 1)
         if reps < 1:
             raise _bad(text, "a pipeline needs at least one replica", "write x1 or more, or leave it out")
@@ -85,9 +86,9 @@ def parse_placement(spec: str, cluster: Cluster, num_layers: int) -> list[GivenP
                 used[(name, d)] = token
             layers = int(s.group("layers")) if s.group("layers") else None
             stages.append(GivenStage(name, first, tp, layers))
-        given = [st.layers for st in stages]
-        if any(x is not None for x in given):
-            if None in given:
+        given = [st.layers for st in stages if st.layers is not None]
+        if given:
+            if len(given) < len(stages):
                 raise _bad(text, "some stages give their layers and some do not", "give @L on every stage or none")
             if sum(given) != num_layers or 0 in given:
                 raise _bad(text, f"the stages' layers add up to {sum(given)}; the model has {num_layers}",

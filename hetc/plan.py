@@ -2,11 +2,16 @@
 
 Validated on load: a plan of another schema version, with missing fields, or whose
 stages do not cover the model's units exactly once per pipeline is refused with the reason.
+A plan written by another hetc version (`hetc_version`) stays usable: only the schema
+version and, when serving, the model's `graph_hash` (runtime/launch.py) must match.
+Written atomically (temp file + `os.replace`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -132,14 +137,14 @@ class Plan(_M):
     @model_validator(mode="after")
     def _cover(self) -> "Plan":
         n = self.model.num_units
-        for p in self.pipelines:
+        for i, p in enumerate(self.pipelines):
             nxt = 0
             for s in p.stages:
                 if s.units[0] != nxt:
-                    raise ValueError(f"pipeline {p.id}: stage starts at unit {s.units[0]}, expected {nxt}")
+                    raise ValueError(f"pipelines[{i}].stages: pipeline {p.id}'s stage starts at unit {s.units[0]}, expected {nxt}")
                 nxt = s.units[1] + 1
             if nxt != n:
-                raise ValueError(f"pipeline {p.id}: stages end at unit {nxt - 1}, the model has {n} units")
+                raise ValueError(f"pipelines[{i}].stages: pipeline {p.id}'s stages end at unit {nxt - 1}, the model has {n} units")
         return self
 
     def to_json(self) -> str:
@@ -147,8 +152,24 @@ class Plan(_M):
 
 
 def save_plan(plan: Plan, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(plan.to_json() + "\n")
+    """Write plan.json atomically: a crash leaves the old file or the new one, never a truncated one.
+
+    Args:
+        plan: the plan to write.
+        path: where; its directory is created when missing.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(plan.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic on POSIX and Windows within one filesystem
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -170,5 +191,8 @@ def load_plan(path: str | Path) -> Plan:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
-        raise BadInput(f"{err['msg'].removeprefix('Value error, ')}.", file=str(path), field=loc or None,
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc and ": " in msg:  # a cross-field check names its field first
+            loc, msg = msg.split(": ", 1)
+        raise BadInput(f"{msg}.", file=str(path), field=loc or None,
                        fix="regenerate it with `hetc plan`; plans are not meant to be edited by hand.") from None

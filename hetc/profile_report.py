@@ -46,7 +46,7 @@ def print_fidelity(report, console: Console) -> None:
                     f"({report.machine.get('threads')} thread(s)), held-out shapes, measured in a separate process")
     for col, just in (("class", "left"), ("case", "left"), ("predicted ms", "right"), ("measured ms", "right"),
                       ("pred/meas", "right")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in report.rows:
         style = "red" if r.error > (0.10 if r.cls.endswith("step") else 0.15) else None
         t.add_row(r.cls, r.case, f"{r.predicted_s * 1e3:.4g}", f"{r.measured_s * 1e3:.4g}", f"{r.ratio:.3f}",
@@ -55,7 +55,7 @@ def print_fidelity(report, console: Console) -> None:
     s = Table(title="median |predicted/measured − 1| per class")
     for col, just in (("class", "left"), ("cases", "right"), ("median", "right"), ("max", "right"),
                       ("target", "right"), ("", "left")):
-        s.add_column(col, justify=just)
+        s.add_column(col, justify=just)  # type: ignore[arg-type]
     for cls, v in report.classes().items():
         s.add_row(cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}",
                   "[green]ok[/]" if v["ok"] else "[red]over[/]")

@@ -8,6 +8,7 @@ Values are returned in base units: bytes, bytes/s, FLOP/s, seconds, watts, USD/h
 
 from __future__ import annotations
 
+import math
 import re
 from enum import Enum
 
@@ -105,6 +106,8 @@ def parse_quantity(value: object, kind: Kind) -> float:
         )
     if number < 0:
         raise QuantityError(f"{value!r} is negative; a {kind.value} must be ≥ 0, like {_examples(kind)}")
+    if not math.isfinite(number * factor):  # "1e400 GB" parses as inf
+        raise QuantityError(f"{value!r} is too large to be a {kind.value}; write it like {_examples(kind)}")
     return number * factor
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from hetc.cluster import defaults_notes
 from hetc.plan import Plan
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ def print_plan(plan: Plan, console: Console) -> None:
     console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
                   f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
     for note in getattr(s, "notes", None) or []:
+        console.print(f"note: {note}")
+    for note in defaults_notes(list(profiles.values())):  # outputs that rest on a defaulted figure say so
         console.print(f"note: {note}")
     if plan.baselines:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
@@ -278,10 +281,10 @@ def print_devices(console: Console) -> None:
     for col in ("profile", "vendor", "backend", "memory", "bandwidth", "bf16/fp16 peak", "price"):
         k.add_column(col)
     for name in profile_names():
-        p = load_profile(name)
-        peak = p.peak_flops.get("bf16") or p.peak_flops.get("fp16")
-        k.add_row(name, p.vendor, p.backend, f"{p.memory / 1e9:.0f} GB", f"{p.memory_bandwidth / 1e12:.2f} TB/s",
-                  f"{peak / 1e12:.0f} TFLOP/s", f"{p.price:.2f} USD/h")
+        prof = load_profile(name)
+        peak = prof.peak_flops.get("bf16") or prof.peak_flops.get("fp16", 0.0)
+        k.add_row(name, prof.vendor, prof.backend, f"{prof.memory / 1e9:.0f} GB",
+                  f"{prof.memory_bandwidth / 1e12:.2f} TB/s", f"{peak / 1e12:.0f} TFLOP/s", f"{prof.price:.2f} USD/h")
     console.print(k)
 
 

@@ -34,6 +34,7 @@ from hetc.partitioner.split import Found, batch_options, score
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
+from hetc.quantity import Kind, format_quantity
 
 __all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]
 
@@ -374,19 +375,19 @@ def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s
     free = sum(n.profile.usable_memory * n.count for n in cluster.nodes)
     one = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len))
     if one.total > free:
-        return (f"the model needs {one.total / 1e9:.1f} GB at {wl.dtype} (weights {need / 1e9:.1f} GB + KV and "
+        return (f"the model needs {format_quantity(one.total, Kind.BYTES)} at {wl.dtype} (weights {format_quantity(need, Kind.BYTES)} + KV and "
                 f"activations for one sequence of {wl.context} tokens); all devices together have "
-                f"{free / 1e9:.1f} GB free after reserved memory — short by {(one.total - free) / 1e9:.1f} GB. "
+                f"{format_quantity(free, Kind.BYTES)} free after reserved memory — short by {format_quantity(one.total - free, Kind.BYTES)}. "
                 "Add devices, or use a smaller --dtype.")
     if pools_only:
         devices = sum(n.count for n in cluster.nodes)
         return (f"with --disaggregate on, a prefill pool and a decode pool run on separate devices and each holds "
-                f"the whole model ({need / 1e9:.1f} GB of weights at {wl.dtype}, one device per stage); no such "
-                f"pair fits the {devices} device(s) with {free / 1e9:.1f} GB free in all. Use --disaggregate auto "
+                f"the whole model ({format_quantity(need, Kind.BYTES)} of weights at {wl.dtype}, one device per stage); no such "
+                f"pair fits the {devices} device(s) with {format_quantity(free, Kind.BYTES)} free in all. Use --disaggregate auto "
                 "or off, or add devices.")
     if min_tok_s or ttft_slo_s or tpot_slo_s:
         return ("no placement meets the floors/SLOs given (--min-tok-s, --ttft-slo, --tpot-slo); "
                 "relax them or add devices.")
     biggest = max(units, key=lambda u: u.param_bytes)
-    return (f"no placement fits: the largest unit needs {biggest.param_bytes / 1e9:.2f} GB and the largest device "
-            f"has {max(n.profile.usable_memory for n in cluster.nodes) / 1e9:.1f} GB free.")
+    return (f"no placement fits: the largest unit needs {format_quantity(biggest.param_bytes, Kind.BYTES)} and the largest device "
+            f"has {format_quantity(max(n.profile.usable_memory for n in cluster.nodes), Kind.BYTES)} free.")

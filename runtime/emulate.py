@@ -11,6 +11,7 @@ from __future__ import annotations
 from hetc.errors import BadInput
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, kv_layout, param_count, shrink_config
+from hetc.quantity import Kind, format_quantity
 
 __all__ = ["available_bytes", "cap_kv_blocks", "fit_width"]
 
@@ -46,8 +47,8 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
     if need <= budget:
         return 1, cfg
     if not random_weights:
-        raise BadInput(f"this host's stages hold {need / 1e9:.1f} GB of weights; emulating them here allows "
-                       f"{budget / 1e9:.1f} GB.", file=file, field="model",
+        raise BadInput(f"this host's stages hold {format_quantity(need, Kind.BYTES)} of weights; emulating them here allows "
+                       f"{format_quantity(budget, Kind.BYTES)}.", file=file, field="model",
                        fix="pass --random-weights to emulate a width-shrunk copy (same layers and cuts), or serve "
                            "on the plan's devices.")
     full = param_count(cfg)
@@ -55,7 +56,7 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
         small = shrink_config(cfg, f)
         if need * param_count(small) / full <= budget:
             return f, small
-    raise BadInput(f"even a 1/256-width copy of the model does not fit this host ({avail / 1e9:.1f} GB available).",
+    raise BadInput(f"even a 1/256-width copy of the model does not fit this host ({format_quantity(avail, Kind.BYTES)} available).",
                    file=file, field="model", fix="spread the plan over hosts with --nnodes.")
 
 

@@ -27,7 +27,11 @@ __all__ = ["Engine", "EngineDead", "Event", "QueueFull", "Request"]
 
 
 class QueueFull(Exception):
-    """The bounded wait queue is full (HTTP 429)."""
+    """The bounded wait queue is full, or the predicted wait too long (HTTP 429 with Retry-After)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EngineDead(Exception):
@@ -83,7 +87,7 @@ class Engine:
 
     def _runner(self, lane: Lane, transport: Transport) -> LaneRunner:
         cfg = SchedulerConfig(self.cfg.max_num_seqs, self.cfg.max_batched_tokens, self.cfg.max_waiting,
-                              len(lane.stages), handoff=lane.phase == "prefill")
+                              len(lane.stages), handoff=lane.phase == "prefill", max_queue_wait=self.cfg.max_queue_wait)
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 
     @property
@@ -118,6 +122,7 @@ class Engine:
         """Queue a request on the least loaded working lane. Raises EngineDead (503) or QueueFull (429)."""
         if self.draining:
             raise EngineDead("the server is shutting down and takes no new requests")
+        self._admit(len(prompt_ids))
         with self._lock:
             entry = self.entry_lanes
             if not entry:
@@ -137,6 +142,20 @@ class Engine:
     def handoffs_started(self, n: int) -> None:
         with self._lock:
             self._handoffs_pending += n
+
+    def _admit(self, prompt_tokens: int) -> None:
+        """Refuse a request whose predicted wait for its first token, on the lane that would take
+        it, exceeds cfg.max_queue_wait (the prediction: scheduler.Rates, from measured steps)."""
+        entry = self.entry_lanes
+        if not entry:
+            return  # submit says why nothing can take it
+        lane = min(entry, key=LaneRunner.load)
+        with lane.cond:  # not under self._lock: the receive loop takes lane.cond, then self._lock
+            wait = lane.sched.predicted_wait(prompt_tokens)
+        if wait > self.cfg.max_queue_wait:
+            raise QueueFull(f"the predicted wait for a first token is {wait:.1f} s, over the server's "
+                            f"--max-queue-wait of {self.cfg.max_queue_wait:g} s",
+                            retry_after=min(wait - self.cfg.max_queue_wait, 60.0) if wait != float("inf") else 60.0)
 
     def handoff(self, seq: Sequence, src: LaneRunner) -> None:
         """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane."""

@@ -46,6 +46,9 @@ class ServeOptions:
     threads: int | None = None  # per worker; default: host cores shared out when emulating
     timeout: float = 60.0  # transport receive timeout, seconds
     drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
+    max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer for its first token gets 429
+    max_body_bytes: int = 1 << 20  # a larger request body gets 413
+    idle_timeout: float = 5.0  # seconds an idle keep-alive connection is held open (uvicorn)
     max_restarts: int = 3  # restart attempts of a failed pipeline unit before it stays down
     executor: str = "auto"  # auto: emulated stages through their vendor's CPU toolchain; torch: eager everywhere
     artifacts: str | None = None  # a `hetc compile` folder to load the compiled stages from
@@ -334,7 +337,7 @@ def serve(o: ServeOptions, log=print) -> int:
     if tokenizer.eos_token_id is not None:
         eos_ids |= {tokenizer.eos_token_id}
     sched_cfg = SchedulerConfig(max_num_seqs=c.max_seqs, max_batched_tokens=o.max_batched_tokens,
-                                max_waiting=o.max_waiting)
+                                max_waiting=o.max_waiting, max_queue_wait=o.max_queue_wait)
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in c.lanes]
     n_workers = sum(s.tp for l in c.lanes for s in l.stages)
@@ -392,11 +395,14 @@ def serve(o: ServeOptions, log=print) -> int:
 
         st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,
                          eos_token_ids=eos_ids, metrics=metrics, api_key=o.api_key, model_info=info,
-                         health_info=health)
+                         health_info=health, max_body_bytes=o.max_body_bytes)
         server = DrainingServer(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
-                                               timeout_graceful_shutdown=5, access_log=False),
+                                               timeout_graceful_shutdown=5, access_log=False,
+                                               timeout_keep_alive=o.idle_timeout),
                                 engine=engine, drain_timeout=o.drain_timeout, log=log)
-        log(f"listening on http://{o.host}:{o.port}/v1 (max context {max_len} tokens)")
+        where = ("this machine only; --host 0.0.0.0 accepts other machines" if o.host in ("127.0.0.1", "localhost", "::1")
+                 else "reachable from other machines" + ("" if o.api_key else ", with no --api-key"))
+        log(f"listening on http://{o.host}:{o.port}/v1 ({where}; max context {max_len} tokens)")
         server.run()  # returns once the drain (SIGTERM/SIGINT) is over, or on a second signal
         healer.stop()
         stopped = engine.shutdown(timeout=10.0)

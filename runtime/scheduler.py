@@ -30,7 +30,7 @@ from hetc.runtime.block_manager import BlockManager
 from hetc.runtime.sequence import Sequence, SeqStatus
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
-__all__ = ["MicroBatch", "Scheduler", "SchedulerConfig", "StepOutput"]
+__all__ = ["MicroBatch", "Rates", "Scheduler", "SchedulerConfig", "StepOutput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class SchedulerConfig:
     max_waiting: int = MAX_WAITING  # the bounded wait queue; submit beyond it is refused (HTTP 429)
     n_stages: int = 1  # micro-batches that may be in flight at once
     handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
+    max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer is refused (HTTP 429)
 
 
 @dataclass(slots=True)
@@ -73,6 +74,47 @@ class StepOutput:
     finished: bool
 
 
+@dataclass(slots=True)
+class Rates:
+    """The lane's measured service rates, for admission by predicted queue wait.
+
+    Exponential moving averages over results: tokens processed and sequences finished per
+    second of pipeline work. A result's interval is the time since the previous result, but
+    at most the time since its own micro-batch was sent, so an idle pipeline does not read
+    as a slow one. Until something was measured, nothing is predicted (cold start admits).
+    """
+
+    alpha: float = 0.2
+    tokens: float = 0.0  # EMA of tokens per result
+    finished: float = 0.0  # EMA of finished sequences per result
+    interval: float = 0.0  # EMA of seconds per result
+    last: float | None = None
+
+    def observe(self, tokens: int, finished: int, sent_at: float, now: float) -> None:
+        if self.last is None and sent_at <= 0:  # no send time (a scheduler driven without an engine)
+            self.last = now
+            return
+        dt = now - sent_at if self.last is None else min(now - self.last, now - sent_at if sent_at > 0 else now)
+        self.last = now
+        if self.interval == 0.0:
+            self.tokens, self.finished, self.interval = float(tokens), float(finished), max(dt, 1e-6)
+            return
+        a = self.alpha
+        self.tokens += a * (tokens - self.tokens)
+        self.finished += a * (finished - self.finished)
+        self.interval += a * (max(dt, 1e-6) - self.interval)
+
+    def predict_wait(self, queued_tokens: int, seats_short: int) -> float:
+        """Seconds until a new request's first token: its queue's prompt tokens at the measured
+        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish."""
+        if self.interval == 0.0:
+            return 0.0
+        wait = queued_tokens * self.interval / max(self.tokens, 1e-9)
+        if seats_short > 0:
+            wait = max(wait, seats_short * self.interval / self.finished if self.finished > 0 else math.inf)
+        return wait
+
+
 class Scheduler:
     """Owns the lane's sequences and block manager. Not thread-safe: the engine holds a lock."""
 
@@ -90,6 +132,7 @@ class Scheduler:
         self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
         self._step = 0
         self.num_preemptions = 0
+        self.rates = Rates()
 
     # ---- queue -------------------------------------------------------------------------
     @property
@@ -102,6 +145,12 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def predicted_wait(self, prompt_tokens: int) -> float:
+        """Seconds a new request of `prompt_tokens` would wait for its first token (measured rates)."""
+        queued = prompt_tokens + sum(s.remaining for s in self.waiting)
+        short = len(self.waiting) + 1 - (self.cfg.max_num_seqs - len(self.running))
+        return self.rates.predict_wait(queued, short)
 
     def add(self, seq: Sequence, front: bool = False) -> None:
         seq.status = SeqStatus.WAITING
@@ -268,6 +317,7 @@ class Scheduler:
                 seq.status = SeqStatus.HANDOFF
                 self.handoffs.append(seq)
             out.append(StepOutput(seq, tok, reason is not None))
+        self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, time.perf_counter())
         return out
 
     def fail_all(self) -> list[Sequence]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import random
 import time
 import uuid
@@ -41,6 +42,7 @@ class ServerState:
     api_key: str | None = None
     model_info: dict = field(default_factory=dict)  # extra fields of /v1/models
     health_info: Callable[[], dict] = dict  # workers and their state
+    max_body_bytes: int = 1 << 20  # a larger request body gets 413
 
 
 def _err(e: APIError) -> JSONResponse:
@@ -70,7 +72,7 @@ class _Generation:
                                         lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
         except QueueFull as e:
             raise APIError(429, f"the server is at capacity: {e}. Retry later.", type="rate_limit_error",
-                           code="queue_full", headers={"Retry-After": "1"}) from None
+                           code="queue_full", headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
         except EngineDead as e:
             raise APIError(503, f"the model is unavailable: {e}.", type="server_error",
                            code="service_unavailable") from None
@@ -118,14 +120,6 @@ class _Generation:
                 "total_tokens": len(self.prompt_ids) + len(self.token_ids)}
 
 
-MAX_BODY_BYTES = 4 << 20  # a request body larger than this is refused (413) before it is parsed
-
-
-def _too_large(n: int) -> APIError:
-    return APIError(413, f"the request body is {n:,} bytes or more; this server accepts at most {MAX_BODY_BYTES:,}.",
-                    code="request_too_large")
-
-
 def create_app(st: ServerState) -> FastAPI:
     """The FastAPI app serving `st`."""
     app = FastAPI(title="hetc", docs_url=None, redoc_url=None, openapi_url=None)
@@ -151,20 +145,23 @@ def create_app(st: ServerState) -> FastAPI:
         if st.api_key is None:
             return
         got = request.headers.get("authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):  # constant time: no timing oracle
+        # constant time: the comparison does not reveal how much of a guessed key is right
+        if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):
             raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'.",
                            code="invalid_api_key")
 
     async def _body(request: Request):
         _auth(request)
+        too_big = APIError(413, f"the request body is over this server's limit of {st.max_body_bytes} bytes.",
+                           code="request_too_large")
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise _too_large(int(declared))
-        raw = b""
-        async for chunk in request.stream():  # read no more than the limit, whatever the header said
+        if declared.isdigit() and int(declared) > st.max_body_bytes:
+            raise too_big
+        raw = bytearray()
+        async for chunk in request.stream():  # chunked bodies declare no length: count what arrives
             raw += chunk
-            if len(raw) > MAX_BODY_BYTES:
-                raise _too_large(len(raw))
+            if len(raw) > st.max_body_bytes:
+                raise too_big
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -149,18 +149,3 @@ def test_byte_tokenizer_and_incremental_decoding():
     assert pieces == ["a", "", "ñ", "b", "", "", "€"]  # partial UTF-8 held back until complete
     assert apply_chat(tok, [{"role": "user", "content": "hi"}]) == tok.encode("user: hi\nassistant:")
 
-
-def test_oversized_bodies_get_413_and_keys_are_checked(app_client):
-    from hetc.runtime.server import MAX_BODY_BYTES
-
-    c, eng = app_client
-    big = {"model": "m", "prompt": "x" * (MAX_BODY_BYTES + 10), "max_tokens": 1}
-    r = c.post("/v1/completions", json=big)
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
-    r = c.post("/v1/completions", content=b'{"model": "m", "prompt": "' + b"y" * (MAX_BODY_BYTES + 1) + b'"}',
-               headers={"content-length": "10"})  # a header that lies does not get more read
-    assert r.status_code in (400, 413)
-    for key in ("Bearer K", "Bearer k ", "k", ""):
-        r = c.post("/v1/completions", json={"model": "m", "prompt": "hi"}, headers={"Authorization": key})
-        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
-    assert c.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2}).status_code == 200

@@ -196,7 +196,7 @@ def test_tensor_parallel_stages_match_unpartitioned_logits(model_dir, tmp_path):
     d, cfg, ref = model_dir
     out = str(tmp_path / "tp")
     mp.start_processes(_tp_rank, args=(f"file://{tmp_path / 'store'}", str(d), out), nprocs=2, start_method="spawn")
-    r0, r1 = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    r0, r1 = torch.load(f"{out}.0", weights_only=True), torch.load(f"{out}.1", weights_only=True)
     with torch.no_grad():
         ra, rb = ref(torch.tensor([r0["a"]])).logits[0], ref(torch.tensor([r0["b"]])).logits[0]
     (x1, x2) = r0["outs"]
