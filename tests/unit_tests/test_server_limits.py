@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+import types
 import time
 
 import pytest
@@ -146,12 +147,13 @@ def test_admission_refuses_a_predicted_wait_over_the_limit():
     class _Lane:  # the fields Engine._admit and LaneRunner.load read
         def __init__(self, sched):
             self.sched, self.cond, self.incoming = sched, threading.Lock(), []
+            self.up, self.lane = True, types.SimpleNamespace(phase="both")  # what Engine.entry_lanes reads
 
     sched = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=64, max_queue_wait=1.0))
     for i in range(1, 30):
         sched.rates.observe(100, 1, sent_at=i * 0.1 - 0.3, now=i * 0.1)  # 1000 tokens/s
     eng = Engine.__new__(Engine)
-    eng.entry_lanes, eng.cfg = [_Lane(sched)], sched.cfg
+    eng.lanes, eng.cfg = [_Lane(sched)], sched.cfg
     eng._admit(500)  # 0.5 s: admitted
     for i in range(3):
         sched.add(Sequence(i, [1] * 400, 400, None, frozenset()))  # 1200 tokens queued ahead
