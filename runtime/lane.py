@@ -93,6 +93,7 @@ class LaneRunner:
             batch = self.sched.schedule(self.lane.lookahead)
             if batch is not None:
                 msg = self._step_message(batch)
+                batch.sent_at = now  # the scheduler's measured rates time each round trip from here
                 self.inflight.append(InFlightBatch(batch, now))
                 self.engine.metrics.on_schedule(self, batch)
                 self._last_send = now

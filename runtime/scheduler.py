@@ -110,8 +110,8 @@ class Rates:
         if self.interval == 0.0:
             return 0.0
         wait = queued_tokens * self.interval / max(self.tokens, 1e-9)
-        if seats_short > 0:
-            wait = max(wait, seats_short * self.interval / self.finished if self.finished > 0 else math.inf)
+        if seats_short > 0 and self.finished > 0:  # no finish seen yet: a seat's wait is unknown, not infinite
+            wait = max(wait, seats_short * self.interval / self.finished)
         return wait
 
 

@@ -28,7 +28,8 @@ def test_sigterm_refuses_new_requests_finishes_or_times_out_open_ones_and_exits_
     # one sequence at a time: the long requests queue behind each other and outlive a 1.5 s drain
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan_path), "--emulate", "--model-dir",
                              str(model), "--port", str(port), "--served-model-name", NAME, "--api-key", KEY,
-                             "--max-num-seqs", "1", "--drain-timeout", "1.5"], cwd=REPO, stdout=log,
+                             "--max-num-seqs", "1", "--drain-timeout", "1.5",
+                             "--max-queue-wait", "600", "--executor", "torch"], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
