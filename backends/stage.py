@@ -202,13 +202,16 @@ def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[i
     return args
 
 
-def export_stage(stage: FunctionalStage, args: list[torch.Tensor]) -> torch.export.ExportedProgram:
+def export_stage(stage: FunctionalStage, *, hidden: int, vocab: int, dtype: torch.dtype,
+                 kv_dtype: torch.dtype) -> torch.export.ExportedProgram:
     """torch.export the stage with the signature's dims dynamic (B, T, MB, NB): one program for all.
 
-    Args:
-        args: example inputs (sizes ≥ 2 for the dynamic dims: export specializes sizes 0 and 1).
+    The example inputs have every dynamic dim ≥ 2 (export specializes sizes 0 and 1).
     """
     from torch.export import Dim, export
+
+    args = example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6, hidden=hidden, vocab=vocab,
+                          dtype=dtype, kv_dtype=kv_dtype, generator=torch.Generator().manual_seed(0))
 
     b, t, mb, nb = (Dim(n, min=1, max=m) for n, m in (("B", 4096), ("T", 1 << 17), ("MB", 1 << 16), ("NB", 1 << 24)))
     dims = [{0: b, 1: t}, {0: b, 1: t}, {0: b}, {0: b, 1: mb}]

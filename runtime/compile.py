@@ -32,13 +32,12 @@ from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolch
 from hetc.cluster import Cluster, Profile
 from hetc.errors import BadInput
 from hetc.plan import load_plan
-from hetc.runtime.model_runner import UnitRef
+from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef
 from hetc.stage import stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
 
 SCHEMA = "hetc.compile/1"
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 # |compiled − eager| accepted: atol + rtol · max |eager|, by the dtype the stage computes in (a bf16 or
 # fp16 stage is checked at its own precision: rounding differs between kernel libraries)
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 3e-2), torch.float16: (0.0, 5e-3)}
@@ -92,7 +91,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     cfg, _ = load_hf_config(model_ref)
     weights = SafetensorsWeights(weights_dir) if weights_dir and not o.random_weights else RandomWeights()
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
-    dtype, kv_dtype = _DTYPES[plan.model.dtype], _DTYPES[plan.model.kv_dtype]
+    dtype, kv_dtype = TORCH_DTYPES[plan.model.dtype], TORCH_DTYPES[plan.model.kv_dtype]
     out = Path(o.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     profiles = {n.profile.name: n.profile for n in Cluster.from_json(plan.cluster, o.plan).nodes}
@@ -136,7 +135,7 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
     common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
     try:
         with torch.no_grad():
-            ep = export_stage(stage, example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6, **common))
+            ep = export_stage(stage, hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype)
     except Exception as e:  # torch.export raises many types; all mean "this stage does not export"
         raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {_first_line(e)}",
                        field="model", fix="serve it with --executor torch, or report the model to hetc") from None

@@ -6,7 +6,6 @@ import hashlib
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,19 +15,11 @@ from hetc.backends.stage import FunctionalStage, example_inputs, export_stage, w
 from hetc.backends.toolchains import toolchain
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import SafetensorsWeights
+from tests.unit_tests.test_runtime_model import _units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
 CUTS = [(0, 3), (4, 5), (6, 8)]  # the second stage starts at an MLP half
-
-
-def _units(n: int):
-    us = [SimpleNamespace(index=0, kind="embed", layer=0)]
-    for layer in range(n):
-        us += [SimpleNamespace(index=len(us), kind="attention", layer=layer),
-               SimpleNamespace(index=len(us) + 1, kind="mlp", layer=layer)]
-    return us + [SimpleNamespace(index=len(us), kind="norm", layer=n - 1),
-                 SimpleNamespace(index=len(us) + 1, kind="head", layer=n - 1)]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +83,7 @@ def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which)
     g = torch.Generator().manual_seed(2)
     kw = dict(hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32, generator=g)
     for st in (stages[i] for i in which):
-        ep = export_stage(st, example_inputs(st, batch=2, new=3, past=[20, 7], num_blocks=6, **kw))
+        ep = export_stage(st, hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32)
         tc = toolchain(name)
         target = {"iree": "gfx942", "inductor": "sm_90"}.get(name, "CPU")
         step = tc.load(tc.build(ep, tmp_path, target=target, stem=f"s{st.attention_layers}"), tmp_path)

@@ -8,19 +8,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.compiled_stage import build_compiled_stage
 from hetc.runtime.kv_cache import AttnMeta
-from hetc.runtime.model_runner import UnitRef
 from hetc.weights import SafetensorsWeights
+from tests.unit_tests.test_runtime_model import _units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
 CUTS = [(0, 3), (4, 5), (6, 8)]
-
-
-def _units(n: int) -> list[UnitRef]:
-    us = [UnitRef(0, "embed", 0)]
-    for layer in range(n):
-        us += [UnitRef(len(us), "attention", layer), UnitRef(len(us) + 1, "mlp", layer)]
-    return us + [UnitRef(len(us), "norm", n - 1), UnitRef(len(us) + 1, "head", n - 1)]
 
 
 @pytest.mark.parametrize("names", [("openvino", "iree", "inductor")])
