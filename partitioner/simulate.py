@@ -58,7 +58,7 @@ def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     tensor-parallel group, one all-reduce of the unit's output per unit holding weights."""
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
-        t += sum(allreduce_time(step.tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
+        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
     return t
 
 
