@@ -21,7 +21,7 @@ from hetc.runtime.scheduler import SchedulerConfig, StepOutput
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["Engine", "EngineDead", "Event", "QueueFull", "Request"]
 
@@ -87,13 +87,13 @@ class Engine:
 
     def _runner(self, lane: Lane, transport: Transport) -> LaneRunner:
         cfg = SchedulerConfig(self.cfg.max_num_seqs, self.cfg.max_batched_tokens, self.cfg.max_waiting,
-                              len(lane.stages), handoff=lane.phase == "prefill", max_queue_wait=self.cfg.max_queue_wait)
+                              len(lane.stages), handoff=lane.phase == Phase.PREFILL, max_queue_wait=self.cfg.max_queue_wait)
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 
     @property
     def entry_lanes(self) -> list[LaneRunner]:
         """Lanes that take new requests: up, and prefilling (decode pools get them from prefill pools)."""
-        return [r for r in self.lanes if r.up and r.lane.phase in ("both", "prefill")]
+        return [r for r in self.lanes if r.up and r.lane.phase in (Phase.BOTH, Phase.PREFILL)]
 
     @property
     def failed(self) -> str | None:

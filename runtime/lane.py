@@ -21,6 +21,7 @@ from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch,
 from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
+from hetc.scheduling import Phase
 
 if TYPE_CHECKING:
     from hetc.runtime.engine import Engine
@@ -35,7 +36,7 @@ class LaneRunner:
         self.engine, self.lane, self.tp = engine, lane, transport
         # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
         self.sched = Scheduler(BlockManager(num_blocks), cfg,
-                               on_preempt=engine.requeue if lane.phase == "decode" else None)
+                               on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
         self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
         self.inflight: deque[InFlight] = deque()
