@@ -16,8 +16,6 @@ import concurrent.futures as cf
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -25,7 +23,8 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from tests.integration_tests.test_serve import KEY, NAME, REPO, _port, built, client, wait_healthy  # noqa: F401
+from tests.fixtures.serving import KEY, NAME, Served, start_serve, wait_healthy
+from tests.integration_tests.test_serve import built, client  # noqa: F401 — the module fixture
 from tests.integration_tests.test_serve_disagg import plan_pools
 
 pytestmark = pytest.mark.slow
@@ -46,32 +45,9 @@ def two_lanes_with_tp(plan: dict) -> dict:
     return plan
 
 
-def _start(plan_path, model, *extra) -> tuple[str, subprocess.Popen, object]:
-    port = _port()
-    log = open(str(plan_path) + ".log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan_path), "--emulate", "--model-dir",
-                             str(model), "--port", str(port), "--served-model-name", NAME, "--api-key", KEY,
-                             "--threads", "1", "--timeout", "30", *map(str, extra)],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, [proc], timeout=240)
-    except AssertionError:
-        log.seek(0)
-        proc.kill()
-        pytest.fail(f"hetc serve did not come up:\n{log.read()}")
-    return url, proc, log
-
-
-def _stop(proc, log) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(60) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    log.close()
+def _start(plan_path, model, *extra) -> Served:
+    return start_serve(plan_path, "--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY,
+                       "--threads", "1", "--timeout", "30", *extra, log=str(plan_path) + ".log")
 
 
 def _stream(c, max_tokens: int = 120, started=None):
@@ -126,7 +102,8 @@ def test_killing_each_kind_of_worker_fails_only_its_lane_which_restarts(built, t
     model, _, plan = built
     path = tmp_path / "two.json"
     path.write_text(json.dumps(two_lanes_with_tp(plan)))
-    url, proc, log = _start(path, model)
+    srv = _start(path, model)
+    url = srv.url
     try:
         workers = httpx.get(f"{url}/health").json()["workers"]
         assert sorted({w["stage"] for w in workers}) == ["0.0", "0.1", "0.2", "1.0", "1.1", "1.2"]
@@ -138,17 +115,17 @@ def test_killing_each_kind_of_worker_fails_only_its_lane_which_restarts(built, t
         units = httpx.get(f"{url}/health").json()["units"]
         assert [u["restarts"] for u in units] == [2, 2] and all(u["state"] == "serving" for u in units)
     except BaseException:
-        log.seek(0)
-        print(log.read())
+        print(srv.output())
         raise
     finally:
-        _stop(proc, log)
+        assert srv.stop() == 0
 
 
 def test_a_dead_decode_pool_restarts_its_unit(built, tmp_path):  # noqa: F811
     model, _, _ = built
     plan_pools(model, tmp_path)
-    url, proc, log = _start(tmp_path / "dis.json", model, "--max-batched-tokens", "16")
+    srv = _start(tmp_path / "dis.json", model, "--max-batched-tokens", "16")
+    url = srv.url
     try:
         ws = httpx.get(f"{url}/health").json()["workers"]
         decode_lane = max(int(w["stage"].split(".")[0]) for w in ws)
@@ -162,21 +139,21 @@ def test_a_dead_decode_pool_restarts_its_unit(built, tmp_path):  # noqa: F811
             os.kill(victim["pid"], signal.SIGKILL)
             results = [f.result(timeout=90) for f in futs]
         assert all(r[0] == "error" and r[1] - t_kill < 2.0 for r in results), results
-        wait_healthy(url, [proc], timeout=RECOVER_S - (time.monotonic() - t_kill))
+        wait_healthy(url, [srv.proc], timeout=RECOVER_S - (time.monotonic() - t_kill))
         assert all(w["generation"] == 2 for w in httpx.get(f"{url}/health").json()["workers"])
         out = c.completions.create(model=NAME, prompt="after", max_tokens=8, temperature=0)
         assert out.usage.completion_tokens == 8
     except BaseException:
-        log.seek(0)
-        print(log.read())
+        print(srv.output())
         raise
     finally:
-        _stop(proc, log)
+        assert srv.stop() == 0
 
 
 def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa: F811
     model, plan_path, _ = built
-    url, proc, log = _start(plan_path, model, "--max-restarts", "0")
+    srv = _start(plan_path, model, "--max-restarts", "0")
+    url = srv.url
     try:
         ws = httpx.get(f"{url}/health").json()["workers"]
         victim = ws[-1]
@@ -196,7 +173,7 @@ def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa:
             client(url).completions.create(model=NAME, prompt="hi", max_tokens=2)
         assert e.value.status_code == 503
     finally:
-        _stop(proc, log)
+        assert srv.stop() == 0
 
 
 def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path):  # noqa: F811
@@ -205,7 +182,8 @@ def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path): 
     model, plan_path, _ = built
     copy = tmp_path / "model"
     shutil.copytree(model, copy)
-    url, proc, log = _start(plan_path, copy, "--max-restarts", "2")
+    srv = _start(plan_path, copy, "--max-restarts", "2")
+    url = srv.url
     try:
         for f in copy.glob("*.safetensors"):  # a restarted worker cannot load its weights any more
             f.rename(f.with_suffix(".gone"))
@@ -219,8 +197,7 @@ def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path): 
         reason = r.json()["reason"]
         assert r.status_code == 503 and f"stage {victim['stage']}" in reason and victim["device"] in reason
         assert "gave up after 2 restart attempt(s)" in reason and "while starting" in reason
-        log.seek(0)
-        text = log.read()
+        text = srv.output()
         assert text.count("restarting pipeline unit 0 (attempt") == 2
     finally:
-        _stop(proc, log)
+        assert srv.stop() == 0
