@@ -199,8 +199,8 @@ class Engine:
         with req.lane.cond:
             done = req.lane.sched.abort(req.seq)
             req.lane.poke()
-        if done:
-            self.requests.pop(req.seq.seq_id, None)
+        if done and self.requests.pop(req.seq.seq_id, None) is not None:
+            self.metrics.on_finish(req, self.clock())  # in flight: counted when its result comes back
 
     def deliver(self, outs: list[StepOutput]) -> None:
         now = self.clock()
