@@ -198,3 +198,14 @@ def test_rates_do_not_count_an_idle_pipeline_as_slow():
     for i in range(1, 30):  # one request at a time: each 50 ms step sent after a 1 s idle gap
         r.observe(10, 0, sent_at=i * 1.0 - 0.05, now=i * 1.0)
     assert r.predict_wait(100, 0) == pytest.approx(100 * 0.05 / 10, rel=0.05)
+
+
+@pytest.mark.parametrize("top_p", [5e-324, 1e-300, 1e-46])
+def test_a_top_p_below_float32s_range_keeps_the_top_token(top_p):
+    import torch
+
+    from hetc.runtime.sampler import sample
+
+    logits = torch.randn(2, 320, generator=torch.Generator().manual_seed(0))
+    got = sample(logits, [(1.0, top_p, 0, 1), (0.7, top_p, 5, 2)], [3, 4])  # raised on NaN probabilities (schemathesis)
+    assert got == logits.argmax(-1).tolist()
