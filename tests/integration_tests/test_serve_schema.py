@@ -42,7 +42,7 @@ def _run(args: list[str], report: Path) -> list[dict]:
     """`st run ARGS` (exit 0 or the test fails with its output); the responses it recorded."""
     r = subprocess.run([ST, "run", *args, "-H", f"Authorization: Bearer {KEY}", "--seed", "1", "--workers", "1",
                         "--report", "ndjson", "--report-ndjson-path", str(report)], capture_output=True, text=True,
-                       timeout=900)
+                       timeout=900, cwd=report.parent)  # its cache folder goes there, not into the repo
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     out = []
     for line in report.read_text().splitlines():
