@@ -297,13 +297,18 @@ class Engine:
         if self.links is not None:
             for i in dead:
                 self.links.down(i)
+        for t in lost:
+            t.src.sched.evict(t.seq)  # its KV was in the dead lane's blocks
         back = [t.seq for t in lost]
         for r in runners:
             with r.cond:
                 if r.lane.phase == "decode":  # its sequences, and the prompts on their way to it
                     back += r.sched.evict_all()
-                    back += [i.transfer.seq for i in r.inflight if isinstance(i, InFlightTransfer)]
+                    landing = [i.transfer.seq for i in r.inflight if isinstance(i, InFlightTransfer)]
                     moving = list(r.incoming)
+                    for seq in [*landing, *(t.seq for t in moving)]:
+                        r.sched.evict(seq)
+                    back += landing
                 else:
                     r.sched.fail_all()
                     moving = []
@@ -319,10 +324,8 @@ class Engine:
                     stale = [t for t in d.incoming if t.src.lane.id in dead]
                     for t in stale:
                         d.incoming.remove(t)
+                        d.sched.evict(t.seq)
                 back += [t.seq for t in stale]
-        for seq in back:
-            seq.block_table, seq.num_computed = [], 0  # its KV is gone (blocks of a dead lane are not reused)
-            seq.status, seq.in_flight, seq.samples_in_flight = SeqStatus.WAITING, 0, False
         keep = {s.seq_id for s in back}
         with self._lock:
             reqs = [q for q in self.requests.values() if q.lane in runners and q.seq.seq_id not in keep]
