@@ -302,7 +302,7 @@ class Engine:
         back = [t.seq for t in lost]
         for r in runners:
             with r.cond:
-                if r.lane.phase == "decode":  # its sequences, and the prompts on their way to it
+                if r.lane.phase == Phase.DECODE:  # its sequences, and the prompts on their way to it
                     back += r.sched.evict_all()
                     landing = [i.transfer.seq for i in r.inflight if isinstance(i, InFlightTransfer)]
                     moving = list(r.incoming)
@@ -319,7 +319,7 @@ class Engine:
                 t.src.release(t)
                 back.append(t.seq)
         for d in self.lanes:  # prompts from a dead prefill lane waiting at a decode lane: their KV is gone
-            if d.up and d.lane.phase == "decode":
+            if d.up and d.lane.phase == Phase.DECODE:
                 with d.cond:
                     stale = [t for t in d.incoming if t.src.lane.id in dead]
                     for t in stale:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import GlooTransport
+from hetc.scheduling import Phase
 
 __all__ = ["KvLinks", "LinkTable", "link_pairs", "link_ranks"]
 
@@ -29,7 +30,7 @@ POLL_S = 0.1
 
 def link_pairs(lanes: list[Lane]) -> list[tuple[int, int]]:
     """(prefill lane, decode lane) of every pair that may move KV."""
-    return [(l.id, d) for l in lanes if l.phase == "prefill" for d in l.targets]
+    return [(l.id, d) for l in lanes if l.phase == Phase.PREFILL for d in l.targets]
 
 
 def link_ranks(lanes: list[Lane], pair: tuple[int, int]) -> list[int]:
