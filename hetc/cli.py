@@ -14,7 +14,7 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
-from hetc.requests import PlanRequest, default
+from hetc.requests import EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
 
+    ev = sub.add_parser("evaluate", help="simulate serving a plan under a load: vLLM's latency and throughput figures")
+    ev.add_argument("plan", metavar="PLAN.json")
+    _load_args(ev)
+    _slo_args(ev)
+    ev.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
+    ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
+
     sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side")
     sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL",
                     help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
@@ -199,6 +206,50 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", metavar="FILE")
     sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, chart, placements drawn")
     return p
+
+
+def _load_args(p: argparse.ArgumentParser) -> None:
+    """The load and server flags of the simulating commands (defaults: LoadRequest's and ServeLimits')."""
+    ld = lambda name: default(LoadRequest, name)  # noqa: E731
+    sl = lambda name: default(ServeLimits, name)  # noqa: E731
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--rate", type=float, default=ld("rate"), metavar="REQ_S",
+                   help="open loop: requests/s, Poisson (or gamma, --burstiness)")
+    g.add_argument("--concurrency", type=_positive_int, default=ld("concurrency"), metavar="C",
+                   help="closed loop: C clients, each sending its next request when its last one ends (default: as "
+                        "many as the plan's pipelines hold sequences)")
+    g.add_argument("--trace", default=ld("trace"), metavar="FILE.jsonl",
+                   help='requests as JSON lines {"arrival": s, "input_len": n, "output_len": n}')
+    p.add_argument("--requests", type=_positive_int, default=ld("requests"), metavar="N", help="requests to send")
+    p.add_argument("--input-len-dist", default=ld("input_len_dist"), metavar="DIST",
+                   help="N, uniform:LO-HI, normal:MEAN,STD or lognormal:MEDIAN,SIGMA (default: the plan's input length)")
+    p.add_argument("--output-len-dist", default=ld("output_len_dist"), metavar="DIST", help="as --input-len-dist")
+    p.add_argument("--burstiness", type=float, default=ld("burstiness"),
+                   help="gamma shape of the arrivals (1: Poisson; < 1 burstier)")
+    p.add_argument("--seed", type=int, default=ld("seed"))
+    p.add_argument("--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"),
+                   help="as hetc serve: sequences running at once per lane (default: the plan's batch)")
+    p.add_argument("--max-batched-tokens", type=_positive_int, default=sl("max_batched_tokens"))
+    p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
+    p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
+    p.add_argument("--num-kv-blocks", type=_positive_int, default=sl("num_kv_blocks"))
+
+
+def _slo_args(p: argparse.ArgumentParser) -> None:
+    d = lambda name: default(EvaluateRequest, name)  # noqa: E731
+    p.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
+    p.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
+    p.add_argument("--attainment", type=float, default=d("attainment"),
+                   help="DistServe's goodput: the highest rate at which this share of requests meets the SLOs")
+    p.add_argument("--pue", type=float, default=d("pue"), help="facility watts per device watt (default 1.0)")
+
+
+def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
+    return (LoadRequest(rate=a.rate, concurrency=a.concurrency, trace=a.trace, requests=a.requests,
+                        input_len_dist=a.input_len_dist, output_len_dist=a.output_len_dist, burstiness=a.burstiness,
+                        seed=a.seed),
+            ServeLimits(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
+                        max_queue_wait=a.max_queue_wait, num_kv_blocks=a.num_kv_blocks))
 
 
 @contextmanager
@@ -329,7 +380,8 @@ def cmd_buy(a: argparse.Namespace) -> int:
     from hetc.capacity.buy import BuyRequest, buy, plan_fleet, write_fleet
     from hetc.catalog import load_catalog
     from hetc.plan import save_plan
-    from hetc.report import print_plan, print_purchase
+    from hetc.capacity_report import print_purchase
+    from hetc.report import print_plan
 
     req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
                      ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
@@ -354,7 +406,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
     import csv
 
     from hetc.capacity.pareto import Metric, frontier, sweep
-    from hetc.report import plot_pareto, print_pareto
+    from hetc.capacity_report import plot_pareto, print_pareto
 
     metric = Metric(a.metric)
     with _status("sweeping plans") as update:
@@ -378,11 +430,30 @@ def cmd_pareto(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    from hetc.capacity.evaluate import evaluate
+    from hetc.capacity_report import print_evaluation
+
+    load, limits = _load_of(a)
+    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo,
+                          attainment=a.attainment, pue=a.pue)
+    with _status("simulating") as update:
+        result = evaluate(req, progress=update)
+    print_evaluation(result, err)
+    doc = json.dumps(result.as_dict(), indent=2)
+    if a.output:
+        Path(a.output).write_text(doc + "\n")
+        err.print(f"wrote {a.output}")
+    if a.json:
+        sys.stdout.write(doc + "\n")
+    return 0
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     import csv
 
     from hetc.capacity.compare import load_plans, plan_clusters, rows_of, write_html
-    from hetc.report import print_compare
+    from hetc.capacity_report import print_compare
 
     if a.profiles and not a.items and not a.profiles[-1].endswith((".yaml", ".yml")):
         a.items = [a.profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
@@ -419,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
                "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto,
-               "compile": cmd_compile, "compare": cmd_compare}[a.command]
+               "compile": cmd_compile, "compare": cmd_compare, "evaluate": cmd_evaluate}[a.command]
     try:
         return handler(a)
     except HetcError as e:

@@ -11,9 +11,9 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from hetc.errors import BadInput
-from hetc.scheduling import Disaggregate, Objective
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
-__all__ = ["PlanRequest", "default"]
+__all__ = ["EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "default"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -76,3 +76,80 @@ class PlanRequest:
                            field="--disaggregate", fix="use --objective throughput, or --disaggregate off.")
         if self.tp not in ("auto", "1"):
             raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
+
+
+@dataclass(kw_only=True, slots=True)
+class ServeLimits:
+    """The server settings a simulation runs under, as `hetc serve` takes them (same defaults)."""
+
+    max_num_seqs: int | None = None  # None: the plan's largest batch, at least 2 per stage
+    max_batched_tokens: int = PREFILL_CHUNK
+    max_waiting: int = MAX_WAITING
+    max_queue_wait: float = 30.0  # seconds: a longer predicted wait for a first token is refused (429)
+    num_kv_blocks: int | None = None  # cap on each lane's KV blocks
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_batched_tokens", "max_waiting", "num_kv_blocks"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise BadInput(f"must be ≥ 1, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a positive number.")
+        if self.max_queue_wait < 0:
+            raise BadInput(f"must be ≥ 0, got {self.max_queue_wait}.", field="--max-queue-wait", fix="give seconds.")
+
+
+@dataclass(kw_only=True, slots=True)
+class LoadRequest:
+    """A load to simulate: open loop at `rate` (Poisson, or gamma with `burstiness`), closed loop of
+    `concurrency` clients, or a JSONL `trace`; neither rate nor concurrency nor trace: a closed loop of
+    as many clients as the plan's pipelines hold sequences (its own operating point)."""
+
+    rate: float | None = None  # requests/s
+    concurrency: int | None = None
+    trace: str | None = None
+    requests: int = 1000
+    input_len_dist: str | None = None  # default: the plan's input length, fixed
+    output_len_dist: str | None = None
+    burstiness: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:
+            raise BadInput("--rate, --concurrency and --trace each define the arrivals; got more than one.",
+                           field="--rate", fix="give one of them.")
+        if self.trace and (self.input_len_dist or self.output_len_dist):
+            raise BadInput("a trace gives every request's lengths.", field="--trace",
+                           fix="drop --input-len-dist/--output-len-dist, or the trace.")
+        if self.rate is not None and not self.rate > 0:
+            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give requests per second.")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise BadInput(f"must be ≥ 1, got {self.concurrency}.", field="--concurrency", fix="give clients.")
+        if self.requests < 1:
+            raise BadInput(f"must be ≥ 1, got {self.requests}.", field="--requests", fix="give a number of requests.")
+        if not self.burstiness > 0:
+            raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness",
+                           fix="1 is Poisson; smaller is burstier, larger more even.")
+
+
+@dataclass(kw_only=True, slots=True)
+class EvaluateRequest:
+    """`hetc evaluate PLAN.json`: serve the plan under a load, simulated."""
+
+    plan: str
+    load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
+    limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    attainment: float = 0.9  # DistServe's goodput: the highest rate at which this share meets the SLOs
+    pue: float = 1.0  # power usage effectiveness: facility watts per device watt
+
+    def __post_init__(self) -> None:
+        if not 0 < self.attainment <= 1:
+            raise BadInput(f"must be in (0, 1], got {self.attainment}.", field="--attainment",
+                           fix="give the share of requests that must meet the SLOs, e.g. 0.9.")
+        if self.pue < 1:
+            raise BadInput(f"must be ≥ 1, got {self.pue}.", field="--pue", fix="1.0 counts the devices only; "
+                           "data centres report 1.1–1.6.")
+        for name in ("ttft_slo_ms", "tpot_slo_ms"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
