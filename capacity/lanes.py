@@ -115,7 +115,7 @@ def step_of(batch: MicroBatch) -> Step:
 def _q(ctx: float) -> float:
     """A context rounded to 1/64 of its power of two (< 1.6% off): equal steps are costed once."""
     if ctx < 64:
-        return float(round(ctx))
+        return round(ctx * 2) / 2
     g = 2.0 ** (math.floor(math.log2(ctx)) - 6)
     return round(ctx / g) * g
 

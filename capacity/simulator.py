@@ -155,7 +155,7 @@ class _Sim:
 
     def submit(self, rec: RequestRecord, on_done: Callable[[RequestRecord], None]) -> float | None:
         """Queue a request on the least loaded entry lane, or refuse it: returns Retry-After (s) then."""
-        if rec.input_len + rec.output_len > self.max_len:  # the server's 400 (runtime/server.py)
+        if rec.input_len + rec.output_len > self.max_len or rec.input_len >= self.max_len:  # runtime/server.py's 400
             rec.status = 400
             return 0.0
         lane = min(self.entry, key=self.load)
