@@ -229,4 +229,4 @@ def evaluate(req: EvaluateRequest, progress: Callable[[str], None] | None = None
     if progress:
         progress(f"simulating {req.plan}")
     return evaluate_plan(plan, req.plan, load_for(req.load, plan), limits=req.limits,
-                         slo=SLO(req.ttft_slo_ms, req.tpot_slo_ms), attainment=req.attainment, pue=req.pue)
+                         slo=SLO(req.slo.ttft_slo_ms, req.slo.tpot_slo_ms), attainment=req.slo.attainment, pue=req.pue)

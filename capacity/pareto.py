@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from hetc.cluster import load_cluster
 from hetc.errors import Infeasible
@@ -24,7 +25,7 @@ from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from hetc.scheduling import Disaggregate, Objective
 
-__all__ = ["Metric", "Point", "sweep", "frontier"]
+__all__ = ["Metric", "Point", "sweep", "frontier", "undominated"]
 
 
 class Metric(StrEnum):
@@ -112,10 +113,18 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
     return out
 
 
+T = TypeVar("T")
+
+
+def undominated(items: list[T], key: Callable[[T], tuple[float, float]]) -> list[T]:
+    """The items no other beats on both coordinates of `key` (larger is better), by the first ascending."""
+    best: list[T] = []
+    for it in sorted(items, key=key, reverse=True):
+        if not best or key(it)[1] > key(best[-1])[1]:
+            best.append(it)
+    return best[::-1]
+
+
 def frontier(points: list[Point], metric: Metric = Metric.PER_DEVICE) -> list[Point]:
     """Points that no other point beats on both tok/s per user and `metric`, fastest users last."""
-    best: list[Point] = []
-    for p in sorted(points, key=lambda p: (p.tok_s_per_user, p.value(metric)), reverse=True):
-        if not best or p.value(metric) > best[-1].value(metric):
-            best.append(p)
-    return best[::-1]
+    return undominated(points, lambda p: (p.tok_s_per_user, p.value(metric)))

@@ -20,17 +20,25 @@ if TYPE_CHECKING:
 __all__ = ["print_evaluation", "print_compare", "print_purchase", "print_pareto", "plot_pareto"]
 
 
-def print_compare(rows: list, console: Console) -> None:
-    t = Table(title="hetc compare (predictions at saturation)", title_justify="left")
-    for col in ("plan", "cluster", "devices", "output tok/s", "tok/s/device", "tok/s/user", "TTFT ms", "TPOT ms",
-                "USD/M tok", "kW", "J/tok", "plan/bound"):
+def print_compare(rows: list, load: str, console: Console) -> None:
+    t = Table(title=f"hetc compare under one load (simulated): {load}", title_justify="left")
+    for col in ("plan", "cluster", "devices", "output tok/s", "tok/s/device", "tok/s/user", "TTFT p50/p99 ms",
+                "TPOT p50/p99 ms", "429", "goodput req/s", "USD/M tok", "kW", "J/tok", "saturation (plan)", "plan/bound"):
         t.add_column(col, justify="left" if col in ("plan", "cluster") else "right")
-    best = max(r.output_tok_s for r in rows)
+    best = max(r.output_throughput for r in rows)
     for r in rows:
-        t.add_row(r.name, r.cluster, str(r.devices), ("[bold]" if r.output_tok_s == best else "") + f"{r.output_tok_s:,.0f}",
-                  f"{r.tok_s_per_device:,.1f}", f"{r.tok_s_per_user:.1f}", f"{r.ttft_ms:,.0f}", f"{r.tpot_ms:.1f}",
-                  f"{r.usd_per_mtok:.3f}", f"{r.watts / 1e3:.1f}", f"{r.joule_per_tok:.2f}", f"{r.plan_over_bound:.3f}")
+        t.add_row(r.name, r.cluster, str(r.devices),
+                  ("[bold]" if r.output_throughput == best else "") + f"{r.output_throughput:,.0f}",
+                  f"{r.tok_s_per_device:,.1f}", _num(r.tok_s_per_user, ".1f"),
+                  f"{r.median_ttft_ms:,.0f} / {r.p99_ttft_ms:,.0f}", f"{r.median_tpot_ms:.1f} / {r.p99_tpot_ms:.1f}",
+                  str(r.refused_429), _num(r.distserve_goodput, ",.2f"), _num(r.usd_per_mtok, ".3f"),
+                  f"{r.watts / 1e3:.1f}", _num(r.joule_per_tok, ".2f"), f"{r.saturation_output_tok_s:,.0f}",
+                  f"{r.plan_over_bound:.3f}")
     console.print(t)
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
 
 
 def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Console) -> None:

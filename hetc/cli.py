@@ -14,7 +14,7 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
-from hetc.requests import EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, default
+from hetc.requests import CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -194,17 +194,20 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
     ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
 
-    sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side")
+    sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side under one load (simulated)")
     sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL",
                     help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
     sp.add_argument("--profiles", nargs="+", default=None, metavar="CLUSTER.yaml", help="clusters to plan MODEL on")
-    sp.add_argument("--dtype", choices=DTYPES, default="bf16")
-    sp.add_argument("--input-len", type=_positive_int, default=1024)
-    sp.add_argument("--output-len", type=_positive_int, default=256)
-    sp.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    d = lambda name: default(CompareRequest, name)  # noqa: E731
+    sp.add_argument("--dtype", choices=DTYPES, default=d("dtype"))
+    sp.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="with --profiles: the planned workload")
+    sp.add_argument("--output-len", type=_positive_int, default=d("output_len"))
+    sp.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS")
+    _load_args(sp)
+    _slo_args(sp)
     sp.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
     sp.add_argument("--csv", metavar="FILE")
-    sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, chart, placements drawn")
+    sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, latency CDFs, Pareto chart, placements")
     return p
 
 
@@ -236,12 +239,17 @@ def _load_args(p: argparse.ArgumentParser) -> None:
 
 
 def _slo_args(p: argparse.ArgumentParser) -> None:
-    d = lambda name: default(EvaluateRequest, name)  # noqa: E731
+    d = lambda name: default(SloRequest, name)  # noqa: E731
     p.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
     p.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
     p.add_argument("--attainment", type=float, default=d("attainment"),
                    help="DistServe's goodput: the highest rate at which this share of requests meets the SLOs")
-    p.add_argument("--pue", type=float, default=d("pue"), help="facility watts per device watt (default 1.0)")
+    p.add_argument("--pue", type=float, default=default(EvaluateRequest, "pue"),
+                   help="facility watts per device watt (default 1.0)")
+
+
+def _slo_of(a: argparse.Namespace) -> SloRequest:
+    return SloRequest(ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, attainment=a.attainment)
 
 
 def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
@@ -435,8 +443,7 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     from hetc.capacity_report import print_evaluation
 
     load, limits = _load_of(a)
-    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo,
-                          attainment=a.attainment, pue=a.pue)
+    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
     with _status("simulating") as update:
         result = evaluate(req, progress=update)
     print_evaluation(result, err)
@@ -452,37 +459,31 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
 def cmd_compare(a: argparse.Namespace) -> int:
     import csv
 
-    from hetc.capacity.compare import load_plans, plan_clusters, rows_of, write_html
+    from hetc.capacity.compare import compare
     from hetc.capacity_report import print_compare
 
-    if a.profiles and not a.items and not a.profiles[-1].endswith((".yaml", ".yml")):
-        a.items = [a.profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
-    if not a.items:
-        raise BadInput("nothing to compare.", field="PLAN.json", fix="hetc compare A.json B.json, or "
-                       "hetc compare --profiles c1.yaml c2.yaml MODEL")
-    if a.profiles:
-        if len(a.items) != 1:
-            raise BadInput(f"with --profiles, give one MODEL; got {len(a.items)}: {' '.join(a.items)}.", field="MODEL",
-                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
-        with _status("planning") as update:
-            plans = plan_clusters(a.items[0], a.profiles, dict(dtype=a.dtype, input_len=a.input_len,
-                                                               output_len=a.output_len, time_limit=a.time_limit),
-                                  progress=update)
-    else:
-        plans = load_plans(a.items)
-    rows = rows_of(plans)
-    print_compare(rows, err)
+    items, profiles = list(a.items), list(a.profiles or [])
+    if profiles and not items and not profiles[-1].endswith((".yaml", ".yml")):
+        items = [profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
+    load, limits = _load_of(a)
+    one_model = bool(profiles) and len(items) == 1
+    req = CompareRequest(plans=[] if one_model else items, model=items[0] if one_model else None,
+                         profiles=profiles, dtype=a.dtype, input_len=a.input_len, output_len=a.output_len,
+                         time_limit=a.time_limit, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
+    with _status("comparing") as update:
+        result = compare(req, progress=update)
+    print_compare(result.rows, result.load, err)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].as_dict()))
+            w = csv.DictWriter(f, fieldnames=list(result.rows[0].as_dict()))
             w.writeheader()
-            w.writerows(r.as_dict() for r in rows)
+            w.writerows(r.as_dict() for r in result.rows)
         err.print(f"wrote {a.csv}")
     if a.html:
-        write_html(plans, rows, a.html)
+        result.write_html(a.html)
         err.print(f"wrote {a.html}")
     if a.json:
-        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        sys.stdout.write(json.dumps({"load": result.load, "rows": [r.as_dict() for r in result.rows]}, indent=2) + "\n")
     return 0
 
 

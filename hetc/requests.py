@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
-__all__ = ["EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "default"]
+__all__ = ["CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -131,25 +131,65 @@ class LoadRequest:
 
 
 @dataclass(kw_only=True, slots=True)
+class SloRequest:
+    """Latency targets: vLLM's goodput counts requests meeting both; DistServe's is the highest rate at
+    which `attainment` of them do."""
+
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    attainment: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0 < self.attainment <= 1:
+            raise BadInput(f"must be in (0, 1], got {self.attainment}.", field="--attainment",
+                           fix="give the share of requests that must meet the SLOs, e.g. 0.9.")
+        for name in ("ttft_slo_ms", "tpot_slo_ms"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
+
+
+def _check_pue(pue: float) -> None:
+    if pue < 1:
+        raise BadInput(f"must be ≥ 1, got {pue}.", field="--pue",
+                       fix="1.0 counts the devices only; data centres report 1.1–1.6.")
+
+
+@dataclass(kw_only=True, slots=True)
 class EvaluateRequest:
     """`hetc evaluate PLAN.json`: serve the plan under a load, simulated."""
 
     plan: str
     load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
     limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
-    ttft_slo_ms: float | None = None
-    tpot_slo_ms: float | None = None
-    attainment: float = 0.9  # DistServe's goodput: the highest rate at which this share meets the SLOs
+    slo: SloRequest = dataclasses.field(default_factory=SloRequest)
     pue: float = 1.0  # power usage effectiveness: facility watts per device watt
 
     def __post_init__(self) -> None:
-        if not 0 < self.attainment <= 1:
-            raise BadInput(f"must be in (0, 1], got {self.attainment}.", field="--attainment",
-                           fix="give the share of requests that must meet the SLOs, e.g. 0.9.")
-        if self.pue < 1:
-            raise BadInput(f"must be ≥ 1, got {self.pue}.", field="--pue", fix="1.0 counts the devices only; "
-                           "data centres report 1.1–1.6.")
-        for name in ("ttft_slo_ms", "tpot_slo_ms"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
+        _check_pue(self.pue)
+
+
+@dataclass(kw_only=True, slots=True)
+class CompareRequest:
+    """`hetc compare`: plan files, or one model planned on each cluster, under one simulated load."""
+
+    plans: list[str] = dataclasses.field(default_factory=list)
+    model: str | None = None  # with profiles: planned on each
+    profiles: list[str] = dataclasses.field(default_factory=list)
+    dtype: str = "bf16"
+    input_len: int = 1024
+    output_len: int = 256
+    time_limit: float = 30.0
+    load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
+    limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
+    slo: SloRequest = dataclasses.field(default_factory=SloRequest)
+    pue: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_pue(self.pue)
+        if self.profiles and (self.plans or not self.model):
+            raise BadInput(f"with --profiles, give one MODEL; got {' '.join(self.plans) or 'none'}.", field="MODEL",
+                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
+        if not self.profiles and not self.plans:
+            raise BadInput("nothing to compare.", field="PLAN.json",
+                           fix="hetc compare A.json B.json, or hetc compare --profiles c1.yaml c2.yaml MODEL")
