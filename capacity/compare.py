@@ -23,6 +23,7 @@ import numpy as np
 from hetc.capacity.evaluate import Evaluation, evaluate_plan, load_for
 from hetc.capacity.metrics import SLO
 from hetc.capacity.pareto import undominated
+from hetc.capacity_report import fmt_ms
 from hetc.plan import Plan, load_plan
 from hetc.requests import CompareRequest
 from hetc.scheduling import Phase
@@ -189,8 +190,8 @@ def write_html(plans: dict[str, Plan], rows: list[Row], evals: list[Evaluation],
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             r.name, r.cluster, r.devices, f"{r.output_throughput:,.0f}", f"{r.tok_s_per_device:,.1f}",
-            f(r.tok_s_per_user, ".1f"), f"{r.median_ttft_ms:,.0f} / {r.p99_ttft_ms:,.0f}",
-            f"{r.median_tpot_ms:.1f} / {r.p99_tpot_ms:.1f}", r.refused_429, f(r.distserve_goodput, ",.2f"),
+            f(r.tok_s_per_user, ".1f"), f"{fmt_ms(r.median_ttft_ms)} / {fmt_ms(r.p99_ttft_ms)}",
+            f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}", r.refused_429, f(r.distserve_goodput, ",.2f"),
             f(r.usd_per_mtok, ".3f"), f"{r.watts / 1e3:,.1f}", f(r.joule_per_tok, ".2f"),
             f"{r.saturation_output_tok_s:,.0f}", f"{r.plan_over_bound:.3f}")) + "</tr>" for r in rows)
     cdfs, pareto = _charts(rows, evals)

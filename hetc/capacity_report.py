@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from hetc.capacity.pareto import Metric, Point
     from hetc.catalog import Catalog
 
-__all__ = ["print_evaluation", "print_compare", "print_purchase", "print_pareto", "plot_pareto"]
+__all__ = ["fmt_ms", "print_evaluation", "print_compare", "print_purchase", "print_pareto", "plot_pareto"]
 
 
 def print_compare(rows: list, load: str, console: Console) -> None:
@@ -30,7 +30,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
         t.add_row(r.name, r.cluster, str(r.devices),
                   ("[bold]" if r.output_throughput == best else "") + f"{r.output_throughput:,.0f}",
                   f"{r.tok_s_per_device:,.1f}", _num(r.tok_s_per_user, ".1f"),
-                  f"{r.median_ttft_ms:,.0f} / {r.p99_ttft_ms:,.0f}", f"{r.median_tpot_ms:.1f} / {r.p99_tpot_ms:.1f}",
+                  f"{fmt_ms(r.median_ttft_ms)} / {fmt_ms(r.p99_ttft_ms)}", f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}",
                   str(r.refused_429), _num(r.distserve_goodput, ",.2f"), _num(r.usd_per_mtok, ".3f"),
                   f"{r.watts / 1e3:.1f}", _num(r.joule_per_tok, ".2f"), f"{r.saturation_output_tok_s:,.0f}",
                   f"{r.plan_over_bound:.3f}")
@@ -100,8 +100,11 @@ def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: 
     plt.close(fig)
 
 
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.1f}"
+def fmt_ms(v: float | None) -> str:
+    """Milliseconds to 3 significant figures (whole numbers from 100 up); — for none."""
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def print_evaluation(ev: Evaluation, console: Console) -> None:
@@ -116,7 +119,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     for col in ("", "mean", "median", "p90", "p99"):
         t.add_column(col, justify="left" if not col else "right")
     for name in ("ttft", "tpot", "itl", "e2el"):
-        t.add_row(name.upper(), *(_ms(m[f"{k}_{name}_ms"]) for k in ("mean", "median", "p90", "p99")))
+        t.add_row(name.upper(), *(fmt_ms(m[f"{k}_{name}_ms"]) for k in ("mean", "median", "p90", "p99")))
     console.print(t)
     per_user = m["tok_s_per_user"]
     console.print(f"{m['devices']} devices: {m['output_throughput_per_device']:,.1f} output tok/s per device, "
