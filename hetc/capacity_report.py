@@ -62,11 +62,12 @@ def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Cons
 
 def print_pareto(points: list[Point], front: list[Point], metric: Metric, console: Console) -> None:
     t = Table(title=f"frontier: tok/s per user against {metric.value}", title_justify="left")
-    for col in ("series", "TPOT ≤ ms", "tok/s/user", "tok/s/device", "devices", "USD/M tok", "J/tok", "TTFT ms",
+    for col in ("series", "TPOT ≤ ms / batch ≤", "tok/s/user", "tok/s/device", "devices", "USD/M tok", "J/tok", "TTFT ms",
                 "placement"):
         t.add_column(col, justify="left" if col in ("series", "placement") else "right")
     for p in front:
-        t.add_row(p.series, "plan" if p.tpot_ceiling_ms is None else f"{p.tpot_ceiling_ms:.1f}",
+        limit = (f"b ≤ {p.batch_cap}" if p.batch_cap else "plan") if p.tpot_ceiling_ms is None else f"{p.tpot_ceiling_ms:.1f}"
+        t.add_row(p.series, limit,
                   f"{p.tok_s_per_user:.1f}", f"{p.tok_s_per_device:,.0f}", str(p.devices), f"{p.usd_per_mtok:.3f}",
                   f"{p.joule_per_tok:.2f}", f"{p.ttft_ms:,.0f}", p.placement)
     console.print(t)
@@ -78,14 +79,14 @@ def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: 
     """Every plan of the sweep by series, the frontier as a line, `hetc plan`'s choice circled."""
     plt = _pyplot("--png")
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728")):
+    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728"), ("batch caps", "#2ca02c")):
         ps = [p for p in points if p.series == series]
         ax.scatter([p.tok_s_per_user for p in ps], [getattr(p, metric.value) for p in ps], color=color,
                    label=series, alpha=0.7)
     ax.plot([p.tok_s_per_user for p in front], [getattr(p, metric.value) for p in front], "k--", lw=1,
             label="frontier")
-    pick = [p for p in points if p.tpot_ceiling_ms is None and p.series == "disaggregated"] or \
-           [p for p in points if p.tpot_ceiling_ms is None]
+    plans = [p for p in points if p.tpot_ceiling_ms is None and p.batch_cap is None]
+    pick = [p for p in plans if p.series == "disaggregated"] or plans
     if pick:
         ax.scatter([pick[0].tok_s_per_user], [getattr(pick[0], metric.value)], s=220, facecolors="none",
                    edgecolors="k", label="hetc plan")
