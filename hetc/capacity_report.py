@@ -12,7 +12,8 @@ from hetc.quantity import Kind, format_quantity
 from hetc.report import _pyplot
 
 if TYPE_CHECKING:
-    from hetc.capacity.buy import BuyRequest, Purchase
+    from hetc.capacity.buy import Purchase
+    from hetc.requests import BuyRequest
     from hetc.capacity.evaluate import Evaluation
     from hetc.capacity.pareto import Metric, Point
     from hetc.catalog import Catalog
@@ -58,6 +59,23 @@ def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Cons
     else:
         console.print(f"{head}; no fleet serving this load costs less than {p.bound_usd_h:,.2f} USD/h "
                       f"(bound/cost {p.ratio:.3f})")
+
+
+def print_slo_check(ev: Evaluation, req: BuyRequest, console: Console) -> None:
+    """The fleet served at the rate, simulated: whether the latency SLOs hold for `req.attainment` of requests."""
+    m = ev.metrics
+    line = (f"simulated at {req.rate:g} req/s ({ev.load}): output {m['output_throughput']:,.0f} tok/s, TTFT p50/p99 "
+            f"{fmt_ms(m['median_ttft_ms'])}/{fmt_ms(m['p99_ttft_ms'])} ms, TPOT p50/p99 {fmt_ms(m['median_tpot_ms'])}/"
+            f"{fmt_ms(m['p99_tpot_ms'])} ms, 429s {m['refused_429']}")
+    att = m.get("slo_attainment")
+    if att is None:
+        console.print(line + " (no SLO given)")
+        return
+    ok = att >= req.attainment
+    console.print(line + f"; {att:.1%} of requests meet the SLOs: " + ("[green]met[/]" if ok else
+                  f"[red]missed[/] (needs {req.attainment:.0%}; the purchase is sized on capacity at saturation — "
+                  "tighten --tpot-slo/--ttft-slo or raise --rate to buy more)")
+                  + f"; DistServe goodput {m['distserve_goodput']:,.2f} req/s")
 
 
 def print_pareto(points: list[Point], front: list[Point], metric: Metric, console: Console) -> None:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
-from hetc.requests import CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
+from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -156,18 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
+    b = lambda name: default(BuyRequest, name)  # noqa: E731
     by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
     by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
-    by.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
-    by.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
-    by.add_argument("--input-len", type=_positive_int, default=1024)
-    by.add_argument("--output-len", type=_positive_int, default=256)
-    by.add_argument("--dtype", choices=DTYPES, default="bf16")
-    by.add_argument("--kv-dtype", choices=DTYPES, default=None)
-    by.add_argument("--budget", type=_nonneg, default=None, metavar="USD_H",
+    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS")
+    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS")
+    by.add_argument("--attainment", type=float, default=b("attainment"),
+                    help="the simulated check: the share of requests that must meet the SLOs (default 0.9)")
+    by.add_argument("--requests", type=_positive_int, default=b("requests"), help="requests in the simulated check")
+    by.add_argument("--input-len", type=_positive_int, default=b("input_len"))
+    by.add_argument("--output-len", type=_positive_int, default=b("output_len"))
+    by.add_argument("--dtype", choices=DTYPES, default=b("dtype"))
+    by.add_argument("--kv-dtype", choices=DTYPES, default=b("kv_dtype"))
+    by.add_argument("--budget", type=_nonneg, default=b("budget_usd_h"), metavar="USD_H",
                     help="instead of the cheapest fleet: the most output tok/s within this many USD per hour")
-    by.add_argument("--tp", choices=["auto", "1"], default="auto")
-    by.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    by.add_argument("--tp", choices=["auto", "1"], default=b("tp"))
+    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS")
     by.add_argument("-o", "--output", default="fleet.yaml",
                     help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
@@ -385,28 +389,32 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 
 def cmd_buy(a: argparse.Namespace) -> int:
-    from hetc.capacity.buy import BuyRequest, buy, plan_fleet, write_fleet
+    from hetc.capacity.buy import buy, check_slos, plan_fleet, write_fleet
+    from hetc.capacity_report import print_purchase, print_slo_check
     from hetc.catalog import load_catalog
     from hetc.plan import save_plan
-    from hetc.capacity_report import print_purchase
     from hetc.report import print_plan
 
     req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
                      ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
-                     time_limit=a.time_limit, budget_usd_h=a.budget)
+                     time_limit=a.time_limit, budget_usd_h=a.budget, attainment=a.attainment, requests=a.requests)
     catalog = load_catalog(a.catalog)
+    plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
     with _status("choosing what to buy") as update:
         purchase = buy(catalog, req, progress=update)
         write_fleet(purchase, a.output)
         update("planning the fleet")
         plan = plan_fleet(purchase, req, a.output)
-    plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
-    save_plan(plan, plan_path)
+        save_plan(plan, plan_path)
+        update("simulating the fleet at the rate")
+        check = check_slos(plan, plan_path, req)
     print_purchase(purchase, catalog, req, err)
     print_plan(plan, err)
+    print_slo_check(check, req, err)
     err.print(f"wrote {a.output} and {plan_path}")
     if a.json:
-        sys.stdout.write(json.dumps(purchase.to_json(catalog), indent=2) + "\n")
+        doc = {**purchase.to_json(catalog), "simulated": check.as_dict()}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

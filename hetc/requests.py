@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
-__all__ = ["CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
+__all__ = ["BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -193,3 +193,38 @@ class CompareRequest:
         if not self.profiles and not self.plans:
             raise BadInput("nothing to compare.", field="PLAN.json",
                            fix="hetc compare A.json B.json, or hetc compare --profiles c1.yaml c2.yaml MODEL")
+
+
+@dataclass(kw_only=True, slots=True)
+class BuyRequest:
+    """`hetc buy`: the cheapest fleet from a catalog serving `rate` within the SLOs (or, with a budget,
+    the most output tok/s within it), its placement, and the SLOs checked by simulating it."""
+
+    model: str
+    rate: float  # requests/s the fleet must sustain
+    input_len: int = 1024
+    output_len: int = 256
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    tp: str = "auto"
+    time_limit: float = 30.0
+    budget_usd_h: float | None = None  # set: the most output tok/s within it, instead of the cheapest fleet
+    attainment: float = 0.9  # the simulated check: this share of requests must meet the SLOs
+    requests: int = 1000  # the simulated check's Poisson requests at `rate`
+
+    def __post_init__(self) -> None:
+        if self.budget_usd_h is not None and not self.budget_usd_h > 0:
+            raise BadInput(f"must be > 0, got {self.budget_usd_h}.", field="--budget", fix="give USD per hour.")
+        if not self.rate > 0:
+            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
+        for name in ("input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
+                               fix="give a positive number of tokens.")
+
+    @property
+    def output_tok_s(self) -> float:
+        """The output rate the load needs: every request's output tokens, rate times a second."""
+        return self.rate * self.output_len
