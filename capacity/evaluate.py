@@ -139,7 +139,7 @@ def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits
                       attainment: float, hint: float) -> float:
     """The highest request rate at which `attainment` of the requests meet the SLOs (DistServe):
     the load's requests (their lengths; a trace its shape) at other rates, bracketed from `hint`
-    and bisected geometrically to 1%. Refused requests miss."""
+    and bisected geometrically to 2%. Refused requests miss."""
 
     def ok(rate: float) -> bool:
         o = simulate(lanes, cluster, load.at_rate(rate), limits)
@@ -165,7 +165,7 @@ def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits
             hi = hi_next
         else:
             return 0.0
-    while hi / lo > 1.01:
+    while hi / lo > 1.02:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo

@@ -72,7 +72,8 @@ def serving_metrics(o: Outcome, slo: SLO = SLO()) -> dict[str, float | None]:
     in_tok = sum(r.input_len for r in served)
     good = sum(slo.met(t, 0.0 if np.isnan(p) else p) for t, p in zip(lat.ttft, lat.tpot))
     m = {"completed": len(served), "refused_429": sum(r.status == 429 for r in o.requests),
-         "rejected_400": sum(r.status == 400 for r in o.requests), "duration_s": duration,
+         "rejected_400": sum(r.status == 400 for r in o.requests), "failed_503": sum(r.status == 503 for r in o.requests),
+         "duration_s": duration,
          "total_input_tokens": in_tok, "total_output_tokens": out_tok,
          "request_throughput": len(served) / duration, "request_goodput": good / duration if slo.given else None,
          "output_throughput": out_tok / duration, "total_token_throughput": (in_tok + out_tok) / duration,

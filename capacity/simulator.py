@@ -11,6 +11,9 @@ What the server does, event by event, on a virtual clock:
   sequence's previous micro-batch samples, sent over the link from the last stage;
 - a request arriving is refused (HTTP 429) as the engine refuses it: predicted wait on the least
   loaded entry lane over `max_queue_wait`, or the bounded queue full (`hetc.batching.refusal`);
+  one longer than the lanes' KV pools hold is rejected (400, `hetc.batching.longest_request`);
+- each lane runs at most its own pipeline's batch of sequences (`lane_max_seqs`) unless the
+  server's `max_num_seqs` says otherwise;
 - in a disaggregated plan a prefill lane hands each prompt (after its first token) to the least
   loaded decode lane it feeds; the decode lane takes it when its blocks fit, and the prompt's KV
   crosses both pipelines (each stage busy for its layers' bytes over the links between them);
@@ -26,13 +29,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, default_max_seqs, inflight_depth, lane_config, \
-    looks_ahead, refusal
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, \
+    longest_request, looks_ahead, refusal
 from hetc.cluster import Cluster
 from hetc.kv_blocks import BlockManager
 from hetc.requests import ServeLimits
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
-from hetc.sequence import SamplingParams, Sequence
+from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.capacity.lanes import SimLane, kv_legs, link_time, step_of
 from hetc.capacity.load import Arrivals, Load
 
@@ -44,7 +47,8 @@ class RequestRecord:
     arrival: float
     input_len: int
     output_len: int
-    status: int = 200  # what the server answers: 200, 429 (refused on arrival), 400 (longer than a sequence may be)
+    status: int = 200  # the server's answer: 200, 429 (refused on arrival), 400 (too long for the KV pools),
+    # 503 (a decode pool preempted it and no prefill pool's KV holds it to recompute)
     token_times: list[float] = field(default_factory=list)  # when the frontend delivered each token
     preemptions: int = 0
 
@@ -113,11 +117,12 @@ class _Sim:
         self.events: list = []
         self._seq = itertools.count()
         self.lanes, self.cluster = lanes, cluster
-        max_seqs = cfg.max_num_seqs or default_max_seqs([l.batch for l in lanes], [len(l.stages) for l in lanes])
-        self.cfg = SchedulerConfig(max_num_seqs=max_seqs, max_batched_tokens=cfg.max_batched_tokens,
-                                   max_waiting=cfg.max_waiting, max_queue_wait=cfg.max_queue_wait)
+        self.cfg = SchedulerConfig(max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting,
+                                   max_queue_wait=cfg.max_queue_wait)
         clock = lambda: self.now  # noqa: E731
-        self.sched = [Scheduler(BlockManager(l.num_blocks), lane_config(self.cfg, len(l.stages), l.phase),
+        self.sched = [Scheduler(BlockManager(l.num_blocks),
+                                lane_config(self.cfg, len(l.stages), l.phase,
+                                            lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
                                 on_preempt=self._requeue if l.phase == Phase.DECODE else None, clock=clock)
                       for l in lanes]
         self.depth = [inflight_depth(len(l.stages), l.phase) for l in lanes]
@@ -133,8 +138,7 @@ class _Sim:
         self.dirty: set[int] = set()
         self.steps = 0
         self.entry = [l.id for l in lanes if l.phase in (Phase.BOTH, Phase.PREFILL)]
-        # prompt + output one request may reach: the smallest lane's whole pool (engine.max_tokens_per_seq)
-        self.max_len = min(l.num_blocks for l in lanes) * KV_BLOCK_TOKENS
+        self.max_prompt, self.max_len = longest_request([(l.phase, l.num_blocks) for l in lanes])
 
     # ---- events -----------------------------------------------------------------------------
     def at(self, t: float, fn, *args) -> None:
@@ -155,7 +159,7 @@ class _Sim:
 
     def submit(self, rec: RequestRecord, on_done: Callable[[RequestRecord], None]) -> float | None:
         """Queue a request on the least loaded entry lane, or refuse it: returns Retry-After (s) then."""
-        if rec.input_len + rec.output_len > self.max_len or rec.input_len >= self.max_len:  # runtime/server.py's 400
+        if rec.input_len > self.max_prompt or rec.input_len + rec.output_len > self.max_len:
             rec.status = 400
             return 0.0
         lane = min(self.entry, key=self.load)
@@ -173,8 +177,16 @@ class _Sim:
         return None
 
     def _requeue(self, seq: Sequence) -> None:
-        """A decode lane preempted `seq`: the least loaded entry lane recomputes it (engine.requeue)."""
-        lane = min(self.entry, key=self.load)
+        """A decode lane preempted `seq`: the least loaded entry lane that can hold its tokens recomputes
+        it (engine.requeue); when none can (a prefill pool's KV holds prompts), it fails (503)."""
+        fits = [i for i in self.entry if self.lanes[i].num_blocks * KV_BLOCK_TOKENS > seq.num_tokens]
+        if not fits:
+            seq.status = SeqStatus.FINISHED
+            rec = self.records[seq.seq_id]
+            rec.status = 503
+            self.on_done.pop(seq.seq_id)(rec)
+            return
+        lane = min(fits, key=self.load)
         self.sched[lane].add(seq, front=True)
         self.dirty.add(lane)
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 from hetc.kv_blocks import BlockManager
 from hetc.sequence import Sequence, SeqStatus
-from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Phase
+from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 
-__all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "default_max_seqs",
-           "inflight_depth", "lane_config", "looks_ahead", "refusal"]
+__all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "inflight_depth",
+           "lane_config", "lane_max_seqs", "longest_request", "looks_ahead", "refusal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +232,16 @@ class Scheduler:
         seq_cap = max(1, math.ceil(active / self.cfg.n_stages))
         budget = self.cfg.max_batched_tokens
         batch = MicroBatch(self._step)
+        step, n_stages = self._step, self.cfg.n_stages
         for seq in list(self.running):
             if budget == 0 or len(batch.items) >= seq_cap:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue
             if seq.in_flight:
-                if lookahead and self._can_look_ahead(seq):
+                # the cheapest of _can_look_ahead's conditions first: most sequences in flight fail them
+                if (lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages
+                        and self._can_look_ahead(seq)):
                     self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
                     seq.in_flight += 1
                     seq.last_step = batch.step_id
@@ -351,14 +354,27 @@ def inflight_depth(n_stages: int, phase: Phase) -> int:
     return n_stages * (2 if looks_ahead(phase) else 1)
 
 
-def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase) -> SchedulerConfig:
-    """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off."""
-    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL)
+def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:
+    """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off,
+    and its own `max_num_seqs` when given (`lane_max_seqs`)."""
+    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL,
+                               max_num_seqs=max_num_seqs or base.max_num_seqs)
 
 
-def default_max_seqs(batches: list[int], stages: list[int]) -> int:
-    """Sequences a lane runs at once unless told: the plan's largest batch, at least 2 per stage."""
-    return max(max(batches), 2 * max(stages))
+def lane_max_seqs(batch: int, n_stages: int, override: int | None = None) -> int:
+    """Sequences a lane runs at once: `--max-num-seqs` when given, else its own pipeline's planned
+    batch (the plan sized its KV for that many), at least 2 per stage so its micro-batches stay full."""
+    return override or max(batch, 2 * n_stages)
+
+
+def longest_request(lanes: list[tuple[Phase, int]], block_tokens: int = KV_BLOCK_TOKENS) -> tuple[int, int]:
+    """(the longest prompt, the longest prompt + output) a server of these lanes — (phase, KV blocks)
+    each — takes: requests go to the least loaded lane, not the one they fit, so a prompt must fit
+    every lane that prefills and a whole sequence every lane that decodes. A prefill pool's KV holds
+    prompts only (the plan sizes it so), and does not limit the output."""
+    prefill = [n for ph, n in lanes if ph != Phase.DECODE]
+    decode = [n for ph, n in lanes if ph != Phase.PREFILL]
+    return min(prefill) * block_tokens, min(decode) * block_tokens
 
 
 @dataclass(frozen=True, slots=True)
