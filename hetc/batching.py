@@ -109,12 +109,19 @@ class Rates:
         self.finished += a * (finished - self.finished)
         self.interval += a * (max(dt, 1e-6) - self.interval)
 
-    def predict_wait(self, queued_tokens: int, seats_short: int) -> float:
+    def predict_wait(self, queued_tokens: int, seats_short: int, step_tokens: int | None = None) -> float:
         """Seconds until a new request's first token: its queue's prompt tokens at the measured
-        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish."""
+        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish.
+
+        Args:
+            step_tokens: most tokens one step carries (the prefill chunk). Prompt tokens go at least
+                that many (or all of them, if fewer) per measured step: a lane whose recent steps
+                were decode rows only (one token each) still prefills a long prompt in one step.
+        """
         if self.interval == 0.0:
             return 0.0
-        wait = queued_tokens * self.interval / max(self.tokens, 1e-9)
+        per_step = max(self.tokens, min(queued_tokens, step_tokens)) if step_tokens else self.tokens
+        wait = queued_tokens * self.interval / max(per_step, 1e-9)
         if seats_short > 0 and self.finished > 0:  # no finish seen yet: a seat's wait is unknown, not infinite
             wait = max(wait, seats_short * self.interval / self.finished)
         return wait
@@ -156,7 +163,7 @@ class Scheduler:
         """Seconds a new request of `prompt_tokens` would wait for its first token (measured rates)."""
         queued = prompt_tokens + sum(s.remaining for s in self.waiting)
         short = len(self.waiting) + 1 - (self.cfg.max_num_seqs - len(self.running))
-        return self.rates.predict_wait(queued, short)
+        return self.rates.predict_wait(queued, short, self.cfg.max_batched_tokens)
 
     def add(self, seq: Sequence, front: bool = False) -> None:
         seq.status = SeqStatus.WAITING

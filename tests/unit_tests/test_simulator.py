@@ -119,6 +119,21 @@ def test_past_saturation_the_server_refuses(plans):
     assert m["p99_ttft_ms"] < 3 * 10.0
 
 
+def test_an_idle_lane_admits_a_long_prompt():
+    """Admission's predicted wait (the runtime's, hetc/batching.py): a lane whose last steps were decode
+    rows (one token per step) prefills a long prompt in one chunk, not one token per decode step — the
+    simulator found it refusing every long prompt on an idle lane of a 70B plan (60 s predicted)."""
+    from hetc.batching import Scheduler, SchedulerConfig
+    from hetc.kv_blocks import BlockManager
+
+    s = Scheduler(BlockManager(256), SchedulerConfig(max_batched_tokens=2048, max_queue_wait=30.0), clock=lambda: 0.0)
+    for i in range(1, 40):  # decode steps of 60 ms carrying one token each
+        s.rates.observe(1, 0, sent_at=i * 0.06 - 0.06, now=i * 0.06)
+    assert s.predicted_wait(1024) == pytest.approx(0.06)  # one chunk, one step
+    assert s.predicted_wait(4096) == pytest.approx(2 * 0.06)  # two chunks
+    assert s.rates.predict_wait(1024, 0) == pytest.approx(1024 * 0.06)  # without the chunk: the decode token rate
+
+
 def test_disaggregated_pools_hand_prompts_over(plans):
     plan = plans["pools"]
     assert {p.phase for p in plan.pipelines} == {Phase.PREFILL, Phase.DECODE}
