@@ -26,9 +26,6 @@ from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["Overheads", "SimLane", "SimStage", "lanes_of", "step_of"]
 
-_TOKEN_ID_BYTES = 8  # a token id in a step or result message (int64)
-
-
 @dataclass(frozen=True, slots=True)
 class Overheads:
     """The serving work around the pipeline's steps, modelled explicitly (all in seconds).
@@ -38,7 +35,10 @@ class Overheads:
     - sample_per_row: the last stage picks each sampled row's token from its logits (one fp32
       pass over the vocabulary at the profile's memory bandwidth × `efficiency.memory`);
     - the stage's own per-step host work is in its step time (profile `step_overhead`), its
-      kernel launches in the cost model (`launch_overhead`).
+      kernel launches in the cost model (`launch_overhead`);
+    - the frontend's scheduling and result handling are not charged: they run while the pipeline
+      works (a lane keeps a micro-batch queued behind each stage's), so they delay nothing until
+      the frontend itself saturates, which this model does not see.
     """
 
     message_in: float
@@ -50,7 +50,8 @@ class Overheads:
                 "last stage → frontend, per step": f"{self.message_out * 1e6:.1f} us (host_link)",
                 "sampling, per sampled row": f"{self.sample_per_row * 1e6:.2f} us (vocabulary at memory bandwidth)",
                 "stage host work, per step": "profile step_overhead (in the step time)",
-                "kernel launches": "profile launch_overhead × kernels (in the step time)"}
+                "kernel launches": "profile launch_overhead × kernels (in the step time)",
+                "frontend scheduling and results": "not charged (overlapped with the pipeline's work)"}
 
 
 @dataclass(slots=True)
