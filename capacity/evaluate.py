@@ -25,7 +25,7 @@ from hetc.scheduling import Phase
 from hetc.capacity.lanes import SimLane, lanes_of
 from hetc.capacity.load import Arrivals, LengthDist, Load
 from hetc.capacity.metrics import SLO, Latencies, serving_metrics
-from hetc.capacity.simulator import simulate
+from hetc.capacity.simulator import RequestRecord, simulate, simulate_until
 
 __all__ = ["Evaluation", "StageUse", "evaluate", "evaluate_plan", "load_for", "model_of", "rederive"]
 
@@ -139,10 +139,27 @@ def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits
                       attainment: float, hint: float) -> float:
     """The highest request rate at which `attainment` of the requests meet the SLOs (DistServe):
     the load's requests (their lengths; a trace its shape) at other rates, bracketed from `hint`
-    and bisected geometrically to 2%. Refused requests miss."""
+    and bisected geometrically to 2%. Refused requests miss. A run stops as soon as more requests
+    have missed than the attainment allows."""
+    allowed = (1 - attainment) * len(load.requests)
+
+    def missed(records: list[RequestRecord], now: float) -> bool:
+        late = 0
+        for r in records:
+            if not r.served:
+                late += 1
+            elif r.token_times:
+                first = (r.token_times[0] - r.arrival) * 1e3
+                tpot = ((r.token_times[-1] - r.token_times[0]) * 1e3 / (r.output_len - 1)) if r.output_len > 1 else 0.0
+                late += not slo.met(first, tpot if r.done else 0.0)
+            elif slo.ttft_ms is not None and (now - r.arrival) * 1e3 > slo.ttft_ms:
+                late += 1
+        return late > allowed
 
     def ok(rate: float) -> bool:
-        o = simulate(lanes, cluster, load.at_rate(rate), limits)
+        o = simulate_until(lanes, cluster, load.at_rate(rate), limits, missed)
+        if o is None:
+            return False
         a = serving_metrics(o, slo)["slo_attainment"]
         return a is not None and a >= attainment
 

@@ -39,7 +39,7 @@ from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.capacity.lanes import SimLane, kv_legs, link_time, step_of
 from hetc.capacity.load import Arrivals, Load
 
-__all__ = ["Outcome", "RequestRecord", "simulate"]
+__all__ = ["Outcome", "RequestRecord", "simulate", "simulate_until"]
 
 
 @dataclass(slots=True)
@@ -144,13 +144,20 @@ class _Sim:
     def at(self, t: float, fn, *args) -> None:
         heapq.heappush(self.events, (t, next(self._seq), fn, args))
 
-    def run(self) -> None:
+    def run(self, stop: Callable[[float], bool] | None = None) -> bool:
+        """Process events until none is left (True), or until `stop(now)` says so (False; asked
+        every 512 events)."""
+        n = 0
         while self.events:
             t, _, fn, args = heapq.heappop(self.events)
             self.now = t
             fn(*args)
             while self.dirty:
                 self._pump(self.dirty.pop())
+            n += 1
+            if stop is not None and n % 512 == 0 and stop(t):
+                return False
+        return True
 
     # ---- the engine: admission, routing, hand-offs ------------------------------------------
     def load(self, i: int) -> int:
@@ -321,6 +328,15 @@ def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLi
         load: the requests and how they arrive.
         limits: the server's settings (default: `hetc serve`'s; `num_kv_blocks` is the lanes' own).
     """
+    o = simulate_until(lanes, cluster, load, limits, None)
+    assert o is not None  # nothing asked it to stop
+    return o
+
+
+def simulate_until(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None,
+                   stop: Callable[[list[RequestRecord], float], bool] | None) -> Outcome | None:
+    """`simulate`, asking `stop(requests so far, now)` every 512 events; None when it said to stop
+    (a search that has seen enough)."""
     sim = _Sim(lanes, cluster, limits or ServeLimits())
     records: list[RequestRecord] = []
     if load.arrivals is Arrivals.CLOSED:
@@ -342,7 +358,8 @@ def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLi
             rec = RequestRecord(r.arrival, r.input_len, r.output_len)
             records.append(rec)
             sim.at(r.arrival, sim.submit, rec, _ignore)
-    sim.run()
+    if not sim.run(None if stop is None else lambda now: stop(records, now)):
+        return None
     busy = {(l.id, k): s.busy_s for l in lanes for k, s in enumerate(sim.stages[l.id])}
     handled = {(l.id, k): s.handled for l in lanes for k, s in enumerate(sim.stages[l.id])}
     served = [r for r in records if r.served]
