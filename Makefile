@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 HETC   := $(VENV)/bin/hetc
 STAMP  := $(VENV)/.hetc-setup
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench browser clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test: setup
 bench: setup
 	$(PY) benchmarks/inspect_speed.py
 	$(PY) benchmarks/solver_scenarios.py
+
+# Debian's chromium, for the slow suite's browser test of `hetc compare --html` (it fails under CI=true without it)
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
 	rm -rf $(VENV) out

@@ -1,65 +1,6 @@
-"""Paged KV bookkeeping: fixed-size blocks, a block table per sequence, a free list.
+"""Paged-KV bookkeeping lives in hetc/kv_blocks.py (the serving policy's, shared with the
+capacity simulator); this module keeps the runtime's import path."""
 
-One BlockManager per pipeline lane: the scheduler owns it, every stage of the lane holds
-a KV pool with (at least) this many blocks and uses the block tables it is sent, so a
-block id means the same slot in every stage's pool.
-"""
-
-from __future__ import annotations
-
-from collections import deque
-
-from hetc.runtime.sequence import Sequence
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.kv_blocks import BlockManager, blocks_for
 
 __all__ = ["BlockManager", "blocks_for"]
-
-
-def blocks_for(tokens: int, block_size: int = KV_BLOCK_TOKENS) -> int:
-    return -(-tokens // block_size)
-
-
-class BlockManager:
-    """Allocates KV blocks to sequences on demand and frees them when they end."""
-
-    def __init__(self, num_blocks: int, block_size: int = KV_BLOCK_TOKENS):
-        """Args:
-            num_blocks: blocks in every stage's pool of this lane (the smallest stage budget).
-            block_size: tokens per block.
-        """
-        if num_blocks < 1:
-            raise ValueError(f"a KV pool needs at least one block, got {num_blocks}")
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self._free: deque[int] = deque(range(num_blocks))
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
-
-    def blocks_needed(self, seq: Sequence, new_tokens: int) -> int:
-        """Blocks to add so that `seq` can hold KV for `new_tokens` more tokens."""
-        return max(0, blocks_for(seq.num_computed + new_tokens, self.block_size) - len(seq.block_table))
-
-    def can_grow(self, seq: Sequence, new_tokens: int) -> bool:
-        return self.blocks_needed(seq, new_tokens) <= len(self._free)
-
-    def grow(self, seq: Sequence, new_tokens: int) -> None:
-        """Give `seq` the blocks for `new_tokens` more tokens (check can_grow first)."""
-        n = self.blocks_needed(seq, new_tokens)
-        if n > len(self._free):
-            raise RuntimeError(f"seq {seq.seq_id}: needs {n} blocks, {len(self._free)} free")
-        seq.block_table.extend(self._free.popleft() for _ in range(n))
-
-    def free_blocks(self, blocks: list[int]) -> None:
-        """Return blocks no sequence holds any more (a prefill pool's, once their KV was sent)."""
-        self._free.extend(blocks)
-
-    def free(self, seq: Sequence) -> None:
-        """Return all of `seq`'s blocks; its KV is gone (num_computed back to 0)."""
-        self._free.extend(seq.block_table)
-        seq.block_table = []
-        seq.num_computed = 0

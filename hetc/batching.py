@@ -1,0 +1,427 @@
+"""The serving policy: iteration-level continuous batching over a paged KV cache, one
+scheduler per pipeline lane. Pure (no torch, no threads, no wall clock of its own): the
+runtime's lanes (runtime/lane.py) and the capacity simulator (capacity/simulator.py) drive
+the same `Scheduler`, so what the simulator predicts is what the server does.
+
+Each call to `schedule()` forms one micro-batch from sequences not already in the
+pipeline: running sequences first (one decode token each, or the next chunk of a prompt
+being prefilled), then waiting sequences admitted first-come-first-served while KV blocks
+and the token budget last. Long prompts are prefilled in chunks of at most
+`max_batched_tokens`. When a running sequence needs a block and none is free, the most
+recently admitted sequence not in flight is preempted: its blocks are freed and it goes
+back to the front of the queue, to be recomputed (prompt + what it generated so far).
+Micro-batches are kept small enough that `n_stages` of them can be in flight at once,
+so no stage idles while others work.
+
+Lookahead: a decoding sequence whose micro-batch is still in the pipeline may be scheduled
+again before its result is back; its input token is then the one that micro-batch samples,
+which the first stage gets from the last stage directly (feedback.py). The frontend's round
+trip (result → scheduler → next step) overlaps the pipeline's work instead of idling it. A
+sequence that ends with the in-flight token (EOS) wasted that one row; one that ends by
+length, or would need a preemption to grow, is not looked ahead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hetc.kv_blocks import BlockManager
+from hetc.sequence import Sequence, SeqStatus
+from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
+
+__all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "inflight_depth",
+           "lane_config", "lane_max_seqs", "longest_request", "looks_ahead", "refusal"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int = 64  # sequences running at once (holding KV)
+    max_batched_tokens: int = PREFILL_CHUNK  # tokens in one micro-batch: the prefill chunk
+    max_waiting: int = MAX_WAITING  # the bounded wait queue; submit beyond it is refused (HTTP 429)
+    n_stages: int = 1  # micro-batches that may be in flight at once
+    handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
+    max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer is refused (HTTP 429)
+
+
+@dataclass(slots=True)
+class BatchItem:
+    seq: Sequence
+    start: int  # position of the first new token
+    n_new: int  # tokens processed this step
+    sample: bool  # this chunk ends at the last known token: the last stage samples the next one
+    ahead: bool = False  # its one token is the one the sequence's in-flight micro-batch samples
+
+
+@dataclass(slots=True)
+class MicroBatch:
+    step_id: int
+    items: list[BatchItem] = field(default_factory=list)
+    sent_at: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(i.n_new for i in self.items)
+
+    @property
+    def has_prefill(self) -> bool:
+        return any(i.n_new > 1 or not i.sample for i in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    seq: Sequence
+    token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
+    finished: bool
+
+
+@dataclass(slots=True)
+class Rates:
+    """The lane's measured service rates, for admission by predicted queue wait.
+
+    Exponential moving averages over results: tokens processed and sequences finished per
+    second of pipeline work. A result's interval is the time since the previous result, but
+    at most the time since its own micro-batch was sent, so an idle pipeline does not read
+    as a slow one. Until something was measured, nothing is predicted (cold start admits).
+    """
+
+    alpha: float = 0.2
+    tokens: float = 0.0  # EMA of tokens per result
+    finished: float = 0.0  # EMA of finished sequences per result
+    interval: float = 0.0  # EMA of seconds per result
+    last: float | None = None
+
+    def observe(self, tokens: int, finished: int, sent_at: float, now: float) -> None:
+        if self.last is None and sent_at <= 0:  # no send time (a scheduler driven without an engine)
+            self.last = now
+            return
+        dt = now - sent_at if self.last is None else min(now - self.last, now - sent_at if sent_at > 0 else now)
+        self.last = now
+        if self.interval == 0.0:
+            self.tokens, self.finished, self.interval = float(tokens), float(finished), max(dt, 1e-6)
+            return
+        a = self.alpha
+        self.tokens += a * (tokens - self.tokens)
+        self.finished += a * (finished - self.finished)
+        self.interval += a * (max(dt, 1e-6) - self.interval)
+
+    def predict_wait(self, queued_tokens: int, seats_short: int, step_tokens: int | None = None) -> float:
+        """Seconds until a new request's first token: its queue's prompt tokens at the measured
+        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish.
+
+        Args:
+            step_tokens: most tokens one step carries (the prefill chunk). Prompt tokens go at least
+                that many (or all of them, if fewer) per measured step: a lane whose recent steps
+                were decode rows only (one token each) still prefills a long prompt in one step.
+        """
+        if self.interval == 0.0:
+            return 0.0
+        per_step = max(self.tokens, min(queued_tokens, step_tokens)) if step_tokens else self.tokens
+        wait = queued_tokens * self.interval / max(per_step, 1e-9)
+        if seats_short > 0 and self.finished > 0:  # no finish seen yet: a seat's wait is unknown, not infinite
+            wait = max(wait, seats_short * self.interval / self.finished)
+        return wait
+
+
+class Scheduler:
+    """Owns the lane's sequences and block manager. Not thread-safe: the runtime's lane holds a lock."""
+
+    def __init__(self, blocks: BlockManager, config: SchedulerConfig,
+                 on_preempt: Callable[[Sequence], None] | None = None, clock: Callable[[], float] = time.monotonic):
+        """Args:
+            blocks: the lane's KV blocks.
+            config: limits; `handoff` for a prefill pool.
+            on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
+                pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
+            clock: seconds, the same clock that stamps `MicroBatch.sent_at` (the simulator's is virtual).
+        """
+        self.blocks, self.cfg, self.on_preempt, self.clock = blocks, config, on_preempt, clock
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
+        self._step = 0
+        self.num_preemptions = 0
+        self.rates = Rates()
+
+    # ---- queue -------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def predicted_wait(self, prompt_tokens: int) -> float:
+        """Seconds a new request of `prompt_tokens` would wait for its first token (measured rates)."""
+        queued = prompt_tokens + sum(s.remaining for s in self.waiting)
+        short = len(self.waiting) + 1 - (self.cfg.max_num_seqs - len(self.running))
+        return self.rates.predict_wait(queued, short, self.cfg.max_batched_tokens)
+
+    def add(self, seq: Sequence, front: bool = False) -> None:
+        seq.status = SeqStatus.WAITING
+        if front:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
+
+    def admit_running(self, seq: Sequence) -> None:
+        """A sequence whose KV arrived from a prefill pool (its blocks are already its own)."""
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+
+    def reserve_incoming(self, seq: Sequence) -> bool:
+        """A decode pool: give a prefilled sequence blocks for the KV already computed (a
+        prefill pool sends it); False when they do not fit yet. It is in flight until `land`."""
+        if not self.blocks.can_grow(seq, 0):
+            return False
+        self.blocks.grow(seq, 0)
+        seq.in_flight = 1  # an abort waits for the KV to land
+        return True
+
+    def land(self, seq: Sequence) -> StepOutput | None:
+        """A decode pool: `seq`'s KV arrived; it runs from here, or finishes if it was aborted
+        meanwhile (returned)."""
+        seq.in_flight = 0
+        if seq.aborted:
+            self.drop(seq, "abort")
+            return StepOutput(seq, None, True)
+        self.admit_running(seq)
+        return None
+
+    def drop(self, seq: Sequence, reason: str) -> None:
+        """Finish a sequence this scheduler holds no queue entry for (a transfer on its way)."""
+        self.blocks.free(seq)
+        seq.status, seq.finish_reason = SeqStatus.FINISHED, reason
+
+    def abort(self, seq: Sequence) -> bool:
+        """Stop `seq`. Returns True when it is finished now; False when it is in flight and
+        will be finished (and its blocks freed) when its micro-batch comes back."""
+        seq.aborted = True
+        if seq.in_flight:
+            return False
+        self._finish(seq, "abort")
+        return True
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        if seq.status is SeqStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SeqStatus.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status, seq.finish_reason = SeqStatus.FINISHED, reason
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free `seq`'s KV; it is recomputed from its tokens when admitted again."""
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.status = SeqStatus.WAITING
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        if self.on_preempt is not None:
+            self.on_preempt(seq)
+        else:
+            self.waiting.appendleft(seq)
+
+    # ---- one micro-batch -----------------------------------------------------------------
+    def schedule(self, lookahead: bool = False) -> MicroBatch | None:
+        """The next micro-batch from sequences not in flight (with `lookahead`, also decoding
+        sequences in flight once); None when there is nothing to run."""
+        active = len(self.running) + len(self.waiting)
+        # split the active sequences over n_stages micro-batches so the pipeline stays full
+        seq_cap = max(1, math.ceil(active / self.cfg.n_stages))
+        budget = self.cfg.max_batched_tokens
+        batch = MicroBatch(self._step)
+        step, n_stages = self._step, self.cfg.n_stages
+        for seq in list(self.running):
+            if budget == 0 or len(batch.items) >= seq_cap:
+                break
+            if seq.status is not SeqStatus.RUNNING:
+                continue
+            if seq.in_flight:
+                # the cheapest of _can_look_ahead's conditions first: most sequences in flight fail them
+                if (lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages
+                        and self._can_look_ahead(seq)):
+                    self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
+                    seq.in_flight += 1
+                    seq.last_step = batch.step_id
+                    batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True))
+                    budget -= 1
+                continue
+            n = min(seq.remaining, budget)
+            while not self.blocks.can_grow(seq, n):
+                victim = next((s for s in reversed(self.running) if not s.in_flight and s is not seq), None)
+                self._preempt(victim or seq)
+                if victim is None:
+                    break
+            if seq.status is not SeqStatus.RUNNING:
+                continue
+            self._add(batch, seq, n)
+            budget -= n
+        while self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.remaining, budget)
+            if not self.blocks.can_grow(seq, n):
+                break  # first come first served: later arrivals do not overtake it
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            if seq.first_scheduled is None:
+                seq.first_scheduled = self.clock()
+            self._add(batch, seq, n)
+            budget -= n
+        if not batch.items:
+            return None
+        self._step += 1
+        return batch
+
+    def _can_look_ahead(self, seq: Sequence) -> bool:
+        """`seq`'s next step may go before its in-flight one comes back: n_stages micro-batches
+        after it, so the first stage runs the others meanwhile instead of waiting for its token."""
+        return (seq.in_flight == 1 and seq.samples_in_flight and not seq.aborted and not self.cfg.handoff
+                and self._step - seq.last_step >= self.cfg.n_stages
+                and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
+                and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed))
+
+    def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
+        self.blocks.grow(seq, n)
+        seq.in_flight += 1
+        seq.last_step = batch.step_id
+        start = seq.num_computed
+        sample = start + n == seq.num_tokens
+        seq.samples_in_flight = sample
+        batch.items.append(BatchItem(seq, start, n, sample=sample))
+
+    # ---- results -------------------------------------------------------------------------
+    def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
+        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none).
+
+        Returns what each sequence got; finished ones have released their blocks.
+        """
+        out = []
+        for item, tok in zip(batch.items, tokens, strict=True):
+            seq = item.seq
+            seq.in_flight -= 1
+            seq.samples_in_flight = seq.samples_in_flight and seq.in_flight > 0
+            if seq.status is not SeqStatus.RUNNING:  # finished while a looked-ahead step was in flight
+                continue
+            if seq.aborted:
+                self._finish(seq, "abort")
+                out.append(StepOutput(seq, None, True))
+                continue
+            seq.num_computed = item.start + item.n_new
+            if not item.sample:
+                out.append(StepOutput(seq, None, False))
+                continue
+            seq.token_ids.append(tok)
+            reason = None
+            if not seq.params.ignore_eos and tok in seq.eos_token_ids:
+                reason = "stop"
+            elif seq.num_generated >= seq.params.max_tokens:
+                reason = "length"
+            if reason:
+                self._finish(seq, reason)
+            elif self.cfg.handoff:  # KV goes to a decode pool; the blocks stay until it is sent
+                self.running.remove(seq)
+                seq.status = SeqStatus.HANDOFF
+                self.handoffs.append(seq)
+            out.append(StepOutput(seq, tok, reason is not None))
+        self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, self.clock())
+        return out
+
+    def evict(self, seq: Sequence) -> None:
+        """Take `seq` out with its KV freed, to be recomputed by another lane (a decode pool died, or
+        the prompt's KV did not arrive)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status, seq.in_flight, seq.samples_in_flight = SeqStatus.WAITING, 0, False
+
+    def evict_all(self) -> list[Sequence]:
+        """`evict` every sequence this scheduler holds; returns them."""
+        seqs = [*self.running, *self.waiting]
+        for s in seqs:
+            self.evict(s)
+        return seqs
+
+    def fail_all(self) -> list[Sequence]:
+        """Finish every sequence with an error (a dead stage); returns them."""
+        seqs = [*self.running, *self.waiting, *self.handoffs]
+        self.handoffs.clear()
+        for s in seqs:
+            self.blocks.free(s)
+            s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", 0
+        self.running.clear()
+        self.waiting.clear()
+        return seqs
+
+
+# ---- the rules around a lane's scheduler (the runtime's engine and lanes, and the simulator) --------
+def looks_ahead(phase: Phase) -> bool:
+    """A lane sends decode steps before their input token is back, except a prefill pool (its
+    sequences leave after their first token: nothing to look ahead for)."""
+    return phase != Phase.PREFILL
+
+
+def inflight_depth(n_stages: int, phase: Phase) -> int:
+    """Micro-batches a lane keeps in its pipeline: one per stage, and one more queued behind each
+    when it looks ahead."""
+    return n_stages * (2 if looks_ahead(phase) else 1)
+
+
+def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:
+    """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off,
+    and its own `max_num_seqs` when given (`lane_max_seqs`)."""
+    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL,
+                               max_num_seqs=max_num_seqs or base.max_num_seqs)
+
+
+def lane_max_seqs(batch: int, n_stages: int, override: int | None = None) -> int:
+    """Sequences a lane runs at once: `--max-num-seqs` when given, else its own pipeline's planned
+    batch (the plan sized its KV for that many), at least 2 per stage so its micro-batches stay full."""
+    return override or max(batch, 2 * n_stages)
+
+
+def longest_request(lanes: list[tuple[Phase, int]], block_tokens: int = KV_BLOCK_TOKENS) -> tuple[int, int]:
+    """(the longest prompt, the longest prompt + output) a server of these lanes — (phase, KV blocks)
+    each — takes: requests go to the least loaded lane, not the one they fit, so a prompt must fit
+    every lane that prefills and a whole sequence every lane that decodes. A prefill pool's KV holds
+    prompts only (the plan sizes it so), and does not limit the output."""
+    prefill = [n for ph, n in lanes if ph != Phase.DECODE]
+    decode = [n for ph, n in lanes if ph != Phase.PREFILL]
+    return min(prefill) * block_tokens, min(decode) * block_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request is refused on arrival (HTTP 429) and when to try again."""
+
+    reason: str
+    retry_after: float
+
+
+def refusal(predicted_wait: float, num_waiting: int, cfg: SchedulerConfig) -> Refusal | None:
+    """The server's admission: a request is refused when the lane that would take it predicts a
+    longer wait for its first token than `max_queue_wait` (`Scheduler.predicted_wait`), or when
+    the bounded queue is full; None admits it.
+
+    Args:
+        predicted_wait: seconds, on the least loaded entry lane.
+        num_waiting: requests waiting on every lane.
+        cfg: the server's limits.
+    """
+    if predicted_wait > cfg.max_queue_wait:
+        return Refusal(f"the predicted wait for a first token is {predicted_wait:.1f} s, over the server's "
+                       f"--max-queue-wait of {cfg.max_queue_wait:g} s", min(predicted_wait - cfg.max_queue_wait, 60.0))
+    if num_waiting >= cfg.max_waiting:
+        return Refusal(f"{num_waiting} requests are waiting (the queue holds {cfg.max_waiting})", 1.0)
+    return None
