@@ -15,6 +15,8 @@ from typing import Protocol
 
 import torch
 
+from hetc.stage import AttentionForm
+
 __all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable"]
 
 # a loaded artifact: plain tensors in (the signature's order), plain tensors out
@@ -48,6 +50,7 @@ class Artifact:
 
 class Toolchain(Protocol):
     name: str
+    form: AttentionForm  # the signature form it lowers (hetc/stage.py)
 
     def version(self) -> str:
         """The installed version. Raises ToolchainUnavailable when it is not installed."""
@@ -61,8 +64,9 @@ class Toolchain(Protocol):
         """
         ...
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
-        """Load a built artifact to run on this host's CPU.
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
+        """Load a built artifact to run on this host's CPU (`kv_dtype`: the KV blocks' dtype).
 
         Raises:
             ToolchainUnavailable: the artifact has no CPU target here.

@@ -1,11 +1,14 @@
 """A stage served through a vendor toolchain: the compiled step (hetc/stage.py's signature) behind
-the same call as the eager StageModel, with the paged KV cache still owned here.
+the same calls as the eager StageModel (`step_meta`, then the step), with the paged KV cache
+still owned here.
 
-Per step the packed micro-batch (tokens of every sequence back to back, AttnMeta) becomes the
-signature's padded [B, Q] layout, the compiled step runs, its new K/V rows are written into
-this worker's blocks at the micro-batch's slots, and its output is packed again. Artifacts come
-from `hetc compile` (`--artifacts DIR`, checked against the manifest) or are built at start into
-the stage cache, keyed by everything they embed.
+`paged` form (OpenVINO): the packed micro-batch goes in as it is (PagedMeta) with this worker's
+KV blocks, which the toolchain's paged-attention op reads in place and writes the new rows into.
+`gather` form (IREE, AOTInductor, ONNX Runtime): the packed micro-batch becomes the signature's
+padded [B, Q] layout, the compiled step runs, its new K/V rows are written into this worker's
+blocks at the micro-batch's slots, and its output is packed again. Artifacts come from `hetc
+compile` (`--artifacts DIR`, checked against the manifest) or are built at start into the stage
+cache, keyed by everything they embed.
 """
 
 from __future__ import annotations
@@ -17,26 +20,31 @@ from pathlib import Path
 
 import torch
 
-from hetc.backends.stage import FunctionalStage, export_stage
+from hetc.backends.stage import FunctionalStage, export_stage, stage_class
 from hetc.backends.toolchain import Artifact
 from hetc.backends.toolchains import toolchain
 from hetc.errors import BadInput
-from hetc.runtime.kv_cache import AttnMeta, KVPool
+from hetc.runtime.kv_cache import AttnMeta, KVPool, PagedMeta
 from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.stage import AttentionForm
 
-__all__ = ["CompiledStage", "emulation_toolchain", "build_compiled_stage"]
+__all__ = ["CPU_EXECUTOR", "CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain"]
 
+# the fastest CPU executor measured on this host's stage steps (BENCHMARKS.md, "Compiled stages"):
+# OpenVINO's packed FullyConnected kernels and its paged attention, 1.9–2.2× torch eager at batch 8–64
+CPU_EXECUTOR = "openvino"
 
 
 def emulation_toolchain(backend: str) -> str:
     """What runs a stage of `backend` on the host CPU under --emulate: its vendor's CPU lowering
-    (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else the fastest CPU executor
-    measured on this host's stage steps — torch eager today (BENCHMARKS.md, "Compiled stages")."""
-    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, "torch")
+    (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else (cpu, Gaudi) the fastest CPU
+    executor measured on this host."""
+    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, CPU_EXECUTOR)
 
 
 class CompiledStage:
-    """Drop-in for StageModel in the worker loop (call, .kv, .param_bytes, .param_names)."""
+    """A `gather`-form artifact as a drop-in for StageModel in the worker loop (step_meta, call, .kv,
+    .param_bytes, .param_names)."""
 
     def __init__(self, step, stage: FunctionalStage, kv: KVPool, executor: str, param_bytes: int, n_params: int):
         self.step, self.kv, self.executor = step, kv, executor
@@ -44,6 +52,10 @@ class CompiledStage:
         self.first, self.attention_layers = stage.first_stage, stage.attention_layers
         self.after_select = not stage.selects and not stage.first_stage and stage.kinds[0][0] == "head"
         self.param_bytes, self.param_names, self.tp_group = param_bytes, [None] * n_params, None
+
+    @staticmethod
+    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> AttnMeta:
+        return AttnMeta.build(starts, n_new, block_tables, sample)
 
     def __call__(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         b, q = meta.mask.shape[0], meta.mask.shape[2]  # mask: [B, 1, Q, keys]
@@ -75,6 +87,23 @@ class CompiledStage:
         return out[valid]  # [T, H] packed again
 
 
+class PagedCompiledStage(CompiledStage):
+    """A `paged`-form artifact: the packed micro-batch and this worker's KV blocks go in as they are."""
+
+    @staticmethod
+    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]],
+                  sample: list[bool]) -> PagedMeta:  # type: ignore[override]
+        return PagedMeta.build(starts, n_new, block_tables, sample)
+
+    def __call__(self, x: torch.Tensor, meta: PagedMeta) -> torch.Tensor:  # type: ignore[override]
+        args = [x, *meta.inputs()]
+        if self.selects:
+            args.append(meta.select)
+        for layer in self.attention_layers:
+            args += [self.kv.k[layer], self.kv.v[layer]]
+        return self.step(*args)[0]
+
+
 def _weights_id(model_dir: str | None, width: int) -> str:
     if model_dir is None:
         return f"random/width{width}"
@@ -91,8 +120,8 @@ def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.d
         artifacts: a `hetc compile` output folder to load from (checked against its manifest).
         stem: the stage's name in that manifest (p<pipeline>s<stage>).
     """
-    stage = FunctionalStage(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
     tc = toolchain(name)
+    stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
     if artifacts:
         art, folder = _from_manifest(Path(artifacts), stem, name, graph_hash, first, last)
     else:
@@ -110,13 +139,13 @@ def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.d
             art = tc.build(ep, folder, target="CPU" if name != "iree" else "gfx942", stem="stage")
             done.write_text(json.dumps({"toolchain": art.toolchain, "version": art.version, "target": art.target,
                                         "files": [str(f) for f in art.files]}))
-    heads = hf_cfg.num_attention_heads
-    hd = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads
-    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, hd, kv_dtype)
+    paged = tc.form is AttentionForm.PAGED
+    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, stage.head_dim,
+                kv_dtype, paged=paged)
     n = sum(1 for _ in stage.parameters())
     pb = sum(p.numel() * p.element_size() for p in stage.parameters())
-    step = tc.load(art, folder, threads=threads)
-    return CompiledStage(step, stage, kv, name, pb, n)
+    step = tc.load(art, folder, threads=threads, kv_dtype=kv_dtype)
+    return (PagedCompiledStage if paged else CompiledStage)(step, stage, kv, name, pb, n)
 
 
 def _artifact(d: dict) -> Artifact:

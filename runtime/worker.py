@@ -66,6 +66,22 @@ def watch_parent(on_gone=lambda: os._exit(3)) -> None:
     on_gone()
 
 
+def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> str:
+    """What runs a stage: `torch` (eager) or a toolchain's name.
+
+    Under `--executor auto`, an emulated stage runs its vendor's CPU lowering (emulation_toolchain),
+    a real `cpu` stage the fastest CPU executor; a real accelerator stage runs torch on its device,
+    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models).
+    """
+    from hetc.runtime.compiled_stage import CPU_EXECUTOR, emulation_toolchain
+
+    if executor != "auto" or tp > 1:
+        return "torch"
+    if emulate:
+        return emulation_toolchain(backend)
+    return CPU_EXECUTOR if backend == "cpu" else "torch"
+
+
 def build_stage(cfg: WorkerConfig, device: str):
     """(worker spec, StageModel, backend, topology) for `device` of the plan."""
     from hetc.backends import get_backend
@@ -89,10 +105,8 @@ def build_stage(cfg: WorkerConfig, device: str):
         aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
         weights = SafetensorsWeights(cfg.model_dir, aliases)
     index = 0 if cfg.emulate else w.device_index
-    from hetc.runtime.compiled_stage import emulation_toolchain
-
-    name = emulation_toolchain(spec.backend) if cfg.executor == "auto" and cfg.emulate else "torch"
-    if name != "torch" and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
+    name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
+    if name != "torch":
         from hetc.runtime.compiled_stage import build_compiled_stage
 
         lane = next(l for l in lanes if l.id == spec.lane)
@@ -129,17 +143,15 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, transpor
     slots = torch.tensor(blocks, dtype=torch.long)[pos // KV_BLOCK_TOKENS] * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS
     sent = 0
     for layer in sorted(model.kv.k):
-        k, v = model.kv.k[layer], model.kv.v[layer]
         peer = owners[other][layer]
         if msg.kind is Kind.TRANSFER_OUT:
-            buf = torch.stack([k[slots], v[slots]])  # [2, n, KVH, Dh]
+            buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh]
             sends.append((transport.isend_tensor(buf, peer), buf))
             sent += buf.numel() * buf.element_size()
         else:
-            buf = torch.empty((2, n, *k.shape[1:]), dtype=k.dtype)
+            buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
             transport.recv_tensor(buf, peer)
-            k.index_copy_(0, slots, buf[0])
-            v.index_copy_(0, slots, buf[1])
+            model.kv.write(layer, slots, buf)
     return float(sent)
 
 
@@ -157,7 +169,6 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         owners: lane id → layer → rank holding its attention (KV moves between pools).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
@@ -183,14 +194,14 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         if not leader:  # a tp member: compute its share, the leader answers
             if msg.kind is Kind.STEP:
                 meta = StepMeta.decode(msg.meta, msg.samp)
-                attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+                attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
         if msg.kind is Kind.STEP:
-            attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+            attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
             x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
             y = model(backend.to_device(x, dev_index), attn)
             if last:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from hetc.stage import AttentionForm
 from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
 
 __all__ = ["TOOLCHAIN", "InductorToolchain"]
@@ -18,6 +19,7 @@ __all__ = ["TOOLCHAIN", "InductorToolchain"]
 
 class InductorToolchain:
     name = "inductor"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         return f"torch {torch.__version__} AOTInductor"
@@ -40,7 +42,8 @@ class InductorToolchain:
         return Artifact(toolchain=self.name, version=self.version(), target=f"cpu (twin of {target})",
                         files=[Path(pkg.name)], runnable_here=True, notes=notes)
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
         if threads:
             torch.set_num_threads(threads)
         runner = torch._inductor.aoti_load_package(str(out_dir / artifact.files[0]))

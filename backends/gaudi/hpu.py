@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from hetc.stage import AttentionForm
 from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
 
 __all__ = ["TOOLCHAIN", "HpuToolchain"]
@@ -21,6 +22,7 @@ _MISSING = ("habana_frameworks.torch is not installed (it ships with Intel's Gau
 
 class HpuToolchain:
     name = "hpu"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         if importlib.util.find_spec("habana_frameworks") is None:
@@ -35,7 +37,8 @@ class HpuToolchain:
         return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(path.name)],
                         runnable_here=False, notes=[] if here else [_MISSING])
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
         raise ToolchainUnavailable(f"an HPU stage runs on a Gaudi device through the HPU bridge; {_MISSING}.")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from hetc.stage import AttentionForm
 from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
 
 __all__ = ["TOOLCHAIN", "OnnxToolchain"]
@@ -28,6 +29,7 @@ def _ort():
 
 class OnnxToolchain:
     name = "onnx"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         try:
@@ -46,7 +48,8 @@ class OnnxToolchain:
         return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(f"{stem}.onnx")],
                         runnable_here=True, notes=["provider-neutral ONNX; checked here with CPUExecutionProvider"])
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
         ort = _ort()
         opts = ort.SessionOptions()
         if threads:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hetc.stage import AttentionForm
 from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
 
 __all__ = ["TOOLCHAIN", "IreeToolchain"]
@@ -37,6 +38,7 @@ def _device_flags(target: str) -> list[str]:
 
 class IreeToolchain:
     name = "iree"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         try:
@@ -72,7 +74,8 @@ class IreeToolchain:
                         notes=[f"{files[1]} for {target} ({' '.join(flags)}); {files[2]} from the same import "
                                "runs here (llvm-cpu) for the check"])
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
         import iree.runtime as rt
 
         cpu = next(f for f in artifact.files if f.name.endswith(".llvm-cpu.vmfb"))
