@@ -47,7 +47,7 @@ from enum import StrEnum
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "StageSignature", "TensorSpec", "stage_signature"]
+__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "StageSignature", "TensorSpec", "stage_signature"]
 
 
 class AttentionForm(StrEnum):
@@ -57,6 +57,10 @@ class AttentionForm(StrEnum):
 
 # what runs a served stage: torch eager, or a toolchain's CPU lowering (workers report the index)
 EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")
+# what serves cpu stages, and what `hetc profile --device cpu` measures by default: the fastest CPU
+# executor measured on the reference host (BENCHMARKS.md, "Compiled stages"): OpenVINO's packed
+# FullyConnected kernels and its paged attention, 1.9–2.2× torch eager at batch 8–64
+CPU_EXECUTOR = "openvino"
 # named dims that vary at run time (one artifact for all of them); BS = KV_BLOCK_TOKENS is fixed
 DYNAMIC_DIMS = {AttentionForm.GATHER: ("B", "T", "MB", "NB"), AttentionForm.PAGED: ("B", "T", "NBT", "NB", "S")}
 

@@ -16,6 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -24,15 +27,14 @@ from hetc.backends.stage import FunctionalStage, export_stage, stage_class
 from hetc.backends.toolchain import Artifact
 from hetc.backends.toolchains import toolchain
 from hetc.errors import BadInput
-from hetc.runtime.kv_cache import AttnMeta, KVPool, PagedMeta
+from hetc.weights import MetaWeights
+from hetc.backends.paged_attention import PagedMeta
+from hetc.runtime.kv_cache import AttnMeta, KVPool
 from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.stage import AttentionForm
+from hetc.stage import CPU_EXECUTOR, AttentionForm
 
-__all__ = ["CPU_EXECUTOR", "CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain"]
-
-# the fastest CPU executor measured on this host's stage steps (BENCHMARKS.md, "Compiled stages"):
-# OpenVINO's packed FullyConnected kernels and its paged attention, 1.9–2.2× torch eager at batch 8–64
-CPU_EXECUTOR = "openvino"
+__all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain", "prebuild_stages",
+           "stage_artifact", "stage_executor"]
 
 
 def emulation_toolchain(backend: str) -> str:
@@ -111,34 +113,105 @@ def _weights_id(model_dir: str | None, width: int) -> str:
     return json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files] + [width])
 
 
+def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> str:
+    """What runs a stage: `torch` (eager) or a toolchain's name.
+
+    Under `--executor auto`, an emulated stage runs its vendor's CPU lowering (emulation_toolchain),
+    a real `cpu` stage the fastest CPU executor; a real accelerator stage runs torch on its device,
+    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models).
+    """
+    if executor != "auto" or tp > 1:
+        return "torch"
+    if emulate:
+        return emulation_toolchain(backend)
+    return CPU_EXECUTOR if backend == "cpu" else "torch"
+
+
+def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype, weights,
+                   name: str, graph_hash: str, model_dir: str | None, width: int) -> tuple[Artifact, Path]:
+    """Stage [first, last] lowered by toolchain `name`, from the stage cache (keyed by everything the
+    artifact embeds), built now when missing. Built in a folder of its own and renamed into place:
+    a concurrent or interrupted build never leaves a half-written entry.
+
+    Returns:
+        The artifact and its folder.
+    """
+    tc = toolchain(name)
+    key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
+                                     _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
+    folder = _stage_cache() / key
+    if not (folder / "artifact.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}."))
+        try:
+            stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
+            with torch.no_grad():
+                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
+                                  kv_dtype=kv_dtype)
+            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage")
+            (work / "artifact.json").write_text(json.dumps({
+                "toolchain": art.toolchain, "version": art.version, "target": art.target,
+                "files": [str(f) for f in art.files]}))
+            if folder.is_dir() and not (folder / "artifact.json").is_file():  # left by an interrupted older build
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(work, folder)
+        except OSError:  # another process put the same entry in place first
+            if not (folder / "artifact.json").is_file():
+                raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return _artifact(json.loads((folder / "artifact.json").read_text())), folder
+
+
+def prebuild_stages(c, log) -> None:
+    """Compile, before the workers start, every stage of this host that runs a toolchain and is not
+    in the stage cache yet (a worker then only loads it: compiling inside a worker would hold up
+    its group's formation). Nothing to do with `--artifacts`.
+
+    Args:
+        c: the server's checked plan (runtime.launch.Checked).
+        log: where to say what is being compiled.
+    """
+    from hetc.runtime.model_runner import TORCH_DTYPES
+    from hetc.weights import stage_weights
+
+    if c.o.artifacts:
+        return
+    done: set[tuple] = set()
+    for w in c.mine:
+        s = w.stage
+        name = stage_executor(c.o.executor, s.backend, emulate=c.o.emulate, tp=s.tp)
+        if name == "torch" or (name, *s.units) in done:
+            continue
+        done.add((name, *s.units))
+        t0 = time.perf_counter()
+        _, folder = stage_artifact(hf_cfg=c.hf_cfg, units=c.units, first=s.units[0], last=s.units[1],
+                                   dtype=TORCH_DTYPES[c.plan.model.dtype], kv_dtype=TORCH_DTYPES[c.plan.model.kv_dtype],
+                                   weights=stage_weights(c.hf_cfg, c.model_dir if not c.o.random_weights else None),
+                                   name=name, graph_hash=c.plan.model.graph_hash,
+                                   model_dir=c.model_dir if not c.o.random_weights else None, width=c.width)
+        log(f"stage {s.lane}.{s.index} (units {s.units[0]}–{s.units[1]}): {name} artifact ready in "
+            f"{time.perf_counter() - t0:.1f} s ({folder})")
+
+
 def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                          num_blocks: int, weights, name: str, graph_hash: str, model_dir: str | None, width: int,
                          artifacts: str | None, stem: str, threads: int | None) -> CompiledStage:
-    """Load (or build into the stage cache) stage [first, last] lowered by toolchain `name`.
+    """Load stage [first, last] lowered by toolchain `name` (built into the stage cache if missing).
 
     Args:
         artifacts: a `hetc compile` output folder to load from (checked against its manifest).
         stem: the stage's name in that manifest (p<pipeline>s<stage>).
     """
     tc = toolchain(name)
-    stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
     if artifacts:
         art, folder = _from_manifest(Path(artifacts), stem, name, graph_hash, first, last)
     else:
-        key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
-                                         _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
-        folder = _stage_cache() / key
-        done = folder / "artifact.json"
-        if done.is_file():
-            art = _artifact(json.loads(done.read_text()))
-        else:
-            folder.mkdir(parents=True, exist_ok=True)
-            with torch.no_grad():
-                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
-                                  kv_dtype=kv_dtype)
-            art = tc.build(ep, folder, target="CPU" if name != "iree" else "gfx942", stem="stage")
-            done.write_text(json.dumps({"toolchain": art.toolchain, "version": art.version, "target": art.target,
-                                        "files": [str(f) for f in art.files]}))
+        art, folder = stage_artifact(hf_cfg=hf_cfg, units=units, first=first, last=last, dtype=dtype,
+                                     kv_dtype=kv_dtype, weights=weights, name=name, graph_hash=graph_hash,
+                                     model_dir=model_dir, width=width)
+    # its layout and parameter sizes only: the weights are the artifact's
+    stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=MetaWeights())
     paged = tc.form is AttentionForm.PAGED
     kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, stage.head_dim,
                 kv_dtype, paged=paged)

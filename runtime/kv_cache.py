@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["AttnMeta", "KVPool", "PagedMeta", "paged_attention"]
+__all__ = ["AttnMeta", "KVPool", "paged_attention"]
 
 
 @dataclass(slots=True)
@@ -77,41 +77,6 @@ class AttnMeta:
         sample_rows = None if len(ends) == len(pos) else torch.tensor(ends, dtype=torch.long)
         return AttnMeta(torch.tensor(pos), torch.tensor(slots), torch.tensor(blocks, dtype=torch.long), mask[:, None],
                         q_index, q_valid, sample_rows)
-
-
-@dataclass(slots=True)
-class PagedMeta:
-    """One micro-batch in the `paged` form of hetc/stage.py: its tokens packed, no padding."""
-
-    positions: torch.Tensor  # [T] int64
-    past_lens: torch.Tensor  # [B] int32
-    subsequence_begins: torch.Tensor  # [B + 1] int32
-    block_indices: torch.Tensor  # [NBT] int32: each sequence's blocks covering its past and new tokens
-    block_indices_begins: torch.Tensor  # [B + 1] int32
-    max_context_len: torch.Tensor  # [] int32
-    select: torch.Tensor  # [S] int64 packed rows whose next token is sampled
-
-    @staticmethod
-    def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
-              block_size: int = KV_BLOCK_TOKENS) -> "PagedMeta":
-        """Args: as AttnMeta.build."""
-        pos, blocks, block_begins, ends = [], [], [0], []
-        for t, s, n, smp in zip(block_tables, starts, n_new, sample):
-            pos.extend(range(s, s + n))
-            blocks.extend(t[:-(-(s + n) // block_size)])
-            block_begins.append(len(blocks))
-            if smp:
-                ends.append(len(pos) - 1)
-        i32 = torch.int32
-        return PagedMeta(torch.tensor(pos), torch.tensor(starts, dtype=i32),
-                         torch.tensor([0, *n_new], dtype=i32).cumsum(0, dtype=i32), torch.tensor(blocks, dtype=i32),
-                         torch.tensor(block_begins, dtype=i32), torch.tensor(max(s + n for s, n in zip(starts, n_new)),
-                                                                              dtype=i32), torch.tensor(ends))
-
-    def inputs(self) -> list[torch.Tensor]:
-        """The signature's metadata inputs after x, in order (select apart)."""
-        return [self.positions, self.past_lens, self.subsequence_begins, self.block_indices,
-                self.block_indices_begins, self.max_context_len]
 
 
 class KVPool:

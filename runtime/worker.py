@@ -66,22 +66,6 @@ def watch_parent(on_gone=lambda: os._exit(3)) -> None:
     on_gone()
 
 
-def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> str:
-    """What runs a stage: `torch` (eager) or a toolchain's name.
-
-    Under `--executor auto`, an emulated stage runs its vendor's CPU lowering (emulation_toolchain),
-    a real `cpu` stage the fastest CPU executor; a real accelerator stage runs torch on its device,
-    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models).
-    """
-    from hetc.runtime.compiled_stage import CPU_EXECUTOR, emulation_toolchain
-
-    if executor != "auto" or tp > 1:
-        return "torch"
-    if emulate:
-        return emulation_toolchain(backend)
-    return CPU_EXECUTOR if backend == "cpu" else "torch"
-
-
 def build_stage(cfg: WorkerConfig, device: str):
     """(worker spec, StageModel, backend, topology) for `device` of the plan."""
     from hetc.backends import get_backend
@@ -89,7 +73,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
     from hetc.runtime.topology import build_topology, worker_of_device
-    from hetc.weights import RandomWeights, SafetensorsWeights
+    from hetc.weights import stage_weights
 
     plan = load_plan(cfg.plan)
     lanes = build_topology(plan, cfg.plan)
@@ -99,12 +83,10 @@ def build_stage(cfg: WorkerConfig, device: str):
     hf_cfg, _ = load_hf_config(cfg.model_ref)
     hf_cfg = shrink_config(hf_cfg, cfg.width)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
-    if cfg.random_weights:
-        weights = RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
-    else:
-        aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
-        weights = SafetensorsWeights(cfg.model_dir, aliases)
+    weights = stage_weights(hf_cfg, None if cfg.random_weights else cfg.model_dir)
     index = 0 if cfg.emulate else w.device_index
+    from hetc.runtime.compiled_stage import stage_executor
+
     name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
     if name != "torch":
         from hetc.runtime.compiled_stage import build_compiled_stage

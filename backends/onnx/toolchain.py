@@ -44,9 +44,11 @@ class OnnxToolchain:
         logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # one line per op set it skips
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # and it prints its progress
             warnings.simplefilter("ignore")
-            torch.onnx.export(program, (), str(out_dir / f"{stem}.onnx"), dynamo=True, external_data=False)
-        return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(f"{stem}.onnx")],
-                        runnable_here=True, notes=["provider-neutral ONNX; checked here with CPUExecutionProvider"])
+            torch.onnx.export(program, (), str(out_dir / f"{stem}.onnx"), dynamo=True, external_data=True)
+        files = [Path(f"{stem}.onnx")] + ([Path(f"{stem}.onnx.data")] if (out_dir / f"{stem}.onnx.data").exists() else [])
+        return Artifact(toolchain=self.name, version=self.version(), target=target, files=files, runnable_here=True,
+                        notes=["provider-neutral ONNX; checked here with CPUExecutionProvider",
+                               "weights: ONNX external data beside the graph (.onnx.data): no 2 GB limit"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
              kv_dtype: torch.dtype = torch.float32) -> CompiledStep:

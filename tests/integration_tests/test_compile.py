@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.backends.stage import FunctionalStage, PagedStage, example_inputs, export_stage, stage_class, write_kv
 from hetc.backends.toolchains import toolchain
-from hetc.runtime.kv_cache import PagedMeta
+from hetc.backends.paged_attention import PagedMeta
 from hetc.stage import AttentionForm
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import SafetensorsWeights
