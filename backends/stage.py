@@ -87,11 +87,14 @@ class FunctionalStage(nn.Module):
                 wanted["norm"] = backbone.norm
             if kind == "head":
                 wanted["head"] = full.get_output_embeddings()
-        for mod in wanted.values():
+        # this stage's parameter names → the model's (what its safetensors call them)
+        self.weight_names: dict[str, str] = {}
+        for key, mod in wanted.items():
             for name, p in list(mod.named_parameters()):
                 leaf_mod = mod.get_submodule(name.rpartition(".")[0]) if "." in name else mod
                 t = weights.get(f"{names[mod]}.{name}", p.shape, dtype)
                 setattr(leaf_mod, name.rpartition(".")[2], nn.Parameter(t, requires_grad=False))
+                self.weight_names[f"mods.{key}.{name}"] = f"{names[mod]}.{name}"
         self.mods = nn.ModuleDict(wanted)
         self.rotary = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         if self.rotary is not None:  # persistent: torch-mlir's importer finds buffers in the state dict only

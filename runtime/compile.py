@@ -155,7 +155,7 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
             entry["artifacts"].append({"toolchain": name, "built": False, "target": target, "reason": str(e)})
             continue
         doc = _lower(name, f.program, out, target if name != "onnx" else "any", stem, f.cases if check else {},
-                     f.eager, dtype, kv_dtype)
+                     f.eager, dtype, kv_dtype, weights, f.weight_names)
         if f.signature.form is not AttentionForm.GATHER:
             doc["signature"] = f.signature.to_json()
         entry["artifacts"].append(doc)
@@ -168,6 +168,7 @@ class _Form:
     program: torch.export.ExportedProgram
     cases: dict[str, list[torch.Tensor]]  # check inputs (caches are copied per run: paged stages write them)
     eager: dict[str, list[torch.Tensor]]
+    weight_names: dict[str, str]  # the program's parameters → the model's weights
 
 
 def _export_form(form: AttentionForm, stem: str, st, cfg, units, dtype, kv_dtype, weights) -> _Form:
@@ -188,7 +189,7 @@ def _export_form(form: AttentionForm, stem: str, st, cfg, units, dtype, kv_dtype
              "decode": example_inputs(stage, batch=3, new=1, past=[37, 5, 18], num_blocks=9, **common)}
     with torch.no_grad():
         eager = {k: [t.float() for t in _outputs(stage(*_fresh(args)))] for k, args in cases.items()}
-    return _Form(sig, ep, cases, eager)
+    return _Form(sig, ep, cases, eager, stage.weight_names)
 
 
 def _fresh(args: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -205,13 +206,14 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
 
 
-def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype) -> dict:
+def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype,
+           weights, weight_names: dict[str, str]) -> dict:
     work = out / f".{stem}.{name}.partial"  # built apart, moved in whole: nothing half-written looks complete
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
         tc = toolchain(name)
-        art = tc.build(ep, work, target=target, stem=stem)
+        art = tc.build(ep, work, target=target, stem=stem, weight_names=weight_names)
         for f in art.files:
             os.replace(work / f, out / f)
     except ToolchainUnavailable as e:
@@ -224,7 +226,7 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
            "files": _files(out, art.files), "notes": art.notes, "runnable_here": art.runnable_here}
     if art.runnable_here and cases:
         try:
-            step = tc.load(art, out, kv_dtype=kv_dtype)
+            step = tc.load(art, out, kv_dtype=kv_dtype, weights=weights)
             worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*_fresh(args)), eager[k]))
                      for k, args in cases.items()}
             scale = max(float(t.abs().max()) for ts in eager.values() for t in ts)

@@ -148,7 +148,8 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
             with torch.no_grad():
                 ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
                                   kv_dtype=kv_dtype)
-            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage")
+            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage",
+                           weight_names=stage.weight_names)
             (work / "artifact.json").write_text(json.dumps({
                 "toolchain": art.toolchain, "version": art.version, "target": art.target,
                 "files": [str(f) for f in art.files]}))
@@ -217,7 +218,7 @@ def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.d
                 kv_dtype, paged=paged)
     n = sum(1 for _ in stage.parameters())
     pb = sum(p.numel() * p.element_size() for p in stage.parameters())
-    step = tc.load(art, folder, threads=threads, kv_dtype=kv_dtype)
+    step = tc.load(art, folder, threads=threads, kv_dtype=kv_dtype, weights=weights)
     return (PagedCompiledStage if paged else CompiledStage)(step, stage, kv, name, pb, n)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from hetc.stage import AttentionForm
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "HpuToolchain"]
 
@@ -30,7 +30,8 @@ class HpuToolchain:
         from importlib.metadata import version
         return f"habana-torch-plugin {version('habana-torch-plugin')}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         path = out_dir / f"{stem}.hpu.pt2"
         torch.export.save(program, path)
         here = importlib.util.find_spec("habana_frameworks") is not None
@@ -38,7 +39,7 @@ class HpuToolchain:
                         runnable_here=False, notes=[] if here else [_MISSING])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         raise ToolchainUnavailable(f"an HPU stage runs on a Gaudi device through the HPU bridge; {_MISSING}.")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from hetc.stage import AttentionForm
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "OnnxToolchain"]
 
@@ -39,7 +39,8 @@ class OnnxToolchain:
             raise ToolchainUnavailable("the ONNX exporter needs onnx and onnxscript: pip install 'hetc[compile]'.") from None
         return f"onnxruntime {_ort().__version__}, torch.onnx {torch.__version__.split('+')[0]}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         self.version()
         logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # one line per op set it skips
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # and it prints its progress
@@ -51,7 +52,7 @@ class OnnxToolchain:
                                "weights: ONNX external data beside the graph (.onnx.data): no 2 GB limit"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         ort = _ort()
         opts = ort.SessionOptions()
         if threads:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 from hetc.stage import AttentionForm
 
 __all__ = ["TOOLCHAIN", "OpenVinoToolchain", "cpu_config"]
@@ -127,7 +127,8 @@ class OpenVinoToolchain:
     def version(self) -> str:
         return _ov().__version__.split("-")[0]
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         ov = _ov()
         from openvino.frontend.pytorch import ConversionExtension
 
@@ -140,7 +141,7 @@ class OpenVinoToolchain:
                                "the CPU plugin at f32", "weights: the IR's own .bin beside the .xml"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         ov = _ov()
         core = ov.Core()
         core.add_extension(ov.OpExtension(_hetc_op()))

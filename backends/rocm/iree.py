@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from hetc.stage import AttentionForm
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "IreeToolchain"]
 
@@ -50,7 +50,8 @@ class IreeToolchain:
                                        "`make setup` installs them (torch-mlir with --no-deps).") from None
         return f"iree {version('iree-base-compiler')}, torch-mlir {version('torch-mlir')}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         ver = self.version()
         flags = _device_flags(target)
         import iree.compiler as ic
@@ -75,7 +76,7 @@ class IreeToolchain:
                                "runs here (llvm-cpu) for the check"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         import iree.runtime as rt
 
         cpu = next(f for f in artifact.files if f.name.endswith(".llvm-cpu.vmfb"))
