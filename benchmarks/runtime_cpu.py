@@ -1,6 +1,7 @@
 """Runtime figures on the host CPU (BENCHMARKS.md "Runtime (CPU)").
 
     python benchmarks/runtime_cpu.py [--quick] [--profile out/profile-cpu.yaml]
+    python benchmarks/runtime_cpu.py --engine-vs-hf 8,16,128 [--runs 5]   (item 2 alone, per batch)
 
 A Llama-shaped model (hidden 768, 12 layers, vocab 32000: 124M parameters, fp32,
 random weights saved as safetensors) served with `hetc serve --emulate`. Every plan comes
@@ -201,10 +202,16 @@ def wait_quiet(limit_s: float = 900.0, busy: float = 0.05) -> float:
             return time.monotonic() - t0
 
 
-def quiet_run(what: str, fn, tries: int = 6, busy: float = 0.05):
+QUIET = 0.05  # the most of the host other processes may use while we measure (--max-busy)
+
+
+def quiet_run(what: str, fn, tries: int = 6, busy: float | None = None):
     """(fn(), others' share of the host while it ran, seconds waited): run on a quiet host, again
     (up to `tries` times) when another process took more than `busy` of it meanwhile."""
-    waited = 0.0
+    waited, busy = 0.0, QUIET if busy is None else busy
+    if busy >= 1.0:  # --max-busy 1: measure at once (smoke runs on a busy host)
+        since = (_cpu_ticks(), time.monotonic())
+        return fn(), others_share(since), 0.0
     for i in range(tries):
         waited += wait_quiet(busy=busy)
         since = (_cpu_ticks(), time.monotonic())
@@ -377,7 +384,39 @@ class HFGenerate:
         return self.x.shape[0] * self.o_len / (time.perf_counter() - t)
 
 
+def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
+                 runs: int) -> None:
+    """Item 2 alone at each batch: the 1-stage server (2 threads, its stages on the serving executor)
+    against HF generate, measured in turn round after round, each on a quiet stretch."""
+    print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, fp32; prompt {prompt} → "
+          f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × 2 threads vs HF generate (static cache, "
+          "2 threads)", flush=True)
+    rows = []
+    for batch in batches:
+        plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
+        with Server(plan, model, threads=2, max_seqs=batch) as srv:
+            hf = HFGenerate(model, batch, prompt, output, threads=2)
+            rounds = []
+            for i in range(runs):
+                (eng, _, _), o1, _ = quiet_run(f"b{batch} round {i + 1}, engine",
+                                               lambda b=batch: offline(srv, b, prompt, output))
+                ref, o2, _ = quiet_run(f"b{batch} round {i + 1}, HF", hf.tok_s)
+                rounds.append((eng, ref, max(o1, o2)))
+                print(f"batch {batch} round {i + 1}: engine {eng:.1f}, HF {ref:.1f} tok/s, ratio {eng / ref:.2f}; "
+                      f"other processes at most {max(o1, o2):.0%} of the host, load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+            del hf
+        med = statistics.median
+        rows.append((batch, med(r[0] for r in rounds), med(r[1] for r in rounds),
+                     med(r[0] / r[1] for r in rounds), [r[0] / r[1] for r in rounds], max(r[2] for r in rounds)))
+    print(f"| batch | engine output tok/s | HF generate tok/s | engine / HF (median of {runs} paired rounds) | "
+          "per round | other processes, max |\n|---:|---:|---:|---:|---|---:|")
+    for b, e, h, ratio, per, other in rows:
+        print(f"| {b} | {e:.1f} | {h:.1f} | **{ratio:.2f}** | {', '.join(f'{x:.2f}' for x in per)} | {other:.0%} |")
+
+
 def main() -> None:
+    global QUIET
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller load (a smoke run; figures are noisier)")
     ap.add_argument("--batch", type=int, default=16)
@@ -386,10 +425,14 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.0, help="requests/s for the latency run")
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
+    ap.add_argument("--engine-vs-hf", default="", help="comma-separated batches: only the engine vs HF generate")
+    ap.add_argument("--max-busy", type=float, default=QUIET,
+                    help="measure only while other processes use at most this share of the host (1: no waiting)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
                     help="a 1-thread profile of this host from `hetc profile --device cpu --threads 1` (measured "
                          "first when missing); every plan is made from it")
     a = ap.parse_args()
+    QUIET = a.max_busy
     if a.quick:
         a.batch, a.output, a.requests, a.runs = 8, 16, 10, 1
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-runtime"))
@@ -397,6 +440,9 @@ def main() -> None:
     model = work / "llama-124m-ctx512"
     build_model(model)
     profile = ensure_profile(Path(a.profile))
+    if a.engine_vs_hf:
+        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs)
+        return
     p1, p2, pf = plans(model, work, profile, a.batch, a.prompt, a.output)
     print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "
           f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores; "

@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=_positive_int, default=None,
                     help="torch threads to measure with (default: all cores; --validate: the profile's)")
     pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
+    pr.add_argument("--executor", choices=["auto", "openvino", "torch"], default="auto",
+                    help="what runs the measured kernels (default auto: OpenVINO, which serves cpu stages; torch: "
+                         "eager, for plans served with --executor torch)")
     pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
 
     co = sub.add_parser("compile", help="lower every stage of a plan with its vendor's toolchain; manifest.json")
@@ -337,7 +340,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 def cmd_profile(a: argparse.Namespace) -> int:
     from hetc.cluster import load_profile
-    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, profile_yaml
+    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, check_executor, profile_yaml
     from hetc.profile_report import print_calibration, print_fidelity
 
     check_device(a.device)
@@ -349,7 +352,8 @@ def cmd_profile(a: argparse.Namespace) -> int:
         prof = load_profile(a.profile)
     else:
         with _status("measuring (hetc profile)") as update:
-            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name, progress=update)
+            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name,
+                            executor=check_executor(a.executor), progress=update)
         prof = cal.profile
         path = a.output or (None if a.validate else "profile.yaml")
         if path:

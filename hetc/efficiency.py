@@ -125,6 +125,8 @@ class EfficiencyCurves(_Strict):
         how well its read streams; few rows leave the op's own fixed cost).
     dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
         a model step (dispatch plus the framework's own code between ops).
+    executor: what ran the matmuls, attention and probe steps (torch eager, or the OpenVINO
+        kernels that serve cpu stages): a plan predicts the stage steps of that executor.
     """
 
     matmul: dict[DType, Curve2D] = {}
@@ -135,4 +137,5 @@ class EfficiencyCurves(_Strict):
     gather: GatherCurve | None = None
     dispatch_overhead: Seconds | None = None
     threads: int | None = Field(default=None, gt=0)
+    executor: Literal["torch", "openvino"] | None = None
     source: str | None = None

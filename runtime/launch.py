@@ -317,6 +317,10 @@ def serve(o: ServeOptions, log=print) -> int:
 
     c = validate(o)
     size_kv(c)
+    from hetc.runtime.compiled_stage import prebuild_stages
+    from hetc.scheduling import KV_BLOCK_TOKENS
+
+    prebuild_stages(c, log)  # compile what the workers will load, before their groups' formation clocks start
     torch.set_num_threads(1)  # the frontend computes nothing
     tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
     if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent gone (e.g. killed): stop as on SIGTERM
@@ -345,7 +349,7 @@ def serve(o: ServeOptions, log=print) -> int:
     log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(c.lanes)} lane(s) of {n_stages} stages, "
         f"{n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
         f"{f', a 1/{c.width}-width copy of the model' if c.width > 1 else ''}, KV blocks per lane "
-        f"{list(c.blocks.values())} × 16 tokens")
+        f"{list(c.blocks.values())} × {KV_BLOCK_TOKENS} tokens")
     pool = None
     try:
         pool, store, transports = start_workers(c, tmp.name)

@@ -73,7 +73,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
     from hetc.runtime.topology import build_topology, worker_of_device
-    from hetc.weights import RandomWeights, SafetensorsWeights
+    from hetc.weights import stage_weights
 
     plan = load_plan(cfg.plan)
     lanes = build_topology(plan, cfg.plan)
@@ -83,16 +83,12 @@ def build_stage(cfg: WorkerConfig, device: str):
     hf_cfg, _ = load_hf_config(cfg.model_ref)
     hf_cfg = shrink_config(hf_cfg, cfg.width)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
-    if cfg.random_weights:
-        weights = RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
-    else:
-        aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
-        weights = SafetensorsWeights(cfg.model_dir, aliases)
+    weights = stage_weights(hf_cfg, None if cfg.random_weights else cfg.model_dir)
     index = 0 if cfg.emulate else w.device_index
-    from hetc.runtime.compiled_stage import emulation_toolchain
+    from hetc.runtime.compiled_stage import stage_executor
 
-    name = emulation_toolchain(spec.backend) if cfg.executor == "auto" and cfg.emulate else "torch"
-    if name != "torch" and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
+    name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
+    if name != "torch":
         from hetc.runtime.compiled_stage import build_compiled_stage
 
         lane = next(l for l in lanes if l.id == spec.lane)
@@ -135,17 +131,15 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -
     sent = 0
     try:
         for layer in sorted(model.kv.k):
-            k, v = model.kv.k[layer], model.kv.v[layer]
             peer = owners[other][layer]
             if msg.kind is Kind.TRANSFER_OUT:
-                buf = torch.stack([k[slots], v[slots]])  # [2, n, KVH, Dh]
+                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh]
                 sends.append((link.isend_tensor(buf, peer), buf))
                 sent += buf.numel() * buf.element_size()
             else:
-                buf = torch.empty((2, n, *k.shape[1:]), dtype=k.dtype)
+                buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
                 link.recv_tensor(buf, peer)
-                k.index_copy_(0, slots, buf[0])
-                v.index_copy_(0, slots, buf[1])
+                model.kv.write(layer, slots, buf)
     except Exception:  # noqa: BLE001 — a peer of the link died: this pipeline goes on
         links.broken(other, epoch)
         return -1.0
@@ -167,7 +161,6 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
@@ -193,14 +186,14 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         if not leader:  # a tp member: compute its share, the leader answers
             if msg.kind is Kind.STEP:
                 meta = StepMeta.decode(msg.meta, msg.samp)
-                attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+                attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
         if msg.kind is Kind.STEP:
-            attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+            attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
             x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
             y = model(backend.to_device(x, dev_index), attn)
             if last:
