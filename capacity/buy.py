@@ -32,6 +32,7 @@ from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import Caps, solve
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.units import Unit
+from hetc.scheduling import Objective
 
 __all__ = ["BuyRequest", "Purchase", "buy"]
 
@@ -108,7 +109,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
         sol = solve(model.units, stock, wl, caps=Caps(usd_h=req.budget_usd_h), **slo, progress=say)
     else:
         try:
-            sol = solve(model.units, stock, wl, objective="cost", min_tok_s=req.output_tok_s, **slo, progress=say)
+            sol = solve(model.units, stock, wl, objective=Objective.COST, min_tok_s=req.output_tok_s, **slo, progress=say)
         except Infeasible:
             raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
     entry_of = {e.profile: i for i, e in enumerate(catalog.entries)}

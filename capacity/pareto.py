@@ -22,6 +22,7 @@ from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import totals
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
+from hetc.scheduling import Disaggregate, Objective
 
 __all__ = ["Metric", "Point", "sweep", "frontier"]
 
@@ -79,7 +80,7 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
     wl = Workload(input_len, output_len, dtype, model.kv_dtype)
     out: list[Point] = []
 
-    def plan(series: str, disaggregate: str, ceiling_ms: float | None, objective: str = "throughput") -> Point | None:
+    def plan(series: str, disaggregate: Disaggregate, ceiling_ms: float | None, objective: Objective = Objective.THROUGHPUT) -> Point | None:
         try:
             sol = solve(model.units, cluster, wl, objective=objective, disaggregate=disaggregate,
                         time_limit=time_limit, tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None)
@@ -92,14 +93,14 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
                      tpot_ms=t.tpot_s * 1e3, usd_per_mtok=t.usd_h / (tok * 3600) * 1e6, joule_per_tok=t.watts / tok,
                      placement=_placement(sol))
 
-    for series, dis in (("aggregated", "off"), ("disaggregated", "auto")):
+    for series, dis in (("aggregated", Disaggregate.OFF), ("disaggregated", Disaggregate.AUTO)):
         if progress:
             progress(f"{series}: unconstrained plan")
         top = plan(series, dis, None)
         if top is None:
             continue
         out.append(top)
-        fastest = plan(series, "off", None, objective="latency")  # the latency objective: the smallest TPOT
+        fastest = plan(series, Disaggregate.OFF, None, objective=Objective.LATENCY)  # the latency objective: the smallest TPOT
         lo = min(fastest.tpot_ms if fastest else top.tpot_ms, top.tpot_ms)
         for i in range(points):
             ceiling = lo * (top.tpot_ms / lo) ** (i / max(1, points - 1))

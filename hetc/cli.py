@@ -14,7 +14,8 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
-from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
+from hetc.requests import PlanRequest, default
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 
@@ -59,24 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", default="plan.json", help="where to write the plan (default plan.json)")
     pl.add_argument("--json", action="store_true", help="print the plan JSON to stdout")
     pl.add_argument("--plot", metavar="PNG", help="draw the plan to an image")
-    pl.add_argument("--dtype", choices=DTYPES, default="bf16")
-    pl.add_argument("--kv-dtype", choices=DTYPES, default=None)
-    pl.add_argument("--input-len", type=_positive_int, default=1024)
-    pl.add_argument("--output-len", type=_positive_int, default=256)
-    pl.add_argument("--objective", choices=["throughput", "latency", "cost", "energy"], default="throughput",
+    d = lambda name: default(PlanRequest, name)  # noqa: E731  the CLI's defaults are the request's
+    pl.add_argument("--dtype", choices=DTYPES, default=d("dtype"))
+    pl.add_argument("--kv-dtype", choices=DTYPES, default=d("kv_dtype"))
+    pl.add_argument("--input-len", type=_positive_int, default=d("input_len"))
+    pl.add_argument("--output-len", type=_positive_int, default=d("output_len"))
+    pl.add_argument("--objective", choices=[o.value for o in Objective], default=d("objective"),
                     help="energy: output tokens per joule (devices at their profiles' power)")
-    pl.add_argument("--placement", default=None, metavar="SPEC",
+    pl.add_argument("--placement", default=d("placement"), metavar="SPEC",
                     help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
                          "stages, NODE:FIRST-LAST devices, @L layers, xN replicas)")
-    pl.add_argument("--batch", type=_positive_int, default=None, help="with --placement: sequences in flight per pipeline")
-    pl.add_argument("--power-budget", type=_nonneg, default=None, metavar="W",
+    pl.add_argument("--batch", type=_positive_int, default=d("batch"), help="with --placement: sequences in flight per pipeline")
+    pl.add_argument("--power-budget", type=_nonneg, default=d("power_budget_w"), metavar="W",
                     help="the plan's devices together draw at most W watts (at their profiles' power)")
-    pl.add_argument("--min-tok-s", type=_nonneg, default=0.0)
-    pl.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
-    pl.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
-    pl.add_argument("--disaggregate", choices=["auto", "on", "off"], default="auto")
-    pl.add_argument("--tp", choices=["auto", "1"], default="auto")
-    pl.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    pl.add_argument("--min-tok-s", type=_nonneg, default=d("min_tok_s"))
+    pl.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
+    pl.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
+    pl.add_argument("--disaggregate", choices=[o.value for o in Disaggregate], default=d("disaggregate"))
+    pl.add_argument("--tp", choices=["auto", "1"], default=d("tp"))
+    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS")
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
     ins.add_argument("model", metavar="MODEL")

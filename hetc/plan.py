@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hetc.errors import BadInput
+from hetc.scheduling import Objective, Phase
 
 SCHEMA = "hetc.plan/1"
 
@@ -72,7 +73,7 @@ class Stage(_M):
 
 class Pipeline(_M):
     id: int
-    phase: Literal["both", "prefill", "decode"]
+    phase: Phase
     replicas: int = Field(ge=1)
     batch: int = Field(ge=1)
     micro_batches: int = Field(ge=1)
@@ -106,8 +107,8 @@ class SolverInfo(_M):
     bound_method: str
 
 
-class Objective(_M):
-    name: Literal["throughput", "latency", "cost", "energy"]
+class ObjectiveInfo(_M):
+    name: Objective
     sense: Literal["max", "min"]
     unit: str
 
@@ -124,7 +125,7 @@ class Plan(_M):
     model: ModelInfo
     cluster: dict
     workload: Workload
-    objective: Objective
+    objective: ObjectiveInfo
     pipelines: list[Pipeline] = Field(min_length=1)
     kv_transfer: list[KVTransfer] = []
     predicted: Predicted

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from hetc.cluster import defaults_notes
 from hetc.plan import Plan
+from hetc.scheduling import Phase
 
 if TYPE_CHECKING:
     from hetc.capacity.buy import BuyRequest, Purchase
@@ -43,8 +44,8 @@ def print_plan(plan: Plan, console: Console) -> None:
                   f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens")
     profiles = plan.cluster["profiles"]
     for p in plan.pipelines:
-        role = {"both": "", "prefill": " — prefill pool, one prompt per stage",
-                "decode": " — decode pool"}[p.phase]
+        role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage",
+                Phase.DECODE: " — decode pool"}[p.phase]
         t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches"
                         + role, title_justify="left")
         for col in ("stage", "devices", "profile", "layers", "units", "memory (GB)", "", "decode ms", "prefill ms"):

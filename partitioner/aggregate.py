@@ -26,7 +26,7 @@ import numpy as np
 from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.tables import BATCH_GRID
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["Key", "classes", "keys", "first_pass"]
 
@@ -52,7 +52,7 @@ def keys(phase: str, max_stages: int) -> list[Key]:
     keep one prompt per stage, so their batch is the class's shortest length)."""
     out = []
     for lo, hi in classes(max_stages):
-        if phase == "prefill":
+        if phase == Phase.PREFILL:
             out.append((phase, lo, 1, lo, hi))
             continue
         for b in BATCH_GRID:
@@ -69,7 +69,7 @@ def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[i
     """Prefix sums [U+1, W] of each unit weighting."""
     units = costs.tables.units
     wl = costs.tables.wl
-    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     cols = [case.P[g] for g in gs if np.isfinite(case.P[g, -1])]
     cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * blocks * u.kv_bytes_per_token
                                                  for u in units])]))
@@ -115,8 +115,8 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
     Keys run from the largest batch down; a cell that can't reach NEAR × its bound so far under
     this key (infeasible at the R that would) gets that value for the key (still a bound,
     refined later if it matters) instead of a bisection."""
-    rate_of = (lambda k: costs.tables.wl.output_len) if phase == "prefill" else (lambda k: k[1])
-    kinds = [g for g in range(len(costs.kinds)) if phase == "both" or costs.tp[g] == 1]
+    rate_of = (lambda k: costs.tables.wl.output_len) if phase == Phase.PREFILL else (lambda k: k[1])
+    kinds = [g for g in range(len(costs.kinds)) if phase == Phase.BOTH or costs.tp[g] == 1]
     G = len(costs.devices)  # device groups (types, unless merged)
     one = [g for g in kinds if costs.tp[g] == 1]
     one_of = [[g for g in one if costs.group[g] == k] for k in range(G)]

@@ -25,6 +25,7 @@ from hetc.partitioner.cells import CountSpace, closure, combine, decompose
 from hetc.partitioner.refine import best_chain
 from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
+from hetc.scheduling import Phase
 
 __all__ = ["CellBound", "Pipeline", "cell_bound", "METHOD", "WORK_PER_SECOND"]
 
@@ -59,7 +60,7 @@ class _Cells:
 
     def __init__(self, costs: StageCosts, space: CountSpace, phase: str, max_stages: int) -> None:
         self.costs, self.space, self.phase = costs, space, phase
-        self.tp_groups = any(costs.tp > 1) and phase == "both"
+        self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
         self.keys, self.V = first_pass(costs, space, phase, max_stages)  # V [keys, cells]
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
         self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(space))
@@ -76,7 +77,7 @@ class _Cells:
         counts = self.space.cells[c]
         total = int(counts.sum())
         work, best = 0.0, self.exact.get(c, (0.0, None))
-        rate = self.costs.tables.wl.output_len if self.phase == "prefill" else batch
+        rate = self.costs.tables.wl.output_len if self.phase == Phase.PREFILL else batch
         for n in ([total] if not self.tp_groups else range(lo, min(hi, total) + 1)):
             if not lo <= n <= hi:
                 continue
@@ -88,14 +89,14 @@ class _Cells:
             R, (kinds, cuts) = got
             v = min(rate / R, v0)  # the first pass bounded it already
             if v > best[0]:
-                best = (v, Pipeline(self.phase, kinds, cuts, n if self.phase == "prefill" else batch, v))
+                best = (v, Pipeline(self.phase, kinds, cuts, n if self.phase == Phase.PREFILL else batch, v))
         self.exact[c] = best
         self.ub[c] = max(best[0], self.V[:, c].max())
         return work
 
 
 def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, *,
-               phases: tuple[str, ...] = ("both",), budget: float = 4e8,
+               phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
                progress: Callable[[str], None] | None = None) -> CellBound:
     """The knapsack bound over pipelines of `phases`, refined within `budget` DP cells.
 
@@ -117,8 +118,8 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         rounds += 1
         work += (len(phases) + 1) * space.closure_work
         K = {p: closure(space, table[p].ub) for p in phases}
-        value, (c1, c2, c3) = combine(space, K.get("both", zero), K.get("decode", zero), K.get("prefill", zero))
-        items = [(p, c) for p, top in (("both", c1), ("decode", c2), ("prefill", c3)) if p in phases
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), K.get(Phase.PREFILL, zero))
+        items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases
                  for c in decompose(space, table[p].ub, K[p], top)]
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
         if progress:

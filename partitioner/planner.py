@@ -18,56 +18,12 @@ from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.given import evaluate_placement
 from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
+from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.scheduling import Objective, Phase
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
-
-
-@dataclass(kw_only=True, slots=True)
-class PlanRequest:
-    model: str
-    profiles: str
-    dtype: str = "bf16"
-    kv_dtype: str | None = None
-    input_len: int = 1024
-    output_len: int = 256
-    objective: str = "throughput"
-    min_tok_s: float = 0.0
-    ttft_slo_ms: float | None = None
-    tpot_slo_ms: float | None = None
-    disaggregate: str = "auto"
-    tp: str = "auto"
-    time_limit: float = 30.0
-    power_budget_w: float | None = None
-    placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
-    batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
-
-    def __post_init__(self) -> None:
-        for name in ("input_len", "output_len"):
-            if getattr(self, name) < 1:
-                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
-                               fix="give a positive number of tokens.")
-        if self.objective not in OBJECTIVES:
-            raise BadInput(f"unknown objective {self.objective!r}.", field="--objective",
-                           fix="use throughput, latency, cost or energy.")
-        if self.batch is not None and (self.batch < 1 or not self.placement):
-            raise BadInput(f"--batch {self.batch} needs --placement and must be ≥ 1.", field="--batch",
-                           fix="give --placement SPEC with it (the solver chooses batches itself otherwise).")
-        if self.power_budget_w is not None and not self.power_budget_w > 0:
-            raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget",
-                           fix="give the watts the plan's devices may draw together.")
-        for name in ("min_tok_s", "ttft_slo_ms", "tpot_slo_ms", "time_limit"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise BadInput(f"must be ≥ 0, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a non-negative value.")
-        if self.disaggregate == "on" and self.objective != "throughput":
-            raise BadInput(f"prefill/decode pools are planned for the throughput objective only, not {self.objective}.",
-                           field="--disaggregate", fix="use --objective throughput, or --disaggregate off.")
-        if self.disaggregate not in ("auto", "on", "off"):
-            raise BadInput(f"unknown value {self.disaggregate!r}.", field="--disaggregate", fix="use auto, on or off.")
-        if self.tp not in ("auto", "1"):
-            raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
@@ -79,7 +35,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
-    if req.objective == "energy" or req.power_budget_w:
+    if req.objective == Objective.ENERGY or req.power_budget_w:
         unknown = sorted({n.profile.name for n in cluster.nodes if n.profile.power <= 0})
         if unknown:
             raise BadInput(f"profile(s) {', '.join(unknown)} give no power figure; the energy objective and "
@@ -110,15 +66,15 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
 
 def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str) -> float:
     """The bound in the objective's unit (throughput: the solver's LP bound)."""
-    if objective == "throughput":
+    if objective == Objective.THROUGHPUT:
         return sol.bound
-    if objective == "latency":  # TPOT ≥ one token through every unit on its fastest device, alone
+    if objective == Objective.LATENCY:  # TPOT ≥ one token through every unit on its fastest device, alone
         step = Step(1, 1, wl.decode_ctx)
         return 1e3 * sum(min(units_time([u], n.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype)
                              for n in cluster.nodes) for u in model.units)
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
-    if objective == "energy":  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
+    if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
         watts = {type_key(n): n.profile.power for n in cluster.nodes}
         least = cost_bound(Tables(model.units, wl), kinds, max_stages, watts)
         return 1.0 / least if least > 0 else float("inf")
@@ -143,9 +99,9 @@ def totals(sol: Solution, cluster: Cluster) -> Totals:
     kv_s = max((k.seconds_per_seq for k in sol.kv_transfers), default=0.0)
     return Totals(devices=sum(k for _, k in used), usd_h=sum(cluster.price(p) * k for p, k in used),
                   watts=sum(p.power * k for p, k in used),
-                  ttft_s=max(c.estimate.ttft_s + (kv_s if c.phase == "prefill" else 0.0)
-                             for c in sol.pipelines if c.phase != "decode"),
-                  tpot_s=max(c.estimate.tpot_s for c in sol.pipelines if c.phase != "prefill"))
+                  ttft_s=max(c.estimate.ttft_s + (kv_s if c.phase == Phase.PREFILL else 0.0)
+                             for c in sol.pipelines if c.phase != Phase.DECODE),
+                  tpot_s=max(c.estimate.tpot_s for c in sol.pipelines if c.phase != Phase.PREFILL))
 
 
 def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution,

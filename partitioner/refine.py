@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetc.partitioner.stage_costs import Case, StageCosts
+from hetc.scheduling import Phase
 
 __all__ = ["Chain", "best_chain"]
 
@@ -71,7 +72,7 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
         tp_groups: whether stages may be tensor-parallel groups (never in pools).
         below: only bottlenecks up to this matter (a caller that knows a better chain).
     """
-    b, m = (n, 1) if phase == "prefill" else (batch, min(n, batch))
+    b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
     case = costs.case(phase, b, m)
     if case is None:
         return None, STEP

@@ -22,7 +22,7 @@ from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.units import Unit
-from hetc.scheduling import PREFILL_CHUNK
+from hetc.scheduling import PREFILL_CHUNK, Phase
 
 __all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "Round", "estimate_pipeline", "max_batch",
            "stage_time", "unit_round_costs"]
@@ -58,7 +58,7 @@ def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     tensor-parallel group, one all-reduce of the unit's output per unit holding weights."""
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
-        t += sum(allreduce_time(step.tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
+        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
     return t
 
 
@@ -75,10 +75,10 @@ class Round:
     chunk: float
 
     @staticmethod
-    def of(wl: Workload, batch: int, m: int, phase: str = "both") -> "Round":
+    def of(wl: Workload, batch: int, m: int, phase: Phase = Phase.BOTH) -> "Round":
         chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-        prompts = {"both": batch / wl.output_len, "decode": 0.0, "prefill": 1.0}[phase]
-        return Round(0 if phase == "prefill" else m, batch / m, prompts, chunks, wl.input_len / chunks)
+        prompts = {Phase.BOTH: batch / wl.output_len, Phase.DECODE: 0.0, Phase.PREFILL: 1.0}[phase]
+        return Round(0 if phase == Phase.PREFILL else m, batch / m, prompts, chunks, wl.input_len / chunks)
 
     def link_time(self, out_bytes_per_token: float, path: list) -> float:
         """Seconds a link is busy per round carrying the activations of `out_bytes_per_token`."""
@@ -124,21 +124,21 @@ class PipelineEstimate:
 
 
 def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool,
-                  phase: str = "both") -> StageMemory:
+                  phase: Phase = Phase.BOTH) -> StageMemory:
     logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
-    context = wl.input_len if phase == "prefill" else wl.context
+    context = wl.input_len if phase == Phase.PREFILL else wl.context
     return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
                         tp=sp.tp, logits_bytes_per_token=logits)
 
 
 def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload,
-                      batch: int, phase: str = "both") -> PipelineEstimate | None:
+                      batch: int, phase: Phase = Phase.BOTH) -> PipelineEstimate | None:
     """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory.
 
     Args:
-        phase: "both"; "decode" (no prefills); "prefill" (batch = prompts in flight, one per stage).
+        phase: BOTH; DECODE (no prefills); PREFILL (batch = prompts in flight, one per stage).
     """
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         batch = len(stages)
     m = max(1, min(len(stages), batch))
     b = batch / m
@@ -163,15 +163,15 @@ def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Clust
             ld = lp = 0.0
         ests.append(StageEstimate(dec, pre, ld, lp, mem))
     ttft = sum(e.prefill_s + e.link_prefill_s for e in ests)
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         per_prompt = max(max(e.prefill_s for e in ests), max(e.link_prefill_s for e in ests))
         return PipelineEstimate(batch, m, per_prompt, wl.output_len / per_prompt, ttft, ests)
-    prompts_per_round = batch / wl.output_len if phase == "both" else 0.0
+    prompts_per_round = batch / wl.output_len if phase == Phase.BOTH else 0.0
     busy = max(max(m * e.decode_s + prompts_per_round * e.prefill_s for e in ests),
                max(m * e.link_decode_s + prompts_per_round * e.link_prefill_s for e in ests))
     loop = sum(e.decode_s + e.link_decode_s for e in ests)
     round_s = max(busy, loop)
-    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft if phase == "both" else 0.0, ests)
+    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft if phase == Phase.BOTH else 0.0, ests)
 
 
 def max_batch(units: list[Unit], stages: list[StagePlan], wl: Workload, limit: int = 4096) -> int:

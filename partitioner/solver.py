@@ -35,13 +35,14 @@ from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
 from hetc.quantity import Kind, format_quantity
+from hetc.scheduling import Disaggregate, Objective, Phase
 
 __all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]
 
-PHASES = {"off": ("both",), "on": ("prefill", "decode"), "auto": ("both", "prefill", "decode")}
+PHASES = {Disaggregate.OFF: (Phase.BOTH,), Disaggregate.ON: (Phase.PREFILL, Phase.DECODE), Disaggregate.AUTO: tuple(Phase)}
 
-OBJECTIVES = {"throughput": ("max", "output tok/s"), "latency": ("min", "ms TPOT"),
-              "cost": ("min", "USD per M output tokens"), "energy": ("max", "output tokens per J")}
+OBJECTIVES = {Objective.THROUGHPUT: ("max", "output tok/s"), Objective.LATENCY: ("min", "ms TPOT"),
+              Objective.COST: ("min", "USD per M output tokens"), Objective.ENERGY: ("max", "output tokens per J")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class Candidate:
     estimate: PipelineEstimate
     first_device: list[int] = field(default_factory=list)  # per stage, replica 0's first device index
     template: str = ""
-    phase: str = "both"
+    phase: Phase = Phase.BOTH
 
 
 @dataclass(slots=True)
@@ -117,10 +118,10 @@ def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> 
     Args:
         feed_cap: per prefill candidate (index), the output tok/s its KV link can carry.
     """
-    both = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == "both")
-    decode = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == "decode")
+    both = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == Phase.BOTH)
+    decode = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == Phase.DECODE)
     feed = sum(min(c.estimate.output_tok_s, (feed_cap or {}).get(i, float("inf"))) * c.replicas
-               for i, c in enumerate(cands) if c.phase == "prefill")
+               for i, c in enumerate(cands) if c.phase == Phase.PREFILL)
     return both + min(decode, feed)
 
 
@@ -168,13 +169,13 @@ def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, ti
         if cap:  # milli-units, rounded against the plan: a rounded plan never exceeds the cap
             m.Add(sum(math.ceil(s[i] * 1000) * x for s, x in zip(spend, r)) <= math.floor(cap * 1000))
     rate = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
-    gain = [g if o.template.phase == "both" else 0 for o, g in zip(opts, rate)]
-    pools = {p: [j for j, o in enumerate(opts) if o.template.phase == p] for p in ("prefill", "decode")}
+    gain = [g if o.template.phase == Phase.BOTH else 0 for o, g in zip(opts, rate)]
+    pools = {p: [j for j, o in enumerate(opts) if o.template.phase == p] for p in (Phase.PREFILL, Phase.DECODE)}
     total = sum(g * x for g, x in zip(gain, r))
-    if pools["decode"]:  # decode pools give what prefill pools feed them, at most their own rate
-        fed = m.NewIntVar(0, sum(rate[j] * most[j] for j in pools["decode"]), "fed")
-        m.Add(fed <= sum(rate[j] * r[j] for j in pools["decode"]))
-        m.Add(fed <= sum(rate[j] * r[j] for j in pools["prefill"]))
+    if pools[Phase.DECODE]:  # decode pools give what prefill pools feed them, at most their own rate
+        fed = m.NewIntVar(0, sum(rate[j] * most[j] for j in pools[Phase.DECODE]), "fed")
+        m.Add(fed <= sum(rate[j] * r[j] for j in pools[Phase.DECODE]))
+        m.Add(fed <= sum(rate[j] * r[j] for j in pools[Phase.PREFILL]))
         total += fed
     if min_tok_s:
         m.Add(total >= round(min_tok_s * 1000))
@@ -237,9 +238,9 @@ def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Clu
     return cands, notes
 
 
-def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str = "throughput",
+def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objective = Objective.THROUGHPUT,
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          tp: str = "auto", disaggregate: str = "off", time_limit: float = 30.0, caps: Caps = Caps(),
+          tp: str = "auto", disaggregate: Disaggregate = Disaggregate.AUTO, time_limit: float = 30.0, caps: Caps = Caps(),
           progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
@@ -259,7 +260,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
-    phases = PHASES[disaggregate] if objective == "throughput" else ("both",)
+    phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
     bound = cell_bound(tables, kinds, cluster, max_stages, phases=phases,
                        budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD
@@ -285,8 +286,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
                 continue
             opts.append(_Option(t, f))
     if not opts:
-        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
-    if objective == "throughput":
+        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
+    if objective == Objective.THROUGHPUT:
         best_per_template: dict[str, _Option] = {}
         for o in opts:
             cur = best_per_template.get(o.template.label)
@@ -302,13 +303,13 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: str =
     if not picks:
         if caps.watts or caps.usd_h:
             raise Infeasible(_over_caps(opts, cluster, caps))
-        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, "both" not in phases))
+        raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     cands, more = _allocate(picks, units, cluster, wl)
     notes += more
     kv = _kv_transfers(units, cands, cluster, wl)
     tok_s = _tok_s(cands, _feed_caps(kv, wl))
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
-    status = "OPTIMAL" if objective == "throughput" and gap <= 1e-6 else "FEASIBLE"
+    status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
                     explored=len(templates), notes=notes, kv_transfers=kv)
 
@@ -320,7 +321,7 @@ def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, w
     out = []
     for i, c in enumerate(cands):
         for j, d in enumerate(cands):
-            if c.phase == "prefill" and d.phase == "decode":
+            if c.phase == Phase.PREFILL and d.phase == Phase.DECODE:
                 path = hops(cluster, c.stages[-1].node, d.stages[0].node)
                 out.append(KVRoute(i, j, per_token, path_name(path), transfer_time(wl.input_len * per_token, path)))
     return out
@@ -348,7 +349,7 @@ def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_
         need = 1 if not min_tok_s else -(-min_tok_s // o.found.estimate.output_tok_s)
         if need > most:
             continue
-        reps = int(need) if objective in ("cost", "energy") else most
+        reps = int(need) if objective in (Objective.COST, Objective.ENERGY) else most
         watts, usd_h = caps.spend(o.found.stages, cluster)
         sc = score(objective, o.found.estimate.output_tok_s, o.found.estimate.tpot_s, usd_h, watts)
         if best is None or sc > best:

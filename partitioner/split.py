@@ -19,7 +19,7 @@ from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
 
 __all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "MAX_BATCH"]
 
@@ -40,11 +40,11 @@ class Found:
 
 def score(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float = 1.0) -> float:
     """Larger is better for every objective."""
-    if objective == "throughput":
+    if objective == Objective.THROUGHPUT:
         return tok_s
-    if objective == "latency":
+    if objective == Objective.LATENCY:
         return -tpot_s
-    if objective == "energy":
+    if objective == Objective.ENERGY:
         return tok_s / watts  # tokens per joule
     return tok_s / usd_h  # cost: tokens per dollar
 
@@ -66,7 +66,7 @@ def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
 
 
 def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int, phase: str = "both", memo: dict | None = None) -> list[StagePlan] | None:
+                batch: int, phase: Phase = Phase.BOTH, memo: dict | None = None) -> list[StagePlan] | None:
     """Contiguous unit ranges over `chain` minimising the busiest stage at `batch` (for a
     prefill pool: per prompt, one prompt per stage in flight); None if none fits.
 
@@ -80,7 +80,7 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     n = len(chain)
     if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:
         return _all_splits(units, chain, cluster, wl, batch, phase)
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         batch = n
     memo = {} if memo is None else memo
     r = Round.of(wl, batch, max(1, min(n, batch)), phase)
@@ -133,7 +133,7 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     none): weights and KV split over tp, activations at their peak (tied weights counted per
     unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
     pointers, a running sum and a sliding-window max."""
-    blocks = math.ceil((wl.input_len if phase == "prefill" else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
     mem_of = [(u.param_bytes + batch * blocks * u.kv_bytes_per_token) / tp for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]
@@ -156,7 +156,7 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
 
 
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: str = "both",
+                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
                   memo: dict | None = None) -> list[Found]:
     """Every batch on the grid (powers of two) that fits, with its best split (a prefill
     pool has one option: a prompt per stage).
@@ -168,7 +168,7 @@ def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Wo
     split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
     out: list[Found] = []
     batch = 1
-    while batch <= (1 if phase == "prefill" else MAX_BATCH):
+    while batch <= (1 if phase == Phase.PREFILL else MAX_BATCH):
         stages = split(batch)
         est = estimate_pipeline(units, stages, cluster, wl, batch, phase) if stages else None
         if est is None:

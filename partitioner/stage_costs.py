@@ -23,6 +23,7 @@ from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.simulate import Round
 from hetc.partitioner.tables import Kind, Tables
+from hetc.scheduling import Phase
 
 __all__ = ["Case", "StageCosts", "SLACK"]
 
@@ -83,7 +84,7 @@ class StageCosts:
             fits = t.fits(kind, batch, phase)  # [i, k]
             ks = np.where(fits[:u], np.arange(u + 1)[None, :], 0).max(axis=1)
             jfit[g] = np.arange(u) + ks
-            if not ks.any() or (phase != "both" and kind.tp > 1):
+            if not ks.any() or (phase != Phase.BOTH and kind.tp > 1):
                 P[g] = INF
                 continue
             cost, over[g] = t.unit_costs(kind, m, batch, phase)

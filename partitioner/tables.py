@@ -22,7 +22,7 @@ import numpy as np
 from hetc.cluster import Cluster, Link, Node, Profile
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["Kind", "Tables", "kinds_of", "BATCH_GRID"]
 
@@ -97,7 +97,7 @@ class Tables:
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
         self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
 
-    def unit_costs(self, kind: Kind, m: int, batch: int, phase: str = "both") -> tuple[np.ndarray, float]:
+    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
         overhead per round, as simulate.estimate_pipeline counts them for `phase`."""
         key = (kind.name, kind.type_key, m, batch, phase)
@@ -106,14 +106,14 @@ class Tables:
             self._cost[key] = (np.array(cost), over)
         return self._cost[key]
 
-    def fits(self, kind: Kind, batch: int, phase: str = "both") -> np.ndarray:
+    def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:
         """fits[i, k]: whether units [i, i+k) fit one device of `kind` at `batch` (prefill
         pools: prompts in flight, KV for the prompt only)."""
         key = (kind.name, kind.type_key, batch, phase)
         if key not in self._feasible:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
             wl = self.wl
-            context = wl.input_len if phase == "prefill" else wl.context
+            context = wl.input_len if phase == Phase.PREFILL else wl.context
             blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
             step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
             amax_ik = amax[i, k]

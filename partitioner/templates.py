@@ -18,6 +18,7 @@ from hetc.cluster import Cluster, Node
 from hetc.partitioner.cell_bound import Pipeline
 from hetc.partitioner.split import Slot
 from hetc.partitioner.tables import Kind, type_key
+from hetc.scheduling import Phase
 
 __all__ = ["Template", "generate", "usage"]
 
@@ -28,7 +29,7 @@ SMALL = 4  # clusters with at most this many devices get every ordered chain as 
 class Template:
     label: str
     chain: tuple[Slot, ...]
-    phase: str = "both"  # or a disaggregated pool: "prefill" / "decode"
+    phase: Phase = Phase.BOTH  # or a disaggregated pool: "prefill" / "decode"
 
 
 def usage(t: Template) -> Counter:
@@ -46,26 +47,26 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
 
 
 def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max_stages: int,
-             phases: tuple[str, ...] = ("both",)) -> list[Template]:
+             phases: tuple[Phase, ...] = (Phase.BOTH,)) -> list[Template]:
     """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
     one-device-stage chains and the cell bound's pools)."""
     out: dict[tuple, Template] = {}
 
-    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: str = "both") -> None:
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH) -> None:
         key = (phase, *((type_key(s.node), s.tp) for s in chain))
         name = label or " → ".join(s.node.profile.name for s in chain)
-        out.setdefault(key, Template(name if phase == "both" else f"{phase}: {name}", chain, phase))
+        out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))
 
-    def add(parts: list[tuple[Kind, int]], phase: str = "both") -> None:
+    def add(parts: list[tuple[Kind, int]], phase: Phase = Phase.BOTH) -> None:
         parts = [(k, a) for k, a in parts if a > 0]
         if parts and sum(a for _, a in parts) <= max_stages:
             add_chain(_chain(parts), _label(parts), phase)
 
-    for phase in (p for p in phases if p != "both"):  # disaggregated pools, homogeneous
+    for phase in (p for p in phases if p != Phase.BOTH):  # disaggregated pools, homogeneous
         for k in (k for k in kinds if k.tp == 1):
             for a in range(1, k.groups + 1):
                 add([(k, a)], phase)
-    if "both" in phases:
+    if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
     for p in pipelines:  # the cell bound's pipelines, as chains of kinds
         add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase)

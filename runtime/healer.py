@@ -183,6 +183,7 @@ class Healer:
         h = self.units[unit]
         h.state, h.reason = UnitState.FAILED, why
         self.engine.down[unit] = why
+        self.engine.unit_gave_up(unit)
         self.log(f"pipeline unit {unit} stays down: {why}")
 
     def health(self) -> list[dict]:

@@ -29,6 +29,7 @@ class Transfer:
     dst: "LaneRunner"
     tokens: int  # KV positions sent: everything computed before the first sampled token
     src_blocks: list[int]
+    epoch: int = 0  # the pair's link epoch it travels on (kvlinks.py); -1: its prefill lane was down
     sent_bytes: float = 0.0
 
 

@@ -309,6 +309,7 @@ def serve(o: ServeOptions, log=print) -> int:
     from hetc.runtime.engine import Engine
     from hetc.runtime.groups import units
     from hetc.runtime.healer import Healer
+    from hetc.runtime.kvlinks import KvLinks, link_pairs
     from hetc.runtime.metrics import Metrics
     from hetc.runtime.scheduler import SchedulerConfig
     from hetc.runtime.server import ServerState, create_app
@@ -352,7 +353,9 @@ def serve(o: ServeOptions, log=print) -> int:
     pool = None
     try:
         pool, store, transports = start_workers(c, tmp.name)
-        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes))
+        links = KvLinks(store, c.lanes, on_ready=lambda pair: None, log=log) if link_pairs(c.lanes) else None
+        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes),
+                        links=links)
         healer = Healer(pool, store, engine, max_restarts=o.max_restarts, log=log,
                         other_hosts=tuple(range(1, c.rdzv.nnodes)))
         for lane in c.lanes:

@@ -33,6 +33,7 @@ def sample(logits: torch.Tensor, params: list[tuple[float, float, int, int]], po
             probs = srt.softmax(-1)
             # drop tokens once the mass before them reaches top_p (the top token always stays)
             drop = probs.cumsum(-1) - probs >= top_p
+            drop[0] = False  # a top_p below float32's smallest number compares as 0 and would drop it too
             row = row.scatter(0, idx[drop], float("-inf"))
         g = torch.Generator().manual_seed((seed * 1_000_003 + positions[i]) & 0x7FFF_FFFF_FFFF_FFFF)
         out[i] = int(torch.multinomial(row.softmax(-1), 1, generator=g))

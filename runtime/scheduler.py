@@ -320,6 +320,23 @@ class Scheduler:
         self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, time.perf_counter())
         return out
 
+    def evict(self, seq: Sequence) -> None:
+        """Take `seq` out with its KV freed, to be recomputed by another lane (a decode pool died, or
+        the prompt's KV did not arrive)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status, seq.in_flight, seq.samples_in_flight = SeqStatus.WAITING, 0, False
+
+    def evict_all(self) -> list[Sequence]:
+        """`evict` every sequence this scheduler holds; returns them."""
+        seqs = [*self.running, *self.waiting]
+        for s in seqs:
+            self.evict(s)
+        return seqs
+
     def fail_all(self) -> list[Sequence]:
         """Finish every sequence with an error (a dead stage); returns them."""
         seqs = [*self.running, *self.waiting, *self.handoffs]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hetc.errors import BadInput
 from hetc.plan import Plan
+from hetc.scheduling import Phase
 
 __all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "kv_blocks", "tp_groups",
            "worker_of_device", "workers"]
@@ -77,14 +78,14 @@ class Lane:
     replica: int
     batch: int  # the plan's sequences in flight for this pipeline
     stages: tuple[StageSpec, ...]
-    phase: str = "both"  # both | prefill | decode
+    phase: Phase = Phase.BOTH
     targets: tuple[int, ...] = ()  # a prefill lane: the decode lanes its KV may go to
 
     @property
     def lookahead(self) -> bool:
         """Its scheduler sends decode steps before their input token is back (a prefill
         pool's sequences leave after their first token: nothing to look ahead for)."""
-        return self.phase != "prefill"
+        return self.phase != Phase.PREFILL
 
 
 def attention_owners(lane: Lane, kinds: list[tuple[str, int]]) -> dict[int, int]:
@@ -108,13 +109,13 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
     pipeline its `kv_transfer` entries name (any decode lane when the plan names none).
     """
     phases = {p.phase for p in plan.pipelines}
-    if phases & {"prefill", "decode"}:
-        if not {"prefill", "decode"} <= phases:
+    if phases & {Phase.PREFILL, Phase.DECODE}:
+        if not {Phase.PREFILL, Phase.DECODE} <= phases:
             raise BadInput(f"the plan has {' and '.join(sorted(phases))} pipelines; a disaggregated plan needs "
                            "both a prefill and a decode pool.", file=file, field="pipelines",
                            fix="regenerate the plan with `hetc plan`.")
         for p in plan.pipelines:
-            if p.phase != "both" and any(s.tp != 1 for s in p.stages):
+            if p.phase != Phase.BOTH and any(s.tp != 1 for s in p.stages):
                 raise BadInput(f"pipeline {p.id} ({p.phase} pool) has a tensor-parallel stage; this version of "
                                "`hetc serve` moves KV between pools of tp=1 stages only.", file=file,
                                field=f"pipelines.{p.id}", fix="plan with `--tp 1`.")
@@ -145,10 +146,10 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                     kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
                     predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
             lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs), p.phase))
-    decode = [l for l in lanes if l.phase == "decode"]
+    decode = [l for l in lanes if l.phase == Phase.DECODE]
     out = []
     for l in lanes:
-        if l.phase == "prefill":
+        if l.phase == Phase.PREFILL:
             named = {t.to_pipeline for t in plan.kv_transfer if t.from_pipeline == l.pipeline}
             targets = tuple(d.id for d in decode if not named or d.pipeline in named)
             if not targets:

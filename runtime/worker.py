@@ -106,39 +106,48 @@ def build_stage(cfg: WorkerConfig, device: str):
     return w, model, backend, lanes
 
 
-def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, transport) -> float:
+def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -> float:
     """A prompt's KV between pools: TRANSFER_OUT sends each attention layer this stage holds to
     the worker of the decode lane holding the same layer; TRANSFER_IN receives each of its
     layers from the prefill lane's worker. Both walk their layers in ascending order, so the
-    messages of any pair of workers match. Returns the bytes sent (0 when receiving).
+    messages of any pair of workers match. Returns the bytes sent (0 when receiving), or -1
+    when the transfer failed: the pair's link is of another epoch than the transfer's, or broke
+    (a member died) — the frontend then recomputes the sequence on a prefill lane.
 
     Args:
         owners: lane id → layer → rank holding that layer's attention.
         sends: outstanding isends (their buffers must live until done).
-        transport: the unit's GlooTransport (both pools are in one unit).
+        links: this worker's kvlinks.LinkTable.
     """
     from hetc.scheduling import KV_BLOCK_TOKENS
     from hetc.runtime.transport import Kind
 
-    other, n, *blocks = msg.meta.tolist()
+    other, epoch, n, *blocks = msg.meta.tolist()
+    link = links.get(other, epoch)
+    if link is None:
+        return -1.0
     pos = torch.arange(n)
     slots = torch.tensor(blocks, dtype=torch.long)[pos // KV_BLOCK_TOKENS] * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS
     sent = 0
-    for layer in sorted(model.kv.k):
-        peer = owners[other][layer]
-        if msg.kind is Kind.TRANSFER_OUT:
-            buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh]
-            sends.append((transport.isend_tensor(buf, peer), buf))
-            sent += buf.numel() * buf.element_size()
-        else:
-            buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
-            transport.recv_tensor(buf, peer)
-            model.kv.write(layer, slots, buf)
+    try:
+        for layer in sorted(model.kv.k):
+            peer = owners[other][layer]
+            if msg.kind is Kind.TRANSFER_OUT:
+                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh], whatever the pool's layout
+                sends.append((link.isend_tensor(buf, peer), buf))
+                sent += buf.numel() * buf.element_size()
+            else:
+                buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
+                link.recv_tensor(buf, peer)
+                model.kv.write(layer, slots, buf)
+    except Exception:  # noqa: BLE001 — a peer of the link died: this pipeline goes on
+        links.broken(other, epoch)
+        return -1.0
     return float(sent)
 
 
 def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
-                owners: dict | None = None) -> None:
+                owners: dict | None = None, links=None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
@@ -149,6 +158,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         timeout_s: the longest wait for a looked-ahead step's token (the job's timeout).
         group: the stage's tensor-parallel process group (None when tp = 1).
         owners: lane id → layer → rank holding its attention (KV moves between pools).
+        links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.sampler import sample
@@ -205,7 +215,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             msg.times[spec.index] = time.perf_counter() - t0
             tp.send(reply, spec.next_rank)
         elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
-            msg.times[spec.index] = move_kv(model, msg, owners, sends, tp)
+            msg.times[spec.index] = move_kv(model, msg, owners, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
@@ -218,7 +228,10 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 if feed_in is not None:
                     feed_in.join(timeout_s)
                 for wk, _ in sends:
-                    tp.wait(wk)
+                    try:
+                        tp.wait(wk)
+                    except Exception:  # noqa: BLE001 — its link's peer died: that transfer already failed
+                        pass
                 return
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
@@ -253,8 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
+        from hetc.runtime.kvlinks import LinkTable
         from hetc.stage import EXECUTORS
 
+        # before READY: epochs the frontend opens from then on are this worker's to join
+        links = LinkTable(store, lanes, spec.lane, w.rank, cfg.timeout_s, cfg.bind)
         executor = EXECUTORS.index(getattr(model, "executor", "torch"))
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes, executor], dtype=torch.long)
@@ -263,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
         serve_stage(w, model, backend, lane, tp, cfg.timeout_s, model.tp_group,
-                    0 if cfg.emulate else w.device_index, owners)
+                    0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code; the log says why

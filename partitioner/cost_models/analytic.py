@@ -14,6 +14,11 @@ context (GQA-aware: the K/V bytes are the cache's, before any head expansion). A
 its tokens touch, and each touched expert runs a GEMM of its share of the rows. Every
 efficiency and overhead comes from the profile (with its source), none from code.
 
+A step may be mixed (`Step.mixed`): decode sequences and prompt chunks in one batch, as the
+schedulers of vLLM, SGLang, TensorRT-LLM and hetc's runtime form them (chunked prefill). Its
+token-wise ops run over every row at once (a GEMM streams its weights once for both parts),
+its attention costs each part at its own query length and context, and each kernel launches once.
+
 The per-step host overhead (`step_overhead`) is added by the caller once per step, and the
 all-reduce of a tensor-parallel group by the caller too (it needs the node's link).
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from hetc.cluster import Profile
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
 from hetc.partitioner.op_records import OpRecord
+from hetc.partitioner.terms import Terms
 from hetc.partitioner.units import Unit
 
 __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
@@ -38,18 +44,55 @@ _MEMO_LIMIT = 200_000  # cached unit times per parameter set before the cache is
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One engine step of a stage.
+    """One engine step of a stage: `seqs` sequences of tokens/seqs new tokens each, attending
+    to a mean context of `ctx`, and optionally a prefill part batched into the same step
+    (chunked prefill: the scheduler mixes prompt chunks with decode tokens, so the matmuls run
+    over every row with their weights streamed once, and attention runs per part).
 
     Args:
         tokens: new tokens processed (prefill chunk length × sequences, or decode batch).
         seqs: sequences in the step.
         ctx: mean context length each new token attends to (for prefill of a fresh prompt
             of T tokens with causal attention this is ≈ T/2).
+        prefill: a mixed step's prompt chunks (their tokens, sequences and token-weighted mean
+            context); None for a step of one kind.
     """
 
     tokens: float
     seqs: float
     ctx: float
+    prefill: Step | None = None
+
+    def __post_init__(self) -> None:
+        if self.prefill is not None and self.prefill.prefill is not None:
+            raise ValueError("a mixed step has one prefill part")
+
+    @staticmethod
+    def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float,
+              prefill_ctx: float) -> Step:
+        """A step of `decode_seqs` one-token sequences plus `prefill_seqs` prompt chunks of
+        `prefill_tokens` tokens together (either side may be empty)."""
+        if not prefill_tokens:
+            return Step(decode_seqs, decode_seqs, decode_ctx)
+        part = Step(prefill_tokens, prefill_seqs, prefill_ctx)
+        return Step(decode_seqs, decode_seqs, decode_ctx, part) if decode_seqs else part
+
+    @property
+    def parts(self) -> tuple[Step, ...]:
+        """The step's parts of one kind each (itself when it is not mixed)."""
+        if self.prefill is None:
+            return (self,)
+        return (Step(self.tokens, self.seqs, self.ctx), self.prefill)
+
+    @property
+    def total_tokens(self) -> float:
+        """Rows every token-wise op (matmuls, element-wise, norms) processes."""
+        return self.tokens + (self.prefill.tokens if self.prefill is not None else 0.0)
+
+
+def _at(terms: Terms, step: Step) -> float:
+    """`terms` over every part of `step` (the constant once)."""
+    return terms.const + sum(terms.per_token * p.tokens + terms.per_token_ctx * p.tokens * p.ctx for p in step.parts)
 
 
 def compute_dtype(profile: Profile, dtype: str) -> str:
@@ -129,13 +172,16 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
         step: the engine step.
         kv_bytes_per_token: attention only: K+V bytes per context token at the KV-cache dtype.
     """
-    t, ctx, tp = step.tokens, step.ctx, cp.tp
+    tp = cp.tp
     if op.kind == "noop":
         return 0.0
-    act = op.act_bytes.at(t, ctx) / tp
+    if op.kind == "attention":  # one kernel over every part, each part at its own query length and context
+        return sum(_attention_time(op, cp, part, kv_bytes_per_token) for part in step.parts)
+    t = step.total_tokens
+    act = _at(op.act_bytes, step) / tp
     stream = cp.bandwidth * cp.eff_memory
     if op.kind in ("matmul", "conv", "moe"):
-        flops = op.flops.at(t, ctx) / tp
+        flops = _at(op.flops, step) / tp
         weights = op.weight_bytes / tp
         rows = op.rows(t)
         if op.kind == "moe" and op.experts:
@@ -144,12 +190,6 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
             rows = max(t * op.top_k / (op.experts * share), 1.0)  # rows per touched expert
         e = cp.matmul(rows, op.nk / tp) if cp.matmul and op.nk > 0 else cp.eff_matmul
         return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
-    if op.kind == "attention":
-        flops = op.flops.at(t, ctx) / tp
-        q = t / max(step.seqs, 1.0)  # query tokens per sequence: 1 in decode
-        e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
-        kv = kv_bytes_per_token * step.seqs * ctx / tp
-        return _combine(flops / (cp.peak * e), (kv + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
     if op.kind == "gather" and cp.gather:  # one random row per token: its size sets how well it streams
@@ -157,8 +197,20 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
     else:
         curve = cp.memory_ops.get(op.op) or cp.memory_kinds.get(op.kind) or cp.memory
         e = curve(nbytes) if curve else cp.eff_memory
-    compute = op.other_flops.at(t, ctx) / tp / (cp.peak * cp.eff_matmul)
+    compute = _at(op.other_flops, step) / tp / (cp.peak * cp.eff_matmul)
     return _combine(compute, nbytes / (cp.bandwidth * e), cp.overlap)
+
+
+def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token: float) -> float:
+    """Attention of one part of a step: K/V of every sequence's context streamed, at the
+    efficiency of its query tokens per sequence (1 in decode) and context."""
+    t, ctx, tp = part.tokens, part.ctx, cp.tp
+    act = op.act_bytes.at(t, ctx) / tp
+    flops = op.flops.at(t, ctx) / tp
+    q = t / max(part.seqs, 1.0)
+    e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
+    kv = kv_bytes_per_token * part.seqs * ctx / tp
+    return _combine(flops / (cp.peak * e), (kv + act) / (cp.bandwidth * cp.eff_memory), cp.overlap)
 
 
 def unit_time(u: Unit, cp: CostParams, step: Step) -> float:

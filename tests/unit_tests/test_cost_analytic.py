@@ -203,3 +203,30 @@ def test_a_profile_with_curves_travels_inside_plan_json():
     assert units_time([matmul_unit()], back, step, dtype="bf16", kv_dtype="bf16") == \
         pytest.approx(units_time([matmul_unit()], p, step, dtype="bf16", kv_dtype="bf16"))
     assert analytic.compute_dtype(back, "fp8") == "bf16"
+
+
+def test_a_mixed_step_streams_weights_once_and_attends_per_part(tiny):
+    """Chunked prefill: prompt chunks batched into a decode step share its matmuls (weights read
+    once, rows added) and its kernels' launches; attention is each part's own."""
+    p = prof()
+    decode, prefill = Step(16, 16, 900), Step(256, 2, 300)
+    mixed = Step.mixed(16, 900, 256, 2, 300)
+    assert mixed.parts == (decode, prefill) and mixed.total_tokens == 272
+    assert Step.mixed(16, 900, 0, 0, 0) == decode and Step.mixed(0, 0, 256, 2, 300) == prefill
+    # a weight-streaming GEMM: the prefill rows ride along almost free; one launch
+    mm = matmul_unit(kernels=1)
+    assert t_of(mm, p, mixed) == pytest.approx(t_of(mm, p, Step(272, 18, 0)))
+    assert t_of(mm, p, mixed) < 0.6 * (t_of(mm, p, decode) + t_of(mm, p, prefill))
+    # attention: exactly the two parts' own times
+    cp = cost_params(p, "bf16")
+    kv = 4096.0
+    for u in tiny.units:
+        for op in u.op_records:
+            if op.kind == "attention":
+                assert op_time(op, cp, mixed, kv) == pytest.approx(op_time(op, cp, decode, kv) + op_time(op, cp, prefill, kv))
+    # a whole layer: cheaper than two steps (launches and weights once), dearer than either alone
+    for u in tiny.units:
+        both = t_of(u, p, decode) + t_of(u, p, prefill)
+        assert max(t_of(u, p, decode), t_of(u, p, prefill)) <= t_of(u, p, mixed) < both
+    with pytest.raises(ValueError):
+        Step(1, 1, 1, Step(1, 1, 1, Step(1, 1, 1)))

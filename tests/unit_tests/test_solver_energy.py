@@ -92,9 +92,9 @@ def test_power_budget_matches_brute_force(tmp_path, tiny, budget):
     want = max((v for s, v in sets.items() if _watts(devices, s) <= budget), default=0.0)
     if want == 0.0:
         with pytest.raises(Infeasible, match="cap"):
-            solve(tiny.units, cluster, WL, tp="1", caps=Caps(watts=budget))
+            solve(tiny.units, cluster, WL, tp="1", disaggregate="off", caps=Caps(watts=budget))
         return
-    sol = solve(tiny.units, cluster, WL, tp="1", caps=Caps(watts=budget))
+    sol = solve(tiny.units, cluster, WL, tp="1", disaggregate="off", caps=Caps(watts=budget))
     watts = sum(sp.node.profile.power * sp.tp * c.replicas for c in sol.pipelines for sp in c.stages)
     assert watts <= budget
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
@@ -103,5 +103,5 @@ def test_power_budget_matches_brute_force(tmp_path, tiny, budget):
 
 def test_price_cap_is_kept(tmp_path, tiny):
     cluster = _cluster(tmp_path)  # both test profiles cost 1 USD/h
-    sol = solve(tiny.units, cluster, WL, tp="1", caps=Caps(usd_h=2.0))
+    sol = solve(tiny.units, cluster, WL, tp="1", disaggregate="off", caps=Caps(usd_h=2.0))
     assert sum(sp.tp * c.replicas for c in sol.pipelines for sp in c.stages) <= 2

@@ -57,7 +57,7 @@ def test_solver_matches_brute_force(tmp_path, tiny, a_memory, b_memory):
     wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
     want = brute_force(tiny.units, cluster, wl)
     assert want > 0
-    sol = solve(tiny.units, cluster, wl, tp="1")
+    sol = solve(tiny.units, cluster, wl, tp="1", disaggregate="off")
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
     assert sol.bound >= want * (1 - 1e-9)
 
@@ -67,7 +67,7 @@ def test_every_baseline_suboptimal_and_solver_optimal(tmp_path, tiny):
     cluster = _cluster(tmp_path, "0.6 MB", "2 MB")
     wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
     want = brute_force(tiny.units, cluster, wl)
-    sol = solve(tiny.units, cluster, wl, tp="1")
+    sol = solve(tiny.units, cluster, wl, tp="1", disaggregate="off")
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
     for name, b in run_baselines(tiny.units, cluster, wl, "throughput").items():
         assert b["output_tok_s"] < want * 0.999, name
@@ -76,6 +76,6 @@ def test_every_baseline_suboptimal_and_solver_optimal(tmp_path, tiny):
 def test_bound_is_above_every_plan_the_solver_sees(tmp_path, tiny):
     cluster = _cluster(tmp_path, "1 MB", "3 MB", a_count=3)
     wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-    sol = solve(tiny.units, cluster, wl)
+    sol = solve(tiny.units, cluster, wl, disaggregate="off")
     assert sol.bound >= sol.output_tok_s * (1 - 1e-9)
     assert math.isfinite(sol.bound)
