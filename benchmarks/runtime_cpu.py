@@ -2,6 +2,7 @@
 
     python benchmarks/runtime_cpu.py [--quick] [--profile out/profile-cpu.yaml]
     python benchmarks/runtime_cpu.py --engine-vs-hf 8,16,128 [--runs 5]   (item 2 alone, per batch)
+    python benchmarks/runtime_cpu.py --predicted 8,16 [--runs 3]   (item 4 alone: 1 stage, the profile's threads)
 
 A Llama-shaped model (hidden 768, 12 layers, vocab 32000: 124M parameters, fp32,
 random weights saved as safetensors) served with `hetc serve --emulate`. Every plan comes
@@ -415,6 +416,34 @@ def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], pro
         print(f"| {b} | {e:.1f} | {h:.1f} | **{ratio:.2f}** | {', '.join(f'{x:.2f}' for x in per)} | {other:.0%} |")
 
 
+def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
+                          runs: int) -> None:
+    """Item 4 alone: at each batch, the planner's 1-stage plan from `profile` served on one device with
+    the profile's threads; its measured mean decode step (the workers' own timing, /metrics) against
+    the plan's predicted_ms, over `runs` offline rounds."""
+    threads = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("threads") or 1
+    executor = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("executor") or "torch"
+    print(f"profile {profile} (executor {executor}, {threads} thread(s)); prompt {prompt} → {output} tokens", flush=True)
+    rows = []
+    for batch in batches:
+        plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
+        pred = predicted_decode(plan)["0.0"]
+        with Server(plan, model, threads=threads, max_seqs=batch) as srv:
+            steps = []
+            for i in range(runs):
+                (_, _, st), other, _ = quiet_run(f"b{batch} round {i + 1}", lambda b=batch: offline(srv, b, prompt,
+                                                                                                     output))
+                steps.append(st["0.0"][0] / st["0.0"][1])
+                print(f"batch {batch} round {i + 1}: decode step {steps[-1] * 1e3:.1f} ms (predicted {pred * 1e3:.1f}); "
+                      f"other processes {other:.0%}, load {os.getloadavg()[0]:.2f}", flush=True)
+        m = statistics.median(steps)
+        rows.append((batch, pred, m))
+    print("| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted |\n"
+          "|---:|---:|---:|---:|")
+    for b, p, m in rows:
+        print(f"| {b} | {p * 1e3:.1f} | {m * 1e3:.1f} | **{m / p:.2f}** |")
+
+
 def main() -> None:
     global QUIET
     ap = argparse.ArgumentParser()
@@ -426,6 +455,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
     ap.add_argument("--engine-vs-hf", default="", help="comma-separated batches: only the engine vs HF generate")
+    ap.add_argument("--predicted", default="", help="comma-separated batches: only predicted vs measured stage steps")
     ap.add_argument("--max-busy", type=float, default=QUIET,
                     help="measure only while other processes use at most this share of the host (1: no waiting)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
@@ -442,6 +472,10 @@ def main() -> None:
     profile = ensure_profile(Path(a.profile))
     if a.engine_vs_hf:
         engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs)
+        return
+    if a.predicted:
+        predicted_vs_measured(model, work, profile, [int(b) for b in a.predicted.split(",")], a.prompt, a.output,
+                              a.runs)
         return
     p1, p2, pf = plans(model, work, profile, a.batch, a.prompt, a.output)
     print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "

@@ -45,6 +45,25 @@ SCHEMA = "hetc.compile/1"
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 3e-2), torch.float16: (0.0, 5e-3)}
 
 
+# what a plan's dtype becomes in each toolchain ({w}: the stage's compute dtype: fp8 plans are lowered
+# with bf16 weights and math, as the runtime computes them — no toolchain here takes fp8 weights yet)
+_PRECISION = {
+    "openvino": "weights at {w} in the IR's .bin; the CPU plugin computes f32 (pinned: INFERENCE_PRECISION_HINT "
+                "f32), the GPU plugin at its own default (f16)",
+    "onnx": "weights and math at {w}; ONNX Runtime's CPU provider has no bf16 kernels, its GPU providers do",
+    "iree": "weights and math at {w} for the GPU target; the llvm-cpu twin emulates bf16 math where the CPU lacks it",
+    "inductor": "weights and math at {w} (Triton on the GPU, C++ on the CPU twin)",
+    "hpu": "weights and math at {w} on the HPU bridge",
+}
+
+
+def precision_note(toolchain_name: str, plan_dtype: str) -> str:
+    """What a plan of `plan_dtype` becomes in `toolchain_name` (a manifest line)."""
+    w = {"fp8": "bf16"}.get(plan_dtype, plan_dtype)
+    head = "an fp8 plan is lowered at bf16 (fp8 weights computed in bf16); " if plan_dtype == "fp8" else ""
+    return head + _PRECISION[toolchain_name].format(w=w)
+
+
 @dataclass(kw_only=True, slots=True)
 class CompileOptions:
     plan: str
@@ -105,7 +124,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 stem = f"p{p.id}s{s}"
                 say(f"stage {stem}: exporting units {st.units[0]}–{st.units[1]}")
                 stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                             weights, out, o.check, say, o.only))
+                                             weights, out, o.check, say, o.only, plan.model.dtype))
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "plan": str(Path(o.plan).resolve()), "graph_hash": plan.model.graph_hash, "model": model_ref,
@@ -124,7 +143,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
 
 
 def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
-                   say: Callable[[str], None], only: tuple[str, ...]) -> dict:
+                   say: Callable[[str], None], only: tuple[str, ...], plan_dtype: str) -> dict:
     target = profile.compile_target
     forms: dict[AttentionForm, _Form] = {}
 
@@ -158,6 +177,7 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
                      f.eager, dtype, kv_dtype, weights, f.weight_names)
         if f.signature.form is not AttentionForm.GATHER:
             doc["signature"] = f.signature.to_json()
+        doc["precision"] = precision_note(name, plan_dtype)
         entry["artifacts"].append(doc)
     return entry
 

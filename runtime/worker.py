@@ -133,7 +133,7 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -
         for layer in sorted(model.kv.k):
             peer = owners[other][layer]
             if msg.kind is Kind.TRANSFER_OUT:
-                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh]
+                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh], whatever the pool's layout
                 sends.append((link.isend_tensor(buf, peer), buf))
                 sent += buf.numel() * buf.element_size()
             else:
