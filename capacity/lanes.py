@@ -26,12 +26,13 @@ from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["Overheads", "SimLane", "SimStage", "lanes_of", "step_of"]
 
+
 @dataclass(frozen=True, slots=True)
 class Overheads:
     """The serving work around the pipeline's steps, modelled explicitly (all in seconds).
 
     - message: the frontend's step message to the first stage and the result back, each one hop
-      over the stage device's `host_link` (profile: latency + bytes / bandwidth);
+      over the stage device's `host_link` (the profile's latency: the messages are token ids);
     - sample_per_row: the last stage picks each sampled row's token from its logits (one fp32
       pass over the vocabulary at the profile's memory bandwidth × `efficiency.memory`);
     - the stage's own per-step host work is in its step time (profile `step_overhead`), its
