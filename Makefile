@@ -23,7 +23,7 @@ run: setup
 
 # Lint the whole repo; the formatter only where a file is kept formatted (add files as they are);
 # type-check the contracts in hetc/.
-FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py
+FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py tests/unit_tests/test_simulate_steps.py
 
 test: setup
 	$(VENV)/bin/ruff check .
