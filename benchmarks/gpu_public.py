@@ -1,22 +1,21 @@
 """hetc's GPU predictions against public measured throughput of other engines.
 
-For each public figure below (engine, devices, model, dtype, input/output lengths, the
-metric it reports, where it came from), run `hetc plan` on the same devices and workload
-and print the matching predicted figure beside it: a markdown table with pred/public − 1,
-then the median |error|. Every public figure is output tokens/s of the whole system
-(all its GPUs together), which is what `predicted.output_tok_s` is.
+For each public figure below (engine, devices, model, dtype, input/output lengths, where it
+came from), run hetc twice on the same devices and workload:
+- at the public run's own configuration: `hetc plan --placement SPEC [--batch N]` (one pipeline,
+  one tensor-parallel group of the devices the run used, the run's batch where the source
+  states it or the engine's cap on running sequences, else the best batch that fits);
+- as `hetc plan` would run it (its own choice of parallelism, pools and batch).
+It prints a markdown table with pred/public − 1, then the median |error| over the figures held
+to the target (gathered after the cost model was frozen), overall and per vendor, with the
+figures of the first comparison (gathered before) reported beside. Every public figure is output
+tokens per second of the whole system, all its devices together (`predicted.output_tok_s`).
 
-`hetc plan` chooses its own parallelism and batch (the best that fits), which need not be
-the public run's. So two more columns run hetc's cost model, unchanged, in the public run's
-configuration (one pipeline, one tensor-parallel group of all the devices, the public batch
-where the source states it, else the largest that fits): once as frozen, once with the
-profile's per-kernel `launch_overhead` set to 0 — a diagnostic of how much of the error
-that one term explains for engines that replay CUDA/HPU graphs, not a correction.
+The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
+any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
+since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
-The profiles were frozen at FROZEN before any public figure was looked at; the script
-prints the current commit of hardware_profiles/ and says so if it has moved since.
-
-Usage: python benchmarks/gpu_public.py [--only CASE]
+Usage: python benchmarks/gpu_public.py [--only NAME] [--no-plan]
 """
 
 from __future__ import annotations
@@ -27,13 +26,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "4a6e0e36af7edb92081426d504c7ab40e67dd667"  # `git log -1 --format=%H -- hardware_profiles` before comparing
+FROZEN = "11b21d73de232c2e5dae1768ec76ff18e0294993"  # the cost-model commit, made before any held figure was looked at
+# what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
+FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
+                "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
+                "partitioner/fusion.py", "partitioner/op_records.py", "partitioner/units.py", "partitioner/graph.py",
+                "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
 
 SOURCES = {
     "trt17": "TensorRT-LLM v0.17 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
@@ -49,104 +52,117 @@ SOURCES = {
            "default max_num_seqs assumed (the post's batch-256 latency run gives 1,846 tok/s at 128/128)",
 }
 
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One public figure and the configuration it was measured at."""
+
+    name: str
+    cluster: str  # benchmarks/public_gpu/<cluster>.yaml: one node of the run's devices
+    model: str  # a catalog name (hardware_profiles/models)
+    dtype: str
+    isl: int
+    osl: int
+    public: float  # output tok/s of the whole system
+    source: str  # a SOURCES key
+    vendor: str  # nvidia | amd | intel
+    placement: str  # the run's parallelism as a --placement SPEC
+    batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
+    held: bool  # gathered after the freeze: held to the target
+    note: str = ""
+
+
 CASES = [
-    # case, cluster, model, dtype, input, output, public output tok/s, source, public run (TP = all devices;
-    # batch if the source fixed one: None = the largest that fits)
-    ("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "TP1", None),
-    ("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "TP1", None),
-    ("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "TP1", None),
-    ("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "TP1", None),
-    ("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "TP1", None),
-    ("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "TP1, FP16", None),
-    ("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "TP1", None),
-    ("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "TP2", None),
-    ("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "batch 289", 289),
-    ("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "batch 155", 155),
-    ("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "TP8, batch ≤ 256 ⚠", 256),
-    ("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "TP8, batch ≤ 256 ⚠", 256),
+    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, False),
+    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, False),
+    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, False),
+    Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None,
+         False, "FP16"),
+    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, False),
+    Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None,
+         False),
+    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, False),
+    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, False),
+    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, False,
+         "batch ≤ 256 ⚠"),
+    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, False,
+         "batch ≤ 256 ⚠"),
 ]
 
 
-def profiles_commit() -> tuple[str, bool]:
-    """Last commit touching hardware_profiles/, and whether the working tree differs from it."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "log", "-1", "--format=%H", "--", "hardware_profiles"],
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "hardware_profiles"],
-                           capture_output=True, text=True).stdout.strip()
-    return head, bool(dirty)
+def frozen_state() -> str:
+    """Whether the frozen paths still match FROZEN (working tree included)."""
+    moved = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", FROZEN, "--", *FROZEN_PATHS]).returncode
+    return "unchanged" if moved == 0 else "CHANGED since the freeze"
 
 
-def plan(cluster: str, model: str, dtype: str, isl: int, osl: int) -> dict:
+def plan(case: Case, *extra: str) -> dict:
+    """`hetc plan` of the case's cluster and workload (with `extra` flags), as plan.json."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{cluster}.yaml", model,
-                        "--dtype", dtype, "--input-len", str(isl), "--output-len", str(osl), "-o", f.name],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{case.cluster}.yaml",
+                        case.model, "--dtype", case.dtype, "--input-len", str(case.isl), "--output-len", str(case.osl),
+                        "-o", f.name, *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.load(open(f.name))
 
 
-@cache
-def units(model: str, dtype: str):
-    from hetc.partitioner.capture import capture
-    return capture(model, dtype=dtype)
-
-
-def same_config(cluster: str, model: str, dtype: str, isl: int, osl: int, batch: int | None) -> tuple[float, float]:
-    """Output tok/s of the cost model in the public run's configuration: as frozen, and with
-    launch_overhead 0 (in-memory copy of the profile; the YAML is untouched)."""
-    from hetc.cluster import load_cluster
-    from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline, max_batch
-    m = units(model, dtype)
-    wl = Workload(isl, osl, dtype, m.kv_dtype)
-    cl = load_cluster(str(ROOT / CLUSTERS / f"{cluster}.yaml"))
-    out = []
-    for no_launch in (False, True):
-        node = cl.nodes[0]
-        if no_launch:
-            node = replace(node, profile=node.profile.model_copy(update={"launch_overhead": 0.0}))
-        stages = [StagePlan(node, 0, len(m.units) - 1, node.count)]
-        est = estimate_pipeline(m.units, stages, replace(cl, nodes=[node]), wl, batch or max_batch(m.units, stages, wl))
-        out.append(est.output_tok_s if est else float("nan"))
-    return out[0], out[1]
+def at_public_config(case: Case) -> dict:
+    return plan(case, "--placement", case.placement, *(("--batch", str(case.batch)) if case.batch else ()))
 
 
 def shape(p: dict) -> str:
-    """The plan in brief: replicas × (stages × TP), batch per pipeline."""
-    return ", ".join(f"{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}] b{pl['batch']}"
-                     for pl in p["pipelines"])
+    """The plan in brief: replicas × (stages × TP), batch per pipeline (pools marked P / D)."""
+    mark = {"prefill": "P ", "decode": "D "}
+    return ", ".join(f"{mark.get(pl['phase'], '')}{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}]"
+                     f" b{pl['batch']}" for pl in p["pipelines"])
+
+
+def medians(errs: list[tuple[Case, float]]) -> str:
+    if not errs:
+        return "no figures"
+    e = [x for _, x in errs]
+    return (f"median |pred/public − 1| = {statistics.median(abs(x) for x in e):.1%} over {len(e)} "
+            f"(signed {statistics.median(e):+.1%}, range {min(e):+.0%} … {max(e):+.0%})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="one case by name")
+    ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     a = ap.parse_args()
-    head, dirty = profiles_commit()
-    print(f"profiles frozen at {FROZEN[:12]}; hardware_profiles/ now at {head[:12]}"
-          + (" (same)" if head == FROZEN and not dirty else " — CHANGED since the freeze" + (" (uncommitted edits)" if dirty else "")))
-    print()
-    cols = ("case", "public out tok/s", "hetc plan out tok/s", "pred/public − 1", "hetc plan", "public run",
-            "hetc at public config", "−1", "same, launch 0", "−1", "source")
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
+    cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1",
+            "hetc plan's choice", "held", "source")
     print("| " + " | ".join(cols) + " |")
-    print("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|")
-    errs: dict[str, list[float]] = {"hetc plan": [], "hetc at public config": [], "same, launch_overhead 0": []}
-    for name, cluster, model, dtype, isl, osl, public, src, note, batch in CASES:
-        if a.only and a.only != name:
+    print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
+    at: list[tuple[Case, float]] = []
+    own: list[tuple[Case, float]] = []
+    for c in CASES:
+        if a.only and a.only != c.name:
             continue
-        p = plan(cluster, model, dtype, isl, osl)
-        pred = p["predicted"]["output_tok_s"]
-        cfg, nolaunch = same_config(cluster, model, dtype, isl, osl, batch)
-        for k, v in zip(errs, (pred, cfg, nolaunch)):
-            errs[k].append(v / public - 1)
-        print(f"| {name} | {public:,.0f} | {pred:,.0f} | {pred / public - 1:+.0%} | {shape(p)} | {note} "
-              f"| {cfg:,.0f} | {cfg / public - 1:+.0%} | {nolaunch:,.0f} | {nolaunch / public - 1:+.0%} | {src} |",
-              flush=True)
+        cfg = at_public_config(c)["predicted"]["output_tok_s"]
+        at.append((c, cfg / c.public - 1))
+        mine, choice = "", ""
+        if not a.no_plan:
+            p = plan(c)
+            mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
+            own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
+        run = f"{c.placement}" + (f" b{c.batch}" if c.batch else "") + (f" ({c.note})" if c.note else "")
+        print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+              f"{mine or '– | –'} | {choice or '–'} | {'yes' if c.held else 'before'} | {c.source} |", flush=True)
     print()
-    for k, e in errs.items():
-        if e:
-            print(f"- {k}: median |pred/public − 1| = {statistics.median(abs(x) for x in e):.0%}, "
-                  f"median signed {statistics.median(e):+.0%}, range {min(e):+.0%} … {max(e):+.0%} ({len(e)} cases)")
-    print()
-    print("Sources:")
+    held = [(c, e) for c, e in at if c.held]
+    print(f"- at the public configuration, held figures: {medians(held)}")
+    for v in ("nvidia", "amd", "intel"):
+        print(f"  - {v}: {medians([(c, e) for c, e in held if c.vendor == v])}")
+    print(f"- at the public configuration, the first comparison's figures: {medians([(c, e) for c, e in at if not c.held])}")
+    if own:
+        print(f"- hetc plan's own choice vs the public figure, held: {medians([(c, e) for c, e in own if c.held])}")
+    if held:
+        worst = max(held, key=lambda ce: abs(ce[1]))
+        print(f"- worst held case: {worst[0].name} {worst[1]:+.1%}")
+    print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
 
