@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,28 @@ SOURCES = {
            "cloud-infrastructure, 2024-10-10): vLLM benchmark_throughput.py, 8×MI300X TP8, Llama 3.1 405B FP8, "
            "'Output throughput in TPS'; ⚠ KV dtype and max-num-seqs not stated: batch 256 = vLLM's "
            "default max_num_seqs assumed (the post's batch-256 latency run gives 1,846 tok/s at 128/128)",
+    "mlperf41": "MLPerf Inference v4.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
+                "results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in "
+                "mlcommons/inference_results_v4.1 (parallelism, batch and dtypes from the submitter's code/ and configs/)",
+    "mlperf51": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, as mlperf41 in "
+                "mlcommons/inference_results_v5.1 (FP8 entries only; B200 entries are FP4 and left out)",
+    "trt10": "TensorRT-LLM v1.0 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
+             "00f37686): trtllm-bench throughput, PyTorch backend, CUDA graphs with padding, synthetic requests of "
+             "exactly ISL/OSL, ModelOpt FP8 checkpoints (FP8 KV), 'Total Output Throughput (tokens/sec)'; rows at "
+             "ISL/OSL 500/2000 and 5000/500 (pairs v0.17 did not have) for every H100/H200 FP8 Llama column",
+    "gaudi3": "Intel, 'Model Performance Data for Intel Gaudi 3 AI Accelerators' (intel.com/content/www/us/en/"
+              "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
+              "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
+    "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
 }
+# MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
+MLPERF_ISL, MLPERF_OSL = 222, 294
+MLPERF_LENGTHS = ("MLPerf Llama-2-70B lengths: input 222 = mean tok_input_length of the 24,576 OpenOrca samples "
+                  "(open_orca_gpt4_tokenized_llama.sampled_24576, per-sample lengths as extracted in "
+                  "openshift-psap/performance-dashboard mlperf-data/summaries/llama2-70b-99.csv @ 71007029; median "
+                  "152, max 1021); output 294 = 'Tokens per sample: 294.45' of mlcommons/inference "
+                  "language/llama2-70b/README.md (each run's tokens/s ÷ samples/s gives 290–301); prompts vary in "
+                  "length, hetc models them at their means")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +111,47 @@ CASES = [
          "batch ≤ 256 ⚠"),
     Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, False,
          "batch ≤ 256 ⚠"),
+    # ---- gathered after the freeze (held to the target) ----
+    # MLPerf Llama-2-70B Offline, FP8 weights and KV, 8-GPU systems as their submitters ran them
+    Case("mlperf41-8xh100-nvidia", "8xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24524.9, "mlperf41", "nvidia",
+         "a:0-1 x4", 896, True, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
+    Case("mlperf41-8xh200-nvidia", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 31302.7, "mlperf41", "nvidia",
+         "a:0 x8", 806, True, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
+    Case("mlperf51-8xh200-google", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 35043.7, "mlperf51", "nvidia",
+         "a:0 x8", 2048, True, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
+    Case("mlperf41-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 23514.8, "mlperf41", "amd",
+         "a:0 x8", 2048, True, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
+    Case("mlperf41-8xmi300x-amd-turin", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24109.8, "mlperf41",
+         "amd", "a:0 x8", 2048, True, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
+    Case("mlperf51-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 27803.9, "mlperf51", "amd",
+         "a:0 x8", 1536, True, "vLLM, TP1 × 8, decode batch 1280–1536"),
+    Case("mlperf51-8xmi325x-amd", "8xmi325x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 34520.4, "mlperf51", "amd",
+         "a:0 x8", 2048, True, "vLLM, TP1 × 8, decode batch 2048"),
+    # TensorRT-LLM v1.0: largest batch that fits (its default capacity policy reserves each request's whole length)
+    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, True)
+      for (gpu, cl, m, model, spec), vals in (
+          (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
+          (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
+          (("h200", "8xh200", "405b", "llama-3.1-405b", "a:0-7"), (4724, 650)),
+          (("h100", "8xh100", "405b", "llama-3.1-405b", "a:0-7"), (3994, 610)),
+          (("h200", "1xh200", "8b", "llama-3.1-8b", "a:0"), (20770, 3902)),
+          (("h100", "1xh100", "8b", "llama-3.1-8b", "a:0"), (17660, 3459)))
+      for (i, o), v in zip(((500, 2000), (5000, 500)), vals)],
+    # Intel's pages: fixed batch
+    *[Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel",
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, True, f"batch {b}")
+      for n, m, model, rows in (
+          (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652),
+                                      (2048, 2048, 364, 7405))),
+          (2, "70b", "llama-3.1-70b", ((128, 128, 3516, 3711), (128, 2048, 450, 5776), (2048, 128, 223, 497),
+                                        (2048, 2048, 175, 2588))),
+          (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600),
+                                        (2048, 2048, 600, 8946))))
+      for i, o, b, v in rows],
+    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, True,
+         "batch 2429"),
+    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, True,
+         "batch 179"),
 ]
 
 
@@ -107,8 +170,25 @@ def plan(case: Case, *extra: str) -> dict:
         return json.load(open(f.name))
 
 
+@cache
+def run_batch(case: Case) -> int:
+    """The batch the public run held per replica: its stated batch (or the engine's cap on running
+    sequences), no more than fits one replica in hetc's memory model (every sequence reserves its
+    prompt + output); with no stated batch, the largest that fits."""
+    from hetc.cluster import load_cluster
+    from hetc.partitioner.capture import capture
+    from hetc.partitioner.simulate import StagePlan, Workload, max_batch
+    from hetc.placement import parse_placement
+
+    m = capture(case.model, dtype=case.dtype)
+    cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"))
+    tp = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0].tp
+    stages = [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, tp)]
+    return max_batch(m.units, stages, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), limit=case.batch or 4096)
+
+
 def at_public_config(case: Case) -> dict:
-    return plan(case, "--placement", case.placement, *(("--batch", str(case.batch)) if case.batch else ()))
+    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)))
 
 
 def shape(p: dict) -> str:
@@ -148,7 +228,9 @@ def main() -> None:
             p = plan(c)
             mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
-        run = f"{c.placement}" + (f" b{c.batch}" if c.batch else "") + (f" ({c.note})" if c.note else "")
+        b = run_batch(c)
+        run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
+            (f"; {c.note}" if c.note else "")
         print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
               f"{mine or '– | –'} | {choice or '–'} | {'yes' if c.held else 'before'} | {c.source} |", flush=True)
     print()
@@ -162,6 +244,7 @@ def main() -> None:
     if held:
         worst = max(held, key=lambda ce: abs(ce[1]))
         print(f"- worst held case: {worst[0].name} {worst[1]:+.1%}")
+    print(f"\n{MLPERF_LENGTHS}")
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
