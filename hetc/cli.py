@@ -302,7 +302,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from hetc.partitioner.capture import capture
-    from hetc.report import inspect_rows, print_inspect
+    from hetc.report import inspect_rows, kernels_per_layer, print_inspect
 
     with _status(f"capturing {a.model}"):
         model = capture(a.model, dtype=a.dtype, kv_dtype=a.kv_dtype)
@@ -311,6 +311,9 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         doc = {"model": model.ref, "dtype": model.dtype, "kv_dtype": model.kv_dtype, "num_layers": model.num_layers,
                "params": model.num_params, "graph_hash": model.graph_hash, "notes": model.notes,
                "units": rows, "totals": totals}
+        per_layer = kernels_per_layer(rows)
+        if per_layer:
+            doc["kernels_per_layer"] = {"eager": per_layer[0], "fused": per_layer[1]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         print_inspect(model, rows, totals, Console(width=None if sys.stdout.isatty() else 140))

@@ -150,14 +150,27 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
             "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
             "matmul_flops_per_token": u.matmul_flops.per_token, "attention_flops_per_ctx": u.attention_flops_per_ctx,
             "act_bytes_per_token": u.act_bytes.per_token, "out_bytes_per_token": u.out_bytes_per_token,
-            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels,
+            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels, "fused_kernels": u.fused_kernels,
         })
     keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token",
-            "kv_bytes_per_token")
+            "kv_bytes_per_token", "kernels", "fused_kernels")
     totals = {k: sum(r[k] for r in rows) for k in keys}
     totals["param_bytes"] = model.param_bytes  # tied weights once
     totals["params"] = model.num_params
     return rows, totals
+
+
+def kernels_per_layer(rows: list[dict]) -> tuple[int, int] | None:
+    """(eager, fused) kernels of a middle layer (the most common per-layer count), None without layers."""
+    layers: dict[int, list[int]] = {}
+    for r in rows:
+        k = layers.setdefault(r["layer"], [0, 0])
+        k[0] += r["kernels"]
+        k[1] += r["fused_kernels"]
+    if len(layers) < 3:
+        return None
+    mid = [(v[0], v[1]) for layer, v in layers.items() if 0 < layer < max(layers)]
+    return max(set(mid), key=mid.count) if mid else None
 
 
 def _wbytes(model: "CapturedModel") -> float:
@@ -170,17 +183,22 @@ def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, consol
     t = Table(title=f"{model.ref}: {model.num_params / 1e9:.3f}B params, {model.num_layers} layers, "
                     f"{len(rows)} units ({model.dtype}, KV {model.kv_dtype})", title_justify="left")
     for col in ("unit", "kind", "layer", "params", "prefill FLOP/tok", "decode FLOP/tok", "act B/tok", "KV B/tok",
-                "out B/tok"):
+                "out B/tok", "kernels", "fused"):
         t.add_column(col, justify="left" if col in ("kind",) else "right")
     for r in rows:
         t.add_row(str(r["index"]), r["kind"], str(r["layer"]), _si(r["params"]), _si(r["prefill_flops_per_token"]),
                   _si(r["decode_flops_per_token"]), _si(r["act_bytes_per_token"]), _si(r["kv_bytes_per_token"]),
-                  _si(r["out_bytes_per_token"]))
+                  _si(r["out_bytes_per_token"]), str(r["kernels"]), str(r["fused_kernels"]))
     t.add_section()
     t.add_row("total", "", "", _si(totals["params"]), _si(totals["prefill_flops_per_token"]),
               _si(totals["decode_flops_per_token"]), _si(totals["act_bytes_per_token"]),
-              _si(totals["kv_bytes_per_token"]), "")
+              _si(totals["kv_bytes_per_token"]), "", str(totals["kernels"]), str(totals["fused_kernels"]))
     console.print(t)
+    per_layer = kernels_per_layer(rows)
+    if per_layer:
+        before, after = per_layer
+        console.print(f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
+                      "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/fusion.py)")
     for n in model.notes:
         console.print(f"note: {n}")
 
