@@ -238,13 +238,15 @@ def size_kv(c: Checked) -> None:
         c.blocks = cap_kv_blocks(c.plan, c.hf_cfg, c.units, c.mine, c.blocks)
 
 
-def start_workers(c: Checked, tmp: str):
+def start_workers(c: Checked, tmp: str, log=print):
     """Open the job's store, start this host's workers of every unit (generation 1) and, on node
-    rank 0, form every unit's group. Returns (WorkerPool, store, lane id → transport).
+    rank 0, form every unit's group once its workers loaded (however long that takes while they
+    live; progress goes to `log`). Returns (WorkerPool, store, lane id → transport).
 
     Args:
         c: validated and sized (`validate`, `size_kv`).
         tmp: a directory for the workers' spec file.
+        log: progress lines.
     """
     from hetc.runtime.groups import FORM_TIMEOUT_S
     from hetc.runtime.rendezvous import open_store
@@ -268,7 +270,7 @@ def start_workers(c: Checked, tmp: str):
     env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
            "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout,
-                                                      bind=bind))
+                                                      bind=bind), log=log)
     for u in range(len(pool.units)):
         pool.spawn(u, 1)
     transports: dict = {}
@@ -289,7 +291,7 @@ def _serve_workers_only(c: Checked, tmp: str, log) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    pool, store, _ = start_workers(c, tmp)
+    pool, store, _ = start_workers(c, tmp, log)
     log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
         f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}")
     return run_worker_host(pool, store, c.rdzv.node_rank, stop, log)
@@ -348,7 +350,7 @@ def serve(o: ServeOptions, log=print) -> int:
         f"{list(c.blocks.values())} × 16 tokens")
     pool = None
     try:
-        pool, store, transports = start_workers(c, tmp.name)
+        pool, store, transports = start_workers(c, tmp.name, log)
         links = KvLinks(store, c.lanes, on_ready=lambda pair: None, log=log) if link_pairs(c.lanes) else None
         engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes),
                         links=links)

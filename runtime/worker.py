@@ -3,8 +3,9 @@
     python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX [--generation G]
 
 It finds its stage and rank from the plan by its device name, loads only its stage's
-parameters, joins its pipeline unit's process group of generation G (groups.py; a restarted
-worker joins a new generation), reports READY to the frontend, then loops: receive a message
+parameters (beating in the job's store meanwhile, then saying it loaded: loading.py), joins
+its pipeline unit's process group of generation G when the frontend says so (groups.py; a
+restarted worker joins a new generation), reports READY to the frontend, then loops: receive a message
 from the previous rank, run it, send the result on. The last stage samples and sends
 token ids back to the frontend.
 """
@@ -255,22 +256,31 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_parent, daemon=True).start()
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
+    loading = None
     try:
         from hetc.plan import load_plan
         from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_group, unit_of_lane
+        from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
-        from hetc.runtime.topology import attention_owners
+        from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
         from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
-        w, model, backend, lanes = build_stage(cfg, a.device)
+        plan = load_plan(cfg.plan)
+        lanes = build_topology(plan, cfg.plan)
+        w = worker_of_device(lanes, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
         store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S),
                            cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
+        # the frontend waits while this beats, however long loading takes (loading.py)
+        loading = Loading(store, unit, a.generation, w.rank)
+        w, model, backend, lanes = build_stage(cfg, a.device)
+        loading.loaded()
+        wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
-        kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
+        kinds = [(u["kind"], u["layer"]) for u in plan.units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
         from hetc.runtime.kvlinks import LinkTable
@@ -289,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                     0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0
-    except Exception as e:  # the frontend sees the exit code; the log says why
+    except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why
         print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if loading is not None and not loading.done.is_set():
+            loading.failed(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         if os.environ.get("HETC_DEBUG"):
             traceback.print_exc()
         return EXIT_PEER_LOST if _peer_lost(e) else 1
