@@ -24,7 +24,8 @@ run: setup
 # Lint the whole repo; the formatter only where a file is kept formatted (add files as they are);
 # type-check the contracts in hetc/.
 FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py \
-             runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py
+             runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py \
+             tests/unit_tests/test_sampler.py
 
 test: setup
 	$(VENV)/bin/ruff check .

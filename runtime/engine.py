@@ -47,6 +47,7 @@ class Event:
     finished: bool = False
     reason: str | None = None  # stop | length | abort | error
     error: str | None = None
+    status: int = 503  # an error's HTTP status: 503 a worker failed, 500 this request's computation failed
 
 
 @dataclass(eq=False)
@@ -116,7 +117,7 @@ class Engine:
     @property
     def max_tokens_per_seq(self) -> int:
         """Most tokens (prompt + output) one sequence can hold: the smallest lane's whole pool."""
-        return min(r.sched.blocks.num_blocks for r in self.lanes) * KV_BLOCK_TOKENS
+        return min(r.sched.blocks.capacity for r in self.lanes) * KV_BLOCK_TOKENS
 
     def start(self) -> None:
         for r in self.lanes:
@@ -271,8 +272,11 @@ class Engine:
                     req.first_token_at = now
             if o.finished:
                 self.requests.pop(o.seq.seq_id, None)
-                self.metrics.on_finish(req, now)
-            if o.token is not None or o.finished:
+                if o.error is None:  # as in _end: a failed request is not a success of any reason
+                    self.metrics.on_finish(req, now)
+            if o.error is not None:
+                req.sink(Event(None, True, "error", error=o.error, status=500))
+            elif o.token is not None or o.finished:
                 req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
 
     # ---- failures and restarts -------------------------------------------------------------

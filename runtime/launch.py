@@ -227,10 +227,10 @@ def size_kv(c: Checked) -> None:
         attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                 for s in lane.stages}
         n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
-        if n < 1:
+        if n < 2:  # block 0 is the lane's padding block (block_manager.py)
             s = lane.stages[caps.index(min(x for x in caps if x >= 0))]
             raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
-                           f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
+                           f"two blocks of {KV_BLOCK_TOKENS} tokens (one is the padding block).", file=o.plan,
                            field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                            fix="re-plan with a larger --input-len/--output-len or more memory.")
         c.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetc.runtime.block_manager import BlockManager
+from hetc.runtime.sampler import FAILURES
 from hetc.runtime.sequence import Sequence, SeqStatus
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
@@ -72,6 +73,7 @@ class StepOutput:
     seq: Sequence
     token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
     finished: bool
+    error: str | None = None  # the last stage could not sample it (finished with reason "error")
 
 
 @dataclass(slots=True)
@@ -130,6 +132,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
+        self.scrub: list[int] = []  # blocks to zero in every stage before they are free again (the lane sends them)
         self._step = 0
         self.num_preemptions = 0
         self.rates = Rates()
@@ -285,7 +288,8 @@ class Scheduler:
 
     # ---- results -------------------------------------------------------------------------
     def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
-        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none).
+        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none; a
+        sampler.FAILURES code where it could not sample: that sequence ends with an error).
 
         Returns what each sequence got; finished ones have released their blocks.
         """
@@ -303,6 +307,12 @@ class Scheduler:
             seq.num_computed = item.start + item.n_new
             if not item.sample:
                 out.append(StepOutput(seq, None, False))
+                continue
+            if tok < 0:  # its KV may hold NaN: its blocks are scrubbed before anyone gets them again
+                self.scrub += seq.block_table
+                seq.block_table = []
+                self._finish(seq, "error")
+                out.append(StepOutput(seq, None, True, error=FAILURES.get(tok, f"the last stage sent token {tok}")))
                 continue
             seq.token_ids.append(tok)
             reason = None

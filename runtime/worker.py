@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main"]
+__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main", "scrub_kv"]
 
 EXIT_PEER_LOST = 4  # the worker stopped because a peer of its group died
 
@@ -153,6 +153,15 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -
     return float(sent)
 
 
+def scrub_kv(kv, blocks: list[int]) -> None:
+    """Zero `blocks` in every layer of this stage's KV pool (kv_cache.KVPool): a sequence whose
+    logits were not finite held them, and a NaN left there would reach their next owner's
+    attention through its masked slots."""
+    ids = torch.tensor(blocks, dtype=torch.long)
+    for pool in (*kv.k.values(), *kv.v.values()):
+        pool.view(-1, kv.block_size, *pool.shape[1:]).index_fill_(0, ids.to(pool.device), 0)
+
+
 def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
                 owners: dict | None = None, links=None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
@@ -197,6 +206,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
+            elif msg.kind is Kind.SCRUB:
+                scrub_kv(model.kv, msg.meta.tolist())
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
@@ -226,6 +237,9 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             msg.times[spec.index] = move_kv(model, msg, owners, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
+        elif msg.kind is Kind.SCRUB:
+            scrub_kv(model.kv, msg.meta.tolist())
+            tp.send(Message(Kind.SCRUB, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
             if msg.kind is Kind.SHUTDOWN:
