@@ -58,6 +58,8 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    delivered: int = 0  # generated tokens sent to the sink (deliver)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # deliver's, per request
 
 
 class Engine:
@@ -260,24 +262,37 @@ class Engine:
             self.metrics.on_finish(req, self.clock())  # in flight: counted when its result comes back
 
     def deliver(self, outs: list[StepOutput]) -> None:
+        """Stream what `outs` brought: each request gets its sequence's new tokens in order, once.
+        Tokens are taken from the sequence (the schedulers append them in order), not from the
+        outputs: when a decode lane dies, its last result may still be on its way out of the dead
+        lane's thread while a prefill lane has recomputed the sequence and sampled the next token;
+        whichever thread gets here first sends both, in order."""
         now = self.clock()
         for o in outs:
             req = self.requests.get(o.seq.seq_id)
             if req is None:
                 continue
-            if o.token is not None:
-                self.metrics.on_token(req, now)
-                req.last_token_at = now
-                if req.first_token_at is None:
-                    req.first_token_at = now
-            if o.finished:
-                self.requests.pop(o.seq.seq_id, None)
-                if o.error is None:  # as in _end: a failed request is not a success of any reason
+            with req.lock:
+                if o.finished and self.requests.pop(o.seq.seq_id, None) is None:
+                    continue  # ended meanwhile (failed, or finished by the other thread)
+                seq = o.seq
+                new = [] if o.error is not None else seq.token_ids[seq.num_prompt_tokens + req.delivered:]
+                req.delivered += len(new)
+                for _ in new:
+                    self.metrics.on_token(req, now)
+                    req.last_token_at = now
+                    if req.first_token_at is None:
+                        req.first_token_at = now
+                if o.finished and o.error is None:  # as in _end: a failed request is not a success of any reason
                     self.metrics.on_finish(req, now)
-            if o.error is not None:
-                req.sink(Event(None, True, "error", error=o.error, status=500))
-            elif o.token is not None or o.finished:
-                req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
+                if o.error is not None:
+                    req.sink(Event(None, True, "error", error=o.error, status=500))
+                    continue
+                for i, tok in enumerate(new):
+                    last = o.finished and i == len(new) - 1
+                    req.sink(Event(tok, last, seq.finish_reason if last else None))
+                if o.finished and not new:
+                    req.sink(Event(None, True, seq.finish_reason))
 
     # ---- failures and restarts -------------------------------------------------------------
     def lane_failed(self, runner: LaneRunner, reason: str) -> None:

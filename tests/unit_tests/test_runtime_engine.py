@@ -163,6 +163,24 @@ def test_a_sequence_the_sampler_fails_on_ends_alone_with_the_reason():
     assert sink_c.done.wait(5) and sink_c.events[-1].reason == "length"
 
 
+def test_tokens_reach_the_client_in_order_whichever_lane_delivers_first():
+    """A dead decode lane's last result, delivered after the prefill lane that recomputed the
+    sequence delivered the next token, neither reorders nor repeats the stream."""
+    from hetc.runtime.scheduler import StepOutput
+
+    eng, pipes, _ = _engine(1)
+    pipes[0].hold.set()  # nothing comes back from the pipeline itself
+    req, sink = _submit(eng, [1, 2, 3], max_tokens=4)
+    seq = req.seq
+    seq.token_ids += [50, 51]  # t_k sampled by the dead lane, then t_k+1 by the recomputing one
+    eng.deliver([StepOutput(seq, 51, False)])  # the recomputing lane's thread is first
+    eng.deliver([StepOutput(seq, 50, False)])  # the dead lane's thread, late
+    seq.token_ids.append(52)
+    eng.deliver([StepOutput(seq, 52, False)])
+    assert [e.token for e in sink.events] == [50, 51, 52] and not any(e.finished for e in sink.events)
+    assert req.delivered == 3
+
+
 def test_a_lane_failure_fails_only_its_sequences_at_once():
     eng, pipes, failed = _engine(2)
     pipes[0].hold.set()
