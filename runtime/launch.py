@@ -222,7 +222,7 @@ def size_kv(c: Checked) -> None:
     # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
     # assumes a device of its own; emulated devices share this host's memory)
     max_len = int(getattr(c.hf_cfg, "max_position_embeddings", 0) or 0)
-    useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) if max_len else None
+    useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + 1 if max_len else None  # + the padding block
     for lane in lanes:
         attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                 for s in lane.stages}

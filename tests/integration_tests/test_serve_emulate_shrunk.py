@@ -46,7 +46,7 @@ def test_too_big_model_runs_width_shrunk(tmp_path):
                              "--random-weights", "--port", str(port), "--num-kv-blocks", "64"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, [proc], timeout=240)
+        wait_healthy(url, [proc])
         info = httpx.get(f"{url}/v1/models").json()["data"][0]
         assert info["emulated_width"].startswith("1/") and info["tokenizer"] == "byte-level fallback"
         workers = httpx.get(f"{url}/health").json()["workers"]

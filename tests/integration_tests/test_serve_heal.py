@@ -177,17 +177,26 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill(built, tmp_path)
 
 
 def _with_a_nan_token(model, root) -> tuple[str, int]:
-    """A copy of the model whose embedding of one token (in no prompt of these tests) is NaN."""
+    """A copy of the model whose embedding of one token is NaN: one that neither the prompts of
+    this file's kill test nor their greedy completions (HF, the original model) contain."""
     import shutil
 
+    import torch
     from safetensors.torch import load_file, save_file
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     copy = root / "nan-model"
     shutil.copytree(model, copy)
     tok = AutoTokenizer.from_pretrained(copy)
-    bad = len(tok) - 1
-    assert all(bad not in tok.encode(t) for t in ("hi", "hello", "hello again"))
+    hf = AutoModelForCausalLM.from_pretrained(model).eval()
+    used: set[int] = set()
+    for text, n in (("hello", 40), ("hi", 2)):
+        ids = tok.encode(text)
+        with torch.no_grad():
+            for _ in range(n):
+                ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+        used |= set(ids)
+    bad = max(set(range(len(tok))) - used)
     f = copy / "model.safetensors"
     w = load_file(f)
     w["model.embed_tokens.weight"][bad] = float("nan")
