@@ -43,7 +43,10 @@ def test_too_big_model_runs_width_shrunk(tmp_path):
     save_plan(plan, tmp_path / "plan.json")
     port = _port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), "--emulate",
-                             "--random-weights", "--port", str(port), "--num-kv-blocks", "64"], cwd=REPO)
+                             "--random-weights", "--port", str(port), "--num-kv-blocks", "64",
+                             # the widths are what this test checks: eager stages (with --executor auto each
+                             # worker lowered a 2B-parameter stage through AOTInductor: still loading after 570 s)
+                             "--executor", "torch"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])
