@@ -24,8 +24,9 @@ run: setup
 # Lint the whole repo; the formatter only where a file is kept formatted (add files as they are);
 # type-check the contracts in hetc/.
 FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py \
-             runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py \
-             hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py tests/unit_tests/test_simulate_steps.py
+             runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py \
+             tests/unit_tests/test_sampler.py hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py \
+             tests/unit_tests/test_simulate_steps.py
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -340,7 +340,7 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     """Median decode step (ms) of one stage of `plan` run in this process with no runtime around it:
     `seqs` sequences at context `ctx`, on `threads` torch threads."""
     from hetc.partitioner.capture import load_hf_config
-    from hetc.runtime.block_manager import blocks_for
+    from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.model_runner import StageModel, UnitRef
     from hetc.weights import SafetensorsWeights

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, \
     longest_request, looks_ahead, refusal
 from hetc.cluster import Cluster
-from hetc.kv_blocks import BlockManager
+from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
 from hetc.requests import ServeLimits
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
@@ -120,7 +120,7 @@ class _Sim:
         self.cfg = SchedulerConfig(max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting,
                                    max_queue_wait=cfg.max_queue_wait)
         clock = lambda: self.now  # noqa: E731
-        self.sched = [Scheduler(BlockManager(l.num_blocks),
+        self.sched = [Scheduler(BlockManager(l.num_blocks, reserved=PADDING_BLOCKS),
                                 lane_config(self.cfg, len(l.stages), l.phase,
                                             lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
                                 on_preempt=self._requeue if l.phase == Phase.DECODE else None, clock=clock)
@@ -138,7 +138,7 @@ class _Sim:
         self.dirty: set[int] = set()
         self.steps = 0
         self.entry = [l.id for l in lanes if l.phase in (Phase.BOTH, Phase.PREFILL)]
-        self.max_prompt, self.max_len = longest_request([(l.phase, l.num_blocks) for l in lanes])
+        self.max_prompt, self.max_len = longest_request([(l.phase, l.num_blocks - PADDING_BLOCKS) for l in lanes])
 
     # ---- events -----------------------------------------------------------------------------
     def at(self, t: float, fn, *args) -> None:
@@ -186,7 +186,7 @@ class _Sim:
     def _requeue(self, seq: Sequence) -> None:
         """A decode lane preempted `seq`: the least loaded entry lane that can hold its tokens recomputes
         it (engine.requeue); when none can (a prefill pool's KV holds prompts), it fails (503)."""
-        fits = [i for i in self.entry if self.lanes[i].num_blocks * KV_BLOCK_TOKENS > seq.num_tokens]
+        fits = [i for i in self.entry if (self.lanes[i].num_blocks - PADDING_BLOCKS) * KV_BLOCK_TOKENS > seq.num_tokens]
         if not fits:
             seq.status = SeqStatus.FINISHED
             rec = self.records[seq.seq_id]
@@ -223,7 +223,7 @@ class _Sim:
                 return
             batch.sent_at = self.now
             self.steps += 1
-            self.kv_peak[i] = max(self.kv_peak[i], sched.blocks.num_used / sched.blocks.num_blocks)
+            self.kv_peak[i] = max(self.kv_peak[i], sched.blocks.num_used / sched.blocks.capacity)
             step = step_of(batch)
             n = len(lane.stages)
             sampled = sum(it.sample for it in batch.items)

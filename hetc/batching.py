@@ -34,6 +34,14 @@ from hetc.kv_blocks import BlockManager
 from hetc.sequence import Sequence, SeqStatus
 from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 
+# What the last stage sends in place of a token it could not sample (runtime/sampler.py)
+NOT_FINITE = -2  # the row's logits hold a NaN, or their maximum is infinite
+SAMPLER_ERROR = -3  # the draw raised (the worker's log says why)
+SAMPLING_FAILURES = {
+    NOT_FINITE: "the model's logits for this sequence are not finite (NaN or infinity): no token can be chosen",
+    SAMPLER_ERROR: "sampling this sequence's next token failed (the last stage's log says why)",
+}
+
 __all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "inflight_depth",
            "lane_config", "lane_max_seqs", "longest_request", "looks_ahead", "refusal"]
 
@@ -77,6 +85,7 @@ class StepOutput:
     seq: Sequence
     token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
     finished: bool
+    error: str | None = None  # the last stage could not sample it (finished with reason "error")
 
 
 @dataclass(slots=True)
@@ -143,6 +152,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
+        self.scrub: list[int] = []  # blocks to zero in every stage before they are free again (the lane sends them)
         self._step = 0
         self.num_preemptions = 0
         self.rates = Rates()
@@ -301,7 +311,8 @@ class Scheduler:
 
     # ---- results -------------------------------------------------------------------------
     def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
-        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none).
+        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none; a
+        `SAMPLING_FAILURES` code where it could not sample: that sequence ends with an error).
 
         Returns what each sequence got; finished ones have released their blocks.
         """
@@ -319,6 +330,12 @@ class Scheduler:
             seq.num_computed = item.start + item.n_new
             if not item.sample:
                 out.append(StepOutput(seq, None, False))
+                continue
+            if tok < 0:  # its KV may hold NaN: its blocks are scrubbed before anyone gets them again
+                self.scrub += seq.block_table
+                seq.block_table = []
+                self._finish(seq, "error")
+                out.append(StepOutput(seq, None, True, error=SAMPLING_FAILURES.get(tok, f"the last stage sent token {tok}")))
                 continue
             seq.token_ids.append(tok)
             reason = None

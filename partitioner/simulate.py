@@ -1,6 +1,6 @@
 """Saturation model: what a pipeline placement gives at a batch (DESIGN 'predicted.*').
 
-Steps are formed as the runtime's scheduler forms them (runtime/scheduler.py, as vLLM, SGLang
+Steps are formed as the runtime's scheduler forms them (hetc/batching.py, as vLLM, SGLang
 and TensorRT-LLM do): a pipeline of n stages keeps m = min(n, batch) micro-batches in flight,
 each holding batch/m sequences and at most `prefill_chunk` tokens (hetc/scheduling.py's
 PREFILL_CHUNK, the runtime's token budget). Every sequence takes one step per round: one

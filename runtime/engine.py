@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
-from hetc.runtime.scheduler import SchedulerConfig, StepOutput
+from hetc.batching import SchedulerConfig, StepOutput
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
@@ -47,6 +47,7 @@ class Event:
     finished: bool = False
     reason: str | None = None  # stop | length | abort | error
     error: str | None = None
+    status: int = 503  # an error's HTTP status: 503 a worker failed, 500 this request's computation failed
 
 
 @dataclass(eq=False)
@@ -57,6 +58,8 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    delivered: int = 0  # generated tokens sent to the sink (deliver)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # deliver's, per request
 
 
 class Engine:
@@ -116,7 +119,7 @@ class Engine:
     @property
     def max_tokens_per_seq(self) -> int:
         """Most tokens (prompt + output) one sequence can hold: the smallest lane's whole pool."""
-        return min(r.sched.blocks.num_blocks for r in self.lanes) * KV_BLOCK_TOKENS
+        return min(r.sched.blocks.capacity for r in self.lanes) * KV_BLOCK_TOKENS
 
     def start(self) -> None:
         for r in self.lanes:
@@ -259,21 +262,37 @@ class Engine:
             self.metrics.on_finish(req, self.clock())  # in flight: counted when its result comes back
 
     def deliver(self, outs: list[StepOutput]) -> None:
+        """Stream what `outs` brought: each request gets its sequence's new tokens in order, once.
+        Tokens are taken from the sequence (the schedulers append them in order), not from the
+        outputs: when a decode lane dies, its last result may still be on its way out of the dead
+        lane's thread while a prefill lane has recomputed the sequence and sampled the next token;
+        whichever thread gets here first sends both, in order."""
         now = self.clock()
         for o in outs:
             req = self.requests.get(o.seq.seq_id)
             if req is None:
                 continue
-            if o.token is not None:
-                self.metrics.on_token(req, now)
-                req.last_token_at = now
-                if req.first_token_at is None:
-                    req.first_token_at = now
-            if o.finished:
-                self.requests.pop(o.seq.seq_id, None)
-                self.metrics.on_finish(req, now)
-            if o.token is not None or o.finished:
-                req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
+            with req.lock:
+                if o.finished and self.requests.pop(o.seq.seq_id, None) is None:
+                    continue  # ended meanwhile (failed, or finished by the other thread)
+                seq = o.seq
+                new = [] if o.error is not None else seq.token_ids[seq.num_prompt_tokens + req.delivered:]
+                req.delivered += len(new)
+                for _ in new:
+                    self.metrics.on_token(req, now)
+                    req.last_token_at = now
+                    if req.first_token_at is None:
+                        req.first_token_at = now
+                if o.finished and o.error is None:  # as in _end: a failed request is not a success of any reason
+                    self.metrics.on_finish(req, now)
+                if o.error is not None:
+                    req.sink(Event(None, True, "error", error=o.error, status=500))
+                    continue
+                for i, tok in enumerate(new):
+                    last = o.finished and i == len(new) - 1
+                    req.sink(Event(tok, last, seq.finish_reason if last else None))
+                if o.finished and not new:
+                    req.sink(Event(None, True, seq.finish_reason))
 
     # ---- failures and restarts -------------------------------------------------------------
     def lane_failed(self, runner: LaneRunner, reason: str) -> None:

@@ -18,8 +18,8 @@ from hetc.runtime.transport import GlooTransport
 
 __all__ = ["FORM_TIMEOUT_S", "form_group", "gloo_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
 
-# the least time a group's members are given to join: workers start Python, torch and their
-# weights first, slowly on a busy host (the job's store waits this long for a key)
+# the least time a group's members are given to join once every one of them loaded (loading
+# itself has no deadline while they live: loading.py); the job's store waits this long for a key
 FORM_TIMEOUT_S = 120.0
 
 

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hetc.runtime.block_manager import BlockManager
-from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightTransfer, Transfer, TransferLeg
-from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
+from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
+from hetc.runtime.inflight import (Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer,
+                                   TransferLeg)
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
 from hetc.scheduling import Phase
@@ -35,7 +36,7 @@ class LaneRunner:
     def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig, transport: Transport):
         self.engine, self.lane, self.tp = engine, lane, transport
         # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
-        self.sched = Scheduler(BlockManager(num_blocks), cfg,
+        self.sched = Scheduler(BlockManager(num_blocks, reserved=PADDING_BLOCKS), cfg,
                                on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
         self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
@@ -85,6 +86,10 @@ class LaneRunner:
 
     def _next_message(self, heartbeat_ok: bool) -> Message | None:
         """With `cond` held: the next message to send, already recorded in `inflight`; None: nothing now."""
+        if self.sched.scrub:  # before any step: those blocks are not free until it comes back
+            blocks, self.sched.scrub = self.sched.scrub, []
+            self.inflight.append(InFlightScrub(blocks))
+            return Message(Kind.SCRUB, meta=torch.tensor(blocks, dtype=torch.long))
         if self.incoming:
             msg = self._next_transfer()
             if msg is not None:
@@ -223,6 +228,9 @@ class LaneRunner:
                     _expect(msg, Kind.TRANSFER_IN, rec)
                     out = self.sched.land(rec.transfer.seq)
                     outs = [out] if out is not None else []
+                elif isinstance(rec, InFlightScrub):  # zero in every stage: free again
+                    _expect(msg, Kind.SCRUB, rec)
+                    self.sched.blocks.free_blocks(rec.blocks)
                 else:
                     _expect(msg, Kind.SHUTDOWN if rec.kind is ControlKind.SHUTDOWN else Kind.HEARTBEAT, rec)
                 self.poke()

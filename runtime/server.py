@@ -88,7 +88,8 @@ class _Generation:
                 ev = await self.queue.get()
                 if ev.error:
                     self.finish_reason = "error"
-                    raise APIError(503, f"the request failed: {ev.error}", type="server_error", code="worker_failed")
+                    raise APIError(ev.status, f"the request failed: {ev.error}", type="server_error",
+                                   code="worker_failed" if ev.status == 503 else "sampling_failed")
                 text = ""
                 if ev.token is not None:
                     self.token_ids.append(ev.token)

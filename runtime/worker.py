@@ -3,8 +3,9 @@
     python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX [--generation G]
 
 It finds its stage and rank from the plan by its device name, loads only its stage's
-parameters, joins its pipeline unit's process group of generation G (groups.py; a restarted
-worker joins a new generation), reports READY to the frontend, then loops: receive a message
+parameters (beating in the job's store meanwhile, then saying it loaded: loading.py), joins
+its pipeline unit's process group of generation G when the frontend says so (groups.py; a
+restarted worker joins a new generation), reports READY to the frontend, then loops: receive a message
 from the previous rank, run it, send the result on. The last stage samples and sends
 token ids back to the frontend.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main"]
+__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main", "scrub_kv"]
 
 EXIT_PEER_LOST = 4  # the worker stopped because a peer of its group died
 
@@ -146,6 +147,15 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -
     return float(sent)
 
 
+def scrub_kv(kv, blocks: list[int]) -> None:
+    """Zero `blocks` in every layer of this stage's KV pool (kv_cache.KVPool): a sequence whose
+    logits were not finite held them, and a NaN left there would reach their next owner's
+    attention through its masked slots."""
+    ids = torch.tensor(blocks, dtype=torch.long)
+    for pool in (*kv.k.values(), *kv.v.values()):
+        pool.view(-1, kv.block_size, *pool.shape[1:]).index_fill_(0, ids.to(pool.device), 0)
+
+
 def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
                 owners: dict | None = None, links=None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
@@ -189,6 +199,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
+            elif msg.kind is Kind.SCRUB:
+                scrub_kv(model.kv, msg.meta.tolist())
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
@@ -218,6 +230,9 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             msg.times[spec.index] = move_kv(model, msg, owners, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
+        elif msg.kind is Kind.SCRUB:
+            scrub_kv(model.kv, msg.meta.tolist())
+            tp.send(Message(Kind.SCRUB, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
             if msg.kind is Kind.SHUTDOWN:
@@ -248,22 +263,31 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_parent, daemon=True).start()
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
+    loading = None
     try:
         from hetc.plan import load_plan
         from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_group, unit_of_lane
+        from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
-        from hetc.runtime.topology import attention_owners
+        from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
         from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
-        w, model, backend, lanes = build_stage(cfg, a.device)
+        plan = load_plan(cfg.plan)
+        lanes = build_topology(plan, cfg.plan)
+        w = worker_of_device(lanes, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
         store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S),
                            cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
+        # the frontend waits while this beats, however long loading takes (loading.py)
+        loading = Loading(store, unit, a.generation, w.rank)
+        w, model, backend, lanes = build_stage(cfg, a.device)
+        loading.loaded()
+        wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
-        kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
+        kinds = [(u["kind"], u["layer"]) for u in plan.units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
         from hetc.runtime.kvlinks import LinkTable
@@ -282,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                     0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0
-    except Exception as e:  # the frontend sees the exit code; the log says why
+    except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why
         print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if loading is not None and not loading.done.is_set():
+            loading.failed(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         if os.environ.get("HETC_DEBUG"):
             traceback.print_exc()
         return EXIT_PEER_LOST if _peer_lost(e) else 1

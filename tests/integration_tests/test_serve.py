@@ -48,7 +48,7 @@ def server(built, tmp_path_factory):
     # a 16-token prefill chunk and 16 KV blocks (256 tokens for 8 sequences): chunked prefill and preemption happen
     served = start_serve(plan, "--emulate", "--api-key", KEY, "--served-model-name", NAME, "--max-batched-tokens",
                          "16", "--num-kv-blocks", "16", "--max-waiting", "32", "--timeout", "30",
-                         log=tmp_path_factory.mktemp("log") / "serve.log", timeout=150)
+                         log=tmp_path_factory.mktemp("log") / "serve.log")
     yield served.url, served.proc
     served.stop(30)
 

@@ -8,7 +8,8 @@ lane's requests finish and new requests succeed while the killed lane restarts, 
 is 200 again within 60 s with fresh workers (a new group generation), serving requests. In a
 disaggregated plan a dead decode pool's streams go back to the prefill pool, which never
 stops: they complete with the tokens of an undisturbed run once the decode pool is restarted
-alone. With --max-restarts 0 the lane stays down and /health says which stage and why.
+alone. With --max-restarts 0 the lane stays down and /health says which stage and why; a
+request whose logits are NaN fails alone before that, without a restart.
 """
 
 from __future__ import annotations
@@ -175,11 +176,72 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill(built, tmp_path)
         assert srv.stop() == 0
 
 
+def _with_a_nan_token(model, root) -> tuple[str, int]:
+    """A copy of the model whose embedding of one token is NaN: one that neither the prompts of
+    this file's kill test nor their greedy completions (HF, the original model) contain."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    copy = root / "nan-model"
+    shutil.copytree(model, copy)
+    tok = AutoTokenizer.from_pretrained(copy)
+    hf = AutoModelForCausalLM.from_pretrained(model).eval()
+    used: set[int] = set()
+    for text, n in (("hello", 40), ("hi", 2)):
+        ids = tok.encode(text)
+        with torch.no_grad():
+            for _ in range(n):
+                ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+        used |= set(ids)
+    bad = max(set(range(len(tok))) - used)
+    f = copy / "model.safetensors"
+    w = load_file(f)
+    w["model.embed_tokens.weight"][bad] = float("nan")
+    save_file(w, f, metadata={"format": "pt"})
+    return str(copy), bad
+
+
+def _nan_requests_fail_alone(url: str, bad: int) -> None:
+    """Requests whose logits are NaN end with a 500 naming it; a stream beside them and the requests
+    after them (on reused, scrubbed KV blocks) get the tokens of an undisturbed run; no worker restarts."""
+    c = client(url)
+    pids = {w["rank"]: w["pid"] for w in httpx.get(f"{url}/health").json()["workers"]}
+    want = _stream_ids(c, 40)
+    assert want[0] == "finished"
+    with cf.ThreadPoolExecutor(2) as ex:
+        started = threading.Event()
+        beside = ex.submit(_stream_ids, c, 40, started)
+        assert started.wait(30)
+        for stream in (False, True):
+            for temperature in (0.0, 0.8):
+                with pytest.raises(openai.APIError) as e:
+                    out = c.completions.create(model=NAME, prompt=[bad, *range(2, 20)], max_tokens=8,
+                                               temperature=temperature, stream=stream)
+                    if stream:
+                        list(out)
+                assert "not finite" in str(e.value)
+                if not stream:
+                    assert e.value.status_code == 500  # type: ignore[attr-defined]
+        r = beside.result(60)
+        assert r[0] == "finished" and r[2] == want[2]
+    for _ in range(3):  # through every block of the small pool: the scrubbed ones too
+        again = _stream_ids(c, 40)
+        assert again[0] == "finished" and again[2] == want[2]
+    health = httpx.get(f"{url}/health")
+    assert health.status_code == 200 and {w["rank"]: w["pid"] for w in health.json()["workers"]} == pids
+
+
 def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa: F811
     model, plan_path, _ = built
-    srv = _start(plan_path, model, "--max-restarts", "0")
+    nan_model, bad = _with_a_nan_token(model, tmp_path)
+    # 8 KV blocks (7 usable, 112 tokens): blocks are reused request after request
+    srv = _start(plan_path, nan_model, "--max-restarts", "0", "--num-kv-blocks", "8")
     url = srv.url
     try:
+        _nan_requests_fail_alone(url, bad)  # a sampler that raised ended its worker: this lane would stay down
         ws = httpx.get(f"{url}/health").json()["workers"]
         victim = ws[-1]
         os.kill(victim["pid"], signal.SIGKILL)

@@ -10,7 +10,8 @@ import pytest
 
 from hetc.runtime.engine import Engine, EngineDead, Event
 from hetc.runtime.metrics import Metrics
-from hetc.runtime.scheduler import SchedulerConfig
+from hetc.batching import NOT_FINITE, SAMPLING_FAILURES
+from hetc.batching import SchedulerConfig
 from hetc.runtime.sequence import SamplingParams
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import Kind, Message, StepMeta
@@ -41,6 +42,7 @@ class FakePipeline:
         self.last_rank, self.out = last_rank, queue.Queue()
         self.hold = threading.Event()
         self.sent: list[Kind] = []
+        self.unsampleable: set[tuple[int, int]] = set()  # (seq id, position): the sampler fails there
         self._dead = False
 
     def send(self, msg: Message, dst: int) -> None:
@@ -49,7 +51,7 @@ class FakePipeline:
         self.sent.append(msg.kind)
         if msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
-            toks = [token_at(s, st + n) if smp else -1
+            toks = [(NOT_FINITE if (s, st + n) in self.unsampleable else token_at(s, st + n)) if smp else -1
                     for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)]
             self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long),
                                  times=msg.times))
@@ -140,6 +142,43 @@ def test_micro_batches_complete_with_the_pipelines_tokens():
     assert sink.events[-1].finished and sink.events[-1].reason == "length"
     assert not eng.requests and not failed and ticks  # the engine read the clock it was given
     assert eng.shutdown(2.0)
+
+
+def test_a_sequence_the_sampler_fails_on_ends_alone_with_the_reason():
+    eng, pipes, failed = _engine(1)
+    pipes[0].hold.set()
+    a, sink_a = _submit(eng, [1, 2, 3], max_tokens=6)
+    b, sink_b = _submit(eng, [4, 5, 6], max_tokens=6)
+    pipes[0].unsampleable.add((a.seq.seq_id, 4))  # a's second token
+    pipes[0].hold.clear()
+    assert sink_a.done.wait(5) and sink_b.done.wait(5)
+    assert [e.token for e in sink_a.events if e.token is not None] == [token_at(a.seq.seq_id, 3)]
+    end = sink_a.events[-1]
+    assert end.reason == "error" and end.error == SAMPLING_FAILURES[NOT_FINITE] and end.status == 500
+    assert sink_b.events[-1].reason == "length" and len([e for e in sink_b.events if e.token is not None]) == 6
+    assert not failed and not eng.down and eng.lanes[0].up  # the lane serves on
+    assert Kind.SCRUB in pipes[0].sent  # a's blocks were zeroed in every stage, then freed
+    assert eng.lanes[0].sched.blocks.num_used == 0 and not eng.requests
+    c, sink_c = _submit(eng, [1, 2, 3], max_tokens=2)
+    assert sink_c.done.wait(5) and sink_c.events[-1].reason == "length"
+
+
+def test_tokens_reach_the_client_in_order_whichever_lane_delivers_first():
+    """A dead decode lane's last result, delivered after the prefill lane that recomputed the
+    sequence delivered the next token, neither reorders nor repeats the stream."""
+    from hetc.batching import StepOutput
+
+    eng, pipes, _ = _engine(1)
+    pipes[0].hold.set()  # nothing comes back from the pipeline itself
+    req, sink = _submit(eng, [1, 2, 3], max_tokens=4)
+    seq = req.seq
+    seq.token_ids += [50, 51]  # t_k sampled by the dead lane, then t_k+1 by the recomputing one
+    eng.deliver([StepOutput(seq, 51, False)])  # the recomputing lane's thread is first
+    eng.deliver([StepOutput(seq, 50, False)])  # the dead lane's thread, late
+    seq.token_ids.append(52)
+    eng.deliver([StepOutput(seq, 52, False)])
+    assert [e.token for e in sink.events] == [50, 51, 52] and not any(e.finished for e in sink.events)
+    assert req.delivered == 3
 
 
 def test_a_lane_failure_fails_only_its_sequences_at_once():

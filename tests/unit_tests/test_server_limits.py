@@ -13,10 +13,10 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from hetc.runtime.block_manager import BlockManager
+from hetc.kv_blocks import BlockManager
 from hetc.runtime.engine import Engine, Event, QueueFull
 from hetc.runtime.metrics import Metrics
-from hetc.runtime.scheduler import Rates, Scheduler, SchedulerConfig
+from hetc.batching import Rates, Scheduler, SchedulerConfig
 from hetc.runtime.sequence import Sequence
 from hetc.runtime.server import ServerState, create_app
 from hetc.runtime.tokenizer import ByteTokenizer

@@ -1,6 +1,6 @@
 """The saturation model's steps against the runtime's own scheduler driven step by step.
 
-The reference runs runtime/scheduler.py at saturation (a queue that never empties, fixed
+The reference runs hetc/batching.py at saturation (a queue that never empties, fixed
 prompt and output lengths, every sequence to its length), records each micro-batch it forms —
 decode tokens, prompt chunks, their real contexts, tokens sampled — and costs each with the
 same analytic model. `Round.of` must give the same tokens per step, the same share of steps
@@ -15,8 +15,8 @@ from hetc.cluster import load_profile
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Round, Workload
-from hetc.runtime.block_manager import BlockManager, blocks_for
-from hetc.runtime.scheduler import Scheduler, SchedulerConfig
+from hetc.kv_blocks import BlockManager, blocks_for
+from hetc.batching import Scheduler, SchedulerConfig
 from hetc.runtime.sequence import SamplingParams, Sequence
 from tests.unit_tests.test_cost_analytic import CONFIGS
 

@@ -169,9 +169,6 @@ def test_the_simulator_runs_the_runtimes_policy_without_importing_the_runtime():
     import hetc.batching
     import hetc.capacity.simulator
     import hetc.runtime.lane
-    import hetc.runtime.scheduler
-
-    assert hetc.runtime.scheduler.Scheduler is hetc.batching.Scheduler
     assert hetc.runtime.lane.Scheduler is hetc.capacity.simulator.Scheduler is hetc.batching.Scheduler
     code = ("import sys, hetc.capacity.evaluate, hetc.capacity.compare, hetc.capacity.pareto, hetc.capacity.buy; "
             "bad = [m for m in sys.modules if m.startswith('hetc.runtime')]; assert not bad, bad")
