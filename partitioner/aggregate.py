@@ -1,6 +1,7 @@
 """First pass of the cell bound: an order-free relaxation of one pipeline, for every count vector.
 
-Fix a phase, a batch B and a class [lo, hi] of pipeline lengths, and cost every stage with
+Fix a phase, a batch interval [B, top] (costs and memory at B, tokens at top: valid for every
+batch between, batches.py) and a class [lo, hi] of pipeline lengths, and cost every stage with
 m = min(lo, B) micro-batches (fewer micro-steps than any pipeline of the class runs: cheaper).
 A pipeline whose busiest stage takes R covers the units with contiguous ranges, each within
 R and its device's memory. For any weights w ≥ 0 on the units, each range then weighs at
@@ -13,29 +14,45 @@ one per unit, and one per unit kind (attention, MLP, …: the alternation that a
 decides). For pipelines of one-device stages the stage counts are the device counts; with
 tensor-parallel kinds the left side is bounded by its LP over stage counts (at most hi
 stages, devices per group of types), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
-R*(c), the least R at which a cell's counts satisfy every w, gives τ ≤ rate / R*(c) for every
+R*(c), the least R at which a cell's counts satisfy every w, gives τ ≤ top / R*(c) for every
 pipeline on exactly those devices in the class (links and the loop term dropped).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
-from hetc.partitioner.tables import BATCH_GRID
+from hetc.partitioner.batches import octaves
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
-__all__ = ["Key", "classes", "keys", "first_pass"]
+__all__ = ["FirstPass", "Key", "classes", "keys", "first_pass"]
 
 INF = np.inf
 EXACT = 24  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
 
-Key = tuple  # (phase, batch, m, lo, hi)
+class Key(NamedTuple):
+    """An operating point that covers a class of pipelines: costs and memory at `batch`
+    sequences in flight with `m` micro-batches, rate at `top` sequences (batches.py: valid for
+    every batch in [batch, top]), pipeline lengths lo … hi. Prefill pools: `batch` = `top` =
+    prompts in flight (the class's shortest length), rate = output_len per prompt."""
+
+    phase: Phase
+    batch: int
+    top: int
+    m: int
+    lo: int
+    hi: int
+
+    def rate(self, output_len: int) -> int:
+        """Output tokens per round (seconds of its bottleneck) of one pipeline at this key."""
+        return output_len if self.phase == Phase.PREFILL else self.top
 
 
 def classes(max_stages: int) -> list[tuple[int, int]]:
@@ -47,21 +64,21 @@ def classes(max_stages: int) -> list[tuple[int, int]]:
     return out
 
 
-def keys(phase: str, max_stages: int) -> list[Key]:
-    """Operating points that cover every pipeline of `phase` (batches on the grid; prefill pools
-    keep one prompt per stage, so their batch is the class's shortest length)."""
+def keys(phase: Phase, max_stages: int, ceiling: int) -> list[Key]:
+    """Operating points that cover every pipeline of `phase` at every batch up to `ceiling`
+    (prefill pools keep one prompt per stage, so at most `ceiling` stages)."""
     out = []
     for lo, hi in classes(max_stages):
         if phase == Phase.PREFILL:
-            out.append((phase, lo, 1, lo, hi))
+            if lo <= ceiling:
+                out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
-        for b in BATCH_GRID:
-            out.append((phase, b, min(lo, b), lo, hi))
-    merged: dict = {}  # classes whose lo ≥ B share m = B: one key from the first such lo up
+        for b, top in octaves(ceiling):
+            out.append(Key(phase, b, top, min(lo, b), lo, hi))
+    merged: dict = {}  # classes whose lo ≥ the batch share m = batch: one key from the first such lo up
     for k in out:
-        phase, b, m, lo, hi = k
-        top = merged.get((phase, b, m))
-        merged[(phase, b, m)] = (phase, b, m, min(lo, top[3]) if top else lo, max(hi, top[4]) if top else hi)
+        top = merged.get(k[:4])
+        merged[k[:4]] = k if top is None else k._replace(lo=min(k.lo, top.lo), hi=max(k.hi, top.hi))
     return list(merged.values())
 
 
@@ -108,54 +125,68 @@ def _caps_at(caps: list, R: np.ndarray, W: int) -> np.ndarray:
     return out
 
 
-def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int) -> tuple[list[Key], np.ndarray]:
-    """The keys of `phase` and V [keys, cells]: an upper bound on the tok/s of every pipeline of
-    the key's class on exactly the devices of each cell (0 where none fits).
+def _most_sequences(costs: StageCosts, space: CountSpace, phase: Phase) -> np.ndarray:
+    """Per cell, the most sequences any pipeline on exactly its devices holds: their memory less one
+    copy of the weights, over one sequence's KV (prefill pools: no cap, their batch is their length)."""
+    units = costs.tables.units
+    per_seq = math.ceil(costs.tables.wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * sum(u.kv_bytes_per_token for u in units)
+    if phase == Phase.PREFILL or per_seq <= 0:
+        return np.full(len(space), np.inf)
+    params: dict[str, float] = {}
+    for u in units:
+        params.update(u.params)
+    return np.floor((space.cells @ costs.room - sum(params.values())) / per_seq)
 
-    Keys run from the largest batch down; a cell that can't reach NEAR × its bound so far under
-    this key (infeasible at the R that would) gets that value for the key (still a bound,
-    refined later if it matters) instead of a bisection."""
-    rate_of = (lambda k: costs.tables.wl.output_len) if phase == Phase.PREFILL else (lambda k: k[1])
-    kinds = [g for g in range(len(costs.kinds)) if phase == Phase.BOTH or costs.tp[g] == 1]
-    G = len(costs.devices)  # device groups (types, unless merged)
-    one = [g for g in kinds if costs.tp[g] == 1]
-    one_of = [[g for g in one if costs.group[g] == k] for k in range(G)]
-    tp_mode = any(costs.tp[g] > 1 for g in kinds)
-    top_tp = np.array([max(costs.tp[g] for g in kinds if costs.group[g] == k) for k in range(G)])
-    s_min = np.ceil(space.cells / top_tp).sum(axis=1)
-    order = sorted(keys(phase, max_stages), key=lambda k: (-rate_of(k), k[3]))
-    V = np.zeros((len(order), len(space)))
-    best = np.zeros(len(space))
-    for ki, key in enumerate(order):
-        _, batch, m, lo, hi = key
-        case = costs.case(phase, batch, m)
+
+class FirstPass:
+    """The first pass for one phase: `row(key)` bounds every cell at one key (vectorized over cells)."""
+
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase) -> None:
+        self.costs, self.space, self.phase = costs, space, phase
+        self.kinds = [g for g in range(len(costs.kinds)) if phase == Phase.BOTH or costs.tp[g] == 1]
+        self.G = len(costs.devices)  # device groups (types, unless merged)
+        self.one = [g for g in self.kinds if costs.tp[g] == 1]
+        self.one_of = [[g for g in self.one if costs.group[g] == k] for k in range(self.G)]
+        self.tp_mode = any(costs.tp[g] > 1 for g in self.kinds)
+        top_tp = np.array([max(costs.tp[g] for g in self.kinds if costs.group[g] == k) for k in range(self.G)])
+        self.s_min = np.ceil(space.cells / top_tp).sum(axis=1)
+        self.most = _most_sequences(costs, space, phase)
+
+    def row(self, key: Key, best: np.ndarray, only: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """An upper bound on the tok/s of every pipeline of the key's class, at any batch it covers,
+        on exactly the devices of each cell (0 where none fits), and which cells got a stand-in: a
+        cell that can't reach NEAR × its bound so far (`best`) gets that value (still a bound) instead
+        of a bisection.
+
+        Args:
+            only: the cells to bound (default all; the others get 0).
+        """
+        costs, space, kinds, G = self.costs, self.space, self.kinds, self.G
+        out = np.zeros(len(space))
+        stand_in = np.zeros(len(space), dtype=bool)
+        batch, lo, hi = key.batch, key.lo, key.hi
+        case = costs.case(self.phase, batch, key.m)
         if case is None:
-            continue
+            return out, stand_in
         usable = np.array([any(np.isfinite(case.P[g, -1]) for g in kinds if costs.group[g] == k) for k in range(G)])
-        sel = (space.total >= lo) & ((s_min <= hi) if tp_mode else (space.total <= hi))
+        sel = (space.total >= lo) & ((self.s_min <= hi) if self.tp_mode else (space.total <= hi))
         sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
+        sel &= self.most >= batch
+        if only is not None:
+            sel &= np.isin(np.arange(len(space)), only)
         idx = np.nonzero(sel)[0]
         if not len(idx):
-            continue
-        Wc = weightings(costs, case, phase, batch, one)
+            return out, stand_in
+        rate = np.minimum(key.rate(costs.tables.wl.output_len), self.most[idx])  # no more sequences than fit
+        Wc = weightings(costs, case, self.phase, batch, self.one)
         total = Wc[-1] * (1 - 1e-12)
         caps = [kind_caps(costs, case, g, Wc) if g in kinds else None for g in range(len(costs.kinds))]
         if all(c is None for c in caps):
-            continue
+            return out, stand_in
         cnt = space.cells[idx].astype(float)
+        tp_mode, one_of = self.tp_mode, self.one_of
 
-        def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
-            cap = _caps_at(caps, R, Wc.shape[1])  # [kinds, n, W]
-            c = cnt[rows]
-            cov = np.einsum("nk,knw->nw", c, _per_group(cap, 0.0))  # λ = 0: exact when ≤ hi devices
-            big = np.nonzero(c.sum(axis=1) > hi)[0] if tp_mode else []
-            for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
-                lam = np.max([cap[g][big] for g in one_of[k]], axis=0)
-                dual = lam * hi + np.einsum("nk,knw->nw", c[big], _per_group(cap[:, big], lam))
-                cov[big] = np.minimum(cov[big], dual)
-            return (cov >= total).all(axis=1)
-
-        def _per_group(cap: np.ndarray, lam) -> np.ndarray:
+        def per_group(cap: np.ndarray, lam) -> np.ndarray:
             """[groups, n, W]: max(0, max over the group's kinds g of (cap_g − λ) / tp_g)."""
             out = np.zeros((G,) + cap.shape[1:])
             for g in kinds:
@@ -163,12 +194,24 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
                 np.maximum(out[k], (cap[g] - lam) / costs.tp[g], out=out[k])
             return out
 
+        def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            cap = _caps_at(caps, R, Wc.shape[1])  # [kinds, n, W]
+            c = cnt[rows]
+            cov = np.einsum("nk,knw->nw", c, per_group(cap, 0.0))  # λ = 0: exact when ≤ hi devices
+            big = np.nonzero(c.sum(axis=1) > hi)[0] if tp_mode else []
+            for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
+                lam = np.max([cap[g][big] for g in one_of[k]], axis=0)
+                dual = lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap[:, big], lam))
+                cov[big] = np.minimum(cov[big], dual)
+            return (cov >= total).all(axis=1)
+
         cand = np.unique(np.concatenate([c[0] for c in caps if c is not None]))
         rows = np.arange(len(idx))
         known = best[idx] > 0
         if known.any():  # can this key come near the bound so far? not if infeasible where it would
-            near = feasible(rate_of(key) / (NEAR * best[idx[known]]), rows[known])
-            V[ki, idx[known][~near]] = NEAR * best[idx[known][~near]]
+            near = feasible(rate[known] / (NEAR * best[idx[known]]), rows[known])
+            out[idx[known][~near]] = NEAR * best[idx[known][~near]]
+            stand_in[idx[known][~near]] = True
             rows = np.concatenate([rows[known][near], rows[~known]])
         rows = rows[feasible(np.full(len(rows), cand[-1]), rows)]
         lo_i, hi_i = np.zeros(len(rows), dtype=np.int64), np.full(len(rows), len(cand) - 1)
@@ -178,7 +221,20 @@ def first_pass(costs: StageCosts, space: CountSpace, phase: str, max_stages: int
             f = feasible(cand[mid], rows)
             hi_i = np.where(act & f, mid, hi_i)
             lo_i = np.where(act & ~f, mid + 1, lo_i)
-        cells = idx[rows]
-        V[ki, cells] = rate_of(key) / cand[lo_i]
-        best[cells] = np.maximum(best[cells], V[ki, cells])
-    return order, V
+        out[idx[rows]] = rate[rows] / cand[lo_i]
+        return out, stand_in
+
+
+def first_pass(costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int,
+               ceiling: int) -> tuple[list[Key], np.ndarray, np.ndarray]:
+    """The keys of `phase`, V [keys, cells] (FirstPass.row of each, keys from the largest batch
+    down, so that later keys can skip cells far below the bound so far), and which are stand-ins."""
+    fp = FirstPass(costs, space, phase)
+    order = sorted(keys(phase, max_stages, ceiling), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
+    V = np.zeros((len(order), len(space)))
+    stand_in = np.zeros(V.shape, dtype=bool)
+    best = np.zeros(len(space))
+    for ki, key in enumerate(order):
+        V[ki], stand_in[ki] = fp.row(key, best)
+        np.maximum(best, V[ki], out=best)
+    return order, V, stand_in

@@ -23,6 +23,7 @@ __all__ = ["Chain", "best_chain"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
+CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
 
 
 def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int],
@@ -62,7 +63,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     return (E, layers, cells, strides, full) if keep else (E, work)
 
 
-def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
+def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.ndarray,
                tp_groups: bool, below: float = np.inf) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per group, None if none fits within R ≤ `below`; and the work it took.
@@ -73,13 +74,16 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
         below: only bottlenecks up to this matter (a caller that knows a better chain).
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
-    case = costs.case(phase, b, m)
+    use = counts[costs.group] >= costs.tp  # the kinds this cell can form
+    before = costs.tables.evaluations
+    case = costs.case(phase, b, m, use)
+    work = CASE * (costs.tables.evaluations - before)  # the cost model run at a new operating point
     if case is None:
-        return None, STEP
+        return None, work + STEP
     kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
     if not kinds:
-        return None, STEP
-    work = last = 0.0
+        return None, work + STEP
+    last = 0.0
 
     def reaches(R: float) -> bool:
         nonlocal work, last

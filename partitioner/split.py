@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
+from hetc.partitioner.batches import MAX_BATCH, search
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
 
-__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "MAX_BATCH"]
-
-MAX_BATCH = 4096  # sequences in flight per pipeline considered
+__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,29 +156,32 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
 
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
                   split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
-                  memo: dict | None = None) -> list[Found]:
-    """Every batch on the grid (powers of two) that fits, with its best split (a prefill
-    pool has one option: a prompt per stage).
+                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT) -> list[Found]:
+    """Batches up to `ceiling` that fit, each with its best split (batches.search says which are
+    tried); a prefill pool has one option: a prompt per stage, if the ceiling allows that many.
 
     Args:
         split: stage boundaries for a batch; default: `split_chain` (the best split).
         memo: passed on to `split_chain`.
+        ceiling: the most sequences in flight (batches.batch_ceiling).
+        objective: what the search for the best batch between tried ones aims at.
     """
     split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
-    out: list[Found] = []
-    batch = 1
-    while batch <= (1 if phase == Phase.PREFILL else MAX_BATCH):
+
+    def evaluate(batch: int) -> Found | None:
         stages = split(batch)
         est = estimate_pipeline(units, stages, cluster, wl, batch, phase) if stages else None
-        if est is None:
-            break
-        out.append(Found(est, stages))
-        batch *= 2
-    return out
+        return Found(est, stages) if est is not None and stages is not None else None
+
+    if phase == Phase.PREFILL:
+        one = evaluate(1) if len(chain) <= ceiling else None
+        return [one] if one else []
+    return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0),
+                                 ceiling)]
 
 
 def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None) -> Found | None:
+               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH) -> Found | None:
     """The batch best for `objective` on this chain, with no floors."""
-    opts = batch_options(units, chain, cluster, wl, split)
+    opts = batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
     return max(opts, key=lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)

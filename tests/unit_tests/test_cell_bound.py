@@ -11,10 +11,12 @@ from hetc.partitioner.aggregate import first_pass
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.refine import best_chain
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from hetc.partitioner.stage_costs import StageCosts
-from hetc.partitioner.tables import BATCH_GRID, Tables, kinds_of
+from hetc.partitioner.tables import Tables, kinds_of
+from hetc.scheduling import Phase
+from tests.brute_force import best_per_set, best_with_pools, options
 from tests.conftest import FIXTURES, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
@@ -74,67 +76,30 @@ def test_chain_dp_finds_the_best_chain(costs, phase, batch):
 
 @pytest.mark.parametrize("phase", ["both", "decode", "prefill"])
 def test_first_pass_bounds_every_chain_on_exactly_its_cell(costs, phase):
+    """At every batch a key covers (its ends and a batch between: costs at the key's batch,
+    tokens at its top), every chain on exactly a cell's devices."""
     space = CountSpace(costs.devices)
-    keys, V = first_pass(costs, space, phase, max_stages=4)
+    keys, V, _ = first_pass(costs, space, phase, max_stages=4, ceiling=300)
     checked = 0
-    for ki, (_, batch, _, lo, hi) in enumerate(keys):
-        if phase != "prefill" and batch not in (1, 4, 32, 256):
+    for ki, key in enumerate(keys):
+        if phase != "prefill" and key.batch not in (1, 4, 32, 256):
             continue
-        for n in range(lo, hi + 1):
-            for ks, _, counts, R in _chains(costs, phase, batch, n):
-                if phase != "both" and any(costs.tp[g] > 1 for g in ks):
-                    continue
-                c = int(counts @ space.strides)
-                rate = WL.output_len if phase == "prefill" else batch
-                assert V[ki, c] >= rate / R * (1 - 1e-9), (ks, batch, n)
-                checked += 1
+        for b in sorted({key.batch, (key.batch + key.top) // 2, key.top}):
+            for n in range(key.lo, key.hi + 1):
+                for ks, _, counts, R in _chains(costs, phase, b, n):
+                    if phase != "both" and any(costs.tp[g] > 1 for g in ks):
+                        continue
+                    c = int(counts @ space.strides)
+                    rate = WL.output_len if phase == "prefill" else b
+                    assert V[ki, c] >= rate / R * (1 - 1e-9), (ks, b, n)
+                    checked += 1
     assert checked > 100
-
-
-def _brute_force_with_pools(units, cluster) -> float:
-    """Best Σ both + min(Σ decode, Σ prefill feed) over sets of disjoint chains of slots (a device,
-    or a tp group of a node's devices), every phase, split and batch; pools are one device a stage."""
-    slots = [((n, i),) for n in cluster.nodes for i in range(n.count)]
-    slots += [tuple((n, i) for i in g) for n in cluster.nodes if n.link for k in (2, 4, 8)
-              for g in itertools.combinations(range(n.count), k) if k <= n.count and g[0] % k == 0 and len(g) == k
-              and list(g) == list(range(g[0], g[0] + k))]
-    options = []  # (device set, phase, tok/s)
-    for size in range(1, len(slots) + 1):
-        for chain in itertools.permutations(slots, size):
-            used = [(d[0].name, d[1]) for s in chain for d in s]
-            if len(set(used)) != len(used):
-                continue
-            for phase in ("both", "decode", "prefill"):
-                if phase != "both" and any(len(s) > 1 for s in chain):
-                    continue
-                best = 0.0
-                for cuts in itertools.combinations(range(1, len(units)), size - 1):
-                    bd = (0, *cuts, len(units))
-                    stages = [StagePlan(s[0][0], a, b - 1, len(s)) for s, a, b in zip(chain, bd, bd[1:])]
-                    for batch in [size] if phase == "prefill" else BATCH_GRID:
-                        est = estimate_pipeline(units, stages, cluster, WL, batch, phase)
-                        if est is None:
-                            break
-                        best = max(best, est.output_tok_s)
-                if best:
-                    options.append((frozenset(used), phase, best))
-
-    def search(i: int, taken: frozenset, sums: tuple) -> float:
-        val = sums[0] + min(sums[1], sums[2])
-        for j in range(i, len(options)):
-            devs, phase, tok = options[j]
-            if not devs & taken:
-                add = {"both": (tok, 0, 0), "decode": (0, tok, 0), "prefill": (0, 0, tok)}[phase]
-                val = max(val, search(j + 1, taken | devs, tuple(a + b for a, b in zip(sums, add))))
-        return val
-
-    return search(0, frozenset(), (0.0, 0.0, 0.0))
 
 
 @pytest.mark.parametrize("a_memory,b_memory", [("0.8 MB", "2 MB"), ("2 MB", "1 MB")])
 def test_bound_is_above_the_best_plan_with_tp_groups_and_pools(tmp_path, tiny, a_memory, b_memory):
     cluster = two_type_cluster(tmp_path, a_memory, b_memory, a_count=2)
-    want = _brute_force_with_pools(tiny.units, cluster)
+    want = best_with_pools(best_per_set(options(tiny.units, cluster, WL, tp=True, phases=tuple(Phase))))
     assert want > 0
     sol = solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto")
     assert sol.bound >= want * (1 - 1e-9)
