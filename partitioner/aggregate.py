@@ -1,8 +1,8 @@
 """First pass of the cell bound: an order-free relaxation of one pipeline, for every count vector.
 
-Fix a phase, a batch interval [B, top] (costs and memory at B, tokens at top: valid for every
+Fix a phase, a batch interval [B, top] (costs and tokens at top, memory at B: valid for every
 batch between, batches.py) and a class [lo, hi] of pipeline lengths, and cost every stage with
-m = min(lo, B) micro-batches (fewer micro-steps than any pipeline of the class runs: cheaper).
+m = min(lo, top) micro-batches (fewer micro-steps than any pipeline of the class runs: cheaper).
 A pipeline whose busiest stage takes R covers the units with contiguous ranges, each within
 R and its device's memory. For any weights w ≥ 0 on the units, each range then weighs at
 most cap_g(R) = the heaviest memory-feasible range of its kind g within R, so
@@ -30,18 +30,20 @@ from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.batches import octaves
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
-__all__ = ["FirstPass", "Key", "classes", "keys", "first_pass"]
+__all__ = ["FirstPass", "Key", "classes", "keys", "first_pass", "most_sequences"]
 
 INF = np.inf
 EXACT = 24  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
+PER_OCTAVE = 2  # batch intervals per octave (batches.octaves)
+SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
 class Key(NamedTuple):
-    """An operating point that covers a class of pipelines: costs and memory at `batch`
-    sequences in flight with `m` micro-batches, rate at `top` sequences (batches.py: valid for
-    every batch in [batch, top]), pipeline lengths lo … hi. Prefill pools: `batch` = `top` =
-    prompts in flight (the class's shortest length), rate = output_len per prompt."""
+    """An operating point that covers a class of pipelines: costs and rate at `top` sequences in
+    flight with `m` micro-batches, memory at `batch` sequences (batches.py: valid for every batch
+    in [batch, top]), pipeline lengths lo … hi. Prefill pools: `batch` = `top` = prompts in
+    flight (the class's shortest length), rate = output_len per prompt."""
 
     phase: Phase
     batch: int
@@ -73,9 +75,9 @@ def keys(phase: Phase, max_stages: int, ceiling: int) -> list[Key]:
             if lo <= ceiling:
                 out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
-        for b, top in octaves(ceiling):
-            out.append(Key(phase, b, top, min(lo, b), lo, hi))
-    merged: dict = {}  # classes whose lo ≥ the batch share m = batch: one key from the first such lo up
+        for b, top in octaves(ceiling, PER_OCTAVE):
+            out.append(Key(phase, b, top, min(lo, top), lo, hi))
+    merged: dict = {}  # classes whose lo ≥ the top share m = top: one key from the first such lo up
     for k in out:
         top = merged.get(k[:4])
         merged[k[:4]] = k if top is None else k._replace(lo=min(k.lo, top.lo), hi=max(k.hi, top.hi))
@@ -125,7 +127,7 @@ def _caps_at(caps: list, R: np.ndarray, W: int) -> np.ndarray:
     return out
 
 
-def _most_sequences(costs: StageCosts, space: CountSpace, phase: Phase) -> np.ndarray:
+def most_sequences(costs: StageCosts, space: CountSpace, phase: Phase) -> np.ndarray:
     """Per cell, the most sequences any pipeline on exactly its devices holds: their memory less one
     copy of the weights, over one sequence's KV (prefill pools: no cap, their batch is their length)."""
     units = costs.tables.units
@@ -150,40 +152,50 @@ class FirstPass:
         self.tp_mode = any(costs.tp[g] > 1 for g in self.kinds)
         top_tp = np.array([max(costs.tp[g] for g in self.kinds if costs.group[g] == k) for k in range(self.G)])
         self.s_min = np.ceil(space.cells / top_tp).sum(axis=1)
-        self.most = _most_sequences(costs, space, phase)
+        self.most = most_sequences(costs, space, phase)
 
-    def row(self, key: Key, best: np.ndarray, only: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def row(self, key: Key, best: np.ndarray) -> np.ndarray:
         """An upper bound on the tok/s of every pipeline of the key's class, at any batch it covers,
-        on exactly the devices of each cell (0 where none fits), and which cells got a stand-in: a
-        cell that can't reach NEAR × its bound so far (`best`) gets that value (still a bound) instead
-        of a bisection.
-
-        Args:
-            only: the cells to bound (default all; the others get 0).
-        """
-        costs, space, kinds, G = self.costs, self.space, self.kinds, self.G
+        on exactly the devices of each cell (0 where none fits). A cell whose memory holds fewer
+        sequences than the key's top is costed at the end of the sub-interval its most falls in
+        (SPLITS per interval): no pipeline on it runs more. A cell that can't reach NEAR × its bound
+        so far (`best`) gets that value (still a bound) instead of a bisection."""
+        costs, space, G = self.costs, self.space, self.G
         out = np.zeros(len(space))
-        stand_in = np.zeros(len(space), dtype=bool)
         batch, lo, hi = key.batch, key.lo, key.hi
-        case = costs.case(self.phase, batch, key.m)
-        if case is None:
-            return out, stand_in
-        usable = np.array([any(np.isfinite(case.P[g, -1]) for g in kinds if costs.group[g] == k) for k in range(G)])
+        usable = np.array([any(np.isfinite(costs.memory(self.phase, batch).P[g, -1]) for g in self.kinds
+                               if costs.group[g] == k) for k in range(G)])
         sel = (space.total >= lo) & ((self.s_min <= hi) if self.tp_mode else (space.total <= hi))
         sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
         sel &= self.most >= batch
-        if only is not None:
-            sel &= np.isin(np.arange(len(space)), only)
         idx = np.nonzero(sel)[0]
-        if not len(idx):
-            return out, stand_in
-        rate = np.minimum(key.rate(costs.tables.wl.output_len), self.most[idx])  # no more sequences than fit
+        if self.phase == Phase.PREFILL or key.top == batch:
+            tops = np.full(len(idx), key.top)
+        else:
+            ends = np.unique(np.minimum(key.top, np.ceil(batch * 2.0 ** (np.arange(1, SPLITS + 1) * np.log2((key.top + 1) / batch)
+                                                                        / SPLITS)) - 1)).astype(np.int64)
+            ends = ends[ends >= batch]
+            tops = ends[np.searchsorted(ends, np.minimum(key.top, self.most[idx]))]
+        for top in np.unique(tops):
+            part = idx[tops == top]
+            out[part] = self._bound(key._replace(top=int(top), m=min(lo, int(top))), part, best)
+        return out
+
+    def _bound(self, key: Key, idx: np.ndarray, best: np.ndarray) -> np.ndarray:
+        """FirstPass.row at one key for the cells `idx`."""
+        costs, kinds, G = self.costs, self.kinds, self.G
+        out = np.zeros(len(idx))
+        batch, hi = key.batch, key.hi
+        case = costs.case(self.phase, key.top, key.m, fit=batch)
+        if case is None or not len(idx):
+            return out
+        rate = np.full(len(idx), float(key.rate(costs.tables.wl.output_len)))
         Wc = weightings(costs, case, self.phase, batch, self.one)
         total = Wc[-1] * (1 - 1e-12)
         caps = [kind_caps(costs, case, g, Wc) if g in kinds else None for g in range(len(costs.kinds))]
         if all(c is None for c in caps):
-            return out, stand_in
-        cnt = space.cells[idx].astype(float)
+            return out
+        cnt = self.space.cells[idx].astype(float)
         tp_mode, one_of = self.tp_mode, self.one_of
 
         def per_group(cap: np.ndarray, lam) -> np.ndarray:
@@ -210,8 +222,7 @@ class FirstPass:
         known = best[idx] > 0
         if known.any():  # can this key come near the bound so far? not if infeasible where it would
             near = feasible(rate[known] / (NEAR * best[idx[known]]), rows[known])
-            out[idx[known][~near]] = NEAR * best[idx[known][~near]]
-            stand_in[idx[known][~near]] = True
+            out[rows[known][~near]] = NEAR * best[idx[known][~near]]
             rows = np.concatenate([rows[known][near], rows[~known]])
         rows = rows[feasible(np.full(len(rows), cand[-1]), rows)]
         lo_i, hi_i = np.zeros(len(rows), dtype=np.int64), np.full(len(rows), len(cand) - 1)
@@ -221,20 +232,19 @@ class FirstPass:
             f = feasible(cand[mid], rows)
             hi_i = np.where(act & f, mid, hi_i)
             lo_i = np.where(act & ~f, mid + 1, lo_i)
-        out[idx[rows]] = rate[rows] / cand[lo_i]
-        return out, stand_in
+        out[rows] = rate[rows] / cand[lo_i]
+        return out
 
 
 def first_pass(costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int,
-               ceiling: int) -> tuple[list[Key], np.ndarray, np.ndarray]:
-    """The keys of `phase`, V [keys, cells] (FirstPass.row of each, keys from the largest batch
-    down, so that later keys can skip cells far below the bound so far), and which are stand-ins."""
+               ceiling: int) -> tuple[list[Key], np.ndarray]:
+    """The keys of `phase` and V [keys, cells] (FirstPass.row of each, keys from the largest batch
+    down, so that later keys can skip cells far below the bound so far)."""
     fp = FirstPass(costs, space, phase)
     order = sorted(keys(phase, max_stages, ceiling), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
     V = np.zeros((len(order), len(space)))
-    stand_in = np.zeros(V.shape, dtype=bool)
     best = np.zeros(len(space))
     for ki, key in enumerate(order):
-        V[ki], stand_in[ki] = fp.row(key, best)
+        V[ki] = fp.row(key, best)
         np.maximum(best, V[ki], out=best)
-    return order, V, stand_in
+    return order, V

@@ -6,17 +6,30 @@ weights) has room for.
 
 The bound covers every integer batch with intervals [batch, top]: a pipeline running b
 sequences, batch ≤ b ≤ top, is bounded by `top` sequences' tokens over its round time at
-`batch` sequences, with its memory at `batch`. Two properties of the saturation model make
-this valid (tests/unit_tests/test_batches.py checks them on every catalog profile):
-- memory grows with the batch (KV per sequence, activations per step token);
-- a stage's busy time per round, m micro-steps of b/m sequences plus b/output_len prompts,
-  does not shrink when b or m grows: every op costs (1 − o)(a + c) + o·max(a, c) plus
-  launches, with a (compute) and c (bytes) affine in the step's tokens with non-negative
-  intercepts, so its time is non-decreasing in the tokens and its time per token is
-  non-increasing; m·t(b/m) is then non-decreasing in m, and each term in b. (Fitted
-  efficiency curves, as `hetc profile` writes for a CPU, are outside this argument.)
-The cell bound starts from octaves [2^i, 2^(i+1) − 1] and halves the intervals its optimum's
-cells use, for every cell, down to single batches (cell_bound.py).
+`top` sequences, with its memory at `batch`. Why that is valid:
+- memory grows with the batch (KV per sequence, activations per step token), so a pipeline
+  that holds b sequences holds `batch`;
+- a fixed pipeline's throughput T(b) = b / round(b) does not fall as b grows. With n stages
+  it keeps m = min(n, b) micro-batches of s = b/m sequences; a stage's busy time per round is
+  m·d(s) + (b/output_len)·p + overhead·(m + prompts), d a decode step, p a prompt's prefill,
+  and its links carry m·(α + s·β) + prompts·(…). Per sequence (divided by b): for b ≥ n,
+  d(s)/s + p/output_len + overhead·(1/s + …)/n…, each nonincreasing in s wherever d(s)/s is; for
+  b < n (s = 1) constant; the loop term Σ (d(s) + link(s)) likewise. So round(b)/b is
+  nonincreasing, T(b) ≤ T(top), wherever a decode step's time per sequence d(s)/s is
+  nonincreasing in s. The analytic model gives that when every efficiency read at a
+  batch-dependent size is nondecreasing in it: an op's time is max(c, m) + (1 − o)·min(c, m)
+  (homogeneous of degree 1, nondecreasing in both), compute c = FLOPs/(peak·e) with FLOPs
+  affine in s, nonnegative intercept, and e nondecreasing in rows; bytes m affine likewise
+  over a constant bandwidth; launches constant per step; an MoE's touched-expert share
+  concave in the tokens. The same shows busy(b, m) nondecreasing in m at fixed b, which lets
+  a class of pipelines of lengths ≥ lo be costed at m = min(lo, top). Profiles whose fitted
+  curves fall somewhere are costed by the bound with their envelope (envelope.py).
+  tests/unit_tests/test_batches.py checks the per-sequence property through
+  `unit_round_costs` on every catalog profile and on a fitted, non-monotone one.
+So the only cells a key inflates are those whose pipelines hold fewer than `top` sequences
+(by at most top/b*, b* the most they hold). The cell bound starts from octaves
+[2^i, 2^(i+1) − 1]; refinement evaluates a cell's best chain at the most sequences it holds
+and splits the interval there (cell_bound.py).
 """
 
 from __future__ import annotations
@@ -50,25 +63,33 @@ def batch_ceiling(units: list[Unit], cluster: Cluster, wl: Workload, max_num_seq
     return max(1, min(admits, max_num_seqs or admits))
 
 
-def octaves(ceiling: int) -> list[tuple[int, int]]:
-    """[2^i, 2^(i+1) − 1] up to the ceiling: every batch 1 … ceiling in exactly one interval."""
+def octaves(ceiling: int, per_octave: int = 1) -> list[tuple[int, int]]:
+    """Intervals [lo, hi] of batches 1 … ceiling, each batch in exactly one: octaves
+    [2^i, 2^(i+1) − 1] split into `per_octave` parts of equal ratio (rounded; no part empty)."""
     out, b = [], 1
     while b <= ceiling:
-        out.append((b, min(2 * b - 1, ceiling)))
+        for j in range(per_octave):
+            top = min(ceiling, 2 * b - 1, max(b, round(b * 2 ** ((j + 1) / per_octave)) - 1))
+            start = out[-1][1] + 1 if out else 1
+            if start <= top:
+                out.append((start, top))
         b *= 2
     return out
 
 
-def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int) -> list[tuple[int, T]]:
+def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int,
+           hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:
     """Batches worth running on one chain, with what `evaluate` gives for each (None: it does
     not fit). Every batch when the chain holds at most ALL_BATCHES; otherwise the powers of two,
     the largest batch that fits (memory only shrinks with the batch, so bisection finds it),
-    and a bisection for the best batch between the best one's neighbours.
+    the `hints`, and a bisection for the best batch between the best one's neighbours.
 
     Args:
         evaluate: the option at a batch, or None where it does not fit.
         score: larger is better.
         ceiling: the most sequences allowed.
+        hints: batches to try as well (where the bound found this chain's best: the best split
+            at the largest batch that fits can be worse than at a smaller one).
     """
     seen: dict[int, T] = {}
     failed: set[int] = set()
@@ -95,6 +116,9 @@ def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], cei
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if at(mid) is not None else (lo, mid - 1)
+        for h in hints:
+            if 1 <= h <= min(lo, ceiling):
+                at(h)
         _climb(at, score, seen)
     return sorted(seen.items())
 

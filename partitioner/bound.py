@@ -61,8 +61,8 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
         batches = [(b, top) for b, top in octaves(ceiling) if tables.fits(g, b).any()]
         for n in range(1, max_stages + 1):
             cap = np.zeros(u + 1)
-            for b, top in batches:  # every batch in [b, top]: its tokens over the cost at b (batches.py)
-                busy = tables.busy_min(g, min(n, b), b)
+            for b, top in batches:  # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
+                busy = tables.busy_min(g, min(n, top), top, fit=b)
                 with np.errstate(divide="ignore"):
                     cap = np.maximum(cap, np.where(np.isfinite(busy), top / busy, 0.0))
             ok = np.nonzero(cap[1:] > 0)[0] + 1

@@ -29,6 +29,7 @@ from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
 from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score
@@ -278,6 +279,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
     notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
                         "each apart): the bound is looser than it would be" for m in bound.merged]
+    for name, curves in {n.profile.name: falling_curves(n.profile) for n in cluster.nodes}.items():
+        if curves:
+            notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
+                         "each curve's running maximum (valid for every batch, looser than the profile)")
     templates = generate(cluster, kinds, bound.pipelines, max_stages, phases)
     opts: list[_Option] = []
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
@@ -285,7 +290,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         if progress:
             progress(f"templates {i + 1}/{len(templates)}: {t.label}")
         for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase, memo=memo, ceiling=ceiling,
-                               objective=objective):
+                               objective=objective, hints=t.batches):
             e = f.estimate
             if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
                 continue

@@ -82,21 +82,29 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     if phase == Phase.PREFILL:
         batch = n
     memo = {} if memo is None else memo
+    n_units = len(units)
+    reaches = []
+    for s in chain:
+        key = (_slot_key(s), batch, phase)
+        if key not in memo:
+            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
+        reaches.append(memo[key])
+    u = 0
+    for reach in reaches:  # memory alone, each slot as far as it holds: no split fits if this does not
+        u = max(u, reach[u] + 1) if u < n_units else u
+    if u < n_units:
+        return None
     r = Round.of(wl, batch, max(1, min(n, batch)), phase)
     out = units[0].out_bytes_per_token
     slots = []  # per slot: prefix sums of its unit costs, its memory reach, fixed time + link out
-    for i, s in enumerate(chain):
+    for i, (s, reach) in enumerate(zip(chain, reaches)):
         key = (_slot_key(s), r)
         if key not in memo:
             cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
             memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
         prefix, fixed = memo[key]
-        key = (_slot_key(s), batch, phase)
-        if key not in memo:
-            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
         path = hops(cluster, s.node, chain[i + 1].node) if i + 1 < n else []
-        slots.append((prefix, memo[key], fixed + (r.link_time(out, path) if path else 0.0), s))
-    n_units = len(units)
+        slots.append((prefix, reach, fixed + (r.link_time(out, path) if path else 0.0), s))
 
     def greedy(tau: float) -> list[StagePlan] | None:
         """Each slot in turn takes as many units as fit within `tau` and its memory."""
@@ -124,7 +132,7 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
 
 
 def _slot_key(s: Slot) -> tuple:
-    return s.node.profile.name, s.tp, repr(s.node.link)
+    return s.node.profile.name, s.tp, id(s.node.link)  # within one solve: links are the cluster's objects
 
 
 def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float) -> list[int]:
@@ -156,7 +164,8 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
 
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
                   split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
-                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT) -> list[Found]:
+                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT,
+                  hints: tuple[int, ...] = ()) -> list[Found]:
     """Batches up to `ceiling` that fit, each with its best split (batches.search says which are
     tried); a prefill pool has one option: a prompt per stage, if the ceiling allows that many.
 
@@ -165,6 +174,7 @@ def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Wo
         memo: passed on to `split_chain`.
         ceiling: the most sequences in flight (batches.batch_ceiling).
         objective: what the search for the best batch between tried ones aims at.
+        hints: batches to try as well (batches.search).
     """
     split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
 
@@ -177,7 +187,7 @@ def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Wo
         one = evaluate(1) if len(chain) <= ceiling else None
         return [one] if one else []
     return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0),
-                                 ceiling)]
+                                 ceiling, hints)]
 
 
 def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,

@@ -71,13 +71,15 @@ class StageCosts:
         self._memory: dict = {}
         self._link: dict = {}
 
-    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None) -> Case | None:
+    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None) -> Case | None:
         """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
-        micro-batches, for the kinds `use` marks (default all; the others cost inf); None if no
-        kind holds any unit. Pools are one device per stage."""
-        key = (phase, batch, m, None if use is None else use.tobytes())
+        micro-batches, with memory at `fit` sequences (default `batch`; batches.py: costs at an
+        interval's top, memory at its first batch), for the kinds `use` marks (default all; the
+        others cost inf); None if no kind holds any unit. Pools are one device per stage."""
+        fit = batch if fit is None else fit
+        key = (phase, batch, m, fit, None if use is None else use.tobytes())
         if key not in self._cases:
-            mem = self.memory(phase, batch)
+            mem = self.memory(phase, fit)
             P, over = mem.P.copy(), np.zeros(len(self.kinds))
             for g, kind in enumerate(self.kinds):
                 if use is not None and not use[g]:
@@ -85,7 +87,7 @@ class StageCosts:
                 elif np.isfinite(P[g, -1]):
                     cost, over[g] = self.tables.unit_costs(kind, m, batch, phase)
                     P[g, 1:] = np.cumsum(cost)
-            link, cheapest = self._links(phase, batch, m)
+            link, cheapest = self.links(phase, batch, m)
             self._cases[key] = None if np.isinf(P).all() else Case(P, over, mem.jfit, link, cheapest)
         return self._cases[key]
 
@@ -105,7 +107,8 @@ class StageCosts:
             self._memory[key] = Case(P, np.zeros(G), jfit, np.zeros((T, T, u + 1)), np.zeros((T, T)))
         return self._memory[key]
 
-    def _links(self, phase: Phase, batch: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    def links(self, phase: Phase, batch: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """link[t', t, i] and cheapest[t', t] (see Case) at one operating point, cached."""
         key = (phase, batch, m)
         if key not in self._link:
             u = self.u

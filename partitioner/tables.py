@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster, Link, Node, Profile
+from hetc.partitioner.envelope import bound_node
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
@@ -77,6 +78,7 @@ class Tables:
     _cost: dict = field(default_factory=dict)
     _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)
+    _kind_keys: dict = field(default_factory=dict)
     evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
 
     def __post_init__(self) -> None:
@@ -99,13 +101,22 @@ class Tables:
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
         self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
 
+    def _kind(self, kind: Kind) -> tuple:
+        """A cache key for `kind` (its type_key's repr of the link is slow to recompute)."""
+        got = self._kind_keys.get(id(kind))
+        if got is None or got[0] is not kind:
+            got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
+        return got[1]
+
     def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
-        overhead per round, as simulate.estimate_pipeline counts them for `phase`."""
-        key = (kind.name, kind.type_key, m, batch, phase)
+        overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
+        profile's envelope where its efficiency curves fall (envelope.py: never more)."""
+        key = (self._kind(kind), m, batch, phase)
         if key not in self._cost:
             self.evaluations += 1
-            cost, over = unit_round_costs(self.units, kind.nodes[0], kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
+            node = bound_node(kind.nodes[0])
+            cost, over = unit_round_costs(self.units, node, kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
             self._cost[key] = (np.array(cost), over)
         return self._cost[key]
 
@@ -118,7 +129,7 @@ class Tables:
         """most[i, k]: the most sequences at which units [i, i+k) fit one device of `kind` (0 if
         none). A stage holds weights/tp + b·KV/tp + max(chunk, b)·activations: linear in b on
         each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
-        key = (kind.name, kind.type_key, phase)
+        key = (self._kind(kind), phase)
         if key not in self._most:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
             wl = self.wl
@@ -140,13 +151,16 @@ class Tables:
             self._most[key] = np.where(valid & (mem(np.ones_like(b)) <= cap), b, 0).astype(np.int64)
         return self._most[key]
 
-    def busy_min(self, kind: Kind, m: int, batch: int) -> np.ndarray:
-        """busy_min[k] for k = 0 … U (inf where no range of k units fits), pipelines that prefill and decode."""
-        key = (kind.name, kind.type_key, m, batch)
+    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None) -> np.ndarray:
+        """busy_min[k] for k = 0 … U: the least busy seconds per round of a range of k units at
+        `batch` sequences that fits memory at `fit` (default: `batch`); inf where none fits.
+        Pipelines that prefill and decode."""
+        fit = batch if fit is None else fit
+        key = (self._kind(kind), m, batch, fit)
         if key not in self._busy:
             cost, over = self.unit_costs(kind, m, batch)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
-            busy = np.where(self.fits(kind, batch), p[i + k] - p[i] + over, np.inf)
+            busy = np.where(self.fits(kind, fit), p[i + k] - p[i] + over, np.inf)
             self._busy[key] = busy.min(axis=0)
         return self._busy[key]

@@ -17,7 +17,8 @@ from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, best_with_pools, options
-from tests.conftest import FIXTURES, two_type_cluster
+from hetc.partitioner import tables as tables_module
+from tests.conftest import FIXTURES, falling_cluster, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 
@@ -33,11 +34,12 @@ def costs(tmp_path, tiny):
     return StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
 
 
-def _chains(costs: StageCosts, phase: str, batch: int, n: int):
-    """Every n-stage chain of kinds and cuts that fits memory, with its device counts and its
-    bottleneck as the relaxation counts it (busiest stage, or a link at its cheapest cut)."""
+def _chains(costs: StageCosts, phase: str, batch: int, n: int, fit: int | None = None):
+    """Every n-stage chain of kinds and cuts that fits memory (at `fit` sequences, default the
+    batch), with its device counts and its bottleneck at `batch` as the relaxation counts it
+    (busiest stage, or a link at its cheapest cut)."""
     b, m = (n, 1) if phase == "prefill" else (batch, min(n, batch))
-    case = costs.case(phase, b, m)
+    case = costs.case(phase, b, m, fit=n if phase == "prefill" else fit)
     if case is None:
         return
     U = costs.u
@@ -56,15 +58,17 @@ def _chains(costs: StageCosts, phase: str, batch: int, n: int):
             yield ks, bd, counts.astype(int), R
 
 
-@pytest.mark.parametrize("phase,batch", [("both", 4), ("both", 64), ("decode", 16), ("prefill", 1)])
-def test_chain_dp_finds_the_best_chain(costs, phase, batch):
+@pytest.mark.parametrize("phase,batch,fit", [("both", 4, 4), ("both", 64, 64), ("both", 64, 20), ("decode", 16, 16),
+                                             ("decode", 40, 9), ("prefill", 1, 1)])
+def test_chain_dp_finds_the_best_chain(costs, phase, batch, fit):
+    """Costed at `batch`, holding `fit` sequences: the least bottleneck over every chain and cut."""
     tp_groups = phase == "both"
     for n in (1, 2, 3):
-        chains = [c for c in _chains(costs, phase, batch, n) if tp_groups or all(costs.tp[g] == 1 for g in c[0])]
+        chains = [c for c in _chains(costs, phase, batch, n, fit) if tp_groups or all(costs.tp[g] == 1 for g in c[0])]
         for counts in itertools.product(*(range(int(d) + 1) for d in costs.devices)):
             counts = np.array(counts)
             want = min((R for _, _, c, R in chains if (c <= counts).all()), default=None)
-            got, _ = best_chain(costs, phase, batch, n, counts, tp_groups)
+            got, _ = best_chain(costs, phase, batch, n, counts, tp_groups, fit=fit)
             if want is None:
                 assert got is None, (n, counts)
                 continue
@@ -76,10 +80,10 @@ def test_chain_dp_finds_the_best_chain(costs, phase, batch):
 
 @pytest.mark.parametrize("phase", ["both", "decode", "prefill"])
 def test_first_pass_bounds_every_chain_on_exactly_its_cell(costs, phase):
-    """At every batch a key covers (its ends and a batch between: costs at the key's batch,
-    tokens at its top), every chain on exactly a cell's devices."""
+    """At every batch a key covers (its ends and a batch between; costs and tokens at the key's
+    top, memory at its first batch), every chain on exactly a cell's devices."""
     space = CountSpace(costs.devices)
-    keys, V, _ = first_pass(costs, space, phase, max_stages=4, ceiling=300)
+    keys, V = first_pass(costs, space, phase, max_stages=4, ceiling=300)
     checked = 0
     for ki, key in enumerate(keys):
         if phase != "prefill" and key.batch not in (1, 4, 32, 256):
@@ -104,3 +108,18 @@ def test_bound_is_above_the_best_plan_with_tp_groups_and_pools(tmp_path, tiny, a
     sol = solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto")
     assert sol.bound >= want * (1 - 1e-9)
     assert sol.output_tok_s <= want * (1 + 1e-9)  # the plan is one of those enumerated (KV links may cap pools)
+
+
+@pytest.mark.parametrize("memory", ["2 MB", "1 MB"])
+def test_bound_holds_where_a_profiles_efficiency_falls_with_the_batch(tmp_path, tiny, memory, monkeypatch):
+    """A fitted profile on which a pipeline runs slower at 5 sequences than at 4: the bound
+    (through the profile's envelope) stays above the best plan at every integer batch, and says
+    so; costed with the profile itself it would not."""
+    cluster = falling_cluster(tmp_path, memory)
+    want = best_with_pools(best_per_set(options(tiny.units, cluster, WL, tp=True, phases=tuple(Phase))))
+    sol = solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto")
+    assert sol.bound >= want * (1 - 1e-9)
+    assert sol.output_tok_s <= want * (1 + 1e-9)
+    assert any("profile fitted: efficiency falls" in n for n in sol.notes)
+    monkeypatch.setattr(tables_module, "bound_node", lambda node: node)
+    assert solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto").bound < want * (1 - 1e-3)
