@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 HETC   := $(VENV)/bin/hetc
 STAMP  := $(VENV)/.hetc-setup
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench browser clean
 
 setup: $(STAMP)
 
@@ -23,7 +23,10 @@ run: setup
 
 # Lint the whole repo; the formatter only where a file is kept formatted (add files as they are);
 # type-check the contracts in hetc/.
-FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py
+FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py \
+             runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py \
+             tests/unit_tests/test_sampler.py hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py \
+             tests/unit_tests/test_simulate_steps.py
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -34,6 +37,10 @@ test: setup
 bench: setup
 	$(PY) benchmarks/inspect_speed.py
 	$(PY) benchmarks/solver_scenarios.py
+
+# Debian's chromium, for the slow suite's browser test of `hetc compare --html` (it fails under CI=true without it)
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
 	rm -rf $(VENV) out

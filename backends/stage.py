@@ -1,11 +1,13 @@
-"""A stage as a functional module of plain tensors (the contract in hetc/stage.py), built from
-the model's own transformers modules, for torch.export and the vendor toolchains.
+"""A stage as a module of plain tensors (the contract in hetc/stage.py), built from the model's
+own transformers modules, for torch.export and the vendor toolchains.
 
 The math is the runtime's (runtime/model_runner.py): Llama-family blocks, rotary on Q and K,
-grouped-query attention over the cached past plus the new tokens. Here the past is gathered
-from read-only block pools through a block table and the new K/V rows are returned, never
-written in place; K/V heads are expanded with `repeat_interleave` (SDPA's `enable_gqa` does
-not export to ONNX, pytorch#151762) and the attention is written out as matmul + softmax.
+grouped-query attention over the cached past plus the new tokens. Two attention forms:
+`FunctionalStage` (gather) gathers the past from read-only block pools through a block table and
+returns the new K/V rows, never writing in place; K/V heads are expanded with `repeat_interleave`
+(SDPA's `enable_gqa` does not export to ONNX, pytorch#151762) and the attention is written out as
+matmul + softmax. `PagedStage` (paged) packs the tokens and leaves attention to one
+`hetc::paged_attention` op, which the toolchain maps to its paged-attention kernel.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from hetc.backends.paged_attention import paged_attention
 from hetc.errors import BadInput
 from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.stage import AttentionForm
 
-__all__ = ["FunctionalStage", "UnitLike", "write_kv"]
+__all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "write_kv"]
 
 _KINDS = ("embed", "attention", "mlp", "norm", "head")
 
@@ -36,7 +40,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class FunctionalStage(nn.Module):
-    """Units [first, last] of a decoder LLM with the compiled-stage signature."""
+    """Units [first, last] of a decoder LLM with the compiled-stage signature's `gather` form."""
+
+    form = AttentionForm.GATHER
 
     def __init__(self, cfg, units: list[UnitLike], first: int, last: int, *, dtype: torch.dtype, weights):
         """Args:
@@ -81,11 +87,14 @@ class FunctionalStage(nn.Module):
                 wanted["norm"] = backbone.norm
             if kind == "head":
                 wanted["head"] = full.get_output_embeddings()
-        for mod in wanted.values():
+        # this stage's parameter names → the model's (what its safetensors call them)
+        self.weight_names: dict[str, str] = {}
+        for key, mod in wanted.items():
             for name, p in list(mod.named_parameters()):
                 leaf_mod = mod.get_submodule(name.rpartition(".")[0]) if "." in name else mod
                 t = weights.get(f"{names[mod]}.{name}", p.shape, dtype)
                 setattr(leaf_mod, name.rpartition(".")[2], nn.Parameter(t, requires_grad=False))
+                self.weight_names[f"mods.{key}.{name}"] = f"{names[mod]}.{name}"
         self.mods = nn.ModuleDict(wanted)
         self.rotary = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         if self.rotary is not None:  # persistent: torch-mlir's importer finds buffers in the state dict only
@@ -102,24 +111,31 @@ class FunctionalStage(nn.Module):
         select = rest[0] if self.selects else None
         pools = rest[1:] if self.selects else rest
         new_kv: list[torch.Tensor] = []
-        cos = sin = None
         mask = None
+
+        def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            nonlocal mask
+            if mask is None:
+                mask = self._mask(positions, past_lens, block_table.shape[1] * KV_BLOCK_TOKENS)
+            o, k, v = self._attention(layer, h, cos, sin, mask, block_table, pools[2 * li], pools[2 * li + 1])
+            new_kv.extend((k, v))
+            return o
+
+        return (self._run(x, positions, select, attend), *new_kv)
+
+    def _run(self, x: torch.Tensor, positions: torch.Tensor, select: torch.Tensor | None, attend) -> torch.Tensor:
+        """The stage's units in order; `attend(i, layer, normed x, cos, sin)` is the i-th attention."""
+        cos = sin = None
         li = 0
         for i, (kind, layer) in enumerate(self.kinds):
             if select is not None and i == self.select_pos:
-                # [B, T, H] → [B, H]: the sampled rows only (a gather: IREE rejects two-tensor indexing)
-                x = x.gather(1, select[:, None, None].expand(-1, 1, x.shape[-1])).squeeze(1)
+                x = self._select(x, select)
             if kind == "embed":
-                x = self.mods["embed"](x)  # [B, T] → [B, T, H]
+                x = self.mods["embed"](x)
             elif kind == "attention":
-                if cos is None:
-                    cos, sin = self.rotary(x, positions)  # [B, T, D]
-                    cos, sin = cos[:, :, None], sin[:, :, None]
-                    mask = self._mask(positions, past_lens, block_table.shape[1] * KV_BLOCK_TOKENS)
-                o, k, v = self._attention(layer, self.mods[f"ln{layer}"](x), cos, sin, mask, block_table,
-                                          pools[2 * li], pools[2 * li + 1])
-                x = x + o
-                new_kv += [k, v]
+                if cos is None:  # here, not before the units: before the embedding x holds ids, not hidden states
+                    cos, sin = self._rotary(x, positions)
+                x = x + attend(li, layer, self.mods[f"ln{layer}"](x), cos, sin)
                 li += 1
             elif kind == "mlp":
                 x = x + self.mods[f"mlp{layer}"](self.mods[f"post{layer}"](x))
@@ -128,8 +144,28 @@ class FunctionalStage(nn.Module):
             elif kind == "head":
                 if self.fused_final_norm:
                     x = self.mods["norm"](x)
-                x = self.mods["head"](x).float()  # [B, V]
-        return (x, *new_kv)
+                x = self.mods["head"](x).float()
+        return x
+
+    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.rotary(x, positions)  # [B, T, D]
+        return cos[:, :, None], sin[:, :, None]
+
+    @staticmethod
+    def _select(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        """[B, T, H] → [B, H]: the sampled rows only (a gather: IREE rejects two-tensor indexing)."""
+        return x.gather(1, select[:, None, None].expand(-1, 1, x.shape[-1])).squeeze(1)
+
+    def _qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """The layer's rotated queries [..., Hq, D] and keys, and values [..., KVH, D]."""
+        attn = self.mods[f"attn{layer}"]
+        lead, d = h.shape[:-1], self.head_dim
+        q = attn.q_proj(h).view(*lead, -1, d)
+        k = attn.k_proj(h).view(*lead, self.kv_heads, d)
+        v = attn.v_proj(h).view(*lead, self.kv_heads, d)
+        if hasattr(attn, "q_norm"):  # qwen3: per-head RMSNorm before rotary
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
     @staticmethod
     def _mask(positions: torch.Tensor, past_lens: torch.Tensor, past_slots: int) -> torch.Tensor:
@@ -144,13 +180,7 @@ class FunctionalStage(nn.Module):
         attn = self.mods[f"attn{layer}"]
         b, t, _ = h.shape
         d = self.head_dim
-        q = attn.q_proj(h).view(b, t, -1, d)  # [B, T, Hq, D]
-        k = attn.k_proj(h).view(b, t, self.kv_heads, d)  # [B, T, KVH, D]
-        v = attn.v_proj(h).view(b, t, self.kv_heads, d)
-        if hasattr(attn, "q_norm"):  # qwen3: per-head RMSNorm before rotary
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k, v = self._qkv(layer, h, cos, sin)  # [B, T, H, D]
         nb = block_table.shape[1] * KV_BLOCK_TOKENS
         flat = block_table.reshape(-1)
         past_k = k_pool.index_select(0, flat).reshape(b, nb, self.kv_heads, d).to(q.dtype)  # [B, P, KVH, D]
@@ -162,6 +192,38 @@ class FunctionalStage(nn.Module):
         o = (scores.softmax(-1).to(vals.dtype) @ vals).transpose(1, 2).reshape(b, t, -1)  # [B, T, Hq·D]
         return attn.o_proj(o), k.to(k_pool.dtype), v.to(v_pool.dtype)
 
+
+class PagedStage(FunctionalStage):
+    """The same units with the `paged` signature: packed tokens, attention by `hetc::paged_attention`
+    over caches [NB, KVH, BS, D] that it reads and writes in place."""
+
+    form = AttentionForm.PAGED
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor,
+                subsequence_begins: torch.Tensor, block_indices: torch.Tensor, block_indices_begins: torch.Tensor,
+                max_context_len: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        select = rest[0] if self.selects else None
+        caches = rest[1:] if self.selects else rest
+        meta = (past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len)
+
+        def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            attn = self.mods[f"attn{layer}"]
+            q, k, v = self._qkv(layer, h, cos, sin)  # [T, H, D]
+            t = h.shape[0]
+            o = paged_attention(q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1), caches[2 * li],
+                                caches[2 * li + 1], *meta, float(getattr(attn, "scaling", self.head_dim ** -0.5)),
+                                self.kv_heads, self.head_dim)
+            return attn.o_proj(o)
+
+        return self._run(x, positions, select, attend)
+
+    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self.rotary(x, positions[None])  # [1, T, D]
+        return cos[0, :, None], sin[0, :, None]
+
+    @staticmethod
+    def _select(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        return x.index_select(0, select)  # [T, H] → [S, H]
 
 def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
              valid: torch.Tensor | None = None) -> None:
@@ -178,45 +240,73 @@ def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Ten
     pool.view(-1, *pool.shape[2:])[slots] = rows[keep].to(pool.dtype)
 
 
+def stage_class(form: AttentionForm) -> type[FunctionalStage]:
+    """The stage module for an attention form."""
+    return PagedStage if form is AttentionForm.PAGED else FunctionalStage
+
+
 def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[int], num_blocks: int,
                    hidden: int, vocab: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                    generator: torch.Generator) -> list[torch.Tensor]:
-    """Inputs in the signature's order: random tokens/hidden states and KV pools, `new` tokens per
-    sequence after `past[b]` cached ones, block tables drawn at random (non-contiguous)."""
+    """Inputs in the signature's order (of the stage's form): random tokens/hidden states and KV
+    blocks, `new` tokens per sequence after `past[b]` cached ones, each sequence's blocks drawn at
+    random (non-contiguous)."""
     g = generator
-    mb = max(1, -(-(max(past) + new) // KV_BLOCK_TOKENS))
+    mb = [max(1, -(-(p + new) // KV_BLOCK_TOKENS)) for p in past]
+    lead = (batch, new) if stage.form is AttentionForm.GATHER else (batch * new,)
     if stage.first_stage:
-        x = torch.randint(0, vocab, (batch, new), generator=g)
+        x = torch.randint(0, vocab, lead, generator=g)
     else:
-        x = torch.randn(batch, new, hidden, generator=g).to(dtype)
+        x = torch.randn(*lead, hidden, generator=g).to(dtype)
     past_t = torch.tensor(past)
     positions = past_t[:, None] + torch.arange(new)[None, :]
-    table = torch.stack([torch.randperm(num_blocks, generator=g)[:mb] for _ in range(batch)])
-    args = [x, positions, past_t, table]
-    if stage.selects:
-        args.append(torch.full((batch,), new - 1))
+    kv_shape = (num_blocks, KV_BLOCK_TOKENS, stage.kv_heads, stage.head_dim)
+    if stage.form is AttentionForm.PAGED:  # distinct blocks: the op writes the new rows into them
+        kv_shape = (num_blocks, stage.kv_heads, KV_BLOCK_TOKENS, stage.head_dim)
+        perm = torch.randperm(num_blocks, generator=g)[:sum(mb)]
+        i32 = torch.int32
+        args = [x, positions.reshape(-1), past_t.to(i32), (torch.arange(batch + 1) * new).to(i32), perm.to(i32),
+                torch.tensor([0, *mb]).cumsum(0).to(i32), torch.tensor(max(past) + new, dtype=i32)]
+        if stage.selects:
+            args.append(torch.arange(1, batch + 1) * new - 1)
+    else:
+        width = max(mb)
+        table = torch.stack([torch.randperm(num_blocks, generator=g)[:width] for _ in range(batch)])
+        args = [x, positions, past_t, table]
+        if stage.selects:
+            args.append(torch.full((batch,), new - 1))
     for _ in stage.attention_layers:
         for _ in range(2):
-            args.append((torch.randn(num_blocks, KV_BLOCK_TOKENS, stage.kv_heads, stage.head_dim, generator=g)
-                         * 0.5).to(kv_dtype))
+            args.append((torch.randn(*kv_shape, generator=g) * 0.5).to(kv_dtype))
     return args
 
 
 def export_stage(stage: FunctionalStage, *, hidden: int, vocab: int, dtype: torch.dtype,
                  kv_dtype: torch.dtype) -> torch.export.ExportedProgram:
-    """torch.export the stage with the signature's dims dynamic (B, T, MB, NB): one program for all.
+    """torch.export the stage with the signature's dims dynamic: one program for every shape.
 
-    The example inputs have every dynamic dim ≥ 2 (export specializes sizes 0 and 1).
+    The example inputs give every dynamic dim a size ≥ 2 (export specializes sizes 0 and 1) and
+    unrelated dims different sizes (export would take equal sizes for one symbol).
     """
     from torch.export import Dim, export
 
-    args = example_inputs(stage, batch=2, new=3, past=[20, 7], num_blocks=6, hidden=hidden, vocab=vocab,
-                          dtype=dtype, kv_dtype=kv_dtype, generator=torch.Generator().manual_seed(0))
-
-    b, t, mb, nb = (Dim(n, min=1, max=m) for n, m in (("B", 4096), ("T", 1 << 17), ("MB", 1 << 16), ("NB", 1 << 24)))
-    dims = [{0: b, 1: t}, {0: b, 1: t}, {0: b}, {0: b, 1: mb}]
-    n_pools = 2 * len(stage.attention_layers)
-    rest = ([{0: b}] if stage.selects else []) + [{0: nb}] * n_pools
+    lim = {"B": 4096, "T": 1 << 17, "MB": 1 << 16, "NB": 1 << 24, "NBT": 1 << 24, "S": 1 << 17}
+    d = {n: Dim(n, min=1 if n != "NB" else 2, max=m) for n, m in lim.items()}
+    n_kv = 2 * len(stage.attention_layers)
+    g = torch.Generator().manual_seed(0)
+    if stage.form is AttentionForm.PAGED:  # T 6, B 2 (+1: 3), NBT 4, S 5, NB 7
+        args = example_inputs(stage, batch=2, new=3, past=[3 * KV_BLOCK_TOKENS - 5, 7], num_blocks=7, hidden=hidden,
+                              vocab=vocab, dtype=dtype, kv_dtype=kv_dtype, generator=g)
+        if stage.selects:
+            args[7] = torch.tensor([5, 0, 2, 2, 4])
+        b1 = d["B"] + 1
+        dims = [{0: d["T"]}, {0: d["T"]}, {0: d["B"]}, {0: b1}, {0: d["NBT"]}, {0: b1}, None]
+        rest = ([{0: d["S"]}] if stage.selects else []) + [{0: d["NB"]}] * n_kv
+    else:
+        args = example_inputs(stage, batch=2, new=3, past=[KV_BLOCK_TOKENS + 8, 7], num_blocks=6, hidden=hidden, vocab=vocab,
+                              dtype=dtype, kv_dtype=kv_dtype, generator=g)
+        dims = [{0: d["B"], 1: d["T"]}, {0: d["B"], 1: d["T"]}, {0: d["B"]}, {0: d["B"], 1: d["MB"]}]
+        rest = ([{0: d["B"]}] if stage.selects else []) + [{0: d["NB"]}] * n_kv
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return export(stage, tuple(args), dynamic_shapes=(*dims, tuple(rest)), strict=False)
+        return export(stage, tuple(args), dynamic_shapes=(*dims, tuple(rest)) if rest else tuple(dims), strict=False)

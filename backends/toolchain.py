@@ -15,10 +15,18 @@ from typing import Protocol
 
 import torch
 
-__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable"]
+from hetc.stage import AttentionForm
+
+__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightSource"]
 
 # a loaded artifact: plain tensors in (the signature's order), plain tensors out
 CompiledStep = Callable[..., Sequence[torch.Tensor]]
+
+
+class WeightSource(Protocol):
+    """The model's weights by name (hetc.weights: its safetensors, or seeded random ones)."""
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor: ...
 
 
 class ToolchainUnavailable(RuntimeError):
@@ -48,21 +56,28 @@ class Artifact:
 
 class Toolchain(Protocol):
     name: str
+    form: AttentionForm  # the signature form it lowers (hetc/stage.py)
 
     def version(self) -> str:
         """The installed version. Raises ToolchainUnavailable when it is not installed."""
         ...
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         """Lower `program` for `target`, writing files named `stem.*` under `out_dir`.
+
+        `weight_names` maps the program's parameters to the model's weight names: a toolchain whose
+        artifact leaves the weights out records it, and `load` reads them by those names.
 
         Raises:
             ToolchainUnavailable: the toolchain or the target is not supported here (the reason).
         """
         ...
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
-        """Load a built artifact to run on this host's CPU.
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+        """Load a built artifact to run on this host's CPU (`kv_dtype`: the KV blocks' dtype;
+        `weights`: the model's weights, for artifacts that leave them out).
 
         Raises:
             ToolchainUnavailable: the artifact has no CPU target here.

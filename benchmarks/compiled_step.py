@@ -1,5 +1,6 @@
 """One stage's step: torch eager (the runtime's StageModel) against each CPU-runnable toolchain
-(OpenVINO, IREE llvm-cpu, AOTInductor, ONNX Runtime) on the same packed micro-batches, 1 thread.
+(OpenVINO with its paged attention, IREE llvm-cpu, AOTInductor, ONNX Runtime) on the same packed
+micro-batches, 1 thread, each stage fed as the worker feeds it (its own step_meta, its own KV blocks).
 
     .venv/bin/python benchmarks/compiled_step.py [--layers 6] [--hidden 768] [--reps 20]
 
@@ -12,6 +13,7 @@ alike; the ratio is eager / executor. Also prints each toolchain's build time fo
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -20,8 +22,8 @@ import torch
 from transformers import LlamaConfig
 
 from hetc.runtime.compiled_stage import build_compiled_stage
-from hetc.runtime.kv_cache import AttnMeta
 from hetc.runtime.model_runner import StageModel, UnitRef
+from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.weights import RandomWeights
 
 TOOLCHAINS = ("openvino", "iree", "inductor", "onnx")
@@ -44,13 +46,13 @@ def main() -> None:
         units += [UnitRef(len(units), "attention", layer), UnitRef(len(units) + 1, "mlp", layer)]
     units += [UnitRef(len(units), "norm", a.layers - 1), UnitRef(len(units) + 1, "head", a.layers - 1)]
     first, last = 1, 2 * a.layers  # a middle stage: hidden states in and out, every layer's attention
-    blocks = 64 * 18 + 8
+    per_seq = -(-(256 + 1) // KV_BLOCK_TOKENS)  # blocks of a sequence at 256 cached tokens + 1
+    blocks = 64 * per_seq + 8
     w = RandomWeights(std=0.02)
     runners = {"torch": StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32,
                                    num_blocks=blocks, weights=w)}
     build_s = {}
     with tempfile.TemporaryDirectory() as cache:
-        import os
         os.environ["HETC_STAGE_CACHE"] = cache
         for name in a.toolchains.split(","):
             t0 = time.perf_counter()
@@ -60,21 +62,21 @@ def main() -> None:
                                                  artifacts=None, stem="s", threads=1)
             build_s[name] = time.perf_counter() - t0
         print(f"stage: {a.layers} layers × {a.hidden} wide fp32, 1 thread; build s: "
-              + ", ".join(f"{k} {v:.1f}" for k, v in build_s.items()))
+              + ", ".join(f"{k} {v:.1f}" for k, v in build_s.items())
+              + f"; host load average {os.getloadavg()[0]:.2f} (1 min)", flush=True)
         cases = {f"decode b{b}": ([256] * b, [1] * b) for b in (1, 8, 16, 64)} | {"prefill 128": ([0], [128])}
-        per_seq = 18
         for label, (starts, n_new) in cases.items():
             tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(starts))]
-            meta = AttnMeta.build(starts, n_new, tables, [True] * len(starts))
+            metas = {k: r.step_meta(starts, n_new, tables, [True] * len(starts)) for k, r in runners.items()}
             x = torch.randn(sum(n_new), a.hidden)
             times = {k: [] for k in runners}
             with torch.no_grad():
-                for r in runners.values():
-                    r(x, meta)  # warm-up
+                for k, r in runners.items():
+                    r(x, metas[k])  # warm-up
                 for _ in range(a.reps):
                     for k, r in runners.items():
                         t0 = time.perf_counter()
-                        r(x, meta)
+                        r(x, metas[k])
                         times[k].append(time.perf_counter() - t0)
             eager = statistics.median(times["torch"])
             row = [f"{label:12s} torch {eager * 1e3:7.2f} ms"]
@@ -83,6 +85,7 @@ def main() -> None:
                     med = statistics.median(times[k])
                     row.append(f"{k} {med * 1e3:7.2f} ms ({eager / med:.2f}×)")
             print(" | ".join(row), flush=True)
+        print(f"host load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

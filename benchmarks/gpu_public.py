@@ -1,22 +1,21 @@
 """hetc's GPU predictions against public measured throughput of other engines.
 
-For each public figure below (engine, devices, model, dtype, input/output lengths, the
-metric it reports, where it came from), run `hetc plan` on the same devices and workload
-and print the matching predicted figure beside it: a markdown table with pred/public − 1,
-then the median |error|. Every public figure is output tokens/s of the whole system
-(all its GPUs together), which is what `predicted.output_tok_s` is.
+For each public figure below (engine, devices, model, dtype, input/output lengths, where it
+came from), run hetc twice on the same devices and workload:
+- at the public run's own configuration: `hetc plan --placement SPEC [--batch N]` (one pipeline,
+  one tensor-parallel group of the devices the run used, the run's batch where the source
+  states it or the engine's cap on running sequences, else the best batch that fits);
+- as `hetc plan` would run it (its own choice of parallelism, pools and batch).
+It prints a markdown table with pred/public − 1, then the median |error| over the figures held
+to the target (gathered after the cost model was frozen), overall and per vendor, with the
+figures of the first comparison (gathered before) reported beside. Every public figure is output
+tokens per second of the whole system, all its devices together (`predicted.output_tok_s`).
 
-`hetc plan` chooses its own parallelism and batch (the best that fits), which need not be
-the public run's. So two more columns run hetc's cost model, unchanged, in the public run's
-configuration (one pipeline, one tensor-parallel group of all the devices, the public batch
-where the source states it, else the largest that fits): once as frozen, once with the
-profile's per-kernel `launch_overhead` set to 0 — a diagnostic of how much of the error
-that one term explains for engines that replay CUDA/HPU graphs, not a correction.
+The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
+any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
+since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
-The profiles were frozen at FROZEN before any public figure was looked at; the script
-prints the current commit of hardware_profiles/ and says so if it has moved since.
-
-Usage: python benchmarks/gpu_public.py [--only CASE]
+Usage: python benchmarks/gpu_public.py [--only NAME] [--no-plan]
 """
 
 from __future__ import annotations
@@ -27,13 +26,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "4a6e0e36af7edb92081426d504c7ab40e67dd667"  # `git log -1 --format=%H -- hardware_profiles` before comparing
+FROZEN = "11b21d73de232c2e5dae1768ec76ff18e0294993"  # the cost-model commit, made before any held figure was looked at
+# what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
+FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
+                "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
+                "partitioner/fusion.py", "partitioner/op_records.py", "partitioner/units.py", "partitioner/graph.py",
+                "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
 
 SOURCES = {
     "trt17": "TensorRT-LLM v0.17 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
@@ -47,106 +51,201 @@ SOURCES = {
            "cloud-infrastructure, 2024-10-10): vLLM benchmark_throughput.py, 8×MI300X TP8, Llama 3.1 405B FP8, "
            "'Output throughput in TPS'; ⚠ KV dtype and max-num-seqs not stated: batch 256 = vLLM's "
            "default max_num_seqs assumed (the post's batch-256 latency run gives 1,846 tok/s at 128/128)",
+    "mlperf41": "MLPerf Inference v4.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
+                "results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in "
+                "mlcommons/inference_results_v4.1 (parallelism, batch and dtypes from the submitter's code/ and configs/)",
+    "mlperf51": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, as mlperf41 in "
+                "mlcommons/inference_results_v5.1 (FP8 entries only; B200 entries are FP4 and left out)",
+    "trt10": "TensorRT-LLM v1.0 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
+             "00f37686): trtllm-bench throughput, PyTorch backend, CUDA graphs with padding, synthetic requests of "
+             "exactly ISL/OSL, ModelOpt FP8 checkpoints (FP8 KV), 'Total Output Throughput (tokens/sec)'; rows at "
+             "ISL/OSL 500/2000 and 5000/500 (pairs v0.17 did not have) for every H100/H200 FP8 Llama column",
+    "gaudi3": "Intel, 'Model Performance Data for Intel Gaudi 3 AI Accelerators' (intel.com/content/www/us/en/"
+              "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
+              "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
+    "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
 }
+# MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
+MLPERF_ISL, MLPERF_OSL = 222, 294
+MLPERF_LENGTHS = ("MLPerf Llama-2-70B lengths: input 222 = mean tok_input_length of the 24,576 OpenOrca samples "
+                  "(open_orca_gpt4_tokenized_llama.sampled_24576, per-sample lengths as extracted in "
+                  "openshift-psap/performance-dashboard mlperf-data/summaries/llama2-70b-99.csv @ 71007029; median "
+                  "152, max 1021); output 294 = 'Tokens per sample: 294.45' of mlcommons/inference "
+                  "language/llama2-70b/README.md (each run's tokens/s ÷ samples/s gives 290–301); prompts vary in "
+                  "length, hetc models them at their means")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One public figure and the configuration it was measured at."""
+
+    name: str
+    cluster: str  # benchmarks/public_gpu/<cluster>.yaml: one node of the run's devices
+    model: str  # a catalog name (hardware_profiles/models)
+    dtype: str
+    isl: int
+    osl: int
+    public: float  # output tok/s of the whole system
+    source: str  # a SOURCES key
+    vendor: str  # nvidia | amd | intel
+    placement: str  # the run's parallelism as a --placement SPEC
+    batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
+    held: bool  # gathered after the freeze: held to the target
+    note: str = ""
+
 
 CASES = [
-    # case, cluster, model, dtype, input, output, public output tok/s, source, public run (TP = all devices;
-    # batch if the source fixed one: None = the largest that fits)
-    ("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "TP1", None),
-    ("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "TP1", None),
-    ("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "TP1", None),
-    ("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "TP1", None),
-    ("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "TP1", None),
-    ("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "TP1, FP16", None),
-    ("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "TP1", None),
-    ("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "TP2", None),
-    ("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "batch 289", 289),
-    ("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "batch 155", 155),
-    ("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "TP8, batch ≤ 256 ⚠", 256),
-    ("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "TP8, batch ≤ 256 ⚠", 256),
+    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, False),
+    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, False),
+    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, False),
+    Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None,
+         False, "FP16"),
+    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, False),
+    Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None,
+         False),
+    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, False),
+    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, False),
+    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, False,
+         "batch ≤ 256 ⚠"),
+    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, False,
+         "batch ≤ 256 ⚠"),
+    # ---- gathered after the freeze (held to the target) ----
+    # MLPerf Llama-2-70B Offline, FP8 weights and KV, 8-GPU systems as their submitters ran them
+    Case("mlperf41-8xh100-nvidia", "8xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24524.9, "mlperf41", "nvidia",
+         "a:0-1 x4", 896, True, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
+    Case("mlperf41-8xh200-nvidia", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 31302.7, "mlperf41", "nvidia",
+         "a:0 x8", 806, True, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
+    Case("mlperf51-8xh200-google", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 35043.7, "mlperf51", "nvidia",
+         "a:0 x8", 2048, True, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
+    Case("mlperf41-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 23514.8, "mlperf41", "amd",
+         "a:0 x8", 2048, True, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
+    Case("mlperf41-8xmi300x-amd-turin", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24109.8, "mlperf41",
+         "amd", "a:0 x8", 2048, True, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
+    Case("mlperf51-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 27803.9, "mlperf51", "amd",
+         "a:0 x8", 1536, True, "vLLM, TP1 × 8, decode batch 1280–1536"),
+    Case("mlperf51-8xmi325x-amd", "8xmi325x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 34520.4, "mlperf51", "amd",
+         "a:0 x8", 2048, True, "vLLM, TP1 × 8, decode batch 2048"),
+    # TensorRT-LLM v1.0: largest batch that fits (its default capacity policy reserves each request's whole length)
+    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, True)
+      for (gpu, cl, m, model, spec), vals in (
+          (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
+          (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
+          (("h200", "8xh200", "405b", "llama-3.1-405b", "a:0-7"), (4724, 650)),
+          (("h100", "8xh100", "405b", "llama-3.1-405b", "a:0-7"), (3994, 610)),
+          (("h200", "1xh200", "8b", "llama-3.1-8b", "a:0"), (20770, 3902)),
+          (("h100", "1xh100", "8b", "llama-3.1-8b", "a:0"), (17660, 3459)))
+      for (i, o), v in zip(((500, 2000), (5000, 500)), vals)],
+    # Intel's pages: fixed batch
+    *[Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel",
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, True, f"batch {b}")
+      for n, m, model, rows in (
+          (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652),
+                                      (2048, 2048, 364, 7405))),
+          (2, "70b", "llama-3.1-70b", ((128, 128, 3516, 3711), (128, 2048, 450, 5776), (2048, 128, 223, 497),
+                                        (2048, 2048, 175, 2588))),
+          (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600),
+                                        (2048, 2048, 600, 8946))))
+      for i, o, b, v in rows],
+    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, True,
+         "batch 2429"),
+    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, True,
+         "batch 179"),
 ]
 
 
-def profiles_commit() -> tuple[str, bool]:
-    """Last commit touching hardware_profiles/, and whether the working tree differs from it."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "log", "-1", "--format=%H", "--", "hardware_profiles"],
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "hardware_profiles"],
-                           capture_output=True, text=True).stdout.strip()
-    return head, bool(dirty)
+def frozen_state() -> str:
+    """Whether the frozen paths still match FROZEN (working tree included)."""
+    moved = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", FROZEN, "--", *FROZEN_PATHS]).returncode
+    return "unchanged" if moved == 0 else "CHANGED since the freeze"
 
 
-def plan(cluster: str, model: str, dtype: str, isl: int, osl: int) -> dict:
+def plan(case: Case, *extra: str) -> dict:
+    """`hetc plan` of the case's cluster and workload (with `extra` flags), as plan.json."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{cluster}.yaml", model,
-                        "--dtype", dtype, "--input-len", str(isl), "--output-len", str(osl), "-o", f.name],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{case.cluster}.yaml",
+                        case.model, "--dtype", case.dtype, "--input-len", str(case.isl), "--output-len", str(case.osl),
+                        "-o", f.name, *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.load(open(f.name))
 
 
 @cache
-def units(model: str, dtype: str):
-    from hetc.partitioner.capture import capture
-    return capture(model, dtype=dtype)
-
-
-def same_config(cluster: str, model: str, dtype: str, isl: int, osl: int, batch: int | None) -> tuple[float, float]:
-    """Output tok/s of the cost model in the public run's configuration: as frozen, and with
-    launch_overhead 0 (in-memory copy of the profile; the YAML is untouched)."""
+def run_batch(case: Case) -> int:
+    """The batch the public run held per replica: its stated batch (or the engine's cap on running
+    sequences), no more than fits one replica in hetc's memory model (every sequence reserves its
+    prompt + output); with no stated batch, the largest that fits."""
     from hetc.cluster import load_cluster
-    from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline, max_batch
-    m = units(model, dtype)
-    wl = Workload(isl, osl, dtype, m.kv_dtype)
-    cl = load_cluster(str(ROOT / CLUSTERS / f"{cluster}.yaml"))
-    out = []
-    for no_launch in (False, True):
-        node = cl.nodes[0]
-        if no_launch:
-            node = replace(node, profile=node.profile.model_copy(update={"launch_overhead": 0.0}))
-        stages = [StagePlan(node, 0, len(m.units) - 1, node.count)]
-        est = estimate_pipeline(m.units, stages, replace(cl, nodes=[node]), wl, batch or max_batch(m.units, stages, wl))
-        out.append(est.output_tok_s if est else float("nan"))
-    return out[0], out[1]
+    from hetc.partitioner.capture import capture
+    from hetc.partitioner.simulate import StagePlan, Workload, max_batch
+    from hetc.placement import parse_placement
+
+    m = capture(case.model, dtype=case.dtype)
+    cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"))
+    tp = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0].tp
+    stages = [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, tp)]
+    return max_batch(m.units, stages, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), limit=case.batch or 4096)
+
+
+def at_public_config(case: Case) -> dict:
+    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)))
 
 
 def shape(p: dict) -> str:
-    """The plan in brief: replicas × (stages × TP), batch per pipeline."""
-    return ", ".join(f"{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}] b{pl['batch']}"
-                     for pl in p["pipelines"])
+    """The plan in brief: replicas × (stages × TP), batch per pipeline (pools marked P / D)."""
+    mark = {"prefill": "P ", "decode": "D "}
+    return ", ".join(f"{mark.get(pl['phase'], '')}{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}]"
+                     f" b{pl['batch']}" for pl in p["pipelines"])
+
+
+def medians(errs: list[tuple[Case, float]]) -> str:
+    if not errs:
+        return "no figures"
+    e = [x for _, x in errs]
+    return (f"median |pred/public − 1| = {statistics.median(abs(x) for x in e):.1%} over {len(e)} "
+            f"(signed {statistics.median(e):+.1%}, range {min(e):+.0%} … {max(e):+.0%})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="one case by name")
+    ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     a = ap.parse_args()
-    head, dirty = profiles_commit()
-    print(f"profiles frozen at {FROZEN[:12]}; hardware_profiles/ now at {head[:12]}"
-          + (" (same)" if head == FROZEN and not dirty else " — CHANGED since the freeze" + (" (uncommitted edits)" if dirty else "")))
-    print()
-    cols = ("case", "public out tok/s", "hetc plan out tok/s", "pred/public − 1", "hetc plan", "public run",
-            "hetc at public config", "−1", "same, launch 0", "−1", "source")
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
+    cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1",
+            "hetc plan's choice", "held", "source")
     print("| " + " | ".join(cols) + " |")
-    print("|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|")
-    errs: dict[str, list[float]] = {"hetc plan": [], "hetc at public config": [], "same, launch_overhead 0": []}
-    for name, cluster, model, dtype, isl, osl, public, src, note, batch in CASES:
-        if a.only and a.only != name:
+    print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
+    at: list[tuple[Case, float]] = []
+    own: list[tuple[Case, float]] = []
+    for c in CASES:
+        if a.only and a.only != c.name:
             continue
-        p = plan(cluster, model, dtype, isl, osl)
-        pred = p["predicted"]["output_tok_s"]
-        cfg, nolaunch = same_config(cluster, model, dtype, isl, osl, batch)
-        for k, v in zip(errs, (pred, cfg, nolaunch)):
-            errs[k].append(v / public - 1)
-        print(f"| {name} | {public:,.0f} | {pred:,.0f} | {pred / public - 1:+.0%} | {shape(p)} | {note} "
-              f"| {cfg:,.0f} | {cfg / public - 1:+.0%} | {nolaunch:,.0f} | {nolaunch / public - 1:+.0%} | {src} |",
-              flush=True)
+        cfg = at_public_config(c)["predicted"]["output_tok_s"]
+        at.append((c, cfg / c.public - 1))
+        mine, choice = "", ""
+        if not a.no_plan:
+            p = plan(c)
+            mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
+            own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
+        b = run_batch(c)
+        run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
+            (f"; {c.note}" if c.note else "")
+        print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+              f"{mine or '– | –'} | {choice or '–'} | {'yes' if c.held else 'before'} | {c.source} |", flush=True)
     print()
-    for k, e in errs.items():
-        if e:
-            print(f"- {k}: median |pred/public − 1| = {statistics.median(abs(x) for x in e):.0%}, "
-                  f"median signed {statistics.median(e):+.0%}, range {min(e):+.0%} … {max(e):+.0%} ({len(e)} cases)")
-    print()
-    print("Sources:")
+    held = [(c, e) for c, e in at if c.held]
+    print(f"- at the public configuration, held figures: {medians(held)}")
+    for v in ("nvidia", "amd", "intel"):
+        print(f"  - {v}: {medians([(c, e) for c, e in held if c.vendor == v])}")
+    print(f"- at the public configuration, the first comparison's figures: {medians([(c, e) for c, e in at if not c.held])}")
+    if own:
+        print(f"- hetc plan's own choice vs the public figure, held: {medians([(c, e) for c, e in own if c.held])}")
+    if held:
+        worst = max(held, key=lambda ce: abs(ce[1]))
+        print(f"- worst held case: {worst[0].name} {worst[1]:+.1%}")
+    print(f"\n{MLPERF_LENGTHS}")
+    print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
 

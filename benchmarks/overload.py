@@ -19,9 +19,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,12 +28,6 @@ import httpx2 as httpx  # the HTTP client the openai package uses
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tree(pid: int) -> list[int]:
@@ -129,41 +120,20 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
     a = ap.parse_args()
 
-    from hetc.partitioner.planner import PlanRequest, make_plan
-    from hetc.plan import save_plan
-    from tests.integration_tests.test_serve import PROFILE, build_model
+    from hetc.plan import load_plan
+    from tests.fixtures.serving import start_serve, write_three_vendor_plan
 
     root = Path(tempfile.mkdtemp(prefix="hetc-overload-"))
-    build_model(root / "tiny")
-    for name, vendor, backend in (("va", "nvidia", "cuda"), ("vb", "amd", "rocm"), ("vc", "intel", "gaudi")):
-        (root / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor=vendor, backend=backend))
-    (root / "c.yaml").write_text("nodes:\n  - {name: a, device: ./va.yaml, count: 1}\n"
-                                 "  - {name: b, device: ./vb.yaml, count: 1}\n"
-                                 "  - {name: c, device: ./vc.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n")
-    plan = make_plan(PlanRequest(model=str(root / "tiny"), profiles=str(root / "c.yaml"), dtype="fp32",
-                                 input_len=64, output_len=32, time_limit=5))
-    save_plan(plan, root / "plan.json")
-    batch = plan.pipelines[0].batch
-
-    port = _port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(root / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(root / "plan.json"), "--emulate",
-                             "--port", str(port), "--served-model-name", "tiny",
-                             "--max-queue-wait", str(a.max_queue_wait)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    plan = write_three_vendor_plan(root)
+    batch = load_plan(plan).pipelines[0].batch
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                print(log.read(), file=sys.stderr)
-                return 1
-            time.sleep(0.5)
+        srv = start_serve(plan, "--emulate", "--served-model-name", "tiny", "--max-queue-wait", a.max_queue_wait,
+                          log=root / "serve.log")
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    url, proc = srv.url, srv.proc
+    try:
         prompt = "the quick brown fox jumps over the lazy dog " * 3
         asyncio.run(_closed_loop(url, batch, 3.0, prompt, a.max_tokens))  # warm up
         rss0 = _rss_mb(_tree(proc.pid))
@@ -199,12 +169,7 @@ def main() -> int:
             Path(a.json).write_text(json.dumps(out, indent=2))
         return 0 if counts.get("no answer", 0) == 0 and after == "200" else 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        srv.stop(30)
 
 
 if __name__ == "__main__":

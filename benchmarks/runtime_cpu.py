@@ -1,6 +1,8 @@
 """Runtime figures on the host CPU (BENCHMARKS.md "Runtime (CPU)").
 
     python benchmarks/runtime_cpu.py [--quick] [--profile out/profile-cpu.yaml]
+    python benchmarks/runtime_cpu.py --engine-vs-hf 8,16,128 [--runs 5]   (item 2 alone, per batch)
+    python benchmarks/runtime_cpu.py --predicted 8,16 [--runs 3]   (item 4 alone: 1 stage, the profile's threads)
 
 A Llama-shaped model (hidden 768, 12 layers, vocab 32000: 124M parameters, fp32,
 random weights saved as safetensors) served with `hetc serve --emulate`. Every plan comes
@@ -201,10 +203,16 @@ def wait_quiet(limit_s: float = 900.0, busy: float = 0.05) -> float:
             return time.monotonic() - t0
 
 
-def quiet_run(what: str, fn, tries: int = 6, busy: float = 0.05):
+QUIET = 0.05  # the most of the host other processes may use while we measure (--max-busy)
+
+
+def quiet_run(what: str, fn, tries: int = 6, busy: float | None = None):
     """(fn(), others' share of the host while it ran, seconds waited): run on a quiet host, again
     (up to `tries` times) when another process took more than `busy` of it meanwhile."""
-    waited = 0.0
+    waited, busy = 0.0, QUIET if busy is None else busy
+    if busy >= 1.0:  # --max-busy 1: measure at once (smoke runs on a busy host)
+        since = (_cpu_ticks(), time.monotonic())
+        return fn(), others_share(since), 0.0
     for i in range(tries):
         waited += wait_quiet(busy=busy)
         since = (_cpu_ticks(), time.monotonic())
@@ -332,7 +340,7 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     """Median decode step (ms) of one stage of `plan` run in this process with no runtime around it:
     `seqs` sequences at context `ctx`, on `threads` torch threads."""
     from hetc.partitioner.capture import load_hf_config
-    from hetc.runtime.block_manager import blocks_for
+    from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.model_runner import StageModel, UnitRef
     from hetc.weights import SafetensorsWeights
@@ -377,7 +385,67 @@ class HFGenerate:
         return self.x.shape[0] * self.o_len / (time.perf_counter() - t)
 
 
+def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
+                 runs: int) -> None:
+    """Item 2 alone at each batch: the 1-stage server (2 threads, its stages on the serving executor)
+    against HF generate, measured in turn round after round, each on a quiet stretch."""
+    print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, fp32; prompt {prompt} → "
+          f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × 2 threads vs HF generate (static cache, "
+          "2 threads)", flush=True)
+    rows = []
+    for batch in batches:
+        plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
+        with Server(plan, model, threads=2, max_seqs=batch) as srv:
+            hf = HFGenerate(model, batch, prompt, output, threads=2)
+            rounds = []
+            for i in range(runs):
+                (eng, _, _), o1, _ = quiet_run(f"b{batch} round {i + 1}, engine",
+                                               lambda b=batch: offline(srv, b, prompt, output))
+                ref, o2, _ = quiet_run(f"b{batch} round {i + 1}, HF", hf.tok_s)
+                rounds.append((eng, ref, max(o1, o2)))
+                print(f"batch {batch} round {i + 1}: engine {eng:.1f}, HF {ref:.1f} tok/s, ratio {eng / ref:.2f}; "
+                      f"other processes at most {max(o1, o2):.0%} of the host, load {os.getloadavg()[0]:.2f}",
+                      flush=True)
+            del hf
+        med = statistics.median
+        rows.append((batch, med(r[0] for r in rounds), med(r[1] for r in rounds),
+                     med(r[0] / r[1] for r in rounds), [r[0] / r[1] for r in rounds], max(r[2] for r in rounds)))
+    print(f"| batch | engine output tok/s | HF generate tok/s | engine / HF (median of {runs} paired rounds) | "
+          "per round | other processes, max |\n|---:|---:|---:|---:|---|---:|")
+    for b, e, h, ratio, per, other in rows:
+        print(f"| {b} | {e:.1f} | {h:.1f} | **{ratio:.2f}** | {', '.join(f'{x:.2f}' for x in per)} | {other:.0%} |")
+
+
+def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
+                          runs: int) -> None:
+    """Item 4 alone: at each batch, the planner's 1-stage plan from `profile` served on one device with
+    the profile's threads; its measured mean decode step (the workers' own timing, /metrics) against
+    the plan's predicted_ms, over `runs` offline rounds."""
+    threads = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("threads") or 1
+    executor = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("executor") or "torch"
+    print(f"profile {profile} (executor {executor}, {threads} thread(s)); prompt {prompt} → {output} tokens", flush=True)
+    rows = []
+    for batch in batches:
+        plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
+        pred = predicted_decode(plan)["0.0"]
+        with Server(plan, model, threads=threads, max_seqs=batch) as srv:
+            steps = []
+            for i in range(runs):
+                (_, _, st), other, _ = quiet_run(f"b{batch} round {i + 1}", lambda b=batch: offline(srv, b, prompt,
+                                                                                                     output))
+                steps.append(st["0.0"][0] / st["0.0"][1])
+                print(f"batch {batch} round {i + 1}: decode step {steps[-1] * 1e3:.1f} ms (predicted {pred * 1e3:.1f}); "
+                      f"other processes {other:.0%}, load {os.getloadavg()[0]:.2f}", flush=True)
+        m = statistics.median(steps)
+        rows.append((batch, pred, m))
+    print("| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted |\n"
+          "|---:|---:|---:|---:|")
+    for b, p, m in rows:
+        print(f"| {b} | {p * 1e3:.1f} | {m * 1e3:.1f} | **{m / p:.2f}** |")
+
+
 def main() -> None:
+    global QUIET
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller load (a smoke run; figures are noisier)")
     ap.add_argument("--batch", type=int, default=16)
@@ -386,10 +454,15 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.0, help="requests/s for the latency run")
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
+    ap.add_argument("--engine-vs-hf", default="", help="comma-separated batches: only the engine vs HF generate")
+    ap.add_argument("--predicted", default="", help="comma-separated batches: only predicted vs measured stage steps")
+    ap.add_argument("--max-busy", type=float, default=QUIET,
+                    help="measure only while other processes use at most this share of the host (1: no waiting)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
                     help="a 1-thread profile of this host from `hetc profile --device cpu --threads 1` (measured "
                          "first when missing); every plan is made from it")
     a = ap.parse_args()
+    QUIET = a.max_busy
     if a.quick:
         a.batch, a.output, a.requests, a.runs = 8, 16, 10, 1
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-runtime"))
@@ -397,6 +470,13 @@ def main() -> None:
     model = work / "llama-124m-ctx512"
     build_model(model)
     profile = ensure_profile(Path(a.profile))
+    if a.engine_vs_hf:
+        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs)
+        return
+    if a.predicted:
+        predicted_vs_measured(model, work, profile, [int(b) for b in a.predicted.split(",")], a.prompt, a.output,
+                              a.runs)
+        return
     p1, p2, pf = plans(model, work, profile, a.batch, a.prompt, a.output)
     print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "
           f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores; "

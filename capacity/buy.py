@@ -1,7 +1,8 @@
 """`hetc buy`: the cheapest fleet from a catalog that serves a request rate within SLOs, with
 its placement and a proven lower bound on what any fleet would cost.
 
-The planner does the work: the catalog's whole stock becomes one cluster, and the solver's
+The planner does the work (the latency SLOs are then checked by simulating the chosen fleet at the
+rate, `check_slos`): the catalog's whole stock becomes one cluster, and the solver's
 cost objective (USD per output token, replicas as far as the rate needs) picks the pipelines
 under the SLOs; what they use is the purchase. The bound is the larger of two relaxations, each
 below the price of every fleet that serves the load: the planner's cost relaxation
@@ -20,51 +21,25 @@ from pathlib import Path
 import yaml
 from ortools.sat.python import cp_model
 
+from hetc.capacity.evaluate import Evaluation, evaluate_plan
+from hetc.capacity.load import LengthDist, Load
+from hetc.capacity.metrics import SLO
 from hetc.catalog import Catalog
 from hetc.cluster import Cluster
-from hetc.errors import BadInput, Infeasible
+from hetc.errors import Infeasible
 from hetc.plan import Plan
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.planner import PlanRequest, make_plan
+from hetc.requests import BuyRequest
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import Caps, solve
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.units import Unit
 from hetc.scheduling import Objective
 
-__all__ = ["BuyRequest", "Purchase", "buy"]
-
-
-@dataclass(kw_only=True, slots=True)
-class BuyRequest:
-    model: str
-    rate: float  # requests/s the fleet must sustain
-    input_len: int = 1024
-    output_len: int = 256
-    ttft_slo_ms: float | None = None
-    tpot_slo_ms: float | None = None
-    dtype: str = "bf16"
-    kv_dtype: str | None = None
-    tp: str = "auto"
-    time_limit: float = 30.0
-    budget_usd_h: float | None = None  # set: the most output tok/s within it, instead of the cheapest fleet
-
-    def __post_init__(self) -> None:
-        if self.budget_usd_h is not None and not self.budget_usd_h > 0:
-            raise BadInput(f"must be > 0, got {self.budget_usd_h}.", field="--budget", fix="give USD per hour.")
-        if not self.rate > 0:
-            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
-        for name in ("input_len", "output_len"):
-            if getattr(self, name) < 1:
-                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
-                               fix="give a positive number of tokens.")
-
-    @property
-    def output_tok_s(self) -> float:
-        """The output rate the load needs: every request's output tokens, rate times a second."""
-        return self.rate * self.output_len
+__all__ = ["BuyRequest", "Purchase", "buy", "check_slos", "plan_fleet", "write_fleet"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -173,3 +148,12 @@ def write_fleet(purchase: Purchase, path: str | Path) -> None:
     """The purchase as a cluster.yaml that `hetc plan` accepts."""
     text = "# written by `hetc buy`: the cheapest purchase found, as a cluster file\n"
     Path(path).write_text(text + yaml.safe_dump(purchase.fleet, sort_keys=False))
+
+
+def check_slos(plan: Plan, plan_path: str, req: BuyRequest) -> Evaluation:
+    """The chosen fleet's plan served at the request's rate, simulated (Poisson, the request's lengths):
+    the latency SLOs hold when `req.attainment` of the requests meet them (`Evaluation.metrics`
+    `slo_attainment`). The bound above is on capacity only; this is where latency is checked."""
+    fixed = lambda n: LengthDist.parse(str(n), "--input-len")  # noqa: E731
+    load = Load.open(req.rate, req.requests, fixed(req.input_len), fixed(req.output_len), seed=0)
+    return evaluate_plan(plan, plan_path, load, slo=SLO(req.ttft_slo_ms, req.tpot_slo_ms), attainment=req.attainment)

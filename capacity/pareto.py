@@ -2,7 +2,9 @@
 plan` sits on it.
 
 A point is a whole plan: the solver maximizes output tok/s under a TPOT ceiling (tok/s per user
-= 1000 / TPOT ms), searching placements, pipeline depths and batches as `hetc plan` does. The
+= 1000 / TPOT ms), searching placements, pipeline depths and batches as `hetc plan` does. A third
+series keeps the unconstrained aggregated plan's placement and caps its batch (powers of two below
+the plan's, as a server's `--max-num-seqs` would), predicted by the same saturation model. The
 ceiling is swept geometrically from the fastest step any plan has to the slowest one the
 unconstrained plan runs (the low end is the latency objective's plan), once with prefill/decode pools allowed (`--disaggregate auto`) and
 once without, so the chart shows what disaggregation buys at each speed. The frontier is the
@@ -12,19 +14,21 @@ per user and USD per million output tokens / joules per output token).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from hetc.cluster import load_cluster
 from hetc.errors import Infeasible
 from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import totals
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
+from hetc.partitioner.simulate import Workload, estimate_pipeline
+from hetc.partitioner.solver import Solution, solve
 from hetc.scheduling import Disaggregate, Objective
 
-__all__ = ["Metric", "Point", "sweep", "frontier"]
+__all__ = ["Metric", "Point", "sweep", "frontier", "undominated"]
 
 
 class Metric(StrEnum):
@@ -48,6 +52,7 @@ class Point:
     usd_per_mtok: float
     joule_per_tok: float
     placement: str
+    batch_cap: int | None = None  # the "batch caps" series: the aggregated plan with at most this many sequences
 
     def value(self, metric: Metric) -> float:
         """The metric, signed so that larger is better."""
@@ -80,18 +85,25 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
     wl = Workload(input_len, output_len, dtype, model.kv_dtype)
     out: list[Point] = []
 
+    def point(sol: Solution, series: str, ceiling_ms: float | None, cap: int | None = None) -> Point:
+        t = totals(sol, cluster)
+        tok = sol.output_tok_s
+        return Point(series=series, tpot_ceiling_ms=ceiling_ms, output_tok_s=tok, devices=t.devices,
+                     tok_s_per_device=tok / t.devices, tok_s_per_user=1.0 / t.tpot_s, ttft_ms=t.ttft_s * 1e3,
+                     tpot_ms=t.tpot_s * 1e3, usd_per_mtok=t.usd_h / (tok * 3600) * 1e6, joule_per_tok=t.watts / tok,
+                     placement=_placement(sol), batch_cap=cap)
+
     def plan(series: str, disaggregate: Disaggregate, ceiling_ms: float | None, objective: Objective = Objective.THROUGHPUT) -> Point | None:
         try:
             sol = solve(model.units, cluster, wl, objective=objective, disaggregate=disaggregate,
                         time_limit=time_limit, tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None)
         except Infeasible:
             return None
-        t = totals(sol, cluster)
-        tok = sol.output_tok_s
-        return Point(series=series, tpot_ceiling_ms=ceiling_ms, output_tok_s=tok, devices=t.devices,
-                     tok_s_per_device=tok / t.devices, tok_s_per_user=1.0 / t.tpot_s, ttft_ms=t.ttft_s * 1e3,
-                     tpot_ms=t.tpot_s * 1e3, usd_per_mtok=t.usd_h / (tok * 3600) * 1e6, joule_per_tok=t.watts / tok,
-                     placement=_placement(sol))
+        if ceiling_ms is None and disaggregate == Disaggregate.OFF:
+            unconstrained.append(sol)
+        return point(sol, series, ceiling_ms)
+
+    unconstrained: list[Solution] = []
 
     for series, dis in (("aggregated", Disaggregate.OFF), ("disaggregated", Disaggregate.AUTO)):
         if progress:
@@ -109,13 +121,38 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
             p = plan(series, dis, ceiling * (1 + 1e-9))
             if p is not None:
                 out.append(p)
+    for sol in unconstrained:  # the aggregated plan's placement with its batches capped, as --max-num-seqs does
+        top_batch = max(c.estimate.batch for c in sol.pipelines)
+        for cap in [2**k for k in range(top_batch.bit_length()) if 2**k < top_batch][-points:]:
+            if progress:
+                progress(f"batch caps: at most {cap} sequences per pipeline")
+            out.append(point(_capped(sol, cap, model.units, cluster, wl), "batch caps", None, cap))
     return out
+
+
+def _capped(sol: Solution, cap: int, units: list, cluster, wl: Workload) -> Solution:
+    """An aggregated solution with every pipeline at most `cap` sequences (the saturation model)."""
+    cands = []
+    for c in sol.pipelines:
+        est = estimate_pipeline(units, c.stages, cluster, wl, min(cap, c.estimate.batch), c.phase)
+        assert est is not None  # fewer sequences than a batch that fits also fit
+        cands.append(dataclasses.replace(c, estimate=est))
+    return Solution(cands, sum(c.estimate.output_tok_s * c.replicas for c in cands), 0.0, sol.bound, sol.bound_method,
+                    "GIVEN")
+
+
+T = TypeVar("T")
+
+
+def undominated(items: list[T], key: Callable[[T], tuple[float, float]]) -> list[T]:
+    """The items no other beats on both coordinates of `key` (larger is better), by the first ascending."""
+    best: list[T] = []
+    for it in sorted(items, key=key, reverse=True):
+        if not best or key(it)[1] > key(best[-1])[1]:
+            best.append(it)
+    return best[::-1]
 
 
 def frontier(points: list[Point], metric: Metric = Metric.PER_DEVICE) -> list[Point]:
     """Points that no other point beats on both tok/s per user and `metric`, fastest users last."""
-    best: list[Point] = []
-    for p in sorted(points, key=lambda p: (p.tok_s_per_user, p.value(metric)), reverse=True):
-        if not best or p.value(metric) > best[-1].value(metric):
-            best.append(p)
-    return best[::-1]
+    return undominated(points, lambda p: (p.tok_s_per_user, p.value(metric)))

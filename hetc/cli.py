@@ -14,7 +14,7 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.terms import MODEL_DTYPES
-from hetc.requests import PlanRequest, default
+from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=_positive_int, default=None,
                     help="torch threads to measure with (default: all cores; --validate: the profile's)")
     pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
+    pr.add_argument("--executor", choices=["auto", "openvino", "torch"], default="auto",
+                    help="what runs the measured kernels (default auto: OpenVINO, which serves cpu stages; torch: "
+                         "eager, for plans served with --executor torch)")
     pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
 
     co = sub.add_parser("compile", help="lower every stage of a plan with its vendor's toolchain; manifest.json")
@@ -159,18 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
+    b = lambda name: default(BuyRequest, name)  # noqa: E731
     by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
     by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
-    by.add_argument("--ttft-slo", type=_nonneg, default=None, metavar="MS")
-    by.add_argument("--tpot-slo", type=_nonneg, default=None, metavar="MS")
-    by.add_argument("--input-len", type=_positive_int, default=1024)
-    by.add_argument("--output-len", type=_positive_int, default=256)
-    by.add_argument("--dtype", choices=DTYPES, default="bf16")
-    by.add_argument("--kv-dtype", choices=DTYPES, default=None)
-    by.add_argument("--budget", type=_nonneg, default=None, metavar="USD_H",
+    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS")
+    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS")
+    by.add_argument("--attainment", type=float, default=b("attainment"),
+                    help="the simulated check: the share of requests that must meet the SLOs (default 0.9)")
+    by.add_argument("--requests", type=_positive_int, default=b("requests"), help="requests in the simulated check")
+    by.add_argument("--input-len", type=_positive_int, default=b("input_len"))
+    by.add_argument("--output-len", type=_positive_int, default=b("output_len"))
+    by.add_argument("--dtype", choices=DTYPES, default=b("dtype"))
+    by.add_argument("--kv-dtype", choices=DTYPES, default=b("kv_dtype"))
+    by.add_argument("--budget", type=_nonneg, default=b("budget_usd_h"), metavar="USD_H",
                     help="instead of the cheapest fleet: the most output tok/s within this many USD per hour")
-    by.add_argument("--tp", choices=["auto", "1"], default="auto")
-    by.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    by.add_argument("--tp", choices=["auto", "1"], default=b("tp"))
+    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS")
     by.add_argument("-o", "--output", default="fleet.yaml",
                     help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
@@ -190,18 +197,77 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
 
-    sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side")
+    ev = sub.add_parser("evaluate", help="simulate serving a plan under a load: vLLM's latency and throughput figures")
+    ev.add_argument("plan", metavar="PLAN.json")
+    _load_args(ev)
+    _slo_args(ev)
+    ev.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
+    ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
+
+    sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side under one load (simulated)")
     sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL",
                     help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
     sp.add_argument("--profiles", nargs="+", default=None, metavar="CLUSTER.yaml", help="clusters to plan MODEL on")
-    sp.add_argument("--dtype", choices=DTYPES, default="bf16")
-    sp.add_argument("--input-len", type=_positive_int, default=1024)
-    sp.add_argument("--output-len", type=_positive_int, default=256)
-    sp.add_argument("--time-limit", type=_nonneg, default=30.0, metavar="SECONDS")
+    d = lambda name: default(CompareRequest, name)  # noqa: E731
+    sp.add_argument("--dtype", choices=DTYPES, default=d("dtype"))
+    sp.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="with --profiles: the planned workload")
+    sp.add_argument("--output-len", type=_positive_int, default=d("output_len"))
+    sp.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS")
+    _load_args(sp)
+    _slo_args(sp)
     sp.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
     sp.add_argument("--csv", metavar="FILE")
-    sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, chart, placements drawn")
+    sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, latency CDFs, Pareto chart, placements")
     return p
+
+
+def _load_args(p: argparse.ArgumentParser) -> None:
+    """The load and server flags of the simulating commands (defaults: LoadRequest's and ServeLimits')."""
+    ld = lambda name: default(LoadRequest, name)  # noqa: E731
+    sl = lambda name: default(ServeLimits, name)  # noqa: E731
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--rate", type=float, default=ld("rate"), metavar="REQ_S",
+                   help="open loop: requests/s, Poisson (or gamma, --burstiness)")
+    g.add_argument("--concurrency", type=_positive_int, default=ld("concurrency"), metavar="C",
+                   help="closed loop: C clients, each sending its next request when its last one ends (default: as "
+                        "many as the plan's pipelines hold sequences)")
+    g.add_argument("--trace", default=ld("trace"), metavar="FILE.jsonl",
+                   help='requests as JSON lines {"arrival": s, "input_len": n, "output_len": n}')
+    p.add_argument("--requests", type=_positive_int, default=ld("requests"), metavar="N", help="requests to send")
+    p.add_argument("--input-len-dist", default=ld("input_len_dist"), metavar="DIST",
+                   help="N, uniform:LO-HI, normal:MEAN,STD or lognormal:MEDIAN,SIGMA (default: the plan's input length)")
+    p.add_argument("--output-len-dist", default=ld("output_len_dist"), metavar="DIST", help="as --input-len-dist")
+    p.add_argument("--burstiness", type=float, default=ld("burstiness"),
+                   help="gamma shape of the arrivals (1: Poisson; < 1 burstier)")
+    p.add_argument("--seed", type=int, default=ld("seed"))
+    p.add_argument("--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"),
+                   help="as hetc serve: sequences running at once per lane (default: the plan's batch)")
+    p.add_argument("--max-batched-tokens", type=_positive_int, default=sl("max_batched_tokens"))
+    p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
+    p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
+    p.add_argument("--num-kv-blocks", type=_positive_int, default=sl("num_kv_blocks"))
+
+
+def _slo_args(p: argparse.ArgumentParser) -> None:
+    d = lambda name: default(SloRequest, name)  # noqa: E731
+    p.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
+    p.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
+    p.add_argument("--attainment", type=float, default=d("attainment"),
+                   help="DistServe's goodput: the highest rate at which this share of requests meets the SLOs")
+    p.add_argument("--pue", type=float, default=default(EvaluateRequest, "pue"),
+                   help="facility watts per device watt (default 1.0)")
+
+
+def _slo_of(a: argparse.Namespace) -> SloRequest:
+    return SloRequest(ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, attainment=a.attainment)
+
+
+def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
+    return (LoadRequest(rate=a.rate, concurrency=a.concurrency, trace=a.trace, requests=a.requests,
+                        input_len_dist=a.input_len_dist, output_len_dist=a.output_len_dist, burstiness=a.burstiness,
+                        seed=a.seed),
+            ServeLimits(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
+                        max_queue_wait=a.max_queue_wait, num_kv_blocks=a.num_kv_blocks))
 
 
 @contextmanager
@@ -240,7 +306,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from hetc.partitioner.capture import capture
-    from hetc.report import inspect_rows, print_inspect
+    from hetc.report import inspect_rows, kernels_per_layer, print_inspect
 
     with _status(f"capturing {a.model}"):
         model = capture(a.model, dtype=a.dtype, kv_dtype=a.kv_dtype)
@@ -249,6 +315,9 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         doc = {"model": model.ref, "dtype": model.dtype, "kv_dtype": model.kv_dtype, "num_layers": model.num_layers,
                "params": model.num_params, "graph_hash": model.graph_hash, "notes": model.notes,
                "units": rows, "totals": totals}
+        per_layer = kernels_per_layer(rows)
+        if per_layer:
+            doc["kernels_per_layer"] = {"eager": per_layer[0], "fused": per_layer[1]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         print_inspect(model, rows, totals, Console(width=None if sys.stdout.isatty() else 140))
@@ -278,7 +347,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 def cmd_profile(a: argparse.Namespace) -> int:
     from hetc.cluster import load_profile
-    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, profile_yaml
+    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, check_executor, profile_yaml
     from hetc.profile_report import print_calibration, print_fidelity
 
     check_device(a.device)
@@ -290,7 +359,8 @@ def cmd_profile(a: argparse.Namespace) -> int:
         prof = load_profile(a.profile)
     else:
         with _status("measuring (hetc profile)") as update:
-            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name, progress=update)
+            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name,
+                            executor=check_executor(a.executor), progress=update)
         prof = cal.profile
         path = a.output or (None if a.validate else "profile.yaml")
         if path:
@@ -330,27 +400,32 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 
 def cmd_buy(a: argparse.Namespace) -> int:
-    from hetc.capacity.buy import BuyRequest, buy, plan_fleet, write_fleet
+    from hetc.capacity.buy import buy, check_slos, plan_fleet, write_fleet
+    from hetc.capacity_report import print_purchase, print_slo_check
     from hetc.catalog import load_catalog
     from hetc.plan import save_plan
-    from hetc.report import print_plan, print_purchase
+    from hetc.report import print_plan
 
     req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
                      ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
-                     time_limit=a.time_limit, budget_usd_h=a.budget)
+                     time_limit=a.time_limit, budget_usd_h=a.budget, attainment=a.attainment, requests=a.requests)
     catalog = load_catalog(a.catalog)
+    plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
     with _status("choosing what to buy") as update:
         purchase = buy(catalog, req, progress=update)
         write_fleet(purchase, a.output)
         update("planning the fleet")
         plan = plan_fleet(purchase, req, a.output)
-    plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
-    save_plan(plan, plan_path)
+        save_plan(plan, plan_path)
+        update("simulating the fleet at the rate")
+        check = check_slos(plan, plan_path, req)
     print_purchase(purchase, catalog, req, err)
     print_plan(plan, err)
+    print_slo_check(check, req, err)
     err.print(f"wrote {a.output} and {plan_path}")
     if a.json:
-        sys.stdout.write(json.dumps(purchase.to_json(catalog), indent=2) + "\n")
+        doc = {**purchase.to_json(catalog), "simulated": check.as_dict()}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0
 
 
@@ -358,7 +433,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
     import csv
 
     from hetc.capacity.pareto import Metric, frontier, sweep
-    from hetc.report import plot_pareto, print_pareto
+    from hetc.capacity_report import plot_pareto, print_pareto
 
     metric = Metric(a.metric)
     with _status("sweeping plans") as update:
@@ -382,40 +457,52 @@ def cmd_pareto(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    from hetc.capacity.evaluate import evaluate
+    from hetc.capacity_report import print_evaluation
+
+    load, limits = _load_of(a)
+    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
+    with _status("simulating") as update:
+        result = evaluate(req, progress=update)
+    print_evaluation(result, err)
+    doc = json.dumps(result.as_dict(), indent=2)
+    if a.output:
+        Path(a.output).write_text(doc + "\n")
+        err.print(f"wrote {a.output}")
+    if a.json:
+        sys.stdout.write(doc + "\n")
+    return 0
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     import csv
 
-    from hetc.capacity.compare import load_plans, plan_clusters, rows_of, write_html
-    from hetc.report import print_compare
+    from hetc.capacity.compare import compare
+    from hetc.capacity_report import print_compare
 
-    if a.profiles and not a.items and not a.profiles[-1].endswith((".yaml", ".yml")):
-        a.items = [a.profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
-    if not a.items:
-        raise BadInput("nothing to compare.", field="PLAN.json", fix="hetc compare A.json B.json, or "
-                       "hetc compare --profiles c1.yaml c2.yaml MODEL")
-    if a.profiles:
-        if len(a.items) != 1:
-            raise BadInput(f"with --profiles, give one MODEL; got {len(a.items)}: {' '.join(a.items)}.", field="MODEL",
-                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
-        with _status("planning") as update:
-            plans = plan_clusters(a.items[0], a.profiles, dict(dtype=a.dtype, input_len=a.input_len,
-                                                               output_len=a.output_len, time_limit=a.time_limit),
-                                  progress=update)
-    else:
-        plans = load_plans(a.items)
-    rows = rows_of(plans)
-    print_compare(rows, err)
+    items, profiles = list(a.items), list(a.profiles or [])
+    if profiles and not items and not profiles[-1].endswith((".yaml", ".yml")):
+        items = [profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
+    load, limits = _load_of(a)
+    one_model = bool(profiles) and len(items) == 1
+    req = CompareRequest(plans=[] if one_model else items, model=items[0] if one_model else None,
+                         profiles=profiles, dtype=a.dtype, input_len=a.input_len, output_len=a.output_len,
+                         time_limit=a.time_limit, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
+    with _status("comparing") as update:
+        result = compare(req, progress=update)
+    print_compare(result.rows, result.load, err)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].as_dict()))
+            w = csv.DictWriter(f, fieldnames=list(result.rows[0].as_dict()))
             w.writeheader()
-            w.writerows(r.as_dict() for r in rows)
+            w.writerows(r.as_dict() for r in result.rows)
         err.print(f"wrote {a.csv}")
     if a.html:
-        write_html(plans, rows, a.html)
+        result.write_html(a.html)
         err.print(f"wrote {a.html}")
     if a.json:
-        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        sys.stdout.write(json.dumps({"load": result.load, "rows": [r.as_dict() for r in result.rows]}, indent=2) + "\n")
     return 0
 
 
@@ -423,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
                "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto,
-               "compile": cmd_compile, "compare": cmd_compare}[a.command]
+               "compile": cmd_compile, "compare": cmd_compare, "evaluate": cmd_evaluate}[a.command]
     try:
         return handler(a)
     except HetcError as e:

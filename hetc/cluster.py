@@ -21,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
+from hetc.execution import Execution, execution_for
 from hetc.quantity import Kind, format_quantity, parse_quantity
 
 __all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
@@ -44,6 +45,8 @@ Seconds = Annotated[float, _q(Kind.TIME)]
 Watts = Annotated[float, _q(Kind.POWER)]
 UsdPerHour = Annotated[float, _q(Kind.PRICE)]
 DType = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+Backend = Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
+BACKEND_NAMES = get_args(Backend)
 
 
 class _Strict(BaseModel):
@@ -82,7 +85,7 @@ class Profile(_Strict):
 
     name: str
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
-    backend: Literal["cuda", "rocm", "gaudi", "openvino", "cpu"]
+    backend: Backend
     target: str | None = None  # what `hetc compile` builds for: gfx942, sm_90, GPU, CPU, ... (see compile_target)
     memory: PositiveBytes
     reserved_memory: Bytes
@@ -92,6 +95,7 @@ class Profile(_Strict):
     efficiency_curves: EfficiencyCurves | None = None
     launch_overhead: Seconds
     step_overhead: Seconds = 0.0
+    execution: Execution = Execution()  # how the backend runs a step; keys left out come from the backend's defaults
     host_link: str | Link
     power: Watts
     price: UsdPerHour
@@ -103,6 +107,8 @@ class Profile(_Strict):
     def _defaults(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
             return raw
+        if raw.get("backend") in BACKEND_NAMES and (raw.get("execution") is None or isinstance(raw.get("execution"), dict)):
+            raw = {**raw, "execution": execution_for(raw["backend"], raw.get("execution"))}
         missing = [k for k in (*DEFAULTS, "reserved_memory") if k not in raw]
         if not missing:
             return raw
@@ -482,6 +488,7 @@ def _profile_text(prof: Profile) -> dict:
         out[k] = f"{p[k]:.6g} {unit}"
     out["launch_overhead"] = f"{p['launch_overhead'] * 1e6:.6g} us"
     out["step_overhead"] = f"{p['step_overhead'] * 1e6:.6g} us"
+    out["execution"] = {**p["execution"], "kernel_overhead": f"{p['execution']['kernel_overhead'] * 1e6:.6g} us"}
     out["peak_flops"] = {k: f"{v:.6g} FLOP/s" for k, v in p["peak_flops"].items()}
     curves = out.get("efficiency_curves")
     if curves is None:

@@ -30,13 +30,21 @@ class Efficiency(BaseModel):
     """Achievable fractions of peak. `matmul` and `memory` are required; more may be added.
 
     `overlap` is the share of the shorter of an op's compute and memory time hidden under
-    the longer (1: a pure roofline, max(compute, memory); 0: they add up).
+    the longer (1: a pure roofline, max(compute, memory); 0: they add up). `matmul_by_dtype`
+    gives the matmul fraction for a compute dtype that reaches a different share of its own
+    peak (FP8 GEMMs on H100 reach 70.9% of FP8 peak where BF16 reaches 80.3%); `matmul`
+    applies to the others.
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
     matmul: Fraction
     memory: Fraction
     overlap: Annotated[float, Field(ge=0, le=1)] = 1.0
+    matmul_by_dtype: dict[DType, Fraction] = {}
+
+    def matmul_for(self, dtype: str) -> float:
+        """The achievable matmul fraction of peak for compute dtype `dtype`."""
+        return self.matmul_by_dtype.get(dtype, self.matmul)  # type: ignore[call-overload]
 
 
 class Curve1D(_Strict):
@@ -125,6 +133,8 @@ class EfficiencyCurves(_Strict):
         how well its read streams; few rows leave the op's own fixed cost).
     dispatch_overhead: one op alone in a loop; `launch_overhead` is the per-op cost inside
         a model step (dispatch plus the framework's own code between ops).
+    executor: what ran the matmuls, attention and probe steps (torch eager, or the OpenVINO
+        kernels that serve cpu stages): a plan predicts the stage steps of that executor.
     """
 
     matmul: dict[DType, Curve2D] = {}
@@ -135,4 +145,5 @@ class EfficiencyCurves(_Strict):
     gather: GatherCurve | None = None
     dispatch_overhead: Seconds | None = None
     threads: int | None = Field(default=None, gt=0)
+    executor: Literal["torch", "openvino"] | None = None
     source: str | None = None

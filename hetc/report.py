@@ -12,13 +12,9 @@ from hetc.plan import Plan
 from hetc.scheduling import Phase
 
 if TYPE_CHECKING:
-    from hetc.capacity.buy import BuyRequest, Purchase
-    from hetc.capacity.pareto import Metric, Point
-    from hetc.catalog import Catalog
     from hetc.partitioner.capture import CapturedModel
 
-__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_purchase",
-           "print_pareto", "plot_pareto", "print_manifest"]
+__all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_manifest"]
 
 
 def _gb(x: float) -> str:
@@ -74,19 +70,6 @@ def print_plan(plan: Plan, console: Console) -> None:
         console.print("baselines (output tok/s): " + ", ".join(parts))
 
 
-def print_compare(rows: list, console: Console) -> None:
-    t = Table(title="hetc compare (predictions at saturation)", title_justify="left")
-    for col in ("plan", "cluster", "devices", "output tok/s", "tok/s/device", "tok/s/user", "TTFT ms", "TPOT ms",
-                "USD/M tok", "kW", "J/tok", "plan/bound"):
-        t.add_column(col, justify="left" if col in ("plan", "cluster") else "right")
-    best = max(r.output_tok_s for r in rows)
-    for r in rows:
-        t.add_row(r.name, r.cluster, str(r.devices), ("[bold]" if r.output_tok_s == best else "") + f"{r.output_tok_s:,.0f}",
-                  f"{r.tok_s_per_device:,.1f}", f"{r.tok_s_per_user:.1f}", f"{r.ttft_ms:,.0f}", f"{r.tpot_ms:.1f}",
-                  f"{r.usd_per_mtok:.3f}", f"{r.watts / 1e3:.1f}", f"{r.joule_per_tok:.2f}", f"{r.plan_over_bound:.3f}")
-    console.print(t)
-
-
 def print_manifest(manifest: dict, console: Console) -> None:
     """One row per stage and toolchain: built or why not, the target, and the check against eager."""
     t = Table(title=f"hetc compile: {manifest['model']} ({manifest['dtype']}, weights {manifest['weights']})",
@@ -107,25 +90,6 @@ def print_manifest(manifest: dict, console: Console) -> None:
             t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
                       f"{', '.join(f['path'] for f in a['files'])} ({size / 1e6:.1f} MB)", diff)
     console.print(t)
-
-
-def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Console) -> None:
-    slo = ", ".join(f"{k} ≤ {v:g} ms" for k, v in (("TTFT", req.ttft_slo_ms), ("TPOT", req.tpot_slo_ms)) if v)
-    t = Table(title=f"buy: {req.rate:g} req/s × {req.output_len} output tokens = {req.output_tok_s:,.0f} output tok/s"
-                    + (f", {slo}" if slo else ""), title_justify="left")
-    for col in ("device", "buy", "of", "USD/h each"):
-        t.add_column(col, justify="left" if col == "device" else "right")
-    for i, e in enumerate(catalog.entries):
-        t.add_row(e.profile, str(p.counts.get(i, 0)), str(e.max), e.price or "profile's")
-    console.print(t)
-    head = f"fleet: [bold]{p.usd_h:,.2f} USD/h[/], predicted {p.output_tok_s:,.0f} output tok/s at saturation"
-    if p.bound_tok_s is not None:
-        met = "meets" if p.output_tok_s >= req.output_tok_s else "does not meet"
-        console.print(f"{head} ({met} the rate); no fleet within {req.budget_usd_h:,.2f} USD/h serves more than "
-                      f"{p.bound_tok_s:,.0f} output tok/s (plan/bound {p.ratio:.3f})")
-    else:
-        console.print(f"{head}; no fleet serving this load costs less than {p.bound_usd_h:,.2f} USD/h "
-                      f"(bound/cost {p.ratio:.3f})")
 
 
 def _replica_devices(devices: list[str], replicas: int) -> str:
@@ -173,46 +137,6 @@ def plot_plan(plan: Plan, path: str) -> None:
     plt.close(fig)
 
 
-def print_pareto(points: list[Point], front: list[Point], metric: Metric, console: Console) -> None:
-    t = Table(title=f"frontier: tok/s per user against {metric.value}", title_justify="left")
-    for col in ("series", "TPOT ≤ ms", "tok/s/user", "tok/s/device", "devices", "USD/M tok", "J/tok", "TTFT ms",
-                "placement"):
-        t.add_column(col, justify="left" if col in ("series", "placement") else "right")
-    for p in front:
-        t.add_row(p.series, "plan" if p.tpot_ceiling_ms is None else f"{p.tpot_ceiling_ms:.1f}",
-                  f"{p.tok_s_per_user:.1f}", f"{p.tok_s_per_device:,.0f}", str(p.devices), f"{p.usd_per_mtok:.3f}",
-                  f"{p.joule_per_tok:.2f}", f"{p.ttft_ms:,.0f}", p.placement)
-    console.print(t)
-    console.print(f"{len(points)} plans, {len(front)} on the frontier; 'plan' marks what `hetc plan` picks "
-                  "(no TPOT ceiling)")
-
-
-def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: str, path: str) -> None:
-    """Every plan of the sweep by series, the frontier as a line, `hetc plan`'s choice circled."""
-    plt = _pyplot("--png")
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728")):
-        ps = [p for p in points if p.series == series]
-        ax.scatter([p.tok_s_per_user for p in ps], [getattr(p, metric.value) for p in ps], color=color,
-                   label=series, alpha=0.7)
-    ax.plot([p.tok_s_per_user for p in front], [getattr(p, metric.value) for p in front], "k--", lw=1,
-            label="frontier")
-    pick = [p for p in points if p.tpot_ceiling_ms is None and p.series == "disaggregated"] or \
-           [p for p in points if p.tpot_ceiling_ms is None]
-    if pick:
-        ax.scatter([pick[0].tok_s_per_user], [getattr(pick[0], metric.value)], s=220, facecolors="none",
-                   edgecolors="k", label="hetc plan")
-    ax.set_xlabel("output tok/s per user (1000 / TPOT ms)")
-    ax.set_ylabel({"tok_s_per_device": "output tok/s per device", "usd_per_mtok": "USD per M output tokens",
-                   "joule_per_tok": "J per output token"}[metric.value])
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tuple[list[dict], dict]:
     """Per-unit figures: prefill FLOPs/token average over a causal prompt, decode at mean context."""
     pre_ctx = (input_len + 1) / 2
@@ -226,14 +150,27 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
             "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
             "matmul_flops_per_token": u.matmul_flops.per_token, "attention_flops_per_ctx": u.attention_flops_per_ctx,
             "act_bytes_per_token": u.act_bytes.per_token, "out_bytes_per_token": u.out_bytes_per_token,
-            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels,
+            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels, "fused_kernels": u.fused_kernels,
         })
     keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token",
-            "kv_bytes_per_token")
+            "kv_bytes_per_token", "kernels", "fused_kernels")
     totals = {k: sum(r[k] for r in rows) for k in keys}
     totals["param_bytes"] = model.param_bytes  # tied weights once
     totals["params"] = model.num_params
     return rows, totals
+
+
+def kernels_per_layer(rows: list[dict]) -> tuple[int, int] | None:
+    """(eager, fused) kernels of a middle layer (the most common per-layer count), None without layers."""
+    layers: dict[int, list[int]] = {}
+    for r in rows:
+        k = layers.setdefault(r["layer"], [0, 0])
+        k[0] += r["kernels"]
+        k[1] += r["fused_kernels"]
+    if len(layers) < 3:
+        return None
+    mid = [(v[0], v[1]) for layer, v in layers.items() if 0 < layer < max(layers)]
+    return max(set(mid), key=mid.count) if mid else None
 
 
 def _wbytes(model: "CapturedModel") -> float:
@@ -246,17 +183,22 @@ def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, consol
     t = Table(title=f"{model.ref}: {model.num_params / 1e9:.3f}B params, {model.num_layers} layers, "
                     f"{len(rows)} units ({model.dtype}, KV {model.kv_dtype})", title_justify="left")
     for col in ("unit", "kind", "layer", "params", "prefill FLOP/tok", "decode FLOP/tok", "act B/tok", "KV B/tok",
-                "out B/tok"):
+                "out B/tok", "kernels", "fused"):
         t.add_column(col, justify="left" if col in ("kind",) else "right")
     for r in rows:
         t.add_row(str(r["index"]), r["kind"], str(r["layer"]), _si(r["params"]), _si(r["prefill_flops_per_token"]),
                   _si(r["decode_flops_per_token"]), _si(r["act_bytes_per_token"]), _si(r["kv_bytes_per_token"]),
-                  _si(r["out_bytes_per_token"]))
+                  _si(r["out_bytes_per_token"]), str(r["kernels"]), str(r["fused_kernels"]))
     t.add_section()
     t.add_row("total", "", "", _si(totals["params"]), _si(totals["prefill_flops_per_token"]),
               _si(totals["decode_flops_per_token"]), _si(totals["act_bytes_per_token"]),
-              _si(totals["kv_bytes_per_token"]), "")
+              _si(totals["kv_bytes_per_token"]), "", str(totals["kernels"]), str(totals["fused_kernels"]))
     console.print(t)
+    per_layer = kernels_per_layer(rows)
+    if per_layer:
+        before, after = per_layer
+        console.print(f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
+                      "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/fusion.py)")
     for n in model.notes:
         console.print(f"note: {n}")
 

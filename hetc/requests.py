@@ -11,9 +11,9 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from hetc.errors import BadInput
-from hetc.scheduling import Disaggregate, Objective
+from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
-__all__ = ["PlanRequest", "default"]
+__all__ = ["BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -83,3 +83,155 @@ class PlanRequest:
                            field="--disaggregate", fix="use --objective throughput, or --disaggregate off.")
         if self.tp not in ("auto", "1"):
             raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
+
+
+@dataclass(kw_only=True, slots=True)
+class ServeLimits:
+    """The server settings a simulation runs under, as `hetc serve` takes them (same defaults)."""
+
+    max_num_seqs: int | None = None  # None: the plan's largest batch, at least 2 per stage
+    max_batched_tokens: int = PREFILL_CHUNK
+    max_waiting: int = MAX_WAITING
+    max_queue_wait: float = 30.0  # seconds: a longer predicted wait for a first token is refused (429)
+    num_kv_blocks: int | None = None  # cap on each lane's KV blocks
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_batched_tokens", "max_waiting", "num_kv_blocks"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise BadInput(f"must be ≥ 1, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a positive number.")
+        if self.max_queue_wait < 0:
+            raise BadInput(f"must be ≥ 0, got {self.max_queue_wait}.", field="--max-queue-wait", fix="give seconds.")
+
+
+@dataclass(kw_only=True, slots=True)
+class LoadRequest:
+    """A load to simulate: open loop at `rate` (Poisson, or gamma with `burstiness`), closed loop of
+    `concurrency` clients, or a JSONL `trace`; neither rate nor concurrency nor trace: a closed loop of
+    as many clients as the plan's pipelines hold sequences (its own operating point)."""
+
+    rate: float | None = None  # requests/s
+    concurrency: int | None = None
+    trace: str | None = None
+    requests: int = 1000
+    input_len_dist: str | None = None  # default: the plan's input length, fixed
+    output_len_dist: str | None = None
+    burstiness: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:
+            raise BadInput("--rate, --concurrency and --trace each define the arrivals; got more than one.",
+                           field="--rate", fix="give one of them.")
+        if self.trace and (self.input_len_dist or self.output_len_dist):
+            raise BadInput("a trace gives every request's lengths.", field="--trace",
+                           fix="drop --input-len-dist/--output-len-dist, or the trace.")
+        if self.rate is not None and not self.rate > 0:
+            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give requests per second.")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise BadInput(f"must be ≥ 1, got {self.concurrency}.", field="--concurrency", fix="give clients.")
+        if self.requests < 1:
+            raise BadInput(f"must be ≥ 1, got {self.requests}.", field="--requests", fix="give a number of requests.")
+        if not self.burstiness > 0:
+            raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness",
+                           fix="1 is Poisson; smaller is burstier, larger more even.")
+
+
+@dataclass(kw_only=True, slots=True)
+class SloRequest:
+    """Latency targets: vLLM's goodput counts requests meeting both; DistServe's is the highest rate at
+    which `attainment` of them do."""
+
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    attainment: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0 < self.attainment <= 1:
+            raise BadInput(f"must be in (0, 1], got {self.attainment}.", field="--attainment",
+                           fix="give the share of requests that must meet the SLOs, e.g. 0.9.")
+        for name in ("ttft_slo_ms", "tpot_slo_ms"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
+
+
+def _check_pue(pue: float) -> None:
+    if pue < 1:
+        raise BadInput(f"must be ≥ 1, got {pue}.", field="--pue",
+                       fix="1.0 counts the devices only; data centres report 1.1–1.6.")
+
+
+@dataclass(kw_only=True, slots=True)
+class EvaluateRequest:
+    """`hetc evaluate PLAN.json`: serve the plan under a load, simulated."""
+
+    plan: str
+    load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
+    limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
+    slo: SloRequest = dataclasses.field(default_factory=SloRequest)
+    pue: float = 1.0  # power usage effectiveness: facility watts per device watt
+
+    def __post_init__(self) -> None:
+        _check_pue(self.pue)
+
+
+@dataclass(kw_only=True, slots=True)
+class CompareRequest:
+    """`hetc compare`: plan files, or one model planned on each cluster, under one simulated load."""
+
+    plans: list[str] = dataclasses.field(default_factory=list)
+    model: str | None = None  # with profiles: planned on each
+    profiles: list[str] = dataclasses.field(default_factory=list)
+    dtype: str = "bf16"
+    input_len: int = 1024
+    output_len: int = 256
+    time_limit: float = 30.0
+    load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
+    limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
+    slo: SloRequest = dataclasses.field(default_factory=SloRequest)
+    pue: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_pue(self.pue)
+        if self.profiles and (self.plans or not self.model):
+            raise BadInput(f"with --profiles, give one MODEL; got {' '.join(self.plans) or 'none'}.", field="MODEL",
+                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
+        if not self.profiles and not self.plans:
+            raise BadInput("nothing to compare.", field="PLAN.json",
+                           fix="hetc compare A.json B.json, or hetc compare --profiles c1.yaml c2.yaml MODEL")
+
+
+@dataclass(kw_only=True, slots=True)
+class BuyRequest:
+    """`hetc buy`: the cheapest fleet from a catalog serving `rate` within the SLOs (or, with a budget,
+    the most output tok/s within it), its placement, and the SLOs checked by simulating it."""
+
+    model: str
+    rate: float  # requests/s the fleet must sustain
+    input_len: int = 1024
+    output_len: int = 256
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    tp: str = "auto"
+    time_limit: float = 30.0
+    budget_usd_h: float | None = None  # set: the most output tok/s within it, instead of the cheapest fleet
+    attainment: float = 0.9  # the simulated check: this share of requests must meet the SLOs
+    requests: int = 1000  # the simulated check's Poisson requests at `rate`
+
+    def __post_init__(self) -> None:
+        if self.budget_usd_h is not None and not self.budget_usd_h > 0:
+            raise BadInput(f"must be > 0, got {self.budget_usd_h}.", field="--budget", fix="give USD per hour.")
+        if not self.rate > 0:
+            raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
+        for name in ("input_len", "output_len"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
+                               fix="give a positive number of tokens.")
+
+    @property
+    def output_tok_s(self) -> float:
+        """The output rate the load needs: every request's output tokens, rate times a second."""
+        return self.rate * self.output_len

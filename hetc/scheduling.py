@@ -11,7 +11,7 @@ from enum import StrEnum
 
 __all__ = ["KV_BLOCK_TOKENS", "MAX_WAITING", "PREFILL_CHUNK", "Disaggregate", "Objective", "Phase"]
 
-KV_BLOCK_TOKENS = 16  # tokens per paged-KV block (vLLM's default block size)
+KV_BLOCK_TOKENS = 32  # tokens per paged-KV block: the block OpenVINO's CPU paged-attention kernel reads
 PREFILL_CHUNK = 2048  # most tokens one engine step processes: a long prompt is prefilled in chunks of it
 MAX_WAITING = 256  # the bounded wait queue; a request beyond it gets 429
 

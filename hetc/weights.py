@@ -97,3 +97,19 @@ class RandomWeights:
         if len(shape) == 1:  # norm gains start at one, biases at zero
             return (torch.zeros if name.endswith("bias") else torch.ones)(shape, dtype=dtype)
         return torch.empty(shape, dtype=torch.float32).normal_(0.0, self.std, generator=g).to(dtype)
+
+
+class MetaWeights:
+    """Weights of the right shapes and no data (the meta device): a stage's layout and sizes only."""
+
+    def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def stage_weights(hf_cfg, model_dir: str | None):
+    """What a stage's parameters are read from: the model's safetensors (the LM head aliased to
+    the embedding where the model ties them), or seeded random weights when `model_dir` is None."""
+    if model_dir is None:
+        return RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
+    aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
+    return SafetensorsWeights(model_dir, aliases)

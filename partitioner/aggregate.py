@@ -27,7 +27,7 @@ import numpy as np
 
 from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
-from hetc.partitioner.batches import octaves
+from hetc.partitioner.batches import Regimes, octaves
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["FirstPass", "Key", "classes", "keys", "first_pass", "most_sequences"]
@@ -66,9 +66,11 @@ def classes(max_stages: int) -> list[tuple[int, int]]:
     return out
 
 
-def keys(phase: Phase, max_stages: int, ceiling: int) -> list[Key]:
+def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[Key]:
     """Operating points that cover every pipeline of `phase` at every batch up to `ceiling`
-    (prefill pools keep one prompt per stage, so at most `ceiling` stages)."""
+    (prefill pools keep one prompt per stage, so at most `ceiling` stages); no key straddles a
+    change of its shortest pipelines' step regime, and a class whose lengths prefill in
+    different chunks somewhere in a key is split into single lengths there (batches.Regimes)."""
     out = []
     for lo, hi in classes(max_stages):
         if phase == Phase.PREFILL:
@@ -76,7 +78,11 @@ def keys(phase: Phase, max_stages: int, ceiling: int) -> list[Key]:
                 out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
         for b, top in octaves(ceiling, PER_OCTAVE):
-            out.append(Key(phase, b, top, min(lo, top), lo, hi))
+            for rb, rt in regimes.runs(lo, b, top):
+                if regimes.shared(lo, hi, rb, rt):
+                    out.append(Key(phase, rb, rt, min(lo, rt), lo, hi))
+                    continue
+                out += [Key(phase, nb, nt, min(n, nt), n, n) for n in range(lo, hi + 1) for nb, nt in regimes.runs(n, rb, rt)]
     merged: dict = {}  # classes whose lo ≥ the top share m = top: one key from the first such lo up
     for k in out:
         top = merged.get(k[:4])
@@ -237,11 +243,12 @@ class FirstPass:
 
 
 def first_pass(costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int,
-               ceiling: int) -> tuple[list[Key], np.ndarray]:
+               ceiling: int, regimes: Regimes | None = None) -> tuple[list[Key], np.ndarray]:
     """The keys of `phase` and V [keys, cells] (FirstPass.row of each, keys from the largest batch
     down, so that later keys can skip cells far below the bound so far)."""
     fp = FirstPass(costs, space, phase)
-    order = sorted(keys(phase, max_stages, ceiling), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
+    regimes = regimes or Regimes(costs.tables.wl, phase, ceiling)
+    order = sorted(keys(phase, max_stages, ceiling, regimes), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
     V = np.zeros((len(order), len(space)))
     best = np.zeros(len(space))
     for ki, key in enumerate(order):

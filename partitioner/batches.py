@@ -9,23 +9,24 @@ sequences, batch ≤ b ≤ top, is bounded by `top` sequences' tokens over its r
 `top` sequences, with its memory at `batch`. Why that is valid:
 - memory grows with the batch (KV per sequence, activations per step token), so a pipeline
   that holds b sequences holds `batch`;
-- a fixed pipeline's throughput T(b) = b / round(b) does not fall as b grows. With n stages
-  it keeps m = min(n, b) micro-batches of s = b/m sequences; a stage's busy time per round is
-  m·d(s) + (b/output_len)·p + overhead·(m + prompts), d a decode step, p a prompt's prefill,
-  and its links carry m·(α + s·β) + prompts·(…). Per sequence (divided by b): for b ≥ n,
-  d(s)/s + p/output_len + overhead·(1/s + …)/n…, each nonincreasing in s wherever d(s)/s is; for
-  b < n (s = 1) constant; the loop term Σ (d(s) + link(s)) likewise. So round(b)/b is
-  nonincreasing, T(b) ≤ T(top), wherever a decode step's time per sequence d(s)/s is
-  nonincreasing in s. The analytic model gives that when every efficiency read at a
-  batch-dependent size is nondecreasing in it: an op's time is max(c, m) + (1 − o)·min(c, m)
-  (homogeneous of degree 1, nondecreasing in both), compute c = FLOPs/(peak·e) with FLOPs
-  affine in s, nonnegative intercept, and e nondecreasing in rows; bytes m affine likewise
-  over a constant bandwidth; launches constant per step; an MoE's touched-expert share
-  concave in the tokens. The same shows busy(b, m) nondecreasing in m at fixed b, which lets
-  a class of pipelines of lengths ≥ lo be costed at m = min(lo, top). Profiles whose fitted
-  curves fall somewhere are costed by the bound with their envelope (envelope.py).
-  tests/unit_tests/test_batches.py checks the per-sequence property through
-  `unit_round_costs` on every catalog profile and on a fitted, non-monotone one.
+- within a step regime (Regimes: the micro-steps per pass k and the chunks r a prompt is
+  prefilled in stay put), a fixed pipeline's throughput T(b) = b / round(b) does not fall as b
+  grows. A stage's busy time per round is k·passes steps of s = b/k seats, passes = life /
+  output_len; with k and r fixed, a decode-only round is k·d(s) and per sequence d(s)/s, which
+  does not grow where a step's time per row does not: in the analytic model an op's time is
+  max(c, m) + (1 − o)·min(c, m) (homogeneous of degree 1, nondecreasing in both), compute c =
+  FLOPs/(peak·e) with FLOPs affine in s, nonnegative intercept, e nondecreasing in rows; bytes
+  affine likewise over a constant bandwidth; launches constant per step; an MoE's touched-expert
+  share concave in the tokens. Links likewise (messages per step, bytes per token); for
+  b ≤ n (s = 1) the round is b equal steps. Mixed steps (chunked prefill beside decode tokens)
+  add the seat-life terms of simulate.Round.of, continuous in s while r is fixed; there the
+  property is measured, not proved (test_batches.py: every catalog profile, several workloads,
+  every batch of a regime), and it fails across regimes — a decode batch one past the token
+  budget takes two steps and streams the weights twice — so no interval straddles one. The
+  same holds for busy(b, m) nondecreasing in m at fixed b where the lengths prefill in the
+  same chunks, which lets a class of pipelines of lengths ≥ lo be costed at m = min(lo, top)
+  (classes that do not are split into single lengths). Profiles whose fitted curves fall
+  somewhere are costed by the bound with their envelope (envelope.py).
 So the only cells a key inflates are those whose pipelines hold fewer than `top` sequences
 (by at most top/b*, b* the most they hold). The cell bound starts from octaves
 [2^i, 2^(i+1) − 1]; refinement evaluates a cell's best chain at the most sequences it holds
@@ -38,12 +39,14 @@ import math
 from collections.abc import Callable
 from typing import TypeVar
 
+import numpy as np
+
 from hetc.cluster import Cluster
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
-__all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "search"]
+__all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "Regimes", "search"]
 
 MAX_BATCH = 1 << 16  # a model with no KV has no memory cap: sequences in flight considered at most
 ALL_BATCHES = 64  # a chain that holds at most this many sequences has every batch evaluated
@@ -75,6 +78,54 @@ def octaves(ceiling: int, per_octave: int = 1) -> list[tuple[int, int]]:
                 out.append((start, top))
         b *= 2
     return out
+
+
+class Regimes:
+    """Where a pipeline's step regime changes with its batch (simulate.Round.of), the breaks the
+    bound's batch intervals must not straddle: a pipeline of n stages at b sequences runs
+    k = max(min(n, b), ⌈b / prefill_chunk⌉) micro-steps per pass of s = b / k seats each, and
+    (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
+    budget the decode tokens leave. While k (or s = 1, b ≤ n) and r stay put, a round's busy
+    seconds per sequence never grow with b; where r differs between two lengths at one batch,
+    the longer one's round need not cost more (test_batches.py measures both on every profile)."""
+
+    def __init__(self, wl: Workload, phase: Phase, ceiling: int) -> None:
+        self.wl, self.phase, self.ceiling = wl, phase, ceiling
+        self._codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _of(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(regime code, r) per batch 0 … ceiling for pipelines of n stages."""
+        if n not in self._codes:
+            b = np.arange(self.ceiling + 1)
+            k = np.maximum(np.minimum(n, b), np.ceil(b / self.wl.prefill_chunk)).astype(np.int64)
+            r = self._chunks(b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
+            k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
+            self._codes[n] = (k * (1 << 24) + r, r)
+        return self._codes[n]
+
+    def _chunks(self, s: np.ndarray) -> np.ndarray:
+        """simulate._seat_life's r at s seats per micro-step, for an array of s."""
+        inp, out, budget = self.wl.input_len, self.wl.output_len, self.wl.prefill_chunk
+        r, todo, t = np.zeros(len(s), dtype=np.int64), np.ones(len(s), dtype=bool), 1
+        while todo.any():
+            spare = budget - s * (out - 1) / (t + out - 1)
+            ok = todo & (spare > 0) & (np.ceil(inp / np.where(spare > 0, spare, 1.0)) <= t)
+            r[ok], todo, t = t, todo & ~ok, t + 1
+        return r
+
+    def runs(self, n: int, b: int, top: int) -> list[tuple[int, int]]:
+        """[b, top] cut where the regime of n-stage pipelines changes (none if top < b)."""
+        if top < b:
+            return []
+        code = self._of(n)[0][b: top + 1]
+        cuts = np.nonzero(code[1:] != code[:-1])[0] + 1
+        edges = [0, *cuts.tolist(), len(code)]
+        return [(b + x, b + y - 1) for x, y in zip(edges, edges[1:])]
+
+    def shared(self, lo: int, hi: int, b: int, top: int) -> bool:
+        """Whether pipelines of lo … hi stages prefill in the same chunks at every batch of [b, top]
+        (then a longer one's round costs at least a shorter one's)."""
+        return bool((self._of(lo)[1][b: top + 1] == self._of(hi)[1][b: top + 1]).all())
 
 
 def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int,

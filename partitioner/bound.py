@@ -21,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from hetc.partitioner.batches import MAX_BATCH, octaves
+from hetc.partitioner.batches import MAX_BATCH, Regimes, octaves
 from hetc.partitioner.tables import Kind, Tables
+from hetc.scheduling import Phase
 
 __all__ = ["cost_bound"]
 
@@ -57,11 +58,13 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
+    regimes = Regimes(tables.wl, Phase.BOTH, ceiling)
     for gi, g in enumerate(kinds):
         batches = [(b, top) for b, top in octaves(ceiling) if tables.fits(g, b).any()]
         for n in range(1, max_stages + 1):
             cap = np.zeros(u + 1)
-            for b, top in batches:  # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
+            for b, top in (run for lo, hi in batches for run in regimes.runs(n, lo, hi)):
+                # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
                 busy = tables.busy_min(g, min(n, top), top, fit=b)
                 with np.errstate(divide="ignore"):
                     cap = np.maximum(cap, np.where(np.isfinite(busy), top / busy, 0.0))

@@ -36,7 +36,7 @@ __all__ = ["cache_dir", "cache_key", "load", "store"]
 SCHEMA = 1
 _HERE = Path(__file__).resolve().parent
 # the code whose output is cached: a change to any of these invalidates every entry
-_CODE = ("capture.py", "capture_cache.py", "graph.py", "terms.py", "units.py", "op_records.py")
+_CODE = ("capture.py", "capture_cache.py", "graph.py", "terms.py", "units.py", "op_records.py", "fusion.py")
 
 
 def cache_dir() -> Path | None:

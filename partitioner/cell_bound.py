@@ -24,6 +24,7 @@ import numpy as np
 
 from hetc.cluster import Cluster
 from hetc.partitioner.aggregate import first_pass, most_sequences
+from hetc.partitioner.batches import Regimes
 from hetc.partitioner.cells import CountSpace, closure, combine, decompose
 from hetc.partitioner.refine import CASE, STEP, best_chain, chain_most, chain_round
 from hetc.partitioner.stage_costs import StageCosts
@@ -78,7 +79,8 @@ class _Cells:
     def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int) -> None:
         self.costs, self.space, self.phase = costs, space, phase
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
-        self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling)  # V [keys, cells]
+        self.regimes = Regimes(costs.tables.wl, phase, ceiling)
+        self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling, self.regimes)  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
@@ -108,7 +110,7 @@ class _Cells:
                 todo = [_Piece(v0, n, n, n) for n in lengths]
             else:  # no pipeline on the cell holds more sequences than its memory (aggregate.most_sequences)
                 top = int(min(key.top, self.most[c]))
-                todo = [_Piece(v0, key.batch, top, n) for n in lengths] if top >= key.batch else []
+                todo = [_Piece(v0, b, t, n) for n in lengths for b, t in self.regimes.runs(n, key.batch, top)]
         else:
             todo = [pieces.pop(int(np.argmax([p.ub for p in pieces])))]
         work = sum(self._split(c, p) for p in todo)

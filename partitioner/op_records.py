@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hetc.partitioner.terms import CONV_OPS, OpGraph, OpNode, Terms
 
-__all__ = ["OpRecord", "records_for", "aggregate_records", "NORM_OPS", "COPY_OPS"]
+__all__ = ["OpRecord", "op_kind", "records_for", "aggregate_records", "NORM_OPS", "COPY_OPS"]
 
 # reductions over the hidden dimension (norms, softmax): memory-bound, one pass or two
 NORM_OPS = {"mean", "sum", "var", "var_mean", "layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm",
@@ -63,7 +63,8 @@ class OpRecord:
         return max(self.flops.per_token * tokens / (2.0 * self.nk), 1.0)
 
 
-def _kind(n: OpNode) -> str:
+def op_kind(n: OpNode) -> str:
+    """The cost class of a graph node (see OpRecord.kind)."""
     if n.attention:
         return "attention"
     if n.moe and (n.matmul_flops.per_token > 0 or n.matmul_flops.const > 0):
@@ -95,7 +96,7 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
         n = g.nodes[i]
         if n.is_view or g.recomputable[i]:
             continue
-        kind = _kind(n)
+        kind = op_kind(n)
         wbytes = 0.0
         for p in n.params:
             if p not in seen:

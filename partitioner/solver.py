@@ -315,9 +315,17 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             raise Infeasible(_over_caps(opts, cluster, caps))
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     cands, more = _allocate(picks, units, cluster, wl)
-    notes += more
     kv = _kv_transfers(units, cands, cluster, wl)
     tok_s = _tok_s(cands, _feed_caps(kv, wl))
+    if objective == Objective.THROUGHPUT and kv and Phase.BOTH in phases:
+        # CP-SAT values pools before their KV links cap them: a mix without pools may do better
+        both = [o for o in pool if o.template.phase == Phase.BOTH]
+        alt = _choose_replicas(both, cluster, min_tok_s, max(0.1, time_limit / 3), caps) if both else {}
+        if alt:
+            alt_cands, alt_more = _allocate([(both[j], k) for j, k in sorted(alt.items())], units, cluster, wl)
+            if _tok_s(alt_cands) > tok_s:
+                cands, more, kv, tok_s = alt_cands, alt_more, [], _tok_s(alt_cands)
+    notes += more
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,

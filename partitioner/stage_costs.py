@@ -120,8 +120,7 @@ class StageCosts:
                 best = np.full((1, u - 1), INF)
                 for p in paths:  # Round.link_time, vectorized over the cut positions (α–β per hop)
                     lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
-                    busy = (r.micro * (lat + r.seqs * ob * inv) + r.prompts * r.chunks * (lat + r.chunk * ob * inv)
-                            if p else 0 * ob)
+                    busy = r.messages * lat + r.tokens * ob * inv if p else 0 * ob
                     best = np.minimum(best, busy)
                 link[a, c, 1:u] = best[0]
             self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
-from hetc.partitioner.terms import CONV_OPS, OpGraph, Terms
+from hetc.partitioner.fusion import fused_records
 from hetc.partitioner.op_records import OpRecord, aggregate_records, records_for
+from hetc.partitioner.terms import CONV_OPS, OpGraph, Terms
 
 __all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
 
@@ -42,11 +43,12 @@ class Unit:
     moe: dict | None = None  # {num_experts, top_k, expert_bytes}
     signature: str = ""
     ops: tuple[OpRecord, ...] = ()  # per-op records, identical ops grouped; () = only the totals above
+    fused: tuple[OpRecord, ...] = ()  # the kernels after an engine's fusion (partitioner/fusion.py); () = as `ops`
     # small int naming everything the cost model reads: equal keys cost the same (set in __post_init__)
     cost_key: int = field(default=-1, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        key = (self.ops, self.matmul_flops, self.other_flops, self.act_bytes, self.streamed_param_bytes,
+        key = (self.ops, self.fused, self.matmul_flops, self.other_flops, self.act_bytes, self.streamed_param_bytes,
                self.kv_bytes_per_token, self.kernels,
                tuple(sorted(self.moe.items())) if self.moe else None)
         object.__setattr__(self, "cost_key", _COST_KEYS.setdefault(key, len(_COST_KEYS)))
@@ -59,6 +61,16 @@ class Unit:
         return aggregate_records(matmul_flops=self.matmul_flops, other_flops=self.other_flops,
                                  act_bytes=self.act_bytes, streamed_param_bytes=self.streamed_param_bytes,
                                  kv_bytes_per_token=self.kv_bytes_per_token, moe=self.moe)
+
+    @property
+    def fused_records(self) -> tuple[OpRecord, ...]:
+        """The records after the fusion serving engines perform (the unfused ones where none was computed)."""
+        return self.fused or self.op_records
+
+    @property
+    def fused_kernels(self) -> int:
+        """Kernels one step of the unit launches after fusion."""
+        return sum(o.count for o in self.fused) if self.fused else self.kernels
 
     @property
     def param_bytes(self) -> float:
@@ -156,7 +168,7 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
         streamed_param_bytes=streamed, kv_bytes_per_token=sum(x.kv_bytes_per_token for x in nodes),
         attention_flops_per_ctx=mm.per_token_ctx, out_bytes_per_token=out.per_token, out_bytes_const=out.const,
         kernels=sum(1 for x in nodes if not x.is_view), moe=moe,
-        signature=hashlib.sha1(sig.encode()).hexdigest()[:16], ops=records_for(g, idx),
+        signature=hashlib.sha1(sig.encode()).hexdigest()[:16], ops=records_for(g, idx), fused=fused_records(g, idx),
     )
 
 

@@ -4,8 +4,8 @@ Processes (ranks mapped from the plan — topology.py; each pipeline unit — a 
 disaggregated plan's pools — is a gloo group of its own with the frontend: groups.py):
   rank 0, the frontend (launch.py): checks the plan against the model (graph_hash),
       starts the workers (workers.py), runs the HTTP server (server.py, protocol.py,
-      tokenizer.py, metrics.py) and, per pipeline replica ("lane"), a scheduler (scheduler.py,
-      block_manager.py, sequence.py) with a sender and a receiver thread (lane.py,
+      tokenizer.py, metrics.py) and, per pipeline replica ("lane"), a scheduler (the serving policy
+      of hetc/batching.py, hetc/kv_blocks.py, hetc/sequence.py) with a sender and a receiver thread (lane.py,
       inflight.py) behind one engine (engine.py); a watchdog restarts a unit whose worker
       died, with a new group generation (healer.py); SIGTERM drains (drain.py);
   ranks 1.., one worker per plan device (worker.py): loads only its stage's tensors

@@ -1,10 +1,11 @@
 """`hetc compile`: every stage of a plan exported and lowered by its device's toolchain (and to
 ONNX), with a manifest and, for what runs on this host, a numerical check against eager.
 
-Per stage of each pipeline (replicas share one artifact): build the functional stage from the
-model's weights (backends/stage.py), `torch.export` it once with dynamic batch, token and
-context dims (saved as `.pt2`), lower it with the toolchain of its profile's backend for the
-profile's `target`, and with ONNX. An artifact that has a CPU lowering here is run on the same
+Per stage of each pipeline (replicas share one artifact): build the stage from the model's weights
+(backends/stage.py), `torch.export` it with dynamic batch, token and context dims — once per
+attention form its toolchains take (the `gather` form saved as `.pt2`) — and lower it with the
+toolchain of its profile's backend for the profile's `target`, with the toolchain that runs it
+under `--emulate` where that differs, and with ONNX. An artifact that has a CPU lowering here is run on the same
 inputs as torch eager — a prefill from an empty cache and a decode step with mixed past lengths,
 both over non-contiguous blocks — and the largest absolute difference is recorded. A toolchain
 that cannot build here is a manifest entry with the reason, never a silent skip.
@@ -26,14 +27,15 @@ from pathlib import Path
 import torch
 
 from hetc import __version__
-from hetc.backends.stage import FunctionalStage, example_inputs, export_stage
+from hetc.backends.stage import example_inputs, export_stage, stage_class
 from hetc.backends.toolchain import ToolchainUnavailable
 from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolchain, toolchain
 from hetc.cluster import Cluster, Profile
 from hetc.errors import BadInput
 from hetc.plan import load_plan
+from hetc.runtime.compiled_stage import emulation_toolchain
 from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef
-from hetc.stage import stage_signature
+from hetc.stage import AttentionForm, StageSignature, stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
 
@@ -41,6 +43,25 @@ SCHEMA = "hetc.compile/1"
 # |compiled − eager| accepted: atol + rtol · max |eager|, by the dtype the stage computes in (a bf16 or
 # fp16 stage is checked at its own precision: rounding differs between kernel libraries)
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 3e-2), torch.float16: (0.0, 5e-3)}
+
+
+# what a plan's dtype becomes in each toolchain ({w}: the stage's compute dtype: fp8 plans are lowered
+# with bf16 weights and math, as the runtime computes them — no toolchain here takes fp8 weights yet)
+_PRECISION = {
+    "openvino": "weights at {w} in the IR's .bin; the CPU plugin computes f32 (pinned: INFERENCE_PRECISION_HINT "
+                "f32), the GPU plugin at its own default (f16)",
+    "onnx": "weights and math at {w}; ONNX Runtime's CPU provider has no bf16 kernels, its GPU providers do",
+    "iree": "weights and math at {w} for the GPU target; the llvm-cpu twin emulates bf16 math where the CPU lacks it",
+    "inductor": "weights and math at {w} (Triton on the GPU, C++ on the CPU twin)",
+    "hpu": "weights and math at {w} on the HPU bridge",
+}
+
+
+def precision_note(toolchain_name: str, plan_dtype: str) -> str:
+    """What a plan of `plan_dtype` becomes in `toolchain_name` (a manifest line)."""
+    w = {"fp8": "bf16"}.get(plan_dtype, plan_dtype)
+    head = "an fp8 plan is lowered at bf16 (fp8 weights computed in bf16); " if plan_dtype == "fp8" else ""
+    return head + _PRECISION[toolchain_name].format(w=w)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -103,7 +124,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 stem = f"p{p.id}s{s}"
                 say(f"stage {stem}: exporting units {st.units[0]}–{st.units[1]}")
                 stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                             weights, out, o.check, say, o.only))
+                                             weights, out, o.check, say, o.only, plan.model.dtype))
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "plan": str(Path(o.plan).resolve()), "graph_hash": plan.model.graph_hash, "model": model_ref,
@@ -122,41 +143,82 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
 
 
 def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
-                   say: Callable[[str], None], only: tuple[str, ...]) -> dict:
+                   say: Callable[[str], None], only: tuple[str, ...], plan_dtype: str) -> dict:
     target = profile.compile_target
-    stage = FunctionalStage(cfg, units, st.units[0], st.units[1], dtype=dtype, weights=weights).eval()
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    sig = stage_signature(first=stage.first_stage, selects=stage.selects, head=stage.head,
+    forms: dict[AttentionForm, _Form] = {}
+
+    def form(f: AttentionForm) -> _Form:
+        """The stage exported in one attention form (each form once), its check inputs and eager outputs."""
+        if f not in forms:
+            forms[f] = _export_form(f, stem, st, cfg, units, dtype, kv_dtype, weights)
+        return forms[f]
+
+    gather = form(AttentionForm.GATHER)
+    torch.export.save(gather.program, out / f"{stem}.pt2")
+    entry = {"stage": stem, "pipeline": p.id, "replicas": p.replicas, "devices": st.devices, "profile": st.profile,
+             "backend": st.backend, "target": target, "tp": st.tp, "units": st.units, "layers": st.layers,
+             "signature": gather.signature.to_json(), "exported": _files(out, [Path(f"{stem}.pt2")])[0],
+             "artifacts": []}
+    if st.tp > 1:
+        entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not "
+                          "lowered yet"]
+    # its device's toolchain, what runs it under --emulate where that differs (cpu, Gaudi), and ONNX
+    names = dict.fromkeys((device_toolchain(st.backend), emulation_toolchain(st.backend), *EVERY_STAGE))
+    for name in names:
+        if only and name not in only:
+            continue
+        say(f"stage {stem}: {name}")
+        try:
+            f = form(toolchain(name).form)
+        except ToolchainUnavailable as e:
+            entry["artifacts"].append({"toolchain": name, "built": False, "target": target, "reason": str(e)})
+            continue
+        doc = _lower(name, f.program, out, target if name != "onnx" else "any", stem, f.cases if check else {},
+                     f.eager, dtype, kv_dtype, weights, f.weight_names)
+        if f.signature.form is not AttentionForm.GATHER:
+            doc["signature"] = f.signature.to_json()
+        doc["precision"] = precision_note(name, plan_dtype)
+        entry["artifacts"].append(doc)
+    return entry
+
+
+@dataclass(slots=True)
+class _Form:
+    signature: StageSignature
+    program: torch.export.ExportedProgram
+    cases: dict[str, list[torch.Tensor]]  # check inputs (caches are copied per run: paged stages write them)
+    eager: dict[str, list[torch.Tensor]]
+    weight_names: dict[str, str]  # the program's parameters → the model's weights
+
+
+def _export_form(form: AttentionForm, stem: str, st, cfg, units, dtype, kv_dtype, weights) -> _Form:
+    stage = stage_class(form)(cfg, units, st.units[0], st.units[1], dtype=dtype, weights=weights).eval()
+    sig = stage_signature(form=form, first=stage.first_stage, selects=stage.selects, head=stage.head,
                           attention_layers=stage.attention_layers, hidden=cfg.hidden_size, vocab=cfg.vocab_size,
-                          kv_heads=stage.kv_heads, head_dim=head_dim, dtype=str(dtype).removeprefix("torch."),
+                          kv_heads=stage.kv_heads, head_dim=stage.head_dim, dtype=str(dtype).removeprefix("torch."),
                           kv_dtype=str(kv_dtype).removeprefix("torch."))
-    g = torch.Generator().manual_seed(0)
-    common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
     try:
         with torch.no_grad():
             ep = export_stage(stage, hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype)
     except Exception as e:  # torch.export raises many types; all mean "this stage does not export"
         raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {_first_line(e)}",
                        field="model", fix="serve it with --executor torch, or report the model to hetc") from None
-    torch.export.save(ep, out / f"{stem}.pt2")
+    g = torch.Generator().manual_seed(0)
+    common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
     cases = {"prefill": example_inputs(stage, batch=2, new=7, past=[0, 0], num_blocks=5, **common),
              "decode": example_inputs(stage, batch=3, new=1, past=[37, 5, 18], num_blocks=9, **common)}
     with torch.no_grad():
-        eager = {k: [t.float() for t in stage(*args)] for k, args in cases.items()}
-    entry = {"stage": stem, "pipeline": p.id, "replicas": p.replicas, "devices": st.devices, "profile": st.profile,
-             "backend": st.backend, "target": target, "tp": st.tp, "units": st.units, "layers": st.layers,
-             "signature": sig.to_json(), "exported": _files(out, [Path(f"{stem}.pt2")])[0], "artifacts": []}
-    if st.tp > 1:
-        entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not "
-                          "lowered yet"]
-    for name in (device_toolchain(st.backend), *EVERY_STAGE):
-        if only and name not in only:
-            continue
-        say(f"stage {stem}: {name}")
-        entry["artifacts"].append(_lower(name, ep, out, target if name != "onnx" else "any", stem,
-                                         cases if check else {}, eager, dtype))
-    return entry
+        eager = {k: [t.float() for t in _outputs(stage(*_fresh(args)))] for k, args in cases.items()}
+    return _Form(sig, ep, cases, eager, stage.weight_names)
+
+
+def _fresh(args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Inputs a run may write (the paged form's caches) copied, so every run sees the same."""
+    return [t.clone() for t in args]
+
+
+def _outputs(out) -> tuple[torch.Tensor, ...]:
+    return out if isinstance(out, (tuple, list)) else (out,)
 
 
 def _first_line(e: BaseException) -> str:
@@ -164,13 +226,14 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
 
 
-def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype) -> dict:
+def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype,
+           weights, weight_names: dict[str, str]) -> dict:
     work = out / f".{stem}.{name}.partial"  # built apart, moved in whole: nothing half-written looks complete
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
         tc = toolchain(name)
-        art = tc.build(ep, work, target=target, stem=stem)
+        art = tc.build(ep, work, target=target, stem=stem, weight_names=weight_names)
         for f in art.files:
             os.replace(work / f, out / f)
     except ToolchainUnavailable as e:
@@ -183,8 +246,8 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
            "files": _files(out, art.files), "notes": art.notes, "runnable_here": art.runnable_here}
     if art.runnable_here and cases:
         try:
-            step = tc.load(art, out)
-            worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*args), eager[k]))
+            step = tc.load(art, out, kv_dtype=kv_dtype, weights=weights)
+            worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*_fresh(args)), eager[k]))
                      for k, args in cases.items()}
             scale = max(float(t.abs().max()) for ts in eager.values() for t in ts)
         except ToolchainUnavailable as e:

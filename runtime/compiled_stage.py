@@ -1,11 +1,14 @@
 """A stage served through a vendor toolchain: the compiled step (hetc/stage.py's signature) behind
-the same call as the eager StageModel, with the paged KV cache still owned here.
+the same calls as the eager StageModel (`step_meta`, then the step), with the paged KV cache
+still owned here.
 
-Per step the packed micro-batch (tokens of every sequence back to back, AttnMeta) becomes the
-signature's padded [B, Q] layout, the compiled step runs, its new K/V rows are written into
-this worker's blocks at the micro-batch's slots, and its output is packed again. Artifacts come
-from `hetc compile` (`--artifacts DIR`, checked against the manifest) or are built at start into
-the stage cache, keyed by everything they embed.
+`paged` form (OpenVINO): the packed micro-batch goes in as it is (PagedMeta) with this worker's
+KV blocks, which the toolchain's paged-attention op reads in place and writes the new rows into.
+`gather` form (IREE, AOTInductor, ONNX Runtime): the packed micro-batch becomes the signature's
+padded [B, Q] layout, the compiled step runs, its new K/V rows are written into this worker's
+blocks at the micro-batch's slots, and its output is packed again. Artifacts come from `hetc
+compile` (`--artifacts DIR`, checked against the manifest) or are built at start into the stage
+cache, keyed by everything they embed.
 """
 
 from __future__ import annotations
@@ -13,30 +16,37 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import torch
 
-from hetc.backends.stage import FunctionalStage, export_stage
+from hetc.backends.stage import FunctionalStage, export_stage, stage_class
 from hetc.backends.toolchain import Artifact
 from hetc.backends.toolchains import toolchain
 from hetc.errors import BadInput
+from hetc.weights import MetaWeights
+from hetc.backends.paged_attention import PagedMeta
 from hetc.runtime.kv_cache import AttnMeta, KVPool
 from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.stage import CPU_EXECUTOR, AttentionForm
 
-__all__ = ["CompiledStage", "emulation_toolchain", "build_compiled_stage"]
-
+__all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain", "prebuild_stages",
+           "stage_artifact", "stage_executor"]
 
 
 def emulation_toolchain(backend: str) -> str:
     """What runs a stage of `backend` on the host CPU under --emulate: its vendor's CPU lowering
-    (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else the fastest CPU executor
-    measured on this host's stage steps — torch eager today (BENCHMARKS.md, "Compiled stages")."""
-    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, "torch")
+    (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else (cpu, Gaudi) the fastest CPU
+    executor measured on this host."""
+    return {"openvino": "openvino", "rocm": "iree", "cuda": "inductor"}.get(backend, CPU_EXECUTOR)
 
 
 class CompiledStage:
-    """Drop-in for StageModel in the worker loop (call, .kv, .param_bytes, .param_names)."""
+    """A `gather`-form artifact as a drop-in for StageModel in the worker loop (step_meta, call, .kv,
+    .param_bytes, .param_names)."""
 
     def __init__(self, step, stage: FunctionalStage, kv: KVPool, executor: str, param_bytes: int, n_params: int):
         self.step, self.kv, self.executor = step, kv, executor
@@ -44,6 +54,10 @@ class CompiledStage:
         self.first, self.attention_layers = stage.first_stage, stage.attention_layers
         self.after_select = not stage.selects and not stage.first_stage and stage.kinds[0][0] == "head"
         self.param_bytes, self.param_names, self.tp_group = param_bytes, [None] * n_params, None
+
+    @staticmethod
+    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> AttnMeta:
+        return AttnMeta.build(starts, n_new, block_tables, sample)
 
     def __call__(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
         b, q = meta.mask.shape[0], meta.mask.shape[2]  # mask: [B, 1, Q, keys]
@@ -75,6 +89,23 @@ class CompiledStage:
         return out[valid]  # [T, H] packed again
 
 
+class PagedCompiledStage(CompiledStage):
+    """A `paged`-form artifact: the packed micro-batch and this worker's KV blocks go in as they are."""
+
+    @staticmethod
+    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]],
+                  sample: list[bool]) -> PagedMeta:  # type: ignore[override]
+        return PagedMeta.build(starts, n_new, block_tables, sample)
+
+    def __call__(self, x: torch.Tensor, meta: PagedMeta) -> torch.Tensor:  # type: ignore[override]
+        args = [x, *meta.inputs()]
+        if self.selects:
+            args.append(meta.select)
+        for layer in self.attention_layers:
+            args += [self.kv.k[layer], self.kv.v[layer]]
+        return self.step(*args)[0]
+
+
 def _weights_id(model_dir: str | None, width: int) -> str:
     if model_dir is None:
         return f"random/width{width}"
@@ -82,41 +113,113 @@ def _weights_id(model_dir: str | None, width: int) -> str:
     return json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files] + [width])
 
 
+def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> str:
+    """What runs a stage: `torch` (eager) or a toolchain's name.
+
+    Under `--executor auto`, an emulated stage runs its vendor's CPU lowering (emulation_toolchain),
+    a real `cpu` stage the fastest CPU executor; a real accelerator stage runs torch on its device,
+    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models).
+    """
+    if executor != "auto" or tp > 1:
+        return "torch"
+    if emulate:
+        return emulation_toolchain(backend)
+    return CPU_EXECUTOR if backend == "cpu" else "torch"
+
+
+def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype, weights,
+                   name: str, graph_hash: str, model_dir: str | None, width: int) -> tuple[Artifact, Path]:
+    """Stage [first, last] lowered by toolchain `name`, from the stage cache (keyed by everything the
+    artifact embeds), built now when missing. Built in a folder of its own and renamed into place:
+    a concurrent or interrupted build never leaves a half-written entry.
+
+    Returns:
+        The artifact and its folder.
+    """
+    tc = toolchain(name)
+    key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
+                                     _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
+    folder = _stage_cache() / key
+    if not (folder / "artifact.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}."))
+        try:
+            stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
+            with torch.no_grad():
+                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
+                                  kv_dtype=kv_dtype)
+            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage",
+                           weight_names=stage.weight_names)
+            (work / "artifact.json").write_text(json.dumps({
+                "toolchain": art.toolchain, "version": art.version, "target": art.target,
+                "files": [str(f) for f in art.files]}))
+            if folder.is_dir() and not (folder / "artifact.json").is_file():  # left by an interrupted older build
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(work, folder)
+        except OSError:  # another process put the same entry in place first
+            if not (folder / "artifact.json").is_file():
+                raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return _artifact(json.loads((folder / "artifact.json").read_text())), folder
+
+
+def prebuild_stages(c, log) -> None:
+    """Compile, before the workers start, every stage of this host that runs a toolchain and is not
+    in the stage cache yet (a worker then only loads it: compiling inside a worker would hold up
+    its group's formation). Nothing to do with `--artifacts`.
+
+    Args:
+        c: the server's checked plan (runtime.launch.Checked).
+        log: where to say what is being compiled.
+    """
+    from hetc.runtime.model_runner import TORCH_DTYPES
+    from hetc.weights import stage_weights
+
+    if c.o.artifacts:
+        return
+    done: set[tuple] = set()
+    for w in c.mine:
+        s = w.stage
+        name = stage_executor(c.o.executor, s.backend, emulate=c.o.emulate, tp=s.tp)
+        if name == "torch" or (name, *s.units) in done:
+            continue
+        done.add((name, *s.units))
+        t0 = time.perf_counter()
+        _, folder = stage_artifact(hf_cfg=c.hf_cfg, units=c.units, first=s.units[0], last=s.units[1],
+                                   dtype=TORCH_DTYPES[c.plan.model.dtype], kv_dtype=TORCH_DTYPES[c.plan.model.kv_dtype],
+                                   weights=stage_weights(c.hf_cfg, c.model_dir if not c.o.random_weights else None),
+                                   name=name, graph_hash=c.plan.model.graph_hash,
+                                   model_dir=c.model_dir if not c.o.random_weights else None, width=c.width)
+        log(f"stage {s.lane}.{s.index} (units {s.units[0]}–{s.units[1]}): {name} artifact ready in "
+            f"{time.perf_counter() - t0:.1f} s ({folder})")
+
+
 def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                          num_blocks: int, weights, name: str, graph_hash: str, model_dir: str | None, width: int,
                          artifacts: str | None, stem: str, threads: int | None) -> CompiledStage:
-    """Load (or build into the stage cache) stage [first, last] lowered by toolchain `name`.
+    """Load stage [first, last] lowered by toolchain `name` (built into the stage cache if missing).
 
     Args:
         artifacts: a `hetc compile` output folder to load from (checked against its manifest).
         stem: the stage's name in that manifest (p<pipeline>s<stage>).
     """
-    stage = FunctionalStage(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
     tc = toolchain(name)
     if artifacts:
         art, folder = _from_manifest(Path(artifacts), stem, name, graph_hash, first, last)
     else:
-        key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
-                                         _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
-        folder = _stage_cache() / key
-        done = folder / "artifact.json"
-        if done.is_file():
-            art = _artifact(json.loads(done.read_text()))
-        else:
-            folder.mkdir(parents=True, exist_ok=True)
-            with torch.no_grad():
-                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
-                                  kv_dtype=kv_dtype)
-            art = tc.build(ep, folder, target="CPU" if name != "iree" else "gfx942", stem="stage")
-            done.write_text(json.dumps({"toolchain": art.toolchain, "version": art.version, "target": art.target,
-                                        "files": [str(f) for f in art.files]}))
-    heads = hf_cfg.num_attention_heads
-    hd = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // heads
-    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, hd, kv_dtype)
+        art, folder = stage_artifact(hf_cfg=hf_cfg, units=units, first=first, last=last, dtype=dtype,
+                                     kv_dtype=kv_dtype, weights=weights, name=name, graph_hash=graph_hash,
+                                     model_dir=model_dir, width=width)
+    # its layout and parameter sizes only: the weights are the artifact's
+    stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=MetaWeights())
+    paged = tc.form is AttentionForm.PAGED
+    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, stage.head_dim,
+                kv_dtype, paged=paged)
     n = sum(1 for _ in stage.parameters())
     pb = sum(p.numel() * p.element_size() for p in stage.parameters())
-    step = tc.load(art, folder, threads=threads)
-    return CompiledStage(step, stage, kv, name, pb, n)
+    step = tc.load(art, folder, threads=threads, kv_dtype=kv_dtype, weights=weights)
+    return (PagedCompiledStage if paged else CompiledStage)(step, stage, kv, name, pb, n)
 
 
 def _artifact(d: dict) -> Artifact:

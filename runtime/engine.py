@@ -1,10 +1,13 @@
 """The frontend's engine: every lane of the plan (lane.py) behind one submit/abort interface.
 
-Lanes are grouped in units (groups.py): the lanes that share a process group. When a unit
-fails (a worker died, a receive timed out), only its requests end with an error; the other
-units keep serving, and `on_unit_failed` (the launcher's healer) restarts the unit and hands
-the engine fresh transports (`revive`). Sequence status changes only in the schedulers; the
-engine routes requests, hand-offs and results between them.
+Every lane is a unit with a process group of its own (groups.py). When a unit fails (a worker
+died, a receive timed out), its requests end with an error at once, except a decode pool's:
+those go back to a prefill lane, which recomputes them (prompt + tokens so far) and hands them
+to a decode lane that serves; the other units keep serving, and `on_unit_failed` (the
+launcher's healer) restarts the unit and hands the engine fresh transports (`revive`).
+Prefill lanes hand prompts only to decode lanes whose KV link is ready (kvlinks.py); until one
+is, the prompt waits with its KV in its prefill lane (`parked`). Sequence status changes only
+in the schedulers; the engine routes requests, hand-offs and results between them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 
 from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
-from hetc.runtime.scheduler import SchedulerConfig, StepOutput
+from hetc.batching import SchedulerConfig, StepOutput
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
@@ -44,6 +47,7 @@ class Event:
     finished: bool = False
     reason: str | None = None  # stop | length | abort | error
     error: str | None = None
+    status: int = 503  # an error's HTTP status: 503 a worker failed, 500 this request's computation failed
 
 
 @dataclass(eq=False)
@@ -54,6 +58,8 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    delivered: int = 0  # generated tokens sent to the sink (deliver)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # deliver's, per request
 
 
 class Engine:
@@ -61,7 +67,7 @@ class Engine:
 
     def __init__(self, lanes: list[Lane], blocks: dict[int, int], cfg: SchedulerConfig, metrics, *,
                  transports: dict[int, Transport], units: list[tuple[int, ...]] | None = None,
-                 clock: Callable[[], float] = time.monotonic, heartbeat_s: float = 1.0):
+                 clock: Callable[[], float] = time.monotonic, heartbeat_s: float = 1.0, links=None):
         """Args:
             lanes: the plan's lanes (topology).
             blocks: lane id → KV blocks of its block manager.
@@ -71,6 +77,7 @@ class Engine:
             units: lane ids per unit (groups.units); default: every lane its own unit.
             clock: monotonic seconds (tests pass a fake).
             heartbeat_s: idle interval between heartbeats (well below the transport timeout).
+            links: a disaggregated plan's kvlinks.KvLinks (its `on_ready` is set to this engine's).
         """
         self.metrics, self.heartbeat_s, self.cfg, self.clock = metrics, heartbeat_s, cfg, clock
         self.blocks = blocks
@@ -82,6 +89,11 @@ class Engine:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.down: dict[int, str] = {}  # unit → why it is not serving (until revived)
+        self.gone: set[int] = set()  # units whose restarts gave up
+        self.parked: list[Transfer] = []  # prefilled prompts waiting for a decode lane's ready link
+        self.links = links
+        if links is not None:
+            links.on_ready = self._link_ready
         self.draining = False
         self.on_unit_failed: Callable[[int, str], None] | None = None  # the launcher's healer
 
@@ -92,8 +104,10 @@ class Engine:
 
     @property
     def entry_lanes(self) -> list[LaneRunner]:
-        """Lanes that take new requests: up, and prefilling (decode pools get them from prefill pools)."""
-        return [r for r in self.lanes if r.up and r.lane.phase in (Phase.BOTH, Phase.PREFILL)]
+        """Lanes that take new requests: up, and prefilling (decode pools get them from prefill pools)
+        with a decode lane that serves or will again."""
+        return [r for r in self.lanes if r.up and (r.lane.phase == Phase.BOTH or r.lane.phase == Phase.PREFILL and any(
+            self.unit_of[d] not in self.gone for d in r.lane.targets))]
 
     @property
     def failed(self) -> str | None:
@@ -105,11 +119,13 @@ class Engine:
     @property
     def max_tokens_per_seq(self) -> int:
         """Most tokens (prompt + output) one sequence can hold: the smallest lane's whole pool."""
-        return min(r.sched.blocks.num_blocks for r in self.lanes) * KV_BLOCK_TOKENS
+        return min(r.sched.blocks.capacity for r in self.lanes) * KV_BLOCK_TOKENS
 
     def start(self) -> None:
         for r in self.lanes:
             r.start()
+        if self.links is not None:
+            self.links.open({r.lane.id for r in self.lanes if r.up})
 
     def num_waiting(self) -> int:
         return sum(r.sched.num_waiting for r in self.lanes)
@@ -158,27 +174,49 @@ class Engine:
                             retry_after=min(wait - self.cfg.max_queue_wait, 60.0) if wait != float("inf") else 60.0)
 
     def handoff(self, seq: Sequence, src: LaneRunner) -> None:
-        """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane."""
+        """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane
+        whose link is ready, or park it until one is."""
         try:
-            dst = min((self.lanes[i] for i in src.lane.targets), key=LaneRunner.load)
             with src.cond:
                 if seq.status is not SeqStatus.HANDOFF or not src.up:  # aborted or failed meanwhile
                     return
                 src_blocks, seq.block_table = seq.block_table, []
-                t = Transfer(seq, src, dst, seq.num_computed, src_blocks)
-                req = self.requests.get(seq.seq_id)
-                if req is not None:
-                    req.lane = dst
-            with dst.cond:
-                dst.incoming.append(t)
-                dst.poke()
+                t = Transfer(seq, src, src, seq.num_computed, src_blocks)
+            self._route(t)
         finally:
             with self._lock:
                 self._handoffs_pending -= 1
 
+    def _route(self, t: Transfer) -> None:
+        ready = [(self.lanes[d], e) for d in t.src.lane.targets
+                 if self.lanes[d].up and (e := self._epoch(t.src.lane.id, d)) is not None]
+        if not ready:
+            with self._lock:
+                self.parked.append(t)
+            return
+        dst, t.epoch = min(ready, key=lambda x: LaneRunner.load(x[0]))
+        t.dst = dst
+        req = self.requests.get(t.seq.seq_id)
+        if req is not None:
+            req.lane = dst
+        with dst.cond:
+            dst.incoming.append(t)
+            dst.poke()
+
+    def _epoch(self, src: int, dst: int) -> int | None:
+        return 0 if self.links is None else self.links.ready((src, dst))
+
+    def _link_ready(self, pair: tuple[int, int]) -> None:
+        """A KV link formed: the prompts parked on its prefill lane move on."""
+        with self._lock:
+            moving = [t for t in self.parked if t.src.lane.id == pair[0]]
+            self.parked = [t for t in self.parked if t.src.lane.id != pair[0]]
+        for t in moving:
+            self._route(t)
+
     def idle(self) -> bool:
         """Nothing queued, running or moving anywhere (a drained server may stop its workers)."""
-        return self._handoffs_pending == 0 and all(
+        return self._handoffs_pending == 0 and not self.parked and all(
             not r.sched.has_unfinished() and not r.incoming
             and not any(isinstance(i, InFlightTransfer) for i in r.inflight)
             for r in self.lanes if r.up)
@@ -186,7 +224,10 @@ class Engine:
     def requeue(self, seq: Sequence) -> None:
         """A decode lane preempted `seq` (its blocks are free): a prefill lane recomputes it.
         Called with the decode lane's cond held (decode → prefill is the only cross-lane order)."""
-        lane = min(self.entry_lanes, key=LaneRunner.load)
+        entry = self.entry_lanes
+        if not entry:
+            return self._end(seq, "error", "no prefill pipeline serves to recompute the sequence (every one is down)")
+        lane = min(entry, key=LaneRunner.load)
         req = self.requests.get(seq.seq_id)
         if req is not None:
             req.lane = lane
@@ -194,35 +235,70 @@ class Engine:
             lane.sched.add(seq, front=True)
             lane.poke()
 
+    def recompute(self, seqs: list[Sequence]) -> None:
+        """Sequences whose KV was lost with a decode lane (or on its way there; their blocks are
+        free): a prefill lane recomputes each from its tokens so far; an aborted one ends."""
+        for seq in seqs:
+            if seq.aborted:
+                self._end(seq, "abort")
+            else:
+                self.requeue(seq)
+
+    def _end(self, seq: Sequence, reason: str, error: str | None = None) -> None:
+        seq.status, seq.finish_reason = SeqStatus.FINISHED, reason
+        with self._lock:
+            req = self.requests.pop(seq.seq_id, None)
+        if req is not None:
+            if error is None:
+                self.metrics.on_finish(req, self.clock())
+            req.sink(Event(None, True, reason, error=error))
+
     def abort(self, req: Request) -> None:
         """Stop a request whose client left or whose stop string matched."""
         with req.lane.cond:
             done = req.lane.sched.abort(req.seq)
             req.lane.poke()
-        if done:
-            self.requests.pop(req.seq.seq_id, None)
+        if done and self.requests.pop(req.seq.seq_id, None) is not None:
+            self.metrics.on_finish(req, self.clock())  # in flight: counted when its result comes back
 
     def deliver(self, outs: list[StepOutput]) -> None:
+        """Stream what `outs` brought: each request gets its sequence's new tokens in order, once.
+        Tokens are taken from the sequence (the schedulers append them in order), not from the
+        outputs: when a decode lane dies, its last result may still be on its way out of the dead
+        lane's thread while a prefill lane has recomputed the sequence and sampled the next token;
+        whichever thread gets here first sends both, in order."""
         now = self.clock()
         for o in outs:
             req = self.requests.get(o.seq.seq_id)
             if req is None:
                 continue
-            if o.token is not None:
-                self.metrics.on_token(req, now)
-                req.last_token_at = now
-                if req.first_token_at is None:
-                    req.first_token_at = now
-            if o.finished:
-                self.requests.pop(o.seq.seq_id, None)
-                self.metrics.on_finish(req, now)
-            if o.token is not None or o.finished:
-                req.sink(Event(o.token, o.finished, o.seq.finish_reason if o.finished else None))
+            with req.lock:
+                if o.finished and self.requests.pop(o.seq.seq_id, None) is None:
+                    continue  # ended meanwhile (failed, or finished by the other thread)
+                seq = o.seq
+                new = [] if o.error is not None else seq.token_ids[seq.num_prompt_tokens + req.delivered:]
+                req.delivered += len(new)
+                for _ in new:
+                    self.metrics.on_token(req, now)
+                    req.last_token_at = now
+                    if req.first_token_at is None:
+                        req.first_token_at = now
+                if o.finished and o.error is None:  # as in _end: a failed request is not a success of any reason
+                    self.metrics.on_finish(req, now)
+                if o.error is not None:
+                    req.sink(Event(None, True, "error", error=o.error, status=500))
+                    continue
+                for i, tok in enumerate(new):
+                    last = o.finished and i == len(new) - 1
+                    req.sink(Event(tok, last, seq.finish_reason if last else None))
+                if o.finished and not new:
+                    req.sink(Event(None, True, seq.finish_reason))
 
     # ---- failures and restarts -------------------------------------------------------------
     def lane_failed(self, runner: LaneRunner, reason: str) -> None:
-        """`runner`'s transport failed: its whole unit stops, its requests end with an error now,
-        the other units keep serving, and the healer is asked to restart the unit."""
+        """`runner`'s transport failed: its whole unit stops, its requests end with an error now
+        (a decode lane's go back to prefill instead), the other units keep serving, and the
+        healer is asked to restart the unit."""
         unit = self.unit_of[runner.lane.id]
         with self._lock:
             if runner.down is not None or self.lanes[runner.lane.id] is not runner:
@@ -233,21 +309,62 @@ class Engine:
             runners = [self.lanes[i] for i in self.units[unit]]
             for r in runners:
                 r.down = reason
+            dead = {r.lane.id for r in runners}
+            lost = [t for t in self.parked if t.src.lane.id in dead]  # prompts whose KV was in a dead lane
+            self.parked = [t for t in self.parked if t.src.lane.id not in dead]
         self.metrics.on_fail()
+        if self.links is not None:
+            for i in dead:
+                self.links.down(i)
+        for t in lost:
+            t.src.sched.evict(t.seq)  # its KV was in the dead lane's blocks
+        back = [t.seq for t in lost]
         for r in runners:
             with r.cond:
-                r.sched.fail_all()
+                if r.lane.phase == Phase.DECODE:  # its sequences, and the prompts on their way to it
+                    back += r.sched.evict_all()
+                    landing = [i.transfer.seq for i in r.inflight if isinstance(i, InFlightTransfer)]
+                    moving = list(r.incoming)
+                    for seq in [*landing, *(t.seq for t in moving)]:
+                        r.sched.evict(seq)
+                    back += landing
+                else:
+                    r.sched.fail_all()
+                    moving = []
                 r.inflight.clear()
                 r.incoming.clear()
                 r.poke()
+            for t in moving:
+                t.src.release(t)
+                back.append(t.seq)
+        for d in self.lanes:  # prompts from a dead prefill lane waiting at a decode lane: their KV is gone
+            if d.up and d.lane.phase == Phase.DECODE:
+                with d.cond:
+                    stale = [t for t in d.incoming if t.src.lane.id in dead]
+                    for t in stale:
+                        d.incoming.remove(t)
+                        d.sched.evict(t.seq)
+                back += [t.seq for t in stale]
+        keep = {s.seq_id for s in back}
         with self._lock:
-            reqs = [q for q in self.requests.values() if q.lane in runners]
+            reqs = [q for q in self.requests.values() if q.lane in runners and q.seq.seq_id not in keep]
             for q in reqs:
                 self.requests.pop(q.seq.seq_id, None)
         for q in reqs:
             q.sink(Event(None, True, "error", error=reason))
+        self.recompute(back)
         if self.on_unit_failed is not None:
             self.on_unit_failed(unit, reason)
+
+    def unit_gave_up(self, unit: int) -> None:
+        """`unit` stays down: prompts parked for decode lanes that will never serve end with the reason."""
+        self.gone.add(unit)
+        with self._lock:
+            stuck = [t for t in self.parked if all(self.unit_of[d] in self.gone for d in t.src.lane.targets)]
+            self.parked = [t for t in self.parked if t not in stuck]
+        for t in stuck:
+            t.src.release(t)
+            self._end(t.seq, "error", self.down.get(unit, "every decode pipeline is down"))
 
     def revive(self, unit: int, transports: dict[int, Transport]) -> None:
         """`unit`'s workers were restarted and joined a new group: fresh lanes (empty schedulers
@@ -264,6 +381,10 @@ class Engine:
             self.down.pop(unit, None)
         for r in fresh:
             r.start()
+        if self.links is not None:
+            up = {r.lane.id for r in self.lanes if r.up}
+            for r in fresh:
+                self.links.open(up, r.lane.id)
         if not self.down:
             self.metrics.on_revive()
 

@@ -64,7 +64,9 @@ class SampledTokens:
         for sid, start, n in zip(meta.seq_ids, meta.starts, meta.n_new):
             for j in range(n):
                 if ids[off + j] == -1:
-                    ids[off + j] = self._take((sid, start + j), timeout)
+                    # a sample that failed (batching.SAMPLING_FAILURES) ended its request at the frontend: any
+                    # valid id keeps this row's embedding in range, and its result is dropped
+                    ids[off + j] = max(0, self._take((sid, start + j), timeout))
             off += n
         packed[packed.numel() - len(ids):] = torch.tensor(ids, dtype=torch.long)
         return time.perf_counter() - t0

@@ -1,12 +1,12 @@
 """Process groups per pipeline unit, so a unit can be re-formed alone after a worker dies.
 
-A unit is a set of lanes that exchange messages: one lane, or a disaggregated plan's prefill
-lanes with the decode lanes their KV goes to (their workers send KV to each other). Each
-unit has its own gloo group — the frontend (group rank 0) and the unit's workers in rank
+A unit is one lane (a pipeline replica, or a disaggregated plan's prefill or decode pool):
+each has its own gloo group — the frontend (group rank 0) and the lane's workers in rank
 order — formed under the job's store at the prefix `unit<U>/gen<G>/`. A restart forms
 generation G+1 with fresh worker processes; the old generation's keys are never reused, and
 the other units' groups are untouched. A tensor-parallel stage's members form their own
-group under the unit's prefix.
+group under the unit's prefix; pools move KV over links of their own (kvlinks.py), so a
+dead decode pool does not take its prefill pools down.
 """
 
 from __future__ import annotations
@@ -16,29 +16,16 @@ import datetime as dt
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import GlooTransport
 
-__all__ = ["FORM_TIMEOUT_S", "form_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
+__all__ = ["FORM_TIMEOUT_S", "form_group", "gloo_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
 
-# the least time a group's members are given to join: workers start Python, torch and their
-# weights first, slowly on a busy host (the job's store waits this long for a key)
+# the least time a group's members are given to join once every one of them loaded (loading
+# itself has no deadline while they live: loading.py); the job's store waits this long for a key
 FORM_TIMEOUT_S = 120.0
 
 
 def units(lanes: list[Lane]) -> list[tuple[int, ...]]:
-    """Lane ids of each unit (lanes joined by KV transfers), in lane order."""
-    parent = {l.id: l.id for l in lanes}
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    for l in lanes:
-        for t in l.targets:
-            parent[root(t)] = root(l.id)
-    out: dict[int, list[int]] = {}
-    for l in lanes:
-        out.setdefault(root(l.id), []).append(l.id)
-    return [tuple(v) for v in out.values()]
+    """Lane ids of each unit, in lane order: every lane is a unit of its own."""
+    return [(l.id,) for l in lanes]
 
 
 def unit_of_lane(lanes: list[Lane]) -> dict[int, int]:
@@ -84,12 +71,19 @@ def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, 
             FORM_TIMEOUT_S to join.
         bind: the address this process's gloo sockets listen on (None: gloo's default).
     """
+    return gloo_group(store, _prefix(unit, generation), group_ranks(lanes, unit), rank, timeout_s, bind)
+
+
+def gloo_group(store, prefix: str, ranks: list[int], rank: int, timeout_s: float, bind: str | None = None
+               ) -> GlooTransport:
+    """Join the group of job-wide `ranks` under the store's `prefix` as `rank`; returns once every
+    member joined (they get at least FORM_TIMEOUT_S), as a transport whose sends and receives
+    wait at most `timeout_s`."""
     import torch.distributed as dist
 
-    ranks = group_ranks(lanes, unit)
     # a connection of its own: a formation waits on the store, and other threads use it meanwhile
-    pg = _gloo(dist.PrefixStore(_prefix(unit, generation), store.clone()), ranks.index(rank), len(ranks),
-               max(timeout_s, FORM_TIMEOUT_S), bind)
+    pg = _gloo(dist.PrefixStore(prefix, store.clone()), ranks.index(rank), len(ranks), max(timeout_s, FORM_TIMEOUT_S),
+               bind)
     return GlooTransport(pg, ranks, timeout_s)
 
 

@@ -183,12 +183,15 @@ class Healer:
         h = self.units[unit]
         h.state, h.reason = UnitState.FAILED, why
         self.engine.down[unit] = why
+        self.engine.unit_gave_up(unit)
         self.log(f"pipeline unit {unit} stays down: {why}")
 
     def health(self) -> list[dict]:
-        """Per unit: its lanes, state, generation, restarts and the last failure."""
+        """Per unit: its lanes, state, generation, restarts, the last failure and, while a restart
+        waits for its workers to load, how far they are."""
         return [{"unit": u, "lanes": list(self.pool.units[u]), "state": str(h.state), "generation": h.generation,
-                 "restarts": h.restarts, **({"reason": h.reason} if h.reason else {})}
+                 "restarts": h.restarts, **({"reason": h.reason} if h.reason else {}),
+                 **({"loading": self.pool.loading[u]} if u in self.pool.loading else {})}
                 for u, h in enumerate(self.units)]
 
 

@@ -2,7 +2,8 @@
 
 The receiver takes the oldest record for each message that comes back from the last stage
 (stages keep the order), so the record says what the message answers: a micro-batch's
-result, a KV transfer that left or landed, or a control message (heartbeat, shutdown).
+result, a KV transfer that left or landed, a scrub of KV blocks, or a control message
+(heartbeat, shutdown).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hetc.runtime.scheduler import MicroBatch
+from hetc.batching import MicroBatch
 from hetc.runtime.sequence import Sequence
 
 if TYPE_CHECKING:
     from hetc.runtime.lane import LaneRunner
 
-__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightTransfer", "Transfer", "TransferLeg"]
+__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightScrub", "InFlightTransfer", "Transfer",
+           "TransferLeg"]
 
 
 @dataclass(eq=False, slots=True)
@@ -29,6 +31,7 @@ class Transfer:
     dst: "LaneRunner"
     tokens: int  # KV positions sent: everything computed before the first sampled token
     src_blocks: list[int]
+    epoch: int = 0  # the pair's link epoch it travels on (kvlinks.py); -1: its prefill lane was down
     sent_bytes: float = 0.0
 
 
@@ -49,6 +52,14 @@ class InFlightTransfer:
     leg: TransferLeg
 
 
+@dataclass(eq=False, slots=True)
+class InFlightScrub:
+    """Blocks every stage zeroes before they are free again (a sequence whose logits were not
+    finite may have left NaN in them; the next owner's masked attention would spread it)."""
+
+    blocks: list[int]
+
+
 class ControlKind(enum.Enum):
     HEARTBEAT = "heartbeat"
     SHUTDOWN = "shutdown"
@@ -59,4 +70,4 @@ class Control:
     kind: ControlKind
 
 
-InFlight = InFlightBatch | InFlightTransfer | Control
+InFlight = InFlightBatch | InFlightTransfer | InFlightScrub | Control

@@ -33,6 +33,13 @@ class AttnMeta:
     q_valid: torch.Tensor | None  # [B, Q] real queries (row-major order = packed order); None: dense
     sample_rows: torch.Tensor | None  # [S] packed rows whose next token is sampled; None: every row
 
+    def to(self, device: torch.device) -> "AttnMeta":
+        """The same metadata on `device` (built on the host; a no-op there)."""
+        if device.type == "cpu":
+            return self
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return AttnMeta(*(move(getattr(self, f)) for f in self.__slots__))
+
     @staticmethod
     def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
               block_size: int = KV_BLOCK_TOKENS) -> "AttnMeta":
@@ -73,24 +80,49 @@ class AttnMeta:
 
 
 class KVPool:
-    """K and V blocks of every attention layer a stage holds."""
+    """K and V blocks of every attention layer a stage holds.
+
+    Two layouts: flat slots [NB · BS, KVH, D] (slot = block · BS + offset: the eager stage and the
+    `gather` form), or blocks [NB, KVH, BS, D] (`paged`: what OpenVINO's paged attention reads).
+    """
 
     def __init__(self, layers: list[int], num_blocks: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu", block_size: int = KV_BLOCK_TOKENS):
+                 device: torch.device | str = "cpu", block_size: int = KV_BLOCK_TOKENS, paged: bool = False):
         """Args:
             layers: model layer indices whose attention runs on this stage.
             num_blocks: blocks per layer (the lane's block count).
             kv_heads, head_dim: K/V shape per token.
             dtype: KV storage dtype.
+            paged: the blocks layout (else flat slots).
         """
-        shape = (num_blocks * block_size, kv_heads, head_dim)  # flat slots: block * block_size + offset
+        if paged:
+            shape: tuple[int, ...] = (num_blocks, kv_heads, block_size, head_dim)
+        else:
+            shape = (num_blocks * block_size, kv_heads, head_dim)
         self.k = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
         self.v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_blocks, self.block_size, self.paged = num_blocks, block_size, paged
+        self.row_shape, self.dtype = (kv_heads, head_dim), dtype  # one token's K (or V)
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
+
+    def read(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
+        """[2, n, KVH, D]: layer's K and V at flat slots (block · BS + offset)."""
+        if self.paged:
+            b, o = slots // self.block_size, slots % self.block_size
+            return torch.stack([self.k[layer][b, :, o], self.v[layer][b, :, o]])
+        return torch.stack([self.k[layer][slots], self.v[layer][slots]])
+
+    def write(self, layer: int, slots: torch.Tensor, kv: torch.Tensor) -> None:
+        """Store [2, n, KVH, D] at flat slots."""
+        if self.paged:
+            b, o = slots // self.block_size, slots % self.block_size
+            self.k[layer][b, :, o], self.v[layer][b, :, o] = kv[0], kv[1]
+        else:
+            self.k[layer].index_copy_(0, slots, kv[0])
+            self.v[layer].index_copy_(0, slots, kv[1])
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: AttnMeta,

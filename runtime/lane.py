@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hetc.runtime.block_manager import BlockManager
-from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightTransfer, Transfer, TransferLeg
-from hetc.runtime.scheduler import MicroBatch, Scheduler, SchedulerConfig
+from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
+from hetc.runtime.inflight import (Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer,
+                                   TransferLeg)
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
 from hetc.scheduling import Phase
@@ -35,7 +36,7 @@ class LaneRunner:
     def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig, transport: Transport):
         self.engine, self.lane, self.tp = engine, lane, transport
         # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
-        self.sched = Scheduler(BlockManager(num_blocks), cfg,
+        self.sched = Scheduler(BlockManager(num_blocks, reserved=PADDING_BLOCKS), cfg,
                                on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
         self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
@@ -85,6 +86,10 @@ class LaneRunner:
 
     def _next_message(self, heartbeat_ok: bool) -> Message | None:
         """With `cond` held: the next message to send, already recorded in `inflight`; None: nothing now."""
+        if self.sched.scrub:  # before any step: those blocks are not free until it comes back
+            blocks, self.sched.scrub = self.sched.scrub, []
+            self.inflight.append(InFlightScrub(blocks))
+            return Message(Kind.SCRUB, meta=torch.tensor(blocks, dtype=torch.long))
         if self.incoming:
             msg = self._next_transfer()
             if msg is not None:
@@ -123,20 +128,22 @@ class LaneRunner:
             return None
         self.incoming.popleft()
         self.inflight.append(InFlightTransfer(t, TransferLeg.IN))
-        meta = torch.tensor([t.src.lane.id, t.tokens, *t.seq.block_table], dtype=torch.long)
-        return Message(Kind.TRANSFER_IN, t.seq.seq_id, meta=meta,
-                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+        return self._transfer_message(Kind.TRANSFER_IN, t, t.src.lane.id, t.seq.block_table)
 
-    def send_transfer_out(self, t: Transfer) -> None:
-        """A prefill lane: send a prompt's KV to `t.dst` (called by the decode lane's sender)."""
+    def _transfer_message(self, kind: Kind, t: Transfer, other: int, blocks: list[int]) -> Message:
+        meta = torch.tensor([other, t.epoch, t.tokens, *blocks], dtype=torch.long)
+        return Message(kind, t.seq.seq_id, meta=meta, times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+
+    def send_transfer_out(self, t: Transfer) -> bool:
+        """A prefill lane: send a prompt's KV to `t.dst` (called by the decode lane's sender).
+        False when this lane is down (its KV is gone)."""
         with self._send_lock:
             with self.cond:
                 if not self._live():
-                    return
+                    return False
                 self.inflight.append(InFlightTransfer(t, TransferLeg.OUT))
-            meta = torch.tensor([t.dst.lane.id, t.tokens, *t.src_blocks], dtype=torch.long)
-            self.tp.send(Message(Kind.TRANSFER_OUT, t.seq.seq_id, meta=meta,
-                                 times=torch.zeros(len(self.lane.stages), dtype=torch.float64)), self.first_rank)
+            self.tp.send(self._transfer_message(Kind.TRANSFER_OUT, t, t.dst.lane.id, t.src_blocks), self.first_rank)
+            return True
 
     def release(self, t: Transfer) -> None:
         """A prefill lane: the prompt's blocks are free again (its KV was sent, or is not needed)."""
@@ -154,10 +161,11 @@ class LaneRunner:
                 if msg is None and heartbeat_ok:
                     self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
                 rec = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
-            if rec is not None:
+            if rec is not None and not rec.transfer.src.send_transfer_out(rec.transfer):
                 # every transfer to this lane is issued here, OUT then IN, so each pair of workers
-                # sees its transfers in the same order on both sides
-                rec.transfer.src.send_transfer_out(rec.transfer)
+                # sees its transfers in the same order on both sides; with no OUT, the workers
+                # answer the IN as failed (an epoch no link has) without waiting on the link
+                msg.meta[1] = -1
             if msg is not None:
                 self.tp.send(msg, self.first_rank)
                 if msg.kind is Kind.SHUTDOWN:
@@ -195,7 +203,7 @@ class LaneRunner:
         while True:
             msg = self.tp.recv(self.last_rank)
             now = self.engine.clock()
-            handoffs, done_out, outs = [], None, []
+            handoffs, done_out, outs, lost = [], None, [], None
             with self.cond:
                 if not self._live():
                     return
@@ -209,26 +217,37 @@ class LaneRunner:
                 elif isinstance(rec, InFlightTransfer) and rec.leg is TransferLeg.OUT:  # its KV left every stage
                     _expect(msg, Kind.TRANSFER_OUT, rec)
                     t = done_out = rec.transfer
-                    t.sent_bytes = float(msg.times.sum())
+                    t.sent_bytes = float(msg.times.sum()) if bool((msg.times >= 0).all()) else 0.0
                     self.sched.blocks.free_blocks(t.src_blocks)
                     t.src_blocks = []
+                elif isinstance(rec, InFlightTransfer) and bool((msg.times < 0).any()):  # a stage did not get its KV
+                    _expect(msg, Kind.TRANSFER_IN, rec)
+                    self.sched.evict(rec.transfer.seq)
+                    lost = rec.transfer.seq
                 elif isinstance(rec, InFlightTransfer):  # its KV is in every decode stage: decode from here
                     _expect(msg, Kind.TRANSFER_IN, rec)
                     out = self.sched.land(rec.transfer.seq)
                     outs = [out] if out is not None else []
+                elif isinstance(rec, InFlightScrub):  # zero in every stage: free again
+                    _expect(msg, Kind.SCRUB, rec)
+                    self.sched.blocks.free_blocks(rec.blocks)
                 else:
                     _expect(msg, Kind.SHUTDOWN if rec.kind is ControlKind.SHUTDOWN else Kind.HEARTBEAT, rec)
                 self.poke()
             if isinstance(rec, Control) and rec.kind is ControlKind.SHUTDOWN:
                 self.stopped.set()
                 return
-            if isinstance(rec, InFlightBatch):
-                self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
-            if done_out is not None:
-                self.engine.metrics.on_transfer(done_out.tokens, done_out.sent_bytes)
-            for seq in handoffs:
-                self.engine.handoff(seq, self)
-            self.engine.deliver(outs)
+            try:
+                if isinstance(rec, InFlightBatch):
+                    self._send_next(heartbeat_ok=False)  # keep the first stage busy before the HTTP work below
+            finally:  # even when that send fails: the tokens sampled are the sequences' own (they may go on elsewhere)
+                if done_out is not None and done_out.sent_bytes:
+                    self.engine.metrics.on_transfer(done_out.tokens, done_out.sent_bytes)
+                if lost is not None:
+                    self.engine.recompute([lost])
+                for seq in handoffs:
+                    self.engine.handoff(seq, self)
+                self.engine.deliver(outs)
 
     # ---- requests --------------------------------------------------------------------------
     def load(self) -> int:

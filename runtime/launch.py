@@ -213,6 +213,7 @@ def size_kv(c: Checked) -> None:
     from hetc.runtime.emulate import cap_kv_blocks
     from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
     from hetc.runtime.topology import kv_blocks
+    from hetc.kv_blocks import PADDING_BLOCKS
     from hetc.scheduling import KV_BLOCK_TOKENS
 
     o, lanes = c.o, c.lanes
@@ -222,15 +223,15 @@ def size_kv(c: Checked) -> None:
     # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
     # assumes a device of its own; emulated devices share this host's memory)
     max_len = int(getattr(c.hf_cfg, "max_position_embeddings", 0) or 0)
-    useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) if max_len else None
+    useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + PADDING_BLOCKS if max_len else None
     for lane in lanes:
         attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                 for s in lane.stages}
         n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
-        if n < 1:
+        if n < PADDING_BLOCKS + 1:
             s = lane.stages[caps.index(min(x for x in caps if x >= 0))]
             raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
-                           f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
+                           f"{PADDING_BLOCKS + 1} blocks of {KV_BLOCK_TOKENS} tokens ({PADDING_BLOCKS} pads shorter sequences).", file=o.plan,
                            field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                            fix="re-plan with a larger --input-len/--output-len or more memory.")
         c.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
@@ -238,13 +239,15 @@ def size_kv(c: Checked) -> None:
         c.blocks = cap_kv_blocks(c.plan, c.hf_cfg, c.units, c.mine, c.blocks)
 
 
-def start_workers(c: Checked, tmp: str):
+def start_workers(c: Checked, tmp: str, log=print):
     """Open the job's store, start this host's workers of every unit (generation 1) and, on node
-    rank 0, form every unit's group. Returns (WorkerPool, store, lane id → transport).
+    rank 0, form every unit's group once its workers loaded (however long that takes while they
+    live; progress goes to `log`). Returns (WorkerPool, store, lane id → transport).
 
     Args:
         c: validated and sized (`validate`, `size_kv`).
         tmp: a directory for the workers' spec file.
+        log: progress lines.
     """
     from hetc.runtime.groups import FORM_TIMEOUT_S
     from hetc.runtime.rendezvous import open_store
@@ -268,7 +271,7 @@ def start_workers(c: Checked, tmp: str):
     env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
            "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout,
-                                                      bind=bind))
+                                                      bind=bind), log=log)
     for u in range(len(pool.units)):
         pool.spawn(u, 1)
     transports: dict = {}
@@ -289,7 +292,7 @@ def _serve_workers_only(c: Checked, tmp: str, log) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    pool, store, _ = start_workers(c, tmp)
+    pool, store, _ = start_workers(c, tmp, log)
     log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
         f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}")
     return run_worker_host(pool, store, c.rdzv.node_rank, stop, log)
@@ -309,13 +312,18 @@ def serve(o: ServeOptions, log=print) -> int:
     from hetc.runtime.engine import Engine
     from hetc.runtime.groups import units
     from hetc.runtime.healer import Healer
+    from hetc.runtime.kvlinks import KvLinks, link_pairs
     from hetc.runtime.metrics import Metrics
-    from hetc.runtime.scheduler import SchedulerConfig
+    from hetc.batching import SchedulerConfig
     from hetc.runtime.server import ServerState, create_app
     from hetc.runtime.tokenizer import load_tokenizer
 
     c = validate(o)
     size_kv(c)
+    from hetc.runtime.compiled_stage import prebuild_stages
+    from hetc.scheduling import KV_BLOCK_TOKENS
+
+    prebuild_stages(c, log)  # compile what the workers will load, before their groups' formation clocks start
     torch.set_num_threads(1)  # the frontend computes nothing
     tmp = tempfile.TemporaryDirectory(prefix="hetc-serve-")
     if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent gone (e.g. killed): stop as on SIGTERM
@@ -344,11 +352,13 @@ def serve(o: ServeOptions, log=print) -> int:
     log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(c.lanes)} lane(s) of {n_stages} stages, "
         f"{n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
         f"{f', a 1/{c.width}-width copy of the model' if c.width > 1 else ''}, KV blocks per lane "
-        f"{list(c.blocks.values())} × 16 tokens")
+        f"{list(c.blocks.values())} × {KV_BLOCK_TOKENS} tokens")
     pool = None
     try:
-        pool, store, transports = start_workers(c, tmp.name)
-        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes))
+        pool, store, transports = start_workers(c, tmp.name, log)
+        links = KvLinks(store, c.lanes, on_ready=lambda pair: None, log=log) if link_pairs(c.lanes) else None
+        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes),
+                        links=links)
         healer = Healer(pool, store, engine, max_restarts=o.max_restarts, log=log,
                         other_hosts=tuple(range(1, c.rdzv.nnodes)))
         for lane in c.lanes:

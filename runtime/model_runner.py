@@ -222,6 +222,7 @@ class StageModel(nn.Module):
         self.kv_heads, self.head_dim = kvh // tp_size, hd  # this device's share of the heads
         self.vocab_part = cfg.vocab_size // tp_size
         self.kv = KVPool(attn_layers, num_blocks if attn_layers else 0, self.kv_heads, hd, kv_dtype, device)
+        self.kv_device = torch.device(device)
         del full
 
     @staticmethod
@@ -248,6 +249,11 @@ class StageModel(nn.Module):
                 seen.add(p.data_ptr())
                 total += p.numel() * p.element_size()
         return total
+
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]],
+                  sample: list[bool]) -> AttnMeta:
+        """One micro-batch's attention metadata, on this stage's device (args: AttnMeta.build)."""
+        return AttnMeta.build(starts, n_new, block_tables, sample).to(self.kv_device)
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor, meta: AttnMeta) -> torch.Tensor:

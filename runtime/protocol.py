@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["APIError", "GenOptions", "parse_chat", "parse_completion"]
+__all__ = ["APIError", "GenOptions", "MAX_STOP", "MAX_STOP_CHARS", "ROLES", "parse_chat", "parse_completion"]
+
+MAX_STOP = 16  # stop strings per request
+MAX_STOP_CHARS = 256  # characters per stop string: every new token's text is searched for each of them
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class APIError(Exception):
@@ -45,7 +49,8 @@ class GenOptions:
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer as JSON means it: 3 or 3.0 (JSON Schema's `integer`; some clients send floats)."""
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
 def _is_num(v: Any) -> bool:
@@ -61,7 +66,7 @@ def _get(body: dict, key: str, kind: str, default: Any = None) -> Any:
     if not ok:
         name = {"int": "an integer", "num": "a number", "bool": "a boolean", "str": "a string", "dict": "an object"}[kind]
         raise bad(f"'{key}' must be {name}, got {type(v).__name__} {v!r}"[:300] + ".", key)
-    return v
+    return int(v) if kind == "int" else v
 
 
 def _common(body: Any, max_tokens_keys: tuple[str, ...], default_max: int | None) -> GenOptions:
@@ -85,16 +90,20 @@ def _common(body: Any, max_tokens_keys: tuple[str, ...], default_max: int | None
     if not 0 < top_p <= 1:
         raise bad(f"'top_p' must be in (0, 1], got {top_p}.", "top_p")
     top_k = _get(body, "top_k", "int", 0)
-    if top_k < -1:
-        raise bad(f"'top_k' must be -1 or 0 (off) or at least 1, got {top_k}.", "top_k")
+    if not -1 <= top_k < 2**31:
+        raise bad(f"'top_k' must be -1 or 0 (off) or from 1 to 2^31 - 1, got {top_k}."[:300], "top_k")
     seed = _get(body, "seed", "int")
+    if seed is not None and not -(2**63) <= seed < 2**63:
+        raise bad(f"'seed' must fit in 64 bits, got {seed}."[:300], "seed")
     stop = body.get("stop")
     if stop is None:
         stop = []
     elif isinstance(stop, str):
         stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
-        raise bad("'stop' must be a non-empty string or a list of up to 16 non-empty strings.", "stop")
+    if (not isinstance(stop, list) or len(stop) > MAX_STOP
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
+        raise bad(f"'stop' must be a string or a list of up to {MAX_STOP} strings, each of 1 to {MAX_STOP_CHARS} "
+                  "characters.", "stop")
     stream = _get(body, "stream", "bool", False)
     so = _get(body, "stream_options", "dict")
     if so is not None and not stream:
@@ -108,7 +117,7 @@ def _common(body: Any, max_tokens_keys: tuple[str, ...], default_max: int | None
     for key in ("presence_penalty", "frequency_penalty"):
         if _get(body, key, "num", 0) != 0:
             raise bad(f"'{key}' is not supported by this server (only 0).", key)
-    if body.get("logprobs") not in (None, False):
+    if body.get("logprobs") is not None and body.get("logprobs") is not False:  # 0 == False: not a boolean
         raise bad("'logprobs' is not supported by this server.", "logprobs")
     return GenOptions(model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                       top_k=max(0, top_k), seed=seed, stop=stop, stream=stream, include_usage=include_usage,
@@ -127,7 +136,7 @@ def parse_completion(body: Any) -> tuple[GenOptions, str | list[int]]:
     if isinstance(p, str):
         prompt: str | list[int] = p
     elif isinstance(p, list) and p and all(_is_int(t) and t >= 0 for t in p):
-        prompt = p
+        prompt = [int(t) for t in p]
     else:
         raise bad("'prompt' must be a string or a non-empty list of token ids (batches of several prompts are "
                   "not supported).", "prompt")
@@ -150,9 +159,8 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}] must be an object with a string 'role'.", f"messages.{i}")
-        if m["role"] not in ("system", "developer", "user", "assistant", "tool"):
-            raise bad(f"messages[{i}].role {m['role']!r} is not one of system, developer, user, assistant, tool.",
-                      f"messages.{i}.role")
+        if m["role"] not in ROLES:
+            raise bad(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}.", f"messages.{i}.role")
         c = m.get("content")
         if isinstance(c, list):  # content parts: text only
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in c):
@@ -164,6 +172,6 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
         elif not isinstance(c, str):
             raise bad(f"messages[{i}].content must be a string or a list of text parts.", f"messages.{i}.content")
         out.append({"role": m["role"], "content": c})
-    if body.get("tools"):
+    if body.get("tools") not in (None, []):
         raise bad("'tools' are not supported by this server.", "tools")
     return opts, out

@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP API (FastAPI), in the frontend process.
 
 Routes: /v1/completions, /v1/chat/completions (SSE streaming with
-stream_options.include_usage), /v1/models, /health, /metrics. Every error is OpenAI's
-error JSON with its status; a bad request never stops the server.
+stream_options.include_usage), /v1/models, /health, /metrics, and /openapi.json (openapi.py:
+the requests and responses as JSON Schema). Every error is OpenAI's error JSON with its
+status; a bad request never stops the server.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hetc import __version__
 from hetc.runtime.engine import Engine, EngineDead, Event, QueueFull
-from hetc.runtime.protocol import APIError, GenOptions, bad, parse_chat, parse_completion
+from hetc.runtime.openapi import OpenAPILimits, openapi_document
+from hetc.runtime.protocol import ROLES, APIError, GenOptions, bad, parse_chat, parse_completion
 from hetc.runtime.sequence import SamplingParams
 from hetc.runtime.tokenizer import Detokenizer, apply_chat
 
@@ -85,7 +88,8 @@ class _Generation:
                 ev = await self.queue.get()
                 if ev.error:
                     self.finish_reason = "error"
-                    raise APIError(503, f"the request failed: {ev.error}", type="server_error", code="worker_failed")
+                    raise APIError(ev.status, f"the request failed: {ev.error}", type="server_error",
+                                   code="worker_failed" if ev.status == 503 else "sampling_failed")
                 text = ""
                 if ev.token is not None:
                     self.token_ids.append(ev.token)
@@ -135,7 +139,9 @@ def create_app(st: ServerState) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException):
         kind = {404: "not_found_error", 405: "invalid_request_error"}.get(e.status_code, "invalid_request_error")
-        return _err(APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}.", type=kind))
+        # e.headers: a 405's Allow
+        return _err(APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}.", type=kind,
+                             headers=dict(e.headers or {})))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, e: Exception):
@@ -164,8 +170,8 @@ def create_app(st: ServerState) -> FastAPI:
                 raise too_big
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise bad(f"the request body is not valid JSON ({e}).") from None
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, an int over 4300 digits, deep nesting
+            raise bad(f"the request body is not valid JSON ({type(e).__name__}: {str(e)[:200]}).") from None
 
     def _check_model(opts: GenOptions) -> None:
         if opts.model != st.model_name:
@@ -187,6 +193,15 @@ def create_app(st: ServerState) -> FastAPI:
         vocab = st.model_info.get("vocab_size")
         if vocab and any(t >= vocab for t in prompt_ids):
             raise bad(f"the prompt has token ids outside the vocabulary (size {vocab}).", param)
+
+    schema = openapi_document(OpenAPILimits(
+        model_name=st.model_name, max_model_len=st.max_model_len, vocab_size=st.model_info.get("vocab_size", 1 << 30),
+        chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
+        api_key=st.api_key is not None), __version__)
+
+    @app.get("/openapi.json")
+    async def openapi():
+        return schema
 
     @app.get("/health")
     async def health():

@@ -45,6 +45,7 @@ class Kind(enum.IntEnum):
     TRANSFER_OUT = 6  # prefill pool: send a prompt's KV to the decode lane's stages (meta: lane, tokens, blocks)
     TRANSFER_IN = 7  # decode pool: receive it into these blocks (meta: prefill lane, tokens, blocks)
     TOKENS = 8  # last stage → first stage: what a step sampled (meta: seq ids | positions | tokens)
+    SCRUB = 9  # zero these KV blocks in every stage (meta: block ids): a sequence's logits were not finite
 
 
 @dataclass(slots=True)

@@ -3,8 +3,9 @@
     python -m hetc.runtime.worker --spec SPEC.json --device NODE:INDEX [--generation G]
 
 It finds its stage and rank from the plan by its device name, loads only its stage's
-parameters, joins its pipeline unit's process group of generation G (groups.py; a restarted
-worker joins a new generation), reports READY to the frontend, then loops: receive a message
+parameters (beating in the job's store meanwhile, then saying it loaded: loading.py), joins
+its pipeline unit's process group of generation G when the frontend says so (groups.py; a
+restarted worker joins a new generation), reports READY to the frontend, then loops: receive a message
 from the previous rank, run it, send the result on. The last stage samples and sends
 token ids back to the frontend.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main"]
+__all__ = ["EXIT_PEER_LOST", "WorkerConfig", "main", "scrub_kv"]
 
 EXIT_PEER_LOST = 4  # the worker stopped because a peer of its group died
 
@@ -73,7 +74,7 @@ def build_stage(cfg: WorkerConfig, device: str):
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
     from hetc.runtime.topology import build_topology, worker_of_device
-    from hetc.weights import RandomWeights, SafetensorsWeights
+    from hetc.weights import stage_weights
 
     plan = load_plan(cfg.plan)
     lanes = build_topology(plan, cfg.plan)
@@ -83,16 +84,12 @@ def build_stage(cfg: WorkerConfig, device: str):
     hf_cfg, _ = load_hf_config(cfg.model_ref)
     hf_cfg = shrink_config(hf_cfg, cfg.width)
     units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
-    if cfg.random_weights:
-        weights = RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
-    else:
-        aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
-        weights = SafetensorsWeights(cfg.model_dir, aliases)
+    weights = stage_weights(hf_cfg, None if cfg.random_weights else cfg.model_dir)
     index = 0 if cfg.emulate else w.device_index
-    from hetc.runtime.compiled_stage import emulation_toolchain
+    from hetc.runtime.compiled_stage import stage_executor
 
-    name = emulation_toolchain(spec.backend) if cfg.executor == "auto" and cfg.emulate else "torch"
-    if name != "torch" and spec.tp == 1:  # tp stages stay on torch eager (said in /v1/models)
+    name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
+    if name != "torch":
         from hetc.runtime.compiled_stage import build_compiled_stage
 
         lane = next(l for l in lanes if l.id == spec.lane)
@@ -110,41 +107,57 @@ def build_stage(cfg: WorkerConfig, device: str):
     return w, model, backend, lanes
 
 
-def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, transport) -> float:
+def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -> float:
     """A prompt's KV between pools: TRANSFER_OUT sends each attention layer this stage holds to
     the worker of the decode lane holding the same layer; TRANSFER_IN receives each of its
     layers from the prefill lane's worker. Both walk their layers in ascending order, so the
-    messages of any pair of workers match. Returns the bytes sent (0 when receiving).
+    messages of any pair of workers match. Returns the bytes sent (0 when receiving), or -1
+    when the transfer failed: the pair's link is of another epoch than the transfer's, or broke
+    (a member died) — the frontend then recomputes the sequence on a prefill lane.
 
     Args:
         owners: lane id → layer → rank holding that layer's attention.
         sends: outstanding isends (their buffers must live until done).
-        transport: the unit's GlooTransport (both pools are in one unit).
+        links: this worker's kvlinks.LinkTable.
     """
     from hetc.scheduling import KV_BLOCK_TOKENS
     from hetc.runtime.transport import Kind
 
-    other, n, *blocks = msg.meta.tolist()
+    other, epoch, n, *blocks = msg.meta.tolist()
+    link = links.get(other, epoch)
+    if link is None:
+        return -1.0
     pos = torch.arange(n)
     slots = torch.tensor(blocks, dtype=torch.long)[pos // KV_BLOCK_TOKENS] * KV_BLOCK_TOKENS + pos % KV_BLOCK_TOKENS
     sent = 0
-    for layer in sorted(model.kv.k):
-        k, v = model.kv.k[layer], model.kv.v[layer]
-        peer = owners[other][layer]
-        if msg.kind is Kind.TRANSFER_OUT:
-            buf = torch.stack([k[slots], v[slots]])  # [2, n, KVH, Dh]
-            sends.append((transport.isend_tensor(buf, peer), buf))
-            sent += buf.numel() * buf.element_size()
-        else:
-            buf = torch.empty((2, n, *k.shape[1:]), dtype=k.dtype)
-            transport.recv_tensor(buf, peer)
-            k.index_copy_(0, slots, buf[0])
-            v.index_copy_(0, slots, buf[1])
+    try:
+        for layer in sorted(model.kv.k):
+            peer = owners[other][layer]
+            if msg.kind is Kind.TRANSFER_OUT:
+                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh], whatever the pool's layout
+                sends.append((link.isend_tensor(buf, peer), buf))
+                sent += buf.numel() * buf.element_size()
+            else:
+                buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
+                link.recv_tensor(buf, peer)
+                model.kv.write(layer, slots, buf)
+    except Exception:  # noqa: BLE001 — a peer of the link died: this pipeline goes on
+        links.broken(other, epoch)
+        return -1.0
     return float(sent)
 
 
+def scrub_kv(kv, blocks: list[int]) -> None:
+    """Zero `blocks` in every layer of this stage's KV pool (kv_cache.KVPool): a sequence whose
+    logits were not finite held them, and a NaN left there would reach their next owner's
+    attention through its masked slots."""
+    ids = torch.tensor(blocks, dtype=torch.long)
+    for pool in (*kv.k.values(), *kv.v.values()):
+        pool.view(-1, kv.block_size, *pool.shape[1:]).index_fill_(0, ids.to(pool.device), 0)
+
+
 def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
-                owners: dict | None = None) -> None:
+                owners: dict | None = None, links=None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
@@ -155,9 +168,9 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         timeout_s: the longest wait for a looked-ahead step's token (the job's timeout).
         group: the stage's tensor-parallel process group (None when tp = 1).
         owners: lane id → layer → rank holding its attention (KV moves between pools).
+        links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.kv_cache import AttnMeta
     from hetc.runtime.sampler import sample
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
@@ -183,14 +196,16 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         if not leader:  # a tp member: compute its share, the leader answers
             if msg.kind is Kind.STEP:
                 meta = StepMeta.decode(msg.meta, msg.samp)
-                attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+                attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
+            elif msg.kind is Kind.SCRUB:
+                scrub_kv(model.kv, msg.meta.tolist())
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
         if msg.kind is Kind.STEP:
-            attn = AttnMeta.build(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+            attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
             x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
             y = model(backend.to_device(x, dev_index), attn)
             if last:
@@ -212,9 +227,12 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             msg.times[spec.index] = time.perf_counter() - t0
             tp.send(reply, spec.next_rank)
         elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
-            msg.times[spec.index] = move_kv(model, msg, owners, sends, tp)
+            msg.times[spec.index] = move_kv(model, msg, owners, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
+        elif msg.kind is Kind.SCRUB:
+            scrub_kv(model.kv, msg.meta.tolist())
+            tp.send(Message(Kind.SCRUB, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
             if msg.kind is Kind.SHUTDOWN:
@@ -225,7 +243,10 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 if feed_in is not None:
                     feed_in.join(timeout_s)
                 for wk, _ in sends:
-                    tp.wait(wk)
+                    try:
+                        tp.wait(wk)
+                    except Exception:  # noqa: BLE001 — its link's peer died: that transfer already failed
+                        pass
                 return
         else:
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
@@ -242,26 +263,38 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_parent, daemon=True).start()
     cfg = WorkerConfig.load(a.spec)
     tag = f"[hetc worker {a.device}]"
+    loading = None
     try:
         from hetc.plan import load_plan
         from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_group, unit_of_lane
+        from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
-        from hetc.runtime.topology import attention_owners
+        from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
         from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
-        w, model, backend, lanes = build_stage(cfg, a.device)
+        plan = load_plan(cfg.plan)
+        lanes = build_topology(plan, cfg.plan)
+        w = worker_of_device(lanes, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
         store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S),
                            cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
+        # the frontend waits while this beats, however long loading takes (loading.py)
+        loading = Loading(store, unit, a.generation, w.rank)
+        w, model, backend, lanes = build_stage(cfg, a.device)
+        loading.loaded()
+        wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
-        kinds = [(u["kind"], u["layer"]) for u in load_plan(cfg.plan).units]
+        kinds = [(u["kind"], u["layer"]) for u in plan.units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
+        from hetc.runtime.kvlinks import LinkTable
         from hetc.stage import EXECUTORS
 
+        # before READY: epochs the frontend opens from then on are this worker's to join
+        links = LinkTable(store, lanes, spec.lane, w.rank, cfg.timeout_s, cfg.bind)
         executor = EXECUTORS.index(getattr(model, "executor", "torch"))
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes, executor], dtype=torch.long)
@@ -270,11 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
         serve_stage(w, model, backend, lane, tp, cfg.timeout_s, model.tp_group,
-                    0 if cfg.emulate else w.device_index, owners)
+                    0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0
-    except Exception as e:  # the frontend sees the exit code; the log says why
+    except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why
         print(f"{tag} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if loading is not None and not loading.done.is_set():
+            loading.failed(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         if os.environ.get("HETC_DEBUG"):
             traceback.print_exc()
         return EXIT_PEER_LOST if _peer_lost(e) else 1

@@ -2,50 +2,73 @@
 a CUDA device and torch's CUDA build where `hetc compile` runs; on any host the same program is
 packaged for the CPU (C++ kernels), which runs here for the numerical check and under
 `--emulate`. TensorRT (torch-tensorrt) likewise needs a CUDA GPU even to import.
+
+The package holds no weights (`package_constants_in_so=False`): `{stem}.weights.json` maps its
+constants to the model's weight names, shapes and dtypes, and `load` hands it those weights from
+the model's safetensors (by reference, not copied: `user_managed`).
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
 import torch
 
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.stage import AttentionForm
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "InductorToolchain"]
 
 
 class InductorToolchain:
     name = "inductor"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         return f"torch {torch.__version__} AOTInductor"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         notes = []
         if torch.cuda.is_available():
             notes.append(f"a CUDA device is present: export the stage on it to package for {target}")
         else:
             notes.append(f"the {target} package needs a CUDA device and torch's CUDA build: run `hetc compile` on "
                          "the GPU host; TensorRT needs the same")
-        pkg = out_dir / f"{stem}.inductor-cpu.pt2"
+        pkg, table = out_dir / f"{stem}.inductor-cpu.pt2", out_dir / f"{stem}.weights.json"
+        names = weight_names or {}
+        state = program.state_dict
+        table.write_text(json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape),
+                                           "dtype": str(t.dtype).removeprefix("torch.")}
+                                     for fqn, t in state.items()}, indent=1))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                torch._inductor.aoti_compile_and_package(program, package_path=str(pkg))
+                torch._inductor.aoti_compile_and_package(program, package_path=str(pkg), inductor_configs={
+                    "aot_inductor.package_constants_in_so": False})
             except Exception as e:  # C++ toolchain or Inductor lowering failures: say which
                 raise ToolchainUnavailable(f"AOTInductor (CPU) failed: {type(e).__name__}: "
                                            f"{str(e).splitlines()[0][:300]}") from None
+        notes.append(f"weights: none in the package; {table.name} names the model weights it loads at start")
         return Artifact(toolchain=self.name, version=self.version(), target=f"cpu (twin of {target})",
-                        files=[Path(pkg.name)], runnable_here=True, notes=notes)
+                        files=[Path(pkg.name), Path(table.name)], runnable_here=True, notes=notes)
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         if threads:
             torch.set_num_threads(threads)
+        if weights is None:
+            raise ToolchainUnavailable("an AOTInductor stage loads the model's weights at start: none were given.")
         runner = torch._inductor.aoti_load_package(str(out_dir / artifact.files[0]))
+        table = json.loads((out_dir / artifact.files[1]).read_text())
+        wanted = set(runner.get_constant_fqns())  # the rest were folded into the code (rotary tables)
+        constants = {fqn: weights.get(t["name"], torch.Size(t["shape"]), getattr(torch, t["dtype"]))
+                     for fqn, t in table.items() if fqn in wanted}
+        runner.load_constants(constants, check_full_update=True, user_managed=True)  # kept alive by `step`
 
-        def step(*tensors: torch.Tensor) -> list[torch.Tensor]:
+        def step(*tensors: torch.Tensor, _weights=constants) -> list[torch.Tensor]:
             return list(runner(*tensors))
 
         return step

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.stage import AttentionForm
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "HpuToolchain"]
 
@@ -21,6 +22,7 @@ _MISSING = ("habana_frameworks.torch is not installed (it ships with Intel's Gau
 
 class HpuToolchain:
     name = "hpu"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         if importlib.util.find_spec("habana_frameworks") is None:
@@ -28,14 +30,16 @@ class HpuToolchain:
         from importlib.metadata import version
         return f"habana-torch-plugin {version('habana-torch-plugin')}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         path = out_dir / f"{stem}.hpu.pt2"
         torch.export.save(program, path)
         here = importlib.util.find_spec("habana_frameworks") is not None
         return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(path.name)],
                         runnable_here=False, notes=[] if here else [_MISSING])
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         raise ToolchainUnavailable(f"an HPU stage runs on a Gaudi device through the HPU bridge; {_MISSING}.")
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable
+from hetc.stage import AttentionForm
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
 __all__ = ["TOOLCHAIN", "IreeToolchain"]
 
@@ -37,6 +38,7 @@ def _device_flags(target: str) -> list[str]:
 
 class IreeToolchain:
     name = "iree"
+    form = AttentionForm.GATHER
 
     def version(self) -> str:
         try:
@@ -48,7 +50,8 @@ class IreeToolchain:
                                        "`make setup` installs them (torch-mlir with --no-deps).") from None
         return f"iree {version('iree-base-compiler')}, torch-mlir {version('torch-mlir')}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
+              weight_names: dict[str, str] | None = None) -> Artifact:
         ver = self.version()
         flags = _device_flags(target)
         import iree.compiler as ic
@@ -72,7 +75,8 @@ class IreeToolchain:
                         notes=[f"{files[1]} for {target} ({' '.join(flags)}); {files[2]} from the same import "
                                "runs here (llvm-cpu) for the check"])
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None) -> CompiledStep:
+    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
         import iree.runtime as rt
 
         cpu = next(f for f in artifact.files if f.name.endswith(".llvm-cpu.vmfb"))

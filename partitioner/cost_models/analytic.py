@@ -5,7 +5,13 @@ tensor-parallel group of `tp` (each holding 1/tp of the work):
     compute = FLOPs / (peak[dtype] · e)      e: the profile's efficiency for this op's shape
     memory  = bytes / (bandwidth · e_mem)     weights and KV stream; activations by op size
     time    = max(compute, memory) + (1 − overlap) · min(compute, memory)
-and the unit pays `launch_overhead` per kernel. Matmuls take e from `efficiency_curves.matmul`
+and the unit pays per-kernel costs as its backend runs it (`Profile.execution`, hetc/execution.py):
+its kernels are the exported ops, or the fused kernels of `Unit.fused` where the backend fuses
+like the serving engines; each costs `kernel_overhead` on the device; a step the backend
+replays as a recorded graph (CUDA/HPU graphs) pays no host launch, otherwise each kernel costs
+`launch_overhead` on the host — beside the device time where the host runs the ops itself
+(`launch: sync`, CPU eager), or overlapped with it where the host only enqueues them (`async`:
+the unit costs the longer of its device time and its launches). Matmuls take e from `efficiency_curves.matmul`
 by GEMM rows M and weight size N·K, attention by query tokens per sequence and context, element-wise ops
 from `efficiency_curves.memory` by bytes moved (or the op's own curve, or its kind's: silu is
 bound by arithmetic on a CPU; a gather by its bytes per row); where the profile has no
@@ -28,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hetc.cluster import Profile
+from hetc.execution import Execution
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
 from hetc.partitioner.op_records import OpRecord
 from hetc.partitioner.terms import Terms
@@ -66,6 +73,11 @@ class Step:
     def __post_init__(self) -> None:
         if self.prefill is not None and self.prefill.prefill is not None:
             raise ValueError("a mixed step has one prefill part")
+
+    @property
+    def decode_only(self) -> bool:
+        """One new token per sequence and no prompt part: the steps engines replay as graphs."""
+        return self.prefill is None and self.tokens <= self.seqs
 
     @staticmethod
     def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float,
@@ -116,6 +128,7 @@ class CostParams:
     eff_memory: float
     overlap: float
     launch: float
+    execution: Execution
     matmul: LogTable | None
     attention: LogTable | None
     memory: LogCurve | None
@@ -142,8 +155,8 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
     at = curves.attention.get(cd) if curves else None
     cp = CostParams(
         profile=profile, dtype=cd, tp=tp, peak=profile.peak_flops[cd], bandwidth=profile.memory_bandwidth,
-        eff_matmul=profile.efficiency.matmul, eff_memory=profile.efficiency.memory,
-        overlap=profile.efficiency.overlap, launch=profile.launch_overhead,
+        eff_matmul=profile.efficiency.matmul_for(cd), eff_memory=profile.efficiency.memory,
+        overlap=profile.efficiency.overlap, launch=profile.launch_overhead, execution=profile.execution,
         matmul=LogTable(mm) if mm else None, attention=LogTable(at) if at else None,
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
@@ -214,14 +227,20 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
 
 
 def unit_time(u: Unit, cp: CostParams, step: Step) -> float:
-    """Seconds for unit `u` in `step` on one device (launch overheads included)."""
-    ops = u.op_records
+    """Seconds for unit `u` in `step` on one device, its kernels as the profile's backend runs them."""
+    ex = cp.execution
+    fused = ex.fusion == "engine"
+    ops = u.fused_records if fused else u.op_records
+    kernels = u.fused_kernels if fused else u.kernels
     kv_ops = sum(o.kv_bytes_per_token * o.count for o in ops if o.kind == "attention")
-    total = u.kernels * cp.launch
+    device = kernels * ex.kernel_overhead
     for o in ops:
         kv = u.kv_bytes_per_token * o.kv_bytes_per_token / kv_ops if o.kind == "attention" and kv_ops else 0.0
-        total += o.count * op_time(o, cp, step, kv)
-    return total
+        device += o.count * op_time(o, cp, step, kv)
+    if ex.replays(step.decode_only):
+        return device
+    launches = kernels * cp.launch
+    return max(device, launches) if ex.launch == "async" else device + launches
 
 
 def units_time(units: list[Unit], profile: Profile, step: Step, *, dtype: str, kv_dtype: str, tp: int = 1) -> float:

@@ -33,6 +33,7 @@ class Case:
         reset: run before every call, outside the timed region (e.g. rewind a KV cache).
         reps: repetitions per round.
         meta: anything the caller wants back with the result.
+        per_call: operations one call of `fn` performs; `seconds` is per operation.
     """
 
     name: str
@@ -41,6 +42,7 @@ class Case:
     reps: int = 5
     meta: dict = field(default_factory=dict)
     seconds: float = float("inf")
+    per_call: int = 1
 
 
 def sync_for(device: str) -> Callable[[], None]:
@@ -88,7 +90,7 @@ def run_cases(cases: list[Case], *, rounds: int = 3, sync: Callable[[], None] = 
                 c.fn()
                 sync()
                 ts.append(time.perf_counter() - t0)
-            c.seconds = min(c.seconds, statistics.median(ts))
+            c.seconds = min(c.seconds, statistics.median(ts) / c.per_call)
     return cases
 
 

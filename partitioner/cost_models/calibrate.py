@@ -22,7 +22,7 @@ from hetc.errors import BadInput
 from hetc.partitioner.cost_models import bench, fit, microbench, probe
 from hetc.partitioner.cost_models.shapes import PROBE_MODEL, fit_shapes
 
-__all__ = ["Calibration", "calibrate", "check_device", "profile_yaml"]
+__all__ = ["Calibration", "calibrate", "check_device", "check_executor", "profile_yaml"]
 
 _GB = 1e9
 # hardware_profiles/cpu.yaml models a 112-core server (power) sold as a 192-vCPU instance (price):
@@ -77,13 +77,37 @@ def _profile(doc: dict) -> Profile:
     return Profile.model_validate(doc)
 
 
+def check_executor(executor: str) -> str:
+    """The executor to measure: `auto` is what serves cpu stages (hetc.stage.CPU_EXECUTOR).
+
+    Raises:
+        BadInput: it cannot run here (its package is missing).
+    """
+    from hetc.stage import CPU_EXECUTOR
+
+    executor = CPU_EXECUTOR if executor == "auto" else executor
+    if executor == "openvino":
+        from hetc.backends.toolchain import ToolchainUnavailable
+        from hetc.backends.toolchains import toolchain
+
+        try:
+            toolchain("openvino").version()
+        except ToolchainUnavailable as e:
+            raise BadInput(f"the OpenVINO executor, which serves cpu stages, cannot run here: {e}", field="--executor",
+                           fix="install it (`make setup`), or measure torch eager with `--executor torch` and serve "
+                               "with `--executor torch`.") from None
+    return executor
+
+
 def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None = None, name: str | None = None,
               power: float | None = None, price: float | None = None, transfers: bool | None = None,
-              progress: Callable[[str], None] | None = None) -> Calibration:
+              executor: str = "torch", progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure the local device and fit a profile.
 
     Args:
         device: only "cpu" is measured in this version (see `check_device`).
+        executor: what runs the matmuls, attention and probe steps: "torch" (eager) or "openvino"
+            (the kernels that serve cpu stages); recorded in the profile.
         quick: the reduced shape set (seconds instead of minutes; coarser curves).
         threads: intra-op threads to measure with (default: all cores); recorded in the profile.
         name: the profile's name (default "local-cpu").
@@ -111,8 +135,11 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     bandwidth = copy.meta["bytes"] / copy.seconds
 
     say("timing matmuls")
-    mm = run(microbench.matmul_cases(shapes.matmul, dtype="fp32", device=device, evict=evict)
-             + microbench.matmul_cases(shapes.matmul_bf16, dtype="bf16", device=device, evict=evict))
+    on = dict(executor=executor, threads=threads)
+    # OpenVINO serves an fp32 profile's stages at fp32; bf16 weights are widened on CPUs without bf16 math
+    bf16 = [] if executor == "openvino" else shapes.matmul_bf16
+    mm = run(microbench.matmul_cases(shapes.matmul, dtype="fp32", device=device, evict=evict, **on)
+             + microbench.matmul_cases(bf16, dtype="bf16", device=device, evict=evict))
     matmul = {}
     for dtype in ("fp32", "bf16"):
         cs = [c for c in mm if c.meta["dtype"] == dtype]
@@ -128,7 +155,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
             table["eff"] = [[e / best for e in r] for r in table["eff"]]
             peak_how += f"; {dtype} raised ×{best:.3f} to the fastest measured matmul (clock above the reported one)"
     say("timing attention")
-    at = run(microbench.attention_cases(shapes.attention, dtype="fp32", device=device, evict=evict))
+    at = run(microbench.attention_cases(shapes.attention, dtype="fp32", device=device, evict=evict, **on))
     attention = fit.table_2d([c.meta["shape"].q for c in at], [c.meta["shape"].mean_ctx for c in at],
                              [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in at])
     attention = {"q": attention["m"], "ctx": attention["nk"], "eff": attention["eff"]}
@@ -145,7 +172,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
                         "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
                         "per sequence and mean context; memory, memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, "
                         "per kind, per op; gather: by rows and bytes per row), dispatch subtracted",
-              "threads": threads, "dispatch_overhead": _q(dispatch, "us"),
+              "threads": threads, "executor": executor, "dispatch_overhead": _q(dispatch, "us"),
               "matmul": matmul, "attention": {"fp32": attention}, "memory": memory,
               "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather": gather}
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -166,7 +193,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     }
 
     say("timing the overhead probe")
-    pc = run(probe.probe_cases(shapes.probe_depths, PROBE_MODEL, device=device))
+    pc = run(probe.probe_cases(shapes.probe_depths, PROBE_MODEL, device=device, **on))
     pf = probe.fit_probe(pc, _profile(doc))
     doc["launch_overhead"] = _q(pf.launch_overhead, "us")
     doc["step_overhead"] = _q(pf.step_overhead, "us")
@@ -185,6 +212,9 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
 
     foreign = load.share()
     doc["sources"] = _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power, price)
+    doc["sources"].insert(1, f"executor measured: {executor} (matmuls, attention and the overhead probe run by it"
+                             + (": OpenVINO's FullyConnected and paged attention, what serves cpu stages)"
+                                if executor == "openvino" else ": torch eager)"))
     if foreign is not None:
         doc["sources"].insert(1, f"{'⚠ ' if foreign > 0.1 else ''}other processes used {foreign:.0%} of the "
                                  "machine's CPU time while it was measured")

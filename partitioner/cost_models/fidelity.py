@@ -143,7 +143,8 @@ def validate(profile: Profile, *, quick: bool = False, threads: int | None = Non
     curves = profile.efficiency_curves
     threads = threads or (curves.threads if curves and curves.threads else None)
     cfg = step_model_config(quick)
-    spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5)}
+    spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5),
+            "executor": curves.executor if curves else None}
     say("measuring held-out ops and steps in a separate process")
     load = ForeignLoad()
     out = _measure(spec, timeout_s)

@@ -1,7 +1,7 @@
 """Measures the fidelity report's held-out cases, in a process of its own.
 
 Run as `python -m hetc.partitioner.cost_models.fidelity_worker SPEC.json OUT.json`; SPEC
-holds {threads, quick, model (config.json dict), rounds}. Writes {name: seconds} per op
+holds {threads, quick, model (config.json dict), rounds, executor}. Writes {name: seconds} per op
 case and per whole step, in the order `held_out_shapes` lists them. Nothing here reads a
 profile: the prediction side never sees these timings until they are compared.
 """
@@ -27,17 +27,26 @@ def measure(spec: dict) -> dict:
     shapes = held_out_shapes(spec.get("quick", False))
     rounds = int(spec.get("rounds", 3))
     evict = bench.evict_bytes(info)
-    ops = (microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict)
-           + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict)
+    on = {"executor": spec.get("executor") or "torch", "threads": threads}  # what the profile measured
+    ops = (microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
+           + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
            + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu"))
     bench.run_cases(ops, rounds=rounds)
-    op_times = [[c.name, c.seconds] for c in ops]
+    op_times = [[c.name.removesuffix(" openvino"), c.seconds] for c in ops]
     del ops  # the weight pools are large; free them before the model is built
-    model = hf_steps.build_llama(spec["model"])
-    steps = ([hf_steps.prefill_case(model, b, t) for b, t in shapes.prefill_steps]
-             + [hf_steps.decode_case(model, b, c) for b, c in shapes.decode_steps])
+    if on["executor"] == "openvino":
+        from hetc.partitioner.cost_models.compiled_steps import OpenVinoLlama
+        from hetc.partitioner.cost_models.probe import capture_config
+
+        model = OpenVinoLlama(spec["model"], units=capture_config(spec["model"]), threads=threads)
+    else:
+        model = hf_steps.build_llama(spec["model"])
+    steps = ([model.prefill_case(b, t) if on["executor"] == "openvino" else hf_steps.prefill_case(model, b, t)
+              for b, t in shapes.prefill_steps]
+             + [model.decode_case(b, c) if on["executor"] == "openvino" else hf_steps.decode_case(model, b, c)
+                for b, c in shapes.decode_steps])
     bench.run_cases(steps, rounds=rounds)
-    return {"ops": op_times, "steps": [[c.name, c.seconds] for c in steps],
+    return {"ops": op_times, "steps": [[c.name.removesuffix(" openvino"), c.seconds] for c in steps],
             "machine": {"cpu": info.model, "cores": info.cores, "threads": threads, "torch": torch.__version__}}
 
 

@@ -4,6 +4,9 @@ Every benchmark returns `Case`s whose `meta` holds the shape and the `OpRecord` 
 under which `analytic.op_time` predicts it, so fitting and validation read one description.
 Weights and K/V caches rotate through a pool larger than the last-level cache, as they
 stream from memory inside a model step; activations stay put, as they would in cache.
+Matmuls and attention are timed on the executor that will serve (`executor`): torch eager, or
+OpenVINO's kernels (FullyConnected with packed weights, its paged attention), which serve cpu
+stages (hetc.stage.CPU_EXECUTOR).
 """
 
 from __future__ import annotations
@@ -71,8 +74,16 @@ def matmul_record(m: int, n: int, k: int, dtype: str) -> tuple[OpRecord, Step]:
     return rec, Step(m, 1, 1)
 
 
-def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float) -> list[Case]:
-    """`y = x·Wᵀ` (a linear layer) for each (M, N, K), the weight read from memory each call."""
+def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float,
+                 executor: str = "torch", threads: int | None = None) -> list[Case]:
+    """`y = x·Wᵀ` (a linear layer) for each (M, N, K), the weight read from memory each call.
+
+    Args:
+        executor: "torch" (F.linear) or "openvino" (FullyConnected, fp32 only).
+        threads: the OpenVINO executor's threads.
+    """
+    if executor == "openvino":
+        return _openvino_matmul_cases(shapes, dtype=dtype, evict=evict, threads=threads)
     td = TORCH_DTYPES[dtype]
     cases = []
     arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device)
@@ -84,6 +95,31 @@ def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str,
                           reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
                           meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
                                 "record": rec, "step": step}))
+    return cases
+
+
+def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, evict: float,
+                           threads: int | None) -> list[Case]:
+    """One OpenVINO model per weight shape holding enough weights to exceed the caches; a call runs
+    them all on one input (Case.per_call: the time is per matmul)."""
+    from hetc.backends.openvino.kernels import linear_step
+
+    if dtype != "fp32":
+        raise ValueError("the OpenVINO executor is profiled at fp32")
+    steps: dict[tuple[int, int], tuple] = {}
+    cases = []
+    for m, n, k in shapes:
+        if (n, k) not in steps:
+            count = max(1, min(64, int(evict // (n * k * 4)) + 1))
+            steps[(n, k)] = (linear_step([_rand((n, k), torch.float32, "cpu") for _ in range(count)],
+                                         threads=threads), count)
+        step, count = steps[(n, k)]
+        x = _rand((m, k), torch.float32, "cpu")
+        rec, st = matmul_record(m, n, k, dtype)
+        cases.append(Case(f"matmul {m}x{n}x{k} {dtype} openvino", lambda step=step, x=x: step(x), per_call=count,
+                          reps=1 if 2 * m * n * k * count > 1e10 else 3,
+                          meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
+                                "record": rec, "step": st}))
     return cases
 
 
@@ -119,8 +155,12 @@ def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
     return rec, Step(s.batch * s.q, s.batch, s.mean_ctx), kv
 
 
-def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float) -> list[Case]:
-    """SDPA (GQA without head expansion); K/V rotate out of cache for decode."""
+def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float, executor: str = "torch",
+                    threads: int | None = None) -> list[Case]:
+    """SDPA (GQA without head expansion), or OpenVINO's paged attention (`executor`); K/V rotate
+    out of cache for decode."""
+    if executor == "openvino":
+        return _openvino_attention_cases(shapes, dtype=dtype, evict=evict, threads=threads)
     td = TORCH_DTYPES[dtype]
     cases = []
 
@@ -152,6 +192,46 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
                           fn, reps=3 if flops > 2e9 else 5,
                           meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": step,
                                 "kv_bytes_per_token": kv}))
+    return cases
+
+
+def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: float,
+                              threads: int | None) -> list[Case]:
+    """OpenVINO's paged attention over KV blocks: a decode step's sequences hold kv − 1 tokens and
+    bring one, their blocks moving through caches larger than `evict` from call to call; a prompt
+    (causal) brings all its tokens to empty blocks."""
+    from hetc.backends.openvino.kernels import paged_attention_step
+    from hetc.backends.paged_attention import PagedMeta
+    from hetc.scheduling import KV_BLOCK_TOKENS as BS
+
+    cases = []
+    for s in shapes:
+        per = -(-s.kv // BS)
+        block_bytes = 2 * s.kv_heads * BS * s.head_dim * 4
+        rounds = 1 if s.causal else max(1, min(64, int(evict // (s.batch * per * block_bytes)) + 1))
+        nb = s.batch * per * rounds
+        k_cache, v_cache = (_rand((nb, s.kv_heads, BS, s.head_dim), torch.float32, "cpu") for _ in range(2))
+        step = paged_attention_step(heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,
+                                    scale=s.head_dim ** -0.5, k_cache=k_cache, v_cache=v_cache, threads=threads)
+        past, new = (0, s.q) if s.causal else (s.kv - 1, 1)
+        metas = [PagedMeta.build([past] * s.batch, [new] * s.batch,
+                                 [list(range((r * s.batch + b) * per, (r * s.batch + b + 1) * per))
+                                  for b in range(s.batch)], [True] * s.batch) for r in range(rounds)]
+        t = s.batch * new
+        q = _rand((t, s.heads * s.head_dim), torch.float32, "cpu")
+        kv = [_rand((t, s.kv_heads * s.head_dim), torch.float32, "cpu") for _ in range(2)]
+        nxt = _cycle(metas)
+
+        def fn(step=step, q=q, kv=kv, nxt=nxt):
+            meta = nxt()
+            return step(q, *kv, *meta.inputs()[1:])
+
+        rec, st, kvb = attention_record(s, dtype)
+        flops = rec.flops.at(st.tokens, st.ctx)
+        cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}"
+                          " openvino", fn, reps=3 if flops > 2e9 else 5,
+                          meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": st,
+                                "kv_bytes_per_token": kvb}))
     return cases
 
 

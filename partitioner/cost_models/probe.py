@@ -1,7 +1,8 @@
 """The overhead probe: what a step costs beyond its ops' work, per kernel and per step.
 
 Eager frameworks pay host time for every op (dispatch plus their own Python between ops)
-and once per step (masks, rotary tables, positions, cache bookkeeping). A Llama of width
+and once per step (masks, rotary tables, positions, cache bookkeeping); a compiled executor
+pays less per op (fused) and its own per-call cost. A Llama of width
 64 is run at 1, 2 and 4 layers, one token at a time; its ops' modelled work (tiny) is
 subtracted, and the rest is fitted as `step_overhead + kernels × launch_overhead`, the
 kernels counted by the same capture the planner uses.
@@ -35,15 +36,24 @@ def capture_config(cfg: dict, dtype: str = "fp32") -> list[Unit]:
         return capture(d, dtype=dtype).units
 
 
-def probe_cases(depths: list[int], shape: dict, *, device: str = "cpu") -> list[Case]:
-    """Prefill of one token and decode of one sequence for the probe Llama at each depth."""
+def probe_cases(depths: list[int], shape: dict, *, device: str = "cpu", executor: str = "torch",
+                threads: int | None = None) -> list[Case]:
+    """Prefill of one token and decode of one sequence for the probe Llama at each depth, run by
+    `executor` (torch eager: transformers' model; openvino: the model compiled as a served stage)."""
     cases = []
     for depth in depths:
         cfg = llama_config(hidden=shape["hidden"], layers=depth, heads=shape["heads"], kv_heads=shape["kv_heads"],
                            intermediate=shape["intermediate"], vocab=shape["vocab"], max_positions=512)
         units = capture_config(cfg)
-        model = build_llama(cfg, device=device)
-        for c in (prefill_case(model, 1, 1, device=device), decode_case(model, 1, _DECODE_CTX, device=device)):
+        if executor == "openvino":
+            from hetc.partitioner.cost_models.compiled_steps import OpenVinoLlama
+
+            ov = OpenVinoLlama(cfg, units=units, threads=threads)
+            steps = (ov.prefill_case(1, 1), ov.decode_case(1, _DECODE_CTX))
+        else:
+            model = build_llama(cfg, device=device)
+            steps = (prefill_case(model, 1, 1, device=device), decode_case(model, 1, _DECODE_CTX, device=device))
+        for c in steps:
             c.name = f"probe {depth} layer(s) {c.name}"
             c.reps = 15
             c.meta.update(depth=depth, units=units, kernels=sum(u.kernels for u in units))

@@ -1,6 +1,7 @@
-"""Compiled stages: the functional stage signature gives the unpartitioned model's logits through
-paged KV the runtime writes; OpenVINO and ONNX artifacts of one export match eager at several
-shapes; `hetc compile` writes a manifest whose hashes match its files."""
+"""Compiled stages: both forms of the stage signature give the unpartitioned model's logits through
+paged KV (the gather form's rows written by the runtime, the paged form's by its attention op);
+each toolchain's artifact of one export matches eager at several shapes (and OpenVINO's paged
+attention writes the same KV rows); `hetc compile` writes a manifest whose hashes match its files."""
 
 import hashlib
 import json
@@ -11,8 +12,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hetc.backends.stage import FunctionalStage, example_inputs, export_stage, write_kv
+from hetc.backends.stage import FunctionalStage, PagedStage, example_inputs, export_stage, stage_class, write_kv
 from hetc.backends.toolchains import toolchain
+from hetc.backends.paged_attention import PagedMeta
+from hetc.stage import AttentionForm
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import SafetensorsWeights
 from tests.unit_tests.test_runtime_model import _units
@@ -29,13 +32,14 @@ def model(tmp_path_factory):
     m = LlamaForCausalLM(cfg).eval()
     d = tmp_path_factory.mktemp("tiny")
     m.save_pretrained(d)
-    stages = [FunctionalStage(cfg, _units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
-              for a, b in CUTS]
+    stages = {cls.form: [cls(cfg, _units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
+                         for a, b in CUTS] for cls in (FunctionalStage, PagedStage)}
     return d, cfg, m, stages
 
 
 def test_functional_stages_give_the_models_logits(model):
-    _, _, ref_model, stages = model
+    _, _, ref_model, forms = model
+    stages = forms[AttentionForm.GATHER]
     g = torch.Generator().manual_seed(1)
     a, b = torch.randint(0, 300, (41,), generator=g), torch.randint(0, 300, (9,), generator=g)
     with torch.no_grad():
@@ -75,25 +79,64 @@ def test_functional_stages_give_the_models_logits(model):
     assert worst < 1e-4
 
 
+def test_paged_stages_give_the_models_logits(model):
+    """Packed tokens, no padding: a chunk of one prompt beside another prompt, then a decode beside
+    the next chunk, through blocks the attention op writes itself."""
+    _, _, ref_model, forms = model
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randint(0, 300, (70,), generator=g), torch.randint(0, 300, (9,), generator=g)
+    with torch.no_grad():
+        ra, rb = ref_model(a[None]).logits[0], ref_model(b[None]).logits[0]
+        rb2 = ref_model(torch.cat([b, torch.tensor([7])])[None]).logits[0]
+    caches = {layer: (torch.zeros(6, 2, BS, 16), torch.zeros(6, 2, BS, 16)) for layer in range(3)}
+    tables = [[4, 0, 2], [5]]  # non-contiguous blocks
+
+    def step(x, starts, n_new, sample):
+        meta = PagedMeta.build(starts, n_new, tables, sample)
+        for st in forms[AttentionForm.PAGED]:
+            args = [x, *meta.inputs(), *([meta.select] if st.selects else [])]
+            for layer in st.attention_layers:
+                args += caches[layer]
+            x = st(*args)
+        return x
+
+    with torch.no_grad():
+        out = step(torch.cat([a[:40], b]), [0, 0], [40, 9], [False, True])  # a's first chunk is not sampled
+        worst = (out[0] - rb[8]).abs().max()
+        out = step(torch.cat([a[40:70], torch.tensor([7])]), [40, 9], [30, 1], [True, True])
+        worst = max(worst, (out[0] - ra[69]).abs().max(), (out[1] - rb2[9]).abs().max())
+    assert out.shape == (2, 300) and worst < 1e-4
+
+
 # ids in / hidden out (stage 0); hidden in / logits out with select (stage 2); IREE and Inductor
 # compile C++/LLVM code for the host, seconds per stage: one stage each
 @pytest.mark.parametrize("name,which", [("openvino", (0, 2)), ("onnx", (0, 2)), ("iree", (2,)), ("inductor", (1,))])
 def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which):
-    _, cfg, _, stages = model
+    d, cfg, _, forms = model
     g = torch.Generator().manual_seed(2)
     kw = dict(hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32, generator=g)
-    for st in (stages[i] for i in which):
+    tc = toolchain(name)
+    for st in (forms[tc.form][i] for i in which):
+        assert isinstance(st, stage_class(tc.form))
         ep = export_stage(st, hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32)
-        tc = toolchain(name)
         target = {"iree": "gfx942", "inductor": "sm_90"}.get(name, "CPU")
-        step = tc.load(tc.build(ep, tmp_path, target=target, stem=f"s{st.attention_layers}"), tmp_path)
-        for batch, new, past in ((1, 9, [0]), (3, 1, [37, 5, 18]), (2, 4, [16, 0])):
+        art = tc.build(ep, tmp_path, target=target, stem=f"s{st.attention_layers}", weight_names=st.weight_names)
+        step = tc.load(art, tmp_path, weights=SafetensorsWeights(d))  # the model's weights, where the artifact has none
+        for batch, new, past in ((1, 9, [0]), (3, 1, [37, 5, 18]), (2, 4, [BS, 0])):
             args = example_inputs(st, batch=batch, new=new, past=past, num_blocks=9, **kw)
+            mine = [t.clone() for t in args]  # the paged form writes the new KV rows into its caches
+            before = [t.clone() for t in args]
             with torch.no_grad():
                 want = st(*args)
-            got = step(*args)
+            want = want if isinstance(want, tuple) else (want,)
+            got = step(*mine)
             assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want]
             assert max(float((x - y).abs().max()) for x, y in zip(got, want)) < 1e-4
+            if tc.form is AttentionForm.PAGED:  # the rows it wrote, at the slots the reference wrote
+                n = 2 * len(st.attention_layers)
+                for ref, out, old in zip(args[len(args) - n:], mine[len(args) - n:], before[len(args) - n:]):
+                    written = ref != old
+                    assert written.any() and float((out[written] - ref[written]).abs().max()) < 1e-5
 
 
 def _profiles(d, memory="0.7 MB", nv_target="sm_90"):

@@ -7,7 +7,6 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.compiled_stage import build_compiled_stage
-from hetc.runtime.kv_cache import AttnMeta
 from hetc.weights import SafetensorsWeights
 from tests.unit_tests.test_runtime_model import _units
 
@@ -33,16 +32,15 @@ def test_three_toolchains_chained_give_the_models_logits(tmp_path, monkeypatch, 
     a, b = torch.randint(0, 300, (41,), generator=g).tolist(), torch.randint(0, 300, (9,), generator=g).tolist()
     with torch.no_grad():
         ra, rb = ref(torch.tensor([a])).logits[0], ref(torch.tensor([b])).logits[0]
-    tables = {0: [3, 0, 7], 1: [5]}
+    tables = {0: [3, 0], 1: [5]}  # non-contiguous blocks of KV_BLOCK_TOKENS (32)
     seqs = {0: a, 1: b}
 
     def step(items):
-        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
-                              [i[3] for i in items])
+        args = ([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items], [i[3] for i in items])
         x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
         with torch.no_grad():
-            for s in stages:
-                x = s(x, meta)
+            for s in stages:  # each stage's own metadata form (paged or gather)
+                x = s(x, s.step_meta(*args))
         return x
 
     worst = 0.0

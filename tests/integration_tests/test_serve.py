@@ -1,7 +1,7 @@
 """`hetc serve` end to end (issue 5): a Llama-shaped model with random fp32 weights saved as
 a Hugging Face dir (safetensors + a BPE tokenizer trained here), planned with make_plan over
 3 devices of 3 vendors, none big enough for the model alone, served with --emulate (one
-CPU process per plan device, one torch.distributed job).
+CPU process per plan device).
 
 Through the real `openai` client: concurrent greedy completions of mixed prompt lengths
 are token-identical to Hugging Face `generate` on the unpartitioned model (with chunked
@@ -18,11 +18,7 @@ import concurrent.futures as cf
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx2 as httpx  # the HTTP client the openai package uses
 import openai
@@ -31,103 +27,30 @@ import torch
 from openai import OpenAI
 
 from hetc.cli import main as hetc_main
-from hetc.partitioner.planner import PlanRequest, make_plan
-from hetc.plan import save_plan
-from tests.conftest import PROFILE as BASE_PROFILE
-
-REPO = Path(__file__).resolve().parents[2]
-KEY = "test-key"
-NAME = "tiny"
-PROFILE = BASE_PROFILE.replace("{memory}", "1.5 MB").replace("{bw}", "20 GB/s").replace("{flops}", "1 TFLOP/s")
-TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, this is hetc serving a tiny llama",
-         "pipelines stream activations from stage to stage", "paged kv cache with blocks of sixteen tokens"]
-
-
-def build_model(d: Path) -> None:
-    """A 4-layer Llama (hidden 64, vocab 320) with random fp32 weights and a BPE tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(TEXTS * 20, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
-    fast.chat_template = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                          "{% if add_generation_prompt %}assistant:{% endif %}")
-    fast.save_pretrained(d)
-    # initializer_range 0.3: outputs vary token to token and the top-2 logit gap stays far above fp32 noise
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=176, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, initializer_range=0.3)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).eval().save_pretrained(d)
-
+from tests.fixtures.serving import (KEY, NAME, PROFILE, REPO, TEXTS, build_model, free_port, start_serve,  # noqa: F401
+                                    wait_healthy, write_three_vendor_plan)
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """(model dir, plan path, plan dict)."""
     root = tmp_path_factory.mktemp("serve")
-    model = root / "tiny"
-    build_model(model)
-    for name, vendor, backend in (("va", "nvidia", "cuda"), ("vb", "amd", "rocm"), ("vc", "intel", "gaudi")):
-        (root / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor=vendor, backend=backend))
-    (root / "c.yaml").write_text("nodes:\n  - {name: a, device: ./va.yaml, count: 1}\n"
-                                 "  - {name: b, device: ./vb.yaml, count: 1}\n"
-                                 "  - {name: c, device: ./vc.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n")
-    plan = make_plan(PlanRequest(model=str(model), profiles=str(root / "c.yaml"), dtype="fp32", input_len=64,
-                                 output_len=32, time_limit=5))
-    save_plan(plan, root / "plan.json")
-    return model, root / "plan.json", json.loads((root / "plan.json").read_text())
+    plan = write_three_vendor_plan(root)
+    return root / "tiny", plan, json.loads(plan.read_text())
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, procs: list[subprocess.Popen], timeout: float = 150) -> None:
-    """Poll /health until 200; fail if a server process exits or `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
-        time.sleep(0.5)
+_port = free_port
 
 
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
     """A running `hetc serve --emulate`: (base url, process)."""
-    model, plan, _ = built
-    port = _port()
-    log = open(tmp_path_factory.mktemp("log") / "serve.log", "w+")
+    _, plan, _ = built
     # a 16-token prefill chunk and 16 KV blocks (256 tokens for 8 sequences): chunked prefill and preemption happen
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--emulate", "--port", str(port),
-                             "--api-key", KEY, "--served-model-name", NAME, "--max-batched-tokens", "16",
-                             "--num-kv-blocks", "16", "--max-waiting", "32", "--timeout", "30"],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, [proc])
-    except AssertionError:
-        log.seek(0)
-        proc.kill()
-        pytest.fail(f"hetc serve did not come up (exit {proc.poll()}):\n{log.read()}")
-    yield url, proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    log.close()
+    served = start_serve(plan, "--emulate", "--api-key", KEY, "--served-model-name", NAME, "--max-batched-tokens",
+                         "16", "--num-kv-blocks", "16", "--max-waiting", "32", "--timeout", "30",
+                         log=tmp_path_factory.mktemp("log") / "serve.log")
+    yield served.url, served.proc
+    served.stop(30)
 
 
 def client(url: str, key: str = KEY) -> OpenAI:

@@ -49,7 +49,7 @@ def test_three_toolchains_serve_like_hf_generate(tmp_path):
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, [proc], timeout=300)
+        wait_healthy(url, [proc])
         models = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer k"}).json()["data"][0]
         by_stage = {e["backend"]: e["executor"] for e in models["executors"]}
         assert by_stage == {"cuda": "inductor", "rocm": "iree", "openvino": "openvino"}

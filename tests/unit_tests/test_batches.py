@@ -2,14 +2,16 @@
 on every catalog profile and on a fitted profile whose curves fall (through its envelope), and
 the ceiling, interval and search helpers."""
 
+import math
+
 import pytest
 
 from hetc.cluster import Node, load_profile, profile_names, resolve_link
-from hetc.partitioner.batches import batch_ceiling, octaves, search
+from hetc.partitioner.batches import Regimes, batch_ceiling, octaves, search
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.envelope import bound_node, falling_curves
-from hetc.partitioner.simulate import Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
+from hetc.partitioner.simulate import Round, StagePlan, Workload, _seat_life, estimate_pipeline, unit_round_costs
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 from tests.conftest import FIXTURES, falling_cluster, two_type_cluster
@@ -29,19 +31,33 @@ def _busy(units, node, tp, batch, m, phase, wl=WL):
 
 
 def _check_per_sequence(units, node, tp, phase, wl=WL):
-    """busy(b, min(n, b)) / b never grows with b, for pipelines of n stages; busy(b, m) never
-    shrinks as m grows."""
+    """Within a step regime (batches.Regimes), busy(b, min(n, b)) / b never grows with b for
+    pipelines of n stages; busy(b, m) never shrinks as m grows where both prefill in the same chunks."""
+    regimes = Regimes(wl, phase, 4000)
     for n in (1, 2, 3, 8):
-        prev = None
-        for b in BATCHES:
-            here = _busy(units, node, tp, b, min(n, b), phase, wl) / b
-            nxt = _busy(units, node, tp, b + 1, min(n, b + 1), phase, wl) / (b + 1)
-            assert nxt <= here * (1 + 1e-12), (node.profile.name, tp, n, b)
-            assert prev is None or here <= prev * (1 + 1e-12)
-            prev = nxt if b + 1 in BATCHES else None
-    for b in (5, 64, 513):
+        for lo, hi in regimes.runs(n, 1, 4000):
+            batches = sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi} & set(range(lo, min(hi, 700) + 1)))
+            per_seq = [_busy(units, node, tp, b, min(n, b), phase, wl) / b for b in batches]
+            assert all(y <= x * (1 + 1e-12) for x, y in zip(per_seq, per_seq[1:])), (node.profile.name, tp, n, batches)
+    for b in (5, 64, 65, 513):
         for m in (1, 2, 3, 4):
-            assert _busy(units, node, tp, b, m, phase, wl) <= _busy(units, node, tp, b, m + 1, phase, wl) * (1 + 1e-12)
+            if regimes.shared(m, m + 1, b, b):
+                assert _busy(units, node, tp, b, m, phase, wl) <= _busy(units, node, tp, b, m + 1, phase, wl) * (1 + 1e-12)
+
+
+def test_regimes_break_where_the_step_changes(tiny):
+    """Past the token budget a decode batch takes two steps (its weights streamed twice): tok/s
+    falls, so no batch interval may hold both sides; the chunks agree with the model's."""
+    node = Node("a", load_profile("h100-sxm"), 8, resolve_link("nvlink4", "test", "link"))
+    assert _busy(tiny.units, node, 1, 65, 1, Phase.DECODE) / 65 > 1.5 * _busy(tiny.units, node, 1, 64, 1, Phase.DECODE) / 64
+    decode = Regimes(WL, Phase.DECODE, 300)
+    assert decode.runs(1, 1, 300) == [(1, 1), (2, 64), (65, 128), (129, 192), (193, 256), (257, 300)]
+    assert decode.runs(8, 1, 300)[0] == (1, 8) and decode.shared(1, 8, 1, 300)
+    both = Regimes(WL, Phase.BOTH, 3000)
+    for n in (1, 3, 30):
+        for b in range(1, 3001, 7):
+            k = max(min(n, b), math.ceil(b / WL.prefill_chunk))
+            assert both._of(n)[1][b] == _seat_life(WL, b / k)[1], (n, b)
 
 
 @pytest.mark.parametrize("name", profile_names())
@@ -72,8 +88,8 @@ def test_a_fitted_profile_whose_curves_fall_is_bounded_through_its_envelope(tmp_
 
 
 def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny):
-    """T(b) = b / round(b) is nondecreasing for a fixed chain and split (memory aside), with the
-    loop term and links included."""
+    """T(b) = b / round(b) is nondecreasing for a fixed chain and split (memory aside) within a
+    step regime, with the loop term and links included."""
     cluster = two_type_cluster(tmp_path, "1 GB", "1 GB", a_count=2)
     a, b = cluster.nodes
     units = tiny.units
@@ -81,11 +97,12 @@ def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny)
                    [StagePlan(a, 0, 3), StagePlan(b, 4, len(units) - 1)],
                    [StagePlan(a, 0, 1), StagePlan(b, 2, 5), StagePlan(a, 6, len(units) - 1)]):
         for phase in (Phase.BOTH, Phase.DECODE):
-            prev = 0.0
-            for batch in range(1, 300):
-                tok = estimate_pipeline(units, stages, cluster, WL, batch, phase).output_tok_s
-                assert tok >= prev * (1 - 1e-12), (len(stages), phase, batch)
-                prev = tok
+            for lo, hi in Regimes(WL, phase, 300).runs(len(stages), 1, 300):
+                prev = 0.0
+                for batch in range(lo, hi + 1):
+                    tok = estimate_pipeline(units, stages, cluster, WL, batch, phase).output_tok_s
+                    assert tok >= prev * (1 - 1e-12), (len(stages), phase, batch)
+                    prev = tok
 
 
 def test_memory_fit_shrinks_with_batch(tmp_path, tiny):

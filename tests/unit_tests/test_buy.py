@@ -1,5 +1,6 @@
 """`hetc buy`: the purchase meets the rate, costs no more than needed on tiny catalogs (checked
-against planning every possible fleet), and its bound is below every fleet that serves the load."""
+against planning every possible fleet), its bound is below every fleet that serves the load, and
+its latency SLOs are checked by simulating the fleet at the rate."""
 
 import itertools
 import json
@@ -8,7 +9,8 @@ import sys
 
 import pytest
 
-from hetc.capacity.buy import BuyRequest, buy
+from hetc.capacity.buy import buy
+from hetc.requests import BuyRequest
 from hetc.catalog import load_catalog
 from hetc.errors import BadInput, Infeasible
 from hetc.partitioner.capture import capture
@@ -111,9 +113,13 @@ def test_cli_writes_a_fleet_that_plans_and_refuses_the_impossible(tmp_path):
     out = tmp_path / "fleet.yaml"
     run = [sys.executable, "-m", "hetc.cli", "buy", "--catalog", str(tmp_path / "catalog.yaml"), MODEL,
            "--input-len", "64", "--output-len", "32", "--dtype", "fp32", "--time-limit", "2", "-o", str(out)]
-    r = subprocess.run([*run, "--rate", "2", "--json"], capture_output=True, text=True)
+    r = subprocess.run([*run, "--rate", "2", "--tpot-slo", "50", "--requests", "100", "--json"], capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
+    sim = doc["simulated"]  # the fleet's plan served at the rate, simulated: the latency SLOs checked
+    assert sim["completed"] == 100 and 0 <= sim["slo_attainment"] <= 1 and sim["tpot_slo_ms"] == 50
+    assert "of requests meet the SLOs" in r.stderr
     plan = json.loads((tmp_path / "fleet.plan.json").read_text())
     assert plan["predicted"]["output_tok_s"] >= 2 * 32
     assert sum(doc["devices"].values()) == sum(n["count"] for n in plan["cluster"]["nodes"])

@@ -26,6 +26,7 @@ BASE = {
     "memory_bandwidth": "2 TB/s", "peak_flops": {"bf16": "1000 TFLOP/s", "fp32": "100 TFLOP/s"},
     "efficiency": {"matmul": 0.5, "memory": 0.8}, "launch_overhead": "5 us", "host_link": "pcie5",
     "power": "700 W", "price": "2 USD/h", "sources": ["test"],
+    "execution": {"fusion": "none", "graphs": "none", "launch": "sync", "kernel_overhead": "0 us"},  # torch eager
 }
 
 
@@ -230,3 +231,55 @@ def test_a_mixed_step_streams_weights_once_and_attends_per_part(tiny):
         assert max(t_of(u, p, decode), t_of(u, p, prefill)) <= t_of(u, p, mixed) < both
     with pytest.raises(ValueError):
         Step(1, 1, 1, Step(1, 1, 1, Step(1, 1, 1)))
+
+
+def test_kernels_run_as_the_backend_runs_them(tiny):
+    """Engine fusion counts the fused kernels; a replayed graph pays no host launch; an async host
+    overlaps its launches with the device; each kernel pays the device's own overhead."""
+    attn = next(u for u in tiny.units if u.kind == "attention")
+    cp = cost_params(prof(), "bf16")
+    decode, prefill = Step(8, 8, 100), Step(64, 1, 32)
+    work = {s: sum(o.count * op_time(o, cp, s, attn.kv_bytes_per_token) for o in attn.fused) for s in (decode, prefill)}
+    eng = {"fusion": "engine", "kernel_overhead": "1 us"}
+    # decode replayed as a graph: the device's time only, per fused kernel
+    p = prof(launch_overhead="5 us", execution={**eng, "graphs": "decode", "launch": "async"})
+    assert t_of(attn, p, decode) == pytest.approx(work[decode] + 6 * 1e-6)
+    # a prompt step is launched kernel by kernel: async, the longer of device time and launches
+    slow = prof(launch_overhead="500 us", execution={**eng, "graphs": "decode", "launch": "async"})
+    assert t_of(attn, slow, prefill) == pytest.approx(6 * 500e-6)
+    assert t_of(attn, p, prefill) == pytest.approx(max(work[prefill] + 6e-6, 6 * 5e-6))
+    # sync (the host runs the ops itself): launches add
+    sync = prof(launch_overhead="5 us", execution={**eng, "graphs": "none", "launch": "sync"})
+    assert t_of(attn, sync, decode) == pytest.approx(work[decode] + 6 * 1e-6 + 6 * 5e-6)
+    # graphs for every step
+    every = prof(launch_overhead="500 us", execution={**eng, "graphs": "all", "launch": "async"})
+    assert t_of(attn, every, prefill) == pytest.approx(work[prefill] + 6e-6)
+    # fused kernels move fewer bytes than the exported ops
+    eager = prof(launch_overhead="0 us")
+    fused = prof(launch_overhead="0 us", execution={**BASE["execution"], "fusion": "engine"})
+    assert t_of(attn, fused, prefill) < t_of(attn, eager, prefill)
+
+
+def test_execution_defaults_come_from_the_backend_and_travel_in_plan_json():
+    from hetc.cluster import _profile_text
+    from hetc.execution import BACKEND_EXECUTION, BACKEND_EXECUTION_SOURCES
+
+    doc = json.loads(json.dumps(BASE))
+    del doc["execution"]
+    gpu = Profile.model_validate(doc)
+    assert gpu.execution == BACKEND_EXECUTION["cuda"] and gpu.execution.fusion == "engine"
+    assert Profile.model_validate({**doc, "backend": "cpu"}).execution == BACKEND_EXECUTION["cpu"]
+    assert BACKEND_EXECUTION["cpu"].fusion == "none" and BACKEND_EXECUTION["cpu"].launch == "sync"
+    part = Profile.model_validate({**doc, "execution": {"graphs": "none"}})  # the rest from the backend
+    assert part.execution.graphs == "none" and part.execution.fusion == "engine"
+    assert set(BACKEND_EXECUTION) == set(BACKEND_EXECUTION_SOURCES) and all(BACKEND_EXECUTION_SOURCES.values())
+    back = Cluster.from_json({"nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}], "network": None,
+                              "profiles": {"test-chip": json.loads(json.dumps(_profile_text(part)))}})
+    assert back.nodes[0].profile.execution == part.execution
+
+
+def test_a_dtype_may_reach_its_own_share_of_peak():
+    """FP8 GEMMs on H100 reach 70.9% of FP8 peak where BF16 reaches 80.3% (hardware.md)."""
+    p = prof(peak_flops={"bf16": "1000 TFLOP/s", "fp8": "2000 TFLOP/s", "fp32": "100 TFLOP/s"},
+             efficiency={"matmul": 0.8, "memory": 0.8, "matmul_by_dtype": {"fp8": 0.7}})
+    assert cost_params(p, "fp8").eff_matmul == 0.7 and cost_params(p, "bf16").eff_matmul == 0.8

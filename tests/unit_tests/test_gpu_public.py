@@ -5,28 +5,31 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from hetc.cluster import load_cluster
+from hetc.placement import parse_placement
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("gpu_public", REPO / "benchmarks" / "gpu_public.py")
 gpu_public = importlib.util.module_from_spec(spec)
+sys.modules["gpu_public"] = gpu_public  # its dataclasses look their module up
 spec.loader.exec_module(gpu_public)
 
 
-@pytest.mark.parametrize("case", gpu_public.CASES, ids=[c[0] for c in gpu_public.CASES])
+@pytest.mark.parametrize("case", gpu_public.CASES, ids=[c.name for c in gpu_public.CASES])
 def test_case_matches_its_cluster_and_catalog(case):
-    name, cluster, model, dtype, isl, osl, public, src, note, batch = case
-    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{cluster}.yaml"))
-    assert len(cl.nodes) == 1, "one node: the public run's TP group is all its devices"
-    tp = re.match(r"TP(\d+)", note)
-    assert int(tp.group(1) if tp else 1) == cl.nodes[0].count
-    assert (REPO / "hardware_profiles" / "models" / f"{model}.json").is_file()
-    assert dtype in ("bf16", "fp16", "fp8") and isl > 0 and osl > 0 and public > 0 and (batch is None or batch > 0)
-    assert src in gpu_public.SOURCES
+    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    assert len(cl.nodes) == 1, "one node: the public run's TP group is its devices"
+    spec = parse_placement(case.placement, cl, 80)
+    assert len(spec) == 1 and len(spec[0].stages) == 1, "the public runs are one tensor-parallel group"
+    assert (REPO / "hardware_profiles" / "models" / f"{case.model}.json").is_file()
+    assert case.dtype in ("bf16", "fp16", "fp8") and case.isl > 0 and case.osl > 0 and case.public > 0
+    assert case.batch is None or case.batch > 0
+    assert case.source in gpu_public.SOURCES and case.vendor in ("nvidia", "amd", "intel")
 
 
 def test_frozen_commit_is_a_full_hash():

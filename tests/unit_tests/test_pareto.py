@@ -44,7 +44,7 @@ def test_sweep_keeps_ceilings_and_the_unconstrained_plan_is_fastest_in_tokens(tm
     two_type_cluster(tmp_path, "40 MB", "400 MB")
     points = sweep(MODEL, str(tmp_path / "c.yaml"), input_len=64, output_len=32, dtype="fp32", points=4,
                    time_limit=2)
-    assert {p.series for p in points} == {"aggregated", "disaggregated"}
+    assert {p.series for p in points} == {"aggregated", "disaggregated", "batch caps"}
     for p in points:
         if p.tpot_ceiling_ms is not None:
             assert p.tpot_ms <= p.tpot_ceiling_ms * (1 + 1e-6)
@@ -53,6 +53,10 @@ def test_sweep_keeps_ceilings_and_the_unconstrained_plan_is_fastest_in_tokens(tm
     top = next(p for p in agg if p.tpot_ceiling_ms is None)
     assert all(p.output_tok_s <= top.output_tok_s * (1 + 1e-6) for p in agg)
     assert max(p.tok_s_per_user for p in agg) > top.tok_s_per_user  # the sweep reaches faster users
+    caps = sorted((p for p in points if p.series == "batch caps"), key=lambda p: p.batch_cap)
+    assert caps and all(p.placement.split(" b")[0] == top.placement.split(" b")[0] for p in caps)  # same placement
+    assert all(p.output_tok_s <= top.output_tok_s * (1 + 1e-6) for p in caps)
+    assert [p.tpot_ms for p in caps] == sorted(p.tpot_ms for p in caps)  # fewer sequences, faster tokens
 
 
 def test_cli_writes_csv_and_png(tmp_path):

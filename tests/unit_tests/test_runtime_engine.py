@@ -10,7 +10,8 @@ import pytest
 
 from hetc.runtime.engine import Engine, EngineDead, Event
 from hetc.runtime.metrics import Metrics
-from hetc.runtime.scheduler import SchedulerConfig
+from hetc.batching import NOT_FINITE, SAMPLING_FAILURES
+from hetc.batching import SchedulerConfig
 from hetc.runtime.sequence import SamplingParams
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import Kind, Message, StepMeta
@@ -41,6 +42,7 @@ class FakePipeline:
         self.last_rank, self.out = last_rank, queue.Queue()
         self.hold = threading.Event()
         self.sent: list[Kind] = []
+        self.unsampleable: set[tuple[int, int]] = set()  # (seq id, position): the sampler fails there
         self._dead = False
 
     def send(self, msg: Message, dst: int) -> None:
@@ -49,7 +51,7 @@ class FakePipeline:
         self.sent.append(msg.kind)
         if msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
-            toks = [token_at(s, st + n) if smp else -1
+            toks = [(NOT_FINITE if (s, st + n) in self.unsampleable else token_at(s, st + n)) if smp else -1
                     for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)]
             self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long),
                                  times=msg.times))
@@ -142,6 +144,43 @@ def test_micro_batches_complete_with_the_pipelines_tokens():
     assert eng.shutdown(2.0)
 
 
+def test_a_sequence_the_sampler_fails_on_ends_alone_with_the_reason():
+    eng, pipes, failed = _engine(1)
+    pipes[0].hold.set()
+    a, sink_a = _submit(eng, [1, 2, 3], max_tokens=6)
+    b, sink_b = _submit(eng, [4, 5, 6], max_tokens=6)
+    pipes[0].unsampleable.add((a.seq.seq_id, 4))  # a's second token
+    pipes[0].hold.clear()
+    assert sink_a.done.wait(5) and sink_b.done.wait(5)
+    assert [e.token for e in sink_a.events if e.token is not None] == [token_at(a.seq.seq_id, 3)]
+    end = sink_a.events[-1]
+    assert end.reason == "error" and end.error == SAMPLING_FAILURES[NOT_FINITE] and end.status == 500
+    assert sink_b.events[-1].reason == "length" and len([e for e in sink_b.events if e.token is not None]) == 6
+    assert not failed and not eng.down and eng.lanes[0].up  # the lane serves on
+    assert Kind.SCRUB in pipes[0].sent  # a's blocks were zeroed in every stage, then freed
+    assert eng.lanes[0].sched.blocks.num_used == 0 and not eng.requests
+    c, sink_c = _submit(eng, [1, 2, 3], max_tokens=2)
+    assert sink_c.done.wait(5) and sink_c.events[-1].reason == "length"
+
+
+def test_tokens_reach_the_client_in_order_whichever_lane_delivers_first():
+    """A dead decode lane's last result, delivered after the prefill lane that recomputed the
+    sequence delivered the next token, neither reorders nor repeats the stream."""
+    from hetc.batching import StepOutput
+
+    eng, pipes, _ = _engine(1)
+    pipes[0].hold.set()  # nothing comes back from the pipeline itself
+    req, sink = _submit(eng, [1, 2, 3], max_tokens=4)
+    seq = req.seq
+    seq.token_ids += [50, 51]  # t_k sampled by the dead lane, then t_k+1 by the recomputing one
+    eng.deliver([StepOutput(seq, 51, False)])  # the recomputing lane's thread is first
+    eng.deliver([StepOutput(seq, 50, False)])  # the dead lane's thread, late
+    seq.token_ids.append(52)
+    eng.deliver([StepOutput(seq, 52, False)])
+    assert [e.token for e in sink.events] == [50, 51, 52] and not any(e.finished for e in sink.events)
+    assert req.delivered == 3
+
+
 def test_a_lane_failure_fails_only_its_sequences_at_once():
     eng, pipes, failed = _engine(2)
     pipes[0].hold.set()
@@ -207,3 +246,90 @@ def test_drain_refuses_new_requests_and_cancels_what_outlives_the_timeout():
     assert not eng.wait_idle(0.2)
     eng.cancel_all("drain timeout")
     assert sink.done.is_set() and sink.events[-1].error == "drain timeout"
+
+
+class FakeLinks:
+    """KvLinks without a store: an opened pair is ready at once (its `on_ready` is called)."""
+
+    def __init__(self):
+        self.on_ready, self.epoch, self.ready_pairs, self.opened = None, {}, set(), []
+
+    def ready(self, pair):
+        return self.epoch[pair] if pair in self.ready_pairs else None
+
+    def down(self, lane):
+        self.ready_pairs -= {p for p in self.ready_pairs if lane in p}
+
+    def open(self, lanes_up, lane=None):
+        for pair in [(0, 1)]:
+            if (lane is None or lane in pair) and set(pair) <= lanes_up:
+                self.epoch[pair] = self.epoch.get(pair, 0) + 1
+                self.opened.append(pair)
+                self.ready_pairs.add(pair)
+                self.on_ready(pair)
+
+
+def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill_and_they_complete():
+    import dataclasses
+
+    pre = dataclasses.replace(_lane(0, 1), phase="prefill", targets=(1,))
+    dec = dataclasses.replace(_lane(1, 3), phase="decode")
+    pipes = {0: FakePipeline(2), 1: FakePipeline(4)}
+    links = FakeLinks()
+    eng = Engine([pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"),
+                 transports=pipes, heartbeat_s=0.05, links=links)
+    failed: list[int] = []
+    eng.on_unit_failed = lambda unit, why: failed.append(unit)
+    eng.start()
+    _ENGINES.append(eng)
+    assert links.opened == [(0, 1)]
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8], list(range(20, 40))]
+    reqs = [_submit(eng, p, max_tokens=40) for p in prompts]
+    deadline = time.monotonic() + 5
+    while not all(len(s.events) >= 3 for _, s in reqs):  # every sequence decoding on the decode lane
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    pipes[1].hold.set()
+    pipes[1].kill()  # a decode worker dies
+    deadline = time.monotonic() + 2
+    while not failed:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert failed == [1] and eng.lanes[0].up  # the prefill lane keeps serving
+    time.sleep(0.2)
+    assert not any(s.done.is_set() for _, s in reqs)  # nothing failed: recomputed, parked for a decode lane
+    assert eng.parked or any(r.sched.has_unfinished() for r in eng.lanes if r.up)
+    eng.revive(1, {1: FakePipeline(4)})  # the decode pool is back: its link opens, the prompts move on
+    for (req, sink), prompt in zip(reqs, prompts):
+        assert sink.done.wait(5) and sink.events[-1].reason == "length", sink.events[-1]
+        got = [e.token for e in sink.events if e.token is not None]
+        # every token once, in order: the recomputed sequences go on from where their stream was
+        assert got == [token_at(req.seq.seq_id, p) for p in range(len(prompt), len(prompt) + 40)]
+    assert links.opened == [(0, 1), (0, 1)] and not eng.parked
+
+
+def test_a_dead_prefill_pool_fails_its_own_sequences_and_the_decode_pool_serves_on():
+    import dataclasses
+
+    pre = [dataclasses.replace(_lane(i, 1 + 2 * i), phase="prefill", targets=(2,)) for i in (0, 1)]
+    dec = dataclasses.replace(_lane(2, 5), phase="decode")
+    pipes = {0: FakePipeline(2), 1: FakePipeline(4), 2: FakePipeline(6)}
+    eng = Engine([*pre, dec], {0: 64, 1: 64, 2: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16),
+                 Metrics("m"), transports=pipes, heartbeat_s=0.05)
+    eng.on_unit_failed = lambda unit, why: None
+    eng.start()
+    _ENGINES.append(eng)
+    pipes[0].hold.set()
+    time.sleep(0.05)  # a receive already waiting has returned
+    a, sink_a = _submit(eng, [1, 2, 3], max_tokens=10)  # held on prefill lane 0
+    b, sink_b = _submit(eng, [4, 5, 6], max_tokens=30)  # prefill lane 1, then decoding
+    assert a.lane.lane.id == 0 and b.lane.lane.id == 1
+    deadline = time.monotonic() + 5
+    while len(sink_b.events) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    pipes[0].kill()
+    assert sink_a.done.wait(2) and sink_a.events[-1].reason == "error"
+    assert sink_b.done.wait(5) and sink_b.events[-1].reason == "length"
+    _, sink_c = _submit(eng, [7, 8], max_tokens=4)  # prefill lane 1 and the decode lane serve on
+    assert sink_c.done.wait(5) and sink_c.events[-1].reason == "length"

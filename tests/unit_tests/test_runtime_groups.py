@@ -61,15 +61,19 @@ def _echo(tp, rank: int, step: int) -> list[int]:
     return got.payload.reshape(-1).tolist()
 
 
-def test_pools_that_exchange_kv_share_a_unit():
+def test_pools_are_units_of_their_own_joined_by_kv_links():
     import dataclasses
+
+    from hetc.runtime.kvlinks import link_pairs, link_ranks
 
     pre, dec = _lanes()
     pre = dataclasses.replace(pre, phase="prefill", targets=(1,))
     dec = dataclasses.replace(dec, phase="decode")
     third = dataclasses.replace(_lanes()[0], id=2)
-    assert units([pre, dec, third]) == [(0, 1), (2,)]
-    assert group_ranks([pre, dec, third], 0) == [0, 1, 2]
+    lanes = [pre, dec, third]
+    assert units(lanes) == [(0,), (1,), (2,)]
+    assert group_ranks(lanes, 0) == [0, 1] and group_ranks(lanes, 1) == [0, 2]
+    assert link_pairs(lanes) == [(0, 1)] and link_ranks(lanes, (0, 1)) == [1, 2]  # workers only, no frontend
 
 
 def test_a_unit_reforms_alone_with_a_new_generation():

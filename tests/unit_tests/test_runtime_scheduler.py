@@ -3,8 +3,8 @@ micro-batch, micro-batches sized to fill the pipeline, preemption by recompute."
 
 import pytest
 
-from hetc.runtime.block_manager import BlockManager
-from hetc.runtime.scheduler import Scheduler, SchedulerConfig
+from hetc.kv_blocks import BlockManager
+from hetc.batching import Scheduler, SchedulerConfig
 from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
 
 

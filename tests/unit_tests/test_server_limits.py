@@ -13,10 +13,10 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from hetc.runtime.block_manager import BlockManager
+from hetc.kv_blocks import BlockManager
 from hetc.runtime.engine import Engine, Event, QueueFull
 from hetc.runtime.metrics import Metrics
-from hetc.runtime.scheduler import Rates, Scheduler, SchedulerConfig
+from hetc.batching import Rates, Scheduler, SchedulerConfig
 from hetc.runtime.sequence import Sequence
 from hetc.runtime.server import ServerState, create_app
 from hetc.runtime.tokenizer import ByteTokenizer
@@ -46,10 +46,34 @@ def test_body_over_the_limit_is_413_declared_or_chunked():
 
 
 @pytest.mark.parametrize("extra,param", [({"max_tokens": 60}, "max_tokens"), ({"prompt": "y" * 64}, "prompt"),
-                                         ({"stop": ["a"] * 17}, "stop"), ({"n": 2}, "n")])
+                                         ({"stop": ["a"] * 17}, "stop"), ({"stop": "s" * 257}, "stop"), ({"n": 2}, "n"),
+                                         ({"seed": 2**63}, "seed"), ({"top_k": 2**31}, "top_k"),
+                                         ({"logprobs": 0}, "logprobs")])
 def test_request_costs_over_the_limits_are_400(extra, param):
     r = _client(ScriptedEngine("hi")).post("/v1/completions", json={"model": "m", "prompt": "x" * 10, **extra})
     assert r.status_code == 400 and r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("body", ['{"model": "m", "prompt": "x", "max_tokens": ' + "1" * 5000 + "}",  # int over 4300 digits
+                                  "[" * 100_000 + "]" * 100_000,  # nesting deeper than the JSON decoder's recursion
+                                  b'{"model": "m", "prompt": "\xff"}'])
+def test_bodies_the_json_decoder_chokes_on_are_400_not_500(body):
+    r = _client(ScriptedEngine("hi")).post("/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+
+
+def test_integral_floats_are_integers_and_an_empty_tools_list_is_no_tools():
+    c = _client(ScriptedEngine("hi"))
+    r = c.post("/v1/completions", json={"model": "m", "prompt": [104.0, 105.0], "max_tokens": 2.0})
+    assert r.status_code == 200 and r.json()["usage"] == {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+    assert c.post("/v1/chat/completions", json={**chat, "tools": []}).status_code == 200
+    assert c.post("/v1/chat/completions", json={**chat, "tools": {}}).json()["error"]["param"] == "tools"
+
+
+def test_a_wrong_method_is_405_with_allow():
+    r = _client(ScriptedEngine("hi")).delete("/v1/completions")
+    assert r.status_code == 405 and r.headers["allow"] == "POST" and r.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_api_key_compared_in_constant_time(monkeypatch):
@@ -174,3 +198,14 @@ def test_rates_do_not_count_an_idle_pipeline_as_slow():
     for i in range(1, 30):  # one request at a time: each 50 ms step sent after a 1 s idle gap
         r.observe(10, 0, sent_at=i * 1.0 - 0.05, now=i * 1.0)
     assert r.predict_wait(100, 0) == pytest.approx(100 * 0.05 / 10, rel=0.05)
+
+
+@pytest.mark.parametrize("top_p", [5e-324, 1e-300, 1e-46])
+def test_a_top_p_below_float32s_range_keeps_the_top_token(top_p):
+    import torch
+
+    from hetc.runtime.sampler import sample
+
+    logits = torch.randn(2, 320, generator=torch.Generator().manual_seed(0))
+    got = sample(logits, [(1.0, top_p, 0, 1), (0.7, top_p, 5, 2)], [3, 4])  # raised on NaN probabilities (schemathesis)
+    assert got == logits.argmax(-1).tolist()

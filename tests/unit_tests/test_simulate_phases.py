@@ -4,7 +4,8 @@ import pytest
 
 from hetc.cluster import load_cluster
 from hetc.partitioner.capture import capture
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.cost_models.analytic import Step
+from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline, prompts_per_step, stage_time
 from tests.conftest import EXAMPLES
 
 
@@ -31,13 +32,24 @@ def test_decode_pool_is_the_pipeline_without_prefills(setup):
     assert decode.output_tok_s > both.output_tok_s  # no prompt work in its rounds
 
 
-def test_prefill_pool_finishes_a_prompt_per_busiest_stage(setup):
+def test_prefill_pool_packs_whole_prompts_and_finishes_them_per_busiest_stage(setup):
     units, cluster, stages, wl = setup
     pre = estimate_pipeline(units, stages, cluster, wl, 999, "prefill")
-    per_prompt = max(max(e.prefill_s for e in pre.stages), max(e.link_prefill_s for e in pre.stages))
-    assert pre.batch == len(stages)  # one prompt in flight per stage
+    per_step = prompts_per_step(wl)
+    assert per_step == wl.prefill_chunk // wl.input_len == 4
+    assert pre.batch == len(stages) * per_step  # one packed step in flight per stage
+    # a stage's work per prompt: a quarter of one step over four prompts (and of its overhead)
+    for sp, e in zip(stages, pre.stages):
+        us = units[sp.first: sp.last + 1]
+        packed = stage_time(us, sp.node, sp.tp, Step(per_step * wl.input_len, per_step, wl.input_len / 2), wl)
+        assert e.busy_s == pytest.approx((packed + sp.node.profile.step_overhead) / per_step)
+        assert e.prefill_s == pytest.approx(packed + sp.node.profile.step_overhead)  # its prompts finish together
+    per_prompt = max(max(e.busy_s for e in pre.stages), max(e.link_s for e in pre.stages))
     assert pre.output_tok_s == pytest.approx(wl.output_len / per_prompt)
     assert pre.ttft_s == pytest.approx(sum(e.prefill_s + e.link_prefill_s for e in pre.stages))
+    # packing is cheaper per prompt than a step of its own
+    one = estimate_pipeline(units, stages, cluster, Workload(512, 128, "bf16", "bf16", 512), 1, "prefill")
+    assert pre.output_tok_s > one.output_tok_s
     # its KV holds prompts only: less than a decode pool of the same batch keeps
-    dec = estimate_pipeline(units, stages, cluster, wl, len(stages), "decode")
+    dec = estimate_pipeline(units, stages, cluster, wl, pre.batch, "decode")
     assert all(p.memory.kv < d.memory.kv for p, d in zip(pre.stages, dec.stages))

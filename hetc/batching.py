@@ -1,4 +1,7 @@
-"""Iteration-level continuous batching over a paged KV cache (one per pipeline lane).
+"""The serving policy: iteration-level continuous batching over a paged KV cache, one
+scheduler per pipeline lane. Pure (no torch, no threads, no wall clock of its own): the
+runtime's lanes (runtime/lane.py) and the capacity simulator (capacity/simulator.py) drive
+the same `Scheduler`, so what the simulator predicts is what the server does.
 
 Each call to `schedule()` forms one micro-batch from sequences not already in the
 pipeline: running sequences first (one decode token each, or the next chunk of a prompt
@@ -20,17 +23,27 @@ length, or would need a preemption to grow, is not looked ahead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hetc.runtime.block_manager import BlockManager
-from hetc.runtime.sequence import Sequence, SeqStatus
-from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
+from hetc.kv_blocks import BlockManager
+from hetc.sequence import Sequence, SeqStatus
+from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 
-__all__ = ["MicroBatch", "Rates", "Scheduler", "SchedulerConfig", "StepOutput"]
+# What the last stage sends in place of a token it could not sample (runtime/sampler.py)
+NOT_FINITE = -2  # the row's logits hold a NaN, or their maximum is infinite
+SAMPLER_ERROR = -3  # the draw raised (the worker's log says why)
+SAMPLING_FAILURES = {
+    NOT_FINITE: "the model's logits for this sequence are not finite (NaN or infinity): no token can be chosen",
+    SAMPLER_ERROR: "sampling this sequence's next token failed (the last stage's log says why)",
+}
+
+__all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "inflight_depth",
+           "lane_config", "lane_max_seqs", "longest_request", "looks_ahead", "refusal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +85,7 @@ class StepOutput:
     seq: Sequence
     token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
     finished: bool
+    error: str | None = None  # the last stage could not sample it (finished with reason "error")
 
 
 @dataclass(slots=True)
@@ -104,32 +118,41 @@ class Rates:
         self.finished += a * (finished - self.finished)
         self.interval += a * (max(dt, 1e-6) - self.interval)
 
-    def predict_wait(self, queued_tokens: int, seats_short: int) -> float:
+    def predict_wait(self, queued_tokens: int, seats_short: int, step_tokens: int | None = None) -> float:
         """Seconds until a new request's first token: its queue's prompt tokens at the measured
-        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish."""
+        token rate, or, when every seat is taken, the time for `seats_short` sequences to finish.
+
+        Args:
+            step_tokens: most tokens one step carries (the prefill chunk). Prompt tokens go at least
+                that many (or all of them, if fewer) per measured step: a lane whose recent steps
+                were decode rows only (one token each) still prefills a long prompt in one step.
+        """
         if self.interval == 0.0:
             return 0.0
-        wait = queued_tokens * self.interval / max(self.tokens, 1e-9)
+        per_step = max(self.tokens, min(queued_tokens, step_tokens)) if step_tokens else self.tokens
+        wait = queued_tokens * self.interval / max(per_step, 1e-9)
         if seats_short > 0 and self.finished > 0:  # no finish seen yet: a seat's wait is unknown, not infinite
             wait = max(wait, seats_short * self.interval / self.finished)
         return wait
 
 
 class Scheduler:
-    """Owns the lane's sequences and block manager. Not thread-safe: the engine holds a lock."""
+    """Owns the lane's sequences and block manager. Not thread-safe: the runtime's lane holds a lock."""
 
     def __init__(self, blocks: BlockManager, config: SchedulerConfig,
-                 on_preempt: Callable[[Sequence], None] | None = None):
+                 on_preempt: Callable[[Sequence], None] | None = None, clock: Callable[[], float] = time.monotonic):
         """Args:
             blocks: the lane's KV blocks.
             config: limits; `handoff` for a prefill pool.
             on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
                 pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
+            clock: seconds, the same clock that stamps `MicroBatch.sent_at` (the simulator's is virtual).
         """
-        self.blocks, self.cfg, self.on_preempt = blocks, config, on_preempt
+        self.blocks, self.cfg, self.on_preempt, self.clock = blocks, config, on_preempt, clock
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
+        self.scrub: list[int] = []  # blocks to zero in every stage before they are free again (the lane sends them)
         self._step = 0
         self.num_preemptions = 0
         self.rates = Rates()
@@ -150,7 +173,7 @@ class Scheduler:
         """Seconds a new request of `prompt_tokens` would wait for its first token (measured rates)."""
         queued = prompt_tokens + sum(s.remaining for s in self.waiting)
         short = len(self.waiting) + 1 - (self.cfg.max_num_seqs - len(self.running))
-        return self.rates.predict_wait(queued, short)
+        return self.rates.predict_wait(queued, short, self.cfg.max_batched_tokens)
 
     def add(self, seq: Sequence, front: bool = False) -> None:
         seq.status = SeqStatus.WAITING
@@ -226,13 +249,16 @@ class Scheduler:
         seq_cap = max(1, math.ceil(active / self.cfg.n_stages))
         budget = self.cfg.max_batched_tokens
         batch = MicroBatch(self._step)
+        step, n_stages = self._step, self.cfg.n_stages
         for seq in list(self.running):
             if budget == 0 or len(batch.items) >= seq_cap:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue
             if seq.in_flight:
-                if lookahead and self._can_look_ahead(seq):
+                # the cheapest of _can_look_ahead's conditions first: most sequences in flight fail them
+                if (lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages
+                        and self._can_look_ahead(seq)):
                     self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
                     seq.in_flight += 1
                     seq.last_step = batch.step_id
@@ -258,7 +284,7 @@ class Scheduler:
             seq.status = SeqStatus.RUNNING
             self.running.append(seq)
             if seq.first_scheduled is None:
-                seq.first_scheduled = time.monotonic()
+                seq.first_scheduled = self.clock()
             self._add(batch, seq, n)
             budget -= n
         if not batch.items:
@@ -285,7 +311,8 @@ class Scheduler:
 
     # ---- results -------------------------------------------------------------------------
     def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
-        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none).
+        """Apply the tokens the last stage sampled (one per item; -1 where it sampled none; a
+        `SAMPLING_FAILURES` code where it could not sample: that sequence ends with an error).
 
         Returns what each sequence got; finished ones have released their blocks.
         """
@@ -304,6 +331,12 @@ class Scheduler:
             if not item.sample:
                 out.append(StepOutput(seq, None, False))
                 continue
+            if tok < 0:  # its KV may hold NaN: its blocks are scrubbed before anyone gets them again
+                self.scrub += seq.block_table
+                seq.block_table = []
+                self._finish(seq, "error")
+                out.append(StepOutput(seq, None, True, error=SAMPLING_FAILURES.get(tok, f"the last stage sent token {tok}")))
+                continue
             seq.token_ids.append(tok)
             reason = None
             if not seq.params.ignore_eos and tok in seq.eos_token_ids:
@@ -317,8 +350,25 @@ class Scheduler:
                 seq.status = SeqStatus.HANDOFF
                 self.handoffs.append(seq)
             out.append(StepOutput(seq, tok, reason is not None))
-        self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, time.perf_counter())
+        self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, self.clock())
         return out
+
+    def evict(self, seq: Sequence) -> None:
+        """Take `seq` out with its KV freed, to be recomputed by another lane (a decode pool died, or
+        the prompt's KV did not arrive)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        seq.status, seq.in_flight, seq.samples_in_flight = SeqStatus.WAITING, 0, False
+
+    def evict_all(self) -> list[Sequence]:
+        """`evict` every sequence this scheduler holds; returns them."""
+        seqs = [*self.running, *self.waiting]
+        for s in seqs:
+            self.evict(s)
+        return seqs
 
     def fail_all(self) -> list[Sequence]:
         """Finish every sequence with an error (a dead stage); returns them."""
@@ -330,3 +380,65 @@ class Scheduler:
         self.running.clear()
         self.waiting.clear()
         return seqs
+
+
+# ---- the rules around a lane's scheduler (the runtime's engine and lanes, and the simulator) --------
+def looks_ahead(phase: Phase) -> bool:
+    """A lane sends decode steps before their input token is back, except a prefill pool (its
+    sequences leave after their first token: nothing to look ahead for)."""
+    return phase != Phase.PREFILL
+
+
+def inflight_depth(n_stages: int, phase: Phase) -> int:
+    """Micro-batches a lane keeps in its pipeline: one per stage, and one more queued behind each
+    when it looks ahead."""
+    return n_stages * (2 if looks_ahead(phase) else 1)
+
+
+def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:
+    """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off,
+    and its own `max_num_seqs` when given (`lane_max_seqs`)."""
+    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL,
+                               max_num_seqs=max_num_seqs or base.max_num_seqs)
+
+
+def lane_max_seqs(batch: int, n_stages: int, override: int | None = None) -> int:
+    """Sequences a lane runs at once: `--max-num-seqs` when given, else its own pipeline's planned
+    batch (the plan sized its KV for that many), at least 2 per stage so its micro-batches stay full."""
+    return override or max(batch, 2 * n_stages)
+
+
+def longest_request(lanes: list[tuple[Phase, int]], block_tokens: int = KV_BLOCK_TOKENS) -> tuple[int, int]:
+    """(the longest prompt, the longest prompt + output) a server of these lanes — (phase, KV blocks)
+    each — takes: requests go to the least loaded lane, not the one they fit, so a prompt must fit
+    every lane that prefills and a whole sequence every lane that decodes. A prefill pool's KV holds
+    prompts only (the plan sizes it so), and does not limit the output."""
+    prefill = [n for ph, n in lanes if ph != Phase.DECODE]
+    decode = [n for ph, n in lanes if ph != Phase.PREFILL]
+    return min(prefill) * block_tokens, min(decode) * block_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request is refused on arrival (HTTP 429) and when to try again."""
+
+    reason: str
+    retry_after: float
+
+
+def refusal(predicted_wait: float, num_waiting: int, cfg: SchedulerConfig) -> Refusal | None:
+    """The server's admission: a request is refused when the lane that would take it predicts a
+    longer wait for its first token than `max_queue_wait` (`Scheduler.predicted_wait`), or when
+    the bounded queue is full; None admits it.
+
+    Args:
+        predicted_wait: seconds, on the least loaded entry lane.
+        num_waiting: requests waiting on every lane.
+        cfg: the server's limits.
+    """
+    if predicted_wait > cfg.max_queue_wait:
+        return Refusal(f"the predicted wait for a first token is {predicted_wait:.1f} s, over the server's "
+                       f"--max-queue-wait of {cfg.max_queue_wait:g} s", min(predicted_wait - cfg.max_queue_wait, 60.0))
+    if num_waiting >= cfg.max_waiting:
+        return Refusal(f"{num_waiting} requests are waiting (the queue holds {cfg.max_waiting})", 1.0)
+    return None

@@ -2,17 +2,21 @@
 
 One BlockManager per pipeline lane: the scheduler owns it, every stage of the lane holds
 a KV pool with (at least) this many blocks and uses the block tables it is sent, so a
-block id means the same slot in every stage's pool.
+block id means the same slot in every stage's pool. A lane reserves block 0: attention pads
+shorter sequences' block lists with it (kv_cache.AttnMeta), masked, and a masked slot holding
+a NaN still spreads it (0 · NaN), so the padding block is one no sequence ever writes.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from hetc.runtime.sequence import Sequence
+from hetc.sequence import Sequence
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["BlockManager", "blocks_for"]
+__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for"]
+
+PADDING_BLOCKS = 1  # blocks a lane reserves: block 0 pads shorter sequences' block lists
 
 
 def blocks_for(tokens: int, block_size: int = KV_BLOCK_TOKENS) -> int:
@@ -22,15 +26,21 @@ def blocks_for(tokens: int, block_size: int = KV_BLOCK_TOKENS) -> int:
 class BlockManager:
     """Allocates KV blocks to sequences on demand and frees them when they end."""
 
-    def __init__(self, num_blocks: int, block_size: int = KV_BLOCK_TOKENS):
+    def __init__(self, num_blocks: int, block_size: int = KV_BLOCK_TOKENS, reserved: int = 0):
         """Args:
             num_blocks: blocks in every stage's pool of this lane (the smallest stage budget).
             block_size: tokens per block.
+            reserved: blocks 0 .. reserved − 1 are never handed out (a lane reserves the padding block).
         """
-        if num_blocks < 1:
-            raise ValueError(f"a KV pool needs at least one block, got {num_blocks}")
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self._free: deque[int] = deque(range(num_blocks))
+        if num_blocks - reserved < 1:
+            raise ValueError(f"a KV pool needs at least one block besides its {reserved} reserved, got {num_blocks}")
+        self.num_blocks, self.block_size, self.reserved = num_blocks, block_size, reserved
+        self._free: deque[int] = deque(range(reserved, num_blocks))
+
+    @property
+    def capacity(self) -> int:
+        """Blocks sequences may hold."""
+        return self.num_blocks - self.reserved
 
     @property
     def num_free(self) -> int:
@@ -38,7 +48,7 @@ class BlockManager:
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.capacity - len(self._free)
 
     def blocks_needed(self, seq: Sequence, new_tokens: int) -> int:
         """Blocks to add so that `seq` can hold KV for `new_tokens` more tokens."""

@@ -1,0 +1,217 @@
+"""The serving simulator against the real server (BENCHMARKS.md "Capacity planning: the simulator
+against hetc serve").
+
+    python benchmarks/capacity_cpu.py [--quick] [--profile out/profile-cpu.yaml]
+
+Model and profile as benchmarks/runtime_cpu.py: a Llama of hidden 768, 12 layers, vocab 32000
+(124M parameters, random fp32 weights), plans made with a measured 1-thread profile of this host
+(`hetc profile --device cpu --threads 1`, measured first when the file is missing). Three plans,
+each from `hetc plan` (fp32, tp 1):
+
+- "1 stage": `--placement h:0 --batch B` on a cluster of one device;
+- "2 stages": `--placement h:0|h:1 --batch B` on two devices (linked by the profile's own gloo
+  measurement between two processes);
+- "pools": `--disaggregate on` on the same two devices: a prefill pool and a decode pool (planned
+  for prompts of P + O tokens: `hetc serve` takes a request only when prompt + output fit its
+  smallest lane's KV pool, and a prefill pool's holds the planned prompts only).
+
+For each plan and rate, one arrival trace is drawn (Poisson, prompt P, output O tokens, EOS
+ignored) and written to a JSONL file; the same file is replayed into `hetc serve --emulate`
+(every request streamed, sent at its arrival time) and into `hetc evaluate --trace` (the
+simulator). Both run with the same server limits (`--max-num-seqs`, `--max-batched-tokens`,
+`--max-queue-wait`). The simulator's step times come from the profile and the cost model only —
+nothing it uses is measured from a served run — so the comparison is not circular. Rates: one
+below the plan's predicted saturation and one past it (there the figures to compare are the
+output throughput and the count of 429s, not an ever-growing p99).
+
+Compared (client side for the server, the same definitions for the simulator): output
+throughput (tokens / first arrival to last token), TTFT and TPOT p50 and p99, 429s. Targets:
+throughput within 10%, p50 within 15%, p99 within 25%. Each served run waits for a quiet host
+(runtime_cpu.quiet_run) and is run again when other processes took more than 5% of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import runtime_cpu as rc  # noqa: E402  the model, the profile and the quiet-host gating
+
+from hetc.capacity.load import LengthDist, Load, write_trace  # noqa: E402
+
+TARGETS = {"output_throughput": 0.10, "p50_ttft_ms": 0.15, "p50_tpot_ms": 0.15, "p99_ttft_ms": 0.25, "p99_tpot_ms": 0.25}
+
+
+def hetc(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"hetc {' '.join(args)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def make_plans(model: Path, work: Path, profile: Path, batch: int, prompt: int, output: int) -> dict[str, Path]:
+    c1, c2 = rc.cluster_yaml(work, profile, 1), rc.cluster_yaml(work, profile, 2)
+    common = ["--dtype", "fp32", "--tp", "1", "--input-len", str(prompt), "--output-len", str(output),
+              "--time-limit", "5"]
+    out = {}
+    for name, cluster, extra in (("1 stage", c1, ["--placement", "h:0", "--batch", str(batch)]),
+                                 ("2 stages", c2, ["--placement", "h:0|h:1", "--batch", str(batch)]),
+                                 ("pools", c2, ["--disaggregate", "on"])):
+        path = work / f"plan-{name.replace(' ', '-')}.json"
+        args = [*common, *extra]
+        if name == "pools":  # the server takes prompt + output ≤ its smallest lane's KV, and a prefill pool's
+            args[args.index("--input-len") + 1] = str(prompt + output)  # holds the plan's prompts only
+        hetc("plan", str(model), "--profiles", str(cluster), "-o", str(path), *args)
+        out[name] = path
+    return out
+
+
+class Server(rc.Server):
+    """hetc serve --emulate with the limits both sides share."""
+
+    def __init__(self, plan: Path, model: Path, limits: list[str]):
+        self.port = rc._port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model),
+                                      "--emulate", "--port", str(self.port), "--threads", "1", *limits,
+                                      "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
+
+
+async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int], out_len: int) -> dict:
+    t0 = time.perf_counter()
+    times: list[float] = []
+    body = {"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "stream": True,
+            "ignore_eos": True, "return_token_ids": True}
+    async with ac.stream("POST", f"{url}/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return {"status": r.status_code, "sent": t0}
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                k = len(json.loads(line[6:])["choices"][0].get("token_ids") or [])
+                times += [time.perf_counter()] * k
+    return {"status": 200, "sent": t0, "times": times}
+
+
+def replay(srv: Server, trace: list[dict], prompt_seed: int) -> list[dict]:
+    """Send every request of `trace` at its arrival time; what each got (status, token times)."""
+    prompts = rc.prompts(len(trace), max(r["input_len"] for r in trace), prompt_seed)
+
+    async def go():
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=1000)) as ac:
+            await _one(ac, srv.url, prompts[0][:8], 2)  # warm-up
+            t0 = time.perf_counter()
+            tasks = []
+            for r, p in zip(trace, prompts):
+                await asyncio.sleep(max(0.0, t0 + r["arrival"] - time.perf_counter()))
+                tasks.append(asyncio.create_task(_one(ac, srv.url, p[: r["input_len"]], r["output_len"])))
+            return await asyncio.gather(*tasks)
+
+    return asyncio.run(go())
+
+
+def quiet(fn, wait_s: float, busy: float = 0.05, tries: int = 3):
+    """(fn(), others' share of the host while it ran, seconds waited): each try waits up to `wait_s`
+    for a quiet host (runtime_cpu.wait_quiet); a run during which other processes took more than
+    `busy` of the host is made again, up to `tries` times (the last one is kept, its share reported)."""
+    waited = 0.0
+    for i in range(tries):
+        waited += rc.wait_quiet(limit_s=wait_s, busy=busy)
+        since = (rc._cpu_ticks(), time.monotonic())
+        out = fn()
+        other = rc.others_share(since)
+        if other <= busy or i == tries - 1:
+            return out, other, waited
+        print(f"  other processes took {other:.0%} of the host meanwhile: measured again", flush=True)
+    raise AssertionError("unreachable")
+
+
+def measured_metrics(res: list[dict]) -> dict[str, float]:
+    ok = [r for r in res if r["status"] == 200 and r["times"]]
+    ttft = np.array([(r["times"][0] - r["sent"]) * 1e3 for r in ok])
+    tpot = np.array([(r["times"][-1] - r["times"][0]) / (len(r["times"]) - 1) * 1e3 for r in ok if len(r["times"]) > 1])
+    span = max(r["times"][-1] for r in ok) - min(r["sent"] for r in res)
+    return {"output_throughput": sum(len(r["times"]) for r in ok) / span, "refused_429": sum(r["status"] == 429 for r in res),
+            "completed": len(ok), "p50_ttft_ms": float(np.median(ttft)), "p99_ttft_ms": float(np.percentile(ttft, 99)),
+            "p50_tpot_ms": float(np.median(tpot)), "p99_tpot_ms": float(np.percentile(tpot, 99))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    ap.add_argument("--requests", type=int, default=120)
+    ap.add_argument("--batch", type=int, default=8, help="the placements' batch and the server's --max-num-seqs")
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--output", type=int, default=64)
+    ap.add_argument("--loads", default="0.5,1.5", help="rates as fractions of each plan's predicted saturation")
+    ap.add_argument("--max-queue-wait", type=float, default=3.0)
+    ap.add_argument("--only", default="", help="comma-separated plan names (default: all)")
+    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
+    ap.add_argument("--quiet-wait", type=float, default=900.0, help="seconds to wait for a quiet host before each run")
+    ap.add_argument("--tries", type=int, default=3, help="runs made when other processes took over 5%% of the host")
+    a = ap.parse_args()
+    if a.quick:
+        a.requests = 30
+    work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-runtime"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "llama-124m-ctx512"
+    rc.build_model(model)
+    profile = rc.ensure_profile(Path(a.profile))
+    plans = make_plans(model, work, profile, a.batch, a.prompt, a.output)
+    limits = ["--max-num-seqs", str(a.batch), "--max-batched-tokens", "512", "--max-queue-wait", str(a.max_queue_wait)]
+    print(f"model: Llama 768×12, fp32; profile {profile}; host {os.cpu_count()} cores; load: Poisson, prompt "
+          f"{a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}", flush=True)
+    rows = []
+    only = set(filter(None, a.only.split(",")))
+    for name, plan in plans.items():
+        if only and name not in only:
+            continue
+        doc = json.loads(plan.read_text())
+        sat = doc["predicted"]["output_tok_s"] / a.output
+        print(f"{name}: {rc.describe(plan)}", flush=True)
+        with Server(plan, model, limits) as srv:
+            for frac in map(float, a.loads.split(",")):
+                rate = sat * frac
+                trace = work / f"trace-{plan.stem}-{frac:g}.jsonl"
+                load = Load.open(rate, a.requests, LengthDist.parse(str(a.prompt), "p"),
+                                 LengthDist.parse(str(a.output), "o"), seed=1)
+                write_trace(load.requests, trace)
+                reqs = [json.loads(x) for x in trace.read_text().splitlines()]
+                got, other, waited = quiet(lambda reqs=reqs: replay(srv, reqs, 7), a.quiet_wait, tries=a.tries)
+                meas = measured_metrics(got)
+                sim = json.loads(hetc("evaluate", str(plan), "--trace", str(trace), "--json", *limits))
+                rows.append((name, frac, rate, meas, sim, other, os.getloadavg()[0]))
+                print(f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
+                      f"  (other processes {other:.0%}, waited {waited:.0f} s)", flush=True)
+    print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |"
+          "\n|---|---|---|---:|---:|---:|---|")
+    for name, frac, rate, meas, sim, other, load in rows:
+        for k in ("output_throughput", "refused_429", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"):
+            m, s = meas[k], sim[k]
+            tol = TARGETS.get(k)
+            past = frac > 1 and k != "output_throughput" and k != "refused_429"
+            verdict = "" if tol is None or past else ("✓" if m and abs(s / m - 1) <= tol else "✗") + f" ±{tol:.0%}"
+            ratio = f"{s / m:.2f}" if m else "—"
+            print(f"| {name} | {frac:g}× ({rate:.2f} req/s; {other:.0%}, {load:.1f}) | {k} | {m:,.1f} | {s:,.1f} | {ratio} | {verdict} |")
+    print(f"\nhost load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+def _fmt(m: dict) -> str:
+    return (f"{m['output_throughput']:.1f} tok/s, 429 {m['refused_429']}, TTFT p50/p99 {m['p50_ttft_ms']:.0f}/"
+            f"{m['p99_ttft_ms']:.0f} ms, TPOT p50/p99 {m['p50_tpot_ms']:.1f}/{m['p99_tpot_ms']:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

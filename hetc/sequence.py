@@ -1,0 +1,67 @@
+"""A request's sequence as the scheduler sees it: tokens, KV blocks, progress."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["SamplingParams", "Sequence", "SeqStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How the last stage picks the next token. temperature 0 is greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    seed: int = 0  # always set: the frontend draws one when the request gives none
+    max_tokens: int = 16
+    ignore_eos: bool = False
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    HANDOFF = "handoff"  # prefilled by a prefill pool, its KV on the way to a decode pool
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One sequence. `token_ids` = prompt + generated; `num_computed` of them have KV in the cache."""
+
+    seq_id: int
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    eos_token_ids: frozenset[int] = frozenset()
+    status: SeqStatus = SeqStatus.WAITING
+    num_computed: int = 0
+    block_table: list[int] = field(default_factory=list)
+    in_flight: int = 0  # micro-batches now in the pipeline that hold it (2: one looked ahead)
+    samples_in_flight: bool = False  # its latest in-flight item samples the token after the last known one
+    last_step: int = -1  # the step id of the latest micro-batch that held it
+    aborted: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    arrival: float = field(default_factory=time.monotonic)
+    first_scheduled: float | None = None
+    preemptions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def remaining(self) -> int:
+        """Tokens whose KV is still to compute (the whole prompt when waiting, 1 when decoding)."""
+        return len(self.token_ids) - self.num_computed
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SeqStatus.FINISHED

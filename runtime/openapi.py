@@ -1,0 +1,314 @@
+"""The OpenAPI document of the OpenAI subset `hetc serve` implements (GET /openapi.json).
+
+protocol.py parses requests (its own messages, and the body-size limit before any parsing);
+this document describes the same requests and responses as JSON Schema, for clients and for
+schema fuzzing (tests/integration_tests/test_serve_schema.py). Every bound that protocol.py
+checks structurally (types, ranges, stop strings, n) is stated as it is checked. A prompt's
+real limit is in tokens — prompt + max_tokens within the context — which JSON Schema cannot
+state, so the document's lengths for prompts and messages are ones whose tokens always fit
+(each character is at most 4 UTF-8 bytes and a token covers at least one byte); longer ones
+are accepted while their tokens fit, as each description says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetc.runtime.protocol import MAX_STOP, MAX_STOP_CHARS, ROLES
+
+__all__ = ["FITS", "OpenAPILimits", "openapi_document"]
+
+DESCRIPTION = (
+    "The OpenAI API subset hetc serves. Errors are OpenAI's error JSON. Prompt and message lengths here "
+    "are ones whose tokens always fit the context; longer ones are accepted while prompt + max_tokens fit."
+)
+BYTES_PER_CHAR = 4  # UTF-8's widest character
+MAX_MESSAGES = 4  # messages the document describes a fitting chat of (the server takes more while they fit)
+
+
+@dataclass(kw_only=True, slots=True)
+class OpenAPILimits:
+    """What the document's bounds come from (the serving process's own figures)."""
+
+    model_name: str
+    max_model_len: int  # prompt + completion tokens
+    vocab_size: int
+    chat_overhead: int  # tokens the chat template adds for one empty message, generation prompt included
+    api_key: bool  # requests need `Authorization: Bearer <key>`
+
+    def __post_init__(self) -> None:
+        if self.max_model_len < 8:
+            raise ValueError(f"max_model_len must be at least 8 tokens, got {self.max_model_len}")
+
+    @property
+    def max_tokens(self) -> int:
+        """The largest max_tokens the document describes: a quarter of the context leaves the rest
+        to prompts."""
+        return max(1, self.max_model_len // 4)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens that always fit beside max_tokens (one spare for a tokenizer's BOS)."""
+        return self.max_model_len - self.max_tokens - 1
+
+
+def _nullable(schema: dict) -> dict:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+FITS = "a size whose tokens always fit; larger ones are accepted while prompt + max_tokens fit the context"
+
+
+def _fits(schema: dict) -> dict:
+    """`schema`'s maxLength, maxItems or maximum only promises a fit (FITS); the real limit is in tokens."""
+    return {**schema, "description": FITS}
+
+
+def _sampling(lim: OpenAPILimits) -> dict:
+    """The fields completions and chat share (protocol._common)."""
+    stop_one = {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}
+    return {
+        "model": {"type": "string", "enum": [lim.model_name], "description": "the served model's name"},
+        "max_tokens": _nullable(_fits({"type": "integer", "minimum": 1, "maximum": lim.max_tokens})),
+        "temperature": _nullable({"type": "number", "minimum": 0, "maximum": 2}),
+        "top_p": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+        "top_k": {**_nullable({"type": "integer", "minimum": -1, "maximum": 2**31 - 1}), "description": "-1 or 0: off"},
+        "seed": _nullable({"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}),
+        "stop": _nullable({"anyOf": [stop_one, {"type": "array", "items": stop_one, "maxItems": MAX_STOP}]}),
+        "stream": _nullable({"type": "boolean"}),
+        "stream_options": {**_nullable(_ref("StreamOptions")), "description": "only with stream: true"},
+        "n": _nullable({"type": "integer", "enum": [1]}),
+        "best_of": _nullable({"type": "integer", "enum": [1]}),
+        "presence_penalty": _nullable({"type": "number", "enum": [0]}),
+        "frequency_penalty": _nullable({"type": "number", "enum": [0]}),
+        "logprobs": _nullable({"type": "boolean", "enum": [False]}),
+        "ignore_eos": _nullable({"type": "boolean"}),
+        "return_token_ids": _nullable({"type": "boolean"}),
+    }
+
+
+def _stream_rule(schema: dict) -> dict:
+    """stream_options only when stream is true (JSON Schema's if/then)."""
+    return {
+        **schema,
+        "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
+        "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
+    }
+
+
+def _requests(lim: OpenAPILimits) -> dict[str, dict]:
+    chars = max(1, (lim.prompt_tokens - 1) // BYTES_PER_CHAR)
+    per_message = max(2, (lim.prompt_tokens // MAX_MESSAGES - lim.chat_overhead) // BYTES_PER_CHAR)
+    text = _fits({"type": "string", "minLength": 1, "maxLength": chars})
+    ids = _fits({"type": "array", "minItems": 1, "maxItems": lim.prompt_tokens, "items": {"type": "integer", "minimum": 0, "maximum": lim.vocab_size - 1}})
+    part = {
+        "type": "object",
+        "required": ["type", "text"],
+        "properties": {"type": {"type": "string", "enum": ["text"]}, "text": _fits({"type": "string", "maxLength": per_message // 2})},
+    }
+    message = {
+        "type": "object",
+        "required": ["role"],
+        "properties": {
+            "role": {"type": "string", "enum": list(ROLES)},
+            "content": _nullable({"anyOf": [_fits({"type": "string", "maxLength": per_message}), _fits({"type": "array", "items": part, "maxItems": 2})]}),
+        },
+    }
+    completion = {
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {
+            **_sampling(lim),
+            "prompt": {
+                "anyOf": [text, ids, {"type": "array", "minItems": 1, "maxItems": 1, "items": {"anyOf": [text, ids]}}],
+                "description": "one prompt: text or token ids, or a batch of one of them (larger batches are not supported)",
+            },
+            "echo": _nullable({"type": "boolean", "enum": [False]}),
+            "suffix": {"type": "null"},
+        },
+    }
+    chat = {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            **_sampling(lim),
+            "max_completion_tokens": _sampling(lim)["max_tokens"],
+            "messages": _fits({"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": _ref("ChatMessage")}),
+            "tools": _nullable({"type": "array", "maxItems": 0}),
+        },
+    }
+    return {
+        "CompletionRequest": _stream_rule(completion),
+        "ChatCompletionRequest": _stream_rule(chat),
+        "ChatMessage": message,
+        "StreamOptions": {"type": "object", "properties": {"include_usage": _nullable({"type": "boolean"})}},
+    }
+
+
+def _responses() -> dict[str, dict]:
+    usage = {
+        "type": "object",
+        "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+        "properties": {k: {"type": "integer", "minimum": 0} for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+    }
+    finish = {"type": "string", "enum": ["stop", "length"]}
+
+    def answer(obj: str, choice: dict) -> dict:
+        return {
+            "type": "object",
+            "required": ["id", "object", "created", "model", "choices", "usage"],
+            "properties": {
+                "id": {"type": "string"},
+                "object": {"type": "string", "enum": [obj]},
+                "created": {"type": "integer"},
+                "model": {"type": "string"},
+                "choices": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["index", "finish_reason", *choice],
+                        "properties": {"index": {"type": "integer"}, "finish_reason": finish, **choice},
+                    },
+                },
+                "usage": usage,
+            },
+        }
+
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {"role": {"type": "string", "enum": ["assistant"]}, "content": {"type": "string"}},
+    }
+    error = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type", "param", "code"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": _nullable({"type": "string"}),
+                    "code": _nullable({"type": "string"}),
+                },
+            }
+        },
+    }
+    health = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["ok", "degraded", "unavailable"]}}}
+    models = {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {
+            "object": {"type": "string", "enum": ["list"]},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id", "object", "max_model_len"],
+                    "properties": {"id": {"type": "string"}, "object": {"type": "string"}, "max_model_len": {"type": "integer"}},
+                },
+            },
+        },
+    }
+    return {
+        "Completion": answer("text_completion", {"text": {"type": "string"}}),
+        "ChatCompletion": answer("chat.completion", {"message": message}),
+        "Error": error,
+        "Health": health,
+        "HealthDown": {"allOf": [health, error]},
+        "ModelList": models,
+    }
+
+
+def _json(name: str, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+_ERRORS = {
+    "400": "invalid request (OpenAI error JSON, the field in `param`)",
+    "401": "missing or wrong API key",
+    "404": "unknown model",
+    "413": "request body over --max-body-bytes",
+    "429": "the queue is full or the predicted wait too long (Retry-After says when to retry)",
+    "503": "no pipeline can take the request (workers down, restarting, or the server draining)",
+}
+
+
+def _generate(request: str, answer: str, summary: str, auth: bool) -> dict:
+    ok = {
+        "description": "the completion; with stream: true, server-sent events ending in `data: [DONE]` (an error "
+        "after the stream started is an event with OpenAI's error JSON)",
+        "content": {
+            "application/json": {"schema": _ref(answer)},
+            "text/event-stream": {
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],  # one event
+                    "properties": {"data": {"type": "string"}},
+                }
+            },
+        },
+    }
+    errors = {code: _json("Error", text) for code, text in _ERRORS.items() if auth or code != "401"}
+    errors["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
+            "responses": {"200": ok, **errors},
+        }
+    }
+
+
+def openapi_document(lim: OpenAPILimits, version: str) -> dict:
+    """The OpenAPI 3.1 document of this server.
+
+    Args:
+        lim: the serving process's model name, context, vocabulary and chat template overhead.
+        version: hetc's version (info.version).
+    """
+    security = [{"bearer": []}] if lim.api_key else []
+    paths = {
+        "/v1/completions": _generate("CompletionRequest", "Completion", "text completion", lim.api_key),
+        "/v1/chat/completions": _generate("ChatCompletionRequest", "ChatCompletion", "chat completion", lim.api_key),
+        "/v1/models": {
+            "get": {
+                "summary": "the served model",
+                "responses": {"200": _json("ModelList", "the served model"), **({"401": _json("Error", _ERRORS["401"])} if lim.api_key else {})},
+            }
+        },
+        "/health": {
+            "get": {
+                "summary": "whether every pipeline serves",
+                "security": [],
+                "responses": {
+                    "200": _json("Health", "every pipeline serves"),
+                    "503": _json("HealthDown", "a pipeline is down, restarting or draining (reason, units, workers)"),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "security": [],
+                "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            }
+        },
+    }
+    doc = {
+        "openapi": "3.1.0",
+        "info": {"title": "hetc serve", "version": version, "description": DESCRIPTION},
+        "paths": paths,
+        "components": {"schemas": {**_requests(lim), **_responses()}},
+    }
+    if lim.api_key:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = security
+    return doc

@@ -1,0 +1,106 @@
+"""Schema fuzzing (slow): schemathesis against `hetc serve --emulate`'s own /openapi.json.
+
+Two runs of the `st` command, each a public reproduce command (BENCHMARKS.md "Schema fuzzing"):
+1. every check but negative_data_rejection on the served document: no 500, every response as
+   documented (status, content type, body schema, Retry-After, Allow on 405), every request the
+   document calls valid accepted (positive_data_acceptance), the API key enforced (ignored_auth);
+2. negative mode with negative_data_rejection on the document with its prompt and message
+   lengths (and max_tokens' maximum) taken out: those are sizes whose tokens always fit, and a longer prompt whose
+   tokens fit is rightly accepted (openapi.py), so only the structural rules are asked to reject.
+Then, from the recorded responses and /metrics: every error body is OpenAI's error JSON, each
+generation answered 200 was a request the engine finished (hetc_request_success_total moved by
+exactly that many), and the server still serves a normal request with /health 200.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from hetc.runtime.openapi import FITS
+from tests.fixtures.serving import KEY, NAME, start_serve
+from tests.integration_tests.test_serve import built, client  # noqa: F401 — the module fixture
+
+pytestmark = pytest.mark.slow
+
+ST = str(Path(__import__("sys").executable).parent / "st")
+GENERATE = ("/v1/completions", "/v1/chat/completions")
+
+
+def _finished(url: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("hetc_request_success_total"))
+
+
+def _run(args: list[str], report: Path) -> list[dict]:
+    """`st run ARGS` (exit 0 or the test fails with its output); the responses it recorded."""
+    r = subprocess.run([ST, "run", *args, "-H", f"Authorization: Bearer {KEY}", "--seed", "1", "--workers", "1",
+                        "--report", "ndjson", "--report-ndjson-path", str(report)], capture_output=True, text=True,
+                       timeout=900, cwd=report.parent)  # its cache folder goes there, not into the repo
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    out = []
+    for line in report.read_text().splitlines():
+        event = json.loads(line)
+        for it in event.get("ScenarioFinished", {}).get("recorder", {}).get("interactions", {}).values():
+            if it.get("response"):
+                out.append(it)
+    return out
+
+
+def _lengths_out(node):
+    """The document without the prompt and message lengths that only promise a fit (openapi.FITS)."""
+    if isinstance(node, dict):
+        if node.get("description") == FITS:
+            for key in ("maxLength", "maxItems", "maximum"):
+                node.pop(key, None)
+        for v in node.values():
+            _lengths_out(v)
+    elif isinstance(node, list):
+        for v in node:
+            _lengths_out(v)
+    return node
+
+
+def test_schemathesis_finds_no_500_and_valid_requests_reach_the_engine(built, tmp_path):  # noqa: F811
+    model, plan, _ = built
+    srv = start_serve(plan, "--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY,
+                      "--executor", "torch", "--max-queue-wait", "600", "--timeout", "30", log=tmp_path / "serve.log")
+    try:
+        before = _finished(srv.url)
+        doc = httpx.get(f"{srv.url}/openapi.json").json()
+        (tmp_path / "structural.json").write_text(json.dumps(_lengths_out(doc)))
+        seen = _run([f"{srv.url}/openapi.json", "--checks", "all", "--exclude-checks", "negative_data_rejection",
+                     "--phases", "coverage,fuzzing", "--max-examples", "40"], tmp_path / "all.ndjson")
+        seen += _run([str(tmp_path / "structural.json"), "--url", srv.url, "--mode", "negative",
+                      "--checks", "not_a_server_error,negative_data_rejection,content_type_conformance",
+                      "--phases", "coverage,fuzzing", "--max-examples", "40"], tmp_path / "negative.ndjson")
+        statuses = [it["response"]["status_code"] for it in seen]
+        assert 500 not in statuses and len(seen) > 200, statuses
+        ok = 0
+        for it in seen:
+            res, path = it["response"], it["request"]["uri"].removeprefix(srv.url)
+            if res["status_code"] >= 400:  # OpenAI's error JSON, whatever the status
+                body = json.loads(base64.b64decode(res["content"]["$base64"]))
+                err = body["error"]
+                assert set(err) == {"message", "type", "param", "code"} and err["message"], (path, body)
+            elif path in GENERATE and it["request"]["method"] == "POST":
+                ok += 1
+        assert ok >= 40, statuses  # plenty of valid generations, not only refusals
+        deadline = time.monotonic() + 10  # a stop string's abort is counted when its last step returns
+        while _finished(srv.url) - before != ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _finished(srv.url) - before == ok
+        assert httpx.get(f"{srv.url}/health").status_code == 200
+        out = client(srv.url).completions.create(model=NAME, prompt="after the fuzz", max_tokens=5, temperature=0)
+        assert out.usage.completion_tokens == 5
+    except BaseException:
+        print(srv.output()[-5000:])
+        raise
+    finally:
+        srv.stop()
