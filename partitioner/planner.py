@@ -61,6 +61,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         plan = Plan.model_validate({**plan.model_dump(by_alias=True),
                                     "placement": {"given": req.placement, "batch": req.batch}})
     plan.solver.seconds = sol.seconds
+    plan.solver.cpu_seconds = searched.cpu_seconds  # the solver's own CPU time: what a busy host does not stretch
     plan.solver.command_seconds = time.perf_counter() - t0  # capture + solve + baselines
     return plan
 

@@ -96,6 +96,7 @@ class Solution:
     notes: list[str] = field(default_factory=list)
     kv_transfers: list["KVRoute"] = field(default_factory=list)
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
+    cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +261,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
     """
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
@@ -329,7 +330,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
-                    explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling)
+                    explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling,
+                    cpu_seconds=time.process_time() - cpu0)
 
 
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:
