@@ -108,7 +108,8 @@ def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[i
 
 def kind_caps(costs: StageCosts, case: Case, g: int, Wc: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Every memory-feasible range of kind g: busy seconds sorted, and the running max of its
-    weights [ranges, W] (cap_g at R = the row of the last range within R)."""
+    weights [1 + ranges, W] after a row of zeros (cap_g at R = the row of the last range within
+    R, 0 where none is)."""
     P = case.P[g]
     if not np.isfinite(P[-1]):
         return None
@@ -120,16 +121,32 @@ def kind_caps(costs: StageCosts, case: Case, g: int, Wc: np.ndarray) -> tuple[np
     gain = np.maximum.accumulate((Wc[jj] - Wc[ii])[order], axis=0)
     keep = np.ones(len(gain), dtype=bool)  # only the ranges that raise some weight's cap
     keep[1:] = (gain[1:] > gain[:-1]).any(axis=1)
-    return cost[order][keep], gain[keep]
+    return cost[order][keep], np.vstack([np.zeros((1, gain.shape[1])), gain[keep]])
+
+
+def _per_device(caps: list, group: np.ndarray, tp: np.ndarray, G: int) -> list:
+    """Per group of types, the step function max over its kinds g of cap_g / tp_g (what one
+    device of the group adds to every weighting's cover at R), as kind_caps gives one kind's."""
+    out: list = []
+    for k in range(G):
+        parts = [(cg[0], cg[1][1:] / tp[g]) for g, cg in enumerate(caps) if cg is not None and group[g] == k]
+        if not parts:
+            out.append(None)
+            continue
+        cost = np.concatenate([p[0] for p in parts])
+        order = np.argsort(cost, kind="stable")
+        gain = np.maximum.accumulate(np.concatenate([p[1] for p in parts])[order], axis=0)
+        out.append((cost[order], np.vstack([np.zeros((1, gain.shape[1])), gain])))
+    return out
 
 
 def _caps_at(caps: list, R: np.ndarray, W: int) -> np.ndarray:
     """[G, cells, W]: each kind's cap at each cell's R (0 for kinds that hold nothing)."""
     out = np.zeros((len(caps), len(R), W))
+    R = R * (1 + SLACK)
     for g, cg in enumerate(caps):
         if cg is not None:
-            k = np.searchsorted(cg[0], R * (1 + SLACK), side="right") - 1
-            out[g] = np.where(k[:, None] >= 0, cg[1][np.maximum(k, 0)], 0.0)
+            out[g] = cg[1][np.searchsorted(cg[0], R, side="right")]
     return out
 
 
@@ -204,22 +221,27 @@ class FirstPass:
         cnt = self.space.cells[idx].astype(float)
         tp_mode, one_of = self.tp_mode, self.one_of
 
+        members = [[g for g in kinds if costs.group[g] == k] for k in range(G)]
+
         def per_group(cap: np.ndarray, lam) -> np.ndarray:
             """[groups, n, W]: max(0, max over the group's kinds g of (cap_g − λ) / tp_g)."""
             out = np.zeros((G,) + cap.shape[1:])
-            for g in kinds:
-                k = costs.group[g]
-                np.maximum(out[k], (cap[g] - lam) / costs.tp[g], out=out[k])
+            for k, gs in enumerate(members):
+                if gs:
+                    np.maximum(out[k], ((cap[gs] - lam) / costs.tp[gs][:, None, None]).max(axis=0), out=out[k])
             return out
 
+        per_device = _per_device(caps, costs.group, costs.tp, G)
+
         def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
-            cap = _caps_at(caps, R, Wc.shape[1])  # [kinds, n, W]
             c = cnt[rows]
-            cov = np.einsum("nk,knw->nw", c, per_group(cap, 0.0))  # λ = 0: exact when ≤ hi devices
+            cov = np.einsum("nk,knw->nw", c, _caps_at(per_device, R, Wc.shape[1]))  # λ = 0: exact when ≤ hi devices
             big = np.nonzero(c.sum(axis=1) > hi)[0] if tp_mode else []
+            if len(big):
+                cap = _caps_at(caps, R[big], Wc.shape[1])  # [kinds, big, W]
             for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
-                lam = np.max([cap[g][big] for g in one_of[k]], axis=0)
-                dual = lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap[:, big], lam))
+                lam = np.max([cap[g] for g in one_of[k]], axis=0)
+                dual = lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap, lam))
                 cov[big] = np.minimum(cov[big], dual)
             return (cov >= total).all(axis=1)
 

@@ -70,6 +70,7 @@ class StageCosts:
         self._cases: dict = {}
         self._memory: dict = {}
         self._link: dict = {}
+        self._ranges: dict = {}
 
     def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None) -> Case | None:
         """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
@@ -129,14 +130,17 @@ class StageCosts:
     def ranges(self, case: Case, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the memory-feasible stages of kind g, one of each distinct content:
         inside the model's repeating middle a range equals its copy one period earlier."""
-        U = self.u
-        i = np.arange(U)
-        n = np.maximum(case.jfit[g] - i, 0)
-        ii = np.repeat(i, n)
-        jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-        a, b, p = self.period
-        keep = ~((ii >= a + p) & (jj <= b))
-        return ii[keep], jj[keep]
+        key = case.jfit[g].tobytes()  # memory alone decides them: shared by every cost at one fit
+        if key not in self._ranges:
+            U = self.u
+            i = np.arange(U)
+            n = np.maximum(case.jfit[g] - i, 0)
+            ii = np.repeat(i, n)
+            jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            a, b, p = self.period
+            keep = ~((ii >= a + p) & (jj <= b))
+            self._ranges[key] = ii[keep], jj[keep]
+        return self._ranges[key]
 
     def reach(self, case: Case, R: float) -> np.ndarray:
         """reach[g, i]: the furthest end of a stage of kind g starting at unit i within R and memory
