@@ -1,7 +1,9 @@
 """Plan quality and planner speed over a table of heterogeneous scenarios.
 
 For each scenario: the plan's output tok/s, the solver's bound and the ratio, every
-baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process).
+baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process), each
+as wall time and as CPU time (a shared host stretches the first), and the 1-minute load
+average after the run.
 
 Usage: python benchmarks/solver_scenarios.py [--only NAME] [-- EXTRA hetc plan ARGS]
 (e.g. `-- --disaggregate off` to plan without prefill/decode pools)
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -26,16 +30,22 @@ SCENARIOS = [
     ("70b-legacy24-bf16", "examples/legacy-mix.yaml", "llama-3.1-70b", []),
     ("405b-42dev-bf16", "examples/big-mixed.yaml", "llama-3.1-405b", []),
     ("405b-64dev-fp8", "examples/fleet-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
+    # many device types (issue 13): 4, 5, 6 and 8 types of 3 vendors, 8 devices each
+    ("70b-types4-32", "benchmarks/clusters/types4-32.yaml", "llama-3.1-70b", []),
+    ("70b-types5-40", "benchmarks/clusters/types5-40.yaml", "llama-3.1-70b", []),
+    ("70b-types6-48", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", []),
+    ("405b-types8-64", "benchmarks/clusters/types8-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
 ]
 
 
-def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float]:
+def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]:
+    """plan.json, and the command's wall and CPU seconds (a fresh process)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, *extra],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.perf_counter() - t
-        return json.load(open(f.name)), wall
+        wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
+        return json.load(open(f.name)), wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
 
 
 def main() -> None:
@@ -44,13 +54,13 @@ def main() -> None:
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
     head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
-            "plan/mem-prop", "solver s", "command s")
+            "plan/mem-prop", "solver s", "solver CPU s", "command s", "command CPU s", "load")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, cluster, model, extra in SCENARIOS:
         if a.only and a.only != name:
             continue
-        plan, wall = run(cluster, model, extra + a.extra)
+        plan, wall, cpu = run(cluster, model, extra + a.extra)
         devices = sum(n["count"] for n in plan["cluster"]["nodes"])
         tok = plan["predicted"]["output_tok_s"]
         b = plan["baselines"]
@@ -60,7 +70,8 @@ def main() -> None:
         row = (name, str(devices), f"{tok:,.0f}", f"{plan['solver']['upper_bound']:,.0f}",
                f"{tok / plan['solver']['upper_bound']:.3f}", pools, f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
                f"{b['best_homogeneous']['output_tok_s']:,.0f}", f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
-               f"{plan['solver']['seconds']:.1f}", f"{wall:.1f}")
+               f"{plan['solver']['seconds']:.1f}", f"{plan['solver']['cpu_seconds']:.1f}", f"{wall:.1f}", f"{cpu:.1f}",
+               f"{os.getloadavg()[0]:.1f}")
         print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
                          "stages, NODE:FIRST-LAST devices, @L layers, xN replicas)")
     pl.add_argument("--batch", type=_positive_int, default=d("batch"), help="with --placement: sequences in flight per pipeline")
+    pl.add_argument("--max-num-seqs", type=_positive_int, default=d("max_num_seqs"), metavar="N",
+                    help="most sequences in flight per pipeline, as an engine's max_num_seqs caps them (default: what "
+                         "memory admits)")
     pl.add_argument("--power-budget", type=_nonneg, default=d("power_budget_w"), metavar="W",
                     help="the plan's devices together draw at most W watts (at their profiles' power)")
     pl.add_argument("--min-tok-s", type=_nonneg, default=d("min_tok_s"))
@@ -284,7 +287,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     req = PlanRequest(model=a.model, profiles=a.profiles, dtype=a.dtype, kv_dtype=a.kv_dtype, input_len=a.input_len,
                       output_len=a.output_len, objective=a.objective, min_tok_s=a.min_tok_s, ttft_slo_ms=a.ttft_slo,
                       tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit,
-                      power_budget_w=a.power_budget, placement=a.placement, batch=a.batch)
+                      power_budget_w=a.power_budget, placement=a.placement, batch=a.batch,
+                      max_num_seqs=a.max_num_seqs)
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
     save_plan(plan, a.output)

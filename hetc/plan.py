@@ -116,6 +116,7 @@ class ObjectiveInfo(_M):
 class Workload(_M):
     input_len: int = Field(gt=0)
     output_len: int = Field(gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)  # the cap on sequences in flight per pipeline; None: memory's
 
 
 class Plan(_M):

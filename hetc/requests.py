@@ -53,6 +53,7 @@ class PlanRequest:
     power_budget_w: float | None = None
     placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
     batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
+    max_num_seqs: int | None = None  # most sequences in flight per pipeline, as engines cap it (default: what memory admits)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -64,6 +65,12 @@ class PlanRequest:
         if self.batch is not None and (self.batch < 1 or not self.placement):
             raise BadInput(f"--batch {self.batch} needs --placement and must be ≥ 1.", field="--batch",
                            fix="give --placement SPEC with it (the solver chooses batches itself otherwise).")
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise BadInput(f"must be ≥ 1, got {self.max_num_seqs}.", field="--max-num-seqs",
+                           fix="give the most sequences one pipeline (engine) runs at once, e.g. vLLM's max_num_seqs 256.")
+        if self.batch is not None and self.max_num_seqs is not None and self.batch > self.max_num_seqs:
+            raise BadInput(f"--batch {self.batch} is above --max-num-seqs {self.max_num_seqs}.", field="--batch",
+                           fix="give a batch at most the cap, or raise the cap.")
         if self.power_budget_w is not None and not self.power_budget_w > 0:
             raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget",
                            fix="give the watts the plan's devices may draw together.")

@@ -4,7 +4,7 @@ output tok/s).
 Any plan is a set of pipelines; a pipeline of n stages carries X tok/s through all U
 units, and each of its stages (a device or tp group of kind g holding k units) carries
 that same X, at most cap_g(n, k) = max_B B / busy_min_g(k) (tables.py: the stage's best
-case at its own best batch that fits). Summing stage flows y over all pipelines of n
+case at its own best batch that fits, batches.py's intervals). Summing stage flows y over all pipelines of n
 stages, by kind and unit count:
 
     Σ_g,k y[g,n,k] = n·X_n          every pipeline has n stages carrying its flow
@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from hetc.partitioner.tables import BATCH_GRID, Kind, Tables
+from hetc.partitioner.batches import MAX_BATCH, Regimes, octaves
+from hetc.partitioner.tables import Kind, Tables
+from hetc.scheduling import Phase
 
 __all__ = ["cost_bound"]
 
@@ -46,7 +48,8 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float]) -> float:
+def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
+               ceiling: int = MAX_BATCH) -> float:
     """Lower bound on USD per hour per output tok/s over all plans: variables y[g, n, k] (flow
     through stage groups of kind g holding k units in pipelines of n stages) with the
     per-length flow and cover equations, one tok/s in total, devices priced, counts unlimited."""
@@ -55,14 +58,16 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
+    regimes = Regimes(tables.wl, Phase.BOTH, ceiling)
     for gi, g in enumerate(kinds):
-        top = tables.max_fitting_batch(g)
+        batches = [(b, top) for b, top in octaves(ceiling) if tables.fits(g, b).any()]
         for n in range(1, max_stages + 1):
             cap = np.zeros(u + 1)
-            for b in (b for b in BATCH_GRID if b <= top):
-                busy = tables.busy_min(g, min(n, b), b)
+            for b, top in (run for lo, hi in batches for run in regimes.runs(n, lo, hi)):
+                # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
+                busy = tables.busy_min(g, min(n, top), top, fit=b)
                 with np.errstate(divide="ignore"):
-                    cap = np.maximum(cap, np.where(np.isfinite(busy), b / busy, 0.0))
+                    cap = np.maximum(cap, np.where(np.isfinite(busy), top / busy, 0.0))
             ok = np.nonzero(cap[1:] > 0)[0] + 1
             for j in _hull(cap[ok], ks[ok] * cap[ok]) if len(ok) else []:
                 k = int(ok[j])

@@ -4,11 +4,14 @@
    bound on one pipeline's tok/s on exactly those devices, per operating point (batch, class
    of pipeline lengths).
 2. The knapsack (cells.py) over those bounds gives an upper bound on every plan.
-3. The cells of its optimum are refined (refine.py): their best pipeline per operating point,
-   exactly, for each pipeline length; a refined cell takes the larger of its exact values and
-   the first-pass bounds not yet refined. Then the knapsack again, until its optimum uses
-   refined cells only, or the work budget is spent. Every knapsack value is a valid bound;
-   the last one is reported, and the refined chains of its optimum become templates.
+3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
+   each length exactly, costed at the top of a batch interval with memory at its first batch
+   (batches.py); where that chain holds fewer sequences than the top, its value at the most it
+   holds is what the cell attains, and the interval is split there. A refined cell takes the
+   largest of its attained value, its open pieces and the first-pass bounds not yet refined.
+   Then the knapsack again, until its optimum uses settled cells only, or the work budget is
+   spent. Every knapsack value is a valid bound; the last one is reported, and the refined
+   chains of its optimum become templates.
 Work is counted in DP cells, not seconds, so the same inputs give the same bound and plan.
 """
 
@@ -20,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster
-from hetc.partitioner.aggregate import first_pass
+from hetc.partitioner.aggregate import first_pass, most_sequences
+from hetc.partitioner.batches import Regimes
 from hetc.partitioner.cells import CountSpace, closure, combine, decompose
-from hetc.partitioner.refine import best_chain
+from hetc.partitioner.refine import CASE, STEP, best_chain, chain_most, chain_round
 from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
@@ -33,6 +37,8 @@ __all__ = ["CellBound", "Pipeline", "cell_bound", "METHOD", "WORK_PER_SECOND"]
 # machine's load; about this many take a second on one core of the reference machine.
 WORK_PER_SECOND = 4e7
 TEMPLATES = 32  # refined pipelines handed to the solver as templates
+TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
+STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
 METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
           "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
@@ -41,7 +47,7 @@ METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bo
 
 @dataclass(frozen=True, slots=True)
 class Pipeline:
-    phase: str
+    phase: Phase
     kinds: tuple[int, ...]
     cuts: tuple[int, ...]
     batch: int
@@ -55,50 +61,89 @@ class CellBound:
     merged: list[str] = field(default_factory=list)  # device types counted together (too many to count apart)
 
 
-class _Cells:
-    """Per phase: each cell's first-pass bound per key, and what refinement found."""
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Pipelines of exactly n stages on one cell at batches fit … top, bounded by `ub` (tokens and
+    costs at top, memory at fit: batches.py)."""
 
-    def __init__(self, costs: StageCosts, space: CountSpace, phase: str, max_stages: int) -> None:
+    ub: float
+    fit: int
+    top: int
+    n: int
+
+
+class _Cells:
+    """Per phase: each cell's first-pass bound per key, the pieces refinement split them into,
+    and the best pipeline refinement found on it (a value it attains)."""
+
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int) -> None:
         self.costs, self.space, self.phase = costs, space, phase
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
-        self.keys, self.V = first_pass(costs, space, phase, max_stages)  # V [keys, cells]
+        self.regimes = Regimes(costs.tables.wl, phase, ceiling)
+        self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling, self.regimes)  # V [keys, cells]
+        self.most = most_sequences(costs, space, phase)
+        self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
         self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(space))
 
+    def _open(self, c: int) -> float:
+        return max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0))
+
     def settled(self, c: int) -> bool:
-        return self.ub[c] <= 0 or (c in self.exact and self.exact[c][0] >= self.V[:, c].max())
+        return self.ub[c] <= 0 or (c in self.exact and self.exact[c][0] * (1 + TOLERANCE) >= self._open(c))
 
     def refine(self, c: int) -> float:
-        """Refine cell c's best key not yet refined (its bound drops to what the chain DP finds);
-        returns the work done (DP cells)."""
+        """One step on cell c's most promising part: a first-pass key is split into a piece per
+        pipeline length of its class; a piece gets the chain DP (memory at its first batch, costs
+        at its top), whose best chain either fits at the top (the piece is exact) or is evaluated
+        at the most sequences it holds (a value the cell attains) and the piece split there.
+        Returns the work done (DP cells)."""
+        before = self.costs.tables.evaluations
+        pieces = self.pieces.setdefault(c, [])
         ki = int(np.argmax(self.V[:, c]))
-        v0, (_, batch, _, lo, hi) = self.V[ki, c], self.keys[ki]
-        self.V[ki, c] = 0.0
-        counts = self.space.cells[c]
-        total = int(counts.sum())
-        work, best = 0.0, self.exact.get(c, (0.0, None))
-        rate = self.costs.tables.wl.output_len if self.phase == Phase.PREFILL else batch
-        for n in ([total] if not self.tp_groups else range(lo, min(hi, total) + 1)):
-            if not lo <= n <= hi:
-                continue
-            got, w = best_chain(self.costs, self.phase, batch, n, counts, self.tp_groups,
-                                below=rate / best[0] if best[0] else np.inf)  # only a better chain matters
-            work += w
-            if got is None:
-                continue
-            R, (kinds, cuts) = got
-            v = min(rate / R, v0)  # the first pass bounded it already
-            if v > best[0]:
-                best = (v, Pipeline(self.phase, kinds, cuts, n if self.phase == Phase.PREFILL else batch, v))
-        self.exact[c] = best
-        self.ub[c] = max(best[0], self.V[:, c].max())
-        return work
+        if not pieces or self.V[ki, c] > max(p.ub for p in pieces):
+            key, v0 = self.keys[ki], float(self.V[ki, c])
+            self.V[ki, c] = 0.0
+            total = int(self.space.cells[c].sum())
+            lengths = range(key.lo, min(key.hi, total) + 1) if self.tp_groups else [total] if key.lo <= total <= key.hi else []
+            if self.phase == Phase.PREFILL:
+                todo = [_Piece(v0, n, n, n) for n in lengths]
+            else:  # no pipeline on the cell holds more sequences than its memory (aggregate.most_sequences)
+                top = int(min(key.top, self.most[c]))
+                todo = [_Piece(v0, b, t, n) for n in lengths for b, t in self.regimes.runs(n, key.batch, top)]
+        else:
+            todo = [pieces.pop(int(np.argmax([p.ub for p in pieces])))]
+        work = sum(self._split(c, p) for p in todo)
+        best = self.exact.get(c, (0.0, None))[0]
+        self.pieces[c] = [p for p in self.pieces[c] if p.ub > best]
+        self.ub[c] = max(best, self._open(c))
+        return work + CASE * (self.costs.tables.evaluations - before)
 
+    def _split(self, c: int, piece: _Piece) -> float:
+        costs, phase = self.costs, self.phase
+        rate = costs.tables.wl.output_len if phase == Phase.PREFILL else piece.top
+        best = self.exact.get(c, (0.0, None))
+        got, work = best_chain(costs, phase, piece.top, piece.n, self.space.cells[c], self.tp_groups,
+                               below=rate / best[0] if best[0] else np.inf, fit=piece.fit,  # only a better chain matters
+                               above=rate / piece.ub)
+        if got is None:
+            return work
+        R, chain = got
+        ub = min(rate / R, piece.ub)  # the first pass bounded it already
+        most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
+        value, batch = ub, most
+        if most < piece.top:  # the chain holds fewer sequences than the top: its value there, and split
+            value = min(most / chain_round(costs, phase, most, chain), ub)
+            self.pieces[c] += [_Piece(ub, piece.fit, most, piece.n), _Piece(ub, most + 1, piece.top, piece.n)]
+        if value > best[0]:
+            self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
+        return work + STEP
 
-def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, *,
+def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
                phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
                progress: Callable[[str], None] | None = None) -> CellBound:
-    """The knapsack bound over pipelines of `phases`, refined within `budget` DP cells.
+    """The knapsack bound over pipelines of `phases` at any batch up to `ceiling`, refined within
+    `budget` DP cells.
 
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
@@ -111,7 +156,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     for p in phases:
         if progress:
             progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
-        table[p] = _Cells(costs, space, p, max_stages)
+        table[p] = _Cells(costs, space, p, max_stages, ceiling)
     zero = np.zeros(len(space))
     work, rounds = 0.0, 0
     while True:
@@ -122,12 +167,16 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases
                  for c in decompose(space, table[p].ub, K[p], top)]
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
+        got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
+        attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
         if progress:
-            progress(f"cell bound round {rounds}: {value:,.0f} tok/s, {len(todo)} cells to refine")
-        if not todo or work >= budget:
+            progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine")
+        if not todo or work >= budget or value <= attained * (1 + TOLERANCE):
             break
-        for p, c in todo:
-            while not table[p].settled(c) and work < budget:
+        for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
+            for _ in range(STEPS):
+                if work >= budget or table[p].settled(c):
+                    break
                 work += table[p].refine(c)
     # the optimum's refined pipelines first, then every other refined one, best first
     refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe),

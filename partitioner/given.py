@@ -8,6 +8,7 @@ import time
 from hetc.cluster import Cluster
 from hetc.errors import Infeasible
 from hetc.placement import GivenPipeline
+from hetc.partitioner.batches import MAX_BATCH
 from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.solver import Candidate, Solution
 from hetc.partitioner.split import Slot, batch_options, split_chain
@@ -29,9 +30,10 @@ def _layer_split(units: list[Unit], p: GivenPipeline, cluster: Cluster) -> list[
 
 
 def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given: list[GivenPipeline],
-                       batch: int | None = None) -> Solution:
-    """Predict a given placement: each pipeline at `batch` (default: its best batch), with its stages'
-    layers as given (default: the best split over its devices, as the solver would cut them).
+                       batch: int | None = None, ceiling: int = MAX_BATCH) -> Solution:
+    """Predict a given placement: each pipeline at `batch` (default: its best batch up to `ceiling`),
+    with its stages' layers as given (default: the best split over its devices, as the solver would
+    cut them).
 
     Raises:
         Infeasible: a pipeline does not fit its devices (at `batch`, when given).
@@ -49,7 +51,7 @@ def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given:
             stages = split(batch)
             est = estimate_pipeline(units, stages, cluster, wl, batch) if stages else None
         else:
-            opts = batch_options(units, chain, cluster, wl, split=split)
+            opts = batch_options(units, chain, cluster, wl, split=split, ceiling=ceiling)
             best = max(opts, key=lambda f: f.estimate.output_tok_s, default=None)
             stages, est = (best.stages, best.estimate) if best else (None, None)
         if est is None:
@@ -59,4 +61,4 @@ def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given:
                              "smaller --batch.")
         cands.append(Candidate(stages, p.replicas, est, [s.first for s in p.stages], "given", Phase.BOTH))
     tok = sum(c.estimate.output_tok_s * c.replicas for c in cands)
-    return Solution(cands, tok, time.perf_counter() - t0, bound=0.0, bound_method="", status="GIVEN")
+    return Solution(cands, tok, time.perf_counter() - t0, bound=0.0, bound_method="", status="GIVEN", batch_ceiling=ceiling)

@@ -45,14 +45,15 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
                 ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
                 tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, tp=req.tp,
                 disaggregate=req.disaggregate, time_limit=req.time_limit, caps=Caps(watts=req.power_budget_w),
+                max_num_seqs=req.max_num_seqs,
                 progress=(lambda s: progress(f"solving: {s}")) if progress else None)
-    sol = searched
+    sol, ceiling = searched, searched.batch_ceiling
     if given is not None:
-        sol = evaluate_placement(model.units, cluster, wl, given, req.batch)
+        sol = evaluate_placement(model.units, cluster, wl, given, req.batch, ceiling)
         sol.bound, sol.bound_method = searched.bound, searched.bound_method
         sol.notes = [f"placement given by the user; the solver's own plan predicts {searched.output_tok_s:,.0f} "
                      f"output tok/s ({sol.output_tok_s / searched.output_tok_s:.2f}× of it)"] + searched.notes
-    baselines = run_baselines(model.units, cluster, wl, req.objective)
+    baselines = run_baselines(model.units, cluster, wl, req.objective, ceiling)
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines)
@@ -60,11 +61,13 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         plan = Plan.model_validate({**plan.model_dump(by_alias=True),
                                     "placement": {"given": req.placement, "batch": req.batch}})
     plan.solver.seconds = sol.seconds
+    plan.solver.cpu_seconds = searched.cpu_seconds  # the solver's own CPU time: what a busy host does not stretch
     plan.solver.command_seconds = time.perf_counter() - t0  # capture + solve + baselines
     return plan
 
 
-def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str) -> float:
+def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str,
+           ceiling: int) -> float:
     """The bound in the objective's unit (throughput: the solver's LP bound)."""
     if objective == Objective.THROUGHPUT:
         return sol.bound
@@ -76,10 +79,10 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
         watts = {type_key(n): n.profile.power for n in cluster.nodes}
-        least = cost_bound(Tables(model.units, wl), kinds, max_stages, watts)
+        least = cost_bound(Tables(model.units, wl), kinds, max_stages, watts, ceiling)
         return 1.0 / least if least > 0 else float("inf")
     price = {type_key(n): cluster.price(n.profile) for n in cluster.nodes}
-    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, max_stages, price)
+    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, max_stages, price, ceiling)
     return usd_h_per_tok_s / 3600 * 1e6
 
 
@@ -128,7 +131,8 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     usd = t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
     value = {"throughput": tok_s, "latency": tpot, "cost": usd, "energy": tok_s / watts if watts else 0.0}[req.objective]
-    bound = _bound(model, cluster, wl, sol, req.objective, req.tp)
+    ceiling = sol.batch_ceiling
+    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     doc = {
         "schema": SCHEMA, "hetc_version": __version__,
@@ -137,15 +141,17 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
                   "num_units": len(model.units), "params": model.num_params, "graph_hash": model.graph_hash,
                   "kind": model.kind, "notes": model.notes},
         "cluster": cluster.to_json(),
-        "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
+        "workload": {"input_len": wl.input_len, "output_len": wl.output_len, "max_num_seqs": req.max_num_seqs},
         "objective": {"name": req.objective, "sense": sense, "unit": unit},
         "pipelines": pipelines, "kv_transfer": kv_transfer,
         "predicted": {"output_tok_s": tok_s, "total_tok_s": tok_s * (wl.input_len + wl.output_len) / wl.output_len,
                       "ttft_ms": ttft, "tpot_ms": tpot, "usd_per_mtok": usd, "watts": watts},
         "solver": {"status": sol.status, "objective": value, "bound": bound, "upper_bound": sol.bound, "gap": gap,
                    "seconds": sol.seconds, "templates": sol.explored, "bound_method": sol.bound_method,
+                   "batch_ceiling": ceiling,
                    "search": "pipeline templates (homogeneous, even mixes, the cell bound's pipelines; prefill and "
-                             f"decode pools with --disaggregate {req.disaggregate}) × best split × batch grid; CP-SAT "
+                             f"decode pools with --disaggregate {req.disaggregate}) × best split × batch up to "
+                             f"{ceiling} sequences; CP-SAT "
                              "chooses replicas",
                    "notes": sol.notes},
         "baselines": baselines,

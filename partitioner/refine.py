@@ -19,10 +19,11 @@ import numpy as np
 from hetc.partitioner.stage_costs import Case, StageCosts
 from hetc.scheduling import Phase
 
-__all__ = ["Chain", "best_chain"]
+__all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
+CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
 
 
 def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int],
@@ -62,24 +63,32 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     return (E, layers, cells, strides, full) if keep else (E, work)
 
 
-def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.ndarray,
-               tp_groups: bool, below: float = np.inf) -> tuple[tuple[float, Chain] | None, float]:
+def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.ndarray,
+               tp_groups: bool, below: float = np.inf, fit: int | None = None,
+               above: float = 0.0) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per group, None if none fits within R ≤ `below`; and the work it took.
 
     Args:
-        batch: sequences in flight (prefill pools: ignored, one prompt per stage).
+        batch: sequences in flight the stages are costed at (prefill pools: ignored, one
+            prompt per stage).
         tp_groups: whether stages may be tensor-parallel groups (never in pools).
         below: only bottlenecks up to this matter (a caller that knows a better chain).
+        fit: the sequences every stage must hold in memory (default `batch`).
+        above: no chain's bottleneck is below this (a bound the caller has): the bisection
+            starts there.
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
-    case = costs.case(phase, b, m)
+    use = counts[costs.group] >= costs.tp  # the kinds this cell can form
+    before = costs.tables.evaluations
+    case = costs.case(phase, b, m, use, fit=b if phase == Phase.PREFILL or fit is None else fit)
+    work = CASE * (costs.tables.evaluations - before)  # the cost model run at a new operating point
     if case is None:
-        return None, STEP
+        return None, work + STEP
     kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
     if not kinds:
-        return None, STEP
-    work = last = 0.0
+        return None, work + STEP
+    last = 0.0
 
     def reaches(R: float) -> bool:
         nonlocal work, last
@@ -92,7 +101,7 @@ def best_chain(costs: StageCosts, phase: str, batch: int, n: int, counts: np.nda
         ii, jj = costs.ranges(case, g)
         cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
     cand = np.unique(np.concatenate(cand))
-    cand = cand[cand <= below]
+    cand = cand[(cand <= below) & (cand >= above * (1 - 1e-6))]
     if not len(cand) or not reaches(cand[-1]):
         return None, work
     lo, hi = 0, len(cand) - 1
@@ -137,3 +146,23 @@ def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: i
             raise AssertionError("no predecessor found while backtracking a covering chain")
     cuts.append(0)
     return tuple(reversed(chain)), tuple(reversed(cuts))
+
+
+def chain_most(costs: StageCosts, phase: Phase, chain: Chain) -> int:
+    """The most sequences every stage of `chain` holds in memory (Tables.most, closed form)."""
+    kinds, cuts = chain
+    return int(min(costs.tables.most(costs.kinds[g], phase)[a, b - a] for g, a, b in zip(kinds, cuts, cuts[1:])))
+
+
+def chain_round(costs: StageCosts, phase: Phase, batch: int, chain: Chain) -> float:
+    """The bottleneck of `chain` at `batch` sequences as the chain DP counts it: its busiest
+    stage, or a link between two of its stages' types at its cheapest cut."""
+    kinds, cuts = chain
+    n = len(kinds)
+    b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
+    stages = []
+    for g, i, j in zip(kinds, cuts, cuts[1:]):
+        cost, over = costs.tables.unit_costs(costs.kinds[g], m, b, phase)
+        stages.append(float(cost[i:j].sum()) + over)
+    cheapest = costs.links(phase, b, m)[1]
+    return max(stages + [float(cheapest[costs.type_of[x], costs.type_of[y]]) for x, y in zip(kinds, kinds[1:])])

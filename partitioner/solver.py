@@ -25,9 +25,11 @@ from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
+from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
 from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score
@@ -93,6 +95,8 @@ class Solution:
     explored: int = 0
     notes: list[str] = field(default_factory=list)
     kv_transfers: list["KVRoute"] = field(default_factory=list)
+    batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
+    cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +245,7 @@ def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Clu
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objective = Objective.THROUGHPUT,
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
           tp: str = "auto", disaggregate: Disaggregate = Disaggregate.AUTO, time_limit: float = 30.0, caps: Caps = Caps(),
-          progress: Callable[[str], None] | None = None) -> Solution:
+          max_num_seqs: int | None = None, progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
     Args:
@@ -249,6 +253,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         disaggregate: "off" (every pipeline prefills and decodes), "on" (prefill and decode pools
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
+        max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
         time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
             third as CP-SAT's deterministic time (both counted in work, so plans don't depend
             on the machine's load).
@@ -256,12 +261,13 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
     """
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
-    bound = cell_bound(tables, kinds, cluster, max_stages, phases=phases,
+    ceiling = batch_ceiling(units, cluster, wl, max_num_seqs)
+    bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
                        budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
@@ -269,18 +275,23 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         for name, of in per_tok.items():
             cap = getattr(caps, name)
             if cap:
-                least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes})
+                least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes}, ceiling)
                 bound_value = min(bound_value, cap / least if least > 0 else float("inf"))
         method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
     notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
                         "each apart): the bound is looser than it would be" for m in bound.merged]
+    for name, curves in {n.profile.name: falling_curves(n.profile) for n in cluster.nodes}.items():
+        if curves:
+            notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
+                         "each curve's running maximum (valid for every batch, looser than the profile)")
     templates = generate(cluster, kinds, bound.pipelines, max_stages, phases)
     opts: list[_Option] = []
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
     for i, t in enumerate(templates):
         if progress:
             progress(f"templates {i + 1}/{len(templates)}: {t.label}")
-        for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase, memo=memo):
+        for f in batch_options(units, list(t.chain), cluster, wl, phase=t.phase, memo=memo, ceiling=ceiling,
+                               objective=objective, hints=t.batches):
             e = f.estimate
             if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
                 continue
@@ -319,7 +330,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
-                    explored=len(templates), notes=notes, kv_transfers=kv)
+                    explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling,
+                    cpu_seconds=time.process_time() - cpu0)
 
 
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
+from hetc.partitioner.batches import MAX_BATCH, search
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
 
-__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "MAX_BATCH"]
-
-MAX_BATCH = 4096  # sequences in flight per pipeline considered
+__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +82,29 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     if phase == Phase.PREFILL:
         batch = n
     memo = {} if memo is None else memo
+    n_units = len(units)
+    reaches = []
+    for s in chain:
+        key = (_slot_key(s), batch, phase)
+        if key not in memo:
+            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
+        reaches.append(memo[key])
+    u = 0
+    for reach in reaches:  # memory alone, each slot as far as it holds: no split fits if this does not
+        u = max(u, reach[u] + 1) if u < n_units else u
+    if u < n_units:
+        return None
     r = Round.of(wl, batch, max(1, min(n, batch)), phase)
     out = units[0].out_bytes_per_token
     slots = []  # per slot: prefix sums of its unit costs, its memory reach, fixed time + link out
-    for i, s in enumerate(chain):
+    for i, (s, reach) in enumerate(zip(chain, reaches)):
         key = (_slot_key(s), r)
         if key not in memo:
             cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
             memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
         prefix, fixed = memo[key]
-        key = (_slot_key(s), batch, phase)
-        if key not in memo:
-            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
         path = hops(cluster, s.node, chain[i + 1].node) if i + 1 < n else []
-        slots.append((prefix, memo[key], fixed + (r.link_time(out, path) if path else 0.0), s))
-    n_units = len(units)
+        slots.append((prefix, reach, fixed + (r.link_time(out, path) if path else 0.0), s))
 
     def greedy(tau: float) -> list[StagePlan] | None:
         """Each slot in turn takes as many units as fit within `tau` and its memory."""
@@ -125,7 +132,7 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
 
 
 def _slot_key(s: Slot) -> tuple:
-    return s.node.profile.name, s.tp, repr(s.node.link)
+    return s.node.profile.name, s.tp, id(s.node.link)  # within one solve: links are the cluster's objects
 
 
 def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float) -> list[int]:
@@ -157,29 +164,34 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
 
 def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
                   split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
-                  memo: dict | None = None) -> list[Found]:
-    """Every batch on the grid (powers of two) that fits, with its best split (a prefill
-    pool has one option: a prompt per stage).
+                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT,
+                  hints: tuple[int, ...] = ()) -> list[Found]:
+    """Batches up to `ceiling` that fit, each with its best split (batches.search says which are
+    tried); a prefill pool has one option: a prompt per stage, if the ceiling allows that many.
 
     Args:
         split: stage boundaries for a batch; default: `split_chain` (the best split).
         memo: passed on to `split_chain`.
+        ceiling: the most sequences in flight (batches.batch_ceiling).
+        objective: what the search for the best batch between tried ones aims at.
+        hints: batches to try as well (batches.search).
     """
     split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
-    out: list[Found] = []
-    batch = 1
-    while batch <= (1 if phase == Phase.PREFILL else MAX_BATCH):
+
+    def evaluate(batch: int) -> Found | None:
         stages = split(batch)
         est = estimate_pipeline(units, stages, cluster, wl, batch, phase) if stages else None
-        if est is None:
-            break
-        out.append(Found(est, stages))
-        batch *= 2
-    return out
+        return Found(est, stages) if est is not None and stages is not None else None
+
+    if phase == Phase.PREFILL:
+        one = evaluate(1) if len(chain) <= ceiling else None
+        return [one] if one else []
+    return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0),
+                                 ceiling, hints)]
 
 
 def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None) -> Found | None:
+               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH) -> Found | None:
     """The batch best for `objective` on this chain, with no floors."""
-    opts = batch_options(units, chain, cluster, wl, split)
+    opts = batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
     return max(opts, key=lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)

@@ -57,6 +57,8 @@ class StageCosts:
         per_type = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
         self.group_of = _groups(per_type, [k.profile.memory_bandwidth for k in first])  # per type
         self.devices = np.bincount(self.group_of, weights=per_type).astype(np.int64)  # per group
+        self.room = np.zeros(len(self.devices))  # per group: its roomiest type's usable bytes
+        np.maximum.at(self.room, self.group_of, [k.profile.usable_memory for k in first])
         self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
         self.group = self.group_of[self.type_of]  # per kind
         self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
@@ -66,56 +68,79 @@ class StageCosts:
         self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
         self.period = _period(tables.units)
         self._cases: dict = {}
+        self._memory: dict = {}
+        self._link: dict = {}
+        self._ranges: dict = {}
 
-    def case(self, phase: str, batch: int, m: int) -> Case | None:
+    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None) -> Case | None:
         """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
-        micro-batches; None if no kind holds any unit. Pools are one device per stage."""
-        key = (phase, batch, m)
+        micro-batches, with memory at `fit` sequences (default `batch`; batches.py: costs at an
+        interval's top, memory at its first batch), for the kinds `use` marks (default all; the
+        others cost inf); None if no kind holds any unit. Pools are one device per stage."""
+        fit = batch if fit is None else fit
+        key = (phase, batch, m, fit, None if use is None else use.tobytes())
         if key not in self._cases:
-            self._cases[key] = self._build(phase, batch, m)
+            mem = self.memory(phase, fit)
+            P, over = mem.P.copy(), np.zeros(len(self.kinds))
+            for g, kind in enumerate(self.kinds):
+                if use is not None and not use[g]:
+                    P[g] = INF
+                elif np.isfinite(P[g, -1]):
+                    cost, over[g] = self.tables.unit_costs(kind, m, batch, phase)
+                    P[g, 1:] = np.cumsum(cost)
+            link, cheapest = self.links(phase, batch, m)
+            self._cases[key] = None if np.isinf(P).all() else Case(P, over, mem.jfit, link, cheapest)
         return self._cases[key]
 
-    def _build(self, phase: str, batch: int, m: int) -> Case | None:
-        t, u = self.tables, self.u
-        G = len(self.kinds)
-        P, over = np.zeros((G, u + 1)), np.zeros(G)
-        jfit = np.zeros((G, u), dtype=np.int64)
-        for g, kind in enumerate(self.kinds):
-            fits = t.fits(kind, batch, phase)  # [i, k]
-            ks = np.where(fits[:u], np.arange(u + 1)[None, :], 0).max(axis=1)
-            jfit[g] = np.arange(u) + ks
-            if not ks.any() or (phase != Phase.BOTH and kind.tp > 1):
-                P[g] = INF
-                continue
-            cost, over[g] = t.unit_costs(kind, m, batch, phase)
-            P[g, 1:] = np.cumsum(cost)
-        if np.isinf(P).all():
-            return None
-        r = Round.of(t.wl, batch, m, phase)
-        T = len(self.types)
-        link = np.zeros((T, T, u + 1))
-        ob = self.out_bytes[None, : u - 1]  # crossing cut i: the output of unit i − 1
-        for (a, c), paths in self.paths.items():
-            best = np.full((1, u - 1), INF)
-            for p in paths:  # Round.link_time, vectorized over the cut positions (α–β per hop)
-                lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
-                busy = r.messages * lat + r.tokens * ob * inv if p else 0 * ob
-                best = np.minimum(best, busy)
-            link[a, c, 1:u] = best[0]
-        cheapest = link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T))
-        return Case(P, over, jfit, link, cheapest)
+    def memory(self, phase: Phase, batch: int) -> Case:
+        """Memory only, at `batch`: stage costs and links 0 where a kind can serve `phase` (inf where
+        not), so a cover at any R says whether some chain fits."""
+        key = (phase, batch)
+        if key not in self._memory:
+            u, G, T = self.u, len(self.kinds), len(self.types)
+            jfit = np.zeros((G, u), dtype=np.int64)
+            P = np.zeros((G, u + 1))
+            for g, kind in enumerate(self.kinds):
+                ks = (self.tables.most(kind, phase)[:u, 1:] >= batch).sum(axis=1)  # most shrinks with the range
+                jfit[g] = np.arange(u) + ks
+                if not ks.any() or (phase != Phase.BOTH and kind.tp > 1):
+                    P[g] = INF
+            self._memory[key] = Case(P, np.zeros(G), jfit, np.zeros((T, T, u + 1)), np.zeros((T, T)))
+        return self._memory[key]
+
+    def links(self, phase: Phase, batch: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """link[t', t, i] and cheapest[t', t] (see Case) at one operating point, cached."""
+        key = (phase, batch, m)
+        if key not in self._link:
+            u = self.u
+            r = Round.of(self.tables.wl, batch, m, phase)
+            T = len(self.types)
+            link = np.zeros((T, T, u + 1))
+            ob = self.out_bytes[None, : u - 1]  # crossing cut i: the output of unit i − 1
+            for (a, c), paths in self.paths.items():
+                best = np.full((1, u - 1), INF)
+                for p in paths:  # Round.link_time, vectorized over the cut positions (α–β per hop)
+                    lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
+                    busy = r.messages * lat + r.tokens * ob * inv if p else 0 * ob
+                    best = np.minimum(best, busy)
+                link[a, c, 1:u] = best[0]
+            self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))
+        return self._link[key]
 
     def ranges(self, case: Case, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the memory-feasible stages of kind g, one of each distinct content:
         inside the model's repeating middle a range equals its copy one period earlier."""
-        U = self.u
-        i = np.arange(U)
-        n = np.maximum(case.jfit[g] - i, 0)
-        ii = np.repeat(i, n)
-        jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-        a, b, p = self.period
-        keep = ~((ii >= a + p) & (jj <= b))
-        return ii[keep], jj[keep]
+        key = case.jfit[g].tobytes()  # memory alone decides them: shared by every cost at one fit
+        if key not in self._ranges:
+            U = self.u
+            i = np.arange(U)
+            n = np.maximum(case.jfit[g] - i, 0)
+            ii = np.repeat(i, n)
+            jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            a, b, p = self.period
+            keep = ~((ii >= a + p) & (jj <= b))
+            self._ranges[key] = ii[keep], jj[keep]
+        return self._ranges[key]
 
     def reach(self, case: Case, R: float) -> np.ndarray:
         """reach[g, i]: the furthest end of a stage of kind g starting at unit i within R and memory

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster, Link, Node, Profile
+from hetc.partitioner.envelope import bound_node
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
-__all__ = ["Kind", "Tables", "kinds_of", "BATCH_GRID"]
-
-BATCH_GRID = [2**i for i in range(13)]  # 1 … 4096 sequences in flight per pipeline
+__all__ = ["Kind", "Tables", "kinds_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +65,9 @@ def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = (1, 2, 4, 8)) -> li
     return out
 
 
+MOST = 1 << 20  # sequences a stage with no KV and no activations could hold: more than any batch considered
+
+
 @dataclass(slots=True)
 class Tables:
     """busy_min arrays per (kind, m, batch), built lazily and cached."""
@@ -74,8 +76,10 @@ class Tables:
     wl: Workload
     _ranges: tuple | None = None
     _cost: dict = field(default_factory=dict)
-    _feasible: dict = field(default_factory=dict)
+    _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)
+    _kind_keys: dict = field(default_factory=dict)
+    evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
 
     def __post_init__(self) -> None:
         u = len(self.units)
@@ -97,45 +101,66 @@ class Tables:
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
         self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
 
+    def _kind(self, kind: Kind) -> tuple:
+        """A cache key for `kind` (its type_key's repr of the link is slow to recompute)."""
+        got = self._kind_keys.get(id(kind))
+        if got is None or got[0] is not kind:
+            got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
+        return got[1]
+
     def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
-        overhead per round, as simulate.estimate_pipeline counts them for `phase`."""
-        key = (kind.name, kind.type_key, m, batch, phase)
+        overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
+        profile's envelope where its efficiency curves fall (envelope.py: never more)."""
+        key = (self._kind(kind), m, batch, phase)
         if key not in self._cost:
-            cost, over = unit_round_costs(self.units, kind.nodes[0], kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
+            self.evaluations += 1
+            node = bound_node(kind.nodes[0])
+            cost, over = unit_round_costs(self.units, node, kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
             self._cost[key] = (np.array(cost), over)
         return self._cost[key]
 
     def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:
         """fits[i, k]: whether units [i, i+k) fit one device of `kind` at `batch` (prefill
         pools: prompts in flight, KV for the prompt only)."""
-        key = (kind.name, kind.type_key, batch, phase)
-        if key not in self._feasible:
+        return self.most(kind, phase) >= batch
+
+    def most(self, kind: Kind, phase: Phase = Phase.BOTH) -> np.ndarray:
+        """most[i, k]: the most sequences at which units [i, i+k) fit one device of `kind` (0 if
+        none). A stage holds weights/tp + b·KV/tp + max(chunk, b)·activations: linear in b on
+        each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
+        key = (self._kind(kind), phase)
+        if key not in self._most:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
             wl = self.wl
-            context = wl.input_len if phase == Phase.PREFILL else wl.context
-            blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-            step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
-            amax_ik = amax[i, k]
-            mem = weights / kind.tp + batch * blocks * kv / kind.tp + step_tokens * (amax_ik + np.where(last, logits, 0))
-            self._feasible[key] = valid & (mem <= kind.profile.usable_memory)
-        return self._feasible[key]
+            blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+            chunk = min(wl.prefill_chunk, wl.input_len)
+            base, per_seq, act = weights / kind.tp, blocks * kv / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
+            cap = kind.profile.usable_memory
 
-    def busy_min(self, kind: Kind, m: int, batch: int) -> np.ndarray:
-        """busy_min[k] for k = 0 … U (inf where no range of k units fits), pipelines that prefill and decode."""
-        key = (kind.name, kind.type_key, m, batch)
+            def mem(b: np.ndarray) -> np.ndarray:
+                return base + b * per_seq + np.maximum(chunk, b) * act
+
+            with np.errstate(divide="ignore", invalid="ignore"):
+                above = np.floor((cap - base) / (per_seq + act))  # b ≥ chunk
+                below = np.floor((cap - base - chunk * act) / per_seq)  # b < chunk
+            b = np.where(mem(np.full_like(base, chunk)) <= cap, above, np.minimum(below, chunk - 1))
+            b = np.nan_to_num(np.clip(b, 0, MOST), nan=MOST)
+            b = np.where(mem(b + 1) <= cap, b + 1, b)  # the closed form to the last bit
+            b = np.where((b > 0) & (mem(b) > cap), b - 1, b)
+            self._most[key] = np.where(valid & (mem(np.ones_like(b)) <= cap), b, 0).astype(np.int64)
+        return self._most[key]
+
+    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None) -> np.ndarray:
+        """busy_min[k] for k = 0 … U: the least busy seconds per round of a range of k units at
+        `batch` sequences that fits memory at `fit` (default: `batch`); inf where none fits.
+        Pipelines that prefill and decode."""
+        fit = batch if fit is None else fit
+        key = (self._kind(kind), m, batch, fit)
         if key not in self._busy:
             cost, over = self.unit_costs(kind, m, batch)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
-            busy = np.where(self.fits(kind, batch), p[i + k] - p[i] + over, np.inf)
+            busy = np.where(self.fits(kind, fit), p[i + k] - p[i] + over, np.inf)
             self._busy[key] = busy.min(axis=0)
         return self._busy[key]
-
-    def max_fitting_batch(self, kind: Kind) -> int:
-        """Largest batch on the grid at which some range fits this kind (0 if none)."""
-        best = 0
-        for b in BATCH_GRID:
-            if self.fits(kind, b).any():
-                best = b
-        return best

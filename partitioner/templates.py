@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cell_bound import Pipeline
@@ -30,6 +30,7 @@ class Template:
     label: str
     chain: tuple[Slot, ...]
     phase: Phase = Phase.BOTH  # or a disaggregated pool: "prefill" / "decode"
+    batches: tuple[int, ...] = ()  # where the cell bound found chains of these kinds best (tried besides the search's)
 
 
 def usage(t: Template) -> Counter:
@@ -52,10 +53,12 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
     one-device-stage chains and the cell bound's pools)."""
     out: dict[tuple, Template] = {}
 
-    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH) -> None:
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0) -> None:
         key = (phase, *((type_key(s.node), s.tp) for s in chain))
         name = label or " → ".join(s.node.profile.name for s in chain)
-        out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))
+        t = out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))
+        if batch and batch not in t.batches:
+            out[key] = replace(t, batches=t.batches + (batch,))
 
     def add(parts: list[tuple[Kind, int]], phase: Phase = Phase.BOTH) -> None:
         parts = [(k, a) for k, a in parts if a > 0]
@@ -69,7 +72,7 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
     if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
     for p in pipelines:  # the cell bound's pipelines, as chains of kinds
-        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase)
+        add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase, batch=p.batch)
     return list(out.values())
 
 

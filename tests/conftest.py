@@ -62,3 +62,38 @@ def two_type_cluster(tmp_path: Path, a_memory: str, b_memory: str, a_count: int 
 network: {{default: ethernet-10g}}
 """)
     return load_cluster(tmp_path / "c.yaml")
+
+
+FALLING = """name: fitted
+vendor: cpu
+backend: cpu
+memory: {memory}
+reserved_memory: 10 kB
+memory_bandwidth: 40 GB/s
+peak_flops: {{fp32: 20 GFLOP/s, bf16: 20 GFLOP/s}}
+efficiency: {{matmul: 0.8, memory: 0.8}}
+efficiency_curves:
+  matmul:
+    fp32: {{m: [1, 4, 5, 64], nk: [1, 1.0e9], eff: [[0.3, 0.3], [0.9, 0.9], [0.1, 0.1], [0.9, 0.9]]}}
+  memory: {{x: [1.0e3, 1.0e6], eff: [2.0, 0.5]}}
+launch_overhead: 0 us
+step_overhead: 1 us
+host_link: pcie4
+power: 100 W
+price: 1 USD/h
+sources: ["made up: a fitted profile whose curves fall (GEMM at M=5 slower than at M=4, small ops in cache)"]
+"""
+
+
+def falling_cluster(tmp_path: Path, memory: str = "2 MB"):
+    """two_type_cluster's layout with node a's devices on a fitted profile whose efficiency falls
+    as a step grows (so a pipeline's throughput can fall with its batch)."""
+    (tmp_path / "fitted.yaml").write_text(FALLING.format(memory=memory))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm",
+                                                      memory="4 MB", bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "c.yaml").write_text("""nodes:
+  - {name: a, device: ./fitted.yaml, count: 2, link: pcie4}
+  - {name: b, device: ./big.yaml, count: 1}
+network: {default: ethernet-10g}
+""")
+    return load_cluster(tmp_path / "c.yaml")

@@ -1,15 +1,14 @@
 """The energy objective and the power / price caps against brute force on tiny instances:
-every ordered chain of devices, every split, every batch of the grid."""
-
-import itertools
+every ordered chain of devices, every split, every integer batch (tests/brute_force.py)."""
 
 import pytest
 
 from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import PlanRequest, make_plan
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import Caps, solve
 from hetc.errors import Infeasible
+from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import FIXTURES, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
@@ -29,48 +28,16 @@ def _cluster(tmp_path, fast_w: str = "300 W", big_w: str = "100 W"):
     return load_cluster(tmp_path / "c.yaml")
 
 
-def _chains(units, cluster):
-    """{device set: best tok/s of one pipeline over exactly those devices}, every order and split."""
-    devices = [(n, i) for n in cluster.nodes for i in range(n.count)]
-    best: dict[frozenset, float] = {}
-    for size in range(1, len(devices) + 1):
-        for chain in itertools.permutations(range(len(devices)), size):
-            for cuts in itertools.combinations(range(1, len(units)), size - 1):
-                edges = (0, *cuts, len(units))
-                stages = [StagePlan(devices[d][0], a, b - 1) for d, a, b in zip(chain, edges, edges[1:])]
-                for batch in (2**i for i in range(13)):
-                    est = estimate_pipeline(units, stages, cluster, WL, batch)
-                    if est is None:
-                        break
-                    key = frozenset(chain)
-                    best[key] = max(best.get(key, 0.0), est.output_tok_s)
-    return devices, best
-
-
-def _best_sets(devices, best):
-    """{device set S: best total tok/s of disjoint pipelines inside S (devices may idle)}."""
-    out: dict[frozenset, float] = {frozenset(): 0.0}
-    for size in range(1, len(devices) + 1):
-        for s in map(frozenset, itertools.combinations(range(len(devices)), size)):
-            first, rest = min(s), s - {min(s)}
-            val = out[rest]
-            for k in range(len(rest) + 1):
-                for others in itertools.combinations(sorted(rest), k):
-                    chain = frozenset((first, *others))
-                    val = max(val, best.get(chain, 0.0) + out[s - chain])
-            out[s] = val
-    return out
-
-
-def _watts(devices, s):
-    return sum(devices[d][0].profile.power for d in s)
+def _watts(cluster, s):
+    power = {n.name: n.profile.power for n in cluster.nodes}
+    return sum(power[node] for node, _ in s)
 
 
 def test_energy_objective_matches_brute_force(tmp_path, tiny):
     cluster = _cluster(tmp_path)
-    devices, best = _chains(tiny.units, cluster)
+    best = best_per_set(options(tiny.units, cluster, WL), value=lambda o: o.estimate.output_tok_s / o.watts())
     # a mix of pipelines draws the sum of their watts: its tokens per joule is at most its best pipeline's
-    want = max(tok / _watts(devices, s) for s, tok in best.items())
+    want = max(o.estimate.output_tok_s / o.watts() for o in best.values())
     sol = solve(tiny.units, cluster, WL, objective="energy", tp="1")
     watts = sum(sp.node.profile.power * sp.tp * c.replicas for c in sol.pipelines for sp in c.stages)
     assert sol.output_tok_s / watts == pytest.approx(want, rel=1e-9)
@@ -87,9 +54,8 @@ def test_energy_bound_is_above_the_optimum(tmp_path, tiny):
 @pytest.mark.parametrize("budget", [120.0, 350.0, 450.0, 1000.0])
 def test_power_budget_matches_brute_force(tmp_path, tiny, budget):
     cluster = _cluster(tmp_path)
-    devices, best = _chains(tiny.units, cluster)
-    sets = _best_sets(devices, best)
-    want = max((v for s, v in sets.items() if _watts(devices, s) <= budget), default=0.0)
+    sets = packings(best_per_set(options(tiny.units, cluster, WL)), all_devices(cluster))
+    want = max((v for s, v in sets.items() if _watts(cluster, s) <= budget), default=0.0)
     if want == 0.0:
         with pytest.raises(Infeasible, match="cap"):
             solve(tiny.units, cluster, WL, tp="1", disaggregate="off", caps=Caps(watts=budget))

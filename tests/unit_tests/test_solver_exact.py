@@ -1,49 +1,21 @@
 """The solver against a brute-force enumerator on tiny instances, and the bound against both."""
 
-import itertools
 import math
 
 import pytest
 
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import capture
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
+from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import FIXTURES, two_type_cluster as _cluster
 
-def brute_force(units, cluster, wl) -> float:
-    """Best total output tok/s over every set of disjoint ordered device chains, every split, every batch."""
-    devices = [(n, i) for n in cluster.nodes for i in range(n.count)]
-    best_chain = {}
-    for size in range(1, len(devices) + 1):
-        for chain in itertools.permutations(range(len(devices)), size):
-            best = 0.0
-            for cuts in itertools.combinations(range(1, len(units)), size - 1):
-                bounds = (0, *cuts, len(units))
-                stages = [StagePlan(devices[d][0], a, b - 1) for d, a, b in zip(chain, bounds, bounds[1:])]
-                for batch in (2**i for i in range(13)):
-                    est = estimate_pipeline(units, stages, cluster, wl, batch)
-                    if est is None:
-                        break
-                    best = max(best, est.output_tok_s)
-            key = frozenset(chain)
-            best_chain[key] = max(best_chain.get(key, 0.0), best)
-    everything = frozenset(range(len(devices)))
-    memo = {frozenset(): 0.0}
 
-    def best_set(s: frozenset) -> float:  # devices in s split into chains (or left idle)
-        if s not in memo:
-            first = min(s)
-            rest = s - {first}
-            val = best_set(rest)  # the first device idle
-            for size in range(len(rest) + 1):
-                for others in itertools.combinations(sorted(rest), size):
-                    chain = frozenset((first, *others))
-                    val = max(val, best_chain.get(chain, 0.0) + best_set(s - chain))
-            memo[s] = val
-        return memo[s]
-
-    return best_set(everything)
+def brute_force(units, cluster, wl, max_num_seqs=None) -> float:
+    """Best total output tok/s over every set of disjoint ordered device chains, split and integer batch."""
+    best = best_per_set(options(units, cluster, wl, max_num_seqs=max_num_seqs))
+    return packings(best, all_devices(cluster))[frozenset(all_devices(cluster))]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +41,7 @@ def test_every_baseline_suboptimal_and_solver_optimal(tmp_path, tiny):
     want = brute_force(tiny.units, cluster, wl)
     sol = solve(tiny.units, cluster, wl, tp="1", disaggregate="off")
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
-    for name, b in run_baselines(tiny.units, cluster, wl, "throughput").items():
+    for name, b in run_baselines(tiny.units, cluster, wl, "throughput", sol.batch_ceiling).items():
         assert b["output_tok_s"] < want * 0.999, name
 
 
@@ -79,3 +51,17 @@ def test_bound_is_above_every_plan_the_solver_sees(tmp_path, tiny):
     sol = solve(tiny.units, cluster, wl, disaggregate="off")
     assert sol.bound >= sol.output_tok_s * (1 - 1e-9)
     assert math.isfinite(sol.bound)
+
+
+@pytest.mark.parametrize("cap", [1, 5, 23])
+def test_max_num_seqs_caps_every_pipeline_and_the_bound_holds(tmp_path, tiny, cap):
+    """With an engine's cap on sequences in flight, the plan is the brute-force optimum over
+    batches up to the cap, no pipeline runs more, and the bound is above it."""
+    cluster = _cluster(tmp_path, "2 MB", "4 MB")
+    wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
+    want = brute_force(tiny.units, cluster, wl, max_num_seqs=cap)
+    sol = solve(tiny.units, cluster, wl, tp="1", disaggregate="off", max_num_seqs=cap)
+    assert all(c.estimate.batch <= cap for c in sol.pipelines)
+    assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
+    assert sol.bound >= want * (1 - 1e-9)
+    assert sol.batch_ceiling == cap
