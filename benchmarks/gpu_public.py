@@ -7,15 +7,16 @@ came from), run hetc twice on the same devices and workload:
   states it or the engine's cap on running sequences, else the best batch that fits);
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
-to the target (gathered after the cost model was frozen), overall and per vendor, with the
-figures of the first comparison (gathered before) reported beside. Every public figure is output
-tokens per second of the whole system, all its devices together (`predicted.output_tok_s`).
+to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
+vendor, with the earlier rounds reported beside (round 1: the first comparison; round 2: gathered
+after the previous freeze at 11b21d7). Every public figure is output tokens per second of the whole
+system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
 any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
 since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--no-plan]
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan]
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "11b21d73de232c2e5dae1768ec76ff18e0294993"  # the cost-model commit, made before any held figure was looked at
+FROZEN = "48fca1d9e4fb87bf3277a2aa530a2539e5ff16a4"  # the cost-model commit, made before any held figure was looked at
+ROUND = 3  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
@@ -90,45 +92,50 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    held: bool  # gathered after the freeze: held to the target
+    round: int  # 1: the first comparison; 2: gathered after the freeze at 11b21d7; 3: after FROZEN (held)
     note: str = ""
+
+    @property
+    def held(self) -> bool:
+        """Gathered after FROZEN: held to the target."""
+        return self.round == ROUND
 
 
 CASES = [
-    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, False),
-    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, False),
-    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, False),
-    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, False),
-    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, 1),
+    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, 1),
+    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, 1),
+    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, 1),
+    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, 1),
     Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None,
-         False, "FP16"),
-    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, False),
+         1, "FP16"),
+    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, 1),
     Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None,
-         False),
-    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, False),
-    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, False),
-    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, False,
+         1),
+    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, 1),
+    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, 1),
+    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, 1,
          "batch ≤ 256 ⚠"),
-    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, False,
+    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, 1,
          "batch ≤ 256 ⚠"),
-    # ---- gathered after the freeze (held to the target) ----
+    # ---- round 2: gathered after the freeze at 11b21d7 (held then, reported beside now) ----
     # MLPerf Llama-2-70B Offline, FP8 weights and KV, 8-GPU systems as their submitters ran them
     Case("mlperf41-8xh100-nvidia", "8xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24524.9, "mlperf41", "nvidia",
-         "a:0-1 x4", 896, True, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
+         "a:0-1 x4", 896, 2, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
     Case("mlperf41-8xh200-nvidia", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 31302.7, "mlperf41", "nvidia",
-         "a:0 x8", 806, True, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
+         "a:0 x8", 806, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
     Case("mlperf51-8xh200-google", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 35043.7, "mlperf51", "nvidia",
-         "a:0 x8", 2048, True, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
+         "a:0 x8", 2048, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
     Case("mlperf41-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 23514.8, "mlperf41", "amd",
-         "a:0 x8", 2048, True, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
+         "a:0 x8", 2048, 2, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
     Case("mlperf41-8xmi300x-amd-turin", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24109.8, "mlperf41",
-         "amd", "a:0 x8", 2048, True, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
+         "amd", "a:0 x8", 2048, 2, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
     Case("mlperf51-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 27803.9, "mlperf51", "amd",
-         "a:0 x8", 1536, True, "vLLM, TP1 × 8, decode batch 1280–1536"),
+         "a:0 x8", 1536, 2, "vLLM, TP1 × 8, decode batch 1280–1536"),
     Case("mlperf51-8xmi325x-amd", "8xmi325x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 34520.4, "mlperf51", "amd",
-         "a:0 x8", 2048, True, "vLLM, TP1 × 8, decode batch 2048"),
+         "a:0 x8", 2048, 2, "vLLM, TP1 × 8, decode batch 2048"),
     # TensorRT-LLM v1.0: largest batch that fits (its default capacity policy reserves each request's whole length)
-    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, True)
+    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, 2)
       for (gpu, cl, m, model, spec), vals in (
           (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
           (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
@@ -139,7 +146,7 @@ CASES = [
       for (i, o), v in zip(((500, 2000), (5000, 500)), vals)],
     # Intel's pages: fixed batch
     *[Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel",
-           "a:0" if n == 1 else f"a:0-{n - 1}", b, True, f"batch {b}")
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, 2, f"batch {b}")
       for n, m, model, rows in (
           (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652),
                                       (2048, 2048, 364, 7405))),
@@ -148,9 +155,9 @@ CASES = [
           (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600),
                                         (2048, 2048, 600, 8946))))
       for i, o, b, v in rows],
-    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, True,
+    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, 2,
          "batch 2429"),
-    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, True,
+    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, 2,
          "batch 179"),
 ]
 
@@ -209,17 +216,18 @@ def medians(errs: list[tuple[Case, float]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="one case by name")
+    ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     a = ap.parse_args()
     print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
     cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1",
-            "hetc plan's choice", "held", "source")
+            "hetc plan's choice", "round", "source")
     print("| " + " | ".join(cols) + " |")
     print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
     at: list[tuple[Case, float]] = []
     own: list[tuple[Case, float]] = []
     for c in CASES:
-        if a.only and a.only != c.name:
+        if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
         cfg = at_public_config(c)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
@@ -232,23 +240,22 @@ def main() -> None:
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
             (f"; {c.note}" if c.note else "")
         print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
-              f"{mine or '– | –'} | {choice or '–'} | {'yes' if c.held else 'before'} | {c.source} |", flush=True)
+              f"{mine or '– | –'} | {choice or '–'} | {c.round}{' (held)' if c.held else ''} | {c.source} |", flush=True)
     print()
-    held = [(c, e) for c, e in at if c.held]
-    print(f"- at the public configuration, held figures: {medians(held)}")
-    for v in ("nvidia", "amd", "intel"):
-        print(f"  - {v}: {medians([(c, e) for c, e in held if c.vendor == v])}")
-    print(f"- at the public configuration, the first comparison's figures: {medians([(c, e) for c, e in at if not c.held])}")
-    if own:
-        print(f"- hetc plan's own choice vs the public figure, held: {medians([(c, e) for c, e in own if c.held])}")
-    if held:
-        worst = max(held, key=lambda ce: abs(ce[1]))
-        print(f"- worst held case: {worst[0].name} {worst[1]:+.1%}")
+    for r in sorted({c.round for c, _ in at}, reverse=True):
+        errs = [(c, e) for c, e in at if c.round == r]
+        what = "held figures" if r == ROUND else f"round {r} (reported beside)"
+        print(f"- at the public configuration, {what}: {medians(errs)}")
+        for v in ("nvidia", "amd", "intel"):
+            print(f"  - {v}: {medians([(c, e) for c, e in errs if c.vendor == v])}")
+        if own:
+            print(f"  - hetc plan's own choice vs the public figure: {medians([(c, e) for c, e in own if c.round == r])}")
+        worst = max(errs, key=lambda ce: abs(ce[1]))
+        print(f"  - worst: {worst[0].name} {worst[1]:+.1%}")
     print(f"\n{MLPERF_LENGTHS}")
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
-
 
 if __name__ == "__main__":
     main()
