@@ -66,6 +66,22 @@ SOURCES = {
               "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
               "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
     "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
+    # ---- round 3 (gathered after FROZEN) ----
+    "mlperf40": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, 'Tokens per second' of "
+                "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
+                "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
+                "and activations, README 'FP8 Flow'), TGI-Gaudi with DeepSpeed over the 8 cards (llama2-70b-8x), "
+                "batch 1024 (code/llama2-70b-99.9/scenarios.yaml batch_size_Offline)",
+    "mlperf41x": "as mlperf41 (inference_results_v4.1 @ 198fc467), systems of other submitters running NVIDIA's and "
+                 "AMD's code: parallelism and batch from each submitter's configs/llama2-70b/Offline/__init__.py (H100 "
+                 "SXM: TP2, gpu_batch_size 896; H200: TP1, 806) or AMD's test_VllmFp8_Offline_perf.sh (TP1 × DP, "
+                 "max_num_seqs 2048 as in round 2)",
+    "mlperf51x": "as mlperf51 (inference_results_v5.1 @ 965182b0), systems of other submitters: H200 TP1 "
+                 "gpu_batch_size 2048 (configs/<system>/Offline/llama2-70b.py: Dell XE9680, ASUSTeK ESC_N8; Cisco "
+                 "configs/llama2-70b/Offline/__init__.py H200_SXM_141GBx1); MI300X/MI325X on AMD's vLLM code at "
+                 "round 2's batches (MI300X 1536, MI325X 2048)",
+    "gaudi2c": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the four LLaMA 2 70b rows (fixed batch, # HPU as listed)",
+    "gaudi3b": "as gaudi3 (Gaudi 3 page, software 1.18.0): the four LLaMA 2 70b rows (2 HPU, fixed batch)",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
@@ -159,6 +175,39 @@ CASES = [
          "batch 2429"),
     Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, 2,
          "batch 179"),
+    # ---- round 3: gathered after the freeze at FROZEN (held to the target) ----
+    # MLPerf Llama-2-70B Offline, FP8: other submitters' systems and configurations (4 GPUs, 1 GPU, Gaudi 2)
+    *[Case(f"{r}-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, src, vendor, spec, b, 3,
+           note)
+      for r, src, n, gpu, who, vendor, spec, b, v, note in (
+          ("mlperf41", "mlperf41x", 4, "h100", "dell", "nvidia", "a:0-1 x2", 896, 10699.6, "XE8640; TRT-LLM, TP2 × 2"),
+          ("mlperf41", "mlperf41x", 4, "h100", "fujitsu", "nvidia", "a:0-1 x2", 896, 10133.3, "GX2560M7; TRT-LLM, TP2 × 2"),
+          ("mlperf41", "mlperf41x", 8, "h100", "dell", "nvidia", "a:0-1 x4", 896, 24086.7, "XE9680; TRT-LLM, TP2 × 4"),
+          ("mlperf41", "mlperf41x", 8, "h100", "hpe", "nvidia", "a:0-1 x4", 896, 24528.3, "Cray XD670; TRT-LLM, TP2 × 4"),
+          ("mlperf41", "mlperf41x", 8, "h200", "dell", "nvidia", "a:0 x8", 806, 32124.3, "XE9680; TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 8, "h200", "lenovo", "nvidia", "a:0 x8", 806, 31917.0, "TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 8, "h200", "giga", "nvidia", "a:0 x8", 806, 31263.8, "G593-SD1; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "dell", "nvidia", "a:0 x8", 2048, 35316.7, "XE9680; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "asus", "nvidia", "a:0 x8", 2048, 35075.1, "ESC N8; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "cisco", "nvidia", "a:0 x8", 2048, 34548.2, "C885; TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 1, "mi300x", "amd", "amd", "a:0", 2048, 3062.72, "vLLM, TP1, EPYC 9374F"),
+          ("mlperf41", "mlperf41x", 8, "mi300x", "dell", "amd", "a:0 x8", 2048, 22677.6, "XE9680; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi300x", "dell", "amd", "a:0 x8", 1536, 27325.9, "XE9680; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27678.1,
+           "Dell+MangoBoost LLMBoost, TP1 × 8 ⚠ batch not read: AMD's 1536 assumed"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "asus", "amd", "a:0 x8", 2048, 33987.4, "ESC A8A; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "giga", "amd", "a:0 x8", 2048, 34483.2, "vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "amd-2", "amd", "a:0 x8", 2048, 34555.0, "AMD's second MI325X system"),
+          ("mlperf40", "mlperf40", 8, "gaudi2", "intel", "intel", "a:0-7", 1024, 8034.85, "TGI-Gaudi, TP8, batch 1024"))],
+    # Intel's pages: the LLaMA 2 70b rows (fixed batch)
+    *[Case(f"{g}-{n}x-l2-70b-{i}/{o}", f"{n}x{g}", "llama-2-70b", "fp8", i, o, v, src, "intel", f"a:0-{n - 1}", b, 3,
+           f"batch {b}")
+      for g, src, rows in (
+          ("gaudi2", "gaudi2c", ((2, 128, 128, 1750, 2844), (4, 128, 2048, 327, 3211), (2, 2048, 128, 95, 310),
+                                 (2, 2048, 2048, 78, 1438))),
+          ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498),
+                                 (2, 2048, 2048, 240, 2641))))
+      for n, i, o, b, v in rows],
 ]
 
 
