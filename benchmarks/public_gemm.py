@@ -18,7 +18,7 @@ uses on a CPU (partitioner/cost_models/fit.py):
 BF16 tables also serve FP16 (the same tensor-core rate on these GPUs). Nothing here looks at
 an end-to-end throughput figure.
 
-Usage (needs pyarrow, and a copy of the aiconfigurator repository):
+Usage (needs pyarrow: `pip install -e '.[public-data]'`, and a git copy of the aiconfigurator repository):
     python benchmarks/public_gemm.py --aic PATH/TO/aiconfigurator [--write]
 """
 
@@ -29,16 +29,14 @@ import math
 import re
 import statistics
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from hetc.cluster import load_profile
+from hetc.execution import BACKEND_EXECUTION
+from hetc.partitioner.cost_models import fit
 
-from hetc.cluster import load_profile  # noqa: E402
-from hetc.execution import BACKEND_EXECUTION  # noqa: E402
-from partitioner.cost_models import fit  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DATA = "aic-core/src/aiconfigurator_core/systems/data"
 # hetc profile -> aiconfigurator system
