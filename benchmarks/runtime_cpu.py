@@ -342,12 +342,13 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     from hetc.partitioner.capture import load_hf_config
     from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
-    from hetc.runtime.model_runner import StageModel, UnitRef
+    from hetc.plan import load_plan
+    from hetc.runtime.model_runner import StageModel
     from hetc.weights import SafetensorsWeights
 
-    doc = json.loads(plan.read_text())
-    first, last = doc["pipelines"][0]["stages"][stage]["units"]
-    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in doc["units"]]
+    doc = load_plan(plan)
+    first, last = doc.pipelines[0].stages[stage].units
+    units = doc.units
     cfg, _ = load_hf_config(str(model))
     per_seq = blocks_for(ctx + 1)
     torch.set_num_threads(threads)
