@@ -48,7 +48,8 @@ def test_quick_profile_is_a_valid_profile_for_a_cluster_file(quick_profile, tmp_
     curves = prof.efficiency_curves
     assert curves.threads == 1 and curves.dispatch_overhead > 0
     assert "fp32" in curves.matmul and "fp32" in curves.attention and curves.memory is not None
-    assert prof.launch_overhead > 0 and prof.step_overhead >= 0
+    # fitted, never negative; OpenVINO runs a compiled step, whose fit may put all its overhead per step
+    assert prof.launch_overhead >= 0 and prof.step_overhead >= 0 and prof.launch_overhead + prof.step_overhead > 0
     assert any(s.startswith("MEASURED by `hetc profile --device cpu --quick`") for s in prof.sources)
     # skinny GEMMs reach less of the peak than large ones
     mm = curves.matmul["fp32"]

@@ -66,7 +66,9 @@ def test_round_cost_per_sequence_never_grows_on_catalog_profiles(tiny, name, pha
     """What lets the cost at an interval's top stand for every batch of it (batches.py)."""
     link = resolve_link("nvlink4", "test", "link")
     node = Node("a", load_profile(name), 8, link)
-    assert not falling_curves(node.profile) and bound_node(node) is node  # costed as it is
+    # costed as it is, or (published per-shape GEMM curves that dip somewhere) through its envelope
+    node = bound_node(node)
+    assert not falling_curves(node.profile)
     for tp in (1, 4):
         _check_per_sequence(tiny.units, node, tp, phase)
 
