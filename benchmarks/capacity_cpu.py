@@ -138,6 +138,23 @@ def quiet(fn, wait_s: float, busy: float = 0.05, tries: int = 3):
     raise AssertionError("unreachable")
 
 
+def stage_steps(url: str) -> dict[str, list[float]]:
+    """Per stage (lane.stage), [seconds, count] of every micro-batch step it ran so far: the
+    workers' own timing (forward and their host work around it), from /metrics."""
+    out: dict[str, list[float]] = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        for i, suffix in enumerate(("_sum{", "_count{")):
+            if line.startswith("hetc_stage_step_seconds" + suffix):
+                stage = line.split('stage="')[1].split('"')[0]
+                out.setdefault(stage, [0.0, 0.0])[i] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def step_ms(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, float]:
+    """Mean step (ms) per stage between two `stage_steps` readings."""
+    return {k: (v[0] - before.get(k, [0, 0])[0]) / max(1.0, v[1] - before.get(k, [0, 0])[1]) * 1e3 for k, v in after.items()}
+
+
 def measured_metrics(res: list[dict]) -> dict[str, float]:
     ok = [r for r in res if r["status"] == 200 and r["times"]]
     ttft = np.array([(r["times"][0] - r["sent"]) * 1e3 for r in ok])
@@ -189,12 +206,17 @@ def main() -> None:
                                  LengthDist.parse(str(a.output), "o"), seed=1)
                 write_trace(load.requests, trace)
                 reqs = [json.loads(x) for x in trace.read_text().splitlines()]
+                before = stage_steps(srv.url)
                 got, other, waited = quiet(lambda reqs=reqs: replay(srv, reqs, 7), a.quiet_wait, tries=a.tries)
                 meas = measured_metrics(got)
+                steps = step_ms(before, stage_steps(srv.url))
                 sim = json.loads(hetc("evaluate", str(plan), "--trace", str(trace), "--json", *limits))
                 rows.append((name, frac, rate, meas, sim, other, os.getloadavg()[0]))
+                sim_steps = {f"{s['lane']}.{s['stage']}": s["step_ms"] for s in sim["stages"]}
                 print(f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
-                      f"  (other processes {other:.0%}, waited {waited:.0f} s)", flush=True)
+                      f"  (other processes {other:.0%}, waited {waited:.0f} s)\n      mean stage step, served / simulated: "
+                      + ", ".join(f"{k} {v:.1f} / {sim_steps.get(k, float('nan')):.1f} ms" for k, v in sorted(steps.items())),
+                      flush=True)
     print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |"
           "\n|---|---|---|---:|---:|---:|---|")
     for name, frac, rate, meas, sim, other, load in rows:

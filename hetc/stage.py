@@ -47,7 +47,8 @@ from enum import StrEnum
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "StageSignature", "TensorSpec", "stage_signature"]
+__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "StageSignature", "TensorSpec", "select_at",
+           "stage_signature"]
 
 
 class AttentionForm(StrEnum):
@@ -63,6 +64,17 @@ EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")
 CPU_EXECUTOR = "openvino"
 # named dims that vary at run time (one artifact for all of them); BS = KV_BLOCK_TOKENS is fixed
 DYNAMIC_DIMS = {AttentionForm.GATHER: ("B", "T", "MB", "NB"), AttentionForm.PAGED: ("B", "T", "NBT", "NB", "S")}
+
+
+def select_at(kinds: list[str]) -> int:
+    """The unit before which a micro-batch's rows are cut to its sampled tokens (`select`): the first
+    norm or head. Norms and the head work per token, so only the rows whose next token is sampled
+    go on; every executor cuts there (runtime/model_runner.py, backends/stage.py).
+
+    Args:
+        kinds: the model's unit kinds, in order.
+    """
+    return next(i for i, k in enumerate(kinds) if k in ("norm", "head"))
 
 
 @dataclass(frozen=True, slots=True)
