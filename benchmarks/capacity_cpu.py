@@ -141,17 +141,10 @@ def quiet(fn, wait_s: float, busy: float = 0.05, tries: int = 3):
 def cpu_seconds(frontend: int) -> dict[str, float]:
     """CPU seconds so far of the server's frontend, each of its workers (its children) and this
     client process: what our own processes ask of the host's cores."""
+    kids, ticks = rc.process_ticks()
     tck = os.sysconf("SC_CLK_TCK")
-    out = {"client": sum(os.times()[:2])}
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                st = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(p) == frontend or int(st[1]) == frontend:  # st[1]: the parent's pid
-            out["frontend" if int(p) == frontend else f"worker {p}"] = (int(st[11]) + int(st[12])) / tck
-    return out
+    return {"client": sum(os.times()[:2]), "frontend": ticks.get(frontend, 0) / tck,
+            **{f"worker {w}": ticks.get(w, 0) / tck for w in kids.get(frontend, [])}}
 
 
 def stage_steps(url: str) -> dict[str, list[float]]:
@@ -197,7 +190,7 @@ def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
         st = c.meta["step"]
         seqs, tokens = int(st.seqs), int(st.tokens)
         shape = StepShape(Step(st.tokens, st.seqs, st.ctx), seqs, seqs, tokens)
-        host = sv.stage_step(seqs, tokens, 0, 0) + seqs * lane.overheads.sample_per_row
+        host = sv.stage_step(seqs, tokens) + seqs * lane.overheads.sample_per_row
         out.append((c.name, c.seconds * 1e3, (lane.step_time(0, shape) - host) * 1e3))
     assert vocab  # the 1-stage lane samples
     return out

@@ -126,7 +126,7 @@ class SimLane:
             if len(st.memo) > 200_000:
                 st.memo.clear()
             p = st.node.profile
-            t = p.step_overhead + p.serving.stage_step(shape.seqs, shape.tokens, 0, 0)
+            t = p.step_overhead + p.serving.stage_step(shape.seqs, shape.tokens)
             if st.cut:
                 t += stage_time(st.units[:st.cut], st.node, st.tp, shape.step, self.wl)
             if st.cut < len(st.units) and shape.sampled:

@@ -44,10 +44,10 @@ class ServingOverheads(BaseModel):
     message: Seconds = 0.0
     source: str = "not measured (a catalog or hand-written profile): the serving runtime's host work is not charged"
 
-    def stage_step(self, rows: int, tokens: int, sampled: int, vocab: int) -> float:
-        """Seconds of host work a stage spends on a step of `rows` sequences and `tokens` new tokens,
-        `sampled` of whose rows it samples over `vocab` logits each (0 unless it is the last stage)."""
-        return self.step + self.row * rows + self.token * tokens + self.sample_logit * sampled * vocab
+    def stage_step(self, rows: int, tokens: int) -> float:
+        """Seconds of host work a stage spends around its forward on a step of `rows` sequences and
+        `tokens` new tokens (the last stage's sampling apart: `sample_logit`)."""
+        return self.step + self.row * rows + self.token * tokens
 
     def as_text(self) -> dict:
         """The block with explicit units (a profile's embedded copy parses strictly again)."""

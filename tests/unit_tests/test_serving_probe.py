@@ -33,7 +33,7 @@ def test_the_cases_run_the_runtimes_functions(executor):
     done = run_cases([Case(c.name, c.fn, reps=2, meta=c.meta) for c in serving_cases(executor)], rounds=1)
     doc = measure_serving(lambda cases: done, executor, 60e-6)
     sv = ServingOverheads.model_validate(doc)
-    assert sv.stage_step(1, 1, 0, 0) > 0 and sv.sample_logit > 0 and sv.message == pytest.approx(60e-6)
+    assert sv.stage_step(1, 1) > 0 and sv.sample_logit > 0 and sv.message == pytest.approx(60e-6)
     assert "runtime's own per-step functions" in sv.source and executor in sv.source
     assert "not measured" in measure_serving(lambda cases: done, executor, None)["source"]
 
@@ -46,7 +46,7 @@ def test_the_block_round_trips_through_a_plans_cluster(tmp_path):
     c = load_cluster(tmp_path / "c.yaml")
     fast = c.node("a").profile.serving
     assert (fast.step, fast.row, fast.message) == pytest.approx((250e-6, 3e-6, 60e-6))
-    assert fast.stage_step(4, 8, 2, 1000) == pytest.approx(250e-6 + 4 * 3e-6 + 8 * 0.2e-6 + 2 * 1000 * 2e-9)
+    assert fast.stage_step(4, 8) == pytest.approx(250e-6 + 4 * 3e-6 + 8 * 0.2e-6)
     again = Cluster.from_json(c.to_json())
     assert again.node("a").profile.serving == fast
     assert c.node("b").profile.serving == ServingOverheads() and "not measured" in ServingOverheads().source
