@@ -21,7 +21,7 @@ from torch import nn
 from hetc.backends.paged_attention import paged_attention
 from hetc.errors import BadInput
 from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.stage import AttentionForm
+from hetc.stage import AttentionForm, select_at
 
 __all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "write_kv"]
 
@@ -62,9 +62,9 @@ class FunctionalStage(nn.Module):
                            fix="compile a Llama-family decoder, or serve with --executor torch.")
         self.kinds = [(u.kind, u.layer) for u in mine]
         self.fused_final_norm = "norm" not in [u.kind for u in units]
-        select_at = next(u.index for u in units if u.kind in ("norm", "head"))
-        self.selects = first <= select_at <= last
-        self.select_pos = select_at - first  # the unit before which rows are cut to `select`
+        cut = select_at([u.kind for u in units])
+        self.selects = first <= cut <= last
+        self.select_pos = cut - first  # the unit before which rows are cut to `select`
         self.first_stage = mine[0].kind == "embed"
         self.head = mine[-1].kind == "head"
         self.attention_layers = [u.layer for u in mine if u.kind == "attention"]

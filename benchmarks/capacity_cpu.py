@@ -138,6 +138,64 @@ def quiet(fn, wait_s: float, busy: float = 0.05, tries: int = 3):
     raise AssertionError("unreachable")
 
 
+def cpu_seconds(frontend: int) -> dict[str, float]:
+    """CPU seconds so far of the server's frontend, each of its workers (its children) and this
+    client process: what our own processes ask of the host's cores."""
+    kids, ticks = rc.process_ticks()
+    tck = os.sysconf("SC_CLK_TCK")
+    return {"client": sum(os.times()[:2]), "frontend": ticks.get(frontend, 0) / tck,
+            **{f"worker {w}": ticks.get(w, 0) / tck for w in kids.get(frontend, [])}}
+
+
+def stage_steps(url: str) -> dict[str, list[float]]:
+    """Per stage (lane.stage), [seconds, count] of every micro-batch step it ran so far: the
+    workers' own timing (forward and their host work around it), from /metrics."""
+    out: dict[str, list[float]] = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        for i, suffix in enumerate(("_sum{", "_count{")):
+            if line.startswith("hetc_stage_step_seconds" + suffix):
+                stage = line.split('stage="')[1].split('"')[0]
+                out.setdefault(stage, [0.0, 0.0])[i] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def step_ms(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, float]:
+    """Mean step (ms) per stage between two `stage_steps` readings."""
+    return {k: (v[0] - before.get(k, [0, 0])[0]) / max(1.0, v[1] - before.get(k, [0, 0])[1]) * 1e3 for k, v in after.items()}
+
+
+def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
+    """(step, measured ms, the simulator's cost-model part ms): the whole model's steps run bare in
+    this process by the executor that serves it (OpenVINO, as `hetc profile` runs its probe: no
+    frontend, transport or second process), against what the 1-stage lane's step costs in the
+    simulator less the profile's serving host work — which part of a gap is the cost model's."""
+    from hetc.capacity.evaluate import model_of
+    from hetc.capacity.lanes import StepShape, lanes_of
+    from hetc.cluster import Cluster
+    from hetc.partitioner.cost_models.analytic import Step
+    from hetc.partitioner.cost_models.bench import run_cases
+    from hetc.partitioner.cost_models.compiled_steps import OpenVinoLlama
+    from hetc.partitioner.simulate import Workload
+    from hetc.plan import load_plan
+
+    p = load_plan(plan)
+    units = model_of(p, str(plan)).units
+    lane = lanes_of(p, units, Cluster.from_json(p.cluster), Workload(32, 64, p.model.dtype, p.model.kv_dtype))[0]
+    sv, vocab = lane.stages[0].node.profile.serving, lane.stages[0].vocab
+    ov = OpenVinoLlama(json.loads((model / "config.json").read_text()), units=units, threads=1)
+    cases = [ov.decode_case(1, 64), ov.decode_case(4, 64), ov.decode_case(8, 64), ov.prefill_case(1, 32)]
+    run_cases(cases, rounds=3)
+    out = []
+    for c in cases:
+        st = c.meta["step"]
+        seqs, tokens = int(st.seqs), int(st.tokens)
+        shape = StepShape(Step(st.tokens, st.seqs, st.ctx), seqs, seqs, tokens)
+        host = sv.stage_step(seqs, tokens) + seqs * lane.overheads.sample_per_row
+        out.append((c.name, c.seconds * 1e3, (lane.step_time(0, shape) - host) * 1e3))
+    assert vocab  # the 1-stage lane samples
+    return out
+
+
 def measured_metrics(res: list[dict]) -> dict[str, float]:
     ok = [r for r in res if r["status"] == 200 and r["times"]]
     ttft = np.array([(r["times"][0] - r["sent"]) * 1e3 for r in ok])
@@ -189,12 +247,20 @@ def main() -> None:
                                  LengthDist.parse(str(a.output), "o"), seed=1)
                 write_trace(load.requests, trace)
                 reqs = [json.loads(x) for x in trace.read_text().splitlines()]
+                before, cpu0, t0 = stage_steps(srv.url), cpu_seconds(srv.proc.pid), time.monotonic()
                 got, other, waited = quiet(lambda reqs=reqs: replay(srv, reqs, 7), a.quiet_wait, tries=a.tries)
                 meas = measured_metrics(got)
+                steps = step_ms(before, stage_steps(srv.url))
+                wall, cpu1 = time.monotonic() - t0 - waited, cpu_seconds(srv.proc.pid)
+                cores = {k: (v - cpu0.get(k, 0.0)) / wall for k, v in cpu1.items()}
                 sim = json.loads(hetc("evaluate", str(plan), "--trace", str(trace), "--json", *limits))
                 rows.append((name, frac, rate, meas, sim, other, os.getloadavg()[0]))
+                sim_steps = {f"{s['lane']}.{s['stage']}": s["step_ms"] for s in sim["stages"]}
                 print(f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
-                      f"  (other processes {other:.0%}, waited {waited:.0f} s)", flush=True)
+                      f"  (other processes {other:.0%}, waited {waited:.0f} s)\n      mean stage step, served / simulated: "
+                      + ", ".join(f"{k} {v:.1f} / {sim_steps.get(k, float('nan')):.1f} ms" for k, v in sorted(steps.items()))
+                      + "\n      our processes' CPU, cores: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items())),
+                      flush=True)
     print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |"
           "\n|---|---|---|---:|---:|---:|---|")
     for name, frac, rate, meas, sim, other, load in rows:
@@ -205,6 +271,11 @@ def main() -> None:
             verdict = "" if tol is None or past else ("✓" if m and abs(s / m - 1) <= tol else "✗") + f" ±{tol:.0%}"
             ratio = f"{s / m:.2f}" if m else "—"
             print(f"| {name} | {frac:g}× ({rate:.2f} req/s; {other:.0%}, {load:.1f}) | {k} | {m:,.1f} | {s:,.1f} | {ratio} | {verdict} |")
+    if not only or "1 stage" in only:
+        print("\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
+              "simulator's cost-model part of the 1-stage lane's step:\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|")
+        for name, meas, model_ms in bare_vs_model(model, plans["1 stage"]):
+            print(f"| {name} | {meas:.1f} | {model_ms:.1f} | {model_ms / meas:.2f} |")
     print(f"\nhost load average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -157,11 +157,8 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _cpu_ticks() -> tuple[int, int]:
-    """(busy CPU ticks of the whole host, CPU ticks of this process and its descendants)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
-    host = sum(v) - v[3] - v[4]
+def process_ticks() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """(each process's children, each process's CPU ticks so far, user + system), from /proc."""
     kids: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for p in filter(str.isdigit, os.listdir("/proc")):
@@ -172,6 +169,15 @@ def _cpu_ticks() -> tuple[int, int]:
             continue
         kids.setdefault(int(st[1]), []).append(int(p))
         ticks[int(p)] = int(st[11]) + int(st[12])
+    return kids, ticks
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy CPU ticks of the whole host, CPU ticks of this process and its descendants)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]  # user nice system idle iowait irq softirq
+    host = sum(v) - v[3] - v[4]
+    kids, ticks = process_ticks()
     ours, todo = 0, [os.getpid()]
     while todo:
         p = todo.pop()

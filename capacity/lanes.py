@@ -3,7 +3,9 @@ their stages' step times from the planner's cost model, link and KV-transfer tim
 
 Every time here comes from the profiles and the cost model, never from a measurement of a run:
 a stage's step is `stage_time` (its units on its device, the tensor-parallel all-reduce) plus the
-profile's `step_overhead`; activations cross `hops` between stages at the links' bandwidth and
+profile's `step_overhead` and its measured serving host work (`Profile.serving`, hetc/serving.py);
+the units from the first norm/head on run over the sampled rows only, as the runtime cuts them
+(hetc/stage.py `select`); activations cross `hops` between stages at the links' bandwidth and
 latency. The serving overheads around the pipeline are listed in `Overheads`, each with where its
 value comes from.
 """
@@ -23,20 +25,26 @@ from hetc.partitioner.terms import DTYPE_BYTES
 from hetc.partitioner.units import Unit
 from hetc.plan import Plan
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+from hetc.stage import select_at
 
-__all__ = ["Overheads", "SimLane", "SimStage", "lanes_of", "step_of"]
+__all__ = ["Overheads", "SimLane", "SimStage", "StepShape", "lanes_of", "step_of"]
 
 
 @dataclass(frozen=True, slots=True)
 class Overheads:
     """The serving work around the pipeline's steps, modelled explicitly (all in seconds).
 
-    - message: the frontend's step message to the first stage and the result back, each one hop
-      over the stage device's `host_link` (the profile's latency: the messages are token ids);
-    - sample_per_row: the last stage picks each sampled row's token from its logits (one fp32
-      pass over the vocabulary at the profile's memory bandwidth × `efficiency.memory`);
-    - the stage's own per-step host work is in its step time (profile `step_overhead`), its
-      kernel launches in the cost model (`launch_overhead`);
+    - message_in, message_out: the frontend's step message to the first stage and the result
+      back: one process-to-process message each (the profile's `serving.message`, measured by
+      `hetc profile` as gloo's latency between two processes) plus a hop over the stage device's
+      `host_link`;
+    - sample_per_row: the last stage picks each sampled row's token from its logits: the
+      profile's `serving.sample_logit` × the vocabulary (the runtime's sampler, timed), or, for a
+      profile without that measurement, one fp32 pass over the vocabulary at its memory bandwidth;
+    - each stage's host work per step around its forward (the step message, the attention
+      metadata, what it sends on): the profile's `serving` step + row × sequences + token ×
+      tokens (the runtime's functions, timed by `hetc profile`), in the stage's step time, as is
+      the profile's `step_overhead` (the executor's own per-call cost) and the kernel launches;
     - the frontend's scheduling and result handling are not charged: they run while the pipeline
       works (a lane keeps a micro-batch queued behind each stage's), so they delay nothing until
       the frontend itself saturates, which this model does not see.
@@ -45,14 +53,33 @@ class Overheads:
     message_in: float
     message_out: float
     sample_per_row: float
+    stage_host: tuple[str, ...]  # per stage: its host work per step, as text
 
     def listed(self) -> dict[str, str]:
-        return {"frontend → first stage, per step": f"{self.message_in * 1e6:.1f} us (host_link)",
-                "last stage → frontend, per step": f"{self.message_out * 1e6:.1f} us (host_link)",
-                "sampling, per sampled row": f"{self.sample_per_row * 1e6:.2f} us (vocabulary at memory bandwidth)",
-                "stage host work, per step": "profile step_overhead (in the step time)",
+        return {"frontend → first stage, per step": f"{self.message_in * 1e6:.1f} us (serving.message + host_link)",
+                "last stage → frontend, per step": f"{self.message_out * 1e6:.1f} us (serving.message + host_link)",
+                "sampling, per sampled row": f"{self.sample_per_row * 1e6:.2f} us (serving.sample_logit × vocabulary)",
+                "stage host work, per step": "; ".join(self.stage_host) + " (profile serving, in the step time)",
+                "executor per call": "profile step_overhead (in the step time)",
                 "kernel launches": "profile launch_overhead × kernels (in the step time)",
                 "frontend scheduling and results": "not charged (overlapped with the pipeline's work)"}
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """One micro-batch as the stages see it: the cost model's step over its new tokens, the rows
+    that go on past the cut before norm/head (the sampled ones), and its size for the host work."""
+
+    step: Step
+    sampled: int
+    seqs: int
+    tokens: int
+
+    @property
+    def after_cut(self) -> Step:
+        """The step of the units from the first norm/head on: one row per sampled token, no attention
+        (a mixed step's head then counts as a decode step's)."""
+        return Step(self.sampled, self.sampled, 0.0)
 
 
 @dataclass(slots=True)
@@ -63,7 +90,9 @@ class SimStage:
     devices: list[str]
     out_bytes_per_token: float  # the activation it sends on
     kv_bytes_per_token: float  # all of its units' K+V per token (all heads)
-    memo: dict[Step, float] = field(default_factory=dict, repr=False)
+    cut: int  # units[:cut] run over every new token, units[cut:] over the sampled rows only
+    vocab: int  # logits per row it samples from (the last stage), else 0
+    memo: dict[StepShape, float] = field(default_factory=dict, repr=False)
 
 
 @dataclass(slots=True)
@@ -87,21 +116,31 @@ class SimLane:
     def devices(self) -> int:
         return sum(s.tp for s in self.stages)
 
-    def step_time(self, i: int, step: Step) -> float:
-        """Seconds stage i is busy with `step`: the cost model's time plus the profile's per-step host
-        overhead (memoized per stage and step)."""
+    def step_time(self, i: int, shape: StepShape) -> float:
+        """Seconds stage i is busy with a micro-batch: the cost model's time for its units (those
+        after the cut over the sampled rows), the profile's per-step overhead, the runtime's host
+        work around the forward, and on the last stage the sampling (memoized per stage and shape)."""
         st = self.stages[i]
-        t = st.memo.get(step)
+        t = st.memo.get(shape)
         if t is None:
             if len(st.memo) > 200_000:
                 st.memo.clear()
-            t = st.memo[step] = stage_time(st.units, st.node, st.tp, step, self.wl) + st.node.profile.step_overhead
+            p = st.node.profile
+            t = p.step_overhead + p.serving.stage_step(shape.seqs, shape.tokens)
+            if st.cut:
+                t += stage_time(st.units[:st.cut], st.node, st.tp, shape.step, self.wl)
+            if st.cut < len(st.units) and shape.sampled:
+                t += stage_time(st.units[st.cut:], st.node, st.tp, shape.after_cut, self.wl)
+            if st.vocab:
+                t += shape.sampled * self.overheads.sample_per_row
+            st.memo[shape] = t
         return t
 
 
-def step_of(batch: MicroBatch) -> Step:
-    """A micro-batch as the cost model's Step: its decode rows (one new token after a context) and
-    its prompt chunks (their tokens, sequences and token-weighted mean context) mixed."""
+def step_of(batch: MicroBatch) -> StepShape:
+    """A micro-batch as the cost model's Step — its decode rows (one new token after a context) and
+    its prompt chunks (their tokens, sequences and token-weighted mean context) mixed — with its
+    sampled rows, sequences and new tokens."""
     d_seqs, d_ctx, p_tok, p_seqs, p_ctx = 0, 0.0, 0, 0, 0.0
     for it in batch.items:
         if it.n_new == 1 and it.start > 0 and it.sample:
@@ -111,7 +150,8 @@ def step_of(batch: MicroBatch) -> Step:
             p_tok += it.n_new
             p_seqs += 1
             p_ctx += it.n_new * (it.start + (it.n_new + 1) / 2)
-    return Step.mixed(d_seqs, _q(d_ctx / d_seqs) if d_seqs else 0.0, p_tok, p_seqs, _q(p_ctx / p_tok) if p_tok else 0.0)
+    step = Step.mixed(d_seqs, _q(d_ctx / d_seqs) if d_seqs else 0.0, p_tok, p_seqs, _q(p_ctx / p_tok) if p_tok else 0.0)
+    return StepShape(step, sum(it.sample for it in batch.items), len(batch.items), batch.num_tokens)
 
 
 def _q(ctx: float) -> float:
@@ -122,13 +162,19 @@ def _q(ctx: float) -> float:
     return round(ctx / g) * g
 
 
-def _overheads(first: Node, last: Node, units: list[Unit], dtype: str) -> Overheads:
-    host_in = resolve_link(first.profile.host_link, first.profile.name, "host_link")
-    host_out = resolve_link(last.profile.host_link, last.profile.name, "host_link")
-    vocab = units[-1].out_bytes_per_token / DTYPE_BYTES[dtype]
-    p = last.profile
-    return Overheads(message_in=transfer_time(0.0, [host_in]), message_out=transfer_time(0.0, [host_out]),
-                     sample_per_row=vocab * 4 / (p.memory_bandwidth * p.efficiency.memory))
+def _overheads(stages: list[SimStage], vocab: int) -> Overheads:
+    first, last = stages[0].node.profile, stages[-1].node.profile
+    host_in = resolve_link(first.host_link, first.name, "host_link")
+    host_out = resolve_link(last.host_link, last.name, "host_link")
+    sv = last.serving
+    per_row = sv.sample_logit * vocab if sv.sample_logit else vocab * 4 / (last.memory_bandwidth * last.efficiency.memory)
+    text = []
+    for s in stages:
+        h = s.node.profile.serving
+        text.append(f"{s.node.name}: {h.step * 1e6:.0f} us + {h.row * 1e6:.1f} us/seq + {h.token * 1e6:.2f} us/token")
+    return Overheads(message_in=first.serving.message + transfer_time(0.0, [host_in]),
+                     message_out=last.serving.message + transfer_time(0.0, [host_out]), sample_per_row=per_row,
+                     stage_host=tuple(text))
 
 
 def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, num_kv_blocks: int | None = None,
@@ -141,6 +187,8 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
         wl: dtypes for the cost model (lengths come from each request).
         num_kv_blocks: cap on each lane's KV blocks (as `hetc serve --num-kv-blocks`).
     """
+    cut = select_at([u.kind for u in units])
+    vocab = int(units[-1].out_bytes_per_token / DTYPE_BYTES[wl.dtype])
     lanes: list[SimLane] = []
     for p in plan.pipelines:
         for r in range(p.replicas):
@@ -151,7 +199,9 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
                 stages.append(SimStage(node=cluster.node(node), tp=s.tp, units=us,
                                        devices=[f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp)],
                                        out_bytes_per_token=us[-1].out_bytes_per_token,
-                                       kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us)))
+                                       kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us),
+                                       cut=min(max(cut - s.units[0], 0), len(us)),
+                                       vocab=vocab if s.units[1] == len(units) - 1 else 0))
             blocks = [int(s.memory_bytes.kv * s.tp // (KV_BLOCK_TOKENS * st.kv_bytes_per_token))
                       for s, st in zip(p.stages, stages) if st.kv_bytes_per_token > 0]
             n = min(blocks) if blocks else 0
@@ -162,8 +212,7 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
             lane = SimLane(id=len(lanes), pipeline=p.id, replica=r, phase=p.phase, batch=p.batch, stages=stages,
                            links=[hops(cluster, a.node, b.node) for a, b in zip(stages, stages[1:])],
                            feedback=hops(cluster, stages[-1].node, stages[0].node) if len(stages) > 1 else [],
-                           num_blocks=min(n, num_kv_blocks or n), overheads=_overheads(
-                               stages[0].node, stages[-1].node, units, wl.dtype), wl=wl)
+                           num_blocks=min(n, num_kv_blocks or n), overheads=_overheads(stages, vocab), wl=wl)
             lanes.append(lane)
     decode = [l for l in lanes if l.phase == Phase.DECODE]
     for l in lanes:
@@ -173,22 +222,34 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
     return lanes
 
 
-def link_time(lane: SimLane, i: int, tokens: int) -> float:
-    """Seconds the activations of `tokens` tokens take from stage i to stage i + 1."""
-    return transfer_time(tokens * lane.stages[i].out_bytes_per_token, lane.links[i])
+def link_time(lane: SimLane, i: int, shape: StepShape) -> float:
+    """Seconds the activations of a micro-batch take from stage i to stage i + 1: a row per new
+    token, or per sampled row once stage i has passed the cut."""
+    st = lane.stages[i]
+    rows = shape.tokens if st.cut == len(st.units) else shape.sampled
+    return transfer_time(rows * st.out_bytes_per_token, lane.links[i])
 
 
 def kv_legs(src: SimLane, dst: SimLane, cluster: Cluster, tokens: int) -> tuple[list[float], list[float]]:
-    """Seconds each prefill stage spends sending a prompt's KV (`tokens` tokens) to the decode stages
-    holding the same layers, and each decode stage receiving it."""
+    """Seconds each prefill stage and each decode stage is busy moving a prompt's KV (`tokens`
+    tokens) between the stages holding the same layers, as runtime/worker.py `move_kv` does: the
+    prefill stage reads each layer's rows out of its pool (a copy at its memory bandwidth) and
+    sends them without waiting (isend: the wire time is not its own); the decode stage receives
+    each layer as one message over the links between them and writes it into its pool."""
     out = [0.0] * len(src.stages)
     into = [0.0] * len(dst.stages)
     for i, a in enumerate(src.stages):
         layers = {u.layer: u.kv_bytes_per_token for u in a.units if u.kv_bytes_per_token}
         for j, b in enumerate(dst.stages):
-            nbytes = tokens * sum(v for u in b.units if (v := layers.get(u.layer)) and u.kv_bytes_per_token)
-            if nbytes:
-                t = transfer_time(nbytes, hops(cluster, a.node, b.node))
-                out[i] += t
-                into[j] += t
+            for u in b.units:
+                if u.kv_bytes_per_token and u.layer in layers:
+                    nbytes = tokens * layers[u.layer]
+                    out[i] += nbytes / _copy_rate(a.node)
+                    into[j] += transfer_time(nbytes, hops(cluster, a.node, b.node)) + nbytes / _copy_rate(b.node)
     return out, into
+
+
+def _copy_rate(node: Node) -> float:
+    """Bytes/s a copy of KV rows reaches on the node's device (read + write: half its bandwidth)."""
+    p = node.profile
+    return p.memory_bandwidth * p.efficiency.memory / 2

@@ -16,9 +16,11 @@ What the server does, event by event, on a virtual clock:
   server's `max_num_seqs` says otherwise;
 - in a disaggregated plan a prefill lane hands each prompt (after its first token) to the least
   loaded decode lane it feeds; the decode lane takes it when its blocks fit, and the prompt's KV
-  crosses both pipelines (each stage busy for its layers' bytes over the links between them);
+  crosses both pipelines (each prefill stage busy reading its layers' rows out, each decode stage
+  receiving them over the links between them: capacity/lanes.py `kv_legs`);
   a decode lane's preempted sequence goes back to the least loaded entry lane.
-Step times come from the cost model (capacity/lanes.py), so the same seed gives the same result.
+Step times come from the cost model and the profile's measured serving host work (capacity/lanes.py),
+so the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -224,12 +226,9 @@ class _Sim:
             batch.sent_at = self.now
             self.steps += 1
             self.kv_peak[i] = max(self.kv_peak[i], sched.blocks.num_used / sched.blocks.capacity)
-            step = step_of(batch)
+            shape = step_of(batch)
             n = len(lane.stages)
-            sampled = sum(it.sample for it in batch.items)
-            service = [lane.step_time(k, step) for k in range(n)]
-            service[-1] += sampled * lane.overheads.sample_per_row
-            msg = _Msg(i, batch, service, [link_time(lane, k, batch.num_tokens) for k in range(n - 1)])
+            msg = _Msg(i, batch, [lane.step_time(k, shape) for k in range(n)], [link_time(lane, k, shape) for k in range(n - 1)])
             for it in batch.items:
                 if it.ahead:
                     msg.deps.append(self.last_msg[it.seq.seq_id])

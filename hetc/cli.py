@@ -359,8 +359,10 @@ def cmd_profile(a: argparse.Namespace) -> int:
         prof = load_profile(a.profile)
     else:
         with _status("measuring (hetc profile)") as update:
+            from hetc.runtime.serving_probe import measure_serving
+
             cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name,
-                            executor=check_executor(a.executor), progress=update)
+                            executor=check_executor(a.executor), serving=measure_serving, progress=update)
         prof = cal.profile
         path = a.output or (None if a.validate else "profile.yaml")
         if path:

@@ -23,6 +23,7 @@ from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, Effici
 from hetc.errors import BadInput
 from hetc.execution import Execution, execution_for
 from hetc.quantity import Kind, format_quantity, parse_quantity
+from hetc.serving import ServingOverheads
 
 __all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
            "Device", "Cluster", "load_profile", "load_links", "load_cluster", "defaults_notes",
@@ -96,6 +97,7 @@ class Profile(_Strict):
     launch_overhead: Seconds
     step_overhead: Seconds = 0.0
     execution: Execution = Execution()  # how the backend runs a step; keys left out come from the backend's defaults
+    serving: ServingOverheads = ServingOverheads()  # the serving runtime's host work per step (hetc/serving.py)
     host_link: str | Link
     power: Watts
     price: UsdPerHour
@@ -489,6 +491,7 @@ def _profile_text(prof: Profile) -> dict:
     out["launch_overhead"] = f"{p['launch_overhead'] * 1e6:.6g} us"
     out["step_overhead"] = f"{p['step_overhead'] * 1e6:.6g} us"
     out["execution"] = {**p["execution"], "kernel_overhead": f"{p['execution']['kernel_overhead'] * 1e6:.6g} us"}
+    out["serving"] = prof.serving.as_text()
     out["peak_flops"] = {k: f"{v:.6g} FLOP/s" for k, v in p["peak_flops"].items()}
     curves = out.get("efficiency_curves")
     if curves is None:

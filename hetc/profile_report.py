@@ -34,6 +34,11 @@ def print_calibration(prof: Profile, details: dict, path: str | None, console: C
         t.add_row("dispatch", _us(c.dispatch_overhead), "one op alone in a loop")
     t.add_row("launch overhead", _us(prof.launch_overhead), "per op inside a model step (probe fit)")
     t.add_row("step overhead", _us(prof.step_overhead), "per engine step (probe fit)")
+    sv = prof.serving
+    if sv.step or sv.row or sv.sample_logit:
+        t.add_row("serving host work", f"{_us(sv.step)} + {_us(sv.row)}/seq + {_us(sv.token)}/token",
+                  "a stage worker's per-step work around its forward (runtime functions, timed)")
+        t.add_row("sampling", f"{sv.sample_logit * 1e9:.3g} ns/logit", "the last stage's sampler, per row × vocabulary")
     link = details.get("p2p_link")
     if link and "error" not in link:
         t.add_row("process → process", f"{link['bandwidth']}, {link['latency']}", "gloo send/recv on localhost")

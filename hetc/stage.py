@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "RunnableStage", "StageSignature", "TensorSpec",
-           "stage_signature"]
+           "select_at", "stage_signature"]
 
 
 class AttentionForm(StrEnum):
@@ -93,6 +93,17 @@ class RunnableStage(Protocol):
     def __call__(self, x: torch.Tensor, meta: Any) -> torch.Tensor:
         """[T] token ids or [T, H] hidden states, packed → [T, H] hidden, or the sampled rows' [S, H] / [S, V]."""
         ...
+
+
+def select_at(kinds: list[str]) -> int:
+    """The unit before which a micro-batch's rows are cut to its sampled tokens (`select`): the first
+    norm or head. Norms and the head work per token, so only the rows whose next token is sampled
+    go on; every executor cuts there (runtime/model_runner.py, backends/stage.py).
+
+    Args:
+        kinds: the model's unit kinds, in order.
+    """
+    return next(i for i, k in enumerate(kinds) if k in ("norm", "head"))
 
 
 @dataclass(frozen=True, slots=True)

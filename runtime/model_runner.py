@@ -28,6 +28,7 @@ from torch import nn
 from hetc.errors import BadInput
 from hetc.plan import PlanUnit
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
+from hetc.stage import select_at
 
 __all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layout", "param_count",
            "shrink_config"]
@@ -170,7 +171,7 @@ class StageModel(nn.Module):
         kinds = [u.kind for u in units]
         self.fused_final_norm = "norm" not in kinds  # the head unit then includes the final norm
         # rows are cut to the sampled tokens before the first of norm/head: both are per-token
-        self.select_at = next(u.index for u in units if u.kind in ("norm", "head"))
+        self.select_at = select_at([u.kind for u in units])
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             full = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")

@@ -101,7 +101,8 @@ def check_executor(executor: str) -> str:
 
 def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None = None, name: str | None = None,
               power: float | None = None, price: float | None = None, transfers: bool | None = None,
-              executor: str = "torch", progress: Callable[[str], None] | None = None) -> Calibration:
+              executor: str = "torch", serving: Callable[..., dict] | None = None,
+              progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure the local device and fit a profile.
 
     Args:
@@ -113,6 +114,9 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
         name: the profile's name (default "local-cpu").
         power, price: W and USD/h to record (default: the catalog cpu profile's, per core).
         transfers: also time gloo transfers between two local processes (default: unless quick).
+        serving: measures the serving runtime's host work per step (runtime/serving_probe.py
+            `measure_serving(run, executor, message_s)`, passed in: the partitioner does not import
+            the runtime); None leaves the profile's `serving` block out.
         progress: called with a short status line.
     """
     check_device(device)
@@ -198,7 +202,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     doc["launch_overhead"] = _q(pf.launch_overhead, "us")
     doc["step_overhead"] = _q(pf.step_overhead, "us")
 
-    link = None
+    link, message_s = None, None
     if transfers if transfers is not None else not quick:
         from hetc.partitioner.cost_models.transfer import measure_p2p
 
@@ -207,8 +211,13 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
             pts = measure_p2p([1 << 10, 1 << 16, 1 << 20, 1 << 23, 1 << 25])
             lat, bw = fit.fit_alpha_beta([b for b, _ in pts], [s for _, s in pts])
             link = {"bandwidth": _q(bw, "GB/s"), "latency": _q(lat, "us"), "points": pts}
+            message_s = lat
         except (RuntimeError, ValueError) as e:  # optional: the profile stands without it
             link = {"error": str(e)}
+
+    if serving is not None:
+        say("timing the serving runtime's host work per step")
+        doc["serving"] = serving(run, executor, message_s)
 
     foreign = load.share()
     doc["sources"] = _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power, price)

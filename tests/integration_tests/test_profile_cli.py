@@ -51,6 +51,9 @@ def test_quick_profile_is_a_valid_profile_for_a_cluster_file(quick_profile, tmp_
     # fitted, never negative; OpenVINO runs a compiled step, whose fit may put all its overhead per step
     assert prof.launch_overhead >= 0 and prof.step_overhead >= 0 and prof.launch_overhead + prof.step_overhead > 0
     assert any(s.startswith("MEASURED by `hetc profile --device cpu --quick`") for s in prof.sources)
+    # the serving runtime's host work, timed on the runtime's functions; --quick times no gloo messages
+    assert prof.serving.stage_step(1, 1) > 0 and prof.serving.sample_logit > 0 and prof.serving.message == 0
+    assert "runtime's own per-step functions" in prof.serving.source
     # skinny GEMMs reach less of the peak than large ones
     mm = curves.matmul["fp32"]
     assert mm.eff[0][0] < mm.eff[-1][0]

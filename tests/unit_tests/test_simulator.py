@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hetc.capacity.evaluate import evaluate_plan, model_of
-from hetc.capacity.lanes import lanes_of, step_of
+from hetc.capacity.lanes import StepShape, lanes_of, step_of
 from hetc.capacity.load import Arrivals, LengthDist, Load, Request
 from hetc.capacity.metrics import SLO, serving_metrics
 from hetc.capacity.simulator import simulate
@@ -55,8 +55,8 @@ def test_one_at_a_time_is_an_md1_queue(plans):
     lanes, cluster = _lanes(plans["one"])
     lane = lanes[0]
     prompt = 32
-    s = (lane.overheads.message_in + lane.step_time(0, Step(prompt, 1, (prompt + 1) / 2))
-         + lane.overheads.sample_per_row + lane.overheads.message_out)
+    s = lane.overheads.message_in + lane.step_time(0, StepShape(Step(prompt, 1, (prompt + 1) / 2), 1, 1, prompt)) \
+        + lane.overheads.message_out
     for rho in (0.3, 0.8):
         load = Load.open(rho / s, 3000, _fixed(prompt), _fixed(1), seed=3)
         o = simulate(lanes, cluster, load, ServeLimits(max_num_seqs=1))
@@ -78,7 +78,7 @@ def test_tpot_of_a_lone_sequence_is_its_decode_step(plans):
     out = 16
     o = simulate(lanes, cluster, Load.closed(1, 5, _fixed(32), _fixed(out)))
     gaps = np.diff(o.requests[0].token_times)
-    steps = [lane.step_time(0, Step(1, 1, 32 + k)) + lane.overheads.sample_per_row for k in range(1, out)]
+    steps = [lane.step_time(0, StepShape(Step(1, 1, 32 + k), 1, 1, 1)) for k in range(1, out)]
     assert np.mean(gaps) == pytest.approx(np.mean(steps), rel=0.02)
 
 
@@ -161,9 +161,11 @@ def test_step_of_mixes_decode_rows_and_prompt_chunks():
 
     seq = Sequence(0, [0] * 10, 10, SamplingParams())
     mb = MicroBatch(0, [BatchItem(seq, 40, 1, True), BatchItem(seq, 60, 1, True), BatchItem(seq, 0, 8, False)])
-    st = step_of(mb)
+    shape = step_of(mb)
+    st = shape.step
     assert (st.tokens, st.seqs, st.ctx) == (2, 2, 51)
     assert (st.prefill.tokens, st.prefill.seqs, st.prefill.ctx) == (8, 1, 4.5)
+    assert (shape.sampled, shape.seqs, shape.tokens) == (2, 3, 10)  # the chunk samples nothing: rows cut to 2
 
 
 def test_the_simulator_runs_the_runtimes_policy_without_importing_the_runtime():
@@ -188,3 +190,90 @@ def test_lengths_and_trace_errors_name_the_flag(tmp_path):
     (tmp_path / "t.jsonl").write_text('{"arrival": 0, "input_len": 3, "output_len": 2}\n{"arrival": 1}\n')
     with pytest.raises(BadInput, match="line 2"):
         read_trace(tmp_path / "t.jsonl")
+
+
+def _with_serving(plan, **serving):
+    """The plan's cluster with every profile's measured serving host work set to `serving`."""
+    import copy
+
+    doc = copy.deepcopy(plan.cluster)
+    for p in doc["profiles"].values():
+        p["serving"] = {**serving, "source": "a test"}
+    return Cluster.from_json(doc)
+
+
+def test_serving_host_work_from_the_profile_is_charged(plans):
+    """Each stage pays the profile's measured host work per step (step + row × sequences + token ×
+    tokens), the last stage its sampler per logit, and the frontend's messages one process-to-process
+    message each — on top of the cost model's step, nothing else changing."""
+    plan = plans["one"]
+    model = model_of(plan, "plan.json")
+    wl = Workload(32, 16, "fp32", "fp32")
+    bare = lanes_of(plan, model.units, Cluster.from_json(plan.cluster), wl)[0]
+    sv = dict(step="1 ms", row="10 us", token="1 us", sample_logit="2 ns", message="50 us")
+    lane = lanes_of(plan, model.units, _with_serving(plan, **sv), wl)[0]
+    vocab = lane.stages[-1].vocab
+    assert vocab == 256 and bare.stages[-1].vocab == vocab  # tiny-llama's vocabulary
+    for shape in (StepShape(Step(4, 4, 60), 4, 4, 4), StepShape(Step(32, 1, 16.5), 1, 1, 32)):
+        host = 1e-3 + 10e-6 * shape.seqs + 1e-6 * shape.tokens
+        sampling = shape.sampled * vocab * 2e-9 - shape.sampled * bare.overheads.sample_per_row
+        assert lane.step_time(0, shape) - bare.step_time(0, shape) == pytest.approx(host + sampling, rel=1e-9)
+    assert lane.overheads.message_in - bare.overheads.message_in == pytest.approx(50e-6)
+    assert lane.overheads.sample_per_row == pytest.approx(vocab * 2e-9)
+    assert "1000 us + 10.0 us/seq" in lane.overheads.listed()["stage host work, per step"]
+    # the lone sequence's TPOT grows by exactly the host work of its decode steps and its sampling
+    cluster = _with_serving(plan, **sv)
+    o = simulate([lane], cluster, Load.closed(1, 1, _fixed(32), _fixed(16)))
+    gaps = np.diff(o.requests[0].token_times)
+    assert np.mean(gaps) == pytest.approx(np.mean([lane.step_time(0, StepShape(Step(1, 1, 32 + k), 1, 1, 1))
+                                                   for k in range(1, 16)]), rel=0.02)
+
+
+def test_norm_and_head_run_over_the_sampled_rows_only(plans):
+    """The runtime cuts a micro-batch's rows to its sampled tokens before the first norm/head
+    (hetc/stage.py select_at): a prompt's step pays its LM head once, whatever its length, and a chunk
+    that samples nothing pays none."""
+    from hetc.partitioner.simulate import stage_time
+
+    plan = plans["one"]
+    lane = _lanes(plan)[0][0]
+    st = lane.stages[0]
+    assert [u.kind for u in st.units[st.cut:]] == ["norm", "head"] and st.cut == len(st.units) - 2
+
+    def before_cut(tokens):
+        return stage_time(st.units[:st.cut], st.node, st.tp, Step(tokens, 1, (tokens + 1) / 2), lane.wl)
+
+    def prompt(tokens, sampled=1):
+        return lane.step_time(0, StepShape(Step(tokens, 1, (tokens + 1) / 2), sampled, 1, tokens))
+
+    host = st.node.profile.serving.token * 32
+    assert prompt(64) - prompt(32) == pytest.approx(before_cut(64) - before_cut(32) + host, rel=1e-9)
+    head_of_all_rows = stage_time(st.units[st.cut:], st.node, st.tp, Step(64, 1, 32.5), lane.wl)
+    head_of_one = stage_time(st.units[st.cut:], st.node, st.tp, Step(1, 1, 0.0), lane.wl)
+    assert head_of_one < head_of_all_rows
+    assert prompt(64, sampled=0) == pytest.approx(prompt(64) - head_of_one - lane.overheads.sample_per_row, rel=1e-9)
+
+
+def test_kv_transfer_legs_follow_the_workers(plans):
+    """A prompt's KV moves as runtime/worker.py move_kv moves it: the prefill stage copies each layer's
+    rows out and sends them without waiting (its leg: the copies), the decode stage receives one message
+    per layer over the links and writes the rows in (its leg: each message's latency and bytes, and the
+    copies)."""
+    from hetc.capacity.lanes import kv_legs
+    from hetc.partitioner.cost_models.links import hops, transfer_time
+
+    plan = plans["pools"]
+    lanes, cluster = _lanes(plan)
+    src = next(l for l in lanes if l.phase == Phase.PREFILL)
+    dst = next(l for l in lanes if l.phase == Phase.DECODE)
+    out, into = kv_legs(src, dst, cluster, 48)
+    assert len(src.stages) == len(dst.stages) == 1
+    layers = [u for u in src.stages[0].units if u.kv_bytes_per_token]
+    n = len(layers)  # tiny-llama's layers, all of equal size
+    nbytes = 48 * layers[0].kv_bytes_per_token
+    a, b = src.stages[0].node, dst.stages[0].node
+    copy = lambda node: nbytes * 2 / (node.profile.memory_bandwidth * node.profile.efficiency.memory)  # noqa: E731
+    assert out == [pytest.approx(n * copy(a))]
+    link = hops(cluster, a, b)
+    assert into == [pytest.approx(n * (transfer_time(nbytes, link) + copy(b)))]
+    assert into[0] > n * sum(h.latency for h in link)  # one message per layer, each paying the latency
