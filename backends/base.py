@@ -1,7 +1,8 @@
 """The backend interface: what the runtime needs of a device family.
 
-A backend knows its devices (detect, name, memory), turns a stage's modules into
-something that runs on one of them, and moves tensors between the host and the device.
+A backend knows its devices (detect, name, memory), makes a built stage (hetc/stage.py's
+RunnableStage: torch eager modules or a toolchain's compiled step) run on one of them, and
+moves tensors between the host and the device.
 Backends import neither `hetc.partitioner` nor `hetc.runtime`: the runtime drives them.
 """
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from hetc.stage import RunnableStage
 
 __all__ = ["Backend", "BackendUnavailable", "DeviceInfo"]
 
@@ -62,15 +65,25 @@ class Backend(ABC):
     def torch_device(self, index: int) -> torch.device:
         """The torch device that holds tensors of device `index`."""
 
-    def prepare_stage(self, module: nn.Module, index: int, *, threads: int | None = None) -> nn.Module:
-        """Make a stage's modules runnable on device `index`: move them there, inference mode.
+    def prepare_stage(self, stage: RunnableStage, index: int, *, threads: int | None = None) -> RunnableStage:
+        """Make a built stage run on device `index` and return it. Here: a torch-eager stage moves to
+        the device in inference mode; a compiled step is refused (its toolchain loaded it for the host
+        CPU), unless the backend overrides this for the executors its devices run.
 
         Args:
-            module: the stage's modules (parameters already materialized on the host).
+            stage: the built stage (eager modules with their parameters, or a loaded artifact).
             index: the device index.
             threads: host threads the stage may use (CPU backends); None leaves the default.
+
+        Raises:
+            BackendUnavailable: the device is absent, or the stage's executor does not run on it.
         """
-        return module.to(self.torch_device(index)).eval()
+        if stage.executor != "torch" or not isinstance(stage, nn.Module):
+            raise BackendUnavailable(f"{self.name}: a stage compiled by {stage.executor} runs on the host CPU only in "
+                                     f"this version, not on a {self.name} device; serve with --executor torch (eager on "
+                                     "the device) or with --emulate.")
+        stage.to(self.torch_device(index)).eval()
+        return stage
 
     def to_device(self, t: torch.Tensor, index: int) -> torch.Tensor:
         """Host → device (a no-op when already there)."""

@@ -21,8 +21,10 @@ import time
 import torch
 from transformers import LlamaConfig
 
+from hetc.kv_blocks import PADDING_BLOCKS
 from hetc.runtime.compiled_stage import build_compiled_stage
-from hetc.runtime.model_runner import StageModel, UnitRef
+from hetc.plan import PlanUnit
+from hetc.runtime.model_runner import StageModel
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.weights import RandomWeights
 
@@ -41,13 +43,12 @@ def main() -> None:
     cfg = LlamaConfig(vocab_size=32000, hidden_size=a.hidden, intermediate_size=a.hidden * 8 // 3 // 64 * 64,
                       num_hidden_layers=a.layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 3),
                       max_position_embeddings=4096)
-    units = [UnitRef(0, "embed", 0)]
-    for layer in range(a.layers):
-        units += [UnitRef(len(units), "attention", layer), UnitRef(len(units) + 1, "mlp", layer)]
-    units += [UnitRef(len(units), "norm", a.layers - 1), UnitRef(len(units) + 1, "head", a.layers - 1)]
+    kinds = [("embed", 0)] + [(k, layer) for layer in range(a.layers) for k in ("attention", "mlp")]
+    units = [PlanUnit(index=i, kind=k, layer=layer) for i, (k, layer) in enumerate(kinds + [("norm", a.layers - 1),
+                                                                                       ("head", a.layers - 1)])]
     first, last = 1, 2 * a.layers  # a middle stage: hidden states in and out, every layer's attention
     per_seq = -(-(256 + 1) // KV_BLOCK_TOKENS)  # blocks of a sequence at 256 cached tokens + 1
-    blocks = 64 * per_seq + 8
+    blocks = PADDING_BLOCKS + 64 * per_seq
     w = RandomWeights(std=0.02)
     runners = {"torch": StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32,
                                    num_blocks=blocks, weights=w)}
@@ -66,7 +67,7 @@ def main() -> None:
               + f"; host load average {os.getloadavg()[0]:.2f} (1 min)", flush=True)
         cases = {f"decode b{b}": ([256] * b, [1] * b) for b in (1, 8, 16, 64)} | {"prefill 128": ([0], [128])}
         for label, (starts, n_new) in cases.items():
-            tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(starts))]
+            tables = [list(range(PADDING_BLOCKS + i * per_seq, PADDING_BLOCKS + (i + 1) * per_seq)) for i in range(len(starts))]
             metas = {k: r.step_meta(starts, n_new, tables, [True] * len(starts)) for k, r in runners.items()}
             x = torch.randn(sum(n_new), a.hidden)
             times = {k: [] for k in runners}

@@ -2,7 +2,7 @@
 held-out measurements (`hetc profile --device cpu --validate`), printed as markdown for
 BENCHMARKS.md.
 
-Usage: python benchmarks/fidelity_cpu.py [--threads N] [--quick] [-o out/profile-cpu.yaml]
+Usage: python benchmarks/fidelity_cpu.py [--threads N] [--quick] [--executor auto|openvino|torch] [-o out/profile-cpu.yaml]
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=None, help="threads to measure with (default: all cores)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--executor", choices=("auto", "openvino", "torch"), default="auto",
+                    help="what runs the measured ops and steps (hetc profile --executor; auto: what serves cpu stages)")
     ap.add_argument("-o", "--output", default="out/profile-cpu.yaml")
     a = ap.parse_args()
     Path(a.output).parent.mkdir(parents=True, exist_ok=True)
     cmd = ["hetc", "profile", "--device", "cpu", "--validate", "-o", a.output, "--json"]
     cmd += ["--threads", str(a.threads)] if a.threads else []
     cmd += ["--quick"] if a.quick else []
+    cmd += ["--executor", a.executor] if a.executor != "auto" else []
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "hetc.cli", *cmd[1:]], capture_output=True, text=True)
     if r.returncode != 0:

@@ -7,15 +7,16 @@ came from), run hetc twice on the same devices and workload:
   states it or the engine's cap on running sequences, else the best batch that fits);
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
-to the target (gathered after the cost model was frozen), overall and per vendor, with the
-figures of the first comparison (gathered before) reported beside. Every public figure is output
-tokens per second of the whole system, all its devices together (`predicted.output_tok_s`).
+to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
+vendor, with the earlier rounds reported beside (round 1: the first comparison; round 2: gathered
+after the previous freeze at 11b21d7). Every public figure is output tokens per second of the whole
+system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
 any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
 since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--no-plan]
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan]
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "11b21d73de232c2e5dae1768ec76ff18e0294993"  # the cost-model commit, made before any held figure was looked at
+FROZEN = "48fca1d9e4fb87bf3277a2aa530a2539e5ff16a4"  # the cost-model commit, made before any held figure was looked at
+ROUND = 3  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
@@ -64,6 +66,22 @@ SOURCES = {
               "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
               "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
     "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
+    # ---- round 3 (gathered after FROZEN) ----
+    "mlperf40": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, 'Tokens per second' of "
+                "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
+                "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
+                "and activations, README 'FP8 Flow'), TGI-Gaudi with DeepSpeed over the 8 cards (llama2-70b-8x), "
+                "batch 1024 (code/llama2-70b-99.9/scenarios.yaml batch_size_Offline)",
+    "mlperf41x": "as mlperf41 (inference_results_v4.1 @ 198fc467), systems of other submitters running NVIDIA's and "
+                 "AMD's code: parallelism and batch from each submitter's configs/llama2-70b/Offline/__init__.py (H100 "
+                 "SXM: TP2, gpu_batch_size 896; H200: TP1, 806) or AMD's test_VllmFp8_Offline_perf.sh (TP1 × DP, "
+                 "max_num_seqs 2048 as in round 2)",
+    "mlperf51x": "as mlperf51 (inference_results_v5.1 @ 965182b0), systems of other submitters: H200 TP1 "
+                 "gpu_batch_size 2048 (configs/<system>/Offline/llama2-70b.py: Dell XE9680, ASUSTeK ESC_N8; Cisco "
+                 "configs/llama2-70b/Offline/__init__.py H200_SXM_141GBx1); MI300X/MI325X on AMD's vLLM code at "
+                 "round 2's batches (MI300X 1536, MI325X 2048)",
+    "gaudi2c": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the four LLaMA 2 70b rows (fixed batch, # HPU as listed)",
+    "gaudi3b": "as gaudi3 (Gaudi 3 page, software 1.18.0): the four LLaMA 2 70b rows (2 HPU, fixed batch)",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
@@ -90,45 +108,50 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    held: bool  # gathered after the freeze: held to the target
+    round: int  # 1: the first comparison; 2: gathered after the freeze at 11b21d7; 3: after FROZEN (held)
     note: str = ""
+
+    @property
+    def held(self) -> bool:
+        """Gathered after FROZEN: held to the target."""
+        return self.round == ROUND
 
 
 CASES = [
-    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, False),
-    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, False),
-    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, False),
-    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, False),
-    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, False),
+    Case("h100-8b-1000/1000", "1xh100", "llama-3.1-8b", "fp8", 1000, 1000, 15244.78, "trt17", "nvidia", "a:0", None, 1),
+    Case("h100-8b-128/2048", "1xh100", "llama-3.1-8b", "fp8", 128, 2048, 21109.38, "trt17", "nvidia", "a:0", None, 1),
+    Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, 1),
+    Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, 1),
+    Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, 1),
     Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None,
-         False, "FP16"),
-    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, False),
+         1, "FP16"),
+    Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, 1),
     Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None,
-         False),
-    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, False),
-    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, False),
-    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, False,
+         1),
+    Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, 1),
+    Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, 1),
+    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, 1,
          "batch ≤ 256 ⚠"),
-    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, False,
+    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, 1,
          "batch ≤ 256 ⚠"),
-    # ---- gathered after the freeze (held to the target) ----
+    # ---- round 2: gathered after the freeze at 11b21d7 (held then, reported beside now) ----
     # MLPerf Llama-2-70B Offline, FP8 weights and KV, 8-GPU systems as their submitters ran them
     Case("mlperf41-8xh100-nvidia", "8xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24524.9, "mlperf41", "nvidia",
-         "a:0-1 x4", 896, True, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
+         "a:0-1 x4", 896, 2, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
     Case("mlperf41-8xh200-nvidia", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 31302.7, "mlperf41", "nvidia",
-         "a:0 x8", 806, True, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
+         "a:0 x8", 806, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
     Case("mlperf51-8xh200-google", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 35043.7, "mlperf51", "nvidia",
-         "a:0 x8", 2048, True, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
+         "a:0 x8", 2048, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
     Case("mlperf41-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 23514.8, "mlperf41", "amd",
-         "a:0 x8", 2048, True, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
+         "a:0 x8", 2048, 2, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
     Case("mlperf41-8xmi300x-amd-turin", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24109.8, "mlperf41",
-         "amd", "a:0 x8", 2048, True, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
+         "amd", "a:0 x8", 2048, 2, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
     Case("mlperf51-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 27803.9, "mlperf51", "amd",
-         "a:0 x8", 1536, True, "vLLM, TP1 × 8, decode batch 1280–1536"),
+         "a:0 x8", 1536, 2, "vLLM, TP1 × 8, decode batch 1280–1536"),
     Case("mlperf51-8xmi325x-amd", "8xmi325x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 34520.4, "mlperf51", "amd",
-         "a:0 x8", 2048, True, "vLLM, TP1 × 8, decode batch 2048"),
+         "a:0 x8", 2048, 2, "vLLM, TP1 × 8, decode batch 2048"),
     # TensorRT-LLM v1.0: largest batch that fits (its default capacity policy reserves each request's whole length)
-    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, True)
+    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, 2)
       for (gpu, cl, m, model, spec), vals in (
           (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
           (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
@@ -139,7 +162,7 @@ CASES = [
       for (i, o), v in zip(((500, 2000), (5000, 500)), vals)],
     # Intel's pages: fixed batch
     *[Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel",
-           "a:0" if n == 1 else f"a:0-{n - 1}", b, True, f"batch {b}")
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, 2, f"batch {b}")
       for n, m, model, rows in (
           (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652),
                                       (2048, 2048, 364, 7405))),
@@ -148,10 +171,43 @@ CASES = [
           (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600),
                                         (2048, 2048, 600, 8946))))
       for i, o, b, v in rows],
-    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, True,
+    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, 2,
          "batch 2429"),
-    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, True,
+    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, 2,
          "batch 179"),
+    # ---- round 3: gathered after the freeze at FROZEN (held to the target) ----
+    # MLPerf Llama-2-70B Offline, FP8: other submitters' systems and configurations (4 GPUs, 1 GPU, Gaudi 2)
+    *[Case(f"{r}-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, src, vendor, spec, b, 3,
+           note)
+      for r, src, n, gpu, who, vendor, spec, b, v, note in (
+          ("mlperf41", "mlperf41x", 4, "h100", "dell", "nvidia", "a:0-1 x2", 896, 10699.6, "XE8640; TRT-LLM, TP2 × 2"),
+          ("mlperf41", "mlperf41x", 4, "h100", "fujitsu", "nvidia", "a:0-1 x2", 896, 10133.3, "GX2560M7; TRT-LLM, TP2 × 2"),
+          ("mlperf41", "mlperf41x", 8, "h100", "dell", "nvidia", "a:0-1 x4", 896, 24086.7, "XE9680; TRT-LLM, TP2 × 4"),
+          ("mlperf41", "mlperf41x", 8, "h100", "hpe", "nvidia", "a:0-1 x4", 896, 24528.3, "Cray XD670; TRT-LLM, TP2 × 4"),
+          ("mlperf41", "mlperf41x", 8, "h200", "dell", "nvidia", "a:0 x8", 806, 32124.3, "XE9680; TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 8, "h200", "lenovo", "nvidia", "a:0 x8", 806, 31917.0, "TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 8, "h200", "giga", "nvidia", "a:0 x8", 806, 31263.8, "G593-SD1; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "dell", "nvidia", "a:0 x8", 2048, 35316.7, "XE9680; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "asus", "nvidia", "a:0 x8", 2048, 35075.1, "ESC N8; TRT-LLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "h200", "cisco", "nvidia", "a:0 x8", 2048, 34548.2, "C885; TRT-LLM, TP1 × 8"),
+          ("mlperf41", "mlperf41x", 1, "mi300x", "amd", "amd", "a:0", 2048, 3062.72, "vLLM, TP1, EPYC 9374F"),
+          ("mlperf41", "mlperf41x", 8, "mi300x", "dell", "amd", "a:0 x8", 2048, 22677.6, "XE9680; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi300x", "dell", "amd", "a:0 x8", 1536, 27325.9, "XE9680; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27678.1,
+           "Dell+MangoBoost LLMBoost, TP1 × 8 ⚠ batch not read: AMD's 1536 assumed"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "asus", "amd", "a:0 x8", 2048, 33987.4, "ESC A8A; vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "giga", "amd", "a:0 x8", 2048, 34483.2, "vLLM, TP1 × 8"),
+          ("mlperf51", "mlperf51x", 8, "mi325x", "amd-2", "amd", "a:0 x8", 2048, 34555.0, "AMD's second MI325X system"),
+          ("mlperf40", "mlperf40", 8, "gaudi2", "intel", "intel", "a:0-7", 1024, 8034.85, "TGI-Gaudi, TP8, batch 1024"))],
+    # Intel's pages: the LLaMA 2 70b rows (fixed batch)
+    *[Case(f"{g}-{n}x-l2-70b-{i}/{o}", f"{n}x{g}", "llama-2-70b", "fp8", i, o, v, src, "intel", f"a:0-{n - 1}", b, 3,
+           f"batch {b}")
+      for g, src, rows in (
+          ("gaudi2", "gaudi2c", ((2, 128, 128, 1750, 2844), (4, 128, 2048, 327, 3211), (2, 2048, 128, 95, 310),
+                                 (2, 2048, 2048, 78, 1438))),
+          ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498),
+                                 (2, 2048, 2048, 240, 2641))))
+      for n, i, o, b, v in rows],
 ]
 
 
@@ -209,17 +265,18 @@ def medians(errs: list[tuple[Case, float]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="one case by name")
+    ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     a = ap.parse_args()
     print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
     cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1",
-            "hetc plan's choice", "held", "source")
+            "hetc plan's choice", "round", "source")
     print("| " + " | ".join(cols) + " |")
     print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
     at: list[tuple[Case, float]] = []
     own: list[tuple[Case, float]] = []
     for c in CASES:
-        if a.only and a.only != c.name:
+        if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
         cfg = at_public_config(c)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
@@ -232,23 +289,22 @@ def main() -> None:
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
             (f"; {c.note}" if c.note else "")
         print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
-              f"{mine or '– | –'} | {choice or '–'} | {'yes' if c.held else 'before'} | {c.source} |", flush=True)
+              f"{mine or '– | –'} | {choice or '–'} | {c.round}{' (held)' if c.held else ''} | {c.source} |", flush=True)
     print()
-    held = [(c, e) for c, e in at if c.held]
-    print(f"- at the public configuration, held figures: {medians(held)}")
-    for v in ("nvidia", "amd", "intel"):
-        print(f"  - {v}: {medians([(c, e) for c, e in held if c.vendor == v])}")
-    print(f"- at the public configuration, the first comparison's figures: {medians([(c, e) for c, e in at if not c.held])}")
-    if own:
-        print(f"- hetc plan's own choice vs the public figure, held: {medians([(c, e) for c, e in own if c.held])}")
-    if held:
-        worst = max(held, key=lambda ce: abs(ce[1]))
-        print(f"- worst held case: {worst[0].name} {worst[1]:+.1%}")
+    for r in sorted({c.round for c, _ in at}, reverse=True):
+        errs = [(c, e) for c, e in at if c.round == r]
+        what = "held figures" if r == ROUND else f"round {r} (reported beside)"
+        print(f"- at the public configuration, {what}: {medians(errs)}")
+        for v in ("nvidia", "amd", "intel"):
+            print(f"  - {v}: {medians([(c, e) for c, e in errs if c.vendor == v])}")
+        if own:
+            print(f"  - hetc plan's own choice vs the public figure: {medians([(c, e) for c, e in own if c.round == r])}")
+        worst = max(errs, key=lambda ce: abs(ce[1]))
+        print(f"  - worst: {worst[0].name} {worst[1]:+.1%}")
     print(f"\n{MLPERF_LENGTHS}")
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
-
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """Runtime figures on the host CPU (BENCHMARKS.md "Runtime (CPU)").
 
     python benchmarks/runtime_cpu.py [--quick] [--profile out/profile-cpu.yaml]
-    python benchmarks/runtime_cpu.py --engine-vs-hf 8,16,128 [--runs 5]   (item 2 alone, per batch)
+    python benchmarks/runtime_cpu.py --engine-vs-hf 8,16,128 [--runs 5] [--threads 2]   (item 2 alone, per batch)
     python benchmarks/runtime_cpu.py --predicted 8,16 [--runs 3]   (item 4 alone: 1 stage, the profile's threads)
 
 A Llama-shaped model (hidden 768, 12 layers, vocab 32000: 124M parameters, fp32,
@@ -342,12 +342,13 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     from hetc.partitioner.capture import load_hf_config
     from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
-    from hetc.runtime.model_runner import StageModel, UnitRef
+    from hetc.plan import load_plan
+    from hetc.runtime.model_runner import StageModel
     from hetc.weights import SafetensorsWeights
 
-    doc = json.loads(plan.read_text())
-    first, last = doc["pipelines"][0]["stages"][stage]["units"]
-    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in doc["units"]]
+    doc = load_plan(plan)
+    first, last = doc.pipelines[0].stages[stage].units
+    units = doc.units
     cfg, _ = load_hf_config(str(model))
     per_seq = blocks_for(ctx + 1)
     torch.set_num_threads(threads)
@@ -386,17 +387,18 @@ class HFGenerate:
 
 
 def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
-                 runs: int) -> None:
-    """Item 2 alone at each batch: the 1-stage server (2 threads, its stages on the serving executor)
-    against HF generate, measured in turn round after round, each on a quiet stretch."""
+                 runs: int, threads: int = 2) -> None:
+    """Item 2 alone at each batch: the 1-stage server (`threads` threads, its stage on the serving
+    executor) against HF generate on as many threads, measured in turn round after round, each on a
+    quiet stretch."""
     print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, fp32; prompt {prompt} → "
-          f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × 2 threads vs HF generate (static cache, "
-          "2 threads)", flush=True)
+          f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × {threads} thread(s) vs HF generate (static "
+          f"cache, {threads} thread(s))", flush=True)
     rows = []
     for batch in batches:
         plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
-        with Server(plan, model, threads=2, max_seqs=batch) as srv:
-            hf = HFGenerate(model, batch, prompt, output, threads=2)
+        with Server(plan, model, threads=threads, max_seqs=batch) as srv:
+            hf = HFGenerate(model, batch, prompt, output, threads=threads)
             rounds = []
             for i in range(runs):
                 (eng, _, _), o1, _ = quiet_run(f"b{batch} round {i + 1}, engine",
@@ -455,6 +457,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40, help="requests in the latency run")
     ap.add_argument("--runs", type=int, default=5, help="interleaved throughput rounds (medians are reported)")
     ap.add_argument("--engine-vs-hf", default="", help="comma-separated batches: only the engine vs HF generate")
+    ap.add_argument("--threads", type=int, default=2, help="threads of the engine and of HF generate (--engine-vs-hf)")
     ap.add_argument("--predicted", default="", help="comma-separated batches: only predicted vs measured stage steps")
     ap.add_argument("--max-busy", type=float, default=QUIET,
                     help="measure only while other processes use at most this share of the host (1: no waiting)")
@@ -471,7 +474,8 @@ def main() -> None:
     build_model(model)
     profile = ensure_profile(Path(a.profile))
     if a.engine_vs_hf:
-        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs)
+        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs,
+                     a.threads)
         return
     if a.predicted:
         predicted_vs_measured(model, work, profile, [int(b) for b in a.predicted.split(",")], a.prompt, a.output,

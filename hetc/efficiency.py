@@ -115,8 +115,9 @@ class GatherCurve(_Strict):
 
 
 class EfficiencyCurves(_Strict):
-    """Shape-dependent efficiencies (optional; `hetc profile` fits them). Where a curve is
-    missing the scalar `efficiency` applies.
+    """Shape-dependent efficiencies (optional; `hetc profile` fits them on a CPU; the NVIDIA
+    profiles' matmul curves come from public per-shape GEMM timings, benchmarks/public_gemm.py).
+    Where a curve is missing the scalar `efficiency` applies.
 
     matmul[dtype]: achieved FLOP/s ÷ peak_flops[dtype] by GEMM rows M and weight size N·K.
     attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and

@@ -22,7 +22,7 @@ from hetc.scheduling import Objective, Phase
 
 SCHEMA = "hetc.plan/1"
 
-__all__ = ["SCHEMA", "Plan", "Pipeline", "Stage", "load_plan", "save_plan"]
+__all__ = ["SCHEMA", "Plan", "PlanUnit", "Pipeline", "Stage", "load_plan", "save_plan"]
 
 
 class _M(BaseModel):
@@ -37,6 +37,19 @@ class ModelInfo(_M):
     num_units: int = Field(gt=0)
     params: int = Field(ge=0)
     graph_hash: str
+
+
+class PlanUnit(BaseModel):
+    """One unit of the model's chain (an embedding, a layer's attention or MLP, a norm, the head): the
+    runtime builds a stage from the units [first, last] of its plan stage."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    index: int = Field(ge=0)
+    kind: str  # embed | attention | mlp | moe | norm | head (the runtime refuses what it cannot run)
+    layer: int = Field(ge=0)
+    param_bytes: float = Field(0, ge=0)
+    kv_bytes_per_token: float = Field(0, ge=0)
+    out_bytes_per_token: float = Field(0, ge=0)
 
 
 class MemoryBytes(_M):
@@ -132,13 +145,18 @@ class Plan(_M):
     predicted: Predicted
     solver: SolverInfo
     baselines: dict[str, dict] = {}
-    units: list[dict] = []  # the unit table the plan refers to (name, kind, layer, sizes)
+    units: list[PlanUnit] = []  # the unit table the stages' [first, last] refer to, unit i at position i
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     @model_validator(mode="after")
     def _cover(self) -> "Plan":
         n = self.model.num_units
+        for i, u in enumerate(self.units):
+            if u.index != i:
+                raise ValueError(f"units[{i}]: unit index {u.index} at position {i}; the table lists unit i at position i")
+        if self.units and len(self.units) != n:
+            raise ValueError(f"units: {len(self.units)} units listed, model.num_units is {n}")
         for i, p in enumerate(self.pipelines):
             nxt = 0
             for s in p.stages:

@@ -44,10 +44,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "StageSignature", "TensorSpec", "stage_signature"]
+__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "RunnableStage", "StageSignature", "TensorSpec",
+           "stage_signature"]
 
 
 class AttentionForm(StrEnum):
@@ -63,6 +68,31 @@ EXECUTORS = ("torch", "openvino", "onnx", "iree", "inductor", "hpu")
 CPU_EXECUTOR = "openvino"
 # named dims that vary at run time (one artifact for all of them); BS = KV_BLOCK_TOKENS is fixed
 DYNAMIC_DIMS = {AttentionForm.GATHER: ("B", "T", "MB", "NB"), AttentionForm.PAGED: ("B", "T", "NBT", "NB", "S")}
+
+
+class RunnableStage(Protocol):
+    """What a worker runs, whatever runs it: torch eager on the stage's device (runtime StageModel)
+    or a toolchain's compiled step (runtime CompiledStage); `Backend.prepare_stage` returns one.
+    A step is two calls: `step_meta` builds the micro-batch's attention metadata (on the stage's
+    device, in the form its executor reads), then the stage maps the packed input rows to its
+    output rows, writing the new tokens' K/V into its own pool `kv`."""
+
+    executor: str  # one of EXECUTORS
+    kv: Any  # its paged KV pool (runtime.kv_cache.KVPool): the blocks the lane's block tables index
+    param_names: list  # one entry per parameter tensor (model names where known)
+    tp_group: Any  # the tensor-parallel process group (None when tp = 1)
+
+    @property
+    def param_bytes(self) -> int: ...
+
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> Any:
+        """The attention metadata of one packed micro-batch: per sequence its cached tokens, new
+        tokens, KV blocks, and whether its next token is sampled."""
+        ...
+
+    def __call__(self, x: torch.Tensor, meta: Any) -> torch.Tensor:
+        """[T] token ids or [T, H] hidden states, packed → [T, H] hidden, or the sampled rows' [S, H] / [S, V]."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from hetc.cluster import Cluster, Profile
 from hetc.errors import BadInput
 from hetc.plan import load_plan
 from hetc.runtime.compiled_stage import emulation_toolchain
-from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef
+from hetc.runtime.model_runner import TORCH_DTYPES
 from hetc.stage import AttentionForm, StageSignature, stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
@@ -111,7 +111,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     check_hash(plan, model_ref, o.plan)
     cfg, _ = load_hf_config(model_ref)
     weights = SafetensorsWeights(weights_dir) if weights_dir and not o.random_weights else RandomWeights()
-    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
+    units = plan.units
     dtype, kv_dtype = TORCH_DTYPES[plan.model.dtype], TORCH_DTYPES[plan.model.kv_dtype]
     out = Path(o.out_dir)
     out.mkdir(parents=True, exist_ok=True)

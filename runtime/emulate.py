@@ -9,8 +9,9 @@ width, the same layers, units and cuts.
 from __future__ import annotations
 
 from hetc.errors import BadInput
+from hetc.plan import PlanUnit
 from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.runtime.model_runner import TORCH_DTYPES, UnitRef, kv_layout, param_count, shrink_config
+from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout, param_count, shrink_config
 from hetc.quantity import Kind, format_quantity
 
 __all__ = ["available_bytes", "cap_kv_blocks", "fit_width"]
@@ -42,7 +43,7 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
     budget = max(WEIGHT_SHARE * avail / 2, WEIGHT_SHARE * avail - PROCESS_BYTES * len(local_workers))
     # the plan's bytes are at its dtype; this runtime holds fp8 weights as bf16
     scale = TORCH_DTYPES[plan.model.dtype].itemsize / _PLAN_BYTES[plan.model.dtype]
-    need = scale * sum(sum(u["param_bytes"] for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) / w.stage.tp
+    need = scale * sum(sum(u.param_bytes for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) / w.stage.tp
                        for w in local_workers)
     if need <= budget:
         return 1, cfg
@@ -60,7 +61,7 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
                    file=file, field="model", fix="spread the plan over hosts with --nnodes.")
 
 
-def cap_kv_blocks(plan, cfg, units: list[UnitRef], local_workers, blocks: dict[int, int]) -> dict[int, int]:
+def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[int, int]) -> dict[int, int]:
     """The lanes' KV blocks, scaled down so this host's pools fit in its share of memory.
 
     Args:

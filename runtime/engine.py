@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
 from hetc.batching import SchedulerConfig, StepOutput
-from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
+from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase

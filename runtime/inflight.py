@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hetc.batching import MicroBatch
-from hetc.runtime.sequence import Sequence
+from hetc.sequence import Sequence
 
 if TYPE_CHECKING:
     from hetc.runtime.lane import LaneRunner

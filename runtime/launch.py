@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hetc.errors import BadInput
+from hetc.plan import PlanUnit
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
 
 __all__ = ["Checked", "ServeOptions", "serve", "size_kv", "start_workers", "validate"]
@@ -147,7 +148,7 @@ class Checked:
     model_ref: str
     model_dir: str | None
     hf_cfg: Any
-    units: list  # model_runner.UnitRef per plan unit
+    units: list[PlanUnit]  # the plan's unit table
     width: int = 1  # > 1: emulating a width-shrunk copy
     threads: int = 1  # per worker
     max_seqs: int = 0
@@ -172,7 +173,7 @@ def validate(o: ServeOptions) -> Checked:
     from hetc.partitioner.capture import load_hf_config
     from hetc.plan import load_plan
     from hetc.runtime.emulate import fit_width
-    from hetc.runtime.model_runner import UnitRef, check_supported, check_tp
+    from hetc.runtime.model_runner import check_supported, check_tp
     from hetc.runtime.rendezvous import rendezvous
     from hetc.runtime.topology import build_topology, hosts_of_nodes, workers
 
@@ -187,7 +188,7 @@ def validate(o: ServeOptions) -> Checked:
     model_ref, model_dir = resolve_model(plan, o.model_dir, o.random_weights)
     check_hash(plan, model_ref, o.plan)
     hf_cfg, _ = load_hf_config(model_ref)
-    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
+    units = plan.units
     check_supported(hf_cfg, units, o.plan)
     for lane in lanes:
         for s in lane.stages:

@@ -20,29 +20,22 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from hetc.errors import BadInput
+from hetc.plan import PlanUnit
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
 
-__all__ = ["TORCH_DTYPES", "StageModel", "UnitRef", "check_supported", "check_tp", "kv_layout", "param_count",
+__all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layout", "param_count",
            "shrink_config"]
 
 # plan dtype → what the stage computes in (fp8 weights are computed in bf16 here)
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 _KINDS = ("embed", "attention", "mlp", "moe", "norm", "head")
 _EXTRA_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm", "post_self_attn_layernorm")
-
-
-@dataclass(frozen=True, slots=True)
-class UnitRef:
-    index: int
-    kind: str
-    layer: int
 
 
 def kv_layout(cfg) -> tuple[int, int]:
@@ -52,7 +45,7 @@ def kv_layout(cfg) -> tuple[int, int]:
     return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
 
-def check_supported(cfg, units: list[UnitRef], file: str = "plan.json") -> None:
+def check_supported(cfg, units: list[PlanUnit], file: str = "plan.json") -> None:
     """Refuse (BadInput) a model this runtime cannot run exactly, with the reason."""
     kinds = [u.kind for u in units]
     bad = sorted(set(kinds) - set(_KINDS))
@@ -103,7 +96,7 @@ def param_count(cfg) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
-def check_tp(cfg, units: list[UnitRef], tp: int, where: str, file: str = "plan.json") -> None:
+def check_tp(cfg, units: list[PlanUnit], tp: int, where: str, file: str = "plan.json") -> None:
     """Refuse a tp degree this model cannot be split by evenly."""
     if tp == 1:
         return
@@ -147,9 +140,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class StageModel(nn.Module):
-    """The modules of units [first, last] of a decoder LLM, runnable on packed micro-batches."""
+    """The modules of units [first, last] of a decoder LLM, runnable on packed micro-batches: the
+    torch-eager RunnableStage (hetc/stage.py)."""
 
-    def __init__(self, cfg, units: list[UnitRef], first: int, last: int, *, dtype: torch.dtype,
+    executor = "torch"
+
+    def __init__(self, cfg, units: list[PlanUnit], first: int, last: int, *, dtype: torch.dtype,
                  kv_dtype: torch.dtype, num_blocks: int, weights, device: torch.device | str = "cpu",
                  tp_rank: int = 0, tp_size: int = 1):
         """Args:

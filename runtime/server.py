@@ -28,7 +28,7 @@ from hetc import __version__
 from hetc.runtime.engine import Engine, EngineDead, Event, QueueFull
 from hetc.runtime.openapi import OpenAPILimits, openapi_document
 from hetc.runtime.protocol import ROLES, APIError, GenOptions, bad, parse_chat, parse_completion
-from hetc.runtime.sequence import SamplingParams
+from hetc.sequence import SamplingParams
 from hetc.runtime.tokenizer import Detokenizer, apply_chat
 
 __all__ = ["ServerState", "create_app"]

@@ -67,44 +67,41 @@ def watch_parent(on_gone=lambda: os._exit(3)) -> None:
     on_gone()
 
 
-def build_stage(cfg: WorkerConfig, device: str):
-    """(worker spec, StageModel, backend, topology) for `device` of the plan."""
+def build_stage(cfg: WorkerConfig, plan, lanes, w):
+    """(RunnableStage, backend) of worker `w` of the plan: its executor's stage built (eager modules
+    with their weights, or the compiled artifact loaded), then made to run on its device by its backend.
+
+    Args:
+        plan: the plan (hetc.plan.Plan), loaded once by the worker.
+        lanes: its topology (runtime.topology.build_topology).
+        w: this worker (WorkerSpec).
+    """
     from hetc.backends import get_backend
     from hetc.partitioner.capture import load_hf_config
-    from hetc.plan import load_plan
-    from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, UnitRef, shrink_config
-    from hetc.runtime.topology import build_topology, worker_of_device
+    from hetc.runtime.compiled_stage import build_compiled_stage, stage_executor
+    from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, shrink_config
     from hetc.weights import stage_weights
 
-    plan = load_plan(cfg.plan)
-    lanes = build_topology(plan, cfg.plan)
-    w = worker_of_device(lanes, device)
     spec = w.stage
     backend = get_backend("cpu" if cfg.emulate else spec.backend)
     hf_cfg, _ = load_hf_config(cfg.model_ref)
     hf_cfg = shrink_config(hf_cfg, cfg.width)
-    units = [UnitRef(u["index"], u["kind"], u["layer"]) for u in plan.units]
     weights = stage_weights(hf_cfg, None if cfg.random_weights else cfg.model_dir)
     index = 0 if cfg.emulate else w.device_index
-    from hetc.runtime.compiled_stage import stage_executor
-
+    dtype, kv_dtype = TORCH_DTYPES[plan.model.dtype], TORCH_DTYPES[plan.model.kv_dtype]
+    num_blocks = cfg.kv_blocks[str(spec.lane)]
     name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
     if name != "torch":
-        from hetc.runtime.compiled_stage import build_compiled_stage
-
         lane = next(l for l in lanes if l.id == spec.lane)
-        model = build_compiled_stage(hf_cfg=hf_cfg, units=units, first=spec.units[0], last=spec.units[1],
-                                     dtype=TORCH_DTYPES[plan.model.dtype], kv_dtype=TORCH_DTYPES[plan.model.kv_dtype],
-                                     num_blocks=cfg.kv_blocks[str(spec.lane)], weights=weights,
-                                     name=name, graph_hash=plan.model.graph_hash,
-                                     model_dir=cfg.model_dir, width=cfg.width, artifacts=cfg.artifacts,
-                                     stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
-        return w, model, backend, lanes
-    model = StageModel(hf_cfg, units, spec.units[0], spec.units[1], dtype=TORCH_DTYPES[plan.model.dtype],
-                       kv_dtype=TORCH_DTYPES[plan.model.kv_dtype], num_blocks=cfg.kv_blocks[str(spec.lane)],
-                       weights=weights, device=backend.torch_device(index), tp_rank=w.tp_rank, tp_size=spec.tp)
-    model = backend.prepare_stage(model, index, threads=cfg.threads)
-    return w, model, backend, lanes
+        model = build_compiled_stage(hf_cfg=hf_cfg, units=plan.units, first=spec.units[0], last=spec.units[1],
+                                     dtype=dtype, kv_dtype=kv_dtype, num_blocks=num_blocks, weights=weights, name=name,
+                                     graph_hash=plan.model.graph_hash, model_dir=cfg.model_dir, width=cfg.width,
+                                     artifacts=cfg.artifacts, stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
+    else:
+        model = StageModel(hf_cfg, plan.units, spec.units[0], spec.units[1], dtype=dtype, kv_dtype=kv_dtype,
+                           num_blocks=num_blocks, weights=weights, device=backend.torch_device(index),
+                           tp_rank=w.tp_rank, tp_size=spec.tp)
+    return backend.prepare_stage(model, index, threads=cfg.threads), backend
 
 
 def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -> float:
@@ -283,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         unit = unit_of_lane(lanes)[spec.lane]
         # the frontend waits while this beats, however long loading takes (loading.py)
         loading = Loading(store, unit, a.generation, w.rank)
-        w, model, backend, lanes = build_stage(cfg, a.device)
+        model, backend = build_stage(cfg, plan, lanes, w)
         loading.loaded()
         wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
-        kinds = [(u["kind"], u["layer"]) for u in plan.units]
+        kinds = [(u.kind, u.layer) for u in plan.units]
         if spec.tp > 1:
             model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
         from hetc.runtime.kvlinks import LinkTable
@@ -295,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # before READY: epochs the frontend opens from then on are this worker's to join
         links = LinkTable(store, lanes, spec.lane, w.rank, cfg.timeout_s, cfg.bind)
-        executor = EXECUTORS.index(getattr(model, "executor", "torch"))
+        executor = EXECUTORS.index(model.executor)
         ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
                               model.kv.nbytes, executor], dtype=torch.long)
         tp.send(Message(Kind.READY, w.rank, payload=ready), 0)

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from hetc.backends.base import Backend, DeviceInfo
+from hetc.stage import RunnableStage
 
 __all__ = ["BACKEND", "CpuBackend"]
 
@@ -51,11 +52,15 @@ class CpuBackend(Backend):
     def torch_device(self, index: int) -> torch.device:
         return torch.device("cpu")
 
-    def prepare_stage(self, module: nn.Module, index: int, *, threads: int | None = None) -> nn.Module:
+    def prepare_stage(self, stage: RunnableStage, index: int, *, threads: int | None = None) -> RunnableStage:
+        """Eager stages and every toolchain's CPU lowering run here as built (a toolchain's own
+        thread count was set when it loaded the artifact)."""
         # several stage workers may share one host: each gets its own slice of the cores
         if threads:
             torch.set_num_threads(threads)
-        return module.eval()
+        if isinstance(stage, nn.Module):
+            stage.eval()
+        return stage
 
     def to_device(self, t: torch.Tensor, index: int) -> torch.Tensor:
         return t

@@ -45,9 +45,10 @@ _port = free_port
 def server(built, tmp_path_factory):
     """A running `hetc serve --emulate`: (base url, process)."""
     _, plan, _ = built
-    # a 16-token prefill chunk and 16 KV blocks (256 tokens for 8 sequences): chunked prefill and preemption happen
+    # a 16-token prefill chunk and 8 KV blocks (7 besides the padding block: 224 tokens for 8 sequences):
+    # chunked prefill and preemption happen
     served = start_serve(plan, "--emulate", "--api-key", KEY, "--served-model-name", NAME, "--max-batched-tokens",
-                         "16", "--num-kv-blocks", "16", "--max-waiting", "32", "--timeout", "30",
+                         "16", "--num-kv-blocks", "8", "--max-waiting", "32", "--timeout", "30",
                          log=tmp_path_factory.mktemp("log") / "serve.log")
     yield served.url, served.proc
     served.stop(30)
@@ -92,7 +93,7 @@ def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
         assert r.choices[0].finish_reason == ("stop" if want[-1] == tok.eos_token_id else "length")
         if isinstance(p, str):
             assert r.choices[0].text == tok.decode(want, skip_special_tokens=True)
-    # 8 sequences of up to 85 tokens in 16 blocks of 16: some were preempted and recomputed, output unchanged
+    # 8 sequences of up to 85 tokens in 224 tokens of KV: some were preempted and recomputed, output unchanged
     assert metric(url, "hetc_num_preemptions")[0][1] > 0
 
 

@@ -39,11 +39,12 @@ def test_bad_specs_name_the_token(tmp_path, spec, words):
 
 
 def test_the_solvers_own_plan_round_trips(tmp_path):
-    two_type_cluster(tmp_path, "0.6 MB", "2 MB", a_count=2)
+    two_type_cluster(tmp_path, "2 MB", "2 MB", a_count=2)
     solved = make_plan(_req(tmp_path, tp="1"))
+    assert len({p.batch for p in solved.pipelines}) == 1  # --batch gives every pipeline one batch
     spec = "; ".join("|".join(s.devices[0] + (f"-{s.devices[-1].split(':')[1]}" if s.tp > 1 else "")
-                              for s in p.stages) + (f" x{p.replicas}" if p.replicas > 1 else "")
-                     for p in solved.pipelines)
+                              for s in p.stages)
+                     + (f" x{p.replicas}" if p.replicas > 1 else "") for p in solved.pipelines)
     given = make_plan(_req(tmp_path, tp="1", placement=spec, batch=solved.pipelines[0].batch))
     assert given.predicted.output_tok_s == pytest.approx(solved.predicted.output_tok_s, rel=1e-6)
     assert given.solver.status == "GIVEN" and given.solver.bound == pytest.approx(solved.solver.bound)

@@ -12,7 +12,7 @@ from hetc.runtime.engine import Engine, EngineDead, Event
 from hetc.runtime.metrics import Metrics
 from hetc.batching import NOT_FINITE, SAMPLING_FAILURES
 from hetc.batching import SchedulerConfig
-from hetc.runtime.sequence import SamplingParams
+from hetc.sequence import SamplingParams
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import Kind, Message, StepMeta
 

@@ -8,7 +8,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.feedback import SampledTokens
 from hetc.runtime.kv_cache import AttnMeta
-from hetc.runtime.model_runner import StageModel, UnitRef
+from hetc.plan import PlanUnit
+from hetc.runtime.model_runner import StageModel
 from hetc.runtime.sampler import sample
 from hetc.runtime.transport import Message, StepMeta
 from hetc.weights import RandomWeights, SafetensorsWeights
@@ -17,11 +18,10 @@ CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_lay
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
 
 
-def _units(n_layers: int) -> list[UnitRef]:
-    us = [UnitRef(0, "embed", 0)]
-    for layer in range(n_layers):
-        us += [UnitRef(len(us), "attention", layer), UnitRef(len(us) + 1, "mlp", layer)]
-    return us + [UnitRef(len(us), "norm", n_layers - 1), UnitRef(len(us) + 1, "head", n_layers - 1)]
+def _units(n_layers: int) -> list[PlanUnit]:
+    kinds = [("embed", 0)] + [(k, layer) for layer in range(n_layers) for k in ("attention", "mlp")]
+    kinds += [("norm", n_layers - 1), ("head", n_layers - 1)]
+    return [PlanUnit(index=i, kind=k, layer=layer) for i, (k, layer) in enumerate(kinds)]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ import pytest
 
 from hetc.kv_blocks import BlockManager
 from hetc.batching import Scheduler, SchedulerConfig
-from hetc.runtime.sequence import SamplingParams, Sequence, SeqStatus
+from hetc.sequence import SamplingParams, Sequence, SeqStatus
+
+BLOCK = 16  # tokens per block in these tests' arithmetic (the policy takes the manager's block size)
 
 
 def _seq(i: int, prompt: int, max_tokens: int = 4) -> Sequence:
@@ -19,7 +21,7 @@ def _run(s: Scheduler, batch, token: int = 7):
 
 
 def test_blocks_allocated_on_demand_and_freed():
-    bm = BlockManager(8)
+    bm = BlockManager(8, block_size=BLOCK)
     s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
     a = _seq(0, 20, max_tokens=13)  # 20 prompt tokens: 2 blocks; grows to 33 tokens: 3 blocks
     s.add(a)
@@ -34,7 +36,7 @@ def test_blocks_allocated_on_demand_and_freed():
 
 
 def test_chunked_prefill_and_mixed_lengths_share_a_step():
-    s = Scheduler(BlockManager(32), SchedulerConfig(max_batched_tokens=16))
+    s = Scheduler(BlockManager(32, block_size=BLOCK), SchedulerConfig(max_batched_tokens=16))
     long, short = _seq(0, 40), _seq(1, 3)
     s.add(long)
     b1 = s.schedule()
@@ -52,7 +54,7 @@ def test_chunked_prefill_and_mixed_lengths_share_a_step():
 
 
 def test_micro_batches_split_to_fill_the_pipeline():
-    s = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=256, n_stages=3))
+    s = Scheduler(BlockManager(64, block_size=BLOCK), SchedulerConfig(max_batched_tokens=256, n_stages=3))
     for i in range(6):
         s.add(_seq(i, 5))
     batches = [s.schedule() for _ in range(4)]
@@ -65,7 +67,7 @@ def test_micro_batches_split_to_fill_the_pipeline():
 
 
 def test_preemption_recomputes_and_keeps_generated_tokens():
-    bm = BlockManager(3)  # 48 tokens for everyone
+    bm = BlockManager(3, block_size=BLOCK)  # 48 tokens for everyone
     s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
     a, b = _seq(0, 16, max_tokens=20), _seq(1, 16, max_tokens=20)
     s.add(a)
@@ -84,7 +86,7 @@ def test_preemption_recomputes_and_keeps_generated_tokens():
 
 
 def test_abort_in_flight_frees_on_return_and_eos_stops():
-    bm = BlockManager(4)
+    bm = BlockManager(4, block_size=BLOCK)
     s = Scheduler(bm, SchedulerConfig())
     a = _seq(0, 4)
     s.add(a)
@@ -99,17 +101,17 @@ def test_abort_in_flight_frees_on_return_and_eos_stops():
 
 
 def test_waiting_queue_is_fcfs_when_blocks_run_out():
-    s = Scheduler(BlockManager(2), SchedulerConfig(max_batched_tokens=64))
+    s = Scheduler(BlockManager(2, block_size=BLOCK), SchedulerConfig(max_batched_tokens=64))
     big, small = _seq(0, 40), _seq(1, 2)  # big needs 3 blocks > 2: it waits, and small may not overtake
     s.add(big)
     s.add(small)
     with pytest.raises(RuntimeError):
-        BlockManager(2).grow(big, 40)
+        BlockManager(2, block_size=BLOCK).grow(big, 40)
     assert s.schedule() is None and s.num_waiting == 2
 
 
 def test_prefill_pool_hands_off_after_the_first_token_and_decode_pool_requeues():
-    pre = Scheduler(BlockManager(8), SchedulerConfig(max_batched_tokens=64, handoff=True))
+    pre = Scheduler(BlockManager(8, block_size=BLOCK), SchedulerConfig(max_batched_tokens=64, handoff=True))
     a, b = _seq(0, 20, max_tokens=5), _seq(1, 3, max_tokens=1)
     pre.add(a)
     pre.add(b)
@@ -122,7 +124,7 @@ def test_prefill_pool_hands_off_after_the_first_token_and_decode_pool_requeues()
     assert pre.blocks.num_free == 8
 
     requeued = []
-    dec = Scheduler(BlockManager(3), SchedulerConfig(), on_preempt=requeued.append)
+    dec = Scheduler(BlockManager(3, block_size=BLOCK), SchedulerConfig(), on_preempt=requeued.append)
     dec.blocks.grow(a, 0)  # blocks for the 20 positions whose KV arrives: 2
     dec.admit_running(a)
     c = _seq(2, 17, max_tokens=9)
@@ -135,7 +137,7 @@ def test_prefill_pool_hands_off_after_the_first_token_and_decode_pool_requeues()
 
 
 def test_lookahead_schedules_the_next_decode_before_the_result():
-    bm = BlockManager(8)
+    bm = BlockManager(8, block_size=BLOCK)
     s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
     a = _seq(0, 16, max_tokens=3)
     s.add(a)
@@ -154,7 +156,7 @@ def test_lookahead_schedules_the_next_decode_before_the_result():
 
 
 def test_lookahead_step_of_a_sequence_that_stopped_is_dropped():
-    bm = BlockManager(8)
+    bm = BlockManager(8, block_size=BLOCK)
     s = Scheduler(bm, SchedulerConfig(max_batched_tokens=64))
     a = _seq(0, 4, max_tokens=8)
     s.add(a)
@@ -164,7 +166,7 @@ def test_lookahead_step_of_a_sequence_that_stopped_is_dropped():
 
 
 def test_lookahead_keeps_micro_batches_in_turn_through_the_stages():
-    s = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=256, n_stages=2))
+    s = Scheduler(BlockManager(64, block_size=BLOCK), SchedulerConfig(max_batched_tokens=256, n_stages=2))
     for i in range(4):
         s.add(_seq(i, 5, max_tokens=8))
     order = [{i.seq.seq_id for i in s.schedule(lookahead=True).items} for _ in range(4)]

@@ -17,7 +17,7 @@ from hetc.kv_blocks import BlockManager
 from hetc.runtime.engine import Engine, Event, QueueFull
 from hetc.runtime.metrics import Metrics
 from hetc.batching import Rates, Scheduler, SchedulerConfig
-from hetc.runtime.sequence import Sequence
+from hetc.sequence import Sequence
 from hetc.runtime.server import ServerState, create_app
 from hetc.runtime.tokenizer import ByteTokenizer
 from tests.unit_tests.test_runtime_api import ScriptedEngine

@@ -17,7 +17,7 @@ from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.simulate import Round, Workload
 from hetc.kv_blocks import BlockManager, blocks_for
 from hetc.batching import Scheduler, SchedulerConfig
-from hetc.runtime.sequence import SamplingParams, Sequence
+from hetc.sequence import SamplingParams, Sequence
 from tests.unit_tests.test_cost_analytic import CONFIGS
 
 # (input, output, batch, stages, token budget): prompts in one step or in chunks, prompts that queue

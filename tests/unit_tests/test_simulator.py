@@ -14,11 +14,12 @@ from hetc.capacity.load import Arrivals, LengthDist, Load, Request
 from hetc.capacity.metrics import SLO, serving_metrics
 from hetc.capacity.simulator import simulate
 from hetc.cluster import Cluster
+from hetc.kv_blocks import PADDING_BLOCKS
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.partitioner.simulate import Workload
 from hetc.requests import ServeLimits
-from hetc.scheduling import Phase
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from tests.conftest import FIXTURES, two_type_cluster
 
 MODEL = str(FIXTURES / "tiny-llama")
@@ -149,7 +150,7 @@ def test_disaggregated_pools_hand_prompts_over(plans):
 
 def test_too_long_for_the_pools_is_400(plans):
     lanes, cluster = _lanes(plans["one"])
-    longest = min(l.num_blocks for l in lanes) * 16
+    longest = min(l.num_blocks - PADDING_BLOCKS for l in lanes) * KV_BLOCK_TOKENS
     o = simulate(lanes, cluster, Load(tuple([Request(0.0, longest - 1, 1), Request(0.0, longest - 1, 2)]), Arrivals.POISSON, rate=1))
     assert [r.status for r in o.requests] == [200, 400]
 
