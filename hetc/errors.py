@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def first_line(e: BaseException, limit: int = 500) -> str:
+    """An exception as one short line (its type and its message's first line), for a BadInput paragraph."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:limit]
+
+
 class HetcError(Exception):
     exit_code = 1
 

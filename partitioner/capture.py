@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetc.cluster import PROFILE_DIR
-from hetc.errors import BadInput
+from hetc.errors import BadInput, first_line
 from hetc.partitioner import capture_cache
 from hetc.partitioner.terms import DTYPE_BYTES, MODEL_DTYPES, OpGraph
 from hetc.partitioner.units import Unit, assign_layers, cut_units, replicate
@@ -142,9 +142,9 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
     from torch.export import Dim, export
     from transformers import AutoModelForCausalLM
 
-    from hetc.partitioner.graph import TORCH_DTYPE
+    from hetc.partitioner.graph import TORCH_DTYPES
 
-    tdtype = TORCH_DTYPE[dtype]
+    tdtype = TORCH_DTYPES[dtype]
     model = None
     for impl in ("sdpa", "eager"):
         try:
@@ -169,12 +169,8 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
             return export(model, (), {"input_ids": ids, "use_cache": False},
                           dynamic_shapes={"input_ids": {1: tokens}, "use_cache": None}, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model does not export"
-        raise _bad_model(ref, f"torch.export rejected it: {_first_line(e)}") from None
+        raise _bad_model(ref, f"torch.export rejected it: {first_line(e)}") from None
 
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:500]
 
 
 def _moe_info(cfg) -> dict | None:
@@ -187,9 +183,9 @@ def _moe_info(cfg) -> dict | None:
 
 def _finish(units: list[Unit], dtype: str, kv_dtype: str) -> list[Unit]:
     """Rescale K/V bytes from the export's dtype to the KV-cache dtype."""
-    from hetc.partitioner.graph import TORCH_DTYPE
+    from hetc.partitioner.graph import TORCH_DTYPES
 
-    export_bytes = TORCH_DTYPE[dtype].itemsize
+    export_bytes = TORCH_DTYPES[dtype].itemsize
     k = DTYPE_BYTES[kv_dtype] / export_bytes
     return [replace(u, kv_bytes_per_token=u.kv_bytes_per_token * k) for u in units]
 
@@ -278,7 +274,7 @@ def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         except Exception:  # a batch-specialized model: export it with its example shape
             ep = export(module, example, strict=False)
     except Exception as e:
-        raise _bad_model(ref, f"torch.export rejected it: {_first_line(e)}") from None
+        raise _bad_model(ref, f"torch.export rejected it: {first_line(e)}") from None
     return _capture_program(ep, ref, "factory", dtype, kv_dtype)
 
 
@@ -318,7 +314,7 @@ def _capture(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         try:
             ep = torch.export.load(ref)
         except Exception as e:
-            raise _bad_model(ref, f"not a readable exported program ({_first_line(e)}).") from None
+            raise _bad_model(ref, f"not a readable exported program ({first_line(e)}).") from None
         return _capture_program(ep, ref, "pt2", dtype, kv_dtype)
     if ":" in ref and not Path(ref).exists():
         return _capture_factory(ref, dtype, kv_dtype)

@@ -121,19 +121,19 @@ def fused_records(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
 
 def _merge_independent(chains: list[list[int]], reads: dict, anc: dict, pos: dict) -> list[list[int]]:
     """Chains reading a common tensor from outside themselves, neither depending on the other, as one."""
-    out: list[list[int]] = []
-    for grp in chains:
-        ins = {r for i in grp for r in reads[i]} - set(grp)
-        bits = sum(1 << pos[i] for i in grp)
+
+    def outline(grp: list[int]) -> tuple[set, int, int]:
+        """(what the chain reads from outside, its nodes as bits, its ancestors as bits)"""
         below = 0
         for i in grp:
             below |= anc[i]
+        return {r for i in grp for r in reads[i]} - set(grp), sum(1 << pos[i] for i in grp), below
+
+    out: list[list[int]] = []
+    for grp in chains:
+        ins, bits, below = outline(grp)
         for other in out:
-            o_ins = {r for i in other for r in reads[i]} - set(other)
-            o_bits = sum(1 << pos[i] for i in other)
-            o_below = 0
-            for i in other:
-                o_below |= anc[i]
+            o_ins, o_bits, o_below = outline(other)
             if ins & o_ins and not (below & o_bits) and not (o_below & bits):
                 other.extend(grp)
                 break

@@ -21,9 +21,10 @@ from torch.fx import Node
 from hetc.partitioner.terms import (ATTENTION_OPS, CONV_OPS, DTYPE_BYTES, MATMUL_OPS, VIEW_OPS, OpGraph, OpNode,
                                      Terms)
 
-__all__ = ["Terms", "OpNode", "OpGraph", "build_graph", "DTYPE_BYTES"]
+__all__ = ["Terms", "OpNode", "OpGraph", "build_graph", "DTYPE_BYTES", "TORCH_DTYPES"]
 
-TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+# a plan dtype as torch runs it (fp8 plans run bf16 math on the host)
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 
 
 def _short(target) -> str:

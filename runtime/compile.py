@@ -31,10 +31,10 @@ from hetc.backends.stage import example_inputs, export_stage, stage_class
 from hetc.backends.toolchain import ToolchainUnavailable
 from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolchain, toolchain
 from hetc.cluster import Cluster, Profile
-from hetc.errors import BadInput
+from hetc.errors import BadInput, first_line
 from hetc.plan import load_plan
 from hetc.runtime.compiled_stage import emulation_toolchain
-from hetc.runtime.model_runner import TORCH_DTYPES
+from hetc.partitioner.graph import TORCH_DTYPES
 from hetc.stage import AttentionForm, StageSignature, stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
@@ -201,7 +201,7 @@ def _export_form(form: AttentionForm, stem: str, st, cfg, units, dtype, kv_dtype
         with torch.no_grad():
             ep = export_stage(stage, hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype)
     except Exception as e:  # torch.export raises many types; all mean "this stage does not export"
-        raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {_first_line(e)}",
+        raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {first_line(e, 400)}",
                        field="model", fix="serve it with --executor torch, or report the model to hetc") from None
     g = torch.Generator().manual_seed(0)
     common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
@@ -221,10 +221,6 @@ def _outputs(out) -> tuple[torch.Tensor, ...]:
     return out if isinstance(out, (tuple, list)) else (out,)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:400]
-
 
 def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype,
            weights, weight_names: dict[str, str]) -> dict:
@@ -239,7 +235,7 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
     except ToolchainUnavailable as e:
         return {"toolchain": name, "built": False, "target": target, "reason": str(e)}
     except Exception as e:  # a toolchain that rejects this graph or dtype: recorded, the others go on
-        return {"toolchain": name, "built": False, "target": target, "reason": f"{name} failed: {_first_line(e)}"}
+        return {"toolchain": name, "built": False, "target": target, "reason": f"{name} failed: {first_line(e, 400)}"}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     doc = {"toolchain": name, "built": True, "version": art.version, "target": art.target,
@@ -253,7 +249,7 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
         except ToolchainUnavailable as e:
             doc["check"] = {"ran": False, "reason": str(e)}
         except Exception as e:  # built, but its CPU runtime cannot run it here (e.g. no bf16 kernel)
-            doc["check"] = {"ran": False, "reason": f"could not run here: {_first_line(e)}"}
+            doc["check"] = {"ran": False, "reason": f"could not run here: {first_line(e, 400)}"}
         else:
             atol, rtol = _TOLERANCE[dtype]
             tol = atol + rtol * scale

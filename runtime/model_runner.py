@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetc.errors import BadInput
+from hetc.partitioner.graph import TORCH_DTYPES
 from hetc.plan import PlanUnit
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
 from hetc.stage import select_at
@@ -34,7 +35,6 @@ __all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layo
            "shrink_config"]
 
 # plan dtype → what the stage computes in (fp8 weights are computed in bf16 here)
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
 _KINDS = ("embed", "attention", "mlp", "moe", "norm", "head")
 _EXTRA_NORMS = ("pre_feedforward_layernorm", "post_feedforward_layernorm", "post_self_attn_layernorm")
 

@@ -18,13 +18,14 @@ import torch.nn.functional as F
 
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.cost_models.bench import Case
+from hetc.partitioner.graph import TORCH_DTYPES as GRAPH_DTYPES
 from hetc.partitioner.graph import Terms
 from hetc.partitioner.op_records import OpRecord
 
 __all__ = ["AttnShape", "matmul_cases", "attention_cases", "memory_cases", "dispatch_cases", "copy_case",
            "matmul_record", "attention_record", "memory_record", "MEMORY_OPS", "TORCH_DTYPES"]
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TORCH_DTYPES = {d: t for d, t in GRAPH_DTYPES.items() if d != "fp8"}  # the dtypes timed as themselves
 
 
 def _rand(shape: tuple[int, ...], td: torch.dtype, device: str) -> torch.Tensor:
