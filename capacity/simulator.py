@@ -140,7 +140,7 @@ class _Sim:
         self.dirty: set[int] = set()
         self.steps = 0
         self.entry = [l.id for l in lanes if l.phase in (Phase.BOTH, Phase.PREFILL)]
-        self.max_prompt, self.max_len = longest_request([(l.phase, l.num_blocks - PADDING_BLOCKS) for l in lanes])
+        self.max_prompt, self.max_len = longest_request([(l.phase, s.blocks.capacity) for l, s in zip(lanes, self.sched, strict=True)])
 
     # ---- events -----------------------------------------------------------------------------
     def at(self, t: float, fn, *args) -> None:
@@ -188,7 +188,7 @@ class _Sim:
     def _requeue(self, seq: Sequence) -> None:
         """A decode lane preempted `seq`: the least loaded entry lane that can hold its tokens recomputes
         it (engine.requeue); when none can (a prefill pool's KV holds prompts), it fails (503)."""
-        fits = [i for i in self.entry if (self.lanes[i].num_blocks - PADDING_BLOCKS) * KV_BLOCK_TOKENS > seq.num_tokens]
+        fits = [i for i in self.entry if self.sched[i].blocks.capacity * KV_BLOCK_TOKENS > seq.num_tokens]
         if not fits:
             seq.status = SeqStatus.FINISHED
             rec = self.records[seq.seq_id]
