@@ -16,7 +16,7 @@ from torch import nn
 
 from hetc.stage import RunnableStage
 
-__all__ = ["Backend", "BackendUnavailable", "DeviceInfo"]
+__all__ = ["Backend", "BackendUnavailable", "CudaApiBackend", "DeviceInfo"]
 
 
 class BackendUnavailable(RuntimeError):
@@ -95,3 +95,27 @@ class Backend(ABC):
 
     def synchronize(self, index: int) -> None:
         """Wait for queued work on device `index` (for timing)."""
+
+
+class CudaApiBackend(Backend):
+    """A family torch reaches through its `cuda` device API: NVIDIA under a CUDA build, AMD under a
+    ROCm build (HIP underneath). Subclasses say, in `check`, whether this torch build and host have it."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise BackendUnavailable (saying what is missing) unless this torch build drives the family's GPUs."""
+
+    def detect(self) -> list[DeviceInfo]:
+        self.check()
+        out = []
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            out.append(DeviceInfo(self.name, i, torch.cuda.get_device_name(i), total, free))
+        return out
+
+    def torch_device(self, index: int) -> torch.device:
+        self.check()
+        return torch.device("cuda", index)
+
+    def synchronize(self, index: int) -> None:
+        torch.cuda.synchronize(index)

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from hetc.backends.base import Backend, BackendUnavailable, DeviceInfo
+from hetc.backends.base import BackendUnavailable, CudaApiBackend
 
 __all__ = ["BACKEND", "CudaBackend"]
 
 
-class CudaBackend(Backend):
+class CudaBackend(CudaApiBackend):
     name = "cuda"
     dist_backend = "nccl"
     requires = "an NVIDIA GPU with its driver and a CUDA build of torch (pip install torch from the CUDA index)"
 
-    def _check(self) -> None:
+    def check(self) -> None:
         if torch.version.cuda is None or getattr(torch.version, "hip", None):
             build = "a ROCm" if getattr(torch.version, "hip", None) else "a CPU-only"
             raise BackendUnavailable(f"cuda: this torch ({torch.__version__}) is {build} build; the cuda backend "
@@ -27,21 +27,6 @@ class CudaBackend(Backend):
         if not torch.cuda.is_available():
             raise BackendUnavailable(f"cuda: torch {torch.__version__} sees no NVIDIA GPU (driver missing, or "
                                      f"CUDA_VISIBLE_DEVICES hides them); the cuda backend needs {self.requires}.")
-
-    def detect(self) -> list[DeviceInfo]:
-        self._check()
-        out = []
-        for i in range(torch.cuda.device_count()):
-            free, total = torch.cuda.mem_get_info(i)
-            out.append(DeviceInfo(self.name, i, torch.cuda.get_device_name(i), total, free))
-        return out
-
-    def torch_device(self, index: int) -> torch.device:
-        self._check()
-        return torch.device("cuda", index)
-
-    def synchronize(self, index: int) -> None:
-        torch.cuda.synchronize(index)
 
 
 BACKEND = CudaBackend()
