@@ -24,6 +24,7 @@ from openai import OpenAI
 
 from hetc.cli import main as hetc_main
 from tests.integration_tests.test_serve import PROFILE, wait_healthy, KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
+from tests.fixtures.serving import PATIENT
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  #
     assert [t["from_pipeline"] for t in doc["kv_transfer"]] == [pre["id"]]
     assert [t["to_pipeline"] for t in doc["kv_transfer"]] == [dec["id"]]
     port = _port()
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "dis.json"), "--emulate",
+    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "dis.json"), *PATIENT, "--emulate",
                              "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
                              "--api-key", KEY, "--max-batched-tokens", "16"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"

@@ -22,13 +22,14 @@ import pytest
 from openai import OpenAI
 
 from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
+from tests.fixtures.serving import PATIENT
 
 pytestmark = pytest.mark.slow
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
 
 def _serve_args(plan: Path) -> list[str]:
-    return ["serve", str(plan), "--emulate", "--served-model-name", NAME, "--api-key", KEY]
+    return ["serve", str(plan), *PATIENT, "--emulate", "--served-model-name", NAME, "--api-key", KEY]
 
 
 def _start(cmd: list[str]) -> subprocess.Popen:

@@ -19,6 +19,7 @@ from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
 from tests.conftest import FIXTURES
 from tests.integration_tests.test_serve import wait_healthy, REPO, _port
+from tests.fixtures.serving import PATIENT
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def test_random_weights_two_replicas_byte_tokenizer(tmp_path):
     assert plan.pipelines[0].replicas == 2
     save_plan(plan, tmp_path / "plan.json")
     port = _port()
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), "--random-weights",
+    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), *PATIENT, "--random-weights",
                              "--emulate", "--port", str(port), "--max-num-seqs", "4"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     try:

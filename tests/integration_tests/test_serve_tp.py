@@ -16,6 +16,7 @@ import torch
 from openai import OpenAI
 
 from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
+from tests.fixtures.serving import PATIENT
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +33,7 @@ def test_tp2_stage_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
             n["count"] = 2
     (tmp_path / "tp.json").write_text(json.dumps(plan))
     port = _port()
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "tp.json"), "--emulate",
+    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "tp.json"), *PATIENT, "--emulate",
                              "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
                              "--api-key", KEY], cwd=REPO)
     url = f"http://127.0.0.1:{port}"
