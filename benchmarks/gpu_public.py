@@ -8,9 +8,9 @@ came from), run hetc twice on the same devices and workload:
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
 to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
-vendor, with the earlier rounds reported beside (round 1: the first comparison; round 2: gathered
-after the freeze at 11b21d7; round 3: after the freeze at 48fca1d). Every public figure is output tokens per second of the whole
-system, all its devices together (`predicted.output_tok_s`).
+vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2 and 3:
+gathered after the freezes at 11b21d7 and 48fca1d). Every public figure is output tokens per
+second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
 any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
