@@ -23,9 +23,11 @@ spec.loader.exec_module(gpu_public)
 @pytest.mark.parametrize("case", gpu_public.CASES, ids=[c.name for c in gpu_public.CASES])
 def test_case_matches_its_cluster_and_catalog(case):
     cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
-    assert len(cl.nodes) == 1, "one node: the public run's TP group is its devices"
+    assert len({n.profile.name for n in cl.nodes}) == 1, "one device type: the public run's devices"
     spec = parse_placement(case.placement, cl, 80)
-    assert len(spec) == 1 and len(spec[0].stages) == 1, "the public runs are one tensor-parallel group"
+    assert all(len(p.stages) == 1 for p in spec), "the public runs are tensor-parallel groups, no pipelines"
+    assert len({p.stages[0].tp for p in spec}) == 1, "every node runs the same group (a multi-node run's replicas)"
+    assert {p.stages[0].node for p in spec} == {n.name for n in cl.nodes}, "the run uses every node of its cluster"
     assert (REPO / "hardware_profiles" / "models" / f"{case.model}.json").is_file()
     assert case.dtype in ("bf16", "fp16", "fp8") and case.isl > 0 and case.osl > 0 and case.public > 0
     assert case.batch is None or case.batch > 0
