@@ -45,8 +45,8 @@ WeightTable = dict[str, WeightEntry]  # the program's parameter → the model we
 
 def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
                        named_only: bool = False) -> None:
-    """Write `{stem}.weights.json`: the state of `program` (only what `weight_names` names, with
-    `named_only`) as the model weights it loads at start."""
+    """Write an artifact's weight table (JSON): the state of `program` (only what `weight_names`
+    names, with `named_only`) as the model weights the artifact loads at start."""
     names = weight_names or {}
     path.write_text(json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape),
                                       "dtype": str(t.dtype).removeprefix("torch.")}
@@ -54,6 +54,7 @@ def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight
 
 
 def read_weight_table(path: Path) -> WeightTable:
+    """The weight table `write_weight_table` wrote."""
     return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"]))
             for fqn, e in json.loads(path.read_text()).items()}
 
