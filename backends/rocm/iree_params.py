@@ -46,13 +46,16 @@ def import_without_weights(program: torch.export.ExportedProgram, weight_names: 
             if key not in self.globals:
                 self.globals[key] = sym = f"__weight_{len(self.globals)}"
                 with ir.InsertionPoint.at_block_begin(gni.fx_importer.module.body):
-                    ir.Operation.create("util.global", attributes={
-                        "sym_name": ir.StringAttr.get(sym), "sym_visibility": ir.StringAttr.get("private"),
-                        "type": ir.TypeAttr.get(tensor),
-                        "initial_value": ir.Attribute.parse(
-                            f'#stream.parameter.named<"{PARAMETER_SCOPE}"::"{key}"> : {tensor}')})
-            load = ir.Operation.create("util.global.load", results=[tensor],
-                                       attributes={"global": ir.FlatSymbolRefAttr.get(self.globals[key])}).result
+                    ir.Operation.create(
+                        "util.global",
+                        attributes={
+                            "sym_name": ir.StringAttr.get(sym),
+                            "sym_visibility": ir.StringAttr.get("private"),
+                            "type": ir.TypeAttr.get(tensor),
+                            "initial_value": ir.Attribute.parse(f'#stream.parameter.named<"{PARAMETER_SCOPE}"::"{key}"> : {tensor}'),
+                        },
+                    )
+            load = ir.Operation.create("util.global.load", results=[tensor], attributes={"global": ir.FlatSymbolRefAttr.get(self.globals[key])}).result
             vtensor = gni._cc.get_vtensor_type(value.size(), value.dtype)
             return ir.Operation.create("torch_c.from_builtin_tensor", results=[vtensor], operands=[load]).result
 
