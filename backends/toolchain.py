@@ -8,6 +8,7 @@ import neither `hetc.partitioner` nor `hetc.runtime`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 
 from hetc.stage import AttentionForm
 
-__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightSource"]
+__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightEntry", "WeightSource", "WeightTable",
+           "read_weight_table", "write_weight_table"]
 
 # a loaded artifact: plain tensors in (the signature's order), plain tensors out
 CompiledStep = Callable[..., Sequence[torch.Tensor]]
@@ -27,6 +29,34 @@ class WeightSource(Protocol):
     """The model's weights by name (hetc.weights: its safetensors, or seeded random ones)."""
 
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WeightEntry:
+    """One weight an artifact leaves out: the model's name for it, and the shape and dtype it takes."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+WeightTable = dict[str, WeightEntry]  # the program's parameter → the model weight it is
+
+
+def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
+                       named_only: bool = False) -> None:
+    """Write an artifact's weight table (JSON): the state of `program` (only what `weight_names`
+    names, with `named_only`) as the model weights the artifact loads at start."""
+    names = weight_names or {}
+    path.write_text(json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape),
+                                      "dtype": str(t.dtype).removeprefix("torch.")}
+                                for fqn, t in program.state_dict.items() if fqn in names or not named_only}, indent=1))
+
+
+def read_weight_table(path: Path) -> WeightTable:
+    """The weight table `write_weight_table` wrote."""
+    return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"]))
+            for fqn, e in json.loads(path.read_text()).items()}
 
 
 class ToolchainUnavailable(RuntimeError):

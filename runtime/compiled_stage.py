@@ -37,6 +37,9 @@ __all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emula
            "stage_artifact", "stage_executor"]
 
 
+_CACHE_LAYOUT = 2  # bumped when what an entry holds changes (2: IREE modules without their weights)
+
+
 def emulation_toolchain(backend: str) -> str:
     """What runs a stage of `backend` on the host CPU under --emulate: its vendor's CPU lowering
     (Intel: OpenVINO, AMD: IREE llvm-cpu, NVIDIA: Inductor), else (cpu, Gaudi) the fastest CPU
@@ -137,7 +140,7 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
         The artifact and its folder.
     """
     tc = toolchain(name)
-    key = hashlib.sha256(json.dumps([graph_hash, first, last, name, str(dtype), str(kv_dtype),
+    key = hashlib.sha256(json.dumps([_CACHE_LAYOUT, graph_hash, first, last, name, str(dtype), str(kv_dtype),
                                      _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
     folder = _stage_cache() / key
     if not (folder / "artifact.json").is_file():

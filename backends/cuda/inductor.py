@@ -10,14 +10,14 @@ the model's safetensors (by reference, not copied: `user_managed`).
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import torch
 
 from hetc.stage import AttentionForm
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
+from hetc.backends.toolchain import (Artifact, CompiledStep, ToolchainUnavailable, WeightSource, read_weight_table,
+                                     write_weight_table)
 
 __all__ = ["TOOLCHAIN", "InductorToolchain"]
 
@@ -38,11 +38,7 @@ class InductorToolchain:
             notes.append(f"the {target} package needs a CUDA device and torch's CUDA build: run `hetc compile` on "
                          "the GPU host; TensorRT needs the same")
         pkg, table = out_dir / f"{stem}.inductor-cpu.pt2", out_dir / f"{stem}.weights.json"
-        names = weight_names or {}
-        state = program.state_dict
-        table.write_text(json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape),
-                                           "dtype": str(t.dtype).removeprefix("torch.")}
-                                     for fqn, t in state.items()}, indent=1))
+        write_weight_table(table, program, weight_names)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -62,10 +58,9 @@ class InductorToolchain:
         if weights is None:
             raise ToolchainUnavailable("an AOTInductor stage loads the model's weights at start: none were given.")
         runner = torch._inductor.aoti_load_package(str(out_dir / artifact.files[0]))
-        table = json.loads((out_dir / artifact.files[1]).read_text())
+        table = read_weight_table(out_dir / artifact.files[1])
         wanted = set(runner.get_constant_fqns())  # the rest were folded into the code (rotary tables)
-        constants = {fqn: weights.get(t["name"], torch.Size(t["shape"]), getattr(torch, t["dtype"]))
-                     for fqn, t in table.items() if fqn in wanted}
+        constants = {fqn: weights.get(e.name, torch.Size(e.shape), e.dtype) for fqn, e in table.items() if fqn in wanted}
         runner.load_constants(constants, check_full_update=True, user_managed=True)  # kept alive by `step`
 
         def step(*tensors: torch.Tensor, _weights=constants) -> list[torch.Tensor]:

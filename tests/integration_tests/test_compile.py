@@ -121,6 +121,7 @@ def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which)
         ep = export_stage(st, hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32)
         target = {"iree": "gfx942", "inductor": "sm_90"}.get(name, "CPU")
         art = tc.build(ep, tmp_path, target=target, stem=f"s{st.attention_layers}", weight_names=st.weight_names)
+        _assert_no_weights_inside(art, tmp_path, st)
         step = tc.load(art, tmp_path, weights=SafetensorsWeights(d))  # the model's weights, where the artifact has none
         for batch, new, past in ((1, 9, [0]), (3, 1, [37, 5, 18]), (2, 4, [BS, 0])):
             args = example_inputs(st, batch=batch, new=new, past=past, num_blocks=9, **kw)
@@ -137,6 +138,22 @@ def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which)
                 for ref, out, old in zip(args[len(args) - n:], mine[len(args) - n:], before[len(args) - n:]):
                     written = ref != old
                     assert written.any() and float((out[written] - ref[written]).abs().max()) < 1e-5
+
+
+# the files a toolchain keeps weights in, beside its graph (what the manifest lists as such)
+_WEIGHT_FILES = (".onnx.data", ".bin")
+
+
+def _assert_no_weights_inside(art, folder, stage):
+    """No weight matrix of the stage is in the artifact's code files: the first 64 bytes of each
+    (random floats: unique) are found in none of them. The weights come from the model at start."""
+    blobs = {f: (folder / f).read_bytes() for f in art.files if not f.name.endswith(_WEIGHT_FILES)}
+    named = dict(stage.named_parameters())
+    mats = [named[fqn].detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()[:64]
+            for fqn in stage.weight_names if named[fqn].dim() == 2]
+    assert mats and blobs
+    for f, blob in blobs.items():
+        assert not any(m in blob for m in mats), f"{f} holds weight bytes"
 
 
 def _profiles(d, memory="0.7 MB", nv_target="sm_90"):

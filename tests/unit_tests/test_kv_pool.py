@@ -53,3 +53,40 @@ def test_paged_layout_is_what_the_attention_op_writes():
 ])
 def test_stage_executor(executor, backend, emulate, tp, want):
     assert stage_executor(executor, backend, emulate=emulate, tp=tp) == want
+
+
+def test_a_lane_holds_its_plans_own_batch():
+    """The plan budgets KV for its batch in whole blocks per sequence; the padding block the runtime
+    reserves comes on top, so the plan's batch at its full length runs without a preemption (taken
+    from the budget, one b8 sequence was preempted and recomputed alone: 94 decode steps, not 64)."""
+    from types import SimpleNamespace
+
+    from hetc.batching import Scheduler, SchedulerConfig
+    from hetc.kv_blocks import PADDING_BLOCKS, BlockManager, blocks_for
+    from hetc.runtime.launch import size_kv
+    from hetc.runtime.topology import Lane, StageSpec
+    from hetc.sequence import SamplingParams, Sequence
+
+    batch, prompt, output, layers, kvh, hd = 8, 32, 64, 2, 2, 8
+    per_seq = blocks_for(prompt + output)
+    budget = batch * per_seq * BS * layers * 2 * kvh * hd * 4  # the planner's: batch × whole blocks, fp32
+    stage = StageSpec(lane=0, index=0, n_stages=1, devices=("h:0",), ranks=(1,), prev_rank=0, next_rank=0,
+                      backend="cpu", profile="p", node="h", units=(0, layers - 1), layers=(0, layers - 1),
+                      kv_budget=budget, weight_bytes=0.0, predicted_ms=(1.0, 1.0))
+    c = SimpleNamespace(o=SimpleNamespace(max_num_seqs=batch, num_kv_blocks=None, emulate=False, plan="plan.json"),
+                        lanes=[Lane(id=0, pipeline=0, replica=0, batch=batch, stages=(stage,))],
+                        units=[SimpleNamespace(kind="attention")] * layers, blocks={},
+                        hf_cfg=SimpleNamespace(num_attention_heads=kvh, num_key_value_heads=kvh, hidden_size=kvh * hd,
+                                               head_dim=hd, max_position_embeddings=512),
+                        plan=SimpleNamespace(model=SimpleNamespace(kv_dtype="fp32")))
+    size_kv(c)
+    assert c.blocks[0] == batch * per_seq + PADDING_BLOCKS
+    sched = Scheduler(BlockManager(c.blocks[0], reserved=PADDING_BLOCKS), SchedulerConfig(batch, 512, 64, 1))
+    for i in range(batch):
+        sched.add(Sequence(i, list(range(prompt)), prompt, SamplingParams(max_tokens=output, ignore_eos=True), frozenset()))
+    steps = 0
+    while sched.has_unfinished():  # one stage, a step at a time: every sequence to its full length
+        mb = sched.schedule()
+        sched.on_result(mb, [7] * len(mb.items))
+        steps += 1
+    assert sched.num_preemptions == 0 and steps == output  # one prefill step, then output - 1 decode steps
