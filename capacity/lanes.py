@@ -25,6 +25,7 @@ from hetc.partitioner.terms import DTYPE_BYTES
 from hetc.partitioner.units import Unit
 from hetc.plan import Plan
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+from hetc.kv_blocks import PADDING_BLOCKS
 from hetc.stage import select_at
 
 __all__ = ["Overheads", "SimLane", "SimStage", "StepShape", "lanes_of", "step_of"]
@@ -212,7 +213,9 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
             lane = SimLane(id=len(lanes), pipeline=p.id, replica=r, phase=p.phase, batch=p.batch, stages=stages,
                            links=[hops(cluster, a.node, b.node) for a, b in zip(stages, stages[1:])],
                            feedback=hops(cluster, stages[-1].node, stages[0].node) if len(stages) > 1 else [],
-                           num_blocks=min(n, num_kv_blocks or n), overheads=_overheads(stages, vocab), wl=wl)
+                           # the padding block comes on top of the plan's budget, as the runtime sizes it
+                           num_blocks=min(n + PADDING_BLOCKS, num_kv_blocks or n + PADDING_BLOCKS),
+                           overheads=_overheads(stages, vocab), wl=wl)
             lanes.append(lane)
     decode = [l for l in lanes if l.phase == Phase.DECODE]
     for l in lanes:
