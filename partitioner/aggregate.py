@@ -36,7 +36,7 @@ INF = np.inf
 EXACT = 24  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
-PER_OCTAVE = 2  # batch intervals per octave (batches.octaves)
+PER_OCTAVE = 1  # batch intervals per octave (batches.octaves): exact wherever memory admits the top; SPLITS covers the rest
 SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
 class Key(NamedTuple):
