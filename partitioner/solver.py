@@ -292,7 +292,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
-        if work >= budget:  # work, not seconds: the same templates on any machine
+        if work >= budget and opts:  # work, not seconds: the same templates on any machine; never none
             notes.append(f"the last {len(templates) - i} of {len(templates)} templates (the widest mixes of device types) "
                          "were not evaluated within --time-limit; a longer limit tries them")
             break
