@@ -6,7 +6,8 @@
    optimum.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
    of kinds. Each is evaluated exactly — best split per batch (split.py) and the
-   saturation model (simulate.py) — at every batch of the grid.
+   saturation model (simulate.py) — at every batch of the grid, most promising first, within
+   a work budget.
 4. CP-SAT picks how many replicas of each template to run within the device counts
    (throughput), warm-started from the best single template; for latency and cost the best
    single template, replicated as far as floors need, is taken.
@@ -258,8 +259,9 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
         time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
-            third as CP-SAT's deterministic time (both counted in work, so plans don't depend
-            on the machine's load).
+            sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
+            in work, so plans don't depend on the machine's load; the bound's first pass is not
+            budgeted).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
