@@ -5,7 +5,7 @@ baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh pr
 as wall time and as CPU time (a shared host stretches the first), and the 1-minute load
 average after the run.
 
-Usage: python benchmarks/solver_scenarios.py [--only NAME] [-- EXTRA hetc plan ARGS]
+Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [-- EXTRA hetc plan ARGS]
 (e.g. `-- --disaggregate off` to plan without prefill/decode pools)
 """
 
@@ -50,7 +50,7 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only")
+    ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
     head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
@@ -58,7 +58,7 @@ def main() -> None:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, cluster, model, extra in SCENARIOS:
-        if a.only and a.only != name:
+        if a.only and name not in a.only.split(","):
             continue
         plan, wall, cpu = run(cluster, model, extra + a.extra)
         devices = sum(n["count"] for n in plan["cluster"]["nodes"])

@@ -33,10 +33,10 @@ from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 __all__ = ["FirstPass", "Key", "classes", "keys", "first_pass", "most_sequences"]
 
 INF = np.inf
-EXACT = 24  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH
+EXACT = 8  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH (refinement splits a class per length)
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
-PER_OCTAVE = 2  # batch intervals per octave (batches.octaves)
+PER_OCTAVE = 1  # batch intervals per octave (batches.octaves): exact wherever memory admits the top; SPLITS covers the rest
 SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
 class Key(NamedTuple):
@@ -235,15 +235,17 @@ class FirstPass:
 
         def feasible(R: np.ndarray, rows: np.ndarray) -> np.ndarray:
             c = cnt[rows]
-            cov = np.einsum("nk,knw->nw", c, _caps_at(per_device, R, Wc.shape[1]))  # λ = 0: exact when ≤ hi devices
-            big = np.nonzero(c.sum(axis=1) > hi)[0] if tp_mode else []
-            if len(big):
-                cap = _caps_at(caps, R[big], Wc.shape[1])  # [kinds, big, W]
+            ok = (np.einsum("nk,knw->nw", c, _caps_at(per_device, R, Wc.shape[1])) >= total).all(axis=1)  # λ = 0: exact when ≤ hi devices
+            big = np.nonzero(ok & (c.sum(axis=1) > hi))[0] if tp_mode else np.zeros(0, dtype=np.int64)
+            cap = _caps_at(caps, R[big], Wc.shape[1]) if len(big) else None  # [kinds, big, W]
             for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
                 lam = np.max([cap[g] for g in one_of[k]], axis=0)
-                dual = lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap, lam))
-                cov[big] = np.minimum(cov[big], dual)
-            return (cov >= total).all(axis=1)
+                held = (lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap, lam)) >= total).all(axis=1)
+                ok[big[~held]] = False  # each λ only rules cells out: the next one checks those still standing
+                big, cap = big[held], cap[:, held]
+                if not len(big):
+                    break
+            return ok
 
         cand = np.unique(np.concatenate([c[0] for c in caps if c is not None]))
         rows = np.arange(len(idx))

@@ -158,6 +158,11 @@ def prompts_per_step(wl: Workload) -> int:
     return max(1, wl.prefill_chunk // wl.input_len)
 
 
+def cost_signature(u: Unit) -> tuple:
+    """What stage_time reads of a unit: units with one signature cost the same."""
+    return u.cost_key, u.out_bytes_per_token, bool(u.params)
+
+
 def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round) -> tuple[list[float], float]:
     """Per-unit busy seconds of one stage per round `r`, and the stage's fixed overhead per round.
 
@@ -166,7 +171,7 @@ def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Ro
     memo: dict = {}
     out = []
     for u in units:
-        sig = (u.cost_key, u.out_bytes_per_token, bool(u.params))  # what stage_time reads of a unit
+        sig = cost_signature(u)
         if sig not in memo:
             memo[sig] = sum(n * stage_time([u], node, tp, step, wl) for n, step in r.steps)
         out.append(memo[sig])

@@ -21,7 +21,7 @@ import numpy as np
 
 from hetc.cluster import Cluster, Link, Node, Profile
 from hetc.partitioner.envelope import bound_node
-from hetc.partitioner.simulate import Round, Workload, unit_round_costs
+from hetc.partitioner.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
@@ -79,10 +79,18 @@ class Tables:
     _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)
     _kind_keys: dict = field(default_factory=dict)
+    _same: np.ndarray = field(init=False)
+    _reps: list[Unit] = field(init=False)
     evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
 
     def __post_init__(self) -> None:
         u = len(self.units)
+        first: dict[tuple, Unit] = {}  # one unit per cost signature, in order of first appearance
+        for x in self.units:
+            first.setdefault(cost_signature(x), x)
+        index = {s: k for k, s in enumerate(first)}
+        self._reps = list(first.values())
+        self._same = np.array([index[cost_signature(x)] for x in self.units], dtype=np.int64)
         i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
         valid = (k >= 1) & (i + k <= u)
         i, k = np.where(valid, i, 0), np.where(valid, k, 0)
@@ -116,8 +124,8 @@ class Tables:
         if key not in self._cost:
             self.evaluations += 1
             node = bound_node(kind.nodes[0])
-            cost, over = unit_round_costs(self.units, node, kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
-            self._cost[key] = (np.array(cost), over)
+            cost, over = unit_round_costs(self._reps, node, kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
+            self._cost[key] = (np.array(cost)[self._same], over)  # units of one signature cost the same
         return self._cost[key]
 
     def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:

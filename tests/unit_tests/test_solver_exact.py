@@ -65,3 +65,18 @@ def test_max_num_seqs_caps_every_pipeline_and_the_bound_holds(tmp_path, tiny, ca
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
     assert sol.bound >= want * (1 - 1e-9)
     assert sol.batch_ceiling == cap
+
+
+def test_a_spent_template_budget_leaves_templates_out_and_says_so(tmp_path, tiny):
+    """With almost no --time-limit only the first template (in order of promise) is evaluated: the
+    plan is still a real one under the bound, the note says how many were left out, and a full
+    limit finds a plan at least as good."""
+    cluster = _cluster(tmp_path, "0.6 MB", "2 MB")
+    wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
+    short = solve(tiny.units, cluster, wl, tp="1", disaggregate="off", time_limit=1e-9)
+    full = solve(tiny.units, cluster, wl, tp="1", disaggregate="off")
+    left_out = [n for n in short.notes if "were not evaluated within --time-limit" in n]
+    assert len(left_out) == 1 and f"of {short.explored} templates" in left_out[0]
+    assert not any("were not evaluated" in n for n in full.notes)
+    assert 0 < short.output_tok_s <= short.bound * (1 + 1e-9)
+    assert full.output_tok_s >= short.output_tok_s
