@@ -25,14 +25,14 @@ def linear_step(weights: list[torch.Tensor], *, threads: int | None) -> Callable
 
     xp = ops.parameter([-1, weights[0].shape[1]], ov.Type.f32, name="x")
     outs = [ops.matmul(xp, ops.constant(w.numpy()), transpose_a=False, transpose_b=True) for w in weights]
-    compiled = ov.Core().compile_model(ov.Model(outs, [xp]), "CPU",
-                                       cpu_config(threads=threads, kv_dtype=torch.float32))
+    compiled = ov.Core().compile_model(ov.Model(outs, [xp]), "CPU", cpu_config(threads=threads, kv_dtype=torch.float32))
     request = compiled.create_infer_request()
     return lambda x: request.infer([x.numpy()], share_inputs=True, share_outputs=True)
 
 
-def paged_attention_step(*, heads: int, kv_heads: int, head_dim: int, scale: float,
-                         caches: list[tuple[torch.Tensor, torch.Tensor]], threads: int | None) -> Callable[..., object]:
+def paged_attention_step(
+    *, heads: int, kv_heads: int, head_dim: int, scale: float, caches: list[tuple[torch.Tensor, torch.Tensor]], threads: int | None
+) -> Callable[..., object]:
     """OpenVINO's paged attention, one node per (K, V) cache pair [NB, KVH, BS, D] in `caches`, chained
     as a stage's layers are (each node's query is the previous node's output; each writes its new rows
     into its own cache, in place): `step(q, k, v, past_lens, subsequence_begins, block_indices,
@@ -53,9 +53,10 @@ def paged_attention_step(*, heads: int, kv_heads: int, head_dim: int, scale: flo
     meta = [*(ops.parameter([-1], i32) for _ in range(4)), ops.parameter([], i32)]
     x = q
     for i in range(len(caches)):
-        x = _hetc_op()([x.output(0), k.output(0), v.output(0), cache_params[2 * i].output(0),
-                        cache_params[2 * i + 1].output(0), *(m.output(0) for m in meta)],
-                       {"scale": scale, "kv_heads": kv_heads, "head_size": head_dim})
+        x = _hetc_op()(
+            [x.output(0), k.output(0), v.output(0), cache_params[2 * i].output(0), cache_params[2 * i + 1].output(0), *(m.output(0) for m in meta)],
+            {"scale": scale, "kv_heads": kv_heads, "head_size": head_dim},
+        )
     model = ov.Model(x.outputs(), [q, k, v, *cache_params, *meta])
     for op in model.get_ordered_ops():
         if op.get_type_name() == "HetcPagedAttention":

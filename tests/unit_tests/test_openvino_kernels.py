@@ -17,8 +17,7 @@ HEADS, KV_HEADS, D = 4, 2, 16
 
 def _caches(n: int, blocks: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(n)
-    return [(torch.randn(blocks, KV_HEADS, BS, D, generator=g), torch.randn(blocks, KV_HEADS, BS, D, generator=g))
-            for _ in range(n)]
+    return [(torch.randn(blocks, KV_HEADS, BS, D, generator=g), torch.randn(blocks, KV_HEADS, BS, D, generator=g)) for _ in range(n)]
 
 
 @pytest.mark.parametrize("starts,new", [([40, 3, 70], [1, 1, 1]), ([0, 0], [20, 7])])
@@ -35,12 +34,12 @@ def test_chained_paged_attention_is_its_nodes_one_after_another(starts, new):
     q, k, v = torch.randn(t, HEADS * D, generator=g), torch.randn(t, KV_HEADS * D, generator=g), torch.randn(t, KV_HEADS * D, generator=g)
     caches = _caches(3, len(starts) * per)
     reference = [(kc.clone(), vc.clone()) for kc, vc in caches]
-    step = paged_attention_step(heads=HEADS, kv_heads=KV_HEADS, head_dim=D, scale=D ** -0.5, caches=caches, threads=1)
+    step = paged_attention_step(heads=HEADS, kv_heads=KV_HEADS, head_dim=D, scale=D**-0.5, caches=caches, threads=1)
     out = torch.from_numpy(next(iter(step(q, k, v, *meta.inputs()[1:]).values())).copy())
 
     x = q
     for kc, vc in reference:
-        x = paged_attention(x, k, v, kc, vc, *meta.inputs()[1:], D ** -0.5, KV_HEADS, D)
+        x = paged_attention(x, k, v, kc, vc, *meta.inputs()[1:], D**-0.5, KV_HEADS, D)
     torch.testing.assert_close(out, x, atol=1e-4, rtol=1e-4)
     # every node wrote its new rows in place into its own cache (OpenVINO may clear a block's slots past
     # the context: those hold nothing)
