@@ -1,7 +1,7 @@
 """The serving simulator against the real server (BENCHMARKS.md "Capacity planning: the simulator
 against hetc serve").
 
-    python benchmarks/capacity_cpu.py [--quick] [--profile out/profile-cpu.yaml]
+    python benchmarks/capacity_cpu.py [--quick] [--profile out/profile-cpu.yaml] [--bare-only]
 
 Model and profile as benchmarks/runtime_cpu.py: a Llama of hidden 768, 12 layers, vocab 32000
 (124M parameters, random fp32 weights), plans made with a measured 1-thread profile of this host
@@ -183,7 +183,7 @@ def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
     lane = lanes_of(p, units, Cluster.from_json(p.cluster), Workload(32, 64, p.model.dtype, p.model.kv_dtype))[0]
     sv, vocab = lane.stages[0].node.profile.serving, lane.stages[0].vocab
     ov = OpenVinoLlama(json.loads((model / "config.json").read_text()), units=units, threads=1)
-    cases = [ov.decode_case(1, 64), ov.decode_case(4, 64), ov.decode_case(8, 64), ov.prefill_case(1, 32)]
+    cases = [*(ov.decode_case(b, 64) for b in (1, 4, 8, 16)), ov.prefill_case(1, 32)]
     run_cases(cases, rounds=3)
     out = []
     for c in cases:
@@ -219,6 +219,8 @@ def main() -> None:
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
     ap.add_argument("--quiet-wait", type=float, default=900.0, help="seconds to wait for a quiet host before each run")
     ap.add_argument("--tries", type=int, default=3, help="runs made when other processes took over 5%% of the host")
+    ap.add_argument("--bare-only", action="store_true",
+                    help="only the whole model's bare steps against the cost model (no server; a minute)")
     a = ap.parse_args()
     if a.quick:
         a.requests = 30
@@ -228,6 +230,9 @@ def main() -> None:
     rc.build_model(model)
     profile = rc.ensure_profile(Path(a.profile))
     plans = make_plans(model, work, profile, a.batch, a.prompt, a.output)
+    if a.bare_only:
+        print_bare(model, plans["1 stage"])
+        return
     limits = ["--max-num-seqs", str(a.batch), "--max-batched-tokens", "512", "--max-queue-wait", str(a.max_queue_wait)]
     print(f"model: Llama 768×12, fp32; profile {profile}; host {os.cpu_count()} cores; load: Poisson, prompt "
           f"{a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}", flush=True)
@@ -272,11 +277,18 @@ def main() -> None:
             ratio = f"{s / m:.2f}" if m else "—"
             print(f"| {name} | {frac:g}× ({rate:.2f} req/s; {other:.0%}, {load:.1f}) | {k} | {m:,.1f} | {s:,.1f} | {ratio} | {verdict} |")
     if not only or "1 stage" in only:
-        print("\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
-              "simulator's cost-model part of the 1-stage lane's step:\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|")
-        for name, meas, model_ms in bare_vs_model(model, plans["1 stage"]):
-            print(f"| {name} | {meas:.1f} | {model_ms:.1f} | {model_ms / meas:.2f} |")
+        print_bare(model, plans["1 stage"])
     print(f"\nhost load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+def print_bare(model: Path, plan: Path) -> None:
+    load = rc._cpu_ticks(), time.monotonic()
+    rows = bare_vs_model(model, plan)
+    print(f"\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
+          f"simulator's cost-model part of the 1-stage lane's step (other processes {rc.others_share(load):.0%} of the "
+          f"host, load average {os.getloadavg()[0]:.1f}):\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|")
+    for name, meas, model_ms in rows:
+        print(f"| {name} | {meas:.1f} | {model_ms:.1f} | {model_ms / meas:.2f} |")
 
 
 def _fmt(m: dict) -> str:

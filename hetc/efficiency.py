@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from hetc.quantity import Kind, parse_quantity
 
-__all__ = ["Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve"]
+__all__ = ["Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "DecodeAttentionCurve", "GatherCurve"]
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Positive = Annotated[float, Field(gt=0)]
@@ -100,6 +100,22 @@ class AttentionCurve(_Strict):
         return self
 
 
+class DecodeAttentionCurve(_Strict):
+    """Decode attention efficiency `eff[i][j]` (one query token per sequence) at `seqs[i]` sequences in
+    the step and a context of `ctx[j]` keys, bilinear in the logs, flat beyond the grid. A paged-attention
+    kernel spreads its fixed work over the step's sequences: OpenVINO's CPU kernel reaches a third of
+    its 8-sequence efficiency at one sequence of 64 keys."""
+
+    seqs: list[Positive] = Field(min_length=1)
+    ctx: list[Positive] = Field(min_length=1)
+    eff: list[list[Positive]]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "DecodeAttentionCurve":
+        _check_grid(self.eff, ("seqs", self.seqs), ("ctx", self.ctx))
+        return self
+
+
 class GatherCurve(_Strict):
     """Gather efficiency `eff[i][j]` (bytes/s ÷ memory_bandwidth) at `rows[i]` rows read and
     `row_bytes[j]` bytes moved per row, bilinear in the logs, flat beyond the grid."""
@@ -122,6 +138,8 @@ class EfficiencyCurves(_Strict):
     matmul[dtype]: achieved FLOP/s ÷ peak_flops[dtype] by GEMM rows M and weight size N·K.
     attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and
         mean context.
+    attention_decode[dtype]: for decode (one query token per sequence), by sequences in the step
+        and context, where measured; it replaces `attention`'s decode row.
     memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
         the working set stays in cache).
     memory_kinds: like `memory`, for one kind of op (elementwise, norm: reductions, copy),
@@ -140,6 +158,7 @@ class EfficiencyCurves(_Strict):
 
     matmul: dict[DType, Curve2D] = {}
     attention: dict[DType, AttentionCurve] = {}
+    attention_decode: dict[DType, DecodeAttentionCurve] = {}
     memory: Curve1D | None = None
     memory_kinds: dict[Literal["elementwise", "norm", "copy", "gather"], Curve1D] = {}
     memory_ops: dict[str, Curve1D] = {}

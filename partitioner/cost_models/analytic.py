@@ -12,7 +12,8 @@ replays as a recorded graph (CUDA/HPU graphs) pays no host launch, otherwise eac
 `launch_overhead` on the host — beside the device time where the host runs the ops itself
 (`launch: sync`, CPU eager), or overlapped with it where the host only enqueues them (`async`:
 the unit costs the longer of its device time and its launches). Matmuls take e from `efficiency_curves.matmul`
-by GEMM rows M and weight size N·K, attention by query tokens per sequence and context, element-wise ops
+by GEMM rows M and weight size N·K, attention by query tokens per sequence and context (decode: by the
+step's sequences and context where the profile has `attention_decode`), element-wise ops
 from `efficiency_curves.memory` by bytes moved (or the op's own curve, or its kind's: silu is
 bound by arithmetic on a CPU; a gather by its bytes per row); where the profile has no
 curve its scalar `efficiency` applies. Decode attention reads each sequence's K/V for its
@@ -131,6 +132,7 @@ class CostParams:
     execution: Execution
     matmul: LogTable | None
     attention: LogTable | None
+    attention_decode: LogTable | None
     memory: LogCurve | None
     memory_kinds: dict[str, LogCurve]
     memory_ops: dict[str, LogCurve]
@@ -153,11 +155,13 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
     curves = profile.efficiency_curves
     mm = curves.matmul.get(cd) if curves else None
     at = curves.attention.get(cd) if curves else None
+    ad = curves.attention_decode.get(cd) if curves else None
     cp = CostParams(
         profile=profile, dtype=cd, tp=tp, peak=profile.peak_flops[cd], bandwidth=profile.memory_bandwidth,
         eff_matmul=profile.efficiency.matmul_for(cd), eff_memory=profile.efficiency.memory,
         overlap=profile.efficiency.overlap, launch=profile.launch_overhead, execution=profile.execution,
         matmul=LogTable(mm) if mm else None, attention=LogTable(at) if at else None,
+        attention_decode=LogTable(ad) if ad else None,
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
@@ -221,7 +225,10 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
     act = op.act_bytes.at(t, ctx) / tp
     flops = op.flops.at(t, ctx) / tp
     q = t / max(part.seqs, 1.0)
-    e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
+    if q <= 1.0 and cp.attention_decode:  # decode: the kernel's efficiency moves with the step's sequences
+        e = cp.attention_decode(part.seqs, ctx)
+    else:
+        e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
     kv = kv_bytes_per_token * part.seqs * ctx / tp
     return _combine(flops / (cp.peak * e), (kv + act) / (cp.bandwidth * cp.eff_memory), cp.overlap)
 

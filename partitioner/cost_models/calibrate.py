@@ -163,6 +163,9 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     attention = fit.table_2d([c.meta["shape"].q for c in at], [c.meta["shape"].mean_ctx for c in at],
                              [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in at])
     attention = {"q": attention["m"], "ctx": attention["nk"], "eff": attention["eff"]}
+    dec = [c for c in at if c.meta["shape"].q == 1 and not c.meta["shape"].causal]
+    decode = fit.table_2d([c.meta["shape"].batch for c in dec], [c.meta["shape"].mean_ctx for c in dec],
+                          [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in dec]) if dec else None
     say("timing element-wise ops")
     me = run(microbench.memory_cases(shapes.memory, dtype="fp32", device=device))
     samples = [{"op": c.meta["graph_op"], "kind": c.meta["kind"], "bytes": c.meta["bytes"], "seconds": c.seconds,
@@ -174,10 +177,13 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     eff_matmul = min(1.0, max(max(r) for r in matmul["fp32"]["eff"]))
     curves = {"source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
                         "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
-                        "per sequence and mean context; memory, memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, "
-                        "per kind, per op; gather: by rows and bytes per row), dispatch subtracted",
+                        "per sequence and mean context; attention_decode: by sequences and context; memory, "
+                        "memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, per kind, "
+                        "per op; gather: by rows and bytes per row), dispatch subtracted",
               "threads": threads, "executor": executor, "dispatch_overhead": _q(dispatch, "us"),
-              "matmul": matmul, "attention": {"fp32": attention}, "memory": memory,
+              "matmul": matmul, "attention": {"fp32": attention},
+              "attention_decode": {"fp32": {"seqs": decode["m"], "ctx": decode["nk"], "eff": decode["eff"]}} if decode else {},
+              "memory": memory,
               "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather": gather}
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem_total = _mem_total()

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from hetc.cluster import AttentionCurve, Curve1D, Curve2D, GatherCurve
+from hetc.efficiency import DecodeAttentionCurve
 
 __all__ = ["LogCurve", "LogTable", "log_weights"]
 
@@ -49,14 +50,14 @@ class LogCurve:
 
 
 class LogTable:
-    """A `Curve2D` (rows m, columns nk), `AttentionCurve` (q, ctx) or `GatherCurve` (rows,
-    row_bytes) ready to evaluate: bilinear in the logs of both axes."""
+    """A `Curve2D` (rows m, columns nk), `AttentionCurve` (q, ctx), `DecodeAttentionCurve` (seqs, ctx)
+    or `GatherCurve` (rows, row_bytes) ready to evaluate: bilinear in the logs of both axes."""
 
     __slots__ = ("lm", "lnk", "eff")
 
-    def __init__(self, c: Curve2D | AttentionCurve | GatherCurve):
+    def __init__(self, c: Curve2D | AttentionCurve | DecodeAttentionCurve | GatherCurve):
         rows, cols = ((c.m, c.nk) if isinstance(c, Curve2D) else (c.q, c.ctx) if isinstance(c, AttentionCurve)
-                      else (c.rows, c.row_bytes))
+                      else (c.seqs, c.ctx) if isinstance(c, DecodeAttentionCurve) else (c.rows, c.row_bytes))
         self.lm = [math.log(x) for x in rows]
         self.lnk = [math.log(x) for x in cols]
         self.eff = [list(r) for r in c.eff]

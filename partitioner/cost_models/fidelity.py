@@ -3,8 +3,9 @@
 The measurements come from a separate process (`fidelity_worker`) on shapes calibration
 never timed (`shapes.held_out_shapes`). Each op is predicted by `analytic.op_time` from
 its record plus one dispatch; each whole prefill or decode step of a small Llama is the
-planner's own prediction — `units_time` over the captured units plus the profile's
-`step_overhead` — summed from the per-op model, never fitted to steps.
+planner's own prediction — `units_time` over the captured units (the final norm and LM head
+over the sampled rows only, as every executor runs them) plus the profile's `step_overhead` —
+summed from the per-op model, never fitted to steps.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from pathlib import Path
 from hetc.cluster import Profile
 from hetc.errors import HetcError
 from hetc.partitioner.cost_models import hf_steps, microbench
-from hetc.partitioner.cost_models.analytic import cost_params, op_time, units_time
+from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, units_time
 from hetc.partitioner.cost_models.bench import ForeignLoad
 from hetc.partitioner.cost_models.probe import capture_config
 from hetc.partitioner.cost_models.shapes import STEP_MODEL, STEP_MODEL_QUICK, held_out_shapes
+from hetc.stage import select_at
 
-__all__ = ["Row", "FidelityReport", "validate", "TARGETS", "step_model_config"]
+__all__ = ["Row", "FidelityReport", "validate", "TARGETS", "step_model_config", "sampled_step_time"]
 
 # the issue's acceptance thresholds: median |predicted/measured − 1| per class
 TARGETS = {"op": 0.15, "step": 0.10}
@@ -114,15 +116,30 @@ def _op_rows(profile: Profile, quick: bool, measured: dict[str, float]) -> list[
     return rows
 
 
+def sampled_step_time(units, profile: Profile, step: Step) -> float:
+    """One whole-model step as every executor runs it: the units before the first norm/head over the
+    step's new tokens, the rest over one sampled row per sequence (`hetc.stage.select_at`), plus the
+    profile's per-step overhead. A prompt's final norm and LM head run on its last token only.
+
+    Args:
+        units: the model's captured units, in order.
+        step: the cost model's step (`seqs` sequences, one sampled row each).
+    """
+    cut = select_at([u.kind for u in units])
+    kw = {"dtype": "fp32", "kv_dtype": "fp32"}
+    return (units_time(units[:cut], profile, step, **kw) + units_time(units[cut:], profile, Step(step.seqs, step.seqs, 0.0), **kw)
+            + profile.step_overhead)
+
+
 def _step_rows(profile: Profile, quick: bool, measured: dict[str, float], units) -> list[Row]:
     shapes = held_out_shapes(quick)
     rows = []
     for b, t in shapes.prefill_steps:
-        pred = units_time(units, profile, hf_steps.prefill_step(b, t), dtype="fp32", kv_dtype="fp32")
-        rows.append(Row("prefill step", f"b{b} T={t}", pred + profile.step_overhead, measured[f"prefill b{b} t{t}"]))
+        pred = sampled_step_time(units, profile, hf_steps.prefill_step(b, t))
+        rows.append(Row("prefill step", f"b{b} T={t}", pred, measured[f"prefill b{b} t{t}"]))
     for b, c in shapes.decode_steps:
-        pred = units_time(units, profile, hf_steps.decode_step(b, c), dtype="fp32", kv_dtype="fp32")
-        rows.append(Row("decode step", f"b{b} L={c}", pred + profile.step_overhead, measured[f"decode b{b} ctx{c}"]))
+        pred = sampled_step_time(units, profile, hf_steps.decode_step(b, c))
+        rows.append(Row("decode step", f"b{b} L={c}", pred, measured[f"decode b{b} ctx{c}"]))
     return rows
 
 

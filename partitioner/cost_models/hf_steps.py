@@ -1,6 +1,7 @@
 """Whole engine steps of a transformers Llama, timed as an engine runs them.
 
-Prefill: one forward over `batch` fresh prompts of `tokens` tokens (no cache). Decode: one
+Prefill: one forward over `batch` fresh prompts of `tokens` tokens (no cache), logits for each
+prompt's last token only (the sampled row; the runtime cuts there too). Decode: one
 token for each of `batch` sequences whose K/V cache holds `ctx` tokens, in a static cache
 of exactly ctx + 1 slots rewound before every call — attention reads the real context,
 not a cache's capacity, and nothing is copied that a paged engine would not copy.
@@ -55,9 +56,9 @@ def prefill_case(model, batch: int, tokens: int, *, device: str = "cpu") -> Case
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, tokens), device=device)
 
-    def fn():
+    def fn():  # the final norm and LM head on each prompt's last token only, as every executor runs them
         with torch.inference_mode():
-            return model(input_ids=ids, use_cache=False)
+            return model(input_ids=ids, use_cache=False, logits_to_keep=1)
     return Case(f"prefill b{batch} t{tokens}", fn, reps=3,
                 meta={"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
 

@@ -11,6 +11,7 @@ stages (hetc.stage.CPU_EXECUTOR).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -196,11 +197,16 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
     return cases
 
 
+_ATTN_CHAIN_FLOPS = 1e9  # work per inference (up to 64 nodes): its fixed cost, ~0.2 ms, a few % of the time at most
+_ATTN_CACHE_BYTES = 256 << 20  # the chain's caches, at most (a memory-bound node then takes ~25 ms a call)
+
+
 def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: float,
                               threads: int | None) -> list[Case]:
-    """OpenVINO's paged attention over KV blocks: a decode step's sequences hold kv − 1 tokens and
-    bring one, their blocks moving through caches larger than `evict` from call to call; a prompt
-    (causal) brings all its tokens to empty blocks."""
+    """OpenVINO's paged attention over KV blocks, a chain of nodes with a cache each (a stage's layers)
+    run in one inference (Case.per_call: the time is per node): a decode step's sequences hold kv − 1
+    tokens and bring one, the chain's caches together larger than `evict` so each node reads its blocks
+    from memory; a prompt (causal) brings all its tokens to empty blocks."""
     from hetc.backends.openvino.kernels import paged_attention_step
     from hetc.backends.paged_attention import PagedMeta
     from hetc.scheduling import KV_BLOCK_TOKENS as BS
@@ -208,29 +214,24 @@ def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: flo
     cases = []
     for s in shapes:
         per = -(-s.kv // BS)
-        block_bytes = 2 * s.kv_heads * BS * s.head_dim * 4
-        rounds = 1 if s.causal else max(1, min(64, int(evict // (s.batch * per * block_bytes)) + 1))
-        nb = s.batch * per * rounds
-        k_cache, v_cache = (_rand((nb, s.kv_heads, BS, s.head_dim), torch.float32, "cpu") for _ in range(2))
+        cache_bytes = 2 * s.batch * per * s.kv_heads * BS * s.head_dim * 4
+        rec, st, kvb = attention_record(s, dtype)
+        flops = rec.flops.at(st.tokens, st.ctx)
+        count = max(math.ceil(_ATTN_CHAIN_FLOPS / flops), 0 if s.causal else int(evict // cache_bytes) + 1)
+        count = max(1, min(64, count, _ATTN_CACHE_BYTES // cache_bytes))
+        caches = [(_rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"),
+                   _rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu")) for _ in range(count)]
         step = paged_attention_step(heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,
-                                    scale=s.head_dim ** -0.5, k_cache=k_cache, v_cache=v_cache, threads=threads)
+                                    scale=s.head_dim ** -0.5, caches=caches, threads=threads)
         past, new = (0, s.q) if s.causal else (s.kv - 1, 1)
-        metas = [PagedMeta.build([past] * s.batch, [new] * s.batch,
-                                 [list(range((r * s.batch + b) * per, (r * s.batch + b + 1) * per))
-                                  for b in range(s.batch)], [True] * s.batch) for r in range(rounds)]
+        meta = PagedMeta.build([past] * s.batch, [new] * s.batch,
+                               [list(range(b * per, (b + 1) * per)) for b in range(s.batch)], [True] * s.batch).inputs()[1:]
         t = s.batch * new
         q = _rand((t, s.heads * s.head_dim), torch.float32, "cpu")
         kv = [_rand((t, s.kv_heads * s.head_dim), torch.float32, "cpu") for _ in range(2)]
-        nxt = _cycle(metas)
-
-        def fn(step=step, q=q, kv=kv, nxt=nxt):
-            meta = nxt()
-            return step(q, *kv, *meta.inputs()[1:])
-
-        rec, st, kvb = attention_record(s, dtype)
-        flops = rec.flops.at(st.tokens, st.ctx)
         cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}"
-                          " openvino", fn, reps=3 if flops > 2e9 else 5,
+                          " openvino", lambda step=step, q=q, kv=kv, meta=meta: step(q, *kv, *meta), per_call=count,
+                          reps=3 if flops * count > 2e9 else 5,
                           meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": st,
                                 "kv_bytes_per_token": kvb}))
     return cases

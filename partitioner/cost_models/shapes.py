@@ -53,8 +53,9 @@ def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
     mm = [(m, n, k) for m in _MM_M for n, k in _MM_NK if 2 * m * n * k <= max_flops]
     mm_bf16 = [(m, n, k) for m in (1, 16, 256) for n, k in ((1024, 1024), (2048, 2048))]
     attn = [AttnShape(1, h, kvh, 64, t, t, True) for h, kvh in ((8, 2), (16, 8)) for t in (16, 32, 64, 128, 256, 512, 1024)]
-    attn += [AttnShape(b, h, kvh, 64, 1, L, False) for h, kvh in ((8, 2), (16, 8)) for b in (1, 4, 16)
-             for L in (32, 128, 512, 2048)]
+    # decode at the step sizes engines run: the kernel's efficiency moves with the sequences in a step
+    attn += [AttnShape(b, h, kvh, 64, 1, L, False) for h, kvh in ((8, 2), (16, 8)) for b in (1, 4, 16, 64)
+             for L in (32, 128, 512, 2048) if b * L <= 64 * 512]
     mem = [(op, r, w) for op in _MEM_OPS for w in (1024, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096)
            if r * w <= 1 << 24]
     # gathers at the hidden sizes models use: a row's size sets its cost, not monotonically

@@ -111,3 +111,28 @@ def test_table_2d_and_curves_reject_bad_shapes():
     with pytest.raises(ValueError):
         Curve1D(x=[2, 1], eff=[0.1, 0.2])
     assert math.isfinite(LogCurve(Curve1D(x=[1], eff=[0.5]))(123.0))
+
+
+def test_decode_attention_takes_its_efficiency_by_the_steps_sequences():
+    """A profile's `attention_decode` table prices decode attention by sequences and context (a kernel's
+    fixed work spread over a step's sequences); prompts, and profiles without it, keep `attention`."""
+    from hetc.cluster import EfficiencyCurves, load_profile
+    from hetc.partitioner.cost_models.analytic import cost_params, op_time
+    from hetc.partitioner.cost_models.microbench import AttnShape, attention_record
+
+    base = load_profile("cpu")
+    attention = {"fp32": {"q": [1, 64], "ctx": [64, 1024], "eff": [[0.05, 0.05], [0.5, 0.5]]}}
+    decode = {"fp32": {"seqs": [1, 16], "ctx": [64, 1024], "eff": [[0.001, 0.001], [0.01, 0.01]]}}
+    plain = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate({"attention": attention})})
+    by_seqs = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate(
+        {"attention": attention, "attention_decode": decode})})
+
+    def per_seq(profile, s: AttnShape) -> float:
+        rec, step, kv = attention_record(s, "fp32")
+        return op_time(rec, cost_params(profile, "fp32"), step, kv) / s.batch
+
+    one, sixteen = AttnShape(1, 8, 2, 64, 1, 512, False), AttnShape(16, 8, 2, 64, 1, 512, False)
+    assert per_seq(by_seqs, one) == pytest.approx(10 * per_seq(by_seqs, sixteen))  # compute-bound at these efficiencies
+    assert per_seq(plain, one) == pytest.approx(per_seq(plain, sixteen))
+    prompt = AttnShape(1, 8, 2, 64, 64, 64, True)
+    assert per_seq(by_seqs, prompt) == per_seq(plain, prompt)
