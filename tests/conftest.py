@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hetc.cluster import load_cluster
+from hetc.partitioner.capture import capture
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
@@ -18,6 +19,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # one capture cache per test session (CLI subprocesses inherit it): hermetic, and shared by the tests
 os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
 os.environ["HETC_STAGE_CACHE"] = tempfile.mkdtemp(prefix="hetc-stages-")  # compiled stages built by serve
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny Llama fixture captured at fp32 (the solver tests' model; a module may override it)."""
+    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
 
 
 @pytest.fixture(scope="session")

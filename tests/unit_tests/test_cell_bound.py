@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from hetc.partitioner.aggregate import first_pass
-from hetc.partitioner.capture import capture
 from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.refine import best_chain
 from hetc.partitioner.simulate import Workload
@@ -18,14 +17,9 @@ from hetc.partitioner.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, best_with_pools, options
 from hetc.partitioner import tables as tables_module
-from tests.conftest import FIXTURES, falling_cluster, two_type_cluster
+from tests.conftest import falling_cluster, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
 
 
 @pytest.fixture

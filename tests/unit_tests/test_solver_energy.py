@@ -3,7 +3,6 @@ every ordered chain of devices, every split, every integer batch (tests/brute_fo
 
 import pytest
 
-from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import Caps, solve
@@ -12,11 +11,6 @@ from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import FIXTURES, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
 
 
 def _cluster(tmp_path, fast_w: str = "300 W", big_w: str = "100 W"):

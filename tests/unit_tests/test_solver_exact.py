@@ -5,22 +5,16 @@ import math
 import pytest
 
 from hetc.partitioner.baselines import run_baselines
-from hetc.partitioner.capture import capture
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from tests.brute_force import all_devices, best_per_set, options, packings
-from tests.conftest import FIXTURES, two_type_cluster as _cluster
+from tests.conftest import two_type_cluster as _cluster
 
 
 def brute_force(units, cluster, wl, max_num_seqs=None) -> float:
     """Best total output tok/s over every set of disjoint ordered device chains, split and integer batch."""
     best = best_per_set(options(units, cluster, wl, max_num_seqs=max_num_seqs))
     return packings(best, all_devices(cluster))[frozenset(all_devices(cluster))]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
 
 
 @pytest.mark.parametrize("a_memory,b_memory", [("2 MB", "4 MB"), ("0.6 MB", "2 MB"), ("0.5 MB", "1 MB"), ("0.4 MB", "1.2 MB")])

@@ -6,19 +6,13 @@ bound is a TPOT floor, one token through every unit on its fastest device alone.
 import pytest
 
 from hetc.partitioner.batches import batch_ceiling
-from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import _bound
 from hetc.partitioner.simulate import Workload
 from hetc.scheduling import Objective
 from tests.brute_force import options
-from tests.conftest import FIXTURES, two_type_cluster
+from tests.conftest import two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
 
 
 @pytest.mark.parametrize("tp", [False, True])
