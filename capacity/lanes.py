@@ -25,7 +25,7 @@ from hetc.partitioner.terms import DTYPE_BYTES
 from hetc.partitioner.units import Unit
 from hetc.plan import Plan
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
-from hetc.kv_blocks import PADDING_BLOCKS
+from hetc.kv_blocks import lane_blocks, stage_blocks
 from hetc.stage import select_at
 
 __all__ = ["Overheads", "SimLane", "SimStage", "StepShape", "lanes_of", "step_of"]
@@ -203,9 +203,8 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
                                        kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us),
                                        cut=min(max(cut - s.units[0], 0), len(us)),
                                        vocab=vocab if s.units[1] == len(units) - 1 else 0))
-            blocks = [int(s.memory_bytes.kv * s.tp // (KV_BLOCK_TOKENS * st.kv_bytes_per_token))
-                      for s, st in zip(p.stages, stages) if st.kv_bytes_per_token > 0]
-            n = min(blocks) if blocks else 0
+            n = lane_blocks([stage_blocks(s.memory_bytes.kv, s.tp, st.kv_bytes_per_token)
+                             for s, st in zip(p.stages, stages)])  # the padding block on top, as the runtime
             if n < 1:
                 raise BadInput(f"pipeline {p.id}'s KV budget holds less than one block of {KV_BLOCK_TOKENS} tokens.",
                                file=file, field=f"pipelines.{p.id}.stages.memory_bytes.kv",
@@ -213,8 +212,7 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
             lane = SimLane(id=len(lanes), pipeline=p.id, replica=r, phase=p.phase, batch=p.batch, stages=stages,
                            links=[hops(cluster, a.node, b.node) for a, b in zip(stages, stages[1:])],
                            feedback=hops(cluster, stages[-1].node, stages[0].node) if len(stages) > 1 else [],
-                           # the padding block comes on top of the plan's budget, as the runtime sizes it
-                           num_blocks=min(n + PADDING_BLOCKS, num_kv_blocks or n + PADDING_BLOCKS),
+                           num_blocks=min(n, num_kv_blocks or n),
                            overheads=_overheads(stages, vocab), wl=wl)
             lanes.append(lane)
     decode = [l for l in lanes if l.phase == Phase.DECODE]

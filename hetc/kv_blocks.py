@@ -14,13 +14,40 @@ from collections import deque
 from hetc.sequence import Sequence
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for"]
+__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for", "lane_blocks", "stage_blocks"]
 
 PADDING_BLOCKS = 1  # blocks a lane reserves: block 0 pads shorter sequences' block lists
 
 
 def blocks_for(tokens: int, block_size: int = KV_BLOCK_TOKENS) -> int:
     return -(-tokens // block_size)
+
+
+def stage_blocks(kv_budget: float, tp: int, kv_bytes_per_token: float) -> int | None:
+    """Blocks a stage's plan budget holds for the KV of its layers (None: it holds no attention).
+
+    Args:
+        kv_budget: the plan's KV bytes per device of the stage (`memory_bytes.kv`).
+        tp: its tensor-parallel degree (each device keeps 1/tp of the heads).
+        kv_bytes_per_token: K+V bytes of one token over the stage's layers, all heads, as stored.
+    """
+    if kv_bytes_per_token <= 0:
+        return None
+    return int(kv_budget * tp // (KV_BLOCK_TOKENS * kv_bytes_per_token))
+
+
+def lane_blocks(stage_caps: list[int | None]) -> int:
+    """Blocks in every KV pool of a lane (the runtime's and the simulator's): every stage holding
+    attention keeps one block per sequence block, so the lane gets its smallest stage's capacity,
+    and the padding block comes on top of the plan's budget (taken from it, the plan's own batch
+    would not fit). 0 when a stage holding KV has less than one block, or none holds KV.
+
+    Args:
+        stage_caps: `stage_blocks` of each stage.
+    """
+    real = [c for c in stage_caps if c is not None]
+    n = min(real) if real else 0
+    return n + PADDING_BLOCKS if n >= 1 else 0
 
 
 class BlockManager:

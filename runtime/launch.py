@@ -213,8 +213,7 @@ def size_kv(c: Checked) -> None:
     """
     from hetc.runtime.emulate import cap_kv_blocks
     from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
-    from hetc.runtime.topology import kv_blocks
-    from hetc.kv_blocks import PADDING_BLOCKS
+    from hetc.kv_blocks import PADDING_BLOCKS, lane_blocks, stage_blocks
     from hetc.scheduling import KV_BLOCK_TOKENS
 
     o, lanes = c.o, c.lanes
@@ -228,17 +227,14 @@ def size_kv(c: Checked) -> None:
     for lane in lanes:
         attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
                 for s in lane.stages}
-        n, caps = kv_blocks(lane, attn, per_token_layer, KV_BLOCK_TOKENS)
+        caps = [stage_blocks(s.kv_budget, s.tp, attn[s.index] * per_token_layer) for s in lane.stages]
+        n = lane_blocks(caps)  # the padding block on top of the plan's budget
         if n < 1:
-            s = lane.stages[caps.index(min(x for x in caps if x >= 0))]
+            s = lane.stages[caps.index(min(x for x in caps if x is not None))]
             raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
                            f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
                            field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
                            fix="re-plan with a larger --input-len/--output-len or more memory.")
-        # the plan's budget holds its batch's sequences (whole blocks each); the padding block no
-        # sequence writes comes on top — taken from the budget, the plan's own batch did not fit
-        # (one sequence preempted and recomputed alone at the end: a third of a b8 run's steps)
-        n += PADDING_BLOCKS
         c.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
     if o.emulate:
         c.blocks = cap_kv_blocks(c.plan, c.hf_cfg, c.units, c.mine, c.blocks)

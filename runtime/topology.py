@@ -16,7 +16,7 @@ from hetc.errors import BadInput
 from hetc.plan import Plan
 from hetc.scheduling import Phase
 
-__all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "kv_blocks", "tp_groups",
+__all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "tp_groups",
            "worker_of_device", "workers"]
 
 
@@ -187,23 +187,3 @@ def worker_of_device(lanes: list[Lane], device: str) -> WorkerSpec:
 def tp_groups(lanes: list[Lane]) -> list[tuple[int, ...]]:
     """Ranks of each tensor-parallel group, in the order every process creates them."""
     return [s.ranks for lane in lanes for s in lane.stages if s.tp > 1]
-
-
-def kv_blocks(lane: Lane, attention_layers_of: dict[int, int], bytes_per_token_per_layer: int,
-              block_size: int) -> tuple[int, list[int]]:
-    """KV blocks the lane's block manager hands out, and each stage's own capacity.
-
-    Every stage holding attention keeps one block per sequence block, so the lane gets
-    the smallest stage capacity; stages without attention hold no KV. A tp stage's
-    devices each keep 1/tp of the heads, and the plan's budget is per device.
-
-    Args:
-        attention_layers_of: stage index → attention layers it holds.
-        bytes_per_token_per_layer: K+V bytes of one token in one layer, as stored, all heads.
-    """
-    caps = []
-    for s in lane.stages:
-        n = attention_layers_of.get(s.index, 0)
-        caps.append(int(s.kv_budget * s.tp // (block_size * n * bytes_per_token_per_layer)) if n else -1)
-    real = [c for c in caps if c >= 0]
-    return (min(real) if real else 0), caps
