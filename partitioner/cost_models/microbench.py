@@ -3,7 +3,9 @@
 Every benchmark returns `Case`s whose `meta` holds the shape and the `OpRecord` and `Step`
 under which `analytic.op_time` predicts it, so fitting and validation read one description.
 Weights and K/V caches rotate through a pool larger than the last-level cache, as they
-stream from memory inside a model step; activations stay put, as they would in cache.
+stream from memory inside a model step; where a pool cannot be that large (at most 64 operands,
+so small weights on a host with a large cache), the caches are evicted before each timed call
+(`_Evict`, outside the timed region). Activations stay put, as they would in cache.
 Matmuls and attention are timed on the executor that will serve (`executor`): torch eager, or
 OpenVINO's kernels (FullyConnected with packed weights, its paged attention), which serve cpu
 stages (hetc.stage.CPU_EXECUTOR).
@@ -55,6 +57,22 @@ class _Arena:
         return [self.buf[i * numel:(i + 1) * numel].view(shape) for i in range(self._count(shape, evict))]
 
 
+class _Evict:
+    """Evicts the caches between timed calls: reads a buffer of `evict` bytes, made on first use.
+
+    A pool of at most 64 small weights can sit in a last-level cache of hundreds of MiB (480 MiB
+    on this project's 2-core hosts): a 512×512 fp32 FullyConnected then ran 1.9× faster than with
+    its weights in memory, as a served stage reads them. Used as `Case.reset` (untimed)."""
+
+    def __init__(self, evict: float):
+        self.numel, self.buf = int(evict) // 4 + 1, None
+
+    def __call__(self) -> None:
+        if self.buf is None:
+            self.buf = _rand((self.numel,), torch.float32, "cpu")
+        self.buf.sum()
+
+
 def _cycle(items: list):
     state = {"i": 0}
 
@@ -89,37 +107,48 @@ def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str,
     td = TORCH_DTYPES[dtype]
     cases = []
     arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device)
+    flush = _Evict(evict)
     for m, n, k in shapes:
         x = _rand((m, k), td, device)
-        nxt = _cycle(arena.pool((n, k), evict))
+        pool = arena.pool((n, k), evict)
+        nxt = _cycle(pool)
         rec, step = matmul_record(m, n, k, dtype)
+        small = device == "cpu" and len(pool) * n * k * arena.es <= evict
         cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),
+                          reset=flush if small else None,
                           reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
                           meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
                                 "record": rec, "step": step}))
     return cases
 
 
+_CHAIN_BYTES = 128 << 20  # weights per FullyConnected chain (a 134 MB weight alone is one kernel of ~11 ms)
+
+
 def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, evict: float,
                            threads: int | None) -> list[Case]:
-    """One OpenVINO model per weight shape holding enough weights to exceed the caches; a call runs
-    them all on one input (Case.per_call: the time is per matmul)."""
+    """One OpenVINO model per weight shape holding up to `_CHAIN_BYTES` of weights; a call runs them
+    all on one input (Case.per_call: the time is per matmul), after evicting the caches. The chain
+    shares the inference's fixed cost among its kernels; its size bounds the profile's memory
+    (OpenVINO keeps the constants and their packed copy: chains sized to exceed a 480 MiB cache
+    took `hetc profile` to 19 GB of RSS)."""
     from hetc.backends.openvino.kernels import linear_step
 
     if dtype != "fp32":
         raise ValueError("the OpenVINO executor is profiled at fp32")
     steps: dict[tuple[int, int], tuple] = {}
     cases = []
+    flush = _Evict(evict)
     for m, n, k in shapes:
         if (n, k) not in steps:
-            count = max(1, min(64, int(evict // (n * k * 4)) + 1))
+            count = max(1, min(64, _CHAIN_BYTES // (n * k * 4)))
             steps[(n, k)] = (linear_step([_rand((n, k), torch.float32, "cpu") for _ in range(count)],
                                          threads=threads), count)
         step, count = steps[(n, k)]
         x = _rand((m, k), torch.float32, "cpu")
         rec, st = matmul_record(m, n, k, dtype)
         cases.append(Case(f"matmul {m}x{n}x{k} {dtype} openvino", lambda step=step, x=x: step(x), per_call=count,
-                          reps=1 if 2 * m * n * k * count > 1e10 else 3,
+                          reset=flush, reps=1 if 2 * m * n * k * count > 1e10 else 3,
                           meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
                                 "record": rec, "step": st}))
     return cases

@@ -63,3 +63,22 @@ def test_profile_times_attention_per_node_of_a_chain_whose_caches_leave_the_cach
     assert 1 < prefill.per_call <= 64  # tiny work: many nodes share one inference's fixed cost
     for c in (decode, prefill):
         c.fn()
+
+
+@pytest.mark.parametrize("executor", ["openvino", "torch"])
+def test_matmul_weights_are_out_of_cache_when_timed_even_where_the_pool_is_capped(executor):
+    """At most 64 weights rotate; where they cannot exceed the cache (small weights, a large
+    last-level cache) each timed call is preceded by an untimed read of `evict` bytes."""
+    from hetc.partitioner.cost_models.microbench import matmul_cases
+
+    evict = 96 << 20  # as 2× a 48 MiB cache: 64 weights of 256×256 (16 MiB) cannot leave it by themselves
+    small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict,
+                                executor=executor, threads=1)
+    assert small.reset is not None and small.reset.numel * 4 >= evict
+    if executor == "torch":
+        assert large.reset is None  # its pool (3 × 32 MiB) exceeds evict by itself
+    else:  # OpenVINO holds each chain's weights twice (constants, packed): chains stay small, always evicted
+        assert large.reset is small.reset and large.per_call * 2048 * 4096 * 4 <= 128 << 20
+    small.reset()
+    small.fn()
+    large.fn()
