@@ -65,6 +65,15 @@ def test_fit_overheads_recovers_slope_and_intercept():
     assert step == 0.0 and launch > 0
 
 
+def test_fit_alpha_beta_takes_the_latency_from_the_small_transfers():
+    """Noise of a few % on the large transfers must not swamp a latency that is most of a small one."""
+    sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 23, 1 << 25]
+    noise = [1.0, 1.0, 1.0, 0.97, 1.02]  # a loaded host: the 32 MiB transfer 2% slow, the 8 MiB one 3% fast
+    lat, bw = fit.fit_alpha_beta(sizes, [(100e-6 + s / 2.5e9) * n for s, n in zip(sizes, noise)])
+    assert lat == pytest.approx(100e-6, rel=0.1)  # plain least squares: 63 µs
+    assert bw == pytest.approx(2.5e9, rel=0.05)
+
+
 def test_fit_alpha_beta():
     sizes = [1e3, 1e5, 1e6, 1e7]
     lat, bw = fit.fit_alpha_beta(sizes, [50e-6 + s / 2e9 for s in sizes])
