@@ -8,8 +8,8 @@ came from), run hetc twice on the same devices and workload:
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
 to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
-vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2 and 3:
-gathered after the freezes at 11b21d7 and 48fca1d). Every public figure is output tokens per
+vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2, 3 and 4:
+gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
@@ -33,11 +33,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "fd4908c7227e75682dd87607d0a7d032f869fba0"  # the cost-model commit, made before any held figure was looked at
-ROUND = 4  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
+FROZEN = "005d8e27aa14a7a2976678cb3fb8dfebc324b2c6"  # the cost-model commit, made before any held figure was looked at
+ROUND = 5  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
-                "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
+                "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
+                "partitioner/cost_models/curves.py", "partitioner/simulate.py",
                 "partitioner/fusion.py", "partitioner/op_records.py", "partitioner/units.py", "partitioner/graph.py",
                 "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
 
@@ -66,7 +67,7 @@ SOURCES = {
               "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
               "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
     "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
-    # ---- round 3 (gathered after FROZEN) ----
+    # ---- round 3 (gathered after the freeze at 48fca1d) ----
     "mlperf40": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, 'Tokens per second' of "
                 "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
                 "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
@@ -82,7 +83,7 @@ SOURCES = {
                  "round 2's batches (MI300X 1536, MI325X 2048)",
     "gaudi2c": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the four LLaMA 2 70b rows (fixed batch, # HPU as listed)",
     "gaudi3b": "as gaudi3 (Gaudi 3 page, software 1.18.0): the four LLaMA 2 70b rows (2 HPU, fixed batch)",
-    # ---- round 4 (gathered after FROZEN) ----
+    # ---- round 4 (gathered after the freeze at fd4908c) ----
     "mlperf50": "MLPerf Inference v5.0 Datacenter, closed, Llama-2-70B Offline (99% or 99.9%: both FP8 on these systems), "
                 "'Tokens per second' of results/<system>/llama2-70b-99[.9]/Offline/performance/run_1/mlperf_log_summary.txt "
                 "in the mirror ntuhpc/mlperf_inference_results_v5.0 @ cf354115 (the mlcommons repository is not stored); "
@@ -125,7 +126,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3: after the freezes at 11b21d7, 48fca1d; 4: after FROZEN (held)
+    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5: after FROZEN (held)
     note: str = ""
 
     @property
@@ -225,7 +226,7 @@ CASES = [
           ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498),
                                  (2, 2048, 2048, 240, 2641))))
       for n, i, o, b, v in rows],
-    # ---- round 4: gathered after the freeze at FROZEN (held to the target) ----
+    # ---- round 4: gathered after the freeze at fd4908c (held then, reported beside now) ----
     # MLPerf v5.0 Llama-2-70B Offline, FP8: every system found in the stored mirror
     *[Case(f"mlperf50-{n}x{gpu}-{who}", cl, "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf50", vendor, spec, b, 4,
            note)
