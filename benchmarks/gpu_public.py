@@ -8,8 +8,8 @@ came from), run hetc twice on the same devices and workload:
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
 to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
-vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2 and 3:
-gathered after the freezes at 11b21d7 and 48fca1d). Every public figure is output tokens per
+vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2, 3 and 4:
+gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
@@ -33,11 +33,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "fd4908c7227e75682dd87607d0a7d032f869fba0"  # the cost-model commit, made before any held figure was looked at
-ROUND = 4  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
+FROZEN = "005d8e27aa14a7a2976678cb3fb8dfebc324b2c6"  # the cost-model commit, made before any held figure was looked at
+ROUND = 5  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
-                "partitioner/cost_models/links.py", "partitioner/cost_models/curves.py", "partitioner/simulate.py",
+                "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
+                "partitioner/cost_models/curves.py", "partitioner/simulate.py",
                 "partitioner/fusion.py", "partitioner/op_records.py", "partitioner/units.py", "partitioner/graph.py",
                 "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
 
@@ -66,7 +67,7 @@ SOURCES = {
               "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
               "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
     "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
-    # ---- round 3 (gathered after FROZEN) ----
+    # ---- round 3 (gathered after the freeze at 48fca1d) ----
     "mlperf40": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, 'Tokens per second' of "
                 "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
                 "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
@@ -82,7 +83,7 @@ SOURCES = {
                  "round 2's batches (MI300X 1536, MI325X 2048)",
     "gaudi2c": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the four LLaMA 2 70b rows (fixed batch, # HPU as listed)",
     "gaudi3b": "as gaudi3 (Gaudi 3 page, software 1.18.0): the four LLaMA 2 70b rows (2 HPU, fixed batch)",
-    # ---- round 4 (gathered after FROZEN) ----
+    # ---- round 4 (gathered after the freeze at fd4908c) ----
     "mlperf50": "MLPerf Inference v5.0 Datacenter, closed, Llama-2-70B Offline (99% or 99.9%: both FP8 on these systems), "
                 "'Tokens per second' of results/<system>/llama2-70b-99[.9]/Offline/performance/run_1/mlperf_log_summary.txt "
                 "in the mirror ntuhpc/mlperf_inference_results_v5.0 @ cf354115 (the mlcommons repository is not stored); "
@@ -99,6 +100,26 @@ SOURCES = {
               "25–100%, are left out)",
     "gaudi2d": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
     "gaudi3c": "as gaudi3 (Gaudi 3 page, software 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
+    # ---- round 5 (gathered after FROZEN) ----
+    "mlperf51r5": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
+                  "closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in the "
+                  "mirror ntuhpc/inference_results_v5.1 @ 387c3dd0: every H200 SXM, MI325X and MI300X system of that task "
+                  "not used in rounds 2-4. H200 on NVIDIA's TensorRT-LLM code, TP1, FP8 with FP8 KV, gpu_batch_size from "
+                  "each submitter's configs/<system>/Offline/llama2-70b.py (2048; HPE 2506); Cisco's 2-node C885A has no "
+                  "system config: NVIDIA's H200_SXM_141GBx1 (TP1, 2048) per GPU. MI325X/MI300X on AMD's vLLM code or "
+                  "MangoBoost's LLMBoost, TP1 × DP, FP8 with FP8 KV; ⚠ batch as AMD's own v5.1 runs (MI325X 2048, MI300X "
+                  "1536; round 3) — hetc's memory model caps every run below it. Left out: Cisco's 16/32×H100 (NVIDIA's "
+                  "v5.1 H100 config is PP2, gpu_batch_size 1024: this script caps a run's batch for one stage only), "
+                  "the two heterogeneous MI300X+MI325X clusters (one --batch for pipelines whose memory admits different "
+                  "batches), H200 NVL, B200 and MI355X systems (no profile, or FP4)",
+    "krai51": "MLPerf Inference v5.1, open division, Krai, Llama-2-70B task (OpenOrca, 24,576 samples) served by "
+              "Llama-3.1-70B-Instruct FP8 (one Llama-2-70B run) through vLLM 0.9.2 / 0.9.1 / 0.6.5, SGLang 0.4.9 or "
+              "TensorRT-LLM; 'Tokens per second' of open/Krai/results/<sut>/<benchmark>/offline/performance/run_1/"
+              "mlperf_log_summary.txt in the mirror ntuhpc/inference_results_v5.1 @ 387c3dd0; tp, dp and max_num_seqs "
+              "from open/Krai/measurements/<sut>/<benchmark>/offline/README.md (the PerformanceOnly command); vLLM and "
+              "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
+              "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
+              "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
@@ -125,8 +146,9 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3: after the freezes at 11b21d7, 48fca1d; 4: after FROZEN (held)
+    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5: after FROZEN (held)
     note: str = ""
+    kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
 
     @property
     def held(self) -> bool:
@@ -225,7 +247,7 @@ CASES = [
           ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498),
                                  (2, 2048, 2048, 240, 2641))))
       for n, i, o, b, v in rows],
-    # ---- round 4: gathered after the freeze at FROZEN (held to the target) ----
+    # ---- round 4: gathered after the freeze at fd4908c (held then, reported beside now) ----
     # MLPerf v5.0 Llama-2-70B Offline, FP8: every system found in the stored mirror
     *[Case(f"mlperf50-{n}x{gpu}-{who}", cl, "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf50", vendor, spec, b, 4,
            note)
@@ -262,6 +284,39 @@ CASES = [
           ("gaudi3", "gaudi3c", "mistral-7b", "mistral-7b", ((128, 128, 896, 24433), (128, 2048, 120, 13726),
                                                              (2048, 128, 120, 2085), (2048, 2048, 44, 4970))))
       for i, o, b, v in rows],
+    # ---- round 5: gathered after the freeze at FROZEN (held to the target) ----
+    # MLPerf v5.1 Llama-2-70B Offline, FP8, closed: the systems rounds 2-4 did not use
+    *[Case(f"mlperf51-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf51r5", vendor,
+           spec, b, 5, note)
+      for n, gpu, who, vendor, spec, b, v, note in (
+          (8, "h200", "dell-xe9680l", "nvidia", "a:0 x8", 2048, 34588.3, "XE9680L; TRT-LLM, TP1 × 8"),
+          (8, "h200", "hpe", "nvidia", "a:0 x8", 2506, 34964.6, "Cray XD670; TRT-LLM, TP1 × 8"),
+          (8, "h200", "nebius", "nvidia", "a:0 x8", 2048, 34812.1, "TRT-LLM, TP1 × 8"),
+          (8, "h200", "qct", "nvidia", "a:0 x8", 2048, 35091.5, "D74U-7U; TRT-LLM, TP1 × 8"),
+          (8, "h200", "dell-broadcom", "nvidia", "a:0 x8", 2048, 34301.9, "vXE9680 (VMware); TRT-LLM, TP1 × 8"),
+          (16, "h200", "cisco", "nvidia", "a:0 x8;b:0 x8", 2048, 68894.8, "C885A M8, 2 nodes; TRT-LLM, TP1 × 16"),
+          (8, "mi325x", "mitac", "amd", "a:0 x8", 2048, 33703.0, "vLLM, TP1 × 8"),
+          (8, "mi325x", "qct", "amd", "a:0 x8", 2048, 32760.5, "D75T-7U; vLLM, TP1 × 8"),
+          (8, "mi325x", "supermicro", "amd", "a:0 x8", 2048, 33468.4, "vLLM, TP1 × 8"),
+          (8, "mi325x", "vultr", "amd", "a:0 x8", 2048, 33762.5, "vLLM, TP1 × 8"),
+          (8, "mi325x", "mangoboost", "amd", "a:0 x8", 2048, 34454.4, "LLMBoost, TP1 × 8"),
+          (8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27854.4, "EPYC 9534; LLMBoost, TP1 × 8"),
+          (16, "mi300x", "dell-mangoboost", "amd", "a:0 x8;b:0 x8", 1536, 53572.2, "2 nodes; LLMBoost, TP1 × 16"),
+          (16, "mi325x", "supermicro-mangoboost", "amd", "a:0 x8;b:0 x8", 2048, 65320.1, "2 nodes; LLMBoost, TP1 × 16"))],
+    # MLPerf v5.1 open division, Krai: vLLM, SGLang and TensorRT-LLM serving the Llama-2-70B task
+    *[Case(f"krai51-{n}x{gpu}-{what}", f"{n}x{gpu}", model, "fp8", MLPERF_ISL, MLPERF_OSL, v, "krai51", vendor, spec, b, 5,
+           note, kv)
+      for n, gpu, what, vendor, model, spec, b, v, kv, note in (
+          (8, "h200", "vllm-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", 1232, 30893.1, "bf16", "vLLM 0.9.2, dynamic FP8"),
+          (8, "h200", "vllm-pre", "nvidia", "llama-3.1-70b", "a:0 x8", 630, 26318.8, "bf16", "vLLM 0.9.2, FP8 checkpoint"),
+          (8, "h200", "sglang-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", None, 27697.0, "bf16", "SGLang 0.4.9, dynamic FP8"),
+          (8, "h200", "sglang-pre", "nvidia", "llama-3.1-70b", "a:0 x8", None, 31383.2, "bf16", "SGLang 0.4.9, FP8 checkpoint"),
+          (16, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8", 1029, 58617.3, "bf16", "vLLM 0.9.2, 2 nodes"),
+          (24, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8;c:0 x8", 2401, 87334.0, "bf16", "vLLM 0.9.2, 3 nodes"),
+          (8, "h100", "vllm", "nvidia", "llama-3.1-70b", "a:0-1 x4", 3264, 22819.6, "bf16", "vLLM 0.9.2, TP2 × 4"),
+          (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
+          (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
+          (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"))],
 ]
 
 
@@ -276,7 +331,8 @@ def plan(case: Case, *extra: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{case.cluster}.yaml",
                         case.model, "--dtype", case.dtype, "--input-len", str(case.isl), "--output-len", str(case.osl),
-                        "-o", f.name, *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        *(["--kv-dtype", case.kv_dtype] if case.kv_dtype else []), "-o", f.name, *extra],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return json.load(open(f.name))
 
 
@@ -290,7 +346,7 @@ def run_batch(case: Case) -> int:
     from hetc.partitioner.simulate import StagePlan, Workload, max_batch
     from hetc.placement import parse_placement
 
-    m = capture(case.model, dtype=case.dtype)
+    m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
     cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"))
     tp = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0].tp
     stages = [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, tp)]

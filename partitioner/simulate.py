@@ -69,10 +69,13 @@ class StagePlan:
 
 def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
     """One step of a stage: its units on the device (1/tp of the work each) plus, for a
-    tensor-parallel group, one all-reduce of the unit's output per unit holding weights."""
+    tensor-parallel group, one all-reduce of the unit's output per unit holding weights (inside
+    the recorded graph where the backend replays the step)."""
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
-        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link) for u in units if u.params)
+        graphs = node.profile.execution.replays(step.decode_only)
+        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs)
+                 for u in units if u.params)
     return t
 
 

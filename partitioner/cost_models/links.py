@@ -1,10 +1,12 @@
-"""Link cost: α–β time per transfer, host-staged where devices share no fabric."""
+"""Link cost: α–β time per transfer, host-staged where devices share no fabric; a tensor-parallel
+all-reduce at the collective library's measured time where one is published for the link."""
 
 from __future__ import annotations
 
 from hetc.cluster import Cluster, Link, Node, resolve_link
+from hetc.partitioner.cost_models.collectives import MEASURED_ALLREDUCE
 
-__all__ = ["hops", "transfer_time", "path_name"]
+__all__ = ["hops", "transfer_time", "path_name", "allreduce_time"]
 
 
 def hops(cluster: Cluster, a: Node, b: Node) -> list[Link]:
@@ -33,17 +35,29 @@ def path_name(path: list[Link]) -> str:
     return " → ".join(link.name or "inline" for link in path) or "local"
 
 
-def allreduce_time(nbytes: float, tp: int, link: Link | None) -> float:
+def allreduce_time(nbytes: float, tp: int, link: Link | None, graphs: bool = False) -> float:
     """Seconds for one all-reduce of `nbytes` across a tensor-parallel group of `tp` devices.
 
-    A ring over a shared (aggregate) fabric moves 2·(tp−1)/tp of the data through each
-    device in 2·(tp−1) steps; a full mesh of per-peer links (Infinity Fabric, Gaudi RoCE)
-    reduce-scatters and all-gathers to every peer at once, in 2 steps.
+    Where collectives.py holds the library's measurement for the named link, that time (at
+    the measured group size; another size adds the α–β difference its link count makes).
+    Otherwise α–β: a ring over a shared (aggregate) fabric moves 2·(tp−1)/tp of the data
+    through each device in 2·(tp−1) steps; a full mesh of per-peer links (Infinity Fabric,
+    Gaudi RoCE) reduce-scatters and all-gathers to every peer at once, in 2 steps.
+
+    Args:
+        graphs: the collective is replayed inside a recorded graph (the step's backend replays it).
     """
     if tp <= 1:
         return 0.0
     if link is None:
         raise ValueError("a tensor-parallel group needs an intra-node link")
+    measured = MEASURED_ALLREDUCE.get(link.name) if link.name else None
+    if measured is not None:
+        return measured.time(nbytes, graphs) + _alpha_beta(nbytes, tp, link) - _alpha_beta(nbytes, measured.ranks, link)
+    return _alpha_beta(nbytes, tp, link)
+
+
+def _alpha_beta(nbytes: float, tp: int, link: Link) -> float:
     share = 2 * (tp - 1) / tp * nbytes
     if link.scope == "per_peer":
         return share / (link.bandwidth * (tp - 1)) + 2 * link.latency
