@@ -29,11 +29,14 @@ from hetc.errors import Infeasible
 from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
+from hetc.partitioner.colgen import METHOD as COLUMNS
+from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score, split_chain
+from hetc.partitioner.stage_costs import MAX_CELLS
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
@@ -272,9 +275,13 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
     ceiling = batch_ceiling(units, cluster, wl, max_num_seqs)
-    bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                       budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
-    bound_value, method = bound.value, METHOD
+    per_type = Counter()
+    for n in cluster.nodes:
+        per_type[type_key(n)] += n.count
+    few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
+    bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
+                                                  budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
+    bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
         for name, of in per_tok.items():

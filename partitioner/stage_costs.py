@@ -50,12 +50,12 @@ class Case:
 class StageCosts:
     """Stage kinds grouped into device types, and their costs per (phase, batch, m), cached."""
 
-    def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster) -> None:
+    def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster, max_cells: float = MAX_CELLS) -> None:
         self.tables, self.kinds, self.u = tables, kinds, len(tables.units)
         self.types = list(dict.fromkeys(k.type_key for k in kinds))
         first = [next(k for k in kinds if k.type_key == t) for t in self.types]
         per_type = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
-        self.group_of = _groups(per_type, [k.profile.memory_bandwidth for k in first])  # per type
+        self.group_of = _groups(per_type, [k.profile.memory_bandwidth for k in first], max_cells)  # per type
         self.devices = np.bincount(self.group_of, weights=per_type).astype(np.int64)  # per group
         self.room = np.zeros(len(self.devices))  # per group: its roomiest type's usable bytes
         np.maximum.at(self.room, self.group_of, [k.profile.usable_memory for k in first])
@@ -170,11 +170,11 @@ def _period(units: list) -> tuple[int, int, int]:
     return best
 
 
-def _groups(devices: np.ndarray, bandwidth: list[float]) -> np.ndarray:
+def _groups(devices: np.ndarray, bandwidth: list[float], max_cells: float) -> np.ndarray:
     """Group index per type: merge the two groups closest in (their fastest) memory bandwidth
-    until the count vectors number at most MAX_CELLS."""
+    until the count vectors number at most `max_cells`."""
     groups = [[t] for t in range(len(devices))]
-    while np.prod([devices[g].sum() + 1.0 for g in groups]) > MAX_CELLS and len(groups) > 1:
+    while np.prod([devices[g].sum() + 1.0 for g in groups]) > max_cells and len(groups) > 1:
         bw = [max(bandwidth[t] for t in g) for g in groups]
         a, b = min(itertools.combinations(range(len(groups)), 2), key=lambda p: abs(np.log(bw[p[0]] / bw[p[1]])))
         groups[a] += groups.pop(b)

@@ -1,0 +1,245 @@
+"""Pricing for column generation (colgen.py): the chain of best reduced cost at one operating point, exactly.
+
+For a key (aggregate.Key: a phase, a batch interval, a class of pipeline lengths), a price per
+stage kind (its devices' duals, plus its tp-group dual) and the worth of one output tok/s (1
+for pipelines, a feed row's dual for pools), a chain's reduced cost is worth·rate/R − Σ prices,
+R its bottleneck as refine.py's chain DP counts it (busiest stage at the key's costs, memory at
+its first batch, links at their cheapest cut between two types). Device counts are not
+counted: the master LP does that.
+
+f(R), the least price of a chain of the class whose bottleneck is at most R, is a dynamic
+program over (stages, type of the last stage, the unit where the chain ends exactly): a stage
+of kind g ends at v when it starts at some u in [u0(g, v), v), u0 the first start from which g
+reaches v within R and memory (a stage reaches at least as far from a later start), so each
+step is a range minimum (a sparse table over u). The rows of the DP are values of R, computed
+together. Every chain's R is one of the stage and link times that can occur (`cand`); over an
+index interval (i, j] of them no chain does better than worth·rate/cand[i+1] − f(cand[j]), and
+bisection of the intervals whose estimate beats a threshold finds the best exactly.
+
+Before any DP, W = Σ_u min_g price_g·c_g(u) (c_g(u): the unit's busy seconds on kind g, inf
+where g can't hold it) bounds every chain: a stage busy at most R is worth at least its price ×
+its units' busy / R, so Σ prices ≥ W / R and the reduced cost is at most (worth·rate − W) / R,
+at most that over the least bottleneck any chain can have (every unit sits in some stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetc.partitioner.aggregate import Key
+from hetc.partitioner.refine import Chain
+from hetc.partitioner.stage_costs import SLACK, StageCosts
+
+__all__ = ["KeyPricer", "Priced"]
+
+INF = np.inf
+FIRST = 9  # R values of the first DP round: quantiles of the candidates
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    upper: float  # no chain of the key has a larger reduced cost
+    found: float  # the reduced cost of `chain` (−inf: none found)
+    chain: Chain | None
+    R: float  # its bottleneck
+    work: float  # DP cells evaluated
+
+
+class KeyPricer:
+    """What pricing one key needs that does not depend on the prices: its costs, the kinds that
+    serve it, the candidate bottlenecks."""
+
+    def __init__(self, costs: StageCosts, key: Key, tp_groups: bool) -> None:
+        self.costs, self.key = costs, key
+        self.rate = float(key.rate(costs.tables.wl.output_len))
+        self.case = costs.case(key.phase, key.top, key.m, fit=key.batch)
+        case = self.case
+        U = costs.u
+        self.kinds = np.array([] if case is None else
+                              [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)],
+                              dtype=np.int64)
+        if not len(self.kinds):
+            self.cand = np.zeros(0)
+            return
+        assert case is not None
+        kk = self.kinds
+        holds = case.jfit[kk] > np.arange(U)  # kind g can hold unit u alone
+        self.unit = np.where(holds, np.diff(case.P[kk], axis=1), INF)  # [K, U]
+        alone = np.where(holds, self.unit + case.over[kk][:, None], INF).min(axis=0)
+        self.least = float(alone.max())  # every unit sits in some stage: no chain's bottleneck is below this
+        cand = [case.cheapest.ravel()]
+        for g in kk:
+            ii, jj = costs.ranges(case, int(g))
+            cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
+        cand = np.unique(np.concatenate(cand))
+        self.cand = cand[np.isfinite(cand) & (cand >= self.least * (1 - 1e-12))]
+        self.type_of = costs.type_of[kk]
+        self.T = len(costs.types)
+
+    def weight(self, prices: np.ndarray) -> float:
+        """W: no chain's price is below W / R."""
+        finite = np.isfinite(self.unit)
+        return float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0), INF).min(axis=0).sum())
+
+    def certificate(self, prices: np.ndarray, worth: float) -> float:
+        """An upper bound on every chain's reduced cost, from W (no DP)."""
+        if not len(self.cand):
+            return -INF
+        W = self.weight(prices)
+        return (worth * self.rate - W) / (self.least if worth * self.rate > W else self.cand[-1])
+
+    def price(self, prices: np.ndarray, worth: float, beat: float, tol: float) -> Priced:
+        """The best reduced cost of the key's chains where it exceeds `beat` (then `found` is
+        within `tol` of it, and `upper` too); otherwise an `upper` ≤ beat + tol.
+
+        Args:
+            prices: per stage kind (all of costs.kinds).
+            worth: the value of one output tok/s of this phase.
+        """
+        cert = self.certificate(prices, worth)
+        if cert <= beat + tol:
+            return Priced(cert, -INF, None, 0.0, 0.0)
+        cand, top = self.cand, worth * self.rate
+        spare = top - self.weight(prices)  # no chain of bottleneck R does better than spare / R
+        N = len(cand)
+        f: dict[int, float] = {}
+        work = 0.0
+
+        def evaluate(idx: list[int]) -> None:
+            nonlocal work
+            idx = [i for i in dict.fromkeys(idx) if i not in f]
+            if idx:
+                best, w = self._dp(cand[idx], prices)
+                work += w
+                f.update(zip(idx, best))
+
+        evaluate(sorted(set(np.linspace(0, N - 1, min(N, FIRST)).astype(int).tolist())))
+        found, at = -INF, -1
+        while True:
+            pts = sorted(f)
+            for i in pts:  # a point: some chain attains it (its bottleneck ≤ cand[i], price f)
+                if top / cand[i] - f[i] > found:
+                    found, at = top / cand[i] - f[i], i
+            est = [(min(top / cand[a + 1] - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b)
+                   for a, b in zip(pts, pts[1:]) if b > a + 1]  # pts holds 0 and N − 1
+            live = [(a, b) for e, a, b in est if e > max(found, beat) + tol]
+            upper = max([found] + [e for e, _, _ in est])
+            if not live:
+                break
+            evaluate([(a + b) // 2 for a, b in live])
+        if at < 0 or found <= -INF:
+            return Priced(min(upper, cert), -INF, None, 0.0, work)
+        chain, w = self._backtrack(float(cand[at]), prices, f[at])
+        return Priced(min(max(upper, found), cert), found, chain, float(cand[at]), work + w)
+
+    def _reach_u0(self, Rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """reach [L, K, U] (costs.reach for each R) and u0 [L, K, U+1]: the first start from
+        which each kind reaches each end."""
+        costs, case, kk = self.costs, self.case, self.kinds
+        assert case is not None
+        U, L, K = costs.u, len(Rs), len(kk)
+        R = Rs * (1 + SLACK)
+        reach = np.empty((L, K, U), dtype=np.int64)
+        start = np.arange(U)
+        for i, g in enumerate(kk):
+            j = np.searchsorted(case.P[g], case.P[g, :U][None, :] + (R[:, None] - case.over[g]), side="right") - 1
+            reach[:, i] = np.maximum(np.minimum(j, case.jfit[g]), start)
+        off = np.arange(L * K)[:, None] * (U + 1)  # rows side by side: one sorted array
+        flat = (reach.reshape(L * K, U) + off).ravel()
+        q = np.arange(U + 1)[None, :] + off
+        u0 = np.searchsorted(flat, q.ravel(), side="left").reshape(L * K, U + 1) - np.arange(L * K)[:, None] * U
+        return reach, u0.reshape(L, K, U + 1)
+
+    def _dp(self, Rs: np.ndarray, prices: np.ndarray, keep: bool = False):
+        """f at each R: the least price of a chain of the key's class with bottleneck ≤ R (inf: none),
+        and the work (DP cells); with `keep`, every layer too."""
+        costs, case, key = self.costs, self.case, self.key
+        assert case is not None
+        U, L, T = costs.u, len(Rs), self.T
+        _, u0 = self._reach_u0(Rs)
+        pk = prices[self.kinds]
+        ty = self.type_of
+        link_ok = case.cheapest[None, :, :] <= (Rs * (1 + SLACK))[:, None, None]  # [L, T', T]
+        every_link = bool(link_ok.all())
+        v = np.arange(U + 1)
+        u0 = u0.transpose(1, 0, 2)  # [K, L, U+1]: kinds first, so that each type's kinds are contiguous blocks
+        pk = pk.reshape(-1, 1, 1)
+        first = (u0 == 0) & (v >= 1)  # one stage from unit 0
+        # a stage of each kind ends at v from a start in [u0, v − 1]: a range minimum, by the sparse table's
+        # level lv over [a, a + 2^lv) ∪ [b, b + 2^lv)
+        ok = u0 <= v - 1
+        length = np.where(ok, v - u0, 1)
+        lv = np.floor(np.log2(length)).astype(np.int64)
+        a = np.where(ok, u0, 0)
+        b = np.where(ok, v - (1 << lv), 0)
+        levels = int(lv.max()) + 1
+        rows, types = np.arange(L)[None, :, None], ty[:, None, None]
+        starts = np.r_[0, np.flatnonzero(np.diff(ty)) + 1]  # kinds come grouped by type
+        of_type = ty[starts]
+
+        def per_type(per_kind: np.ndarray) -> np.ndarray:
+            out = np.full((L, T, U + 1), INF)
+            out[:, of_type] = np.minimum.reduceat(per_kind, starts, axis=0).transpose(1, 0, 2)
+            return out
+
+        H = per_type(np.where(first, pk, INF))
+        best = H[:, :, U].min(axis=1) if key.lo <= 1 else np.full(L, INF)
+        layers = [H] if keep else None
+        St = np.full((levels, L, T, U + 1), INF)
+        work = 0.0
+        for s in range(2, min(key.hi, U) + 1):
+            if every_link:  # the cheapest chain so far whose last type may feed each type
+                St[0] = H.min(axis=1, keepdims=True)
+            else:
+                for t in range(T):
+                    St[0, :, t] = np.where(link_ok[:, :, t, None], H, INF).min(axis=1)
+            for k in range(1, levels):
+                h = 1 << (k - 1)
+                np.minimum(St[k - 1, ..., : U + 1 - h], St[k - 1, ..., h:], out=St[k, ..., : U + 1 - h])
+            got = np.minimum(St[lv, rows, types, a], St[lv, rows, types, b])
+            H = per_type(np.where(ok, got + pk, INF))
+            work += L * (T * T + levels * T + 4 * len(ty)) * (U + 1)
+            if keep:
+                layers.append(H)
+            if s >= key.lo:
+                best = np.minimum(best, H[:, :, U].min(axis=1))
+            if not np.isfinite(H).any():
+                break
+        return (best, work, layers, u0) if keep else (best, work)
+
+    def _backtrack(self, R: float, prices: np.ndarray, f: float) -> tuple[Chain, float]:
+        """A chain of the key's class with bottleneck ≤ R and price f."""
+        best, work, layers, u0 = self._dp(np.array([R]), prices, keep=True)
+        kk, U, pk = self.kinds, self.costs.u, prices[self.kinds]
+        link_ok = self.case.cheapest <= R * (1 + SLACK)
+        n = next(s for s in range(max(1, self.key.lo), len(layers) + 1) if layers[s - 1][0, :, U].min() <= f * (1 + 1e-12) + 1e-12)
+        t = int(np.argmin(layers[n - 1][0, :, U]))
+        v, chain, cuts = U, [], [U]
+        for s in range(n, 0, -1):
+            want = layers[s - 1][0, t, v]
+            done = False
+            for i in np.nonzero(self.type_of == t)[0]:
+                lo = int(u0[i, 0, v])
+                if s == 1:
+                    if lo == 0 and abs(pk[i] - want) <= 1e-9 * max(1.0, abs(want)):
+                        chain.append(int(kk[i]))
+                        done = True
+                        break
+                    continue
+                if lo > v - 1:
+                    continue
+                prev = layers[s - 2][0][:, lo:v]  # [T', starts]
+                prev = np.where(link_ok[:, t, None], prev, INF) + pk[i]
+                j = np.argwhere(np.abs(prev - want) <= 1e-9 * max(1.0, abs(want)))
+                if len(j):
+                    t2, u = int(j[0, 0]), lo + int(j[0, 1])
+                    chain.append(int(kk[i]))
+                    cuts.append(u)
+                    t, v, done = t2, u, True
+                    break
+            if not done:
+                raise AssertionError("no predecessor found while backtracking a priced chain")
+        cuts.append(0)
+        return (tuple(reversed(chain)), tuple(reversed(cuts))), work
