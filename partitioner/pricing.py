@@ -35,7 +35,7 @@ from hetc.partitioner.stage_costs import SLACK, StageCosts
 __all__ = ["KeyPricer", "Priced"]
 
 INF = np.inf
-FIRST = 9  # R values of the first DP round: quantiles of the candidates
+FIRST = 5  # R values of the first DP round: quantiles of the candidates
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,8 @@ class KeyPricer:
         def evaluate(idx: list[int]) -> None:
             nonlocal work
             idx = [i for i in dict.fromkeys(idx) if i not in f]
-            if idx:
-                best, w = self._dp(cand[idx], prices)
+            if idx:  # a chain priced above top / cand[0] − beat pays less than beat at any R
+                best, w = self._dp(cand[idx], prices, cap=top / cand[0] - beat if np.isfinite(beat) else INF)
                 work += w
                 f.update(zip(idx, best))
 
@@ -129,6 +129,8 @@ class KeyPricer:
             if not live:
                 break
             evaluate([(a + b) // 2 for a, b in live])
+        if np.isfinite(beat):  # what the DP left out pays at most beat
+            upper = max(upper, beat)
         if at < 0 or found <= -INF:
             return Priced(min(upper, cert), -INF, None, 0.0, work)
         chain, w = self._backtrack(float(cand[at]), prices, f[at])
@@ -152,9 +154,9 @@ class KeyPricer:
         u0 = np.searchsorted(flat, q.ravel(), side="left").reshape(L * K, U + 1) - np.arange(L * K)[:, None] * U
         return reach, u0.reshape(L, K, U + 1)
 
-    def _dp(self, Rs: np.ndarray, prices: np.ndarray, keep: bool = False):
-        """f at each R: the least price of a chain of the key's class with bottleneck ≤ R (inf: none),
-        and the work (DP cells); with `keep`, every layer too."""
+    def _dp(self, Rs: np.ndarray, prices: np.ndarray, keep: bool = False, cap: float = INF):
+        """f at each R: the least price of a chain of the key's class with bottleneck ≤ R (inf: none; ≥ cap
+        where that is all the caller needs to know), and the work (DP cells); with `keep`, every layer too."""
         costs, case, key = self.costs, self.case, self.key
         assert case is not None
         U, L, T = costs.u, len(Rs), self.T
@@ -176,6 +178,8 @@ class KeyPricer:
         b = np.where(ok, v - (1 << lv), 0)
         levels = int(lv.max()) + 1
         rows, types = np.arange(L)[None, :, None], ty[:, None, None]
+        at_a = (((lv * L + rows) * T + types) * (U + 1) + a).ravel()  # flat positions in the sparse table
+        at_b = (((lv * L + rows) * T + types) * (U + 1) + b).ravel()
         starts = np.r_[0, np.flatnonzero(np.diff(ty)) + 1]  # kinds come grouped by type
         of_type = ty[starts]
 
@@ -198,14 +202,15 @@ class KeyPricer:
             for k in range(1, levels):
                 h = 1 << (k - 1)
                 np.minimum(St[k - 1, ..., : U + 1 - h], St[k - 1, ..., h:], out=St[k, ..., : U + 1 - h])
-            got = np.minimum(St[lv, rows, types, a], St[lv, rows, types, b])
+            flat = St.reshape(-1)
+            got = np.minimum(flat.take(at_a), flat.take(at_b)).reshape(ok.shape)
             H = per_type(np.where(ok, got + pk, INF))
-            work += L * (T * T + levels * T + 4 * len(ty)) * (U + 1)
+            work += L * len(ty) * (U + 1)
             if keep:
                 layers.append(H)
             if s >= key.lo:
                 best = np.minimum(best, H[:, :, U].min(axis=1))
-            if not np.isfinite(H).any():
+            if not (H < cap).any():  # prices only grow with more stages: no longer chain costs less than cap
                 break
         return (best, work, layers, u0) if keep else (best, work)
 

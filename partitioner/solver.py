@@ -261,10 +261,11 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
-        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
+        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget (the
+            whole limit as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
-            in work, so plans don't depend on the machine's load; the bound's first pass is not
-            budgeted).
+            in work, so plans don't depend on the machine's load; the cell bound's first pass is
+            not budgeted).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
@@ -279,8 +280,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     for n in cluster.nodes:
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
+    # column generation has no unbudgeted first pass: it gets the whole limit where the cell bound gets half
     bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                                                  budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
+                                                  budget=time_limit * (0.5 if few else 1.0) * WORK_PER_SECOND,
+                                                  progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
