@@ -10,8 +10,9 @@ pricing (pricing.py) finds every key's chain of best reduced cost, exactly.
 Bound (Lagrangian): for duals π ≥ 0 per device type, σ ≥ 0 per tp kind and μ_d + μ_p ≥ 1 on
 the two feed rows, every plan (integer or not) has tok/s ≤ π·N + σ·G + Σ_p x_p·rc_p ≤
 π·N + σ·G + N_dev·max(0, max_p rc_p / d_p), rc_p a pipeline's reduced cost and d_p its
-devices. Pricing with π + ε per device gives u ≥ max_p (rc_p − ε·d_p), so the bound is
-π·N + σ·G + N_dev·(ε + max(0, u)). It holds because pricing's tok/s bounds every pipeline at
+devices. Pricing with π + ε per device gives, per key, u_k ≥ max over its chains of rc − ε·d,
+and a chain of a key of lengths ≥ lo takes d ≥ lo devices, so rc/d ≤ ε + max(0, u_k)/lo and the
+bound is π·N + σ·G + N_dev·(ε + max(0, max_k u_k / lo_k)). It holds because pricing's tok/s bounds every pipeline at
 every batch of its key (batches.py) — whatever the columns are; they only steer the duals.
 Every full pricing pass gives such a bound; the least is reported.
 
@@ -45,7 +46,7 @@ TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 4e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.5% of the LP
 TEMPLATES = 32
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
-SMOOTH = 0.5  # pricing's duals: this share of the previous pricing's plus the rest of the master's (Wentges)
+SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
@@ -146,7 +147,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     best, work, it = np.inf, 0.0, 0
     x: list[float] = []
     last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
-    center = None  # the duals pricing used last
+    center = None  # the duals of the best bound so far (before any: those pricing used last)
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
@@ -170,26 +171,27 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         # columns stops there (no bound), else it priced every key
         cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
         order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
-        top, upper, new, nxt, full = 0.0, -np.inf, [], [], True
+        top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
         for i, pk in enumerate(order):
             if len(new) >= MANY and work < budget:
                 nxt += order[i:]
                 full = False
                 break
-            got = pricers[pk].price(prices, worth[pk[0]], top if work >= budget else SHARE * top, tol)
+            lo = max(1, pk[1].lo)
+            got = pricers[pk].price(prices, worth[pk[0]], lo * top * (1.0 if work >= budget else SHARE), tol)
             work += got.work
-            upper = max(upper, got.upper)
-            last[pk] = got.upper
+            upper = max(upper, got.upper / lo)
+            last[pk] = got.upper / lo
             if got.chain is None or got.found <= tol:
                 nxt.append(pk)
                 continue
-            top = max(top, got.found)
+            top = max(top, got.found / lo)
             phase, key = pk
             most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
             parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL)
             nxt += [(phase, k) for k in parts]
             for k in parts:
-                last[(phase, k)] = got.upper
+                last[(phase, k)] = got.upper / lo
             col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds))
             if (phase, got.chain, most) not in seen:
                 seen.add((phase, got.chain, most))
@@ -197,8 +199,10 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
             value = float(pi @ N + sig @ np.array([groups.get(g, 0) for g in range(len(kinds))])
                           + n_dev * (eps + max(0.0, upper)))
-            best = min(best, value)
-        center = duals
+            if value < best:
+                best, center = value, duals
+        if center is None or not np.isfinite(best):
+            center = duals
         missed = smooth and not new
         todo = nxt
         cols += new

@@ -3,7 +3,8 @@
 1. Group identical devices into kinds (type × tp) and build per-kind tables (tables.py).
 2. The cell bound (cell_bound.py): an integer knapsack over device-count vectors of
    per-pipeline upper bounds gives the bound on output tok/s, and the pipelines of its
-   optimum.
+   optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
+   pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
    of kinds. Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
