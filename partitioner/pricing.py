@@ -77,6 +77,10 @@ class KeyPricer:
         self.cand = cand[np.isfinite(cand) & (cand >= self.least * (1 - 1e-12))]
         self.type_of = costs.type_of[kk]
         self.T = len(costs.types)
+        per = [np.nonzero(self.type_of == t)[0] for t in range(self.T)]
+        self.slots = np.full((self.T, max(len(p) for p in per)), -1, dtype=np.int64)
+        for t, p in enumerate(per):
+            self.slots[t, : len(p)] = p
 
     def weight(self, prices: np.ndarray) -> float:
         """W: no chain's price is below W / R."""
@@ -136,80 +140,75 @@ class KeyPricer:
         chain, w = self._backtrack(float(cand[at]), prices, f[at])
         return Priced(min(max(upper, found), cert), found, chain, float(cand[at]), work + w)
 
-    def _reach_u0(self, Rs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """reach [L, K, U] (costs.reach for each R) and u0 [L, K, U+1]: the first start from
-        which each kind reaches each end."""
+    def _reach_u0(self, Rs: np.ndarray) -> np.ndarray:
+        """u0 [K, L, U+1]: the first start from which each kind reaches each end within each R and
+        memory (reach as costs.reach counts it, every kind's prefix sums searched at once)."""
         costs, case, kk = self.costs, self.case, self.kinds
         assert case is not None
         U, L, K = costs.u, len(Rs), len(kk)
-        R = Rs * (1 + SLACK)
-        reach = np.empty((L, K, U), dtype=np.int64)
-        start = np.arange(U)
-        for i, g in enumerate(kk):
-            j = np.searchsorted(case.P[g], case.P[g, :U][None, :] + (R[:, None] - case.over[g]), side="right") - 1
-            reach[:, i] = np.maximum(np.minimum(j, case.jfit[g]), start)
-        off = np.arange(L * K)[:, None] * (U + 1)  # rows side by side: one sorted array
-        flat = (reach.reshape(L * K, U) + off).ravel()
+        if not hasattr(self, "_flat"):  # every kind's prefix sums, shifted apart into one sorted array
+            P = case.P[kk]
+            self._shift = np.r_[0.0, np.cumsum(P[:, -1] + 1.0)[:-1]][:, None]
+            self._flat = (P + self._shift).ravel()
+        P = case.P[kk]
+        x = np.clip(P[:, None, :U] + (Rs * (1 + SLACK))[None, :, None] - case.over[kk][:, None, None], 0.0, P[:, -1:, None])
+        j = np.searchsorted(self._flat, (x + self._shift[:, :, None]).ravel(), side="right").reshape(K, L, U) - 1
+        j -= (np.arange(K) * (U + 1))[:, None, None]
+        reach = np.maximum(np.minimum(j, case.jfit[kk][:, None, :]), np.arange(U))
+        off = np.arange(K * L)[:, None] * (U + 1)  # rows side by side: one sorted array
+        flat = (reach.reshape(K * L, U) + off).ravel()
         q = np.arange(U + 1)[None, :] + off
-        u0 = np.searchsorted(flat, q.ravel(), side="left").reshape(L * K, U + 1) - np.arange(L * K)[:, None] * U
-        return reach, u0.reshape(L, K, U + 1)
+        u0 = np.searchsorted(flat, q.ravel(), side="left").reshape(K * L, U + 1) - np.arange(K * L)[:, None] * U
+        return u0.reshape(K, L, U + 1)
 
     def _dp(self, Rs: np.ndarray, prices: np.ndarray, keep: bool = False, cap: float = INF):
         """f at each R: the least price of a chain of the key's class with bottleneck ≤ R (inf: none; ≥ cap
-        where that is all the caller needs to know), and the work (DP cells); with `keep`, every layer too."""
+        where that is all the caller needs to know), and the work (DP cells); with `keep`, every layer too
+        (as [L, T, U+1]) and u0."""
         costs, case, key = self.costs, self.case, self.key
         assert case is not None
         U, L, T = costs.u, len(Rs), self.T
-        _, u0 = self._reach_u0(Rs)
-        pk = prices[self.kinds]
-        ty = self.type_of
+        u0 = self._reach_u0(Rs)
+        slot = self.slots  # [T, S]: each type's kinds (positions in self.kinds), −1 where it has fewer
+        S = slot.shape[1]
+        u0p = np.where(slot[:, :, None, None] >= 0, u0[np.maximum(slot, 0)], U + 1)  # [T, S, L, U+1]
+        pk = np.where(slot >= 0, prices[self.kinds][np.maximum(slot, 0)], INF)[:, :, None, None]
         link_ok = case.cheapest[None, :, :] <= (Rs * (1 + SLACK))[:, None, None]  # [L, T', T]
         every_link = bool(link_ok.all())
         v = np.arange(U + 1)
-        u0 = u0.transpose(1, 0, 2)  # [K, L, U+1]: kinds first, so that each type's kinds are contiguous blocks
-        pk = pk.reshape(-1, 1, 1)
-        first = (u0 == 0) & (v >= 1)  # one stage from unit 0
-        # a stage of each kind ends at v from a start in [u0, v − 1]: a range minimum, by the sparse table's
+        # a stage of a kind ends at v from a start in [u0, v − 1]: a range minimum, by the sparse table's
         # level lv over [a, a + 2^lv) ∪ [b, b + 2^lv)
-        ok = u0 <= v - 1
-        length = np.where(ok, v - u0, 1)
+        ok = u0p <= v - 1
+        length = np.where(ok, v - u0p, 1)
         lv = np.floor(np.log2(length)).astype(np.int64)
-        a = np.where(ok, u0, 0)
+        a = np.where(ok, u0p, 0)
         b = np.where(ok, v - (1 << lv), 0)
         levels = int(lv.max()) + 1
-        rows, types = np.arange(L)[None, :, None], ty[:, None, None]
-        at_a = (((lv * L + rows) * T + types) * (U + 1) + a).ravel()  # flat positions in the sparse table
-        at_b = (((lv * L + rows) * T + types) * (U + 1) + b).ravel()
-        starts = np.r_[0, np.flatnonzero(np.diff(ty)) + 1]  # kinds come grouped by type
-        of_type = ty[starts]
-
-        def per_type(per_kind: np.ndarray) -> np.ndarray:
-            out = np.full((L, T, U + 1), INF)
-            out[:, of_type] = np.minimum.reduceat(per_kind, starts, axis=0).transpose(1, 0, 2)
-            return out
-
-        H = per_type(np.where(first, pk, INF))
-        best = H[:, :, U].min(axis=1) if key.lo <= 1 else np.full(L, INF)
-        layers = [H] if keep else None
-        St = np.full((levels, L, T, U + 1), INF)
+        tt, rows = np.arange(T)[:, None, None, None], np.arange(L)[None, None, :, None]
+        at_a = (((lv * T + tt) * L + rows) * (U + 1) + a).ravel()  # flat positions in the sparse table [levels, T, L, U+1]
+        at_b = (((lv * T + tt) * L + rows) * (U + 1) + b).ravel()
+        H = np.where((u0p == 0) & (v >= 1), pk, INF).min(axis=1)  # [T, L, U+1]: one stage from unit 0
+        best = H[:, :, U].min(axis=0) if key.lo <= 1 else np.full(L, INF)
+        layers = [H.transpose(1, 0, 2)] if keep else None
+        St = np.full((levels, T, L, U + 1), INF)
+        flat = St.reshape(-1)
         work = 0.0
         for s in range(2, min(key.hi, U) + 1):
             if every_link:  # the cheapest chain so far whose last type may feed each type
-                St[0] = H.min(axis=1, keepdims=True)
+                St[0] = H.min(axis=0, keepdims=True)
             else:
                 for t in range(T):
-                    St[0, :, t] = np.where(link_ok[:, :, t, None], H, INF).min(axis=1)
+                    St[0, t] = np.where(link_ok[:, :, t].T[:, :, None], H, INF).min(axis=0)
             for k in range(1, levels):
                 h = 1 << (k - 1)
                 np.minimum(St[k - 1, ..., : U + 1 - h], St[k - 1, ..., h:], out=St[k, ..., : U + 1 - h])
-            flat = St.reshape(-1)
             got = np.minimum(flat.take(at_a), flat.take(at_b)).reshape(ok.shape)
-            H = per_type(np.where(ok, got + pk, INF))
-            work += L * len(ty) * (U + 1)
+            H = np.where(ok, got + pk, INF).min(axis=1)
+            work += L * T * S * (U + 1)
             if keep:
-                layers.append(H)
+                layers.append(H.transpose(1, 0, 2))
             if s >= key.lo:
-                best = np.minimum(best, H[:, :, U].min(axis=1))
+                best = np.minimum(best, H[:, :, U].min(axis=0))
             if not (H < cap).any():  # prices only grow with more stages: no longer chain costs less than cap
                 break
         return (best, work, layers, u0) if keep else (best, work)
