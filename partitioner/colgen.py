@@ -133,8 +133,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         budget: pricing work, in DP cells (deterministic, unlike seconds).
         progress: called with a line per iteration.
     """
-    costs = StageCosts(tables, kinds, cluster, max_cells=np.inf)
-    N = costs.devices.astype(float)  # per type: no type is counted with another here
+    costs = StageCosts(tables, kinds, cluster)
+    N = costs.devices.astype(float)  # per type
     n_dev = float(N.sum())
     groups = {g: k.groups for g, k in enumerate(kinds) if k.tp > 1}
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
@@ -214,4 +214,4 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             break
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].tok_s / cols[j].devices.sum()))
     pipes = [Pipeline(cols[j].phase, cols[j].kinds, cols[j].cuts, cols[j].batch, cols[j].tok_s) for j in order][:TEMPLATES]
-    return CellBound(best, pipes, [])
+    return CellBound(best, pipes)

@@ -29,7 +29,7 @@ from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
 from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
-from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
+from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, cell_bound
 from hetc.partitioner.colgen import METHOD as COLUMNS
 from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
@@ -37,7 +37,6 @@ from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, score, split_chain
-from hetc.partitioner.stage_costs import MAX_CELLS
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.templates import Template, generate, usage
 from hetc.partitioner.units import Unit
@@ -294,8 +293,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
                 least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes}, ceiling)
                 bound_value = min(bound_value, cap / least if least > 0 else float("inf"))
         method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
-    notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
-                        "each apart): the bound is looser than it would be" for m in bound.merged]
+    notes: list[str] = []
     for name, curves in {n.profile.name: falling_curves(n.profile) for n in cluster.nodes}.items():
         if curves:
             notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "

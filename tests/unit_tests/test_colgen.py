@@ -64,7 +64,7 @@ def test_pricing_finds_the_best_reduced_cost_exactly(tmp_path, tiny, types, phas
     and others don't: the best reduced cost to 1e-9, an upper estimate above it, and a chain that
     attains it."""
     cluster = many_type_cluster(tmp_path, types)
-    costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster, max_cells=np.inf)
+    costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
     rng = np.random.default_rng(types)
     checked = 0
     for key in keys(phase, 3, 40, Regimes(WL, phase, 40)):
