@@ -33,6 +33,7 @@ SCENARIOS = [
     # many device types (issue 13): 4, 5, 6 and 8 types of 3 vendors, 8 devices each
     ("70b-types4-32", "benchmarks/clusters/types4-32.yaml", "llama-3.1-70b", []),
     ("70b-types5-40", "benchmarks/clusters/types5-40.yaml", "llama-3.1-70b", []),
+    ("70b-types6-24", "benchmarks/clusters/types6-24.yaml", "llama-3.1-70b", []),
     ("70b-types6-48", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", []),
     ("405b-types8-64", "benchmarks/clusters/types8-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
 ]

@@ -13,7 +13,7 @@ is necessary. Weights used: each one-device kind's own unit costs, the units' me
 one per unit, and one per unit kind (attention, MLP, …: the alternation that a range's start
 decides). For pipelines of one-device stages the stage counts are the device counts; with
 tensor-parallel kinds the left side is bounded by its LP over stage counts (at most hi
-stages, devices per group of types), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
+stages, devices per type), through its dual min_λ λ·hi + Σ_t c_t·max(0, max_g (cap_g − λ)/tp_g).
 R*(c), the least R at which a cell's counts satisfy every w, gives τ ≤ top / R*(c) for every
 pipeline on exactly those devices in the class (links and the loop term dropped).
 """
@@ -125,7 +125,7 @@ def kind_caps(costs: StageCosts, case: Case, g: int, Wc: np.ndarray) -> tuple[np
 
 
 def _per_device(caps: list, group: np.ndarray, tp: np.ndarray, G: int) -> list:
-    """Per group of types, the step function max over its kinds g of cap_g / tp_g (what one
+    """Per device type, the step function max over its kinds g of cap_g / tp_g (what one
     device of the group adds to every weighting's cover at R), as kind_caps gives one kind's."""
     out: list = []
     for k in range(G):
@@ -169,7 +169,7 @@ class FirstPass:
     def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase) -> None:
         self.costs, self.space, self.phase = costs, space, phase
         self.kinds = [g for g in range(len(costs.kinds)) if phase == Phase.BOTH or costs.tp[g] == 1]
-        self.G = len(costs.devices)  # device groups (types, unless merged)
+        self.G = len(costs.devices)  # device types
         self.one = [g for g in self.kinds if costs.tp[g] == 1]
         self.one_of = [[g for g in self.one if costs.group[g] == k] for k in range(self.G)]
         self.tp_mode = any(costs.tp[g] > 1 for g in self.kinds)

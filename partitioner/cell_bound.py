@@ -31,11 +31,12 @@ from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["CellBound", "Pipeline", "cell_bound", "METHOD", "WORK_PER_SECOND"]
+__all__ = ["CellBound", "Pipeline", "cell_bound", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
 
 # Refinement is budgeted in DP cells, not seconds, so that a plan does not depend on the
 # machine's load; about this many take a second on one core of the reference machine.
 WORK_PER_SECOND = 4e7
+MAX_CELLS = 13_000  # count vectors the cell bound enumerates at most (4 types of 8 devices: 6,561); past that, colgen.py
 TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
@@ -58,7 +59,6 @@ class Pipeline:
 class CellBound:
     value: float
     pipelines: list[Pipeline] = field(default_factory=list)  # refined pipelines: the optimum's first
-    merged: list[str] = field(default_factory=list)  # device types counted together (too many to count apart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +183,4 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
                      key=lambda e: -e[0])
     first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
     pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
-    merged = [" + ".join(costs.types[t][0] for t in np.nonzero(costs.group_of == k)[0])
-              for k in range(len(costs.devices)) if (costs.group_of == k).sum() > 1]
-    return CellBound(value, pipes, merged)
+    return CellBound(value, pipes)

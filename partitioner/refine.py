@@ -1,9 +1,9 @@
 """Second pass of the cell bound: one pipeline's best bottleneck on a given set of devices, exactly.
 
-For a cell c (devices per group of types, see stage_costs.py), a phase, a batch B and an
+For a cell c (devices per type, see stage_costs.py), a phase, a batch B and an
 exact pipeline length n, a dynamic program over chains of stages finds the least R at which
 n stages, in some order of kinds and within c's devices, cover every unit: state (stages so
-far, type of the last stage, devices used per group), value the furthest unit reached
+far, type of the last stage, devices used per type), value the furthest unit reached
 (reaching further is never worse: a stage reaches at least as far from a later start),
 capped so that every stage still to come keeps a unit. A link between two stages must carry
 its activations within R at its cheapest cut (the fastest path between the two types).
@@ -67,7 +67,7 @@ def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.n
                tp_groups: bool, below: float = np.inf, fit: int | None = None,
                above: float = 0.0) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
-    `counts` devices per group, None if none fits within R ≤ `below`; and the work it took.
+    `counts` devices per type, None if none fits within R ≤ `below`; and the work it took.
 
     Args:
         batch: sequences in flight the stages are costed at (prefill pools: ignored, one

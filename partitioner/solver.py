@@ -3,7 +3,8 @@
 1. Group identical devices into kinds (type × tp) and build per-kind tables (tables.py).
 2. The cell bound (cell_bound.py): an integer knapsack over device-count vectors of
    per-pipeline upper bounds gives the bound on output tok/s, and the pipelines of its
-   optimum.
+   optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
+   pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
    of kinds. Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
@@ -28,7 +29,9 @@ from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
 from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
-from hetc.partitioner.cell_bound import METHOD, WORK_PER_SECOND, cell_bound
+from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, cell_bound
+from hetc.partitioner.colgen import METHOD as COLUMNS
+from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
@@ -258,10 +261,11 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
-        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget, a
+        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget (the
+            whole limit as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
-            in work, so plans don't depend on the machine's load; the bound's first pass is not
-            budgeted).
+            in work, so plans don't depend on the machine's load; the cell bound's first pass is
+            not budgeted).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
@@ -272,9 +276,15 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
     ceiling = batch_ceiling(units, cluster, wl, max_num_seqs)
-    bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                       budget=time_limit / 2 * WORK_PER_SECOND, progress=progress)
-    bound_value, method = bound.value, METHOD
+    per_type = Counter()
+    for n in cluster.nodes:
+        per_type[type_key(n)] += n.count
+    few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
+    # column generation has no unbudgeted first pass: it gets the whole limit where the cell bound gets half
+    bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
+                                                  budget=time_limit * (0.5 if few else 1.0) * WORK_PER_SECOND,
+                                                  progress=progress)
+    bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
         for name, of in per_tok.items():
@@ -283,8 +293,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
                 least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes}, ceiling)
                 bound_value = min(bound_value, cap / least if least > 0 else float("inf"))
         method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
-    notes: list[str] = [f"device types {m} are counted together in the bound (too many device types to count "
-                        "each apart): the bound is looser than it would be" for m in bound.merged]
+    notes: list[str] = []
     for name, curves in {n.profile.name: falling_curves(n.profile) for n in cluster.nodes}.items():
         if curves:
             notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "

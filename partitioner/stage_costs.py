@@ -6,15 +6,13 @@ overhead per round, the furthest unit a stage starting at each unit can hold in 
 and the link busy time between two types at each cut (the fastest path between any of
 their nodes; within a type, its node's fabric).
 
-Devices are counted per group of types: each type its own group, unless the cluster's count
-vectors would be more than MAX_CELLS; then the types closest in memory bandwidth share a
-count (the bound then knows a group's total, not which of its types a pipeline takes: a
-relaxation, and a loose one when the grouped types differ much).
+Devices are counted per type: `group` (per kind) and `devices` (per type) name the count a
+stage draws on (the cell bound enumerates vectors of them up to cell_bound.MAX_CELLS; past
+that, column generation bounds without enumerating them).
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +27,6 @@ __all__ = ["Case", "StageCosts", "SLACK"]
 
 INF = np.inf
 SLACK = 1e-9
-MAX_CELLS = 13_000  # 5 types of 8 devices with two of them counted together (first pass ≈ 20 s CPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +52,10 @@ class StageCosts:
         self.types = list(dict.fromkeys(k.type_key for k in kinds))
         first = [next(k for k in kinds if k.type_key == t) for t in self.types]
         per_type = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
-        self.group_of = _groups(per_type, [k.profile.memory_bandwidth for k in first])  # per type
-        self.devices = np.bincount(self.group_of, weights=per_type).astype(np.int64)  # per group
-        self.room = np.zeros(len(self.devices))  # per group: its roomiest type's usable bytes
-        np.maximum.at(self.room, self.group_of, [k.profile.usable_memory for k in first])
+        self.devices = per_type
+        self.room = np.array([k.profile.usable_memory for k in first], dtype=float)  # per type: usable bytes
         self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
-        self.group = self.group_of[self.type_of]  # per kind
+        self.group = self.type_of  # per kind: the device count it draws on
         self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
         self.paths = {(a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else
                       [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
@@ -168,17 +163,3 @@ def _period(units: list) -> tuple[int, int, int]:
             if stop + p - start > best[1] - best[0]:
                 best = (int(start), int(stop + p), p)
     return best
-
-
-def _groups(devices: np.ndarray, bandwidth: list[float]) -> np.ndarray:
-    """Group index per type: merge the two groups closest in (their fastest) memory bandwidth
-    until the count vectors number at most MAX_CELLS."""
-    groups = [[t] for t in range(len(devices))]
-    while np.prod([devices[g].sum() + 1.0 for g in groups]) > MAX_CELLS and len(groups) > 1:
-        bw = [max(bandwidth[t] for t in g) for g in groups]
-        a, b = min(itertools.combinations(range(len(groups)), 2), key=lambda p: abs(np.log(bw[p[0]] / bw[p[1]])))
-        groups[a] += groups.pop(b)
-    out = np.zeros(len(devices), dtype=np.int64)
-    for k, g in enumerate(sorted(groups)):
-        out[g] = k
-    return out

@@ -1,0 +1,217 @@
+"""Column generation over pipelines: a bound on output tok/s that scales with the number of device types.
+
+The cell bound (cell_bound.py) counts every vector of device counts, which stops scaling past
+a few types (9^8 vectors for 8 types of 8 devices). Here a column is one pipeline: a chain of
+stage kinds, its cuts, the key (aggregate.Key) it was priced at and its relaxed tok/s there.
+The master LP takes columns fractionally within the devices of each type and the tp groups of
+each kind; decode pools give at most what prefill pools feed. Its duals price stage kinds, and
+pricing (pricing.py) finds every key's chain of best reduced cost, exactly.
+
+Bound (Lagrangian): for duals π ≥ 0 per device type, σ ≥ 0 per tp kind and μ_d + μ_p ≥ 1 on
+the two feed rows, every plan (integer or not) has tok/s ≤ π·N + σ·G + Σ_p x_p·rc_p ≤
+π·N + σ·G + N_dev·max(0, max_p rc_p / d_p), rc_p a pipeline's reduced cost and d_p its
+devices. Pricing with π + ε per device gives, per key, u_k ≥ max over its chains of rc − ε·d,
+and a chain of a key of lengths ≥ lo takes d ≥ lo devices, so rc/d ≤ ε + max(0, u_k)/lo and the
+bound is π·N + σ·G + N_dev·(ε + max(0, max_k u_k / lo_k)). It holds because pricing's tok/s bounds every pipeline at
+every batch of its key (batches.py) — whatever the columns are; they only steer the duals.
+Every full pricing pass gives such a bound; the least is reported.
+
+Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
+split there (as refine.py splits a cell's); where it is longer than the shortest length of its
+class, the class is split into that length and the rest: both make the priced tok/s the chain's
+own, so the bound closes on the pipelines the LP uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.linear_solver import pywraplp
+
+from hetc.cluster import Cluster
+from hetc.partitioner.aggregate import Key, keys
+from hetc.partitioner.batches import Regimes
+from hetc.partitioner.cell_bound import CellBound, Pipeline
+from hetc.partitioner.pricing import KeyPricer
+from hetc.partitioner.refine import chain_most, chain_round
+from hetc.partitioner.stage_costs import StageCosts
+from hetc.partitioner.tables import Kind, Tables
+from hetc.scheduling import Phase
+
+__all__ = ["column_bound", "METHOD"]
+
+TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
+GAP = 4e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.5% of the LP
+TEMPLATES = 32
+MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
+SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
+SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
+
+METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
+          "exact chain pricing (loop term and link choice relaxed)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    phase: Phase
+    kinds: tuple[int, ...]
+    cuts: tuple[int, ...]
+    batch: int  # the most sequences it runs within its key (prefill pools: prompts in flight)
+    tok_s: float  # at its key's costs: the tok/s pricing valued it at
+    devices: np.ndarray  # per type
+    stages: np.ndarray  # per kind
+
+
+def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool):
+    """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`."""
+    s = pywraplp.Solver.CreateSolver("GLOP")
+    inf = s.infinity()
+    x = [s.NumVar(0, inf, "") for _ in cols]
+    dev = [s.Constraint(-inf, float(n)) for n in N]
+    grp = {g: s.Constraint(-inf, float(k)) for g, k in groups.items()}
+    obj = s.Objective()
+    F = s.NumVar(0, inf, "F") if pools else None
+    feed = {p: s.Constraint(-inf, 0.0) for p in (Phase.DECODE, Phase.PREFILL)} if pools else {}
+    if F is not None:
+        obj.SetCoefficient(F, 1.0)
+        for ct in feed.values():
+            ct.SetCoefficient(F, 1.0)
+    for c, v in zip(cols, x):
+        for t in np.nonzero(c.devices)[0]:
+            dev[t].SetCoefficient(v, float(c.devices[t]))
+        for g, ct in grp.items():
+            if c.stages[g]:
+                ct.SetCoefficient(v, float(c.stages[g]))
+        if c.phase == Phase.BOTH:
+            obj.SetCoefficient(v, c.tok_s)
+        else:
+            feed[c.phase].SetCoefficient(v, -c.tok_s)
+    obj.SetMaximization()
+    if s.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the column-generation master LP did not solve to optimality")
+    pi = np.array([max(0.0, ct.dual_value()) for ct in dev])
+    sigma = {g: max(0.0, ct.dual_value()) for g, ct in grp.items()}
+    mu = {p: max(0.0, ct.dual_value()) for p, ct in feed.items()}
+    if pools:
+        mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
+
+
+def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int) -> _Column:
+    """A chain as a column, valued at the most sequences it holds within its key (prefill pools:
+    `rate` output tokens per prompt)."""
+    kinds_ = list(chain[0])
+    devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
+    tokens = rate if phase == Phase.PREFILL else most
+    return _Column(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain), devices,
+                   np.bincount(np.array(kinds_), minlength=n_kinds))
+
+
+def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
+    """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
+    class's shortest (n > lo); [key] when neither."""
+    if not prefill and key.batch <= most < key.top:
+        return [key._replace(top=most, m=min(key.lo, most)), key._replace(batch=most + 1)]
+    if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
+        rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else \
+            key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
+        return [key._replace(hi=key.lo), rest]
+    return [key]
+
+
+def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
+                 phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
+                 progress: Callable[[str], None] | None = None) -> CellBound:
+    """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
+    master's optimum, within `budget` pricing work (DP cells; a last full pass always runs, so
+    the bound is valid whatever the budget).
+
+    Args:
+        phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
+        budget: pricing work, in DP cells (deterministic, unlike seconds).
+        progress: called with a line per iteration.
+    """
+    costs = StageCosts(tables, kinds, cluster)
+    N = costs.devices.astype(float)  # per type
+    n_dev = float(N.sum())
+    groups = {g: k.groups for g, k in enumerate(kinds) if k.tp > 1}
+    pools = Phase.PREFILL in phases and Phase.DECODE in phases
+    todo: list[tuple[Phase, Key]] = []
+    for p in phases:
+        todo += [(p, k) for k in keys(p, max_stages, ceiling, Regimes(tables.wl, p, ceiling))]
+    pricers: dict[tuple[Phase, Key], KeyPricer] = {}
+    cols: list[_Column] = []
+    seen: set = set()
+    best, work, it = np.inf, 0.0, 0
+    x: list[float] = []
+    last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
+    center = None  # the duals of the best bound so far (before any: those pricing used last)
+    missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
+    while True:
+        it += 1
+        z, x, pi, sigma, mu = _master(cols, N, groups, pools) if cols else (0.0, [], np.zeros(len(N)), {}, {})
+        if pools and not cols:
+            mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
+        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
+                 np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
+        smooth = center is not None and work < budget and not missed
+        if smooth:
+            duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
+        pi, sig, (mu_d, mu_p) = duals
+        eps = TOLERANCE * z / n_dev
+        prices = costs.tp * (pi[costs.type_of] + eps) + sig
+        worth = {Phase.BOTH: 1.0, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
+        tol = GAP * max(z, 1e-9) / n_dev
+        for pk in todo:
+            if pk not in pricers:
+                pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
+        # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
+        # columns stops there (no bound), else it priced every key
+        cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
+        order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
+        top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
+        for i, pk in enumerate(order):
+            if len(new) >= MANY and work < budget:
+                nxt += order[i:]
+                full = False
+                break
+            lo = max(1, pk[1].lo)
+            got = pricers[pk].price(prices, worth[pk[0]], lo * top * (1.0 if work >= budget else SHARE), tol)
+            work += got.work
+            upper = max(upper, got.upper / lo)
+            last[pk] = got.upper / lo
+            if got.chain is None or got.found <= tol:
+                nxt.append(pk)
+                continue
+            top = max(top, got.found / lo)
+            phase, key = pk
+            most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
+            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL)
+            nxt += [(phase, k) for k in parts]
+            for k in parts:
+                last[(phase, k)] = got.upper / lo
+            col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds))
+            if (phase, got.chain, most) not in seen:
+                seen.add((phase, got.chain, most))
+                new.append(col)
+        if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
+            value = float(pi @ N + sig @ np.array([groups.get(g, 0) for g in range(len(kinds))])
+                          + n_dev * (eps + max(0.0, upper)))
+            if value < best:
+                best, center = value, duals
+        if center is None or not np.isfinite(best):
+            center = duals
+        missed = smooth and not new
+        todo = nxt
+        cols += new
+        if progress:
+            progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys")
+        if full and not new and not smooth:
+            break
+        if full and work >= budget:
+            break
+    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].tok_s / cols[j].devices.sum()))
+    pipes = [Pipeline(cols[j].phase, cols[j].kinds, cols[j].cuts, cols[j].batch, cols[j].tok_s) for j in order][:TEMPLATES]
+    return CellBound(best, pipes)
