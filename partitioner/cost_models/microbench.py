@@ -61,8 +61,9 @@ class _Evict:
     """Evicts the caches between timed calls: reads a buffer of `evict` bytes, made on first use.
 
     A pool of at most 64 small weights can sit in a last-level cache of hundreds of MiB (480 MiB
-    on this project's 2-core hosts): a 512×512 fp32 FullyConnected then ran 1.9× faster than with
-    its weights in memory, as a served stage reads them. Used as `Case.reset` (untimed)."""
+    on this project's 2-core hosts): a 512×512 fp32 FullyConnected at 8 rows then ran 1.45× faster
+    than with its weights in memory, as a served stage reads them (BENCHMARKS.md, "Cost-model
+    fidelity (CPU)"). Used as `Case.reset` (untimed)."""
 
     def __init__(self, evict: float):
         self.numel, self.buf = int(evict) // 4 + 1, None
