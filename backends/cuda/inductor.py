@@ -52,7 +52,8 @@ class InductorToolchain:
                         files=[Path(pkg.name), Path(table.name)], runnable_here=True, notes=notes)
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
+             lean: bool = False) -> CompiledStep:
         if threads:
             torch.set_num_threads(threads)
         if weights is None:
