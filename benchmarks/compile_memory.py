@@ -234,14 +234,14 @@ def main() -> None:
                     subprocess.run(["rm", "-rf", str(out)], check=True)
                     r = run_child(root, plan, out, model, weights == "random", not a.no_check, only)
                     b, pk = r["before"], r["peak"]
-                    mib = lambda k: (pk.get(k, 0) - b[k]) / 1024  # noqa: E731
+                    anon, file = ((pk.get(k, 0) - b[k]) / 1024 for k in ("RssAnon", "RssFile"))
                     hwm = (pk["VmHWM"] - b["VmRSS"]) / 1024
                     checks = r["after"]["checks"]
                     diffs = [max(c["max_abs_diff"].values()) for c in checks if c.get("ran")]
                     sb = biggest / 2**20
-                    print(f"| {only} | {weights} | {sb:.0f} | {label} | {mib('RssAnon'):.0f} ({mib('RssAnon') / sb:.2f}) | "
-                          f"{mib('RssFile'):.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} | "
-                          (f"{max(diffs):.2e} |" if diffs else "— |"), flush=True)
+                    tail = f"{max(diffs):.2e}" if diffs else "—"
+                    print(f"| {only} | {weights} | {sb:.0f} | {label} | {anon:.0f} ({anon / sb:.2f}) | "
+                          f"{file:.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} | {tail} |", flush=True)
                     for c in checks:
                         if c and not c.get("ok", False):
                             print(f"  check: {c.get('reason') or c}", flush=True)
