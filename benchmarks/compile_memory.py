@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.conftest's profile template
 VENDORS = {"openvino": ("intel", "openvino", "GPU"), "onnx": ("intel", "openvino", "GPU"),
            "iree": ("amd", "rocm", "gfx942"), "inductor": ("nvidia", "cuda", "sm_90")}
 _FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
@@ -140,23 +141,13 @@ def write_model(d: Path, a: argparse.Namespace) -> dict[str, int]:
 
 def write_plans(d: Path, model: Path, model_bytes: int, a: argparse.Namespace) -> dict[str, Path]:
     """One 2-stage plan per vendor: two devices that each hold a bit more than half the model."""
+    from tests.conftest import PROFILE  # the tests' profile template (made-up figures)
+
     plans = {}
     for vendor, backend, target in {v for v in VENDORS.values()}:
-        (d / f"{vendor}.yaml").write_text(f"""name: {vendor}-dev
-vendor: {vendor}
-backend: {backend}
-target: {target}
-memory: {int(model_bytes * 0.75)} B
-reserved_memory: 1 kB
-memory_bandwidth: 1000 GB/s
-peak_flops: {{fp32: 50 TFLOP/s, bf16: 100 TFLOP/s}}
-efficiency: {{matmul: 0.7, memory: 0.8}}
-launch_overhead: 5 us
-host_link: pcie4
-power: 300 W
-price: 1 USD/h
-sources: ["made up for a benchmark"]
-""")
+        profile = PROFILE.format(name=f"{vendor}-dev", vendor=vendor, backend=backend,
+                                 memory=f"{int(model_bytes * 0.75)} B", bw="1000 GB/s", flops="50 TFLOP/s")
+        (d / f"{vendor}.yaml").write_text(profile.replace(f"backend: {backend}\n", f"backend: {backend}\ntarget: {target}\n"))
         (d / f"{vendor}-cluster.yaml").write_text(f"nodes:\n  - {{name: n, device: ./{vendor}.yaml, count: 2, link: pcie4}}\n"
                                                   "network: {default: ethernet-10g}\n")
         plan = d / f"{vendor}-plan.json"

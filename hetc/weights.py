@@ -52,7 +52,7 @@ def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
         f.write(struct.pack("<Q", len(raw)) + raw)
         for name, shape, dtype in specs:
             t = make(name, shape, dtype).to(dtype).contiguous()
-            f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+            f.write(t.reshape(-1).view(torch.uint8).numpy().data)
             del t
     return offset
 

@@ -18,6 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
 from hetc.weights import RandomWeights, stage_weights, write_safetensors
+from tests.conftest import PROFILE
 
 pytestmark = pytest.mark.slow
 
@@ -68,21 +69,9 @@ def test_compiling_a_stage_does_not_hold_its_weights_in_private_memory(tmp_path,
     weight_bytes = sum(s.numel() for _, s, _ in specs) * 4  # the stage's, at fp32
     if source == "converted":  # stored bf16, compiled at fp32: every weight converted on its way in
         write_safetensors(model / "model.safetensors", specs, RandomWeights(std=0.05).get)
-    (tmp_path / "intel.yaml").write_text(f"""name: intel
-vendor: intel
-backend: openvino
-target: GPU
-memory: {weight_bytes * 4} B
-reserved_memory: 1 kB
-memory_bandwidth: 400 GB/s
-peak_flops: {{fp32: 20 TFLOP/s, bf16: 40 TFLOP/s}}
-efficiency: {{matmul: 0.7, memory: 0.8}}
-launch_overhead: 5 us
-host_link: pcie4
-power: 150 W
-price: 1 USD/h
-sources: ["made up for a test"]
-""")
+    profile = PROFILE.format(name="intel", vendor="intel", backend="openvino", memory=f"{weight_bytes * 4} B",
+                             bw="400 GB/s", flops="20 TFLOP/s")
+    (tmp_path / "intel.yaml").write_text(profile.replace("backend: openvino\n", "backend: openvino\ntarget: GPU\n"))
     (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./intel.yaml, count: 1}\n"
                                      "network: {default: ethernet-10g}\n")
     plan = make_plan(PlanRequest(model=str(model), profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=64,
