@@ -37,7 +37,8 @@ __all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emula
            "stage_artifact", "stage_executor"]
 
 
-_CACHE_LAYOUT = 2  # bumped when what an entry holds changes (2: IREE modules without their weights)
+_CACHE_LAYOUT = 3  # bumped when what an entry holds changes (2: IREE modules without their weights;
+# 3: AOTInductor packages with their non-weight constants beside them)
 
 
 def emulation_toolchain(backend: str) -> str:

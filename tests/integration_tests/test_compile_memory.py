@@ -22,7 +22,7 @@ from tests.conftest import PROFILE
 
 pytestmark = pytest.mark.slow
 
-# 6 layers × 1536, vocab 4096: 655 MiB of fp32 weights in one stage; its largest tensor 24 MiB
+# 6 layers × 1536, vocab 4096: 624 MiB of fp32 weights in one stage; its largest tensor 24 MiB
 CFG = dict(vocab_size=4096, hidden_size=1536, intermediate_size=4096, num_hidden_layers=6, num_attention_heads=12,
            num_key_value_heads=4, max_position_embeddings=512, initializer_range=0.05, tie_word_embeddings=False)
 # the child: every toolchain imported, its private memory printed, then one compile without the check
