@@ -22,8 +22,10 @@ from hetc.backends.paged_attention import paged_attention
 from hetc.errors import BadInput
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.stage import AttentionForm, select_at
+from hetc.weights import MetaWeights, WeightSpec
 
-__all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "write_kv"]
+__all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "weight_specs",
+           "write_kv"]
 
 _KINDS = ("embed", "attention", "mlp", "norm", "head")
 
@@ -243,6 +245,14 @@ def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Ten
 def stage_class(form: AttentionForm) -> type[FunctionalStage]:
     """The stage module for an attention form."""
     return PagedStage if form is AttentionForm.PAGED else FunctionalStage
+
+
+def weight_specs(cfg, units: list[UnitLike], first: int, last: int, dtype: torch.dtype) -> list[WeightSpec]:
+    """The model weights stage [first, last] takes (name, shape, dtype), from the stage built on the
+    meta device: no weight is read."""
+    stage = FunctionalStage(cfg, units, first, last, dtype=dtype, weights=MetaWeights())
+    params = dict(stage.named_parameters())
+    return [(name, params[fqn].shape, params[fqn].dtype) for fqn, name in stage.weight_names.items()]
 
 
 def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[int], num_blocks: int,

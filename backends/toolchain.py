@@ -105,9 +105,12 @@ class Toolchain(Protocol):
         ...
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
+             lean: bool = False) -> CompiledStep:
         """Load a built artifact to run on this host's CPU (`kv_dtype`: the KV blocks' dtype;
-        `weights`: the model's weights, for artifacts that leave them out).
+        `weights`: the model's weights, for artifacts that leave them out; `lean`: for a few runs
+        only, such as `hetc compile`'s check — no private repacked copy of the weights where the
+        runtime has the choice, at the cost of slower steps).
 
         Raises:
             ToolchainUnavailable: the artifact has no CPU target here.

@@ -7,17 +7,54 @@ import json
 import mmap
 import struct
 import zlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 
 from hetc.errors import BadInput
 
-__all__ = ["RandomWeights", "SafetensorsWeights", "has_weights"]
+__all__ = ["MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
+           "stage_weights", "write_safetensors"]
+
+WeightSpec = tuple[str, torch.Size, torch.dtype]  # a weight's model name, shape and the dtype a stage takes
 
 _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
               "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
               "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+_ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
+                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor]) -> int:
+    """Write a safetensors file one tensor at a time: only the tensor being written is in memory.
+
+    Args:
+        path: the file to write.
+        specs: (name, shape, dtype) of every tensor, in file order (the header is written first).
+        make: `make(name, shape, dtype)` gives the tensor's values when its turn comes.
+
+    Returns:
+        The bytes of tensor data written.
+    """
+    specs = list(specs)
+    header, offset = {}, 0
+    for name, shape, dtype in specs:
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": _ST_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned: every tensor maps as a view
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name, shape, dtype in specs:
+            t = make(name, shape, dtype).to(dtype).contiguous()
+            f.write(t.reshape(-1).view(torch.uint8).numpy().data)
+            del t
+    return offset
 
 
 def has_weights(model_dir: str | Path) -> bool:
@@ -65,9 +102,17 @@ class SafetensorsWeights:
                 self._maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
         return self._maps[f]
 
+    def _key(self, name: str) -> str:
+        return name if name in self._where else self.aliases.get(name, name)
+
+    def maps(self, name: str, dtype: torch.dtype) -> bool:
+        """Whether `get(name, ..., dtype)` is a view of the mapped file (stored in `dtype`), not a copy."""
+        where = self._where.get(self._key(name))
+        return where is not None and _ST_DTYPES[where[1]] == dtype and where[3] % dtype.itemsize == 0
+
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         """The tensor `name` as `dtype` (a view of the mapped file when the dtype matches)."""
-        key = name if name in self._where else self.aliases.get(name, name)
+        key = self._key(name)
         if key not in self._where:
             raise BadInput(f"tensor {name!r} is not in the safetensors of {self.dir}.", field="--model-dir",
                            fix="point --model-dir at the weights of the model the plan was made for.")
@@ -113,3 +158,24 @@ def stage_weights(hf_cfg, model_dir: str | None):
         return RandomWeights(std=getattr(hf_cfg, "initializer_range", 0.02))
     aliases = {"lm_head.weight": "model.embed_tokens.weight"} if getattr(hf_cfg, "tie_word_embeddings", False) else {}
     return SafetensorsWeights(model_dir, aliases)
+
+
+def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path):
+    """`weights` for the tensors of `specs` as views of a mapped file: the model's own safetensors
+    when each is stored in the dtype asked for, else `folder/weights.safetensors`, written one
+    tensor at a time (seeded random weights drawn, or stored ones converted).
+
+    So a stage that holds all of them costs file pages, which the kernel can drop, not private
+    memory. The caller removes `folder` when done (a mapping outlives the unlinked file).
+
+    Args:
+        weights: a SafetensorsWeights or RandomWeights.
+        specs: (model name, shape, dtype) of the tensors that will be asked for.
+        folder: where the file goes when one is needed (created).
+    """
+    specs = list({name: (name, shape, dtype) for name, shape, dtype in specs}.values())
+    if isinstance(weights, SafetensorsWeights) and all(weights.maps(n, d) for n, _, d in specs):
+        return weights
+    folder.mkdir(parents=True, exist_ok=True)
+    write_safetensors(folder / "weights.safetensors", specs, weights.get)
+    return SafetensorsWeights(folder)

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from hetc import __version__
-from hetc.backends.stage import example_inputs, export_stage, stage_class
+from hetc.backends.stage import example_inputs, export_stage, stage_class, weight_specs
 from hetc.backends.toolchain import ToolchainUnavailable
 from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolchain, toolchain
 from hetc.cluster import Cluster, Profile
@@ -103,14 +103,16 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     """
     from hetc.partitioner.capture import load_hf_config
     from hetc.runtime.launch import check_hash, resolve_model
-    from hetc.weights import RandomWeights, SafetensorsWeights
+    from hetc.weights import mapped_weights, stage_weights
 
     say = progress or (lambda _m: None)
     plan = load_plan(o.plan)
     model_ref, weights_dir = resolve_model(plan, o.model_dir, o.random_weights)
     check_hash(plan, model_ref, o.plan)
     cfg, _ = load_hf_config(model_ref)
-    weights = SafetensorsWeights(weights_dir) if weights_dir and not o.random_weights else RandomWeights()
+    # serve's own weights: the same seeded random ones under --random-weights (the IR's .bin and ONNX's
+    # external data hold them, the other artifacts draw them again at load)
+    weights = stage_weights(cfg, weights_dir if not o.random_weights else None)
     units = plan.units
     dtype, kv_dtype = TORCH_DTYPES[plan.model.dtype], TORCH_DTYPES[plan.model.kv_dtype]
     out = Path(o.out_dir)
@@ -123,8 +125,13 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
             for s, st in enumerate(p.stages):
                 stem = f"p{p.id}s{s}"
                 say(f"stage {stem}: exporting units {st.units[0]}–{st.units[1]}")
-                stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                             weights, out, o.check, say, o.only, plan.model.dtype))
+                scratch = out / f".{stem}.weights.partial"
+                try:  # the stage's weights as views of a mapped file: file pages, not private memory
+                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch)
+                    stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
+                                                 mapped, out, o.check, say, o.only, plan.model.dtype))
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
                 "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "plan": str(Path(o.plan).resolve()), "graph_hash": plan.model.graph_hash, "model": model_ref,
@@ -242,7 +249,7 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
            "files": _files(out, art.files), "notes": art.notes, "runnable_here": art.runnable_here}
     if art.runnable_here and cases:
         try:
-            step = tc.load(art, out, kv_dtype=kv_dtype, weights=weights)
+            step = tc.load(art, out, kv_dtype=kv_dtype, weights=weights, lean=True)
             worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*_fresh(args)), eager[k]))
                      for k, args in cases.items()}
             scale = max(float(t.abs().max()) for ts in eager.values() for t in ts)

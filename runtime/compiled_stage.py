@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from hetc.backends.stage import FunctionalStage, export_stage, stage_class
+from hetc.backends.stage import FunctionalStage, export_stage, stage_class, weight_specs
 from hetc.backends.toolchain import Artifact
 from hetc.backends.toolchains import toolchain
 from hetc.errors import BadInput
-from hetc.weights import MetaWeights
+from hetc.weights import MetaWeights, mapped_weights
 from hetc.backends.paged_attention import PagedMeta
 from hetc.runtime.kv_cache import AttnMeta, KVPool
 from hetc.scheduling import KV_BLOCK_TOKENS
@@ -37,7 +37,8 @@ __all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emula
            "stage_artifact", "stage_executor"]
 
 
-_CACHE_LAYOUT = 2  # bumped when what an entry holds changes (2: IREE modules without their weights)
+_CACHE_LAYOUT = 3  # bumped when what an entry holds changes (2: IREE modules without their weights;
+# 3: AOTInductor packages with their non-weight constants beside them)
 
 
 def emulation_toolchain(backend: str) -> str:
@@ -146,8 +147,10 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
     if not (folder / "artifact.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}."))
-        try:
-            stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=weights).eval()
+        scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.weights."))
+        try:  # built from views of a mapped file, as `hetc compile` builds (hetc.weights.mapped_weights)
+            mapped = mapped_weights(weights, weight_specs(hf_cfg, units, first, last, dtype), scratch)
+            stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=mapped).eval()
             with torch.no_grad():
                 ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
                                   kv_dtype=kv_dtype)
@@ -164,6 +167,7 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
                 raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
     return _artifact(json.loads((folder / "artifact.json").read_text())), folder
 
 

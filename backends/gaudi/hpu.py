@@ -39,7 +39,8 @@ class HpuToolchain:
                         runnable_here=False, notes=[] if here else [_MISSING])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
+             lean: bool = False) -> CompiledStep:
         raise ToolchainUnavailable(f"an HPU stage runs on a Gaudi device through the HPU bridge; {_MISSING}.")
 
 

@@ -141,7 +141,8 @@ class OpenVinoToolchain:
                                "the CPU plugin at f32", "weights: the IR's own .bin beside the .xml"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
+             lean: bool = False) -> CompiledStep:
         ov = _ov()
         core = ov.Core()
         core.add_extension(ov.OpExtension(_hetc_op()))

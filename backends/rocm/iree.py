@@ -81,7 +81,8 @@ class IreeToolchain:
                                f"{table.name} names the model weights they load at start"])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None) -> CompiledStep:
+             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
+             lean: bool = False) -> CompiledStep:
         import iree.runtime as rt
 
         from hetc.backends.rocm.iree_params import parameters_module

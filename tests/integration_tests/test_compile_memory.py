@@ -1,0 +1,97 @@
+"""`hetc compile` does not need the host memory of a stage's weights (slow): compiling a stage whose
+weights must be drawn (`--random-weights`) or converted (stored bf16, compiled fp32) to OpenVINO IR
+and ONNX grows the process's private memory (RssAnon, polled from outside) by a small fraction of
+the stage's weight bytes — building the stage from materialised weights took 2x them — and the IR's
+`.bin` and ONNX's external data hold the very weights `hetc serve --random-weights` draws."""
+
+import json
+import mmap
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hetc.partitioner.planner import PlanRequest, make_plan
+from hetc.plan import save_plan
+from hetc.weights import RandomWeights, stage_weights, write_safetensors
+from tests.conftest import PROFILE
+
+pytestmark = pytest.mark.slow
+
+# 6 layers × 1536, vocab 4096: 624 MiB of fp32 weights in one stage; its largest tensor 24 MiB
+CFG = dict(vocab_size=4096, hidden_size=1536, intermediate_size=4096, num_hidden_layers=6, num_attention_heads=12,
+           num_key_value_heads=4, max_position_embeddings=512, initializer_range=0.05, tie_word_embeddings=False)
+# the child: every toolchain imported, its private memory printed, then one compile without the check
+CHILD = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch, openvino, onnx, onnxscript, onnxruntime
+from hetc.runtime.compile import CompileOptions, compile_plan
+anon = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("RssAnon")).split()[1])
+print("BEFORE", anon(), flush=True)
+m = compile_plan(CompileOptions(plan=sys.argv[1], out_dir=sys.argv[2], model_dir=sys.argv[3],
+                                random_weights=sys.argv[4] == "1", check=False, only=("openvino", "onnx")))
+print("BUILT", json.dumps([a["built"] for s in m["stages"] for a in s["artifacts"]]), flush=True)
+"""
+GROWTH = 0.5  # of the stage's weight bytes: ~0.2 measured (export and the converters' own work); 2.0 before
+
+
+def _peak_anon_growth(args: list[str]) -> tuple[int, str]:
+    """Run CHILD; the peak of its RssAnon (KiB) after its BEFORE line, less that line's, and its stdout."""
+    p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, text=True)
+    before = int(p.stdout.readline().split()[1])  # type: ignore[union-attr]
+    peak = before
+    while p.poll() is None:
+        try:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+        except OSError:
+            break
+        line = next((ln for ln in status.splitlines() if ln.startswith("RssAnon")), None)
+        if line:
+            peak = max(peak, int(line.split()[1]))
+        time.sleep(0.005)
+    out = p.stdout.read()  # type: ignore[union-attr]
+    assert p.wait() == 0
+    return peak - before, out
+
+
+@pytest.mark.parametrize("source", ["random", "converted"])
+def test_compiling_a_stage_does_not_hold_its_weights_in_private_memory(tmp_path, source):
+    cfg = LlamaConfig(**CFG)
+    model = tmp_path / "model"
+    cfg.save_pretrained(model)
+    with torch.device("meta"):
+        specs = [(n, p.shape, torch.bfloat16) for n, p in LlamaForCausalLM(cfg).named_parameters()]
+    weight_bytes = sum(s.numel() for _, s, _ in specs) * 4  # the stage's, at fp32
+    if source == "converted":  # stored bf16, compiled at fp32: every weight converted on its way in
+        write_safetensors(model / "model.safetensors", specs, RandomWeights(std=0.05).get)
+    profile = PROFILE.format(name="intel", vendor="intel", backend="openvino", memory=f"{weight_bytes * 4} B",
+                             bw="400 GB/s", flops="20 TFLOP/s")
+    (tmp_path / "intel.yaml").write_text(profile.replace("backend: openvino\n", "backend: openvino\ntarget: GPU\n"))
+    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./intel.yaml, count: 1}\n"
+                                     "network: {default: ethernet-10g}\n")
+    plan = make_plan(PlanRequest(model=str(model), profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=64,
+                                 output_len=16, disaggregate="off", time_limit=5))
+    assert [len(p.stages) for p in plan.pipelines] == [1]
+    save_plan(plan, tmp_path / "plan.json")
+    out = tmp_path / "art"
+    growth, stdout = _peak_anon_growth([str(tmp_path / "plan.json"), str(out), str(model),
+                                        "1" if source == "random" else "0"])
+    assert json.loads(stdout.split("BUILT", 1)[1]) == [True, True]
+    assert growth * 1024 < GROWTH * weight_bytes, f"+{growth / 1024:.0f} MiB for {weight_bytes / 2**20:.0f} MiB"
+    # the weight files hold what serve takes: its seeded random weights, or the stored ones at fp32
+    weights = stage_weights(cfg, None if source == "random" else str(model))
+    manifest = json.loads((out / "manifest.json").read_text())
+    files = [out / f["path"] for a in manifest["stages"][0]["artifacts"] for f in a["files"]
+             if f["path"].endswith((".bin", ".onnx.data"))]
+    assert len(files) == 2
+    for f in files:
+        with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for name, shape, _ in specs[:: len(specs) // 6]:
+                if len(shape) == 2:
+                    head = weights.get(name, shape, torch.float32).reshape(-1)[:16].numpy().tobytes()
+                    assert data.find(head) >= 0, f"{name} not in {f.name}"
