@@ -72,8 +72,7 @@ def test_matmul_weights_are_out_of_cache_when_timed_even_where_the_pool_is_cappe
     from hetc.partitioner.cost_models.microbench import matmul_cases
 
     evict = 96 << 20  # as 2× a 48 MiB cache: 64 weights of 256×256 (16 MiB) cannot leave it by themselves
-    small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict,
-                                executor=executor, threads=1)
+    small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict, executor=executor, threads=1)
     assert small.reset is not None and small.reset.numel * 4 >= evict
     if executor == "torch":
         assert large.reset is None  # its pool (3 × 32 MiB) exceeds evict by itself
