@@ -55,11 +55,7 @@ METHOD = ("column generation over pipelines: an LP over device counts per type w
 
 @dataclass(frozen=True, slots=True)
 class _Column:
-    phase: Phase
-    kinds: tuple[int, ...]
-    cuts: tuple[int, ...]
-    batch: int  # the most sequences it runs within its key (prefill pools: prompts in flight)
-    tok_s: float  # at its key's costs: the tok/s pricing valued it at
+    pipe: Pipeline  # batch: the most sequences it runs within its key; tok_s: as pricing valued it at the key's costs
     devices: np.ndarray  # per type
     stages: np.ndarray  # per kind
 
@@ -84,10 +80,10 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
         for g, ct in grp.items():
             if c.stages[g]:
                 ct.SetCoefficient(v, float(c.stages[g]))
-        if c.phase == Phase.BOTH:
-            obj.SetCoefficient(v, c.tok_s)
+        if c.pipe.phase == Phase.BOTH:
+            obj.SetCoefficient(v, c.pipe.tok_s)
         else:
-            feed[c.phase].SetCoefficient(v, -c.tok_s)
+            feed[c.pipe.phase].SetCoefficient(v, -c.pipe.tok_s)
     obj.SetMaximization()
     if s.Solve() != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the column-generation master LP did not solve to optimality")
@@ -105,7 +101,7 @@ def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: floa
     kinds_ = list(chain[0])
     devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
     tokens = rate if phase == Phase.PREFILL else most
-    return _Column(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain), devices,
+    return _Column(Pipeline(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain)), devices,
                    np.bincount(np.array(kinds_), minlength=n_kinds))
 
 
@@ -212,6 +208,6 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             break
         if full and work >= budget:
             break
-    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].tok_s / cols[j].devices.sum()))
-    pipes = [Pipeline(cols[j].phase, cols[j].kinds, cols[j].cuts, cols[j].batch, cols[j].tok_s) for j in order][:TEMPLATES]
+    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
+    pipes = [cols[j].pipe for j in order][:TEMPLATES]
     return CellBound(best, pipes)
