@@ -13,6 +13,7 @@ stages (hetc.stage.CPU_EXECUTOR).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -74,6 +75,12 @@ class _Evict:
         self.buf.sum()
 
 
+@functools.cache
+def _evictor(evict: float) -> _Evict:
+    """One evicting buffer per size for the process: the fp32 and bf16 matmul families share it."""
+    return _Evict(evict)
+
+
 def _cycle(items: list):
     state = {"i": 0}
 
@@ -108,7 +115,7 @@ def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str,
     td = TORCH_DTYPES[dtype]
     cases = []
     arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device)
-    flush = _Evict(evict)
+    flush = _evictor(evict)
     for m, n, k in shapes:
         x = _rand((m, k), td, device)
         pool = arena.pool((n, k), evict)
@@ -139,7 +146,7 @@ def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, ev
         raise ValueError("the OpenVINO executor is profiled at fp32")
     steps: dict[tuple[int, int], tuple] = {}
     cases = []
-    flush = _Evict(evict)
+    flush = _evictor(evict)
     for m, n, k in shapes:
         if (n, k) not in steps:
             count = max(1, min(64, _CHAIN_BYTES // (n * k * 4)))
