@@ -147,6 +147,25 @@ def cpu_seconds(frontend: int) -> dict[str, float]:
             **{f"worker {w}": ticks.get(w, 0) / tck for w in kids.get(frontend, [])}}
 
 
+def run_queue_waits(frontend: int) -> dict[str, float]:
+    """Seconds each of the server's workers (the frontend's children) has spent runnable but not
+    running so far, over all its threads (/proc/PID/task/*/schedstat, second field): time its
+    steps lose waiting for a core that another process holds — which a profile measured with the
+    device alone never sees."""
+    kids, _ = rc.process_ticks()
+    out = {}
+    for w in kids.get(frontend, []):
+        total = 0
+        for t in os.listdir(f"/proc/{w}/task") if os.path.isdir(f"/proc/{w}/task") else []:
+            try:
+                with open(f"/proc/{w}/task/{t}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        out[f"worker {w}"] = total / 1e9
+    return out
+
+
 def stage_steps(url: str) -> dict[str, list[float]]:
     """Per stage (lane.stage), [seconds, count] of every micro-batch step it ran so far: the
     workers' own timing (forward and their host work around it), from /metrics."""
@@ -253,18 +272,22 @@ def main() -> None:
                 write_trace(load.requests, trace)
                 reqs = [json.loads(x) for x in trace.read_text().splitlines()]
                 before, cpu0, t0 = stage_steps(srv.url), cpu_seconds(srv.proc.pid), time.monotonic()
+                rq0 = run_queue_waits(srv.proc.pid)
                 got, other, waited = quiet(lambda reqs=reqs: replay(srv, reqs, 7), a.quiet_wait, tries=a.tries)
                 meas = measured_metrics(got)
                 steps = step_ms(before, stage_steps(srv.url))
                 wall, cpu1 = time.monotonic() - t0 - waited, cpu_seconds(srv.proc.pid)
                 cores = {k: (v - cpu0.get(k, 0.0)) / wall for k, v in cpu1.items()}
+                waits = {k: (v - rq0.get(k, 0.0)) / wall for k, v in run_queue_waits(srv.proc.pid).items()}
                 sim = json.loads(hetc("evaluate", str(plan), "--trace", str(trace), "--json", *limits))
                 rows.append((name, frac, rate, meas, sim, other, os.getloadavg()[0]))
                 sim_steps = {f"{s['lane']}.{s['stage']}": s["step_ms"] for s in sim["stages"]}
                 print(f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
                       f"  (other processes {other:.0%}, waited {waited:.0f} s)\n      mean stage step, served / simulated: "
                       + ", ".join(f"{k} {v:.1f} / {sim_steps.get(k, float('nan')):.1f} ms" for k, v in sorted(steps.items()))
-                      + "\n      our processes' CPU, cores: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items())),
+                      + "\n      our processes' CPU, cores: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
+                      + "\n      workers runnable but waiting for a core, share of the run: "
+                      + ", ".join(f"{k} {v:.1%}" for k, v in sorted(waits.items())),
                       flush=True)
     print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |"
           "\n|---|---|---|---:|---:|---:|---|")
