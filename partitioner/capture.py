@@ -87,6 +87,31 @@ def _bad_model(ref: str, why: str) -> BadInput:
                         "config.json, a Hugging Face id in the local cache, package.module:factory, or a .pt2 file.")
 
 
+def pinned_torch() -> str | None:
+    """The torch release hetc is built and tested against (its `torch==` requirement), if installed as a package."""
+    from importlib import metadata
+
+    try:
+        reqs = metadata.requires("hetc") or []
+    except metadata.PackageNotFoundError:
+        return None
+    return next((r.split("==", 1)[1].split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch==")), None)
+
+
+def _export_failed(ref: str, e: Exception) -> BadInput:
+    """torch.export's refusal; under another torch than hetc's pin, that torch is the likely cause
+    (seen: torch 2.11's export specialises the catalog Llamas' token dimension, which 2.13 keeps)."""
+    import torch
+
+    pinned, here = pinned_torch(), torch.__version__.split("+")[0]
+    if pinned and here != pinned:
+        return BadInput(f"cannot use model {ref!r}: torch.export rejected it under torch {torch.__version__}, while "
+                        f"hetc is built and tested against torch {pinned}: {first_line(e)}", field="MODEL",
+                        fix=f"install torch=={pinned} (the CUDA or ROCm build on a GPU host), or capture where it is "
+                            "installed: plans and the capture cache (HETC_CACHE_DIR) carry the units.")
+    return _bad_model(ref, f"torch.export rejected it: {first_line(e)}")
+
+
 def load_hf_config(ref: str):
     """The transformers config for a catalog name, a model dir or a cached hub id; (config, kind)."""
     from transformers import AutoConfig
@@ -169,7 +194,7 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
             return export(model, (), {"input_ids": ids, "use_cache": False},
                           dynamic_shapes={"input_ids": {1: tokens}, "use_cache": None}, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model does not export"
-        raise _bad_model(ref, f"torch.export rejected it: {first_line(e)}") from None
+        raise _export_failed(ref, e) from None
 
 
 
@@ -274,7 +299,7 @@ def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         except Exception:  # a batch-specialized model: export it with its example shape
             ep = export(module, example, strict=False)
     except Exception as e:
-        raise _bad_model(ref, f"torch.export rejected it: {first_line(e)}") from None
+        raise _export_failed(ref, e) from None
     return _capture_program(ep, ref, "factory", dtype, kv_dtype)
 
 
