@@ -74,14 +74,23 @@ def prepare(work: Path) -> None:
 
 
 def _capture_entries(work: Path) -> None:
-    """The captured units of both models as capture-cache entries (`check --seed-capture`)."""
-    from hetc.partitioner import capture_cache
+    """The captured units of both models as capture-cache entries (`check --seed-capture`): each
+    captured into a cache folder of its own, WORK/captures/NAME/KEY.json."""
+    import os
+
     from hetc.partitioner.capture import capture
 
-    (work / "captures").mkdir(exist_ok=True)
     for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
-        doc = {"schema": capture_cache.SCHEMA, "model": capture_cache._encode(capture(ref, dtype=dtype, kv_dtype=dtype))}
-        (work / "captures" / f"{name}.json").write_text(json.dumps({"dtype": dtype, "entry": doc}))
+        folder = work / "captures" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.json"):
+            old.unlink()
+        os.environ["HETC_CACHE_DIR"] = str(folder)
+        try:
+            capture(ref, dtype=dtype, kv_dtype=dtype)
+        finally:
+            del os.environ["HETC_CACHE_DIR"]
+        (folder / "dtype").write_text(dtype)
 
 
 def seed_capture(work: Path, tiny: Path) -> None:
@@ -91,11 +100,13 @@ def seed_capture(work: Path, tiny: Path) -> None:
     from hetc.partitioner import capture_cache
 
     for name, ref in (("tiny", str(tiny)), ("8b", "llama-3.1-8b")):
-        doc = json.loads((work / "captures" / f"{name}.json").read_text())
-        key = capture_cache.cache_key(ref, doc["dtype"], doc["dtype"])
+        folder = work / "captures" / name
+        dtype = (folder / "dtype").read_text()
+        entry = next(folder.glob("*.json"))  # keyed by the preparing host's torch: re-keyed for this one
+        key = capture_cache.cache_key(ref, dtype, dtype)
         d = capture_cache.cache_dir()
         d.mkdir(parents=True, exist_ok=True)
-        (d / f"{key}.json").write_text(json.dumps(doc["entry"]))
+        (d / f"{key}.json").write_bytes(entry.read_bytes())
 
 
 class Served:
