@@ -424,11 +424,30 @@ def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], pro
         print(f"| {b} | {e:.1f} | {h:.1f} | **{ratio:.2f}** | {', '.join(f'{x:.2f}' for x in per)} | {other:.0%} |")
 
 
+def host_bandwidth(threads: int) -> float:
+    """The copy bandwidth `hetc profile` measures (256 MiB at `threads` threads), now: whether the
+    host still is the one the profile measured (this VM's memory bandwidth was seen to move from
+    11.5 to 7.3 GB/s within an hour, idle)."""
+    from hetc.partitioner.cost_models import bench, microbench
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        c = bench.run_cases([microbench.copy_case(256 * 2**20, device="cpu")], rounds=3)[0]
+    finally:
+        torch.set_num_threads(old)
+    return c.meta["bytes"] / c.seconds
+
+
 def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
                           runs: int) -> None:
     """Item 4 alone: at each batch, the planner's 1-stage plan from `profile` served on one device with
     the profile's threads; its measured mean decode step (the workers' own timing, /metrics) against
-    the plan's predicted_ms, over `runs` offline rounds."""
+    the plan's predicted_ms, over `runs` offline rounds. Beside each round, the host's copy bandwidth
+    against the profile's: a comparison is only as good as the host is still the profiled one."""
+    from hetc.cluster import load_profile
+
+    profiled_bw = load_profile(str(profile)).memory_bandwidth
     threads = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("threads") or 1
     executor = yaml.safe_load(profile.read_text()).get("efficiency_curves", {}).get("executor") or "torch"
     print(f"profile {profile} (executor {executor}, {threads} thread(s)); prompt {prompt} → {output} tokens", flush=True)
@@ -437,19 +456,20 @@ def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[
         plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
         pred = predicted_decode(plan)["0.0"]
         with Server(plan, model, threads=threads, max_seqs=batch) as srv:
-            steps = []
+            steps, drift = [], []
             for i in range(runs):
+                drift.append(host_bandwidth(threads) / profiled_bw)
                 (_, _, st), other, _ = quiet_run(f"b{batch} round {i + 1}", lambda b=batch: offline(srv, b, prompt,
                                                                                                      output))
                 steps.append(st["0.0"][0] / st["0.0"][1])
                 print(f"batch {batch} round {i + 1}: decode step {steps[-1] * 1e3:.1f} ms (predicted {pred * 1e3:.1f}); "
-                      f"other processes {other:.0%}, load {os.getloadavg()[0]:.2f}", flush=True)
-        m = statistics.median(steps)
-        rows.append((batch, pred, m))
-    print("| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted |\n"
-          "|---:|---:|---:|---:|")
-    for b, p, m in rows:
-        print(f"| {b} | {p * 1e3:.1f} | {m * 1e3:.1f} | **{m / p:.2f}** |")
+                      f"host bandwidth {drift[-1]:.2f}× the profile's; other processes {other:.0%}, load "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
+        rows.append((batch, pred, statistics.median(steps), statistics.median(drift)))
+    print("| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted | host bandwidth / "
+          "profile's |\n|---:|---:|---:|---:|---:|")
+    for b, p, m, d in rows:
+        print(f"| {b} | {p * 1e3:.1f} | {m * 1e3:.1f} | **{m / p:.2f}** | {d:.2f} |")
 
 
 def main() -> None:
