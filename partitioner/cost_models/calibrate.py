@@ -58,7 +58,9 @@ def check_device(device: str) -> None:
                        field="--device", fix=f"run `hetc profile --device {device}` on a machine with {names[device]} "
                        "and its PyTorch build, or profile this machine's CPU with `--device cpu`.")
     raise BadInput(f"measuring {device} devices is not available in this version of hetc.", field="--device",
-                   fix=f"use the catalog profile for your {device} device (`hetc devices`), or `--device cpu`.")
+                   fix=f"use the catalog profile for your {device} device (`hetc devices`; on an NVIDIA GPU, "
+                       "`python benchmarks/gpu_measure.py measure` then `compare` times it against that profile), "
+                       "or `--device cpu`.")
 
 
 def _q(v: float, unit: str) -> str:
