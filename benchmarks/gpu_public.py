@@ -7,9 +7,9 @@ came from), run hetc twice on the same devices and workload:
   states it or the engine's cap on running sequences, else the best batch that fits);
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
-to the target (round ROUND: gathered after the cost model was frozen at FROZEN), overall and per
-vendor, with the earlier rounds reported beside (round 1: the first comparison; rounds 2, 3 and 4:
-gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
+to the target (HELD_ROUNDS: gathered after the cost model was frozen at FROZEN), overall and per
+vendor over the held rounds together and per round, with the earlier rounds reported beside (round 1:
+the first comparison; rounds 2, 3 and 4: gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "005d8e27aa14a7a2976678cb3fb8dfebc324b2c6"  # the cost-model commit, made before any held figure was looked at
-ROUND = 5  # the round of figures gathered after FROZEN (the earlier rounds are reported beside)
+HELD_ROUNDS = (5, 6)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
@@ -120,6 +120,26 @@ SOURCES = {
               "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
               "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
               "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
+    # ---- round 6 (gathered after FROZEN) ----
+    "gaudi120": "Intel's Gaudi 2 and Gaudi 3 throughput figures at Intel Gaudi software 1.20.0: 'ref_perf' of "
+                "PyTorch/Hugging_Face_pipelines/Benchmarking_on_Optimum-habana_with_fp8/Gaudi_1-20.json in "
+                "HabanaAI/Gaudi-tutorials @ ad1738ecabd782c4ba14ab4f26c61128cf29af14 (the README: Benchmark.py reports "
+                "'performance comparison against published numbers in Gaudi Model Performance'; the values are the same "
+                "since the file was added at 936902b), each row with its run command: optimum-habana run_generation.py, "
+                "FP8 (INC maxabs_quant), DeepSpeed over --world_size cards (TP), --batch_size, --max_input_tokens, "
+                "--max_new_tokens; ⚠ metric read as output tok/s, as for gaudi. Held: every row whose (device, model, card "
+                "count) Intel's 1.18 pages (rounds 1-4) did not list (Gaudi 3: Llama 3.1 405B x8, Llama 3.3 70B x8 — the "
+                "catalog's llama-3.1-70b, same architecture; Gaudi 2: Llama 3.1 70B x2 and x8); the release's other 24 "
+                "rows (configurations rounds 1-4 measured at 1.18) are reported beside, not held. Decided before any "
+                "prediction was made. The file's Gaudi_1-19.json (software 1.19.0, superseded) is not used",
+    "gaudi3vllm": "HabanaAI/Gaudi-tutorials @ c44d768bfe22c48f0731bbe162e874578098804e PyTorch/vLLM_Tutorials/"
+                  "Deploying_vLLM/README.md: the perftest.sh example outputs 'for Gaudi3' (vLLM v0.7.2+Gaudi-1.21.0, "
+                  "image vault.habana.ai/gaudi-docker/1.21.0; dtype bfloat16, the default; TP from settings_vllm.csv: "
+                  "Llama-3.1-8B-Instruct 1, Llama-3.1-405B-Instruct 8); benchmark_serving.py, sonnet dataset, "
+                  "--sonnet-input-len 2048 --sonnet-output-len 2048 --ignore-eos, 640 prompts at --max-concurrency 64 (the "
+                  "batch); 'Output token throughput (tok/s)'. Input length = 'Total input tokens' ÷ requests = "
+                  "1,195,639 / 640 = 1,868 (the sonnet prompts come out below the nominal 2,048); output 1,310,720 / 640 "
+                  "= 2,048",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
@@ -146,14 +166,15 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5: after FROZEN (held)
+    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5, 6: after FROZEN
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
+    hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
 
     @property
     def held(self) -> bool:
-        """Gathered after FROZEN: held to the target."""
-        return self.round == ROUND
+        """Gathered after FROZEN and not set aside by its round's rule: held to the target."""
+        return self.round in HELD_ROUNDS and self.hold
 
 
 CASES = [
@@ -317,6 +338,38 @@ CASES = [
           (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
           (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
           (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"))],
+    # ---- round 6: gathered after the freeze at FROZEN (held with round 5) ----
+    # Intel's figures at software 1.20.0 (optimum-habana, FP8, fixed batch, TP over the cards): held where the
+    # (device, model, card count) is new to rounds 1-4, the release's other rows beside (the rule in SOURCES)
+    *[Case(f"g120-{g}-{n}x-{m}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "gaudi120", "intel",
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, 6, f"batch {b}{note}", hold=hold)
+      for g, n, m, model, note, hold, rows in (
+          ("gaudi3", 8, "405b", "llama-3.1-405b", "", True, ((128, 128, 2996, 3488), (128, 2048, 460, 4998),
+                                                            (2048, 128, 195, 394), (2048, 2048, 180, 2238))),
+          ("gaudi3", 8, "l33-70b", "llama-3.1-70b", "; Llama 3.3 70B", True,
+           ((128, 128, 3986, 16622), (128, 2048, 2048, 24705), (2048, 128, 774, 1890), (2048, 2048, 719, 11043))),
+          ("gaudi2", 2, "70b", "llama-3.1-70b", "", True, ((128, 128, 1792, 3421), (128, 2048, 256, 3827),
+                                                          (2048, 128, 142, 462), (2048, 2048, 139, 1665))),
+          ("gaudi2", 8, "70b", "llama-3.1-70b", "", True, ((128, 128, 4000, 10404), (128, 2048, 768, 13639),
+                                                          (2048, 128, 383, 1553), (2048, 2048, 476, 6715))),
+          ("gaudi3", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 4853), (128, 2048, 512, 6835),
+                                                            (2048, 128, 242, 506), (2048, 2048, 241, 2859))),
+          ("gaudi3", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 1536, 25097), (128, 2048, 768, 20425),
+                                                         (2048, 128, 256, 2765), (2048, 2048, 256, 9013))),
+          ("gaudi3", 2, "70b", "llama-3.1-70b", "", False, ((128, 128, 2048, 5466), (128, 2048, 450, 6535),
+                                                           (2048, 128, 223, 663), (2048, 2048, 175, 2891))),
+          ("gaudi3", 8, "70b", "llama-3.1-70b", "", False, ((128, 128, 4000, 18290), (128, 2048, 768, 21138),
+                                                           (2048, 128, 512, 2273), (2048, 2048, 600, 10600))),
+          ("gaudi2", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 2935), (128, 2048, 256, 3963),
+                                                            (2048, 128, 95, 318), (2048, 2048, 159, 1767))),
+          ("gaudi2", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 2816, 19907), (128, 2048, 512, 14866),
+                                                         (2048, 128, 179, 2099), (2048, 2048, 256, 6060))))
+      for i, o, b, v in rows],
+    # Intel's vLLM tutorial: Gaudi 3, BF16, 64 requests in flight
+    Case("g3vllm-1x-8b-1868/2048", "1xgaudi3", "llama-3.1-8b", "bf16", 1868, 2048, 3644.60, "gaudi3vllm", "intel", "a:0",
+         64, 6, "vLLM 0.7.2+Gaudi, TP1, BF16, 64 concurrent"),
+    Case("g3vllm-8x-405b-1868/2048", "8xgaudi3", "llama-3.1-405b", "bf16", 1868, 2048, 865.73, "gaudi3vllm", "intel",
+         "a:0-7", 64, 6, "vLLM 0.7.2+Gaudi, TP8, BF16, 64 concurrent"),
 ]
 
 
@@ -398,17 +451,29 @@ def main() -> None:
         b = run_batch(c)
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
             (f"; {c.note}" if c.note else "")
+        mark = " (held)" if c.held else " (beside)" if c.round in HELD_ROUNDS else ""
         print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
-              f"{mine or '– | –'} | {choice or '–'} | {c.round}{' (held)' if c.held else ''} | {c.source} |", flush=True)
+              f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |", flush=True)
     print()
+    held_rounds = sorted({c.round for c, _ in at if c.held})
+    groups = [(f"held figures, rounds {' + '.join(map(str, held_rounds))} together", lambda c: c.held)] \
+        if len(held_rounds) > 1 else []
     for r in sorted({c.round for c, _ in at}, reverse=True):
-        errs = [(c, e) for c, e in at if c.round == r]
-        what = "held figures" if r == ROUND else f"round {r} (reported beside)"
+        if r in HELD_ROUNDS:
+            groups.append((f"held figures, round {r}", lambda c, r=r: c.round == r and c.held))
+            groups.append((f"round {r}, set aside by its rule (reported beside)",
+                           lambda c, r=r: c.round == r and not c.held))
+        else:
+            groups.append((f"round {r} (reported beside)", lambda c, r=r: c.round == r))
+    for what, member in groups:
+        errs = [(c, e) for c, e in at if member(c)]
+        if not errs:
+            continue
         print(f"- at the public configuration, {what}: {medians(errs)}")
         for v in ("nvidia", "amd", "intel"):
             print(f"  - {v}: {medians([(c, e) for c, e in errs if c.vendor == v])}")
         if own:
-            print(f"  - hetc plan's own choice vs the public figure: {medians([(c, e) for c, e in own if c.round == r])}")
+            print(f"  - hetc plan's own choice vs the public figure: {medians([(c, e) for c, e in own if member(c)])}")
         worst = max(errs, key=lambda ce: abs(ce[1]))
         print(f"  - worst: {worst[0].name} {worst[1]:+.1%}")
     print(f"\n{MLPERF_LENGTHS}")

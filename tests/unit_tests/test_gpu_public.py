@@ -36,3 +36,26 @@ def test_case_matches_its_cluster_and_catalog(case):
 
 def test_frozen_commit_is_a_full_hash():
     assert re.fullmatch(r"[0-9a-f]{40}", gpu_public.FROZEN)
+
+
+@pytest.mark.parametrize("name", ["g3vllm-1x-8b-1868/2048", "g120-gaudi2-2x-70b-2048/128", "mlperf51-8xh200-qct"])
+def test_breakdown_adds_up_to_the_planners_estimate(name):
+    """The component split of gpu_public_breakdown.py sums to what estimate_pipeline predicts for the
+    same replica (its round), so the shares it reports are the planner's own time, not a re-derivation."""
+    from hetc.partitioner.capture import capture
+    from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+
+    bspec = importlib.util.spec_from_file_location("gpu_public_breakdown", REPO / "benchmarks" / "gpu_public_breakdown.py")
+    breakdown = importlib.util.module_from_spec(bspec)
+    bspec.loader.exec_module(breakdown)
+    case = next(c for c in gpu_public.CASES if c.name == name)
+    parts, batch, tok_s = breakdown.breakdown(case)
+    m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
+    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    st = parse_placement(case.placement, cl, m.num_layers)[0].stages[0]
+    node = next(n for n in cl.nodes if n.name == st.node)
+    est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl,
+                            Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
+    assert est is not None and sum(parts.values()) == pytest.approx(est.round_s, rel=1e-9)
+    assert tok_s == pytest.approx(est.output_tok_s, rel=1e-9)
+    assert all(v >= 0 for v in parts.values()) and any(k.endswith("GEMMs") for k in parts)
