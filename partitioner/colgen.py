@@ -109,7 +109,10 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
     """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
     class's shortest (n > lo); [key] when neither."""
     if not prefill and key.batch <= most < key.top:
-        return [key._replace(top=most, m=min(key.lo, most)), key._replace(batch=most + 1)]
+        mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
+        rest = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
+            [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
+        return [key._replace(top=most, m=min(key.lo, most))] + rest
     if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
         rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else \
             key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
@@ -174,7 +177,10 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                 full = False
                 break
             lo = max(1, pk[1].lo)
-            got = pricers[pk].price(prices, worth[pk[0]], lo * top * (1.0 if work >= budget else SHARE), tol)
+            # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
+            # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
+            beat = max(lo * top * (1.0 if work >= budget else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
+            got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
             work += got.work
             upper = max(upper, got.upper / lo)
             last[pk] = got.upper / lo
