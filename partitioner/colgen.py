@@ -33,7 +33,7 @@ from ortools.linear_solver import pywraplp
 from hetc.cluster import Cluster
 from hetc.partitioner.aggregate import Key, keys
 from hetc.partitioner.batches import Regimes
-from hetc.partitioner.cell_bound import CellBound, Pipeline
+from hetc.partitioner.cell_bound import WORK_PER_SECOND, CellBound, Pipeline
 from hetc.partitioner.pricing import KeyPricer
 from hetc.partitioner.refine import chain_most, chain_round
 from hetc.partitioner.stage_costs import StageCosts
@@ -43,10 +43,11 @@ from hetc.scheduling import Phase
 __all__ = ["column_bound", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
-GAP = 4e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.5% of the LP
+GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
 TEMPLATES = 32
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
 SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
+EVALUATION = 4e-4 * WORK_PER_SECOND  # one kind's unit costs at a new operating point (the cost model; ~0.3–0.5 ms)
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
@@ -147,6 +148,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     x: list[float] = []
     last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
     center = None  # the duals of the best bound so far (before any: those pricing used last)
+    spent = 0.0  # the work of the last full pass
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
@@ -155,7 +157,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
                  np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
-        smooth = center is not None and work < budget and not missed
+        final = work + spent >= budget  # this pass would end past the budget: price every key, then stop
+        smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
         pi, sig, (mu_d, mu_p) = duals
@@ -163,23 +166,25 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         prices = costs.tp * (pi[costs.type_of] + eps) + sig
         worth = {Phase.BOTH: 1.0, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
         tol = GAP * max(z, 1e-9) / n_dev
+        start, evaluations = work, tables.evaluations
         for pk in todo:
             if pk not in pricers:
                 pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
+        work += EVALUATION * (tables.evaluations - evaluations)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
         cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
         order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
         top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
         for i, pk in enumerate(order):
-            if len(new) >= MANY and work < budget:
+            if len(new) >= MANY and not final:
                 nxt += order[i:]
                 full = False
                 break
             lo = max(1, pk[1].lo)
             # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
             # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
-            beat = max(lo * top * (1.0 if work >= budget else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
+            beat = max(lo * top * (1.0 if final else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
             got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
             work += got.work
             upper = max(upper, got.upper / lo)
@@ -199,6 +204,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                 seen.add((phase, got.chain, most))
                 new.append(col)
         if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
+            spent = work - start
             value = float(pi @ N + sig @ np.array([groups.get(g, 0) for g in range(len(kinds))])
                           + n_dev * (eps + max(0.0, upper)))
             if value < best:
@@ -210,9 +216,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         cols += new
         if progress:
             progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys")
-        if full and not new and not smooth:
-            break
-        if full and work >= budget:
+        if full and (final or not new and not smooth):
             break
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetc.partitioner.aggregate import Key
+from hetc.partitioner.cell_bound import WORK_PER_SECOND
 from hetc.partitioner.price_dp import free_chain, free_dp, typed_chain, typed_dp
 from hetc.partitioner.refine import Chain
 from hetc.partitioner.stage_costs import SLACK, StageCosts
@@ -36,7 +37,12 @@ from hetc.partitioner.stage_costs import SLACK, StageCosts
 __all__ = ["KeyPricer", "Priced"]
 
 INF = np.inf
-TYPED = 1.0  # the typed DP's cells, in free_dp's (the work budget's unit)
+# work, in cell_bound.WORK_PER_SECOND's unit (seconds on one core of the reference machine, measured on
+# types6-24 and types8-64): so that the pricing budget means the same on any machine
+FREE_CELL = 4e-9 * WORK_PER_SECOND  # one free_dp cell (kind × row × unit × stage): ~2.5e8 a second
+TYPED_CELL = 7e-9 * WORK_PER_SECOND  # one typed_dp cell (× sparse-table level): ~1.4e8 a second
+REACH = 3e-8 * WORK_PER_SECOND  # one u0 entry (kind × row × unit): ~3.2e7 a second
+CERTIFICATE = 6e-5 * WORK_PER_SECOND  # one key's certificate at new prices
 FIRST = 5  # R values of the first DP round: quantiles of the candidates
 
 
@@ -104,13 +110,13 @@ class KeyPricer:
         """
         cert = self.certificate(prices, worth)
         if cert <= beat + tol:
-            return Priced(cert, -INF, None, 0.0, 0.0)
+            return Priced(cert, -INF, None, 0.0, CERTIFICATE)
         cand, top = self.cand, worth * self.rate
         spare = top - self.weight(prices)  # no chain of bottleneck R does better than spare / R
         N = len(cand)
         f: dict[int, float] = {}  # the least price of a chain with bottleneck ≤ cand[i], or a lower bound on it
         att: dict[int, float] = {}  # the least price of such a chain the DP found (inf: none)
-        work = 0.0
+        work = CERTIFICATE
 
         def evaluate(idx: list[int]) -> None:
             nonlocal work
@@ -195,8 +201,8 @@ class KeyPricer:
                 got = typed_dp(u0[:, rows], pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows]) if typed \
                     else free_dp(u0[:, rows], pk, key.lo, hi, cap[rows])
                 low[rows], best[rows], w = got
-                work += w * (TYPED if typed else 1.0)
-        return low, best, work
+                work += w * (TYPED_CELL if typed else FREE_CELL)
+        return low, best, work + REACH * u0.size
 
     def _backtrack(self, R: float, prices: np.ndarray, f: float) -> tuple[Chain, float]:
         """A chain of the key's class (less its empty stages) with bottleneck ≤ R and price ≤ f."""
@@ -204,6 +210,7 @@ class KeyPricer:
         pk, hi = prices[self.kinds], min(self.key.hi, self.costs.u)
         link_ok = self.case.cheapest <= R * (1 + SLACK)
         if link_ok.all():
-            return free_chain(u0, pk, self.kinds, self.key.lo, hi, f)
+            chain, work = free_chain(u0, pk, self.kinds, self.key.lo, hi, f)
+            return chain, work * FREE_CELL + REACH * u0.size
         chain, work = typed_chain(u0, pk, self.kinds, self.type_of, self.T, link_ok, self.key.lo, hi, f)
-        return chain, work * TYPED
+        return chain, work * TYPED_CELL + REACH * u0.size

@@ -137,6 +137,7 @@ GROUP_SIZES = (1, 2, 4, 8)
 # one split and estimate of a chain at one batch costs about this much work (cell_bound.WORK_PER_SECOND)
 # per unit of the model and per 20 stages (measured: ~0.7 ms for 163 units and 6 stages)
 EVALUATION_WORK = 100.0
+COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work counted); templates get a sixth
 
 
 def _slots(cluster: Cluster) -> Counter:
@@ -280,9 +281,9 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     for n in cluster.nodes:
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
-    # column generation has no unbudgeted first pass: it gets the whole limit where the cell bound gets half
+    # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
     bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                                                  budget=time_limit * (0.5 if few else 1.0) * WORK_PER_SECOND,
+                                                  budget=time_limit * (0.5 if few else COLUMN_SHARE) * WORK_PER_SECOND,
                                                   progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
