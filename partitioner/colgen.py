@@ -5,7 +5,8 @@ a few types (9^8 vectors for 8 types of 8 devices). Here a column is one pipelin
 stage kinds, its cuts, the key (aggregate.Key) it was priced at and its relaxed tok/s there.
 The master LP takes columns fractionally within the devices of each type and the tp groups of
 each kind; decode pools give at most what prefill pools feed. Its duals price stage kinds, and
-pricing (pricing.py) finds every key's chain of best reduced cost, exactly.
+pricing (pricing.py) finds every key's chain of best reduced cost (to GAP; over chains padded
+with empty stages where no link binds, price_dp.py: a relaxation, so the bound holds).
 
 Bound (Lagrangian): for duals π ≥ 0 per device type, σ ≥ 0 per tp kind and μ_d + μ_p ≥ 1 on
 the two feed rows, every plan (integer or not) has tok/s ≤ π·N + σ·G + Σ_p x_p·rc_p ≤
@@ -14,10 +15,13 @@ devices. Pricing with π + ε per device gives, per key, u_k ≥ max over its ch
 and a chain of a key of lengths ≥ lo takes d ≥ lo devices, so rc/d ≤ ε + max(0, u_k)/lo and the
 bound is π·N + σ·G + N_dev·(ε + max(0, max_k u_k / lo_k)). It holds because pricing's tok/s bounds every pipeline at
 every batch of its key (batches.py) — whatever the columns are; they only steer the duals.
-Every full pricing pass gives such a bound; the least is reported.
+Every full pricing pass gives such a bound; the least is reported. In a full pass a key is priced
+only as far as its upper estimate per device stays below the best one so far: it cannot raise the
+bound. Pricing uses duals smoothed toward those of the best bound (Wentges), and all its work
+(DP cells, the cost model at new keys) counts against the budget, the last full pass included.
 
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
-split there (as refine.py splits a cell's); where it is longer than the shortest length of its
+split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
 own, so the bound closes on the pipelines the LP uses.
 """
@@ -125,12 +129,12 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                  phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
                  progress: Callable[[str], None] | None = None) -> CellBound:
     """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
-    master's optimum, within `budget` pricing work (DP cells; a last full pass always runs, so
-    the bound is valid whatever the budget).
+    master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
+    is valid whatever the budget).
 
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
-        budget: pricing work, in DP cells (deterministic, unlike seconds).
+        budget: pricing work, in cell_bound.WORK_PER_SECOND's unit (deterministic, unlike seconds).
         progress: called with a line per iteration.
     """
     costs = StageCosts(tables, kinds, cluster)
@@ -148,7 +152,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     x: list[float] = []
     last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
     center = None  # the duals of the best bound so far (before any: those pricing used last)
-    spent = 0.0  # the work of the last full pass
+    spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
@@ -157,7 +161,9 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
                  np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
-        final = work + spent >= budget  # this pass would end past the budget: price every key, then stop
+        # this pass would end past the budget (a full pass costs what the last one did, or before any,
+        # what a key has cost so far per key): price every key, then stop
+        final = work + (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
         smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
@@ -187,6 +193,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             beat = max(lo * top * (1.0 if final else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
             got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
             work += got.work
+            priced[0], priced[1] = priced[0] + got.work, priced[1] + 1
             upper = max(upper, got.upper / lo)
             last[pk] = got.upper / lo
             if got.chain is None or got.found <= tol:

@@ -1,4 +1,4 @@
-"""Pricing for column generation (colgen.py): the chain of best reduced cost at one operating point, exactly.
+"""Pricing for column generation (colgen.py): the chain of best reduced cost at one operating point.
 
 For a key (aggregate.Key: a phase, a batch interval, a class of pipeline lengths), a price per
 stage kind (its devices' duals, plus its tp-group dual) and the worth of one output tok/s (1
@@ -8,13 +8,15 @@ its first batch, links at their cheapest cut between two types). Device counts a
 counted: the master LP does that.
 
 f(R), the least price of a chain of the class whose bottleneck is at most R, is a dynamic
-program over (stages, type of the last stage, the unit where the chain ends exactly): a stage
-of kind g ends at v when it starts at some u in [u0(g, v), v), u0 the first start from which g
-reaches v within R and memory (a stage reaches at least as far from a later start), so each
-step is a range minimum (a sparse table over u). The rows of the DP are values of R, computed
-together. Every chain's R is one of the stage and link times that can occur (`cand`); over an
-index interval (i, j] of them no chain does better than worth·rate/cand[i+1] − f(cand[j]), and
-bisection of the intervals whose estimate beats a threshold finds the best exactly.
+program over stages and the unit where the chain ends (price_dp.py: where every link is within R,
+chains padded with empty stages, one lookup per stage; elsewhere the exact DP over the type of the
+last stage too). The rows of the DP are values of R, computed together. Every chain's R is one of
+the stage and link times that can occur (`cand`); over an index interval (i, j] of them no chain
+does better than worth·rate/cand[i+1] − f(cand[j]), and bisection of the intervals whose estimate
+beats a threshold finds the best exactly. An interval is cut halfway in tok/s (worth·rate/R), or
+further left where the chains right of the cut could not beat the threshold at f(cand[j]) anyway.
+A key remembers across calls the candidates at which no chain exists (whatever the prices) and
+where its best chain was last time (evaluated first).
 
 Before any DP, W = Σ_u min_g price_g·c_g(u) (c_g(u): the unit's busy seconds on kind g, inf
 where g can't hold it) bounds every chain: a stage busy at most R is worth at least its price ×

@@ -262,8 +262,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
-        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget (the
-            whole limit as column generation's pricing budget, past MAX_CELLS count vectors), a
+        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget
+            (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
             in work, so plans don't depend on the machine's load; the cell bound's first pass is
             not budgeted).
