@@ -145,7 +145,7 @@ class KeyPricer:
                 if top / cand[i] - att[i] > found:
                     found, at = top / cand[i] - att[i], i
             est = [(min(top / cand[a + 1] - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b)
-                   for a, b in zip(pts, pts[1:]) if b > a + 1]  # pts holds 0 and N − 1
+                   for a, b in zip(pts, pts[1:]) if b > a + 1]  # pts holds N − 1, and 0 or the last without a chain
             live = [(a, b) for e, a, b in est if e > max(found, beat) + tol]
             upper = max([found] + [e for e, _, _ in est])
             if not live:
@@ -165,7 +165,7 @@ class KeyPricer:
         where the chains right of it can't beat `thr` even at f[b] (a chain of bottleneck R pays at most
         top / R − f[b])."""
         cand = self.cand
-        x = max(0.5 * (1.0 / cand[a + 1] + 1.0 / cand[b]), (thr + fb) / top)
+        x = max(0.5 * (1.0 / cand[a + 1] + 1.0 / cand[b]), (thr + fb) / top if top > 0 else 0.0)
         c = int(np.searchsorted(cand, 1.0 / x, side="right")) - 1
         return min(max(c, a + 1), b - 1)
 
