@@ -5,7 +5,8 @@ a few types (9^8 vectors for 8 types of 8 devices). Here a column is one pipelin
 stage kinds, its cuts, the key (aggregate.Key) it was priced at and its relaxed tok/s there.
 The master LP takes columns fractionally within the devices of each type and the tp groups of
 each kind; decode pools give at most what prefill pools feed. Its duals price stage kinds, and
-pricing (pricing.py) finds every key's chain of best reduced cost, exactly.
+pricing (pricing.py) finds every key's chain of best reduced cost (to GAP; over chains padded
+with empty stages where no link binds, price_dp.py: a relaxation, so the bound holds).
 
 Bound (Lagrangian): for duals π ≥ 0 per device type, σ ≥ 0 per tp kind and μ_d + μ_p ≥ 1 on
 the two feed rows, every plan (integer or not) has tok/s ≤ π·N + σ·G + Σ_p x_p·rc_p ≤
@@ -14,10 +15,13 @@ devices. Pricing with π + ε per device gives, per key, u_k ≥ max over its ch
 and a chain of a key of lengths ≥ lo takes d ≥ lo devices, so rc/d ≤ ε + max(0, u_k)/lo and the
 bound is π·N + σ·G + N_dev·(ε + max(0, max_k u_k / lo_k)). It holds because pricing's tok/s bounds every pipeline at
 every batch of its key (batches.py) — whatever the columns are; they only steer the duals.
-Every full pricing pass gives such a bound; the least is reported.
+Every full pricing pass gives such a bound; the least is reported. In a full pass a key is priced
+only as far as its upper estimate per device stays below the best one so far: it cannot raise the
+bound. Pricing uses duals smoothed toward those of the best bound (Wentges), and all its work
+(DP cells, the cost model at new keys) counts against the budget, the last full pass included.
 
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
-split there (as refine.py splits a cell's); where it is longer than the shortest length of its
+split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
 own, so the bound closes on the pipelines the LP uses.
 """
@@ -33,7 +37,7 @@ from ortools.linear_solver import pywraplp
 from hetc.cluster import Cluster
 from hetc.partitioner.aggregate import Key, keys
 from hetc.partitioner.batches import Regimes
-from hetc.partitioner.cell_bound import CellBound, Pipeline
+from hetc.partitioner.cell_bound import WORK_PER_SECOND, CellBound, Pipeline
 from hetc.partitioner.pricing import KeyPricer
 from hetc.partitioner.refine import chain_most, chain_round
 from hetc.partitioner.stage_costs import StageCosts
@@ -43,10 +47,11 @@ from hetc.scheduling import Phase
 __all__ = ["column_bound", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
-GAP = 4e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.5% of the LP
+GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
 TEMPLATES = 32
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
 SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
+EVALUATION = 4e-4 * WORK_PER_SECOND  # one kind's unit costs at a new operating point (the cost model; ~0.3–0.5 ms)
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
@@ -109,7 +114,10 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
     """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
     class's shortest (n > lo); [key] when neither."""
     if not prefill and key.batch <= most < key.top:
-        return [key._replace(top=most, m=min(key.lo, most)), key._replace(batch=most + 1)]
+        mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
+        rest = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
+            [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
+        return [key._replace(top=most, m=min(key.lo, most))] + rest
     if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
         rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else \
             key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
@@ -121,12 +129,12 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                  phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
                  progress: Callable[[str], None] | None = None) -> CellBound:
     """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
-    master's optimum, within `budget` pricing work (DP cells; a last full pass always runs, so
-    the bound is valid whatever the budget).
+    master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
+    is valid whatever the budget).
 
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
-        budget: pricing work, in DP cells (deterministic, unlike seconds).
+        budget: pricing work, in cell_bound.WORK_PER_SECOND's unit (deterministic, unlike seconds).
         progress: called with a line per iteration.
     """
     costs = StageCosts(tables, kinds, cluster)
@@ -144,6 +152,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     x: list[float] = []
     last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
     center = None  # the duals of the best bound so far (before any: those pricing used last)
+    spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
@@ -152,7 +161,10 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
                  np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
-        smooth = center is not None and work < budget and not missed
+        # this pass would end past the budget (a full pass costs what the last one did, or before any,
+        # what a key has cost so far per key): price every key, then stop
+        final = work + (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
+        smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
         pi, sig, (mu_d, mu_p) = duals
@@ -160,22 +172,28 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         prices = costs.tp * (pi[costs.type_of] + eps) + sig
         worth = {Phase.BOTH: 1.0, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
         tol = GAP * max(z, 1e-9) / n_dev
+        start, evaluations = work, tables.evaluations
         for pk in todo:
             if pk not in pricers:
                 pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
+        work += EVALUATION * (tables.evaluations - evaluations)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
         cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
         order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
         top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
         for i, pk in enumerate(order):
-            if len(new) >= MANY and work < budget:
+            if len(new) >= MANY and not final:
                 nxt += order[i:]
                 full = False
                 break
             lo = max(1, pk[1].lo)
-            got = pricers[pk].price(prices, worth[pk[0]], lo * top * (1.0 if work >= budget else SHARE), tol)
+            # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
+            # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
+            beat = max(lo * top * (1.0 if final else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
+            got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
             work += got.work
+            priced[0], priced[1] = priced[0] + got.work, priced[1] + 1
             upper = max(upper, got.upper / lo)
             last[pk] = got.upper / lo
             if got.chain is None or got.found <= tol:
@@ -193,6 +211,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                 seen.add((phase, got.chain, most))
                 new.append(col)
         if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
+            spent = work - start
             value = float(pi @ N + sig @ np.array([groups.get(g, 0) for g in range(len(kinds))])
                           + n_dev * (eps + max(0.0, upper)))
             if value < best:
@@ -204,9 +223,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         cols += new
         if progress:
             progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys")
-        if full and not new and not smooth:
-            break
-        if full and work >= budget:
+        if full and (final or not new and not smooth):
             break
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]

@@ -137,6 +137,7 @@ GROUP_SIZES = (1, 2, 4, 8)
 # one split and estimate of a chain at one batch costs about this much work (cell_bound.WORK_PER_SECOND)
 # per unit of the model and per 20 stages (measured: ~0.7 ms for 163 units and 6 stages)
 EVALUATION_WORK = 100.0
+COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work counted); templates get a sixth
 
 
 def _slots(cluster: Cluster) -> Counter:
@@ -261,8 +262,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
-        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget (the
-            whole limit as column generation's pricing budget, past MAX_CELLS count vectors), a
+        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget
+            (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
             in work, so plans don't depend on the machine's load; the cell bound's first pass is
             not budgeted).
@@ -280,9 +281,9 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     for n in cluster.nodes:
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
-    # column generation has no unbudgeted first pass: it gets the whole limit where the cell bound gets half
+    # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
     bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                                                  budget=time_limit * (0.5 if few else 1.0) * WORK_PER_SECOND,
+                                                  budget=time_limit * (0.5 if few else COLUMN_SHARE) * WORK_PER_SECOND,
                                                   progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)

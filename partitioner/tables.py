@@ -122,10 +122,13 @@ class Tables:
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
         key = (self._kind(kind), m, batch, phase)
         if key not in self._cost:
-            self.evaluations += 1
-            node = bound_node(kind.nodes[0])
-            cost, over = unit_round_costs(self._reps, node, kind.tp, self.wl, Round.of(self.wl, batch, m, phase))
-            self._cost[key] = (np.array(cost)[self._same], over)  # units of one signature cost the same
+            r = Round.of(self.wl, batch, m, phase)
+            same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
+            if same not in self._cost:
+                self.evaluations += 1
+                cost, over = unit_round_costs(self._reps, bound_node(kind.nodes[0]), kind.tp, self.wl, r)
+                self._cost[same] = (np.array(cost)[self._same], over)  # units of one signature cost the same
+            self._cost[key] = self._cost[same]
         return self._cost[key]
 
     def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:

@@ -158,3 +158,25 @@ def test_search_tries_the_hints():
     assert max(dict(search(evaluate, lambda v: v, ceiling=5000)).values()) == 0
     got = dict(search(evaluate, lambda v: v, ceiling=5000, hints=(611, 9000)))
     assert got[611] == 10 and 9000 not in got
+
+
+def test_unit_costs_are_shared_between_operating_points_with_the_same_round(tmp_path, tiny):
+    """Tables runs the cost model once per round: an (m, batch) whose steps are another's (m below
+    the micro-steps the token budget needs) gets the same costs without a new evaluation, and every
+    (m, batch) gets what unit_round_costs gives for its own round."""
+    cluster = two_type_cluster(tmp_path, "1 GB", "1 GB")
+    tables = Tables(tiny.units, WL)
+    kind = Kind(cluster.nodes[0].profile, 1, None, (cluster.nodes[0],), 1)
+    node = bound_node(cluster.nodes[0])
+    seen: set = set()
+    for phase in (Phase.BOTH, Phase.DECODE):
+        for batch in (3, 200, 513):
+            for m in (1, 2, 3):
+                before = tables.evaluations
+                cost, over = tables.unit_costs(kind, m, batch, phase)
+                r = Round.of(WL, batch, m, phase)
+                assert tables.evaluations - before == (r not in seen)
+                seen.add(r)
+                want, want_over = unit_round_costs(tiny.units, node, 1, WL, r)
+                assert cost.tolist() == pytest.approx(want, rel=1e-12) and over == pytest.approx(want_over, rel=1e-12)
+    assert tables.evaluations == len(seen) < 18  # 200 and 513 sequences need more micro-steps than m: shared
