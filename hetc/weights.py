@@ -14,7 +14,7 @@ import torch
 
 from hetc.errors import BadInput
 
-__all__ = ["MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
+__all__ = ["DATA_ALIGNMENT", "MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
            "stage_weights", "write_safetensors"]
 
 WeightSpec = tuple[str, torch.Size, torch.dtype]  # a weight's model name, shape and the dtype a stage takes
@@ -26,14 +26,21 @@ _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, 
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
 
+# where a written file's tensor data starts: IREE's host buffer alignment (IREE_HAL_HEAP_BUFFER_ALIGNMENT), below
+# which its CPU device copies a parameter instead of importing the mapped bytes in place
+DATA_ALIGNMENT = 64
+
+
 def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
-                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor]) -> int:
+                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor], *, align: int = DATA_ALIGNMENT) -> int:
     """Write a safetensors file one tensor at a time: only the tensor being written is in memory.
 
     Args:
         path: the file to write.
         specs: (name, shape, dtype) of every tensor, in file order (the header is written first).
         make: `make(name, shape, dtype)` gives the tensor's values when its turn comes.
+        align: the data starts at a multiple of this many bytes (the header padded with spaces), and so
+            does every tensor after tensors whose sizes are multiples of it (8: what `safetensors` writes).
 
     Returns:
         The bytes of tensor data written.
@@ -47,7 +54,7 @@ def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
         header[name] = {"dtype": _ST_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned: every tensor maps as a view
+    raw += b" " * (-(8 + len(raw)) % align)  # every tensor maps as a view
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for name, shape, dtype in specs:
