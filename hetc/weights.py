@@ -112,10 +112,13 @@ class SafetensorsWeights:
     def _key(self, name: str) -> str:
         return name if name in self._where else self.aliases.get(name, name)
 
-    def maps(self, name: str, dtype: torch.dtype) -> bool:
-        """Whether `get(name, ..., dtype)` is a view of the mapped file (stored in `dtype`), not a copy."""
+    def maps(self, name: str, dtype: torch.dtype, align: int = 1) -> bool:
+        """Whether `get(name, ..., dtype)` is a view of the mapped file (stored in `dtype`), not a copy,
+        starting at a multiple of `align` bytes (the map starts at a page: a file offset's alignment
+        is the address's, up to the page size)."""
         where = self._where.get(self._key(name))
-        return where is not None and _ST_DTYPES[where[1]] == dtype and where[3] % dtype.itemsize == 0
+        return (where is not None and _ST_DTYPES[where[1]] == dtype
+                and where[3] % max(dtype.itemsize, align) == 0)
 
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         """The tensor `name` as `dtype` (a view of the mapped file when the dtype matches)."""
@@ -167,10 +170,11 @@ def stage_weights(hf_cfg, model_dir: str | None):
     return SafetensorsWeights(model_dir, aliases)
 
 
-def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path):
+def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path, *, align: int = 1):
     """`weights` for the tensors of `specs` as views of a mapped file: the model's own safetensors
-    when each is stored in the dtype asked for, else `folder/weights.safetensors`, written one
-    tensor at a time (seeded random weights drawn, or stored ones converted).
+    when each is stored in the dtype asked for (at a multiple of `align` bytes), else
+    `folder/weights.safetensors`, written one tensor at a time (seeded random weights drawn, or
+    stored ones converted or realigned) with its data `DATA_ALIGNMENT`-aligned.
 
     So a stage that holds all of them costs file pages, which the kernel can drop, not private
     memory. The caller removes `folder` when done (a mapping outlives the unlinked file).
@@ -179,9 +183,10 @@ def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path):
         weights: a SafetensorsWeights or RandomWeights.
         specs: (model name, shape, dtype) of the tensors that will be asked for.
         folder: where the file goes when one is needed (created).
+        align: the alignment the caller needs of the model's own file (≤ DATA_ALIGNMENT).
     """
     specs = list({name: (name, shape, dtype) for name, shape, dtype in specs}.values())
-    if isinstance(weights, SafetensorsWeights) and all(weights.maps(n, d) for n, _, d in specs):
+    if isinstance(weights, SafetensorsWeights) and all(weights.maps(n, d, align) for n, _, d in specs):
         return weights
     folder.mkdir(parents=True, exist_ok=True)
     write_safetensors(folder / "weights.safetensors", specs, weights.get)

@@ -107,7 +107,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     """
     from hetc.partitioner.capture import load_hf_config
     from hetc.runtime.launch import check_hash, resolve_model
-    from hetc.weights import mapped_weights, stage_weights
+    from hetc.weights import DATA_ALIGNMENT, mapped_weights, stage_weights
 
     say = progress or (lambda _m: None)
     plan = load_plan(o.plan)
@@ -130,10 +130,13 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 stem = f"p{p.id}s{s}"
                 say(f"stage {stem}: exporting units {st.units[0]}–{st.units[1]}")
                 scratch = out / f".{stem}.weights.partial"
+                names = _toolchains(st.backend, o.only)
+                # IREE's CPU device reads a mapped parameter in place only at 64 bytes, else copies the stage
+                align = DATA_ALIGNMENT if o.check and "iree" in names else 1
                 try:  # the stage's weights as views of a mapped file: file pages, not private memory
-                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch)
+                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch, align=align)
                     stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                                 mapped, out, o.check, say, o.only, plan.model.dtype))
+                                                 mapped, out, o.check, say, names, plan.model.dtype))
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
@@ -153,8 +156,15 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     return manifest
 
 
+def _toolchains(backend: str, only: tuple[str, ...]) -> list[str]:
+    """What lowers a stage of `backend`: its device's toolchain, what runs it under --emulate where that
+    differs (cpu, Gaudi), and ONNX — those of them in `only` when given."""
+    names = dict.fromkeys((device_toolchain(backend), emulation_toolchain(backend), *EVERY_STAGE))
+    return [n for n in names if not only or n in only]
+
+
 def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
-                   say: Callable[[str], None], only: tuple[str, ...], plan_dtype: str) -> dict:
+                   say: Callable[[str], None], names: list[str], plan_dtype: str) -> dict:
     target = profile.compile_target
     forms: dict[AttentionForm, _Form] = {}
 
@@ -174,11 +184,7 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
     if st.tp > 1:
         entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not "
                           "lowered yet"]
-    # its device's toolchain, what runs it under --emulate where that differs (cpu, Gaudi), and ONNX
-    names = dict.fromkeys((device_toolchain(st.backend), emulation_toolchain(st.backend), *EVERY_STAGE))
     for name in names:
-        if only and name not in only:
-            continue
         say(f"stage {stem}: {name}")
         try:
             f = form(toolchain(name).form)
