@@ -90,9 +90,18 @@ def _status(pid: int) -> dict[str, int] | None:
     return {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":" in ln) if k in _FIELDS}
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs (iree-compile, the C++ compiler), from /proc."""
-    out, todo = [], [pid]
+    """The programs `pid` started, and theirs (iree-compile, the C++ compiler), from /proc. A child
+    still running `pid`'s command is a fork about to exec: its RssAnon is the pages it shares with
+    `pid` copy-on-write, already counted."""
+    out, todo, own = [], [pid], _cmdline(pid)
     while todo:
         p = todo.pop()
         try:
@@ -104,7 +113,7 @@ def _descendants(pid: int) -> list[int]:
                 kids = [int(c) for c in (t / "children").read_text().split()]
             except OSError:
                 continue
-            out += kids
+            out += [k for k in kids if _cmdline(k) not in (own, b"")]
             todo += kids
     return out
 

@@ -56,16 +56,24 @@ def _anon(pid: int) -> int:
     return next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("RssAnon")), 0)
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _children(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs."""
-    out, todo = [], [pid]
+    """The programs `pid` started, and theirs: a child still running `pid`'s command is a fork about to
+    exec (its RssAnon counts the pages it shares with `pid` copy-on-write), not a program of its own."""
+    out, todo, own = [], [pid], _cmdline(pid)
     while todo:
         for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
             try:
                 kids = [int(c) for c in (task / "children").read_text().split()]
             except OSError:
                 continue
-            out += kids
+            out += [k for k in kids if _cmdline(k) not in (own, b"")]
             todo += kids
     return out
 
