@@ -43,8 +43,11 @@ m = compile_plan(CompileOptions(plan=sys.argv[1], out_dir=sys.argv[2], model_dir
 print("BUILT", json.dumps([a["built"] for s in m["stages"] for a in s["artifacts"]]), flush=True)
 """
 # of the stage's weight bytes: OpenVINO and ONNX ~0.2 measured (export and the converters' own work), 2.0 before;
-# IREE and AOTInductor ~0.2-0.35 with their subprocesses (0.9 before: the `.pt2` saved with its weights)
+# IREE and AOTInductor ~0.3 in the process itself, 0.9 before (the `.pt2` saved with its weights)
 GROWTH = 0.5
+# with their subprocesses (iree-compile, the C++ compiler: ~0.4 GiB of their own, the same for a 4.5 GB stage)
+# they stay under the stage's weights: no subprocess reads them
+TREE_GROWTH = 1.0
 
 
 def _anon(pid: int) -> int:
@@ -78,18 +81,19 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _peak_anon_growth(args: list[str]) -> tuple[int, str]:
-    """Run CHILD; the peak of its RssAnon plus its subprocesses' (KiB) after its BEFORE line, less
-    that line's, and its stdout."""
+def _peak_anon_growth(args: list[str]) -> tuple[int, int, str]:
+    """Run CHILD; the peak of its RssAnon (KiB) after its BEFORE line, less that line's, the same with its
+    subprocesses' RssAnon added (polled together), and its stdout."""
     p = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, text=True)
     before = int(p.stdout.readline().split()[1])  # type: ignore[union-attr]
-    peak = before
+    own = tree = before
     while p.poll() is None:
-        peak = max(peak, _anon(p.pid) + sum(_anon(c) for c in _children(p.pid)))
+        mine = _anon(p.pid)
+        own, tree = max(own, mine), max(tree, mine + sum(_anon(c) for c in _children(p.pid)))
         time.sleep(0.005)
     out = p.stdout.read()  # type: ignore[union-attr]
     assert p.wait() == 0
-    return peak - before, out
+    return own - before, tree - before, out
 
 
 def _one_stage_plan(d: Path, model: Path, weight_bytes: int, vendor: str, backend: str, target: str) -> Path:
@@ -118,8 +122,8 @@ def test_compiling_a_stage_does_not_hold_its_weights_in_private_memory(tmp_path,
         write_safetensors(model / "model.safetensors", specs, RandomWeights(std=0.05).get)
     plan = _one_stage_plan(tmp_path, model, weight_bytes, "intel", "openvino", "GPU")
     out = tmp_path / "art"
-    growth, stdout = _peak_anon_growth([str(plan), str(out), str(model), "1" if source == "random" else "0",
-                                        "openvino,onnx"])
+    _, growth, stdout = _peak_anon_growth([str(plan), str(out), str(model), "1" if source == "random" else "0",
+                                           "openvino,onnx"])
     assert json.loads(stdout.split("BUILT", 1)[1]) == [True, True]
     assert growth * 1024 < GROWTH * weight_bytes, f"+{growth / 1024:.0f} MiB for {weight_bytes / 2**20:.0f} MiB"
     # the weight files hold what serve takes: its seeded random weights, or the stored ones at fp32
@@ -148,8 +152,9 @@ def test_iree_and_inductor_compile_without_a_stages_weights_in_private_memory(tm
     write_safetensors(model / "model.safetensors", specs, RandomWeights(std=0.05).get)  # mapped as they are
     plan = _one_stage_plan(tmp_path, model, weight_bytes, vendor, backend, target)
     out = tmp_path / "art"
-    growth, stdout = _peak_anon_growth([str(plan), str(out), str(model), "0", name])
+    growth, tree, stdout = _peak_anon_growth([str(plan), str(out), str(model), "0", name])
     assert json.loads(stdout.split("BUILT", 1)[1]) == [True]
-    assert growth * 1024 < GROWTH * weight_bytes, f"+{growth / 1024:.0f} MiB for {weight_bytes / 2**20:.0f} MiB"
+    said = f"+{growth / 1024:.0f} MiB, +{tree / 1024:.0f} MiB with subprocesses, for {weight_bytes / 2**20:.0f} MiB"
+    assert growth * 1024 < GROWTH * weight_bytes and tree * 1024 < TREE_GROWTH * weight_bytes, said
     exported = out / json.loads((out / "manifest.json").read_text())["stages"][0]["exported"]["path"]
     assert exported.stat().st_size < weight_bytes / 100  # the program, not its weights
