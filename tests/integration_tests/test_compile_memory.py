@@ -45,7 +45,7 @@ print("BUILT", json.dumps([a["built"] for s in m["stages"] for a in s["artifacts
 # of the stage's weight bytes: OpenVINO and ONNX ~0.2 measured (export and the converters' own work), 2.0 before;
 # IREE and AOTInductor ~0.3 in the process itself, 0.9 before (the `.pt2` saved with its weights)
 GROWTH = 0.5
-# with their subprocesses (iree-compile, the C++ compiler: ~0.4 GiB of their own, the same for a 4.5 GB stage)
+# with their subprocesses (iree-compile ~0.1 GiB, the C++ compiler ~0.3 GiB of their own on a 4.5 GB stage too)
 # they stay under the stage's weights: no subprocess reads them
 TREE_GROWTH = 1.0
 
