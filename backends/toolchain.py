@@ -19,7 +19,7 @@ import torch
 from hetc.stage import AttentionForm
 
 __all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightEntry", "WeightSource", "WeightTable",
-           "read_weight_table", "write_weight_table"]
+           "parse_weight_table", "read_weight_table", "weight_table_text", "write_weight_table"]
 
 # a loaded artifact: plain tensors in (the signature's order), plain tensors out
 CompiledStep = Callable[..., Sequence[torch.Tensor]]
@@ -43,20 +43,30 @@ class WeightEntry:
 WeightTable = dict[str, WeightEntry]  # the program's parameter → the model weight it is
 
 
+def weight_table_text(program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
+                      named_only: bool = False) -> str:
+    """An artifact's weight table (JSON): the state of `program` (only what `weight_names` names,
+    with `named_only`) as the model weights the artifact loads at start."""
+    names = weight_names or {}
+    return json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+                       for fqn, t in program.state_dict.items() if fqn in names or not named_only}, indent=1)
+
+
 def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
                        named_only: bool = False) -> None:
-    """Write an artifact's weight table (JSON): the state of `program` (only what `weight_names`
-    names, with `named_only`) as the model weights the artifact loads at start."""
-    names = weight_names or {}
-    path.write_text(json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape),
-                                      "dtype": str(t.dtype).removeprefix("torch.")}
-                                for fqn, t in program.state_dict.items() if fqn in names or not named_only}, indent=1))
+    """`weight_table_text` written to `path`."""
+    path.write_text(weight_table_text(program, weight_names, named_only=named_only))
+
+
+def parse_weight_table(text: str) -> WeightTable:
+    """The weight table `weight_table_text` wrote."""
+    return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"]))
+            for fqn, e in json.loads(text).items()}
 
 
 def read_weight_table(path: Path) -> WeightTable:
     """The weight table `write_weight_table` wrote."""
-    return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"]))
-            for fqn, e in json.loads(path.read_text()).items()}
+    return parse_weight_table(path.read_text())
 
 
 class ToolchainUnavailable(RuntimeError):

@@ -2,7 +2,7 @@
 against the stage's weight bytes, for this checkout and a baseline commit side by side.
 
     .venv/bin/python benchmarks/compile_memory.py [--baseline main] [--toolchains openvino,onnx,iree,inductor]
-        [--weights model,random] [--layers 16 --hidden 2048 ...] [--dtype bf16] [--no-check]
+        [--weights model,random] [--layers 16 --hidden 2048 ...] [--dtype bf16] [--checks on,off] [--keep DIR]
 
 A Llama-shaped model (default: 16 layers × 1536, 0.5 B parameters, 1.9 GiB at fp32) with random weights is saved as safetensors
 in a temporary folder (written one tensor at a time); `hetc plan` cuts it into two stages over two
@@ -12,6 +12,8 @@ the checkout's own hetc put first on the import path; this process polls the chi
 /proc/PID/status every few milliseconds. Reported per run, as growth over the child's memory just
 before `compile_plan` (every toolchain already imported):
   - anon: RssAnon (private memory: what the kernel cannot drop without swap), the headline figure;
+  - + subprocesses: the peak of anon plus the RssAnon of the processes it started (iree-compile, the
+    C++ compiler of AOTInductor), polled together;
   - file: RssFile (file pages mapped: the safetensors, the artifacts read back; the kernel can drop
     them under pressure);
   - hwm: VmHWM, the kernel's own peak of the whole resident set (anon + file + shmem);
@@ -22,6 +24,7 @@ with `git archive` into a temporary folder (nothing in the repository changes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -87,8 +90,37 @@ def _status(pid: int) -> dict[str, int] | None:
     return {k: int(v.split()[0]) for k, v in (ln.split(":", 1) for ln in text.splitlines() if ":" in ln) if k in _FIELDS}
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _descendants(pid: int) -> list[int]:
+    """The programs `pid` started, and theirs (iree-compile, the C++ compiler), from /proc. A child
+    still running `pid`'s command is a fork about to exec: its RssAnon is the pages it shares with
+    `pid` copy-on-write, already counted."""
+    out, todo, own = [], [pid], _cmdline(pid)
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                kids = [int(c) for c in (t / "children").read_text().split()]
+            except OSError:
+                continue
+            out += [k for k in kids if _cmdline(k) not in (own, b"")]
+            todo += kids
+    return out
+
+
 def run_child(root: Path, plan: Path, out: Path, model: Path, random: bool, check: bool, only: str) -> dict:
-    """One compile in a fresh process; the peaks (KiB) of its memory after the BEFORE line."""
+    """One compile in a fresh process; the peaks (KiB) of its memory after the BEFORE line, and
+    `tree_anon`, the peak of its RssAnon plus its subprocesses' (each polled at the same time)."""
     p = subprocess.Popen([sys.executable, "-c", _CHILD, str(root), str(plan), str(out), str(model),
                           "1" if random else "0", "1" if check else "0", only],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
@@ -108,6 +140,9 @@ def run_child(root: Path, plan: Path, out: Path, model: Path, random: bool, chec
         if started.is_set() and (s := _status(p.pid)):
             for k, v in s.items():
                 peak[k] = max(peak.get(k, 0), v)
+            kids = [_status(c) for c in _descendants(p.pid)]
+            tree = s.get("RssAnon", 0) + sum(k.get("RssAnon", 0) for k in kids if k)
+            peak["tree_anon"] = max(peak.get("tree_anon", 0), tree)
         time.sleep(0.005)
     reader.join()
     err = p.stderr.read()  # type: ignore[union-attr]
@@ -135,7 +170,8 @@ def write_model(d: Path, a: argparse.Namespace) -> dict[str, int]:
         m = LlamaForCausalLM(cfg)
     dtype = TORCH_DTYPES[a.dtype]
     specs = [(n, p.shape, dtype) for n, p in m.named_parameters()]
-    write_safetensors(d / "model.safetensors", specs, RandomWeights(std=0.02).get)
+    # 8-byte aligned, as `safetensors` (save_pretrained) writes them: not IREE's 64 (see hetc.weights.DATA_ALIGNMENT)
+    write_safetensors(d / "model.safetensors", specs, RandomWeights(std=0.02).get, align=8)
     return {n: p.numel() * dtype.itemsize for n, p in m.named_parameters()}
 
 
@@ -185,7 +221,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="main", help="git ref compared with this checkout ('' for none)")
     ap.add_argument("--toolchains", default="openvino,onnx,iree,inductor")
     ap.add_argument("--weights", default="model,random", help="model (--model-dir), random (--random-weights)")
-    ap.add_argument("--no-check", action="store_true", help="compile without the numerical check")
+    ap.add_argument("--checks", default="on", help="on (the CLI's default), off (--no-check), or on,off")
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--hidden", type=int, default=1536)
     ap.add_argument("--intermediate", type=int, default=4096)
@@ -194,15 +230,27 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--dtype", default="fp32", choices=("bf16", "fp32"),
                     help="the plan's dtype and the stored one (fp32: every CPU check runs; bf16 ones cannot)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="write the model and plans here once and keep them (a multi-GB model is minutes to write); "
+                         "later runs with the same folder and shape reuse them")
     a = ap.parse_args()
     a.dtype_name = {"bf16": "bfloat16", "fp32": "float32"}[a.dtype]
     tmp = Path(tempfile.mkdtemp(prefix="hetc-compile-memory-"))
     try:
-        model = tmp / "model"
-        model.mkdir()
-        wb = write_model(model, a)
+        work = a.keep or tmp
+        model = work / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        done = work / "weights.json"  # written last: the model and plans are whole
+        shape = {k: getattr(a, k) for k in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab", "dtype")}
+        if done.exists() and json.loads(done.read_text())["shape"] == shape:
+            wb = json.loads(done.read_text())["bytes"]
+            plans = {v: work / f"{v}-plan.json" for v, _, _ in VENDORS.values()}
+        else:
+            done.unlink(missing_ok=True)
+            wb = write_model(model, a)
+            plans = write_plans(work, model, sum(wb.values()), a)
+            done.write_text(json.dumps({"shape": shape, "bytes": wb}))
         total = sum(wb.values())
-        plans = write_plans(tmp, model, total, a)
         trees = [("this checkout", REPO)]
         if a.baseline:
             base = tmp / "baseline"
@@ -213,31 +261,33 @@ def main() -> None:
             trees.insert(0, (f"{a.baseline} ({commit})", base))
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
         print(f"model: {a.layers} layers × {a.hidden} wide, {a.dtype}, {total / 2**20:.0f} MiB of weights; "
-              f"HEAD {head.strip()}; load {os.getloadavg()[0]:.2f}; check {'off' if a.no_check else 'on'}", flush=True)
-        print("| toolchain | weights | stage weights MiB | checkout | anon MiB (× stage) | file MiB | hwm MiB (× stage) "
-              "| s | max check diff |\n|---|---|---:|---|---:|---:|---:|---:|---:|", flush=True)
+              f"HEAD {head.strip()}; load {os.getloadavg()[0]:.2f}", flush=True)
+        print("| toolchain | check | weights | stage weights MiB | checkout | anon MiB (× stage) | + subprocesses MiB (× stage) "
+              "| file MiB | hwm MiB (× stage) | s | max check diff |\n|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+              flush=True)
         for only in a.toolchains.split(","):
             plan = plans[VENDORS[only][0]]
             biggest = max(stage_bytes(plan, wb))
-            for weights in a.weights.split(","):
-                for label, root in trees:
-                    out = tmp / "out"
-                    subprocess.run(["rm", "-rf", str(out)], check=True)
-                    r = run_child(root, plan, out, model, weights == "random", not a.no_check, only)
-                    b, pk = r["before"], r["peak"]
-                    anon, file = ((pk.get(k, 0) - b[k]) / 1024 for k in ("RssAnon", "RssFile"))
-                    hwm = (pk["VmHWM"] - b["VmRSS"]) / 1024
-                    checks = r["after"]["checks"]
-                    diffs = [max(c["max_abs_diff"].values()) for c in checks if c.get("ran")]
-                    sb = biggest / 2**20
-                    tail = f"{max(diffs):.2e}" if diffs else "—"
-                    print(f"| {only} | {weights} | {sb:.0f} | {label} | {anon:.0f} ({anon / sb:.2f}) | "
-                          f"{file:.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} | {tail} |", flush=True)
-                    for c in checks:
-                        if c and not c.get("ok", False):
-                            print(f"  check: {c.get('reason') or c}", flush=True)
-                    if not all(r["after"]["built"]):
-                        print(f"  not built: {r['after']['reasons']}", flush=True)
+            for check, weights, (label, root) in itertools.product(a.checks.split(","), a.weights.split(","), trees):
+                out = tmp / "out"
+                subprocess.run(["rm", "-rf", str(out)], check=True)
+                r = run_child(root, plan, out, model, weights == "random", check == "on", only)
+                b, pk = r["before"], r["peak"]
+                anon, file = ((pk.get(k, 0) - b[k]) / 1024 for k in ("RssAnon", "RssFile"))
+                tree = (pk.get("tree_anon", 0) - b["RssAnon"]) / 1024
+                hwm = (pk["VmHWM"] - b["VmRSS"]) / 1024
+                checks = r["after"]["checks"]
+                diffs = [max(c["max_abs_diff"].values()) for c in checks if c.get("ran")]
+                sb = biggest / 2**20
+                tail = f"{max(diffs):.2e}" if diffs else "—"
+                print(f"| {only} | {check} | {weights} | {sb:.0f} | {label} | {anon:.0f} ({anon / sb:.2f}) | "
+                      f"{tree:.0f} ({tree / sb:.2f}) | {file:.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} "
+                      f"| {tail} |", flush=True)
+                for c in checks:
+                    if c and not c.get("ok", False):
+                        print(f"  check: {c.get('reason') or c}", flush=True)
+                if not all(r["after"]["built"]):
+                    print(f"  not built: {r['after']['reasons']}", flush=True)
     finally:
         subprocess.run(["rm", "-rf", str(tmp)])
 

@@ -14,7 +14,7 @@ import torch
 
 from hetc.errors import BadInput
 
-__all__ = ["MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
+__all__ = ["DATA_ALIGNMENT", "MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
            "stage_weights", "write_safetensors"]
 
 WeightSpec = tuple[str, torch.Size, torch.dtype]  # a weight's model name, shape and the dtype a stage takes
@@ -26,14 +26,21 @@ _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, 
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
 
+# where a written file's tensor data starts: IREE's host buffer alignment (IREE_HAL_HEAP_BUFFER_ALIGNMENT), below
+# which its CPU device copies a parameter instead of importing the mapped bytes in place
+DATA_ALIGNMENT = 64
+
+
 def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
-                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor]) -> int:
+                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor], *, align: int = DATA_ALIGNMENT) -> int:
     """Write a safetensors file one tensor at a time: only the tensor being written is in memory.
 
     Args:
         path: the file to write.
         specs: (name, shape, dtype) of every tensor, in file order (the header is written first).
         make: `make(name, shape, dtype)` gives the tensor's values when its turn comes.
+        align: the data starts at a multiple of this many bytes (the header padded with spaces), and so
+            does every tensor after tensors whose sizes are multiples of it (8: what `safetensors` writes).
 
     Returns:
         The bytes of tensor data written.
@@ -47,7 +54,7 @@ def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
         header[name] = {"dtype": _ST_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + n]}
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned: every tensor maps as a view
+    raw += b" " * (-(8 + len(raw)) % align)  # every tensor maps as a view
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         for name, shape, dtype in specs:
@@ -105,10 +112,13 @@ class SafetensorsWeights:
     def _key(self, name: str) -> str:
         return name if name in self._where else self.aliases.get(name, name)
 
-    def maps(self, name: str, dtype: torch.dtype) -> bool:
-        """Whether `get(name, ..., dtype)` is a view of the mapped file (stored in `dtype`), not a copy."""
+    def maps(self, name: str, dtype: torch.dtype, align: int = 1) -> bool:
+        """Whether `get(name, ..., dtype)` is a view of the mapped file (stored in `dtype`), not a copy,
+        starting at a multiple of `align` bytes (the map starts at a page: a file offset's alignment
+        is the address's, up to the page size)."""
         where = self._where.get(self._key(name))
-        return where is not None and _ST_DTYPES[where[1]] == dtype and where[3] % dtype.itemsize == 0
+        return (where is not None and _ST_DTYPES[where[1]] == dtype
+                and where[3] % max(dtype.itemsize, align) == 0)
 
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         """The tensor `name` as `dtype` (a view of the mapped file when the dtype matches)."""
@@ -160,10 +170,11 @@ def stage_weights(hf_cfg, model_dir: str | None):
     return SafetensorsWeights(model_dir, aliases)
 
 
-def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path):
+def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path, *, align: int = 1):
     """`weights` for the tensors of `specs` as views of a mapped file: the model's own safetensors
-    when each is stored in the dtype asked for, else `folder/weights.safetensors`, written one
-    tensor at a time (seeded random weights drawn, or stored ones converted).
+    when each is stored in the dtype asked for (at a multiple of `align` bytes), else
+    `folder/weights.safetensors`, written one tensor at a time (seeded random weights drawn, or
+    stored ones converted or realigned) with its data `DATA_ALIGNMENT`-aligned.
 
     So a stage that holds all of them costs file pages, which the kernel can drop, not private
     memory. The caller removes `folder` when done (a mapping outlives the unlinked file).
@@ -172,9 +183,10 @@ def mapped_weights(weights, specs: Iterable[WeightSpec], folder: Path):
         weights: a SafetensorsWeights or RandomWeights.
         specs: (model name, shape, dtype) of the tensors that will be asked for.
         folder: where the file goes when one is needed (created).
+        align: the alignment the caller needs of the model's own file (≤ DATA_ALIGNMENT).
     """
     specs = list({name: (name, shape, dtype) for name, shape, dtype in specs}.values())
-    if isinstance(weights, SafetensorsWeights) and all(weights.maps(n, d) for n, _, d in specs):
+    if isinstance(weights, SafetensorsWeights) and all(weights.maps(n, d, align) for n, _, d in specs):
         return weights
     folder.mkdir(parents=True, exist_ok=True)
     write_safetensors(folder / "weights.safetensors", specs, weights.get)

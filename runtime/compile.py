@@ -3,7 +3,7 @@ ONNX), with a manifest and, for what runs on this host, a numerical check agains
 
 Per stage of each pipeline (replicas share one artifact): build the stage from the model's weights
 (backends/stage.py), `torch.export` it with dynamic batch, token and context dims — once per
-attention form its toolchains take (the `gather` form saved as `.pt2`) — and lower it with the
+attention form its toolchains take (the `gather` form saved as `.pt2`, without its weights) — and lower it with the
 toolchain of its profile's backend for the profile's `target`, with the toolchain that runs it
 under `--emulate` where that differs, and with ONNX. An artifact that has a CPU lowering here is run on the same
 inputs as torch eager — a prefill from an empty cache and a decode step with mixed past lengths,
@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from hetc import __version__
+from hetc.backends.exported import WEIGHT_TABLE, save_without_weights
 from hetc.backends.stage import example_inputs, export_stage, stage_class, weight_specs
 from hetc.backends.toolchain import ToolchainUnavailable
 from hetc.backends.toolchains import EVERY_STAGE, TOOLCHAIN_NAMES, device_toolchain, toolchain
@@ -44,6 +45,9 @@ SCHEMA = "hetc.compile/1"
 # fp16 stage is checked at its own precision: rounding differs between kernel libraries)
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 3e-2), torch.float16: (0.0, 5e-3)}
 
+# the manifest's word on the `.pt2`'s weights
+_EXPORTED_WEIGHTS = (f"none: saved as meta tensors; its {WEIGHT_TABLE} names the model weights they are "
+                     "(hetc.backends.exported.load_with_weights fills them from the model)")
 
 # what a plan's dtype becomes in each toolchain ({w}: the stage's compute dtype: fp8 plans are lowered
 # with bf16 weights and math, as the runtime computes them — no toolchain here takes fp8 weights yet)
@@ -103,7 +107,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     """
     from hetc.partitioner.capture import load_hf_config
     from hetc.runtime.launch import check_hash, resolve_model
-    from hetc.weights import mapped_weights, stage_weights
+    from hetc.weights import DATA_ALIGNMENT, mapped_weights, stage_weights
 
     say = progress or (lambda _m: None)
     plan = load_plan(o.plan)
@@ -126,10 +130,13 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 stem = f"p{p.id}s{s}"
                 say(f"stage {stem}: exporting units {st.units[0]}–{st.units[1]}")
                 scratch = out / f".{stem}.weights.partial"
+                names = _toolchains(st.backend, o.only)
+                # IREE's CPU device reads a mapped parameter in place only at 64 bytes, else copies the stage
+                align = DATA_ALIGNMENT if o.check and "iree" in names else 1
                 try:  # the stage's weights as views of a mapped file: file pages, not private memory
-                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch)
+                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch, align=align)
                     stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                                 mapped, out, o.check, say, o.only, plan.model.dtype))
+                                                 mapped, out, o.check, say, names, plan.model.dtype))
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
     manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
@@ -149,8 +156,15 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     return manifest
 
 
+def _toolchains(backend: str, only: tuple[str, ...]) -> list[str]:
+    """What lowers a stage of `backend`: its device's toolchain, what runs it under --emulate where that
+    differs (cpu, Gaudi), and ONNX — those of them in `only` when given."""
+    names = dict.fromkeys((device_toolchain(backend), emulation_toolchain(backend), *EVERY_STAGE))
+    return [n for n in names if not only or n in only]
+
+
 def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
-                   say: Callable[[str], None], only: tuple[str, ...], plan_dtype: str) -> dict:
+                   say: Callable[[str], None], names: list[str], plan_dtype: str) -> dict:
     target = profile.compile_target
     forms: dict[AttentionForm, _Form] = {}
 
@@ -161,19 +175,16 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
         return forms[f]
 
     gather = form(AttentionForm.GATHER)
-    torch.export.save(gather.program, out / f"{stem}.pt2")
+    save_without_weights(gather.program, out / f"{stem}.pt2", gather.weight_names)
     entry = {"stage": stem, "pipeline": p.id, "replicas": p.replicas, "devices": st.devices, "profile": st.profile,
              "backend": st.backend, "target": target, "tp": st.tp, "units": st.units, "layers": st.layers,
-             "signature": gather.signature.to_json(), "exported": _files(out, [Path(f"{stem}.pt2")])[0],
+             "signature": gather.signature.to_json(),
+             "exported": _files(out, [Path(f"{stem}.pt2")])[0] | {"weights": _EXPORTED_WEIGHTS},
              "artifacts": []}
     if st.tp > 1:
         entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not "
                           "lowered yet"]
-    # its device's toolchain, what runs it under --emulate where that differs (cpu, Gaudi), and ONNX
-    names = dict.fromkeys((device_toolchain(st.backend), emulation_toolchain(st.backend), *EVERY_STAGE))
     for name in names:
-        if only and name not in only:
-            continue
         say(f"stage {stem}: {name}")
         try:
             f = form(toolchain(name).form)

@@ -1,5 +1,6 @@
 """Intel Gaudi: the exported stage (`.pt2`) for the HPU bridge, compiled on the device by
 `torch.compile(backend="hpu_backend")` (shape buckets avoid recompiles, as vllm-gaudi does).
+The program is saved without its weights (backends/exported.py).
 `habana_frameworks.torch` ships with Intel's Gaudi software stack, not on the package
 registries: without it the program is written and cannot run here.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from hetc.backends.exported import save_without_weights
 from hetc.stage import AttentionForm
 from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 
@@ -33,10 +35,12 @@ class HpuToolchain:
     def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
               weight_names: dict[str, str] | None = None) -> Artifact:
         path = out_dir / f"{stem}.hpu.pt2"
-        torch.export.save(program, path)
+        save_without_weights(program, path, weight_names or {})
         here = importlib.util.find_spec("habana_frameworks") is not None
+        notes = ["weights: none in the program (meta tensors); hetc.backends.exported.load_with_weights fills them "
+                 "from the model at start"]
         return Artifact(toolchain=self.name, version=self.version(), target=target, files=[Path(path.name)],
-                        runnable_here=False, notes=[] if here else [_MISSING])
+                        runnable_here=False, notes=notes if here else [*notes, _MISSING])
 
     def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
              kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from hetc.backends.exported import load_with_weights, save_without_weights
 from hetc.backends.stage import FunctionalStage, PagedStage, example_inputs, export_stage, stage_class, write_kv
 from hetc.backends.toolchains import toolchain
 from hetc.backends.paged_attention import PagedMeta
@@ -145,15 +146,46 @@ _WEIGHT_FILES = (".onnx.data", ".bin")
 
 
 def _assert_no_weights_inside(art, folder, stage):
-    """No weight matrix of the stage is in the artifact's code files: the first 64 bytes of each
-    (random floats: unique) are found in none of them. The weights come from the model at start."""
-    blobs = {f: (folder / f).read_bytes() for f in art.files if not f.name.endswith(_WEIGHT_FILES)}
+    """No weight matrix of the stage is in the artifact's code files. The weights come from the
+    model at start."""
+    _assert_no_weight_bytes([folder / f for f in art.files if not f.name.endswith(_WEIGHT_FILES)], stage)
+
+
+def _assert_no_weight_bytes(files, stage):
+    """The first 64 bytes of each weight matrix of the stage (random floats: unique) are in none of `files`."""
+    blobs = {f: f.read_bytes() for f in files}
     named = dict(stage.named_parameters())
     mats = [named[fqn].detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()[:64]
             for fqn in stage.weight_names if named[fqn].dim() == 2]
     assert mats and blobs
     for f, blob in blobs.items():
         assert not any(m in blob for m in mats), f"{f} holds weight bytes"
+
+
+@pytest.mark.parametrize("which", [0, 2])
+def test_the_exported_program_is_saved_without_its_weights(model, tmp_path, which):
+    """The `.pt2` holds the program, not the weights; loaded with the model's weights it computes
+    what the stage does (stage 0: ids in, stage 2: logits out with the rotary tables it keeps)."""
+    d, _, _, forms = model
+    st = forms[AttentionForm.GATHER][which]
+    ep = export_stage(st, hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32)
+    path = tmp_path / "s.pt2"
+    save_without_weights(ep, path, st.weight_names)
+    _assert_no_weight_bytes([path], st)
+    assert all(t.device.type == "cpu" for t in ep.state_dict.values())  # the program saved is left as it was
+    weights = SafetensorsWeights(d)
+    loaded = load_with_weights(path, weights)
+    assert set(loaded.state_dict) == set(ep.state_dict)
+    # weights at the stage's dtype are views of the mapped safetensors, not copies
+    some = next(fqn for fqn in st.weight_names if loaded.state_dict[fqn].dim() == 2)
+    view = weights.get(st.weight_names[some], loaded.state_dict[some].shape, torch.float32)
+    assert loaded.state_dict[some].untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+    g = torch.Generator().manual_seed(3)
+    args = example_inputs(st, batch=3, new=2, past=[37, 5, 18], num_blocks=9, hidden=64, vocab=300,
+                          dtype=torch.float32, kv_dtype=torch.float32, generator=g)
+    with torch.no_grad():
+        want, got = st(*args), loaded.module()(*args)
+    assert len(got) == len(want) and max(float((x - y).abs().max()) for x, y in zip(got, want)) < 1e-6
 
 
 def _profiles(d, memory="0.7 MB", nv_target="sm_90"):
@@ -202,6 +234,7 @@ def test_compile_a_three_vendor_plan(model, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     for st in manifest["stages"]:
         assert hashlib.sha256((out / st["exported"]["path"]).read_bytes()).hexdigest() == st["exported"]["sha256"]
+        assert st["exported"]["weights"].startswith("none")
         assert {a["toolchain"] for a in st["artifacts"]} >= {"onnx"}
         for a in st["artifacts"]:
             if not a["built"]:
