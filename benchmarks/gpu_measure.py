@@ -99,25 +99,17 @@ def _rotating(pool: list, fn):
 def measure_launch(torch) -> dict:
     a = torch.zeros(1, device=DEV[0])
     n = 2000
-    for _ in range(100):
-        a.add_(1)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        a.add_(1)
-    torch.cuda.synchronize()
-    host = (time.perf_counter() - t0) / n
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            a.add_(1)
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
+
+    def kernels():
         for _ in range(n):
             a.add_(1)
-    replay = _events_median(g.replay, reps=5) / n
+    kernels()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    kernels()
+    torch.cuda.synchronize()
+    host = (time.perf_counter() - t0) / n
+    replay = _events_median(_graphed(torch, kernels), reps=5) / n
     return {"host_per_kernel_s": host, "graph_per_kernel_s": replay, "kernels": n}
 
 
