@@ -9,7 +9,8 @@ came from), run hetc twice on the same devices and workload:
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
 to the target (HELD_ROUNDS: gathered after the cost model was frozen at FROZEN), overall and per
 vendor over the held rounds together and per round, with the earlier rounds reported beside (round 1:
-the first comparison; rounds 2, 3 and 4: gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
+the first comparison; rounds 2, 3, 4 and 5 + 6: gathered after the freezes at 11b21d7, 48fca1d, fd4908c and
+005d8e2). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
@@ -33,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "005d8e27aa14a7a2976678cb3fb8dfebc324b2c6"  # the cost-model commit, made before any held figure was looked at
-HELD_ROUNDS = (5, 6)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
+FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
+HELD_ROUNDS = (7,)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
@@ -100,7 +101,7 @@ SOURCES = {
               "25–100%, are left out)",
     "gaudi2d": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
     "gaudi3c": "as gaudi3 (Gaudi 3 page, software 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
-    # ---- round 5 (gathered after FROZEN) ----
+    # ---- round 5 (gathered after the freeze at 005d8e2) ----
     "mlperf51r5": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
                   "closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in the "
                   "mirror ntuhpc/inference_results_v5.1 @ 387c3dd0: every H200 SXM, MI325X and MI300X system of that task "
@@ -120,7 +121,7 @@ SOURCES = {
               "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
               "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
               "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
-    # ---- round 6 (gathered after FROZEN) ----
+    # ---- round 6 (gathered after the freeze at 005d8e2) ----
     "gaudi120": "Intel's Gaudi 2 and Gaudi 3 throughput figures at Intel Gaudi software 1.20.0: 'ref_perf' of "
                 "PyTorch/Hugging_Face_pipelines/Benchmarking_on_Optimum-habana_with_fp8/Gaudi_1-20.json in "
                 "HabanaAI/Gaudi-tutorials @ ad1738ecabd782c4ba14ab4f26c61128cf29af14 (the README: Benchmark.py reports "
@@ -166,7 +167,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5, 6: after FROZEN
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
@@ -305,7 +306,7 @@ CASES = [
           ("gaudi3", "gaudi3c", "mistral-7b", "mistral-7b", ((128, 128, 896, 24433), (128, 2048, 120, 13726),
                                                              (2048, 128, 120, 2085), (2048, 2048, 44, 4970))))
       for i, o, b, v in rows],
-    # ---- round 5: gathered after the freeze at FROZEN (held to the target) ----
+    # ---- round 5: gathered after the freeze at 005d8e2 (held then, reported beside now) ----
     # MLPerf v5.1 Llama-2-70B Offline, FP8, closed: the systems rounds 2-4 did not use
     *[Case(f"mlperf51-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf51r5", vendor,
            spec, b, 5, note)
@@ -338,7 +339,7 @@ CASES = [
           (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
           (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
           (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"))],
-    # ---- round 6: gathered after the freeze at FROZEN (held with round 5) ----
+    # ---- round 6: gathered after the freeze at 005d8e2 (held with round 5 then, reported beside now) ----
     # Intel's figures at software 1.20.0 (optimum-habana, FP8, fixed batch, TP over the cards): held where the
     # (device, model, card count) is new to rounds 1-4, the release's other rows beside (the rule in SOURCES)
     *[Case(f"g120-{g}-{n}x-{m}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "gaudi120", "intel",
