@@ -39,5 +39,4 @@ def test_launch_overhead_is_the_middle_of_the_measured_runs(profile, card):
 def test_mi300x_memory_efficiency_is_azures_babelstream_median():
     babelstream = {"copy": 4.11, "mul": 4.26, "add": 4.14, "triad": 4.09, "dot": 3.87}  # TB/s, ND MI300X v5
     p = load_profile("mi300x")
-    assert p.memory_bandwidth * p.efficiency.memory == pytest.approx(statistics.median(babelstream.values()) * 1e12,
-                                                                     rel=0.002)
+    assert p.memory_bandwidth * p.efficiency.memory == pytest.approx(statistics.median(babelstream.values()) * 1e12, rel=0.002)
