@@ -9,7 +9,8 @@ came from), run hetc twice on the same devices and workload:
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
 to the target (HELD_ROUNDS: gathered after the cost model was frozen at FROZEN), overall and per
 vendor over the held rounds together and per round, with the earlier rounds reported beside (round 1:
-the first comparison; rounds 2, 3 and 4: gathered after the freezes at 11b21d7, 48fca1d and fd4908c). Every public figure is output tokens per
+the first comparison; rounds 2, 3, 4 and 5 + 6: gathered after the freezes at 11b21d7, 48fca1d, fd4908c and
+005d8e2). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
@@ -33,8 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
-FROZEN = "005d8e27aa14a7a2976678cb3fb8dfebc324b2c6"  # the cost-model commit, made before any held figure was looked at
-HELD_ROUNDS = (5, 6)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
+FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
+HELD_ROUNDS = (7,)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
@@ -100,7 +101,7 @@ SOURCES = {
               "25–100%, are left out)",
     "gaudi2d": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
     "gaudi3c": "as gaudi3 (Gaudi 3 page, software 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
-    # ---- round 5 (gathered after FROZEN) ----
+    # ---- round 5 (gathered after the freeze at 005d8e2) ----
     "mlperf51r5": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
                   "closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in the "
                   "mirror ntuhpc/inference_results_v5.1 @ 387c3dd0: every H200 SXM, MI325X and MI300X system of that task "
@@ -120,7 +121,7 @@ SOURCES = {
               "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
               "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
               "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
-    # ---- round 6 (gathered after FROZEN) ----
+    # ---- round 6 (gathered after the freeze at 005d8e2) ----
     "gaudi120": "Intel's Gaudi 2 and Gaudi 3 throughput figures at Intel Gaudi software 1.20.0: 'ref_perf' of "
                 "PyTorch/Hugging_Face_pipelines/Benchmarking_on_Optimum-habana_with_fp8/Gaudi_1-20.json in "
                 "HabanaAI/Gaudi-tutorials @ ad1738ecabd782c4ba14ab4f26c61128cf29af14 (the README: Benchmark.py reports "
@@ -140,6 +141,54 @@ SOURCES = {
                   "batch); 'Output token throughput (tok/s)'. Input length = 'Total input tokens' ÷ requests = "
                   "1,195,639 / 640 = 1,868 (the sonnet prompts come out below the nominal 2,048); output 1,310,720 / 640 "
                   "= 2,048",
+    # ---- round 7 (gathered after FROZEN) ----
+    # The rule, fixed before any round-7 prediction: every figure below is held unless it is marked beside
+    # (hold=False), which is so where (a) rounds 1-6 used a figure of the same device, model, device count,
+    # parallelism, batch and lengths from an earlier release of the same benchmark page (a re-measurement of a
+    # configuration already compared), or (b) the figure was seen before the freeze. Newer releases of pages and
+    # benchmark rounds that rounds 1-6 used at other releases (MLPerf v6.0, AMD's page, TensorRT-LLM's overview)
+    # are held, as rounds 4 and 5 held MLPerf v5.0 / v5.1 systems. Left out, not beside: rows whose Gaudi 2 and
+    # Gaudi 3 values are identical (a copied placeholder, not a measurement of either card), tests commented out of
+    # the suite, rows without stated input lengths, models or devices without a profile, FP4.
+    "trt12": "TensorRT-LLM performance overview, docs/source/developer-guide/perf-overview.md @ NVIDIA/TensorRT-LLM "
+             "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d (the 1.2-era page; rounds 1-2 used v0.17 @ 258c7540 and v1.0 @ "
+             "00f37686): 'LLaMA v3.3 70B' table, H200 TP2 (FP8) and H100 TP2 (FP8) columns, nvidia/Llama-3.3-70B-"
+             "Instruct-FP8 (the catalog's llama-3.1-70b: same architecture), trtllm-bench throughput, PyTorch backend, "
+             "CUDA graphs with padding, synthetic requests of exactly ISL/OSL; 'Output Throughput per GPU' x 2 GPUs. "
+             "⚠ KV dtype not stated for Llama 3.3: FP8 assumed (the ModelOpt FP8 checkpoint, as trt10); batch not "
+             "stated: the largest that fits",
+    "mlperf60": "MLPerf Inference v6.0 Datacenter, closed, Llama-2-70B Offline (99 and 99.9 give the same run), "
+                "'Tokens per second' of closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/"
+                "mlperf_log_summary.txt in the mirror gbeezybez/inference_results_v6.0 @ 232fbf90 (the mlcommons "
+                "repository holds 9 files here): every MI300X, MI325X and H100/H200 SXM system of that task (Dell "
+                "8xMI300X_2xPlatinum_8470 on AMD's vLLM 0.9.0.2 code, ROCm 6.4.1; MangoBoost 8xMI300X and 8xMI325X on "
+                "LLMBoost 0.5.2), TP1 x 8, FP8 with FP8 KV; ⚠ the configs are not in the mirror: batch as AMD's own "
+                "v5.1 runs (MI300X 1536, MI325X 2048; round 3), which hetc's memory model caps below. Lengths 222/294 "
+                "as rounds 2-5. No H100/H200 SXM system ran this task in v6.0 (H200 NVL, B200/B300 FP4, RTX PRO, "
+                "MI350X/MI355X: no profile or FP4); the heterogeneous Dell+MangoBoost MI300X+MI325X+MI355X run has "
+                "MI355X",
+    "krai60": "MLPerf Inference v6.0, open division, Krai, Llama-2-70B task served by Llama-3.1-70B-Instruct with "
+              "dynamic FP8 on vLLM v0.15.0-dev (nightly d88a1df6), 8xH200-SXM-141GB, 'Tokens per second' of "
+              "open/Krai/results/h200_n1-vllm/llama3_1-70b-fp8_dyn/offline/performance/run_1/mlperf_log_summary.txt "
+              "(gbeezybez/inference_results_v6.0 @ 232fbf90); tp=1, dp=8, max_num_seqs=1232 from the same directory's "
+              "README (the PerformanceOnly command); no kv dtype given: bf16 KV (the engine's default), as krai51",
+    "rocm25b": "AMD, 'Performance results' (amd.com/<lang>/developer/resources/rocm-hub/dev-ai/performance-results.html), "
+               "vLLM on 8xMI300X (dual EPYC 9554), TP8, amd/Llama-3.1-{70B,405B}-Instruct-FP8-KV, 'Max Num Seqs' as the "
+               "batch, the three releases of the page other than rocm25's (stored copies): en, docker rocm/vllm:"
+               "rocm6.4.1_vllm_0.9.0.1_20250605; fr, rocm6.4.1_vllm_0.10.1_20250909; zh-cn, rocm7.0.0_vllm_0.10.2_"
+               "20251006. Rows at input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput' may "
+               "count prompt tokens: 3-6% at these lengths). ⚠ which releases round 4 saw is not recorded; held",
+    "ohci": "optimum-habana's CI performance baselines: 'throughput' (run_generation.py: generated tokens / s) of the "
+            "test_text_generation_fp8 cases in tests/baselines/fixture/tests/test_text_generation_example.json @ "
+            "huggingface/optimum-habana 1d8504c6c7666a19d71968dba50976dceaf7c6b6, per device (gaudi2, gaudi3); the "
+            "test passes when a run reaches 0.95x the baseline. Each case's configuration from "
+            "tests/test_text_generation_example.py (MODELS_TO_TEST['fp8']: model, world_size, batch_size, input and "
+            "output lengths): run_generation.py --use_kv_cache --use_hpu_graphs --limit_hpu_graphs, FP8 (INC "
+            "maxabs_quant), DeepSpeed TP over world_size cards, --max_input_tokens / --max_new_tokens (fixed lengths, "
+            "bucketed KV for Llama 2 and Mixtral), flash attention (the flex-attention key where only it exists). "
+            "Left out: Mistral 120-batch and Mixtral 96-batch rows (commented out of the suite; Gaudi 2 = Gaudi 3 "
+            "values), Mixtral 2 x 768 (Gaudi 2 = Gaudi 3), bf16 and DeepSpeed batch-1 rows (default prompt, input "
+            "length not stated), Falcon-180B and phi-2 (not in the catalog)",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
@@ -166,7 +215,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4: after the freezes at 11b21d7, 48fca1d, fd4908c; 5, 6: after FROZEN
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
@@ -305,7 +354,7 @@ CASES = [
           ("gaudi3", "gaudi3c", "mistral-7b", "mistral-7b", ((128, 128, 896, 24433), (128, 2048, 120, 13726),
                                                              (2048, 128, 120, 2085), (2048, 2048, 44, 4970))))
       for i, o, b, v in rows],
-    # ---- round 5: gathered after the freeze at FROZEN (held to the target) ----
+    # ---- round 5: gathered after the freeze at 005d8e2 (held then, reported beside now) ----
     # MLPerf v5.1 Llama-2-70B Offline, FP8, closed: the systems rounds 2-4 did not use
     *[Case(f"mlperf51-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf51r5", vendor,
            spec, b, 5, note)
@@ -338,7 +387,7 @@ CASES = [
           (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
           (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
           (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"))],
-    # ---- round 6: gathered after the freeze at FROZEN (held with round 5) ----
+    # ---- round 6: gathered after the freeze at 005d8e2 (held with round 5 then, reported beside now) ----
     # Intel's figures at software 1.20.0 (optimum-habana, FP8, fixed batch, TP over the cards): held where the
     # (device, model, card count) is new to rounds 1-4, the release's other rows beside (the rule in SOURCES)
     *[Case(f"g120-{g}-{n}x-{m}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "gaudi120", "intel",
@@ -370,6 +419,52 @@ CASES = [
          64, 6, "vLLM 0.7.2+Gaudi, TP1, BF16, 64 concurrent"),
     Case("g3vllm-8x-405b-1868/2048", "8xgaudi3", "llama-3.1-405b", "bf16", 1868, 2048, 865.73, "gaudi3vllm", "intel",
          "a:0-7", 64, 6, "vLLM 0.7.2+Gaudi, TP8, BF16, 64 concurrent"),
+    # ---- round 7: gathered after the freeze at FROZEN (held to the target, by the rule with SOURCES) ----
+    # TensorRT-LLM's 1.2-era overview: Llama 3.3 70B FP8 at TP2 (per-GPU figures x 2)
+    *[Case(f"trt12-{n}-70b-{i}/{o}", f"2x{gpu}", "llama-3.1-70b", "fp8", i, o, per_gpu * 2, "trt12", "nvidia", "a:0-1",
+           None, 7, "TP2; Llama 3.3 70B", hold=hold)
+      for gpu, n, i, o, per_gpu, hold in (
+          ("h200", "2xh200", 1000, 1000, 2587, True), ("h200", "2xh200", 1024, 1024, 2582, True),
+          ("h200", "2xh200", 1024, 8192, 2009, True), ("h200", "2xh200", 8192, 1024, 537, True),
+          ("h200", "2xh200", 32768, 1024, 120, True), ("h100", "2xh100", 8192, 1024, 398, True),
+          ("h100", "2xh100", 1000, 1000, 2209, False))],  # round 1's 2xh100-70b-1000/1000 configuration: beside
+    # MLPerf v6.0 Llama-2-70B Offline, closed: every MI300X / MI325X system
+    *[Case(f"mlperf60-8x{gpu}-{who}", f"8x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf60", "amd",
+           "a:0 x8", b, 7, note)
+      for gpu, who, b, v, note in (
+          ("mi300x", "dell", 1536, 27072.5, "Xeon 8470; vLLM 0.9.0.2, TP1 × 8"),
+          ("mi300x", "mangoboost", 1536, 27598.7, "EPYC 9534; LLMBoost 0.5.2, TP1 × 8"),
+          ("mi325x", "mangoboost", 2048, 33880.4, "EPYC 9655; LLMBoost 0.5.2, TP1 × 8"))],
+    Case("krai60-8xh200-vllm-dyn", "8xh200", "llama-3.1-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 25939.8, "krai60", "nvidia",
+         "a:0 x8", 1232, 7, "vLLM 0.15.0-dev, dynamic FP8", "bf16"),
+    # AMD's performance page, three more releases: TP8 on 8xMI300X, FP8 weights and KV
+    *[Case(f"rocm-{rel}-8xmi300x-{m}-128/{o}", "8xmi300x", model, "fp8", 128, o, v, "rocm25b", "amd", "a:0-7", b, 7,
+           f"max seqs {b}; {docker}")
+      for rel, docker, rows in (
+          ("0605", "vLLM 0.9.0.1, ROCm 6.4.1", (("70b", 2048, 3200, 16581.5), ("70b", 4096, 1500, 13667.3),
+                                               ("405b", 2048, 1500, 4275.0), ("405b", 4096, 1500, 3356.7))),
+          ("0909", "vLLM 0.10.1, ROCm 6.4.1", (("70b", 2048, 3200, 13818.7), ("70b", 4096, 1500, 11612.0),
+                                               ("405b", 2048, 1500, 4134.0), ("405b", 4096, 1500, 3177.6))),
+          ("1006", "vLLM 0.10.2, ROCm 7.0.0", (("70b", 2048, 3200, 13212.5), ("70b", 4096, 1500, 11312.8),
+                                               ("405b", 2048, 1500, 4201.7), ("405b", 4096, 1500, 3176.3))))
+      for m, o, b, v in rows for model in (f"llama-3.1-{m}",)],
+    # optimum-habana's CI baselines, FP8, fixed batch, TP over the cards (Gaudi 2 and Gaudi 3 values of each case)
+    *[Case(f"ohci-{g}-{n}x-{m}-b{b}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "ohci", "intel",
+           "a:0" if n == 1 else f"a:0-{n - 1}", b, 7, f"batch {b}{note}")
+      for m, model, n, b, i, o, g2, g3, note in (
+          ("l2-7b", "llama-2-7b", 1, 1230, 128, 128, 13152.7, 19132.3193582529, ""),
+          ("l2-7b", "llama-2-7b", 1, 163, 128, 2048, 4774.7, 7240.988993899055, ""),
+          ("l2-7b", "llama-2-7b", 1, 94, 2048, 128, 1293.3, 1852.6696711170073, ""),
+          ("l2-7b", "llama-2-7b", 1, 81, 2048, 2048, 1942.9, 2868.2782272085133, ""),
+          ("l2-70b", "llama-2-70b", 4, 3042, 128, 128, 5374.6, 9105.741034094377, ""),
+          ("l2-70b", "llama-2-70b", 4, 750, 128, 2048, 7422.4, 12966.32808044709, "; flex attention"),
+          ("l2-70b", "llama-2-70b", 4, 207, 2048, 128, 568.5, 918.3333993444961, ""),
+          ("l2-70b", "llama-2-70b", 8, 172, 2048, 2048, 4656.2, 6059.088893259565, ""),
+          ("mistral-7b", "mistral-7b", 1, 896, 128, 128, 17068.965283763682, 25100.757003294264, "; v0.2"),
+          ("mistral-7b", "mistral-7b", 1, 44, 2048, 2048, 3393.149396451692, 4877.759076826148, "; v0.2"),
+          ("mixtral", "mixtral-8x7b", 1, 1, 128, 128, 40.94, 114.8447433058542, ""),
+          ("mixtral", "mixtral-8x7b", 2, 48, 2048, 2048, 1147.5, 2632.4017718271375, ""))
+      for g, v in (("gaudi2", g2), ("gaudi3", g3))],
 ]
 
 

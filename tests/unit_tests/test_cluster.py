@@ -102,7 +102,7 @@ def test_h100_values_are_in_base_units():
     assert p.reserved_memory == pytest.approx(6e9)
     assert p.memory_bandwidth == pytest.approx(3.35e12)
     assert p.peak_flops["bf16"] == pytest.approx(989e12)
-    assert p.launch_overhead == pytest.approx(5e-6)
+    assert p.launch_overhead == pytest.approx(7.9e-6)
     assert p.power == pytest.approx(700)
     assert p.price == pytest.approx(2.95)
 
