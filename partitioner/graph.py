@@ -183,6 +183,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
     recomputable: list[bool] = []
     uses_param: list[bool] = []
     dep_param: dict[Node, bool] = {}
+    weight_views: set[Node] = set()  # views of parameters (a transposed stacked expert weight): weights, not activations
     for ph in placeholders:
         dep_param[ph] = ph.name in param_of
 
@@ -203,7 +204,10 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         on = OpNode(name=n.name, op=op, params=my_params)
         out_numel = sum((_numel(t) for t in outs), sympy.Integer(0))
         out_bytes = sum((_numel(t) * t.element_size() for t in outs), sympy.Integer(0))
-        act_in = [a.meta.get("val") for a in ins if a.name not in param_of and isinstance(a.meta.get("val"), torch.Tensor)]
+        if op in VIEW_OPS and ins and all(a.name in param_of or a in weight_views for a in ins):
+            weight_views.add(n)
+        act_in = [a.meta.get("val") for a in ins
+                  if a.name not in param_of and a not in weight_views and isinstance(a.meta.get("val"), torch.Tensor)]
         in_bytes = sum((_numel(t) * t.element_size() for t in act_in), sympy.Integer(0))
         if op in VIEW_OPS or sub and not outs:
             on.is_view = True

@@ -94,6 +94,10 @@ def test_mixtral_counts_only_active_experts():
     moe = [u for u in m.units if u.kind == "moe"]
     assert len(moe) == n and all(u.moe["num_experts"] == e and u.moe["top_k"] == k for u in moe)
     assert moe[0].moe["expert_bytes"] == pytest.approx(e * expert * 2)  # all experts' weights in memory
+    # the grouped GEMMs read the stacked experts through a transpose: weights (scaled by the experts a
+    # step touches), never a constant activation that a one-token step would stream in full
+    ops = [r for u in moe for r in u.op_records if r.kind == "moe"]
+    assert ops and all(r.act_bytes.const < 1e-6 * r.weight_bytes for r in ops)
 
 
 def test_kv_bytes_per_token_from_graph_match_config():
