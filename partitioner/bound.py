@@ -49,10 +49,19 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
 
 
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
-               ceiling: int = MAX_BATCH) -> float:
+               ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
     """Lower bound on USD per hour per output tok/s over all plans: variables y[g, n, k] (flow
     through stage groups of kind g holding k units in pipelines of n stages) with the
-    per-length flow and cover equations, one tok/s in total, devices priced, counts unlimited."""
+    per-length flow and cover equations, one tok/s in total, devices priced.
+
+    Args:
+        floor: with a floor F > 0, the bound is on (USD/h of any plan giving at least F tok/s) / F:
+            the flow is F scaled to one, so each type's devices (and each kind's tp groups) are
+            limited to count / F — y/cap is at most the groups a real plan's stages take (a stage
+            carries at most cap; a point inside the hull is a convex mix of vertices, Σλ ≤ 1).
+            inf where no plan in the relaxation reaches F. Without one, counts never bind (a
+            ratio does not change with scale) and are left out.
+    """
     u = len(tables.units)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     y: dict[tuple, pywraplp.Variable] = {}
@@ -82,10 +91,20 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
         solver.Add(sum(key[2] * var for key, var in here) == u * x)
     solver.Add(sum(xs.values()) == 1)
     usd_h: dict[tuple[str, str], list] = {}  # per type: tp devices for each stage group the flow needs
+    groups: dict[int, list] = {}
     for key, var in y.items():
         g = kinds[key[0]]
         usd_h.setdefault(g.type_key, []).append(g.tp / caps[key] * var)
+        groups.setdefault(key[0], []).append(var / caps[key])
+    if floor > 0:
+        for t, terms in usd_h.items():
+            solver.Add(sum(terms) <= sum(n.count for n in next(g for g in kinds if g.type_key == t).nodes) / floor)
+        for gi, terms in groups.items():
+            solver.Add(sum(terms) <= kinds[gi].groups / floor)
     solver.Minimize(sum(price[t] * sum(terms) for t, terms in usd_h.items()))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+    status = solver.Solve()
+    if floor > 0 and status == pywraplp.Solver.INFEASIBLE:
+        return float("inf")
+    if status != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the cost-bound LP did not solve to optimality")
     return solver.Objective().Value()
