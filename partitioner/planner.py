@@ -13,7 +13,7 @@ from hetc.errors import BadInput
 from hetc.plan import SCHEMA, Plan
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import CapturedModel, capture
-from hetc.partitioner.bound import cost_bound
+from hetc.partitioner.bound import cost_bound, least_holding
 from hetc.partitioner.latency_bound import tpot_bound
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.given import evaluate_placement
@@ -70,7 +70,8 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
            ceiling: int, min_tok_s: float = 0.0) -> float:
     """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT of
     any pipeline (latency_bound.py). Cost and energy: the flow relaxation (bound.py) of USD/h
-    (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F."""
+    (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
+    and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
         return sol.bound
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
@@ -78,12 +79,13 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
     if objective == Objective.LATENCY:
         return 1e3 * tpot_bound(tables, kinds, cluster)
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
+    of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
+    least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
+    if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do
+        least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s)
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
-        watts = {type_key(n): n.profile.power for n in cluster.nodes}
-        least = cost_bound(tables, kinds, max_stages, watts, ceiling, floor=min_tok_s)
         return 1.0 / least if least > 0 else float("inf")
-    price = {type_key(n): cluster.price(n.profile) for n in cluster.nodes}
-    return cost_bound(tables, kinds, max_stages, price, ceiling, floor=min_tok_s) / 3600 * 1e6
+    return least / 3600 * 1e6
 
 
 def objective_value(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float, min_tok_s: float = 0.0) -> float:
