@@ -14,7 +14,7 @@ from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from hetc.scheduling import Objective
 from tests.brute_force import all_devices, best_per_set, options, packings
-from tests.conftest import PROFILE
+from tests.conftest import PROFILE, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 FLOORS = (0.0, 0.25, 0.5, 0.75, 0.95)  # of the most tok/s the whole cluster gives
@@ -102,12 +102,12 @@ def test_cost_and_energy_are_the_cheapest_fleet_meeting_the_floor(case, objectiv
         assert got / sol.output_tok_s == pytest.approx(want[0], rel=1e-9)
 
 
-@pytest.mark.parametrize("link", ["pcie4", "nvlink4"])
+@pytest.mark.parametrize("link", ["pcie4", "nvlink4", "two types"])
 def test_latency_bound_holds_for_every_pipeline_tp_groups_included(tmp_path, tiny, link):
-    """Every chain of devices and tp groups at every batch: none is faster than the bound; over
-    NVLink a tp2 group beats every single device, which the old bound (each unit on its
-    fastest device alone) did not allow for."""
-    cluster = _cluster(tmp_path, link)
+    """Every chain of devices and tp groups at every batch: none is faster than the bound (over
+    NVLink the fastest pipeline has a tp2 group; on llama-3.1-70b a TP8 group beat the old bound,
+    each unit on its fastest single device, 4.4×), and the bound is within 10% (here: 0.95)."""
+    cluster = two_type_cluster(tmp_path, "0.6 MB", "2 MB") if link == "two types" else _cluster(tmp_path, link)
     best = min(o.estimate.tpot_s for o in options(tiny.units, cluster, WL, tp=True))
     bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL))
     assert best * 1e3 * 0.9 <= bound_ms <= best * 1e3 * (1 + 1e-9)  # valid, and within 10% of the best here
@@ -128,7 +128,7 @@ def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, obj
             figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f),
                                            sum(o.watts() for o in f), floor))
     bound = _bound(tiny, cluster, WL, None, objective, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
-    if objective == Objective.COST:
-        assert 0.5 * min(figures) <= bound <= min(figures) * (1 + 1e-9)
+    if objective == Objective.COST:  # measured: 0.95 of the optimum without a floor, 1.00 with one
+        assert 0.9 * min(figures) <= bound <= min(figures) * (1 + 1e-9)
     else:
-        assert max(figures) * (1 - 1e-9) <= bound <= 2.0 * max(figures)
+        assert max(figures) * (1 - 1e-9) <= bound <= max(figures) / 0.9
