@@ -90,7 +90,7 @@ def test_cost_and_energy_are_the_cheapest_fleet_meeting_the_floor(case, objectiv
     tok = lambda combo: sum(o.estimate.output_tok_s for o in combo)  # noqa: E731
     fleets = _fleets(best_per_set(iter(every)))
     if floor:
-        want = min(((spend(f), -tok(f)) for f in fleets if tok(f) >= floor))
+        want = min((spend(f), -tok(f)) for f in fleets if tok(f) >= floor)
     else:
         want = min((spend(f) / tok(f), -tok(f)) for f in fleets if len(f) == 1)
     sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor, tp="1")
