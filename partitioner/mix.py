@@ -190,7 +190,8 @@ def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit:
     """Latency: the least T* whose options (TPOT ≤ T*) meet the floor, then their most tok/s."""
     order = sorted(range(len(opts)), key=lambda j: opts[j].found.estimate.tpot_s)
     tpots = sorted({opts[j].found.estimate.tpot_s for j in order})
-    most = _model(opts, cluster, caps).most
+    slots = slots_of(cluster)
+    most = [_most(o, slot_use(usage(o.template)), slots, cluster, caps) for o in opts]
 
     def within(t: float) -> list[int]:
         return [j for j in order if opts[j].found.estimate.tpot_s <= t]
