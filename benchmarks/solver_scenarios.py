@@ -1,6 +1,8 @@
 """Plan quality and planner speed over a table of heterogeneous scenarios.
 
-For each scenario: the plan's output tok/s, the solver's bound and the ratio, every
+For each scenario: the plan's figure for its objective (output tok/s, or ms TPOT, USD per M
+output tokens), the bound in that unit and how close the plan is (plan/bound when maximising,
+bound/plan when minimising: 1.0 is provably optimal), every
 baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process), each
 as wall time and as CPU time (a shared host stretches the first), and the 1-minute load
 average after the run.
@@ -36,6 +38,17 @@ SCENARIOS = [
     ("70b-types6-24", "benchmarks/clusters/types6-24.yaml", "llama-3.1-70b", []),
     ("70b-types6-48", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", []),
     ("405b-types8-64", "benchmarks/clusters/types8-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
+    # the latency and cost objectives (issue 13): their own figure and bound (ms TPOT, USD per M tokens)
+    ("70b-24dev-latency", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "latency"]),
+    ("70b-24dev-latency-2k", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "latency", "--min-tok-s", "2000"]),
+    ("70b-24dev-cost", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "cost"]),
+    ("70b-24dev-cost-10k", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "cost", "--min-tok-s", "10000"]),
+    ("70b-types6-48-latency", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "latency"]),
+    ("70b-types6-48-latency-4k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b",
+     ["--objective", "latency", "--min-tok-s", "4000"]),
+    ("70b-types6-48-cost", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "cost"]),
+    ("70b-types6-48-cost-20k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b",
+     ["--objective", "cost", "--min-tok-s", "20000"]),
 ]
 
 
@@ -54,7 +67,7 @@ def main() -> None:
     ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
-    head = ("scenario", "devices", "plan tok/s", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
+    head = ("scenario", "devices", "plan", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
             "plan/mem-prop", "solver s", "solver CPU s", "command s", "command CPU s", "load")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -68,8 +81,10 @@ def main() -> None:
         mp = b["memory_proportional"]["output_tok_s"]
         phases = [p["phase"] for p in plan["pipelines"] for _ in range(p["replicas"])]
         pools = f"{phases.count('prefill')}P+{phases.count('decode')}D" if "decode" in phases else "–"
-        row = (name, str(devices), f"{tok:,.0f}", f"{plan['solver']['upper_bound']:,.0f}",
-               f"{tok / plan['solver']['upper_bound']:.3f}", pools, f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
+        value, bound = plan["solver"]["objective"], plan["solver"]["bound"]
+        close = value / bound if plan["objective"]["sense"] == "max" else bound / value
+        unit = {"throughput": "tok/s", "latency": "ms", "cost": "USD/M"}.get(plan["objective"]["name"], "")
+        row = (name, str(devices), f"{value:,.4g} {unit}", f"{bound:,.4g}", f"{close:.3f}", pools, f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
                f"{b['best_homogeneous']['output_tok_s']:,.0f}", f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
                f"{plan['solver']['seconds']:.1f}", f"{plan['solver']['cpu_seconds']:.1f}", f"{wall:.1f}", f"{cpu:.1f}",
                f"{os.getloadavg()[0]:.1f}")

@@ -3,12 +3,12 @@ its placement and a proven lower bound on what any fleet would cost.
 
 The planner does the work (the latency SLOs are then checked by simulating the chosen fleet at the
 rate, `check_slos`): the catalog's whole stock becomes one cluster, and the solver's
-cost objective (USD per output token, replicas as far as the rate needs) picks the pipelines
-under the SLOs; what they use is the purchase. The bound is the larger of two relaxations, each
-below the price of every fleet that serves the load: the planner's cost relaxation
-(partitioner/bound.py: USD/h per output tok/s over every plan, device counts unlimited) times
-the output rate the load needs, and the cheapest set of devices whose memory holds the model and
-one sequence's KV at all (an integer knapsack over the catalog, CP-SAT).
+cost objective with the load's output rate as its floor (partitioner/mix.py: the fleet of least
+USD/h whose pipelines together give the rate) picks the pipelines under the SLOs; what they use
+is the purchase. The bound is the larger of two relaxations, each below the price of every fleet
+that serves the load: the planner's cost relaxation (partitioner/bound.py: the least USD/h of
+flows giving the rate, each type's devices within the catalog's stock), and the cheapest set of
+devices whose memory holds the model and one sequence's KV at all (`bound.least_holding`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from ortools.sat.python import cp_model
 
 from hetc.capacity.evaluate import Evaluation, evaluate_plan
 from hetc.capacity.load import LengthDist, Load
@@ -28,9 +27,8 @@ from hetc.catalog import Catalog
 from hetc.cluster import Cluster
 from hetc.errors import Infeasible
 from hetc.plan import Plan
-from hetc.partitioner.bound import cost_bound
+from hetc.partitioner.bound import cost_bound, least_holding
 from hetc.partitioner.capture import capture
-from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.requests import BuyRequest
 from hetc.partitioner.simulate import Workload
@@ -100,8 +98,9 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
                         fleet=fleet)
     kinds = kinds_of(stock, (1, 2, 4, 8) if req.tp == "auto" else (1,))
     price = {type_key(n): stock.price(n.profile) for n in stock.nodes}
-    per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price)
-    bound = max(per_tok_s * req.output_tok_s, _memory_bound(model.units, wl, catalog, stock))
+    per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price,
+                           floor=req.output_tok_s)  # the catalog's stock limits each type's devices
+    bound = max(per_tok_s * req.output_tok_s, least_holding(model.units, wl, stock, price))
     return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_usd_h=bound, fleet=fleet)
 
 
@@ -114,27 +113,6 @@ def _short_of(units: list[Unit], stock: Cluster, wl: Workload, req: BuyRequest, 
         return f"even one pipeline is out of reach of the catalog's whole stock: {e}"
     return (f"the catalog's whole stock serves at most {most:,.0f} output tok/s within the SLOs given; the load asks "
             f"{asked} ({req.output_tok_s / most:.1f}×). Raise `max` in the catalog, add device types, or lower --rate.")
-
-
-def _memory_bound(units: list[Unit], wl: Workload, catalog: Catalog, stock: Cluster) -> float:
-    """USD/h of the cheapest device multiset (within the catalog's stock) whose usable memory holds
-    the weights plus one sequence's KV and activations: every serving fleet holds at least that."""
-    need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len)).total
-    profiles = {n.profile.name: n.profile for n in stock.nodes}
-    m = cp_model.CpModel()
-    n = [m.NewIntVar(0, e.max, e.profile) for e in catalog.entries]
-    mib = [int(profiles[e.profile].usable_memory // 2**20) for e in catalog.entries]  # rounded down: still a bound
-    m.Add(sum(k * x for k, x in zip(mib, n)) >= int(-(-need // 2**20)))
-    cents = [stock.price(profiles[e.profile]) * 1e4 for e in catalog.entries]
-    m.Minimize(sum(round(c) * x for c, x in zip(cents, n)))
-    s = cp_model.CpSolver()
-    s.parameters.num_workers = 1
-    s.parameters.max_time_in_seconds = 5.0
-    status = s.Solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return 0.0
-    # the solver's proven lower bound on the objective (the optimum when OPTIMAL), less rounding
-    return max(0.0, (s.BestObjectiveBound() - 0.5 * len(n)) / 1e4)
 
 
 def plan_fleet(purchase: Purchase, req: BuyRequest, fleet_path: str | Path) -> Plan:

@@ -18,14 +18,23 @@ hull of the options matter, so only those enter. (The throughput bound is cell_b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
 
+from hetc.cluster import Cluster
 from hetc.partitioner.batches import MAX_BATCH, Regimes, octaves
-from hetc.partitioner.tables import Kind, Tables
+from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.simulate import Workload
+from hetc.partitioner.tables import Kind, Tables, type_key
+from hetc.partitioner.units import Unit
 from hetc.scheduling import Phase
 
-__all__ = ["cost_bound"]
+__all__ = ["cost_bound", "least_holding"]
+
+MIP_SECONDS = 2.0  # with a floor: the whole-device MIP's time; its proven bound when it runs out
 
 
 def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
@@ -49,12 +58,21 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
 
 
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
-               ceiling: int = MAX_BATCH) -> float:
+               ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
     """Lower bound on USD per hour per output tok/s over all plans: variables y[g, n, k] (flow
     through stage groups of kind g holding k units in pipelines of n stages) with the
-    per-length flow and cover equations, one tok/s in total, devices priced, counts unlimited."""
+    per-length flow and cover equations, one tok/s in total, devices priced.
+
+    Args:
+        floor: with a floor F > 0, the bound is on (USD/h of any plan giving at least F tok/s) / F:
+            the flow is F scaled to one, so each type's devices (and each kind's tp groups) are
+            limited to count / F — y/cap is at most the groups a real plan's stages take (a stage
+            carries at most cap; a point inside the hull is a convex mix of vertices, Σλ ≤ 1).
+            inf where no plan in the relaxation reaches F. Without one, counts never bind (a
+            ratio does not change with scale) and are left out.
+    """
     u = len(tables.units)
-    solver = pywraplp.Solver.CreateSolver("GLOP")
+    solver = pywraplp.Solver.CreateSolver("SCIP" if floor > 0 else "GLOP")
     y: dict[tuple, pywraplp.Variable] = {}
     caps: dict[tuple, float] = {}
     ks = np.arange(u + 1)
@@ -75,17 +93,66 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
                 caps[gi, n, k] = float(cap[k])
     if not y:
         return 0.0
-    xs = {n: solver.NumVar(0, solver.infinity(), "") for n in range(1, max_stages + 1)}
+    here: dict[int, list] = {}  # the stages of pipelines of n stages
+    for (gi, n, k), var in y.items():
+        here.setdefault(n, []).append((gi, k, var))
+    xs = {n: solver.NumVar(0, solver.infinity(), "") for n in here}
+    count = {g.type_key: sum(n.count for n in g.nodes) for g in kinds}
     for n, x in xs.items():
-        here = [(key, var) for key, var in y.items() if key[1] == n]
-        solver.Add(sum(var for _, var in here) == n * x)
-        solver.Add(sum(key[2] * var for key, var in here) == u * x)
+        solver.Add(sum(var for _, _, var in here[n]) == n * x)
+        solver.Add(sum(k * var for _, k, var in here[n]) == u * x)
+        # one pipeline's stages fit the cluster: per type, tp·stages ≤ its devices; per kind, stages ≤ its groups
+        for t, c in count.items():
+            solver.Add(sum(kinds[gi].tp * var for gi, _, var in here[n] if kinds[gi].type_key == t) <= c * x)
+        for gi, g in enumerate(kinds):
+            solver.Add(sum(var for gj, _, var in here[n] if gj == gi) <= g.groups * x)
     solver.Add(sum(xs.values()) == 1)
     usd_h: dict[tuple[str, str], list] = {}  # per type: tp devices for each stage group the flow needs
+    groups: dict[int, list] = {}
     for key, var in y.items():
         g = kinds[key[0]]
         usd_h.setdefault(g.type_key, []).append(g.tp / caps[key] * var)
-    solver.Minimize(sum(price[t] * sum(terms) for t, terms in usd_h.items()))
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        raise RuntimeError("the cost-bound LP did not solve to optimality")
-    return solver.Objective().Value()
+        groups.setdefault(key[0], []).append(var / caps[key])
+    if floor > 0:  # whole devices: a plan giving F uses at least F × the flow's devices of each type
+        bought = {t: solver.IntVar(0, count[t], "") for t in usd_h}
+        for t, terms in usd_h.items():
+            solver.Add(floor * sum(terms) <= bought[t])
+        for gi, terms in groups.items():
+            solver.Add(floor * sum(terms) <= kinds[gi].groups)
+        solver.Minimize(sum(price[t] * z for t, z in bought.items()) * (1 / floor))
+        solver.SetTimeLimit(int(MIP_SECONDS * 1e3))
+    else:
+        solver.Minimize(sum(price[t] * sum(terms) for t, terms in usd_h.items()))
+    status = solver.Solve()
+    if floor > 0 and status == pywraplp.Solver.INFEASIBLE:
+        return float("inf")
+    if status == pywraplp.Solver.OPTIMAL:
+        return solver.Objective().Value()
+    if floor > 0 and status in (pywraplp.Solver.FEASIBLE, pywraplp.Solver.NOT_SOLVED):
+        return max(0.0, solver.Objective().BestBound())  # the MIP's proven bound when its time ran out
+    raise RuntimeError("the cost-bound LP did not solve to optimality")
+
+
+def least_holding(units: list[Unit], wl: Workload, cluster: Cluster, cost: dict[tuple[str, str], float]) -> float:
+    """The least `cost` (USD/h, or W) of any set of the cluster's devices whose usable memory
+    holds the weights plus one sequence's KV and activations: every plan has a pipeline, which
+    holds at least that (an integer knapsack, CP-SAT; its proven bound, so the
+    answer stays a lower bound whether or not it finishes). 0 if nothing holds it."""
+    need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len)).total
+    count: dict[tuple[str, str], int] = {}
+    memory: dict[tuple[str, str], float] = {}
+    for n in cluster.nodes:
+        count[type_key(n)] = count.get(type_key(n), 0) + n.count
+        memory[type_key(n)] = n.profile.usable_memory
+    types = list(count)
+    m = cp_model.CpModel()
+    x = [m.NewIntVar(0, count[t], "") for t in types]
+    kib = [int(memory[t] // 1024) for t in types]  # memory rounded down, need up, costs down: still a bound
+    m.Add(sum(k * v for k, v in zip(kib, x)) >= int(-(-need // 1024)))
+    m.Minimize(sum(math.floor(cost[t] * 1e4) * v for t, v in zip(types, x)))
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    s.parameters.max_time_in_seconds = 5.0
+    if s.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0.0
+    return max(0.0, s.BestObjectiveBound() / 1e4)

@@ -22,18 +22,22 @@ import itertools
 from dataclasses import replace
 
 from hetc.cluster import Node, Profile
-from hetc.efficiency import Curve1D, Curve2D, EfficiencyCurves, GatherCurve
+from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, GatherCurve
 
-__all__ = ["falling_curves", "bound_node"]
+__all__ = ["falling_curves", "bound_node", "flat_node"]
 
 
 def _rising(values: list[float]) -> list[float]:
     return list(itertools.accumulate(values, max))
 
 
-def _columns_rising(eff: list[list[float]]) -> list[list[float]]:
-    """The running maximum down each column (along the rows axis)."""
-    return [list(r) for r in zip(*(_rising(list(col)) for col in zip(*eff)))]
+def _top(values: list[float]) -> list[float]:
+    return [max(values)] * len(values)
+
+
+def _columns_rising(eff: list[list[float]], along=_rising) -> list[list[float]]:
+    """The running maximum down each column (along the rows axis; `_top`: the column's maximum)."""
+    return [list(r) for r in zip(*(along(list(col)) for col in zip(*eff)))]
 
 
 def falling_curves(profile: Profile) -> list[str]:
@@ -51,23 +55,26 @@ def falling_curves(profile: Profile) -> list[str]:
     return out
 
 
-def _envelope(profile: Profile) -> Profile:
+def _envelope(profile: Profile, flat: bool = False) -> Profile:
     c = profile.efficiency_curves
     assert c is not None
+    along = _top if flat else _rising
 
     def one(curve: Curve1D) -> Curve1D:
-        return curve.model_copy(update={"eff": _rising(curve.eff)})
+        return curve.model_copy(update={"eff": along(curve.eff)})
 
-    def table(t: Curve2D | GatherCurve):
-        return t.model_copy(update={"eff": _columns_rising(t.eff)})
+    def table(t: Curve2D | GatherCurve | AttentionCurve):
+        return t.model_copy(update={"eff": _columns_rising(t.eff, along)})
 
-    curves: EfficiencyCurves = c.model_copy(update={
-        "matmul": {d: table(t) for d, t in c.matmul.items()},
-        "memory": one(c.memory) if c.memory is not None else None,
-        "memory_kinds": {k: one(v) for k, v in c.memory_kinds.items()},
-        "memory_ops": {k: one(v) for k, v in c.memory_ops.items()},
-        "gather": table(c.gather) if c.gather is not None else None})
-    return profile.model_copy(update={"efficiency_curves": curves})
+    update = {"matmul": {d: table(t) for d, t in c.matmul.items()},
+              "memory": one(c.memory) if c.memory is not None else None,
+              "memory_kinds": {k: one(v) for k, v in c.memory_kinds.items()},
+              "memory_ops": {k: one(v) for k, v in c.memory_ops.items()},
+              "gather": table(c.gather) if c.gather is not None else None}
+    if flat:  # attention too, along its query tokens / sequences
+        update |= {"attention": {d: table(t) for d, t in c.attention.items()},
+                   "attention_decode": {d: table(t) for d, t in c.attention_decode.items()}}
+    return profile.model_copy(update={"efficiency_curves": c.model_copy(update=update)})
 
 
 _NODES: dict[int, tuple[Node, Node]] = {}
@@ -82,4 +89,20 @@ def bound_node(node: Node) -> Node:
             _NODES.clear()
         got = _NODES[id(node)] = (node, replace(node, profile=_envelope(node.profile)) if falling_curves(node.profile)
                                   else node)
+    return got[1]
+
+
+_FLAT: dict[int, tuple[Node, Node]] = {}
+
+
+def flat_node(node: Node) -> Node:
+    """`node` with every efficiency curve at its maximum along the step's size (rows, bytes,
+    query tokens, sequences): no op costs more than the profile says at any size, and an op's
+    time grows with its size (latency_bound.py); cached like `bound_node`."""
+    got = _FLAT.get(id(node))
+    if got is None or got[0] is not node:
+        if len(_FLAT) > 256:
+            _FLAT.clear()
+        flat = replace(node, profile=_envelope(node.profile, flat=True)) if node.profile.efficiency_curves else node
+        got = _FLAT[id(node)] = (node, flat)
     return got[1]

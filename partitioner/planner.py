@@ -13,8 +13,8 @@ from hetc.errors import BadInput
 from hetc.plan import SCHEMA, Plan
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import CapturedModel, capture
-from hetc.partitioner.bound import cost_bound
-from hetc.partitioner.cost_models.analytic import Step, units_time
+from hetc.partitioner.bound import cost_bound, least_holding
+from hetc.partitioner.latency_bound import tpot_bound
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.given import evaluate_placement
 from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
@@ -67,23 +67,34 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
 
 
 def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str,
-           ceiling: int) -> float:
-    """The bound in the objective's unit (throughput: the solver's LP bound)."""
+           ceiling: int, min_tok_s: float = 0.0) -> float:
+    """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT of
+    any pipeline (latency_bound.py). Cost and energy: the flow relaxation (bound.py) of USD/h
+    (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
+    and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
         return sol.bound
-    if objective == Objective.LATENCY:  # TPOT ≥ one token through every unit on its fastest device, alone
-        step = Step(1, 1, wl.decode_ctx)
-        return 1e3 * sum(min(units_time([u], n.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype)
-                             for n in cluster.nodes) for u in model.units)
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    tables = Tables(model.units, wl)
+    if objective == Objective.LATENCY:
+        return 1e3 * tpot_bound(tables, kinds, cluster)
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
+    of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
+    least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
+    if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do
+        least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s)
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
-        watts = {type_key(n): n.profile.power for n in cluster.nodes}
-        least = cost_bound(Tables(model.units, wl), kinds, max_stages, watts, ceiling)
         return 1.0 / least if least > 0 else float("inf")
-    price = {type_key(n): cluster.price(n.profile) for n in cluster.nodes}
-    usd_h_per_tok_s = cost_bound(Tables(model.units, wl), kinds, max_stages, price, ceiling)
-    return usd_h_per_tok_s / 3600 * 1e6
+    return least / 3600 * 1e6
+
+
+def objective_value(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float, min_tok_s: float = 0.0) -> float:
+    """The plan's figure for `objective` (plan.json solver.objective): tok/s, TPOT ms, USD per M
+    output tokens, output tokens per J. With a floor F, cost and energy are at the demand F names
+    (the fleet's USD/h or W over the min(F, its tok/s) it serves), what the solver minimises (mix.py)."""
+    served = min(min_tok_s, tok_s) if min_tok_s else tok_s
+    return {"throughput": tok_s, "latency": tpot_s * 1e3, "cost": usd_h / (served * 3600) * 1e6 if served else 0.0,
+            "energy": served / watts if watts else 0.0}[objective]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +141,10 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     ttft, tpot, watts = t.ttft_s * 1e3, t.tpot_s * 1e3, t.watts
     usd = t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
-    value = {"throughput": tok_s, "latency": tpot, "cost": usd, "energy": tok_s / watts if watts else 0.0}[req.objective]
+    floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
+    value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, watts, floor)
     ceiling = sol.batch_ceiling
-    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling)
+    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling, floor)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     doc = {
         "schema": SCHEMA, "hetc_version": __version__,

@@ -9,9 +9,8 @@
    of kinds. Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
    a work budget.
-4. CP-SAT picks how many replicas of each template to run within the device counts
-   (throughput), warm-started from the best single template; for latency and cost the best
-   single template, replicated as far as floors need, is taken.
+4. CP-SAT picks how many replicas of each option (template × batch) to run within the
+   device counts and caps, for the objective as mix.py defines it.
 5. Replicas get real devices (TP groups inside one node), and are re-estimated there.
 """
 
@@ -22,8 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
@@ -36,44 +33,20 @@ from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
-from hetc.partitioner.split import Found, batch_options, score, split_chain
+from hetc.partitioner.split import batch_options, split_chain
 from hetc.partitioner.tables import Tables, kinds_of, type_key
-from hetc.partitioner.templates import Template, generate, usage
+from hetc.partitioner.mix import NO_CAPS, Caps, Option, choose
+from hetc.partitioner.templates import Template, generate
 from hetc.partitioner.units import Unit
 from hetc.quantity import Kind, format_quantity
 from hetc.scheduling import Disaggregate, Objective, Phase
 
-__all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]
+__all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]  # Caps: mix.py's, for callers
 
 PHASES = {Disaggregate.OFF: (Phase.BOTH,), Disaggregate.ON: (Phase.PREFILL, Phase.DECODE), Disaggregate.AUTO: tuple(Phase)}
 
 OBJECTIVES = {Objective.THROUGHPUT: ("max", "output tok/s"), Objective.LATENCY: ("min", "ms TPOT"),
               Objective.COST: ("min", "USD per M output tokens"), Objective.ENERGY: ("max", "output tokens per J")}
-
-
-@dataclass(frozen=True, slots=True)
-class Caps:
-    """Limits on what the chosen pipelines may draw and cost, all replicas together (None: no limit)."""
-
-    watts: float | None = None  # every used device at its profile's power
-    usd_h: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("watts", "usd_h"):
-            v = getattr(self, name)
-            if v is not None and not v > 0:
-                raise ValueError(f"{name} cap must be > 0, got {v}")
-
-    def spend(self, stages: list[StagePlan], cluster: Cluster) -> tuple[float, float]:
-        """(watts, USD/h) of one replica of a pipeline over `stages`."""
-        return (sum(s.node.profile.power * s.tp for s in stages),
-                sum(cluster.price(s.node.profile) * s.tp for s in stages))
-
-    def most_replicas(self, stages: list[StagePlan], cluster: Cluster) -> float:
-        """How many replicas of one pipeline the caps allow on their own."""
-        w, usd = self.spend(stages, cluster)
-        return min(self.watts / w if self.watts and w else float("inf"),
-                   self.usd_h / usd if self.usd_h and usd else float("inf"))
 
 
 @dataclass(slots=True)
@@ -114,12 +87,6 @@ class KVRoute:
     seconds_per_seq: float  # one prompt's KV over the link
 
 
-@dataclass(slots=True)
-class _Option:
-    template: Template
-    found: Found
-
-
 def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> float:
     """Output tok/s: pipelines that do both, plus decode pools as far as prefill pools feed them.
 
@@ -133,82 +100,17 @@ def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> 
     return both + min(decode, feed)
 
 
-GROUP_SIZES = (1, 2, 4, 8)
 # one split and estimate of a chain at one batch costs about this much work (cell_bound.WORK_PER_SECOND)
 # per unit of the model and per 20 stages (measured: ~0.7 ms for 163 units and 6 stages)
 EVALUATION_WORK = 100.0
 COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work counted); templates get a sixth
 
 
-def _slots(cluster: Cluster) -> Counter:
-    """(type, s): how many groups of s devices the type's nodes hold, each node apart. Stage
-    sizes divide one another, so a set of stages fits the nodes exactly when, for every s, the
-    stages of s or more devices need at most that many s-slots (counting tp/s each)."""
-    out = Counter()
-    for n in cluster.nodes:
-        for s in GROUP_SIZES:
-            out[(type_key(n), s)] += n.count // s
-    return out
-
-
-def _slot_use(groups: Counter) -> Counter:
-    """(type, s) slots that stages {(type, tp): count} take."""
-    out = Counter()
-    for (t, tp), k in groups.items():
-        for s in GROUP_SIZES:
-            if tp >= s:
-                out[(t, s)] += k * tp // s
-    return out
-
-
-def _choose_replicas(opts: list[_Option], cluster: Cluster, min_tok_s: float, time_limit: float,
-                     caps: Caps = Caps()) -> dict[int, int]:
-    """CP-SAT: replicas per option maximising tok/s within what the nodes can hold (every tp
-    group inside one node) and the power / price caps; decode pools produce no more than the
-    prefill pools feed."""
-    slots = _slots(cluster)
-    m = cp_model.CpModel()
-    uses = [_slot_use(usage(o.template)) for o in opts]
-    most = [int(min(min(slots[k] // c for k, c in use.items()), caps.most_replicas(o.found.stages, cluster)))
-            for o, use in zip(opts, uses)]
-    r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]
-    for key, cnt in slots.items():
-        terms = [r[j] * uses[j][key] for j in range(len(opts)) if uses[j][key]]
-        if terms:
-            m.Add(sum(terms) <= cnt)
-    spend = [caps.spend(o.found.stages, cluster) for o in opts]
-    for i, cap in enumerate((caps.watts, caps.usd_h)):
-        if cap:  # milli-units, rounded against the plan: a rounded plan never exceeds the cap
-            m.Add(sum(math.ceil(s[i] * 1000) * x for s, x in zip(spend, r)) <= math.floor(cap * 1000))
-    rate = [round(o.found.estimate.output_tok_s * 1000) for o in opts]
-    gain = [g if o.template.phase == Phase.BOTH else 0 for o, g in zip(opts, rate)]
-    pools = {p: [j for j, o in enumerate(opts) if o.template.phase == p] for p in (Phase.PREFILL, Phase.DECODE)}
-    total = sum(g * x for g, x in zip(gain, r))
-    if pools[Phase.DECODE]:  # decode pools give what prefill pools feed them, at most their own rate
-        fed = m.NewIntVar(0, sum(rate[j] * most[j] for j in pools[Phase.DECODE]), "fed")
-        m.Add(fed <= sum(rate[j] * r[j] for j in pools[Phase.DECODE]))
-        m.Add(fed <= sum(rate[j] * r[j] for j in pools[Phase.PREFILL]))
-        total += fed
-    if min_tok_s:
-        m.Add(total >= round(min_tok_s * 1000))
-    m.Maximize(total)
-    best = max(range(len(opts)), key=lambda j: gain[j] * most[j])
-    for j, x in enumerate(r):  # warm start: the best template replicated as far as it goes
-        m.AddHint(x, most[j] if j == best and gain[j] else 0)
-    s = cp_model.CpSolver()
-    s.parameters.num_workers = 1  # deterministic
-    s.parameters.max_deterministic_time = time_limit  # work, not seconds: the same plan on any machine
-    status = s.Solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return {}
-    return {j: s.Value(x) for j, x in enumerate(r) if s.Value(x)}
-
-
-def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Cluster,
+def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Cluster,
               wl: Workload) -> tuple[list[Candidate], list[str]]:
     """Real devices for every replica's stages: largest groups first, each on the node of its type
     with the most room (a replica's stage beside the previous replica's where it fits), which
-    never fails for a choice within `_slots`; replicas placed alike make one candidate."""
+    never fails for a choice within `mix.slots_of`; replicas placed alike make one candidate."""
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
@@ -252,7 +154,7 @@ def _allocate(choice: list[tuple[_Option, int]], units: list[Unit], cluster: Clu
 
 def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objective = Objective.THROUGHPUT,
           min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          tp: str = "auto", disaggregate: Disaggregate = Disaggregate.AUTO, time_limit: float = 30.0, caps: Caps = Caps(),
+          tp: str = "auto", disaggregate: Disaggregate = Disaggregate.AUTO, time_limit: float = 30.0, caps: Caps = NO_CAPS,
           max_num_seqs: int | None = None, progress: Callable[[str], None] | None = None) -> Solution:
     """Search placements and return the best for `objective`.
 
@@ -300,7 +202,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
                          "each curve's running maximum (valid for every batch, looser than the profile)")
     templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases))
-    opts: list[_Option] = []
+    opts: list[Option] = []
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
@@ -325,22 +227,12 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             e = f.estimate
             if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
                 continue
-            opts.append(_Option(t, f))
+            opts.append(Option(t, f))
     if not opts:
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
-    if objective == Objective.THROUGHPUT:
-        best_per_template: dict[str, _Option] = {}
-        for o in opts:
-            cur = best_per_template.get(o.template.label)
-            if cur is None or o.found.estimate.output_tok_s > cur.found.estimate.output_tok_s:
-                best_per_template[o.template.label] = o
-        pool = list(best_per_template.values())
-        if progress:
-            progress(f"CP-SAT over {len(pool)} templates")
-        chosen = _choose_replicas(pool, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
-        picks = [(pool[j], k) for j, k in sorted(chosen.items())]
-    else:
-        picks = _best_single(opts, cluster, objective, min_tok_s, caps)
+    if progress:
+        progress(f"CP-SAT over {len(opts)} options ({len(templates)} templates × batches)")
+    picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
     if not picks:
         if caps.watts or caps.usd_h:
             raise Infeasible(_over_caps(opts, cluster, caps))
@@ -350,10 +242,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     tok_s = _tok_s(cands, _feed_caps(kv, wl))
     if objective == Objective.THROUGHPUT and kv and Phase.BOTH in phases:
         # CP-SAT values pools before their KV links cap them: a mix without pools may do better
-        both = [o for o in pool if o.template.phase == Phase.BOTH]
-        alt = _choose_replicas(both, cluster, min_tok_s, max(0.1, time_limit / 3), caps) if both else {}
+        both = [o for o in opts if o.template.phase == Phase.BOTH]
+        alt = choose(objective, both, cluster, min_tok_s, max(0.1, time_limit / 3), caps) if both else []
         if alt:
-            alt_cands, alt_more = _allocate([(both[j], k) for j, k in sorted(alt.items())], units, cluster, wl)
+            alt_cands, alt_more = _allocate(alt, units, cluster, wl)
             if _tok_s(alt_cands) > tok_s:
                 cands, more, kv, tok_s = alt_cands, alt_more, [], _tok_s(alt_cands)
     notes += more
@@ -392,29 +284,7 @@ def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
     return {i: wl.output_len / s if s > 0 else float("inf") for i, s in slowest.items()}
 
 
-def _best_single(opts: list[_Option], cluster: Cluster, objective: str, min_tok_s: float,
-                 caps: Caps = Caps()) -> list[tuple[_Option, int]]:
-    """For latency, cost and energy: one template, replicated as far as the nodes and caps hold
-    it (latency) or as far as the floor needs (cost and energy: per-token figures)."""
-    slots = _slots(cluster)
-    best, pick = None, []
-    for o in opts:
-        most = int(min(min(slots[k] // c for k, c in _slot_use(usage(o.template)).items()),
-                       caps.most_replicas(o.found.stages, cluster)))
-        if most == 0:
-            continue
-        need = 1 if not min_tok_s else -(-min_tok_s // o.found.estimate.output_tok_s)
-        if need > most:
-            continue
-        reps = int(need) if objective in (Objective.COST, Objective.ENERGY) else most
-        watts, usd_h = caps.spend(o.found.stages, cluster)
-        sc = score(objective, o.found.estimate.output_tok_s, o.found.estimate.tpot_s, usd_h, watts)
-        if best is None or sc > best:
-            best, pick = sc, [(o, reps)]
-    return pick
-
-
-def _over_caps(opts: list[_Option], cluster: Cluster, caps: Caps) -> str:
+def _over_caps(opts: list[Option], cluster: Cluster, caps: Caps) -> str:
     """What the cheapest and the least power-hungry pipelines need, against the caps."""
     watts = min(caps.spend(o.found.stages, cluster)[0] for o in opts)
     usd_h = min(caps.spend(o.found.stages, cluster)[1] for o in opts)

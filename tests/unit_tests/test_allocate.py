@@ -6,7 +6,8 @@ import pytest
 from hetc.cluster import load_cluster
 from hetc.partitioner.capture import capture
 from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import _Option, _allocate, _slot_use, _slots
+from hetc.partitioner.mix import Option as _Option, slot_use as _slot_use, slots_of as _slots
+from hetc.partitioner.solver import _allocate
 from hetc.partitioner.split import Slot, batch_options
 from hetc.partitioner.templates import Template, usage
 from tests.conftest import FIXTURES, PROFILE

@@ -1,0 +1,55 @@
+"""What the latency bound rests on (latency_bound.py): every step of every round — any batch,
+pipeline length, prompt chunks beside decode tokens — costs each unit at least one decode step
+of one sequence (latency_bound.least_step) in the profile made flat (envelope.flat_node), on every catalog profile and a
+fitted one whose curves fall; and the profile's own one-sequence step is no such floor."""
+
+import pytest
+
+from hetc.cluster import Node, load_profile, profile_names, resolve_link
+from hetc.partitioner.capture import capture
+from hetc.partitioner.envelope import flat_node
+from hetc.partitioner.latency_bound import least_step
+from hetc.partitioner.simulate import Round, Workload, stage_time
+from hetc.scheduling import Phase
+from tests.conftest import FIXTURES, falling_cluster
+
+BATCHES = list(range(1, 70)) + [127, 128, 129, 200, 511, 512, 513, 3000]
+WORKLOADS = [Workload(96, 40, "bf16", "bf16", prefill_chunk=64), Workload(1024, 256, "bf16", "bf16"),
+             Workload(8, 300, "bf16", "bf16", prefill_chunk=16)]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return capture(str(FIXTURES / "tiny-llama"), dtype="bf16")
+
+
+def _least_ratio(units, node, tp, wl, flat: bool = True) -> float:
+    """min over units, steps of rounds, of (the step's time) / (latency_bound's least step's, flat)."""
+    (_, one), = least_step(wl).steps
+    floor = [stage_time([u], flat_node(node) if flat else node, tp, one, wl) for u in units]
+    least = float("inf")
+    for n in (1, 2, 3, 8):
+        for b in BATCHES:
+            for _, step in Round.of(wl, b, min(n, b)).steps + Round.of(wl, b, min(n, b), Phase.DECODE).steps:
+                least = min(least, min(stage_time([u], node, tp, step, wl) / f for u, f in zip(units, floor)))
+    return least
+
+
+@pytest.mark.parametrize("name", profile_names())
+@pytest.mark.parametrize("wl", WORKLOADS)
+def test_no_step_costs_less_than_the_flat_one_sequence_decode_step(tiny, name, wl):
+    node = Node("a", load_profile(name), 8, resolve_link("nvlink4", "test", "link"))
+    for tp in (1, 4):
+        assert _least_ratio(tiny.units, node, tp, wl) >= 1 - 1e-12, (name, tp)
+
+
+def test_a_fitted_profile_whose_curves_fall_too(tmp_path):
+    tiny32 = capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
+    node = falling_cluster(tmp_path).nodes[0]
+    assert _least_ratio(tiny32.units, node, 1, Workload(32, 16, "fp32", "fp32", prefill_chunk=32)) >= 1 - 1e-12
+
+
+def test_the_profiles_own_one_sequence_step_is_no_floor(tiny):
+    """Why the flat profile: on H100's own GEMM curve some step of more sequences costs less."""
+    node = Node("a", load_profile("h100-sxm"), 8, resolve_link("nvlink4", "test", "link"))
+    assert _least_ratio(tiny.units, node, 1, WORKLOADS[0], flat=False) < 0.99
