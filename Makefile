@@ -22,7 +22,8 @@ run: setup
 	$(HETC) plan --profiles examples/mixed-rack.yaml llama-3.1-70b -o out/plan.json
 
 # Lint the whole repo; the formatter only where a file is kept formatted (add files as they are);
-# type-check the contracts in hetc/.
+# type-check the contracts in hetc/; pytest on two workers for the two cores, a test file on one worker
+# (its module fixtures — a served process, a capture — are built once).
 FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py \
              runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py \
              tests/unit_tests/test_sampler.py hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py \
@@ -35,7 +36,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(FORMATTED)
 	$(VENV)/bin/mypy hetc/
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: setup
 	$(PY) benchmarks/inspect_speed.py

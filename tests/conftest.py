@@ -16,7 +16,8 @@ EXAMPLES = ROOT / "examples"
 # module:factory references in tests resolve from the repository root
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# one capture cache per test session (CLI subprocesses inherit it): hermetic, and shared by the tests
+# one capture cache per test process (each `-n` worker has its own; CLI subprocesses inherit it):
+# hermetic, and shared by the tests
 os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
 os.environ["HETC_STAGE_CACHE"] = tempfile.mkdtemp(prefix="hetc-stages-")  # compiled stages built by serve
 

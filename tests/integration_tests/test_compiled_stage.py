@@ -1,6 +1,7 @@
 """A stage served through a toolchain gives the eager stage's outputs on the runtime's own packed,
 mixed micro-batches (chunked prefill beside decode, sampled rows only), with its KV in the
-worker's blocks: three stages on three toolchains chained give the unpartitioned model's logits."""
+worker's blocks: three stages on three toolchains chained give the unpartitioned model's logits, and
+no artifact's code holds the model's weights."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.compiled_stage import build_compiled_stage
 from hetc.weights import SafetensorsWeights
+from tests.integration_tests.test_compile import _WEIGHT_FILES, assert_no_matrix_bytes
 from tests.unit_tests.test_runtime_model import _units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
@@ -28,6 +30,11 @@ def test_three_toolchains_chained_give_the_models_logits(tmp_path, monkeypatch, 
                                    model_dir=str(tmp_path / "m"), width=1, artifacts=None, stem=f"s{i}", threads=1)
               for i, ((a, b), n) in enumerate(zip(CUTS, names))]
     assert [s.executor for s in stages] == list(names)
+    # no weight matrix of the model in an artifact's code files: they load the model's weights at start
+    # (test_compile.py checks each toolchain's own build; Inductor's there is in the slow suite)
+    built = [f for f in (tmp_path / "cache").rglob("*") if f.is_file() and not f.name.endswith(_WEIGHT_FILES)]
+    assert len({f.parent for f in built}) == len(names)  # a cache folder per stage
+    assert_no_matrix_bytes(built, list(ref.parameters()))
     g = torch.Generator().manual_seed(1)
     a, b = torch.randint(0, 300, (41,), generator=g).tolist(), torch.randint(0, 300, (9,), generator=g).tolist()
     with torch.no_grad():
