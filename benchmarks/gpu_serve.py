@@ -34,6 +34,8 @@ try:
 except ImportError:  # this repo's venv has the openai client's fork
     import httpx2 as httpx  # type: ignore[no-redef]
 
+from serve_wait import wait_healthy  # noqa: E402  this directory: run as a script
+
 REPO = Path(__file__).resolve().parents[1]
 BATCHES = (8, 32)
 PROMPT, OUTPUT = 512, 128
@@ -118,17 +120,10 @@ class Served:
                                       "--served-model-name", "m", *extra], stderr=self.log, stdout=self.log)
 
     def __enter__(self) -> Served:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"hetc serve did not start (log: {self.log.name})")
-            time.sleep(0.5)
+        if not wait_healthy(self.url, self.proc, 240):
+            self.__exit__()
+            raise RuntimeError(f"hetc serve did not start (log: {self.log.name})")
+        return self
 
     def __exit__(self, *exc) -> None:
         self.proc.send_signal(signal.SIGTERM)

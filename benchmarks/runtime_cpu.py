@@ -52,6 +52,7 @@ from pathlib import Path
 import httpx2 as httpx
 import torch
 import yaml
+from serve_wait import wait_healthy  # this directory: run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
@@ -239,16 +240,9 @@ class Server:
                                       "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
 
     def __enter__(self) -> "Server":
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("hetc serve did not start")
-            time.sleep(0.5)
+        if not wait_healthy(self.url, self.proc, 300):
+            raise RuntimeError("hetc serve did not start")
+        return self
 
     def __exit__(self, *exc) -> None:
         self.proc.send_signal(signal.SIGTERM)
