@@ -6,6 +6,7 @@ the stage's weight bytes — building the stage from materialised weights took 2
 AOTInductor likewise, with their subprocesses (iree-compile, the C++ compiler) counted: saving the
 exported `.pt2` with its weights copied each tensor on the way (about 1x the stage here)."""
 
+import importlib.util
 import json
 import mmap
 import subprocess
@@ -23,6 +24,11 @@ from hetc.weights import RandomWeights, stage_weights, write_safetensors
 from tests.conftest import PROFILE
 
 pytestmark = pytest.mark.slow
+
+# the benchmark's /proc readers: a process's RssAnon, and the programs it started (not its forks)
+_spec = importlib.util.spec_from_file_location("compile_memory", Path(__file__).resolve().parents[2] / "benchmarks" / "compile_memory.py")
+compile_memory = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compile_memory)  # type: ignore[union-attr]
 
 # 6 layers × 1536, vocab 4096: 624 MiB of fp32 weights in one stage; its largest tensor 24 MiB
 CFG = dict(vocab_size=4096, hidden_size=1536, intermediate_size=4096, num_hidden_layers=6, num_attention_heads=12,
@@ -52,33 +58,7 @@ TREE_GROWTH = 1.0
 
 def _anon(pid: int) -> int:
     """RssAnon (KiB) of `pid`, 0 when it has gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("RssAnon")), 0)
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _children(pid: int) -> list[int]:
-    """The programs `pid` started, and theirs: a child still running `pid`'s command is a fork about to
-    exec (its RssAnon counts the pages it shares with `pid` copy-on-write), not a program of its own."""
-    out, todo, own = [], [pid], _cmdline(pid)
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                kids = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            out += [k for k in kids if _cmdline(k) not in (own, b"")]
-            todo += kids
-    return out
+    return (compile_memory._status(pid) or {}).get("RssAnon", 0)
 
 
 def _peak_anon_growth(args: list[str]) -> tuple[int, int, str]:
@@ -89,7 +69,7 @@ def _peak_anon_growth(args: list[str]) -> tuple[int, int, str]:
     own = tree = before
     while p.poll() is None:
         mine = _anon(p.pid)
-        own, tree = max(own, mine), max(tree, mine + sum(_anon(c) for c in _children(p.pid)))
+        own, tree = max(own, mine), max(tree, mine + sum(_anon(c) for c in compile_memory._descendants(p.pid)))
         time.sleep(0.005)
     out = p.stdout.read()  # type: ignore[union-attr]
     assert p.wait() == 0
