@@ -4,7 +4,8 @@ The bound covers the batches of an interval [b, top] with the costs at `top` (ba
 That is valid when, on every kind, a round's busy seconds per sequence do not grow with the
 batch — which the analytic model guarantees when every efficiency it reads at a
 batch-dependent size is nondecreasing in that size: matmul efficiency in GEMM rows M (each
-weight size N·K), memory efficiency in bytes moved, gather efficiency in rows. The scalar
+weight size N·K), memory efficiency in bytes moved, gather efficiency in rows, decode
+attention efficiency in the step's sequences (each context). The scalar
 `efficiency` form is constant, so every hand-written profile qualifies; curves fitted by
 `hetc profile` need not (a CPU's GEMM at M=2 can run slower than at M=1, and small
 element-wise ops that stay in cache beat large ones).
@@ -52,6 +53,7 @@ def falling_curves(profile: Profile) -> list[str]:
             if curve is not None and _rising(curve.eff) != curve.eff]
     if c.gather is not None and _columns_rising(c.gather.eff) != c.gather.eff:
         out.append("gather")
+    out += [f"attention_decode[{d}]" for d, t in c.attention_decode.items() if _columns_rising(t.eff) != t.eff]
     return out
 
 
@@ -70,10 +72,10 @@ def _envelope(profile: Profile, flat: bool = False) -> Profile:
               "memory": one(c.memory) if c.memory is not None else None,
               "memory_kinds": {k: one(v) for k, v in c.memory_kinds.items()},
               "memory_ops": {k: one(v) for k, v in c.memory_ops.items()},
-              "gather": table(c.gather) if c.gather is not None else None}
-    if flat:  # attention too, along its query tokens / sequences
-        update |= {"attention": {d: table(t) for d, t in c.attention.items()},
-                   "attention_decode": {d: table(t) for d, t in c.attention_decode.items()}}
+              "gather": table(c.gather) if c.gather is not None else None,
+              "attention_decode": {d: table(t) for d, t in c.attention_decode.items()}}
+    if flat:  # prefill attention too, along its query tokens per sequence
+        update["attention"] = {d: table(t) for d, t in c.attention.items()}
     return profile.model_copy(update={"efficiency_curves": c.model_copy(update=update)})
 
 

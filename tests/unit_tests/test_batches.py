@@ -3,10 +3,12 @@ on every catalog profile and on a fitted profile whose curves fall (through its 
 the ceiling, interval and search helpers."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from hetc.cluster import Node, load_profile, profile_names, resolve_link
+from hetc.efficiency import DecodeAttentionCurve
 from hetc.partitioner.batches import Regimes, batch_ceiling, octaves, search
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
@@ -86,6 +88,23 @@ def test_a_fitted_profile_whose_curves_fall_is_bounded_through_its_envelope(tmp_
         step = Step(tokens, tokens, 20)
         assert units_time(tiny32.units, env.profile, step, dtype="fp32", kv_dtype="fp32") <= \
             units_time(tiny32.units, node.profile, step, dtype="fp32", kv_dtype="fp32") * (1 + 1e-12)
+
+
+def test_decode_attention_that_falls_with_sequences_is_bounded_through_its_envelope(tmp_path):
+    """A fitted decode-attention curve can fall as a step holds more sequences (a CPU's at context
+    2048: 0.066 at 16, 0.063 at 64); where attention leads the step, per-sequence cost then grows
+    with the batch unless the bound reads the curve's running maximum."""
+    tiny32 = capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
+    wl = Workload(32, 3000, "fp32", "fp32", prefill_chunk=32)
+    base = falling_cluster(tmp_path).nodes[0]
+    curves = {"matmul": {}, "memory": None, "attention_decode": {"fp32": DecodeAttentionCurve(
+        seqs=[1, 8, 64], ctx=[32, 4096], eff=[[0.01, 0.01], [0.5, 0.5], [0.05, 0.05]])}}
+    node = replace(base, profile=base.profile.model_copy(
+        update={"efficiency_curves": base.profile.efficiency_curves.model_copy(update=curves)}))
+    assert falling_curves(node.profile) == ["attention_decode[fp32]"]
+    with pytest.raises(AssertionError):
+        _check_per_sequence(tiny32.units, node, 1, Phase.DECODE, wl)
+    _check_per_sequence(tiny32.units, bound_node(node), 1, Phase.DECODE, wl)
 
 
 def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny):
