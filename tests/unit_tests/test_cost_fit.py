@@ -114,6 +114,16 @@ def test_fit_gather_tables_rows_and_bytes_per_row():
     assert fit.fit_gather([], bw, d) is None
 
 
+def test_fit_gather_never_has_fewer_rows_cost_more():
+    """A round's slow mode at few rows is held to the next larger gather's time; other rows untouched."""
+    d, bw, w = 1e-6, 20e9, 768
+    seconds = {16: 3e-6, 32: 9e-6, 64: 6e-6, 128: 12e-6}  # 32 rows caught in a slow round
+    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": t} for r, t in seconds.items()]
+    t = fit.fit_gather(samples, bw, d)
+    held = {16: 3e-6, 32: 6e-6, 64: 6e-6, 128: 12e-6}
+    assert [row[0] for row in t["eff"]] == pytest.approx([fit.efficiency(2.0 * r * w * 4, held[r], bw, d) for r in held])
+
+
 def test_table_2d_and_curves_reject_bad_shapes():
     with pytest.raises(ValueError):
         Curve2D(m=[1, 2], nk=[1e6], eff=[[0.1]])
