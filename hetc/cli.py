@@ -61,12 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="print the plan JSON to stdout")
     pl.add_argument("--plot", metavar="PNG", help="draw the plan to an image")
     d = lambda name: default(PlanRequest, name)  # noqa: E731  the CLI's defaults are the request's
-    pl.add_argument("--dtype", choices=DTYPES, default=d("dtype"))
-    pl.add_argument("--kv-dtype", choices=DTYPES, default=d("kv_dtype"))
-    pl.add_argument("--input-len", type=_positive_int, default=d("input_len"))
-    pl.add_argument("--output-len", type=_positive_int, default=d("output_len"))
+    pl.add_argument("--dtype", choices=DTYPES, default=d("dtype"), help="the weights' dtype (default %(default)s)")
+    pl.add_argument("--kv-dtype", choices=DTYPES, default=d("kv_dtype"), help="the KV cache's dtype (default: --dtype)")
+    pl.add_argument("--input-len", type=_positive_int, default=d("input_len"),
+                    help="prompt tokens per request (default %(default)s)")
+    pl.add_argument("--output-len", type=_positive_int, default=d("output_len"),
+                    help="generated tokens per request (default %(default)s)")
     pl.add_argument("--objective", choices=[o.value for o in Objective], default=d("objective"),
-                    help="energy: output tokens per joule (devices at their profiles' power)")
+                    help="what to optimise (default %(default)s; README 'Objectives'); energy: output tokens per "
+                         "joule (devices at their profiles' power)")
     pl.add_argument("--placement", default=d("placement"), metavar="SPEC",
                     help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
                          "stages, NODE:FIRST-LAST devices, @L layers, xN replicas)")
@@ -76,12 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
                          "memory admits)")
     pl.add_argument("--power-budget", type=_nonneg, default=d("power_budget_w"), metavar="W",
                     help="the plan's devices together draw at most W watts (at their profiles' power)")
-    pl.add_argument("--min-tok-s", type=_nonneg, default=d("min_tok_s"))
-    pl.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
-    pl.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
-    pl.add_argument("--disaggregate", choices=[o.value for o in Disaggregate], default=d("disaggregate"))
-    pl.add_argument("--tp", choices=["auto", "1"], default=d("tp"))
-    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS")
+    pl.add_argument("--min-tok-s", type=_nonneg, default=d("min_tok_s"), metavar="TOK_S",
+                    help="a floor on the plan's summed output tok/s; with --objective latency/cost/energy the demand "
+                         "the fleet must serve (default none)")
+    pl.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS",
+                    help="every pipeline's predicted time to first token at most MS")
+    pl.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS",
+                    help="every pipeline's predicted time per output token at most MS")
+    pl.add_argument("--disaggregate", choices=[o.value for o in Disaggregate], default=d("disaggregate"),
+                    help="separate prefill and decode pools: auto (where they serve more), on, off "
+                         "(default %(default)s)")
+    pl.add_argument("--tp", choices=["auto", "1"], default=d("tp"),
+                    help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)")
+    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS",
+                    help="the solver's time (default %(default)s)")
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
     ins.add_argument("model", metavar="MODEL")
@@ -165,19 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
     b = lambda name: default(BuyRequest, name)  # noqa: E731
     by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
     by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
-    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS")
-    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS")
+    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS",
+                    help="time to first token the requests must meet (default none)")
+    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS",
+                    help="time per output token the requests must meet (default none)")
     by.add_argument("--attainment", type=float, default=b("attainment"),
                     help="the simulated check: the share of requests that must meet the SLOs (default 0.9)")
     by.add_argument("--requests", type=_positive_int, default=b("requests"), help="requests in the simulated check")
-    by.add_argument("--input-len", type=_positive_int, default=b("input_len"))
-    by.add_argument("--output-len", type=_positive_int, default=b("output_len"))
-    by.add_argument("--dtype", choices=DTYPES, default=b("dtype"))
-    by.add_argument("--kv-dtype", choices=DTYPES, default=b("kv_dtype"))
+    by.add_argument("--input-len", type=_positive_int, default=b("input_len"),
+                    help="prompt tokens per request (default %(default)s)")
+    by.add_argument("--output-len", type=_positive_int, default=b("output_len"),
+                    help="generated tokens per request (default %(default)s)")
+    by.add_argument("--dtype", choices=DTYPES, default=b("dtype"), help="the weights' dtype (default %(default)s)")
+    by.add_argument("--kv-dtype", choices=DTYPES, default=b("kv_dtype"), help="the KV cache's dtype (default: --dtype)")
     by.add_argument("--budget", type=_nonneg, default=b("budget_usd_h"), metavar="USD_H",
                     help="instead of the cheapest fleet: the most output tok/s within this many USD per hour")
-    by.add_argument("--tp", choices=["auto", "1"], default=b("tp"))
-    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS")
+    by.add_argument("--tp", choices=["auto", "1"], default=b("tp"),
+                    help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)")
+    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS",
+                    help="the solver's time per plan (default %(default)s)")
     by.add_argument("-o", "--output", default="fleet.yaml",
                     help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
