@@ -30,7 +30,7 @@ FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.
              tests/unit_tests/test_simulate_steps.py benchmarks/public_gemm.py tests/unit_tests/test_profile_gemm_curves.py \
              hetc/serving.py runtime/serving_probe.py backends/rocm/iree_params.py backends/openvino/kernels.py \
              benchmarks/openvino_kernels.py tests/unit_tests/test_openvino_kernels.py tests/unit_tests/test_fidelity_steps.py \
-             tests/unit_tests/test_profile_measured.py
+             tests/unit_tests/test_profile_measured.py benchmarks/gpu_public_spread.py
 
 test: setup
 	$(VENV)/bin/ruff check .
