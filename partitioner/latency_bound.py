@@ -23,6 +23,9 @@ chains of stages — any kind per stage, tensor-parallel groups and their all-re
 each stage's units within its memory at one sequence — is a shortest path over the units: a
 dynamic program over where each stage ends and its kind, with the cheapest link between the two
 kinds' nodes. Device counts and the shared batch are relaxed.
+
+With a floor on the fleet's tok/s, `tpot_floor_bound` raises it to the least TPOT at which
+fleets of pipelines can give the floor within the cluster (an LP over stage flows, below).
 """
 
 from __future__ import annotations
@@ -93,8 +96,8 @@ def tpot_bound(tables: Tables, kinds: list[Kind], cluster: Cluster) -> float:
     return float(best[0].min())
 
 
-# With a floor: seats per micro-step are costed in intervals [s, s·S_RATIO) (the throughput side
-# loses at most this factor), and the threshold is bisected to this relative width.
+# With a floor: seats per micro-step are costed in intervals (s, s·S_RATIO] (each side of the
+# bound loses at most this factor), and the threshold is bisected to this relative width.
 S_RATIO = 1.02
 T_RESOLUTION = 1e-3
 
@@ -186,8 +189,9 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
         fits = tables.fits(g, math.ceil(lo))
         flat, over = unit_round_costs(ranges.reps, flat_node(g.nodes[0]), g.tp, tables.wl, r)
         least = _least(np.array(flat)[ranges.same], over, fits, ranges) * r.tpot_share
-        cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # a float batch: s = hi seats
-        least = np.maximum(least, _least(cost, over, fits, ranges) * top_share * lo / hi)
+        if g.profile.efficiency_curves is not None:  # else the flat profile is the profile: its a(lo) is the larger
+            cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
+            least = np.maximum(least, _least(cost, over, fits, ranges) * top_share * lo / hi)
         ks = np.nonzero(np.isfinite(least[1:]))[0] + 1
         if len(ks):
             h = _lower_hull(ks, least[ks])
@@ -201,13 +205,16 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     A pipeline at B sequences runs k ≥ m micro-steps of s = B/k seats per pass (simulate.Round.of);
     a stage's mean micro-step a_i(s) (busy per round / (k · passes)) bounds both figures:
     TPOT = round · share ≥ share · Σ_i busy_i / m ≥ Σ_i a_i(s), and tok/s = B / round ≤ B / busy_i
-    = s · share(s) / a_i(s). With s in [lo, hi): a_i(s) ≥ a_i(lo) in the flat profile (its steps
-    grow with s within one count of prompt chunks: measured, test_latency_bound.py) and share(s) ≤
-    share(lo) (a seat's life grows with s). An LP over stage flows y (tok/s through stages of kind
-    g holding k units at s) then relaxes every fleet of TPOT ≤ T: per interval the stages cover
-    the units (Σ k·y ≥ U·X) within the time (Σ a·y ≤ T·X), and the groups they take, y / (hi ·
-    share / a), fit each kind's groups and each type's devices; T is raised until the LP's most
-    tok/s reaches the floor. Links, the loop's k/m ≥ 1 and integrality are relaxed.
+    = s · share(s) / a_i(s). With s in (lo, hi]: a_i(s) is at least the flat profile's a_i at lo
+    (its steps grow with s within one count of prompt chunks) and lo/hi of the envelope's at hi
+    (batches.py: busy per sequence never grows with s within a regime) — both measured on every
+    catalog profile, test_latency_bound.py — and share(s) ≤ share(lo) (a seat's life grows with
+    s). An LP over stage flows y (tok/s through stages of kind g holding k units at s) then
+    relaxes every fleet of TPOT ≤ T: per interval the stages cover the units (Σ k·y ≥ U·X) within
+    the time (Σ a·y ≤ T·X), and the groups they take, y / (hi · share / a), fit each kind's
+    groups and each type's devices; T is raised until the LP's most tok/s reaches the floor
+    (bisected to T_RESOLUTION, the bound the largest T that does not). Links, the loop's k/m ≥ 1
+    and whole devices are relaxed.
 
     Args:
         floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
@@ -226,7 +233,7 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         seats.append(got)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     xs, times, groups, devices = [], [], {}, {}
-    for j, st in enumerate(seats):
+    for st in seats:
         x = solver.NumVar(0, solver.infinity(), "")
         cover = solver.Constraint(0, solver.infinity())
         time = solver.Constraint(-solver.infinity(), 0)
@@ -260,7 +267,7 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
                 y.SetUb(solver.infinity() if aa <= t else 0.0)
         if solver.Solve() != pywraplp.Solver.OPTIMAL:
             raise RuntimeError("the latency floor LP did not solve to optimality")
-        return solver.Objective().Value() >= floor
+        return solver.Objective().Value() >= floor * (1 - 1e-9)
 
     lo, hi = least, least
     while not reaches(hi):
