@@ -69,8 +69,8 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
 def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str,
            ceiling: int, min_tok_s: float = 0.0) -> float:
     """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT at
-    which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost and energy: the flow relaxation (bound.py) of USD/h
-    (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
+    which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost
+    and energy: the LP relaxation (bound.py) of USD/h (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
     and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
         return sol.bound

@@ -168,7 +168,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
             in work, so plans don't depend on the machine's load; the cell bound's first pass is
-            not budgeted).
+            not budgeted). Latency with a floor: another sixth for every batch below the fleet's
+            TPOT, and CP-SAT again for each of up to FILL_ROUNDS rounds (_fill_batches).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
