@@ -1,136 +1,158 @@
 """A flow relaxation of all plans: the lower bound on the cost objective (USD per hour per
 output tok/s).
 
-Any plan is a set of pipelines; a pipeline of n stages carries X tok/s through all U
-units, and each of its stages (a device or tp group of kind g holding k units) carries
-that same X, at most cap_g(n, k) = max_B B / busy_min_g(k) (tables.py: the stage's best
-case at its own best batch that fits, batches.py's intervals). Summing stage flows y over all pipelines of n
-stages, by kind and unit count:
+Any plan is a set of pipelines, each of n stages at one batch B. Group pipelines by n and by
+an interval [b, top] holding B (octaves cut where the step regime changes: batches.py). A
+stage of kind g holding c_σ units of each cost signature σ (attention, MLP, embedding, …:
+units of one signature cost the same) carries X tok/s with X · busy ≤ top, busy = over_g +
+Σ_σ c_σ · cost_gσ at `top` (a stage's tok/s B / busy(B) never exceeds top / busy(top) within
+the interval), and holds its weights and KV at b: Σ_σ c_σ · mem_gσ ≤ its memory. Summed over
+the stages of kind g in a group's pipelines (flow-weighted), with F_g the flow through them,
+Y_gσ the flow × σ-units they hold and G_g the stage groups (devices / tp) they take:
 
-    Σ_g,k y[g,n,k] = n·X_n          every pipeline has n stages carrying its flow
-    Σ_g,k k·y[g,n,k] = U·X_n        the flow-weighted stage sizes cover the U units
-    Σ_n X_n = 1;  minimise Σ price · tp · y / cap
+    over_g · F_g + Σ_σ cost_gσ · Y_gσ ≤ top · G_g      (every stage within its rate)
+    Σ_σ mem_gσ · Y_gσ ≤ memory_g · F_g;  Σ_σ Y_gσ ≥ F_g (every stage holds ≥ 1 unit)
+    Σ_g F_g = n · X;  Σ_g Y_gσ = N_σ · X               (n stages; every unit once)
+    Σ X = 1;  minimise Σ price · tp · G_g
 
-Every plan scaled to one tok/s is a feasible point (links, the shared batch, integrality
-and device counts relaxed). For each (g, n) only the points (cap, k·cap) on the convex
-hull of the options matter, so only those enter. (The throughput bound is cell_bound.py's.)
+Every plan scaled to one tok/s is a feasible point: contiguity, links, the loop term,
+activations' memory, integrality and device counts are relaxed (one pipeline's stages do fit
+each type's devices and each kind's groups). Counting units per signature, not in all, keeps
+the relaxation from covering the model with its cheapest ranges (an embedding and an attention
+block priced as two units). (The throughput bound is cell_bound.py's.)
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster
-from hetc.partitioner.batches import MAX_BATCH, Regimes, octaves
+from hetc.partitioner.aggregate import keys
+from hetc.partitioner.batches import MAX_BATCH, Regimes
 from hetc.partitioner.cost_models.memory import stage_memory
-from hetc.partitioner.simulate import Workload
+from hetc.partitioner.simulate import Workload, cost_signature
 from hetc.partitioner.tables import Kind, Tables, type_key
 from hetc.partitioner.units import Unit
-from hetc.scheduling import Phase
+from hetc.partitioner.whole_devices import whole_devices_bound
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 
 __all__ = ["cost_bound", "least_holding"]
 
-MIP_SECONDS = 2.0  # with a floor: the whole-device MIP's time; its proven bound when it runs out
+FLOW = 1e4  # tok/s the LP's flows sum to (then its groups are O(1), within the solver's tolerances)
 
 
-def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
-    """Indices of the vertices of the convex hull of the points (cap, cover) and the origin."""
-    pts = sorted([(0.0, 0.0, -1)] + [(float(a), float(b), j) for j, (a, b) in enumerate(zip(cap, cover))])
-
-    def cross(o, a, b):
-        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
-
-    lower: list = []
-    upper: list = []
-    for p in pts:
-        while len(lower) >= 2 and cross(lower[-2], lower[-1], p) <= 0:
-            lower.pop()
-        lower.append(p)
-    for p in reversed(pts):
-        while len(upper) >= 2 and cross(upper[-2], upper[-1], p) <= 0:
-            upper.pop()
-        upper.append(p)
-    return sorted({j for _, _, j in lower + upper if j >= 0})
+def _signatures(units: list[Unit], context: int) -> tuple[list[int], list[int], list[float], list[float]]:
+    """Per cost signature: one unit's index, how many units have it, and the least weight bytes
+    and KV bytes per sequence one of them holds (a tied weight counted in neither unit that
+    reads it, so a stage holding both is never overcounted)."""
+    readers: dict[str, int] = {}
+    for u in units:
+        for name in u.params:
+            readers[name] = readers.get(name, 0) + 1
+    blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    first: dict[tuple, int] = {}
+    count: list[int] = []
+    weights: list[float] = []
+    kv: list[float] = []
+    for j, u in enumerate(units):
+        own = sum(v for name, v in u.params.items() if readers[name] == 1)
+        sig = cost_signature(u)
+        if sig not in first:
+            first[sig] = j
+            count.append(0)
+            weights.append(own)
+            kv.append(u.kv_bytes_per_token * blocks)
+        c = list(first).index(sig)
+        count[c] += 1
+        weights[c] = min(weights[c], own)
+        kv[c] = min(kv[c], u.kv_bytes_per_token * blocks)
+    return list(first.values()), count, weights, kv
 
 
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
                ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
-    """Lower bound on USD per hour per output tok/s over all plans: variables y[g, n, k] (flow
-    through stage groups of kind g holding k units in pipelines of n stages) with the
-    per-length flow and cover equations, one tok/s in total, devices priced.
+    """Lower bound on USD per hour per output tok/s over all plans (module docstring).
 
     Args:
         floor: with a floor F > 0, the bound is on (USD/h of any plan giving at least F tok/s) / F:
-            the flow is F scaled to one, so each type's devices (and each kind's tp groups) are
-            limited to count / F — y/cap is at most the groups a real plan's stages take (a stage
-            carries at most cap; a point inside the hull is a convex mix of vertices, Σλ ≤ 1).
-            inf where no plan in the relaxation reaches F. Without one, counts never bind (a
-            ratio does not change with scale) and are left out.
+            the flow is F, so each type's devices (and each kind's tp groups) are limited to the
+            cluster's; and at least whole_devices.py's bound, where each type's devices are bought
+            whole. inf where no plan in the relaxation reaches F. Without one, counts never bind
+            (a ratio does not change with scale) and are left out.
     """
-    u = len(tables.units)
-    solver = pywraplp.Solver.CreateSolver("SCIP" if floor > 0 else "GLOP")
-    y: dict[tuple, pywraplp.Variable] = {}
-    caps: dict[tuple, float] = {}
-    ks = np.arange(u + 1)
-    regimes = Regimes(tables.wl, Phase.BOTH, ceiling)
-    for gi, g in enumerate(kinds):
-        batches = [(b, top) for b, top in octaves(ceiling) if tables.fits(g, b).any()]
-        for n in range(1, max_stages + 1):
-            cap = np.zeros(u + 1)
-            for b, top in (run for lo, hi in batches for run in regimes.runs(n, lo, hi)):
-                # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
-                busy = tables.busy_min(g, min(n, top), top, fit=b)
-                with np.errstate(divide="ignore"):
-                    cap = np.maximum(cap, np.where(np.isfinite(busy), top / busy, 0.0))
-            ok = np.nonzero(cap[1:] > 0)[0] + 1
-            for j in _hull(cap[ok], ks[ok] * cap[ok]) if len(ok) else []:
-                k = int(ok[j])
-                y[gi, n, k] = solver.NumVar(0, solver.infinity(), "")
-                caps[gi, n, k] = float(cap[k])
-    if not y:
-        return 0.0
-    here: dict[int, list] = {}  # the stages of pipelines of n stages
-    for (gi, n, k), var in y.items():
-        here.setdefault(n, []).append((gi, k, var))
-    xs = {n: solver.NumVar(0, solver.infinity(), "") for n in here}
+    wl = tables.wl
+    rep, n_of, weights, kv = _signatures(tables.units, wl.context)
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    inf = solver.infinity()
     count = {g.type_key: sum(n.count for n in g.nodes) for g in kinds}
-    for n, x in xs.items():
-        solver.Add(sum(var for _, _, var in here[n]) == n * x)
-        solver.Add(sum(k * var for _, k, var in here[n]) == u * x)
-        # one pipeline's stages fit the cluster: per type, tp·stages ≤ its devices; per kind, stages ≤ its groups
-        for t, c in count.items():
-            solver.Add(sum(kinds[gi].tp * var for gi, _, var in here[n] if kinds[gi].type_key == t) <= c * x)
-        for gi, g in enumerate(kinds):
-            solver.Add(sum(var for gj, _, var in here[n] if gj == gi) <= g.groups * x)
-    solver.Add(sum(xs.values()) == 1)
-    usd_h: dict[tuple[str, str], list] = {}  # per type: tp devices for each stage group the flow needs
+    most = [int(tables.most(g).max()) for g in kinds]  # the most sequences any unit range of the kind holds
+    xs = []
+    devices: dict[tuple[str, str], list] = {}  # per type: tp × the stage groups the flow takes
     groups: dict[int, list] = {}
-    for key, var in y.items():
-        g = kinds[key[0]]
-        usd_h.setdefault(g.type_key, []).append(g.tp / caps[key] * var)
-        groups.setdefault(key[0], []).append(var / caps[key])
-    if floor > 0:  # whole devices: a plan giving F uses at least F × the flow's devices of each type
-        bought = {t: solver.IntVar(0, count[t], "") for t in usd_h}
-        for t, terms in usd_h.items():
-            solver.Add(floor * sum(terms) <= bought[t])
+
+    def row(lo: float, hi: float, terms: list[tuple[pywraplp.Variable, float]]) -> None:
+        c = solver.Constraint(lo, hi)
+        for v, a in terms:
+            c.SetCoefficient(v, a)
+
+    # pipelines of lengths key.lo … key.hi at batches key.batch … key.top, costed at m = key.m
+    # micro-batches (the fewest of the class: no dearer, aggregate.keys)
+    for key in keys(Phase.BOTH, max_stages, ceiling, Regimes(wl, Phase.BOTH, ceiling)):
+        x = solver.NumVar(0, inf, "")
+        flows: list[tuple[pywraplp.Variable, float]] = []
+        held: list[list[tuple[pywraplp.Variable, float]]] = [[] for _ in rep]
+        per_type: dict[tuple[str, str], list] = {}
+        for gi, g in enumerate(kinds):
+            if most[gi] < key.batch:
+                continue
+            cost, over = tables.unit_costs(g, key.m, key.top)
+            f, big_g = solver.NumVar(0, inf, ""), solver.NumVar(0, inf, "")
+            y = [solver.NumVar(0, inf, "") for _ in rep]
+            row(-inf, 0, [(f, over), (big_g, -key.top), *((v, float(cost[j])) for j, v in zip(rep, y))])
+            row(-inf, 0, [(f, -1.0), *((v, (w + key.batch * k) / (g.tp * g.profile.usable_memory))
+                                       for w, k, v in zip(weights, kv, y))])
+            row(0, inf, [(f, -1.0), *((v, 1.0) for v in y)])  # every stage holds a unit
+            row(-inf, 0, [(f, 1.0), (x, -g.groups)])  # one pipeline's stages of kind g: at most its groups
+            per_type.setdefault(g.type_key, []).append((f, g.tp))
+            flows.append((f, 1.0))
+            for c, v in enumerate(y):
+                held[c].append((v, 1.0))
+            devices.setdefault(g.type_key, []).append((big_g, g.tp))
+            groups.setdefault(gi, []).append((big_g, 1.0))
+        if not flows:
+            continue
+        row(0, inf, [*flows, (x, -key.lo)])  # lo … hi stages
+        row(-inf, 0, [*flows, (x, -key.hi)])
+        for c, vs in enumerate(held):
+            row(0, 0, [*vs, (x, -n_of[c])])
+        for t, terms in per_type.items():  # one pipeline's stages fit the type's devices
+            row(-inf, 0, [*terms, (x, -count[t])])
+        xs.append(x)
+    if not xs:
+        return 0.0
+    row(FLOW, FLOW, [(x, 1.0) for x in xs])
+    objective = solver.Objective()
+    if floor > 0:  # the flow is F: each type's devices and each kind's groups within the cluster's
+        for t, terms in devices.items():
+            row(-inf, count[t], [(v, a * floor / FLOW) for v, a in terms])
         for gi, terms in groups.items():
-            solver.Add(floor * sum(terms) <= kinds[gi].groups)
-        solver.Minimize(sum(price[t] * z for t, z in bought.items()) * (1 / floor))
-        solver.SetTimeLimit(int(MIP_SECONDS * 1e3))
-    else:
-        solver.Minimize(sum(price[t] * sum(terms) for t, terms in usd_h.items()))
+            row(-inf, kinds[gi].groups, [(v, a * floor / FLOW) for v, a in terms])
+    for t, terms in devices.items():
+        for v, a in terms:
+            objective.SetCoefficient(v, price[t] * a)
+    objective.SetMinimization()
     status = solver.Solve()
     if floor > 0 and status == pywraplp.Solver.INFEASIBLE:
         return float("inf")
-    if status == pywraplp.Solver.OPTIMAL:
-        return solver.Objective().Value()
-    if floor > 0 and status in (pywraplp.Solver.FEASIBLE, pywraplp.Solver.NOT_SOLVED):
-        return max(0.0, solver.Objective().BestBound())  # the MIP's proven bound when its time ran out
-    raise RuntimeError("the cost-bound LP did not solve to optimality")
+    if status != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the cost-bound LP did not solve to optimality")
+    least = objective.Value() / FLOW
+    if floor > 0:  # whole devices decide on small clusters
+        least = max(least, whole_devices_bound(tables, kinds, max_stages, price, ceiling, floor))
+    return least
 
 
 def least_holding(units: list[Unit], wl: Workload, cluster: Cluster, cost: dict[tuple[str, str], float]) -> float:

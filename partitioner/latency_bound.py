@@ -23,22 +23,29 @@ chains of stages — any kind per stage, tensor-parallel groups and their all-re
 each stage's units within its memory at one sequence — is a shortest path over the units: a
 dynamic program over where each stage ends and its kind, with the cheapest link between the two
 kinds' nodes. Device counts and the shared batch are relaxed.
+
+With a floor on the fleet's tok/s, `tpot_floor_bound` raises it to the least TPOT at which
+fleets of pipelines can give the floor within the cluster (an LP over stage flows, below).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import dataclass
 
 import numpy as np
+from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.envelope import flat_node
 from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.simulate import Round, Workload, unit_round_costs
-from hetc.partitioner.tables import Kind, Tables
+from hetc.partitioner.simulate import Round, Workload, cost_signature, unit_round_costs
+from hetc.partitioner.tables import Kind, Tables, type_key
+from hetc.partitioner.units import Unit
 
-__all__ = ["least_step", "tpot_bound"]
+__all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
 
 
 def least_step(wl: Workload) -> Round:
@@ -87,3 +94,187 @@ def tpot_bound(tables: Tables, kinds: list[Kind], cluster: Cluster) -> float:
         if i:  # a stage ending before unit i sends unit i − 1's output to the next, of any kind h
             after[i] = np.min(links[tables.units[i - 1].out_bytes_per_token] + best[i][None, :], axis=1)
     return float(best[0].min())
+
+
+# With a floor: seats per micro-step are costed in intervals (s, s·S_RATIO] (each side of the
+# bound loses at most this factor), and the threshold is bisected to this relative width.
+S_RATIO = 1.02
+T_RESOLUTION = 1e-3
+
+
+@dataclass(frozen=True, slots=True)
+class _Seats:
+    """Pipelines whose micro-steps hold s seats, lo ≤ s < hi: per kind, the hull of (units
+    held, least mean micro-step) of its memory-feasible unit ranges."""
+
+    lo: float
+    hi: float
+    share: float  # the round's TPOT share at lo: at least any s's in the interval
+    stages: list[tuple[int, np.ndarray, np.ndarray]]  # (kind, units held k, least mean micro-step a)
+
+
+def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
+    """(lo, hi] (the first [1, hi]) covering 1 … min(prefill_chunk, ceiling) seats per
+    micro-step, each of ratio at most S_RATIO and within one count r of prompt chunks: a cut
+    s_r is the most seats at which a prompt needs r chunks (simulate._seat_life: spare(s) ≥
+    input / r), where a round's steps change shape (Regimes)."""
+    top = float(min(wl.prefill_chunk, ceiling))
+    edges = {top}
+    e = 1.0
+    while e < top:
+        edges.add(e)
+        e *= S_RATIO
+    out = wl.output_len
+    for r in range(1, wl.input_len + 1):
+        cut = (wl.prefill_chunk - wl.input_len / r) * (r + out - 1) / (out - 1) if out > 1 else 0.0
+        if cut >= top:
+            break
+        if cut > 1:
+            edges.add(cut)
+    x = sorted(edges)
+    return list(zip(x, x[1:]))
+
+
+def _least(cost: np.ndarray, over: float, fits: np.ndarray, ranges: "_Ranges") -> np.ndarray:
+    """[k]: the least busy seconds of a range of k units that fits (inf where none does)."""
+    p = np.concatenate([[0.0], np.cumsum(cost)])
+    return np.where(fits, p[ranges.i + ranges.k] - p[ranges.i] + over, np.inf).min(axis=0)
+
+
+def _lower_hull(x: np.ndarray, y: np.ndarray) -> list[int]:
+    """Indices of the vertices of the lower convex hull of the points (x, y), x increasing, and
+    the origin: every point lies above a convex mix of them (and the origin) at its own x."""
+    st: list[tuple[float, float, int]] = []
+    for p in [(0.0, 0.0, -1), *zip(x.tolist(), y.tolist(), range(len(x)))]:
+        while len(st) >= 2 and ((st[-1][0] - st[-2][0]) * (p[1] - st[-2][1])
+                                - (st[-1][1] - st[-2][1]) * (p[0] - st[-2][0])) <= 0:
+            st.pop()
+        st.append(p)
+    return [j for _, _, j in st if j >= 0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranges:
+    """Unit ranges [i, i + k) as index grids, and the units' cost signatures."""
+
+    i: np.ndarray
+    k: np.ndarray
+    reps: list[Unit]  # one unit per signature
+    same: np.ndarray  # each unit's index in reps
+
+    @staticmethod
+    def of(units: list[Unit]) -> "_Ranges":
+        u = len(units)
+        i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
+        inside = i + k <= u  # fits is False outside
+        pos: dict[tuple, int] = {}
+        reps = []
+        for x in units:
+            if cost_signature(x) not in pos:
+                pos[cost_signature(x)] = len(reps)
+                reps.append(x)
+        same = np.array([pos[cost_signature(x)] for x in units])
+        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), reps, same)
+
+
+def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
+    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s): a(s) is at
+    least the flat profile's at lo (in the regime right of lo) and, since a round's busy seconds per
+    sequence never grow with s within a regime (batches.py), lo/hi of the envelope's at hi."""
+    at = lo if lo == 1 else lo * (1 + 1e-9)
+    r = Round.of(tables.wl, at, 1)  # k = 1: one micro-step's steps, `passes` of them per round
+    top_share = Round.of(tables.wl, hi, 1).tpot_share
+    stages = []
+    for gi, g in enumerate(kinds):
+        fits = tables.fits(g, math.ceil(lo))
+        flat, over = unit_round_costs(ranges.reps, flat_node(g.nodes[0]), g.tp, tables.wl, r)
+        least = _least(np.array(flat)[ranges.same], over, fits, ranges) * r.tpot_share
+        if g.profile.efficiency_curves is not None:  # else the flat profile is the profile: its a(lo) is the larger
+            cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
+            least = np.maximum(least, _least(cost, over, fits, ranges) * top_share * lo / hi)
+        ks = np.nonzero(np.isfinite(least[1:]))[0] + 1
+        if len(ks):
+            h = _lower_hull(ks, least[ks])
+            stages.append((gi, ks[h], least[ks][h]))
+    return _Seats(lo, hi, r.tpot_share, stages)
+
+
+def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor: float, ceiling: int) -> float:
+    """Seconds: no fleet giving `floor` output tok/s has every pipeline's TPOT below this.
+
+    A pipeline at B sequences runs k ≥ m micro-steps of s = B/k seats per pass (simulate.Round.of);
+    a stage's mean micro-step a_i(s) (busy per round / (k · passes)) bounds both figures:
+    TPOT = round · share ≥ share · Σ_i busy_i / m ≥ Σ_i a_i(s), and tok/s = B / round ≤ B / busy_i
+    = s · share(s) / a_i(s). With s in (lo, hi]: a_i(s) is at least the flat profile's a_i at lo
+    (its steps grow with s within one count of prompt chunks) and lo/hi of the envelope's at hi
+    (batches.py: busy per sequence never grows with s within a regime) — both measured on every
+    catalog profile, test_latency_bound.py — and share(s) ≤ share(lo) (a seat's life grows with
+    s). An LP over stage flows y (tok/s through stages of kind g holding k units at s) then
+    relaxes every fleet of TPOT ≤ T: per interval the stages cover the units (Σ k·y ≥ U·X) within
+    the time (Σ a·y ≤ T·X), and the groups they take, y / (hi · share / a), fit each kind's
+    groups and each type's devices; T is raised until the LP's most tok/s reaches the floor
+    (bisected to T_RESOLUTION, the bound the largest T that does not). Links, the loop's k/m ≥ 1
+    and whole devices are relaxed.
+
+    Args:
+        floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
+        ceiling: the most sequences a pipeline runs (batches.batch_ceiling).
+    """
+    least = tpot_bound(tables, kinds, cluster)
+    if floor <= 0:
+        return least
+    u = len(tables.units)
+    seats = []
+    ranges = _Ranges.of(tables.units)
+    for lo, hi in _seat_intervals(tables.wl, ceiling):
+        got = _seats(tables, kinds, ranges, lo, hi)
+        if not got.stages:
+            break  # nothing holds lo sequences: nothing holds more
+        seats.append(got)
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    xs, times, groups, devices = [], [], {}, {}
+    for st in seats:
+        x = solver.NumVar(0, solver.infinity(), "")
+        cover = solver.Constraint(0, solver.infinity())
+        time = solver.Constraint(-solver.infinity(), 0)
+        cover.SetCoefficient(x, -u)
+        ys = []
+        for gi, ks, a in st.stages:
+            g = kinds[gi]
+            for kk, aa in zip(ks, a):
+                y = solver.NumVar(0, solver.infinity(), "")
+                cover.SetCoefficient(y, float(kk))
+                time.SetCoefficient(y, float(aa))
+                used = aa / (st.hi * st.share)  # groups per tok/s
+                groups.setdefault(gi, []).append((y, used))
+                devices.setdefault(g.type_key, []).append((y, used * g.tp))
+                ys.append((y, aa))
+        xs.append(x)
+        times.append((time, x, ys))
+    for gi, terms in groups.items():
+        solver.Add(sum(v * c for v, c in terms) <= kinds[gi].groups)
+    count = {}
+    for n in cluster.nodes:
+        count[type_key(n)] = count.get(type_key(n), 0) + n.count
+    for t, terms in devices.items():
+        solver.Add(sum(v * c for v, c in terms) <= count[t])
+    solver.Maximize(sum(xs))
+
+    def reaches(t: float) -> bool:
+        for time, x, ys in times:
+            time.SetCoefficient(x, -t)
+            for y, aa in ys:
+                y.SetUb(solver.infinity() if aa <= t else 0.0)
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+            raise RuntimeError("the latency floor LP did not solve to optimality")
+        return solver.Objective().Value() >= floor * (1 - 1e-9)
+
+    lo, hi = least, least
+    while not reaches(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1e3:  # no fleet of the relaxation gives the floor
+            return float("inf")
+    while hi / lo > 1 + T_RESOLUTION:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return max(least, lo)

@@ -14,7 +14,7 @@ from hetc.plan import SCHEMA, Plan
 from hetc.partitioner.baselines import run_baselines
 from hetc.partitioner.capture import CapturedModel, capture
 from hetc.partitioner.bound import cost_bound, least_holding
-from hetc.partitioner.latency_bound import tpot_bound
+from hetc.partitioner.latency_bound import tpot_floor_bound
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.given import evaluate_placement
 from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
@@ -68,16 +68,16 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
 
 def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str,
            ceiling: int, min_tok_s: float = 0.0) -> float:
-    """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT of
-    any pipeline (latency_bound.py). Cost and energy: the flow relaxation (bound.py) of USD/h
-    (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
+    """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT at
+    which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost
+    and energy: the LP relaxation (bound.py) of USD/h (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
     and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
         return sol.bound
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(model.units, wl)
     if objective == Objective.LATENCY:
-        return 1e3 * tpot_bound(tables, kinds, cluster)
+        return 1e3 * tpot_floor_bound(tables, kinds, cluster, min_tok_s, ceiling)
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
     of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
     least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
@@ -144,7 +144,7 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
     value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, watts, floor)
     ceiling = sol.batch_ceiling
-    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling, floor)
+    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     doc = {
         "schema": SCHEMA, "hetc_version": __version__,

@@ -33,7 +33,7 @@ from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
-from hetc.partitioner.split import batch_options, split_chain
+from hetc.partitioner.split import Found, batch_options, split_chain
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.mix import NO_CAPS, Caps, Option, choose
 from hetc.partitioner.templates import Template, generate
@@ -168,7 +168,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS count vectors), a
             sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
             in work, so plans don't depend on the machine's load; the cell bound's first pass is
-            not budgeted).
+            not budgeted). Latency with a floor: another sixth for every batch below the fleet's
+            TPOT, and CP-SAT again for each of up to FILL_ROUNDS rounds (_fill_batches).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
@@ -203,7 +204,13 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
                          "each curve's running maximum (valid for every batch, looser than the profile)")
     templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases))
     opts: list[Option] = []
+    splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
+
+    def within_slos(f: Found) -> bool:
+        e = f.estimate
+        return not ((ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s))
+
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
         if work >= budget and opts:  # work, not seconds: the same templates on any machine; never none
@@ -223,16 +230,16 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         found = batch_options(units, chain, cluster, wl, split, phase=t.phase, ceiling=ceiling, objective=objective,
                               hints=t.batches)
         work += evaluations * EVALUATION_WORK * (len(units) + 20 * len(chain))
-        for f in found:
-            e = f.estimate
-            if (ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s):
-                continue
-            opts.append(Option(t, f))
+        splits.append((t, split))
+        opts += [Option(t, f) for f in found if within_slos(f)]
     if not opts:
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     if progress:
         progress(f"CP-SAT over {len(opts)} options ({len(templates)} templates × batches)")
     picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
+    if objective == Objective.LATENCY and min_tok_s and picks:
+        picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s,
+                              time_limit, caps)
     if not picks:
         if caps.watts or caps.usd_h:
             raise Infeasible(_over_caps(opts, cluster, caps))
@@ -254,6 +261,48 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
                     explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling,
                     cpu_seconds=time.process_time() - cpu0)
+
+
+FILL_ROUNDS = 3  # latency with a floor: rounds of every batch below the fleet's TPOT, then CP-SAT again
+
+
+def _fill_batches(picks: list[tuple[Option, int]], opts: list[Option],
+                  splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]], units: list[Unit],
+                  cluster: Cluster, wl: Workload, ceiling: int, keep: Callable[[Found], bool], min_tok_s: float,
+                  time_limit: float, caps: Caps) -> list[tuple[Option, int]]:
+    """Latency with a floor: the search tried a few batches per template (batches.search), but the
+    fleet's TPOT is set by the batch at which each pipeline reaches it. Each round tries every
+    batch of every template whose TPOT stays below the fleet's (from 1 up, until one exceeds it),
+    within a sixth of the limit's work, and runs CP-SAT again while the fleet's TPOT falls."""
+    work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
+    seen: dict[tuple[str, int], Found | None] = {(o.template.label, o.found.estimate.batch): o.found for o in opts}
+    for _ in range(FILL_ROUNDS):
+        tpot = max(o.found.estimate.tpot_s for o, _ in picks)
+        added = 0
+        for t, split in splits:
+            if t.phase != Phase.BOTH:
+                continue
+            for b in range(1, ceiling + 1):
+                if work >= budget:
+                    break
+                if (t.label, b) not in seen:
+                    work += EVALUATION_WORK * (len(units) + 20 * len(t.chain))
+                    stages = split(b)
+                    est = estimate_pipeline(units, stages, cluster, wl, b) if stages else None
+                    seen[t.label, b] = Found(est, stages) if est is not None and stages is not None else None
+                    if seen[t.label, b] is not None and keep(seen[t.label, b]):
+                        opts.append(Option(t, seen[t.label, b]))
+                        added += 1
+                got = seen[t.label, b]
+                if got is None or got.estimate.tpot_s >= tpot:
+                    break
+        if not added:
+            break
+        again = choose(Objective.LATENCY, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
+        if not again or max(o.found.estimate.tpot_s for o, _ in again) >= tpot:
+            break
+        picks = again
+    return picks
 
 
 def _by_promise(templates: list[Template]) -> list[Template]:

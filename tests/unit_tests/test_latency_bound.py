@@ -3,13 +3,15 @@ pipeline length, prompt chunks beside decode tokens — costs each unit at least
 of one sequence (latency_bound.least_step) in the profile made flat (envelope.flat_node), on every catalog profile and a
 fitted one whose curves fall; and the profile's own one-sequence step is no such floor."""
 
+import numpy as np
 import pytest
 
-from hetc.cluster import Node, load_profile, profile_names, resolve_link
+from hetc.cluster import Cluster, Node, load_profile, profile_names, resolve_link
 from hetc.partitioner.capture import capture
 from hetc.partitioner.envelope import flat_node
-from hetc.partitioner.latency_bound import least_step
-from hetc.partitioner.simulate import Round, Workload, stage_time
+from hetc.partitioner.latency_bound import _Ranges, _seat_intervals, _seats, least_step
+from hetc.partitioner.simulate import Round, Workload, stage_time, unit_round_costs
+from hetc.partitioner.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.conftest import FIXTURES, falling_cluster
 
@@ -53,3 +55,27 @@ def test_the_profiles_own_one_sequence_step_is_no_floor(tiny):
     """Why the flat profile: on H100's own GEMM curve some step of more sequences costs less."""
     node = Node("a", load_profile("h100-sxm"), 8, resolve_link("nvlink4", "test", "link"))
     assert _least_ratio(tiny.units, node, 1, WORKLOADS[0], flat=False) < 0.99
+
+
+@pytest.mark.parametrize("name", profile_names())
+@pytest.mark.parametrize("wl", WORKLOADS)
+def test_the_floor_bounds_seats_intervals_hold_every_mean_micro_step(tiny, name, wl):
+    """What tpot_floor_bound rests on: for s seats per micro-step in an interval (lo, hi], a
+    stage's mean micro-step in the profile itself (busy per round / passes, simulate.Round.of) is
+    at least the interval's least (the flat profile's at lo, lo/hi of the envelope's at hi), here
+    for the whole model on one stage, at fine steps of s through the first 120 intervals and every
+    tenth after."""
+    node = Node("a", load_profile(name), 8, resolve_link("nvlink4", "test", "link"))
+    cluster = Cluster(name="c", nodes=[node], network=None)
+    tables = Tables(tiny.units, wl)
+    u = len(tiny.units)
+    ranges = _Ranges.of(tiny.units)
+    intervals = _seat_intervals(wl, 4096)
+    for lo, hi in intervals[:120] + intervals[120::10]:
+        for g in kinds_of(cluster, (1, 4)):
+            (gi, ks, least), = _seats(tables, [g], ranges, lo, hi).stages
+            assert ks[-1] == u
+            for s in np.linspace(lo, hi, 6)[1:] if lo > 1 else np.linspace(1, hi, 6):
+                r = Round.of(wl, float(s), 1)
+                cost, over = unit_round_costs(tiny.units, node, g.tp, wl, r)
+                assert (sum(cost) + over) * r.tpot_share >= least[-1] * (1 - 1e-9), (g.name, lo, hi, s)

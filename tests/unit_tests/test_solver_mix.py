@@ -117,7 +117,7 @@ def test_latency_bound_holds_for_every_pipeline_tp_groups_included(tmp_path, tin
 @pytest.mark.parametrize("share", FLOORS)
 def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, objective, share):
     """The bound is below the figure of every brute-forced fleet that meets the floor (USD per M
-    tokens at the demand, or above its tokens per J), tp groups included, and within a factor."""
+    tokens at the demand, or above its tokens per J), tp groups included, and within 1% of the best."""
     tiny, cluster, _, most = case
     every = list(options(tiny.units, cluster, WL, tp=True))
     floor = share * most
@@ -128,7 +128,26 @@ def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, obj
             figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f),
                                            sum(o.watts() for o in f), floor))
     bound = _bound(tiny, cluster, WL, None, objective, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
-    if objective == Objective.COST:  # measured: 0.95 of the optimum without a floor, 1.00 with one
-        assert 0.9 * min(figures) <= bound <= min(figures) * (1 + 1e-9)
+    if objective == Objective.COST:  # measured: the optimum at every floor (without one: 0.95 before the LP
+        assert 0.99 * min(figures) <= bound <= min(figures) * (1 + 1e-9)  # counted units per signature)
     else:
-        assert max(figures) * (1 - 1e-9) <= bound <= max(figures) / 0.9
+        assert max(figures) * (1 - 1e-9) <= bound <= max(figures) / 0.99
+
+
+@pytest.mark.parametrize("share", FLOORS)
+def test_latency_bound_holds_for_every_fleet_meeting_the_floor(case, share):
+    """With a floor the bound is the least TPOT at which fleets can give it (latency_bound.
+    tpot_floor_bound): no brute-forced fleet of disjoint pipelines (tp groups included, every
+    batch) meeting the floor has its slowest pipeline faster; at low floors within 10% of it."""
+    tiny, cluster, _, most = case
+    every = list(options(tiny.units, cluster, WL, tp=True))
+    floor = share * most
+    for t in sorted({o.estimate.tpot_s for o in every}):  # the least threshold whose pipelines give the floor
+        tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[
+            frozenset(all_devices(cluster))]
+        if tok >= floor and tok > 0:
+            break
+    bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
+    assert bound_ms <= t * 1e3 * (1 + 1e-9)
+    if share <= 0.25:  # measured 0.95, 0.93; at 50–95% 0.76–0.51: on 4 devices a pipeline's stages take whole
+        assert bound_ms >= t * 1e3 * 0.9  # devices, which the LP's flows (fractions of groups) relax
