@@ -227,6 +227,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                      f"work {work / budget:.0%}")
         if full and (final or not new and not smooth):
             break
+    if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
+        x = _master(cols, N, groups, pools)[1]
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]
     return CellBound(best, pipes)
