@@ -19,7 +19,6 @@ import numpy as np
 
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
-from hetc.partitioner.simulate import Round
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
@@ -119,7 +118,7 @@ class StageCosts:
         key = (phase, batch, m)
         if key not in self._link:
             u = self.u
-            r = Round.of(self.tables.wl, batch, m, phase)
+            r = self.tables.round(m, batch, phase)
             T = len(self.types)
             link = np.zeros((T, T, u + 1))
             ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1
