@@ -16,7 +16,9 @@ does better than worth·rate/cand[i+1] − f(cand[j]), and bisection of the inte
 beats a threshold finds the best exactly. An interval is cut halfway in tok/s (worth·rate/R), or
 further left where the chains right of the cut could not beat the threshold at f(cand[j]) anyway.
 A key remembers across calls the candidates at which no chain exists (whatever the prices) and
-where its best chain was last time (evaluated first).
+where its best chain was last time (evaluated first). Where every link is within R, the DP leaves
+out the kinds that another kind dominates at the prices (no dearer, holds every range in memory,
+no busier on any unit): half of the 32 kinds on types8-64, and the same least prices.
 
 Before any DP, W = Σ_u min_g price_g·c_g(u) (c_g(u): the unit's busy seconds on kind g, inf
 where g can't hold it) bounds every chain: a stage busy at most R is worth at least its price ×
