@@ -90,3 +90,30 @@ def test_dominated_kinds_leave_the_free_dp_unchanged(tmp_path, tiny, phase):
             left_out += len(pricer.kinds) - len(pricer._undominated(prices[pricer.kinds]))
             checked += len(Rs)
     assert checked >= 6 and left_out > 0
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_memory_and_links_of_a_case_count_every_range(tmp_path, tiny, phase):
+    """StageCosts.memory's furthest ends (one sorted search over every kind) are those of counting, per
+    start, the ranges that hold the batch; .links' busy seconds per cut those of Round.link_time over
+    each path between two types, the fastest."""
+    from hetc.partitioner.simulate import Round
+
+    cluster = many_type_cluster(tmp_path, 3)
+    tables = Tables(tiny.units, WL)
+    costs = StageCosts(tables, kinds_of(cluster), cluster)
+    u = costs.u
+    for batch in (1, 2, 5, 17, 100, 10_000):
+        got = costs.memory(phase, batch)
+        for g, kind in enumerate(costs.kinds):
+            ks = (tables.most(kind, phase)[:u, 1:] >= batch).sum(axis=1)
+            assert (got.jfit[g] == np.arange(u) + ks).all(), (batch, kind.name)
+            assert np.isinf(got.P[g]).all() == (not ks.any() or (phase != Phase.BOTH and kind.tp > 1))
+    for batch, m in ((1, 1), (8, 2), (40, 3)):
+        link, cheapest = costs.links(phase, batch, m)
+        r = Round.of(WL, batch, m, phase)
+        for (a, b), paths in costs.paths.items():
+            for cut in range(1, u):
+                want = min(r.link_time(costs.out_bytes[cut - 1], p) for p in paths)
+                assert link[a, b, cut] == pytest.approx(want, rel=1e-12, abs=1e-18)
+            assert cheapest[a, b] == link[a, b, 1:u].min()
