@@ -52,9 +52,9 @@ TEMPLATES = 32
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
 SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
 # a kind's unit costs at a new operating point, and a unit's stage time at a step not met before (the cost
-# model; rounds of other batches share steps, tables.py): with the key's setup, ~6.6 s for 21,569 and 74,995 on types8-64
-EVALUATION = 1.5e-4 * WORK_PER_SECOND
-STEP_COST = 4e-5 * WORK_PER_SECOND
+# model; rounds of other batches share steps, tables.py): with the key's setup, ~5.4 s for 23,185 and 97,045 on types8-64
+EVALUATION = 1.1e-4 * WORK_PER_SECOND
+STEP_COST = 3e-5 * WORK_PER_SECOND
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
