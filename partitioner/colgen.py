@@ -55,6 +55,8 @@ SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of
 # model; rounds of other batches share steps, tables.py): with the key's setup, ~5.4 s for 23,185 and 97,045 on types8-64
 EVALUATION = 1.1e-4 * WORK_PER_SECOND
 STEP_COST = 3e-5 * WORK_PER_SECOND
+AHEAD = 1.3  # the last full pass is started where this many times its estimate still fits the budget: full passes cost
+# more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
@@ -165,8 +167,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
                  np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
         # this pass would end past the budget (a full pass costs what the last one did, or before any,
-        # what a key has cost so far per key): price every key, then stop
-        final = work + (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
+        # what a key has cost so far per key; AHEAD times that): price every key, then stop
+        final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
         smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
