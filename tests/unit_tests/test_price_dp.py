@@ -16,6 +16,14 @@ from hetc.scheduling import Phase
 from tests.unit_tests.test_colgen import WL, many_type_cluster
 
 
+def _priced_keys(costs: StageCosts, phase: Phase):
+    """(key, its pricer, its most stages, six candidate bottlenecks) for each key of short pipelines with any."""
+    for key in keys(phase, 4, 40, Regimes(WL, phase, 40)):
+        pricer = KeyPricer(costs, key, tp_groups=phase == Phase.BOTH)
+        if len(pricer.cand):
+            yield key, pricer, min(key.hi, costs.u), pricer.cand[np.linspace(0, len(pricer.cand) - 1, 6).astype(int)]
+
+
 @pytest.mark.parametrize("types", [2, 3])
 @pytest.mark.parametrize("phase", [Phase.BOTH, Phase.DECODE])
 def test_free_dp_is_the_padded_exact_dp(tmp_path, tiny, types, phase):
@@ -23,12 +31,7 @@ def test_free_dp_is_the_padded_exact_dp(tmp_path, tiny, types, phase):
     costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
     rng = np.random.default_rng(types)
     checked = 0
-    for key in keys(phase, 4, 40, Regimes(WL, phase, 40)):
-        pricer = KeyPricer(costs, key, tp_groups=phase == Phase.BOTH)
-        if not len(pricer.cand):
-            continue
-        hi = min(key.hi, costs.u)
-        Rs = pricer.cand[np.linspace(0, len(pricer.cand) - 1, 6).astype(int)]
+    for key, pricer, hi, Rs in _priced_keys(costs, phase):
         u0 = pricer._reach_u0(Rs)
         pk = rng.uniform(0.5, 2.0, len(pricer.kinds))
         every = np.ones((len(Rs), pricer.T, pricer.T), dtype=bool)
@@ -75,12 +78,7 @@ def test_dominated_kinds_leave_the_free_dp_unchanged(tmp_path, tiny, phase):
     costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
     rng = np.random.default_rng(7)
     left_out = checked = 0
-    for key in keys(phase, 4, 40, Regimes(WL, phase, 40)):
-        pricer = KeyPricer(costs, key, tp_groups=phase == Phase.BOTH)
-        if not len(pricer.cand):
-            continue
-        hi = min(key.hi, costs.u)
-        Rs = pricer.cand[np.linspace(0, len(pricer.cand) - 1, 6).astype(int)]
+    for key, pricer, hi, Rs in _priced_keys(costs, phase):
         Rs = Rs[(pricer.case.cheapest[None] <= Rs[:, None, None] * (1 + SLACK)).all(axis=(1, 2))]
         for _ in range(3):
             prices = rng.uniform(0.5, 2.0, len(costs.kinds))
