@@ -51,7 +51,12 @@ GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value
 TEMPLATES = 32
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
 SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
-EVALUATION = 4e-4 * WORK_PER_SECOND  # one kind's unit costs at a new operating point (the cost model; ~0.3–0.5 ms)
+# a kind's unit costs at a new operating point, and a unit's stage time at a step not met before (the cost
+# model; rounds of other batches share steps, tables.py): with the key's setup, ~5.4 s for 23,185 and 97,045 on types8-64
+EVALUATION = 1.1e-4 * WORK_PER_SECOND
+STEP_COST = 3e-5 * WORK_PER_SECOND
+AHEAD = 1.3  # the last full pass is started where this many times its estimate still fits the budget: full passes cost
+# more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
@@ -151,7 +156,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     best, work, it = np.inf, 0.0, 0
     x: list[float] = []
     last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
-    center = None  # the duals of the best bound so far (before any: those pricing used last)
+    center = None  # the duals of the best bound so far (before any, pricing takes the master's own)
     spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
@@ -162,8 +167,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
                  np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
         # this pass would end past the budget (a full pass costs what the last one did, or before any,
-        # what a key has cost so far per key): price every key, then stop
-        final = work + (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
+        # what a key has cost so far per key; AHEAD times that): price every key, then stop
+        final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
         smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
@@ -172,11 +177,11 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         prices = costs.tp * (pi[costs.type_of] + eps) + sig
         worth = {Phase.BOTH: 1.0, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
         tol = GAP * max(z, 1e-9) / n_dev
-        start, evaluations = work, tables.evaluations
+        start, evaluations, steps = work, tables.evaluations, tables.step_costs
         for pk in todo:
             if pk not in pricers:
                 pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
-        work += EVALUATION * (tables.evaluations - evaluations)
+        work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
         cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
@@ -216,15 +221,16 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                           + n_dev * (eps + max(0.0, upper)))
             if value < best:
                 best, center = value, duals
-        if center is None or not np.isfinite(best):
-            center = duals
         missed = smooth and not new
         todo = nxt
         cols += new
         if progress:
-            progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys")
+            progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys, "
+                     f"work {work / budget:.0%}")
         if full and (final or not new and not smooth):
             break
+    if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
+        x = _master(cols, N, groups, pools)[1]
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]
     return CellBound(best, pipes)

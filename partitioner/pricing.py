@@ -16,7 +16,9 @@ does better than worth·rate/cand[i+1] − f(cand[j]), and bisection of the inte
 beats a threshold finds the best exactly. An interval is cut halfway in tok/s (worth·rate/R), or
 further left where the chains right of the cut could not beat the threshold at f(cand[j]) anyway.
 A key remembers across calls the candidates at which no chain exists (whatever the prices) and
-where its best chain was last time (evaluated first).
+where its best chain was last time (evaluated first). Where every link is within R, the DP leaves
+out the kinds that another kind dominates at the prices (no dearer, holds every range in memory,
+no busier on any unit): half of the 32 kinds on types8-64, and the same least prices.
 
 Before any DP, W = Σ_u min_g price_g·c_g(u) (c_g(u): the unit's busy seconds on kind g, inf
 where g can't hold it) bounds every chain: a stage busy at most R is worth at least its price ×
@@ -45,6 +47,7 @@ FREE_CELL = 4e-9 * WORK_PER_SECOND  # one free_dp cell (kind × row × unit × s
 TYPED_CELL = 7e-9 * WORK_PER_SECOND  # one typed_dp cell (× sparse-table level): ~1.4e8 a second
 REACH = 3e-8 * WORK_PER_SECOND  # one u0 entry (kind × row × unit): ~3.2e7 a second
 CERTIFICATE = 6e-5 * WORK_PER_SECOND  # one key's certificate at new prices
+DOMINATES = 1e-6  # a kind dominates another busy on every unit at most this share less (or exactly as busy)
 FIRST = 5  # R values of the first DP round: quantiles of the candidates
 
 
@@ -86,14 +89,21 @@ class KeyPricer:
         cand = np.unique(np.concatenate(cand))
         self.cand = cand[np.isfinite(cand) & (cand >= self.least * (1 - 1e-12))]
         self._flat: np.ndarray | None = None  # _reach_u0's sorted prefix sums, made at its first call
+        self._stands_in: np.ndarray | None = None  # _undominated's [K, K], made at its first call
+        self._weight: tuple = (b"", 0.0)  # (prices, W) of the last call to weight
+        self._keep: tuple = (b"", None)  # (prices, undominated kinds) of the last call to _undominated
         self.none, self.hint = -1, -1  # the last candidate known to admit no chain; the best at the last call
         self.type_of = costs.type_of[kk]
         self.T = len(costs.types)
 
     def weight(self, prices: np.ndarray) -> float:
-        """W: no chain's price is below W / R."""
-        finite = np.isfinite(self.unit)
-        return float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0), INF).min(axis=0).sum())
+        """W: no chain's price is below W / R (kept for the last prices: a pass asks several times)."""
+        at = prices.tobytes()
+        if self._weight[0] != at:
+            finite = np.isfinite(self.unit)
+            self._weight = (at, float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0),
+                                               INF).min(axis=0).sum()))
+        return self._weight[1]
 
     def certificate(self, prices: np.ndarray, worth: float) -> float:
         """An upper bound on every chain's reduced cost, from W (no DP)."""
@@ -169,50 +179,76 @@ class KeyPricer:
         c = int(np.searchsorted(cand, 1.0 / x, side="right")) - 1
         return min(max(c, a + 1), b - 1)
 
-    def _reach_u0(self, Rs: np.ndarray) -> np.ndarray:
-        """u0 [K, L, U+1]: the first start from which each kind holds units [start, v) within each R
-        (busy P[v] − P[start] + over ≤ R) and memory (start ≥ the first whose jfit reaches v); v where
-        none (an empty stage). Every kind's prefix sums are searched at once, shifted apart into one
-        sorted array."""
+    def _reach_u0(self, Rs: np.ndarray, sel: np.ndarray | None = None) -> np.ndarray:
+        """u0 [K, L, U+1]: the first start from which each kind (of `sel`, indices into self.kinds; default
+        all) holds units [start, v) within each R (busy P[v] − P[start] + over ≤ R) and memory (start ≥
+        the first whose jfit reaches v); v where none (an empty stage). Every kind's prefix sums are
+        searched at once, shifted apart into one sorted array."""
         case, kk = self.case, self.kinds
         assert case is not None
-        P = case.P[kk]
-        K, L, U1 = len(kk), len(Rs), P.shape[1]
         if self._flat is None:
+            P = case.P[kk]
             self._shift = np.r_[0.0, np.cumsum(P[:, -1] + 1.0)[:-1]][:, None, None]
             self._flat = (P + self._shift[:, :, 0]).ravel()
-            self._mem = np.array([np.searchsorted(case.jfit[g], np.arange(U1), side="left") for g in kk])[:, None, :]
-        q = P[:, None, :] - (Rs * (1 + SLACK))[None, :, None] + case.over[kk][:, None, None]
-        q = np.clip(q, 0.0, P[:, -1:, None] + 0.5) + self._shift
-        u0 = np.searchsorted(self._flat, q.ravel(), side="left").reshape(K, L, U1) - (np.arange(K) * U1)[:, None, None]
-        return np.minimum(np.maximum(u0, self._mem), np.arange(U1))
+            self._mem = np.array([np.searchsorted(case.jfit[g], np.arange(P.shape[1]), side="left") for g in kk])[:, None, :]
+        sel = np.arange(len(kk)) if sel is None else sel
+        P = case.P[kk[sel]]
+        K, L, U1 = len(sel), len(Rs), P.shape[1]
+        q = P[:, None, :] - (Rs * (1 + SLACK))[None, :, None] + case.over[kk[sel]][:, None, None]
+        q = np.clip(q, 0.0, P[:, -1:, None] + 0.5) + self._shift[sel]
+        u0 = np.searchsorted(self._flat, q.ravel(), side="left").reshape(K, L, U1) - (sel * U1)[:, None, None]
+        return np.minimum(np.maximum(u0, self._mem[sel]), np.arange(U1))
+
+    def _undominated(self, pk: np.ndarray) -> np.ndarray:
+        """Indices of the kinds no other kind dominates at prices `pk`: one that costs no more, holds every
+        range it holds in memory, and is busy less on every unit (by a relative DOMINATES, so that prefix
+        sums rounded differently can't reverse it) or exactly as busy. Within any R, a chain's stage of
+        a dominated kind can take the other kind instead at no more price: free_dp's least prices are
+        the same without them (typed_dp's are not: the other kind may be of another type)."""
+        at = pk.tobytes()
+        if self._keep[0] == at:  # the last prices' (a key is priced several times a pass)
+            return self._keep[1]
+        if self._stands_in is None:  # [a, b]: kind a holds every range kind b holds, within any R
+            case, kk = self.case, self.kinds
+            cost, over, jfit = np.diff(case.P[kk], axis=1), case.over[kk], case.jfit[kk]
+            less = ((cost[:, None, :] <= cost[None, :, :] * (1 - DOMINATES)) | (cost[:, None, :] == cost[None, :, :])).all(axis=2)
+            self._stands_in = less & (over[:, None] <= over[None, :]) & (jfit[:, None, :] >= jfit[None, :, :]).all(axis=2)
+        idx = np.arange(len(pk))
+        dom = self._stands_in & (pk[:, None] <= pk[None, :]) & (idx[:, None] != idx[None, :])
+        dom &= ~(dom.T & (idx[None, :] < idx[:, None]))  # two that stand in for each other: the first stays
+        self._keep = (at, np.nonzero(~dom.any(axis=0))[0])
+        return self._keep[1]
 
     def _dp(self, Rs: np.ndarray, prices: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """At each R: a lower bound on f (the least price of a chain of the key's class with bottleneck
         ≤ R), equal to f where f < the row's `cap`; the least price of a chain the DP found (inf: none);
-        and the work (DP cells). Rows where every link is within R take price_dp.free_dp."""
+        and the work (DP cells). Rows where every link is within R take price_dp.free_dp, over the
+        undominated kinds."""
         key = self.key
         hi = min(key.hi, self.costs.u)
-        u0 = self._reach_u0(Rs)
         pk = prices[self.kinds]
+        keep = self._undominated(pk)
         link_ok = self.case.cheapest[None, :, :] <= (Rs * (1 + SLACK))[:, None, None]  # [L, T', T]
         free = link_ok.all(axis=(1, 2))
+        u0 = self._reach_u0(Rs, keep if free.all() else None)
         low, best, work = np.zeros(len(Rs)), np.zeros(len(Rs)), 0.0
         for rows, typed in ((np.nonzero(free)[0], False), (np.nonzero(~free)[0], True)):
             if len(rows):
                 got = typed_dp(u0[:, rows], pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows]) if typed \
-                    else free_dp(u0[:, rows], pk, key.lo, hi, cap[rows])
+                    else free_dp(u0[:, rows] if free.all() else u0[keep][:, rows], pk[keep], key.lo, hi, cap[rows])
                 low[rows], best[rows], w = got
                 work += w * (TYPED_CELL if typed else FREE_CELL)
         return low, best, work + REACH * u0.size
 
     def _backtrack(self, R: float, prices: np.ndarray, f: float) -> tuple[Chain, float]:
         """A chain of the key's class (less its empty stages) with bottleneck ≤ R and price ≤ f."""
-        u0 = self._reach_u0(np.array([R]))
         pk, hi = prices[self.kinds], min(self.key.hi, self.costs.u)
         link_ok = self.case.cheapest <= R * (1 + SLACK)
         if link_ok.all():
-            chain, work = free_chain(u0, pk, self.kinds, self.key.lo, hi, f)
+            keep = self._undominated(pk)
+            u0 = self._reach_u0(np.array([R]), keep)
+            chain, work = free_chain(u0, pk[keep], self.kinds[keep], self.key.lo, hi, f)
             return chain, work * FREE_CELL + REACH * u0.size
+        u0 = self._reach_u0(np.array([R]))
         chain, work = typed_chain(u0, pk, self.kinds, self.type_of, self.T, link_ok, self.key.lo, hi, f)
         return chain, work * TYPED_CELL + REACH * u0.size

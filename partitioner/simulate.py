@@ -166,17 +166,26 @@ def cost_signature(u: Unit) -> tuple:
     return u.cost_key, u.out_bytes_per_token, bool(u.params)
 
 
-def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round) -> tuple[list[float], float]:
+def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round,
+                     steps: dict | None = None) -> tuple[list[float], float]:
     """Per-unit busy seconds of one stage per round `r`, and the stage's fixed overhead per round.
 
     Additive over units: a stage's busy time per round is the sum over its units plus the fixed part.
+
+    Args:
+        steps: a cache of one unit's stage time per (cost signature, step), for this node and tp
+            only (rounds of other batches share steps: the caller keeps it across calls).
     """
     memo: dict = {}
+    steps = {} if steps is None else steps
     out = []
     for u in units:
         sig = cost_signature(u)
         if sig not in memo:
-            memo[sig] = sum(n * stage_time([u], node, tp, step, wl) for n, step in r.steps)
+            for _, step in r.steps:
+                if (sig, step) not in steps:
+                    steps[(sig, step)] = stage_time([u], node, tp, step, wl)
+            memo[sig] = sum(n * steps[(sig, step)] for n, step in r.steps)
         out.append(memo[sig])
     return out, node.profile.step_overhead * r.messages
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
-from hetc.partitioner.simulate import Round
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
@@ -27,6 +26,7 @@ __all__ = ["Case", "StageCosts", "SLACK"]
 
 INF = np.inf
 SLACK = 1e-9
+SHIFT = 1 << 22  # more than any `most` (tables.MOST): rows of most apart in one sorted array
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,14 @@ class StageCosts:
                       for a, ka in enumerate(first) for b, kb in enumerate(first)}
         self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
         self.period = _period(tables.units)
+        width = max(len(p) for p in self.paths.values())  # [T, T, paths]: each path's latency and 1/bandwidth summed
+        T = len(self.types)  # over its hops (0 for a path of none); inf latency pads a pair with fewer paths
+        lat, inv = np.full((T, T, width), INF), np.zeros((T, T, width))
+        for (a, b), paths in self.paths.items():
+            for j, p in enumerate(paths):
+                lat[a, b, j], inv[a, b, j] = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
+        self._alpha_beta = (lat, inv)
+        self._most: dict = {}
         self._cases: dict = {}
         self._memory: dict = {}
         self._link: dict = {}
@@ -93,13 +101,15 @@ class StageCosts:
         key = (phase, batch)
         if key not in self._memory:
             u, G, T = self.u, len(self.kinds), len(self.types)
-            jfit = np.zeros((G, u), dtype=np.int64)
-            P = np.zeros((G, u + 1))
-            for g, kind in enumerate(self.kinds):
-                ks = (self.tables.most(kind, phase)[:u, 1:] >= batch).sum(axis=1)  # most shrinks with the range
-                jfit[g] = np.arange(u) + ks
-                if not ks.any() or (phase != Phase.BOTH and kind.tp > 1):
-                    P[g] = INF
+            if phase not in self._most:  # every kind's most[i, 1:] (nonincreasing: most shrinks with the range), row
+                # after row in one sorted array: −most, each row (g, i) shifted by its index × SHIFT
+                most = np.stack([self.tables.most(kind, phase)[:u, 1:] for kind in self.kinds]).reshape(G * u, u)
+                self._most[phase] = (np.arange(G * u)[:, None] * SHIFT - most).ravel()
+            row = np.arange(G * u) * SHIFT
+            ks = (np.searchsorted(self._most[phase], row - batch, side="right") - np.arange(G * u) * u).reshape(G, u)
+            jfit = np.arange(u) + ks  # the stages from i holding at least `batch` sequences end by i + ks
+            pools = np.array([phase != Phase.BOTH and kind.tp > 1 for kind in self.kinds])
+            P = np.where((~ks.any(axis=1) | pools)[:, None], INF, np.zeros((G, u + 1)))
             self._memory[key] = Case(P, np.zeros(G), jfit, np.zeros((T, T, u + 1)), np.zeros((T, T)))
         return self._memory[key]
 
@@ -108,17 +118,12 @@ class StageCosts:
         key = (phase, batch, m)
         if key not in self._link:
             u = self.u
-            r = Round.of(self.tables.wl, batch, m, phase)
+            r = self.tables.round(m, batch, phase)
             T = len(self.types)
             link = np.zeros((T, T, u + 1))
-            ob = self.out_bytes[None, : u - 1]  # crossing cut i: the output of unit i − 1
-            for (a, c), paths in self.paths.items():
-                best = np.full((1, u - 1), INF)
-                for p in paths:  # Round.link_time, vectorized over the cut positions (α–β per hop)
-                    lat, inv = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
-                    busy = r.messages * lat + r.tokens * ob * inv if p else 0 * ob
-                    best = np.minimum(best, busy)
-                link[a, c, 1:u] = best[0]
+            ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1
+            lat, inv = self._alpha_beta  # Round.link_time, vectorized over type pairs, paths and cuts (α–β per hop)
+            link[:, :, 1:u] = (r.messages * lat[..., None] + r.tokens * ob * inv[..., None]).min(axis=2)
             self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))
         return self._link[key]
 

@@ -81,7 +81,10 @@ class Tables:
     _kind_keys: dict = field(default_factory=dict)
     _same: np.ndarray = field(init=False)
     _reps: list[Unit] = field(init=False)
+    _rounds: dict = field(default_factory=dict)
+    _steps: dict = field(default_factory=dict)  # per kind: its bound node and one unit's cost per (signature, step)
     evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
+    step_costs: int = 0  # of which, one unit's stage time at a step not met before (rounds share steps): the work
 
     def __post_init__(self) -> None:
         u = len(self.units)
@@ -122,14 +125,24 @@ class Tables:
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
         key = (self._kind(kind), m, batch, phase)
         if key not in self._cost:
-            r = Round.of(self.wl, batch, m, phase)
+            r = self.round(m, batch, phase)
             same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
             if same not in self._cost:
                 self.evaluations += 1
-                cost, over = unit_round_costs(self._reps, bound_node(kind.nodes[0]), kind.tp, self.wl, r)
+                node, steps = self._steps.setdefault(self._kind(kind), (bound_node(kind.nodes[0]), {}))
+                before = len(steps)
+                cost, over = unit_round_costs(self._reps, node, kind.tp, self.wl, r, steps)
+                self.step_costs += len(steps) - before
                 self._cost[same] = (np.array(cost)[self._same], over)  # units of one signature cost the same
             self._cost[key] = self._cost[same]
         return self._cost[key]
+
+    def round(self, m: int, batch: int, phase: Phase) -> Round:
+        """simulate.Round.of, kept: every kind asks for the same rounds."""
+        key = (m, batch, phase)
+        if key not in self._rounds:
+            self._rounds[key] = Round.of(self.wl, batch, m, phase)
+        return self._rounds[key]
 
     def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:
         """fits[i, k]: whether units [i, i+k) fit one device of `kind` at `batch` (prefill
