@@ -41,7 +41,7 @@ from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.envelope import flat_node
 from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.simulate import Round, Workload, cost_signature, unit_round_costs
+from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.tables import Kind, Tables, type_key
 from hetc.partitioner.units import Unit
 
@@ -163,18 +163,11 @@ class _Ranges:
     same: np.ndarray  # each unit's index in reps
 
     @staticmethod
-    def of(units: list[Unit]) -> "_Ranges":
-        u = len(units)
+    def of(tables: Tables) -> "_Ranges":
+        u = len(tables.units)
         i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
         inside = i + k <= u  # fits is False outside
-        pos: dict[tuple, int] = {}
-        reps = []
-        for x in units:
-            if cost_signature(x) not in pos:
-                pos[cost_signature(x)] = len(reps)
-                reps.append(x)
-        same = np.array([pos[cost_signature(x)] for x in units])
-        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), reps, same)
+        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), tables._reps, tables._same)  # noqa: SLF001
 
 
 def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
@@ -225,7 +218,7 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         return least
     u = len(tables.units)
     seats = []
-    ranges = _Ranges.of(tables.units)
+    ranges = _Ranges.of(tables)
     for lo, hi in _seat_intervals(tables.wl, ceiling):
         got = _seats(tables, kinds, ranges, lo, hi)
         if not got.stages:

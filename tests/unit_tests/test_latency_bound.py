@@ -69,7 +69,7 @@ def test_the_floor_bounds_seats_intervals_hold_every_mean_micro_step(tiny, name,
     cluster = Cluster(name="c", nodes=[node], network=None)
     tables = Tables(tiny.units, wl)
     u = len(tiny.units)
-    ranges = _Ranges.of(tiny.units)
+    ranges = _Ranges.of(tables)
     intervals = _seat_intervals(wl, 4096)
     for lo, hi in intervals[:120] + intervals[120::10]:
         for g in kinds_of(cluster, (1, 4)):
