@@ -2,6 +2,8 @@
 only its own sequences (at once) and asks for a restart, a revived lane serves again, and a
 SHUTDOWN control record stops the lane's loops."""
 
+from collections import Counter
+from collections.abc import Callable
 import queue
 import threading
 import time
@@ -36,11 +38,15 @@ def token_at(seq_id: int, pos: int) -> int:
 class FakePipeline:
     """A lane's stages in-process: STEP → RESULT (token_at per sampled row), control messages
     come back as they went. `hold` keeps results back (work in flight); `kill` is a dead worker:
-    the receive fails at once, as gloo's does when a peer's sockets close."""
+    the receive fails at once, as gloo's does when a peer's sockets close. `stall_when` (tokens
+    received per sequence → bool) sets `hold` after the result that makes it true, so a test can
+    stop decoding at a known point however the threads are scheduled."""
 
-    def __init__(self, last_rank: int):
+    def __init__(self, last_rank: int, stall_when: Callable[[Counter[int]], bool] | None = None):
         self.last_rank, self.out = last_rank, queue.Queue()
         self.hold = threading.Event()
+        self.stall_when, self.received = stall_when, Counter[int]()
+        self._sampled: dict[int, list[int]] = {}  # step id -> the sequences it samples
         self.sent: list[Kind] = []
         self.unsampleable: set[tuple[int, int]] = set()  # (seq id, position): the sampler fails there
         self._dead = False
@@ -51,6 +57,7 @@ class FakePipeline:
         self.sent.append(msg.kind)
         if msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
+            self._sampled[msg.step_id] = [s for s, smp in zip(meta.seq_ids, meta.sample) if smp]
             toks = [(NOT_FINITE if (s, st + n) in self.unsampleable else token_at(s, st + n)) if smp else -1
                     for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)]
             self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long),
@@ -70,9 +77,14 @@ class FakePipeline:
                 time.sleep(0.01)
                 continue
             try:
-                return self.out.get(timeout=0.01)
+                msg = self.out.get(timeout=0.01)
             except queue.Empty:
-                pass
+                continue
+            if self.stall_when is not None:
+                self.received.update(self._sampled.pop(msg.step_id, []))
+                if self.stall_when(self.received):
+                    self.hold.set()
+            return msg
 
     def close(self) -> None:
         pass
@@ -274,7 +286,8 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill_and_they_complet
 
     pre = dataclasses.replace(_lane(0, 1), phase="prefill", targets=(1,))
     dec = dataclasses.replace(_lane(1, 3), phase="decode")
-    pipes = {0: FakePipeline(2), 1: FakePipeline(4)}
+    # the decode lane stops once each of the three sequences has 3 decode tokens, whatever the load
+    pipes = {0: FakePipeline(2), 1: FakePipeline(4, stall_when=lambda n: len(n) == 3 and min(n.values()) >= 3)}
     links = FakeLinks()
     eng = Engine([pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"),
                  transports=pipes, heartbeat_s=0.05, links=links)
@@ -286,10 +299,10 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill_and_they_complet
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], list(range(20, 40))]
     reqs = [_submit(eng, p, max_tokens=40) for p in prompts]
     deadline = time.monotonic() + 5
-    while not all(len(s.events) >= 3 for _, s in reqs):  # every sequence decoding on the decode lane
+    while not all(len(s.events) >= 4 for _, s in reqs):  # every sequence decoding on the decode lane
         assert time.monotonic() < deadline
         time.sleep(0.005)
-    pipes[1].hold.set()
+    assert pipes[1].hold.is_set()
     pipes[1].kill()  # a decode worker dies
     deadline = time.monotonic() + 2
     while not failed:
