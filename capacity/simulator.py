@@ -3,8 +3,9 @@
 What the server does, event by event, on a virtual clock:
 - each lane (pipeline replica) has the runtime's own `Scheduler` (hetc/batching.py): FCFS
   admission under its KV blocks and the token budget, chunked prefill, micro-batches split over
-  its stages, preemption by recompute, lookahead; the lane keeps `inflight_depth` messages in its
-  pipeline and schedules the next one whenever a result frees a seat, as runtime/lane.py does;
+  its stages, preemption by recompute, lookahead; the lane keeps `inflight_depth` micro-batches in
+  its pipeline (KV transfer legs ride beside them) and schedules the next one whenever a result
+  frees a seat, as runtime/lane.py does;
 - a micro-batch crosses the frontend's message to the first stage, every stage (a FIFO server
   busy for its step time), every link between stages (FIFO, busy for the activations), and the
   result's message back; a looked-ahead item waits at the first stage for the token its
@@ -128,7 +129,7 @@ class _Sim:
                                 on_preempt=self._requeue if l.phase == Phase.DECODE else None, clock=clock)
                       for l in lanes]
         self.depth = [inflight_depth(len(l.stages), l.phase) for l in lanes]
-        self.inflight = [0] * len(lanes)
+        self.inflight = [0] * len(lanes)  # micro-batches in flight per lane (not transfer legs)
         self.incoming: list[deque[_Transfer]] = [deque() for _ in lanes]
         # per lane: stage servers, then link servers between them
         self.stages = [[_Server() for _ in l.stages] for l in lanes]
@@ -236,7 +237,8 @@ class _Sim:
             self._send(msg)
 
     def _send(self, msg: _Msg) -> None:
-        self.inflight[msg.lane] += 1
+        if msg.batch is not None:
+            self.inflight[msg.lane] += 1
         self.at(self.now + self.lanes[msg.lane].overheads.message_in, self._arrive, msg, 0)
 
     # ---- the pipeline ------------------------------------------------------------------------
@@ -288,7 +290,8 @@ class _Sim:
     # ---- results at the frontend (runtime/lane.py _recv_loop, engine.deliver) -------------------
     def _result(self, msg: _Msg) -> None:
         i = msg.lane
-        self.inflight[i] -= 1
+        if msg.batch is not None:
+            self.inflight[i] -= 1
         self.dirty.add(i)
         sched = self.sched[i]
         if msg.transfer is not None:

@@ -49,7 +49,7 @@ class LaneRunner:
         self._send_lock = threading.Lock()
         self._dirty = True
         self.threads: list[threading.Thread] = []
-        # looking ahead, each stage has a micro-batch queued behind the one it runs
+        # micro-batches in flight: looking ahead, each stage has one queued behind the one it runs
         self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
 
     @property
@@ -95,7 +95,9 @@ class LaneRunner:
             if msg is not None:
                 return msg
         now = self.engine.clock()
-        if len(self.inflight) < self.depth:
+        # only micro-batches count against the depth: a KV transfer leg or a scrub taking a step's
+        # seat left a prefill pool's stages idle while its prompts' KV queued out (BENCHMARKS.md)
+        if sum(isinstance(r, InFlightBatch) for r in self.inflight) < self.depth:
             batch = self.sched.schedule(self.lane.lookahead)
             if batch is not None:
                 msg = self._step_message(batch)

@@ -39,14 +39,17 @@ class FakePipeline:
     """A lane's stages in-process: STEP → RESULT (token_at per sampled row), control messages
     come back as they went. `hold` keeps results back (work in flight); `kill` is a dead worker:
     the receive fails at once, as gloo's does when a peer's sockets close. `stall_when` (tokens
-    received per sequence → bool) sets `hold` after the result that makes it true, so a test can
-    stop decoding at a known point however the threads are scheduled."""
+    received per sequence → bool) sets `hold` after the result that makes it true, and `hold_from`
+    (a kind) as such a message is sent, so a test can stop a pipeline at a known point however the
+    threads are scheduled."""
 
-    def __init__(self, last_rank: int, stall_when: Callable[[Counter[int]], bool] | None = None):
+    def __init__(self, last_rank: int, stall_when: Callable[[Counter[int]], bool] | None = None,
+                 hold_from: Kind | None = None):
         self.last_rank, self.out = last_rank, queue.Queue()
         self.hold = threading.Event()
-        self.stall_when, self.received = stall_when, Counter[int]()
+        self.stall_when, self.received, self.hold_from = stall_when, Counter[int](), hold_from
         self._sampled: dict[int, list[int]] = {}  # step id -> the sequences it samples
+        self._held: list[Message] = []  # a result taken just as `hold` was set
         self.sent: list[Kind] = []
         self.unsampleable: set[tuple[int, int]] = set()  # (seq id, position): the sampler fails there
         self._dead = False
@@ -55,6 +58,8 @@ class FakePipeline:
         if self._dead:
             raise RuntimeError("Connection closed by peer")
         self.sent.append(msg.kind)
+        if msg.kind is self.hold_from:
+            self.hold.set()
         if msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
             self._sampled[msg.step_id] = [s for s, smp in zip(meta.seq_ids, meta.sample) if smp]
@@ -77,8 +82,11 @@ class FakePipeline:
                 time.sleep(0.01)
                 continue
             try:
-                msg = self.out.get(timeout=0.01)
+                msg = self._held.pop() if self._held else self.out.get(timeout=0.01)
             except queue.Empty:
+                continue
+            if self.hold.is_set():  # set while this receive waited: the result stays back
+                self._held.append(msg)
                 continue
             if self.stall_when is not None:
                 self.received.update(self._sampled.pop(msg.step_id, []))
@@ -319,6 +327,30 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill_and_they_complet
         # every token once, in order: the recomputed sequences go on from where their stream was
         assert got == [token_at(req.seq.seq_id, p) for p in range(len(prompt), len(prompt) + 40)]
     assert links.opened == [(0, 1), (0, 1)] and not eng.parked
+
+
+def test_a_kv_transfer_in_flight_does_not_hold_back_the_next_prompt():
+    """A one-stage prefill pool keeps one micro-batch in flight; a prompt's KV leaving it is a message
+    through the stage but not a micro-batch, so the next prompt's step goes out while it is on its way
+    (when it took the seat, a 5-stage pool ran 40% busy: BENCHMARKS.md, capacity planning)."""
+    import dataclasses
+
+    pre = dataclasses.replace(_lane(0, 1, n_stages=1), phase="prefill", targets=(1,))
+    dec = dataclasses.replace(_lane(1, 2), phase="decode")
+    pipes = {0: FakePipeline(1, hold_from=Kind.TRANSFER_OUT), 1: FakePipeline(3)}
+    eng = Engine([pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"),
+                 transports=pipes, heartbeat_s=0.05, links=FakeLinks())
+    eng.on_unit_failed = lambda unit, why: None
+    eng.start()
+    _ENGINES.append(eng)
+    _submit(eng, [1, 2, 3], max_tokens=4)
+    assert pipes[0].hold.wait(5)  # its KV is leaving the prefill stage, and stays in flight
+    _submit(eng, [4, 5, 6], max_tokens=4)
+    deadline = time.monotonic() + 5
+    while pipes[0].sent.count(Kind.STEP) < 2:
+        assert time.monotonic() < deadline, pipes[0].sent
+        time.sleep(0.005)
+    assert pipes[0].sent == [Kind.STEP, Kind.TRANSFER_OUT, Kind.STEP]
 
 
 def test_a_dead_prefill_pool_fails_its_own_sequences_and_the_decode_pool_serves_on():
