@@ -2,7 +2,8 @@
 its placement and a proven lower bound on what any fleet would cost.
 
 The planner does the work (the latency SLOs are then checked by simulating the chosen fleet at the
-rate, `check_slos`): the catalog's whole stock becomes one cluster, and the solver's
+rate, `check_slos`; where too few requests meet them, `buy_checked` buys again for more capacity):
+the catalog's whole stock becomes one cluster, and the solver's
 cost objective with the load's output rate as its floor (partitioner/mix.py: the fleet of least
 USD/h whose pipelines together give the rate) picks the pipelines under the SLOs; what they use
 is the purchase. The bound is the larger of two relaxations, each below the price of every fleet
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
@@ -26,7 +27,7 @@ from hetc.capacity.metrics import SLO
 from hetc.catalog import Catalog
 from hetc.cluster import Cluster
 from hetc.errors import Infeasible
-from hetc.plan import Plan
+from hetc.plan import Plan, save_plan
 from hetc.partitioner.bound import cost_bound, least_holding
 from hetc.partitioner.capture import capture
 from hetc.partitioner.planner import PlanRequest, make_plan
@@ -37,7 +38,10 @@ from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.units import Unit
 from hetc.scheduling import Objective
 
-__all__ = ["BuyRequest", "Purchase", "buy", "check_slos", "plan_fleet", "write_fleet"]
+__all__ = ["BuyRequest", "Checked", "Purchase", "Try", "buy", "buy_checked", "check_slos", "plan_fleet", "write_fleet"]
+
+PURCHASES = 4  # `buy_checked`: purchases tried before the last one is reported as it is
+RAISE_AT_LEAST = 1.1  # a missed check raises the capacity asked for by at least this factor
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,9 +66,15 @@ class Purchase:
                 "bound_output_tok_s": self.bound_tok_s, "bound_ratio": self.ratio, "fleet": self.fleet}
 
 
-def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None) -> Purchase:
+def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None,
+        floor_tok_s: float | None = None) -> Purchase:
     """Choose the cheapest purchase from `catalog` that serves `req` (with `req.budget_usd_h`: the
     purchase within the budget that serves the most output tok/s within the SLOs).
+
+    Args:
+        floor_tok_s: output tok/s at saturation the purchase must predict (default: the load's,
+            `req.output_tok_s`; `buy_checked` raises it when the simulated SLOs miss). The bound is
+            always the load's.
 
     Raises:
         Infeasible: the catalog's whole stock cannot meet the rate or the SLOs, or nothing fits the
@@ -82,7 +92,8 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
         sol = solve(model.units, stock, wl, caps=Caps(usd_h=req.budget_usd_h), **slo, progress=say)
     else:
         try:
-            sol = solve(model.units, stock, wl, objective=Objective.COST, min_tok_s=req.output_tok_s, **slo, progress=say)
+            sol = solve(model.units, stock, wl, objective=Objective.COST, min_tok_s=floor_tok_s or req.output_tok_s,
+                        **slo, progress=say)
         except Infeasible:
             raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
     entry_of = {e.profile: i for i, e in enumerate(catalog.entries)}
@@ -102,6 +113,71 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
                            floor=req.output_tok_s)  # the catalog's stock limits each type's devices
     bound = max(per_tok_s * req.output_tok_s, least_holding(model.units, wl, stock, price))
     return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_usd_h=bound, fleet=fleet)
+
+
+@dataclass(frozen=True, slots=True)
+class Try:
+    """One purchase `buy_checked` made and what its simulation said."""
+
+    floor_tok_s: float  # the capacity asked of it
+    usd_h: float
+    devices: int
+    attainment: float | None  # share of requests within the SLOs (None: no SLO given)
+    goodput: float | None  # DistServe goodput, req/s
+
+
+@dataclass(slots=True)
+class Checked:
+    purchase: Purchase
+    plan: Plan
+    check: Evaluation
+    tries: list[Try]
+    stopped: str | None = None  # why it stopped short of the SLOs (None: met, or nothing to check)
+
+    def to_json(self, catalog: Catalog) -> dict:
+        return {**self.purchase.to_json(catalog), "simulated": self.check.as_dict(),
+                "purchases": [asdict(t) for t in self.tries], "stopped": self.stopped}
+
+
+def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_path: str | Path,
+                progress: Callable[[str], None] | None = None) -> Checked:
+    """Buy, plan the fleet and simulate it at the rate; while fewer than `req.attainment` of the
+    requests meet the SLOs, buy again asking rate / goodput more capacity (DistServe goodput: the
+    rate the fleet serves within them; at least `RAISE_AT_LEAST` more), up to `PURCHASES` times.
+    The purchase is sized on capacity at saturation; queueing at the rate is what the simulation
+    adds. With a budget there is one purchase: the most the budget buys.
+
+    Args:
+        fleet_path, plan_path: where the fleet's cluster.yaml and plan.json are written (the last
+            purchase's).
+
+    Raises:
+        Infeasible: as `buy`, for the first purchase.
+    """
+    floor, tries = req.output_tok_s, []
+    say = progress or (lambda _: None)
+    purchase = buy(catalog, req, progress, floor_tok_s=floor)
+    while True:
+        write_fleet(purchase, fleet_path)
+        say("planning the fleet")
+        plan = plan_fleet(purchase, req, fleet_path)
+        save_plan(plan, plan_path)
+        say("simulating the fleet at the rate")
+        check = check_slos(plan, plan_path, req)
+        att, goodput = check.metrics.get("slo_attainment"), check.metrics.get("distserve_goodput")
+        tries.append(Try(floor_tok_s=floor, usd_h=purchase.usd_h, devices=sum(purchase.counts.values()),
+                         attainment=att, goodput=goodput))
+        if req.budget_usd_h or att is None or att >= req.attainment:
+            return Checked(purchase, plan, check, tries)
+        if len(tries) == PURCHASES:
+            return Checked(purchase, plan, check, tries, stopped=f"{PURCHASES} purchases tried")
+        floor *= max(RAISE_AT_LEAST, req.rate / goodput if goodput else 2.0)
+        say(f"{att:.0%} within the SLOs: buying for {floor:,.0f} output tok/s at saturation")
+        try:
+            purchase = buy(catalog, req, progress, floor_tok_s=floor)
+        except Infeasible:
+            return Checked(purchase, plan, check, tries,
+                           stopped=f"the catalog's stock predicts less than {floor:,.0f} output tok/s within the SLOs")
 
 
 def _short_of(units: list[Unit], stock: Cluster, wl: Workload, req: BuyRequest, slo: dict) -> str:

@@ -12,7 +12,7 @@ from hetc.quantity import Kind, format_quantity
 from hetc.report import _pyplot
 
 if TYPE_CHECKING:
-    from hetc.capacity.buy import Purchase
+    from hetc.capacity.buy import Checked, Purchase
     from hetc.requests import BuyRequest
     from hetc.capacity.evaluate import Evaluation
     from hetc.capacity.pareto import Metric, Point
@@ -61,8 +61,25 @@ def print_purchase(p: Purchase, catalog: Catalog, req: BuyRequest, console: Cons
                       f"(bound/cost {p.ratio:.3f})")
 
 
-def print_slo_check(ev: Evaluation, req: BuyRequest, console: Console) -> None:
-    """The fleet served at the rate, simulated: whether the latency SLOs hold for `req.attainment` of requests."""
+def print_tries(got: Checked, console: Console) -> None:
+    """The purchases `hetc buy` made before the last, where its simulation sent it back for more."""
+    if len(got.tries) < 2:
+        return
+    t = Table(title="purchases (each simulated at the rate; a miss buys for rate / goodput more)", title_justify="left")
+    for col in ("try", "asked tok/s", "devices", "USD/h", "within SLOs", "goodput req/s"):
+        t.add_column(col, justify="right")
+    for i, x in enumerate(got.tries, 1):
+        t.add_row(str(i), f"{x.floor_tok_s:,.0f}", str(x.devices), f"{x.usd_h:,.2f}", _num(x.attainment, ".1%"),
+                  _num(x.goodput, ",.2f"))
+    console.print(t)
+
+
+def print_slo_check(ev: Evaluation, req: BuyRequest, console: Console, stopped: str | None = None) -> None:
+    """The fleet served at the rate, simulated: whether the latency SLOs hold for `req.attainment` of requests.
+
+    Args:
+        stopped: why `hetc buy` stopped buying more while they miss.
+    """
     m = ev.metrics
     line = (f"simulated at {req.rate:g} req/s ({ev.load}): output {m['output_throughput']:,.0f} tok/s, TTFT p50/p99 "
             f"{fmt_ms(m['median_ttft_ms'])}/{fmt_ms(m['p99_ttft_ms'])} ms, TPOT p50/p99 {fmt_ms(m['median_tpot_ms'])}/"
@@ -73,8 +90,8 @@ def print_slo_check(ev: Evaluation, req: BuyRequest, console: Console) -> None:
         return
     ok = att >= req.attainment
     console.print(line + f"; {att:.1%} of requests meet the SLOs: " + ("[green]met[/]" if ok else
-                  f"[red]missed[/] (needs {req.attainment:.0%}; the purchase is sized on capacity at saturation — "
-                  "tighten --tpot-slo/--ttft-slo or raise --rate to buy more)")
+                  f"[red]missed[/] (needs {req.attainment:.0%}; stopped: {stopped or 'the budget buys no more'} — "
+                  "loosen --tpot-slo/--ttft-slo, lower --rate or add to the catalog)")
                   + f"; DistServe goodput {m['distserve_goodput']:,.2f} req/s")
 
 

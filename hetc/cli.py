@@ -419,10 +419,9 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 
 def cmd_buy(a: argparse.Namespace) -> int:
-    from hetc.capacity.buy import buy, check_slos, plan_fleet, write_fleet
-    from hetc.capacity_report import print_purchase, print_slo_check
+    from hetc.capacity.buy import buy_checked
+    from hetc.capacity_report import print_purchase, print_slo_check, print_tries
     from hetc.catalog import load_catalog
-    from hetc.plan import save_plan
     from hetc.report import print_plan
 
     req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
@@ -431,20 +430,14 @@ def cmd_buy(a: argparse.Namespace) -> int:
     catalog = load_catalog(a.catalog)
     plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
     with _status("choosing what to buy") as update:
-        purchase = buy(catalog, req, progress=update)
-        write_fleet(purchase, a.output)
-        update("planning the fleet")
-        plan = plan_fleet(purchase, req, a.output)
-        save_plan(plan, plan_path)
-        update("simulating the fleet at the rate")
-        check = check_slos(plan, plan_path, req)
-    print_purchase(purchase, catalog, req, err)
-    print_plan(plan, err)
-    print_slo_check(check, req, err)
+        got = buy_checked(catalog, req, a.output, plan_path, progress=update)
+    print_purchase(got.purchase, catalog, req, err)
+    print_plan(got.plan, err)
+    print_tries(got, err)
+    print_slo_check(got.check, req, err, got.stopped)
     err.print(f"wrote {a.output} and {plan_path}")
     if a.json:
-        doc = {**purchase.to_json(catalog), "simulated": check.as_dict()}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(got.to_json(catalog), indent=2) + "\n")
     return 0
 
 

@@ -127,3 +127,31 @@ def test_cli_writes_a_fleet_that_plans_and_refuses_the_impossible(tmp_path):
     assert r.returncode == 3 and "Traceback" not in r.stderr and "whole stock serves at most" in r.stderr
     r = subprocess.run([*run, "--rate", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--rate" in r.stderr
+
+
+def test_a_purchase_whose_simulation_misses_the_slos_is_bought_again_bigger(tmp_path, monkeypatch):
+    """`buy_checked`: the first fleet's simulated goodput is half the rate (the check is stubbed to
+    say so; the purchases, plans and files are real), so it buys for twice the capacity; the second
+    meets the SLOs and is the one written. A check that never passes stops after PURCHASES."""
+    import hetc.capacity.buy as B
+    from hetc.capacity.evaluate import Evaluation
+
+    cat = _catalog(tmp_path)
+    req = BuyRequest(model=MODEL, rate=1250.0, input_len=64, output_len=32, dtype="fp32", time_limit=2, tpot_slo_ms=50)
+    said = iter([(0.4, 625.0), (0.95, 1300.0)])
+    monkeypatch.setattr(B, "check_slos", lambda plan, path, r: Evaluation(
+        name="fleet", load="stub", metrics=dict(zip(("slo_attainment", "distserve_goodput"), next(said))), stages=[],
+        overheads={}))
+    got = B.buy_checked(cat, req, tmp_path / "fleet.yaml", tmp_path / "fleet.plan.json")
+    first, second = got.tries
+    assert first.floor_tok_s == req.output_tok_s and second.floor_tok_s == pytest.approx(2 * req.output_tok_s)
+    assert got.purchase.output_tok_s >= second.floor_tok_s and second.usd_h > first.usd_h and got.stopped is None
+    assert (tmp_path / "fleet.plan.json").exists() and sum(got.purchase.counts.values()) == second.devices
+    monkeypatch.setattr(B, "check_slos", lambda plan, path, r: Evaluation(
+        name="fleet", load="stub", metrics={"slo_attainment": 0.5, "distserve_goodput": r.rate / 1.1}, stages=[],
+        overheads={}))
+    monkeypatch.setattr(B, "PURCHASES", 2)
+    got = B.buy_checked(cat, BuyRequest(model=MODEL, rate=40.0, input_len=64, output_len=32, dtype="fp32", time_limit=2,
+                                        tpot_slo_ms=50), tmp_path / "fleet.yaml", tmp_path / "fleet.plan.json")
+    assert len(got.tries) == 2 and got.stopped == "2 purchases tried"
+    assert got.tries[1].floor_tok_s == pytest.approx(B.RAISE_AT_LEAST * got.tries[0].floor_tok_s)
