@@ -75,11 +75,11 @@ class CellBound:
     least_spend: float = 0.0  # with a Demand: the least spend of any plan giving its floor (inf: none does)
 
 
-def _cheapest(space: CountSpace, K: np.ndarray, spend: np.ndarray, floor: float) -> tuple[float, int]:
-    """The least spend·c over cells c whose K[c] reaches `floor` (within rounding, so that the
-    bound stays one), and that c; (inf, 0) if none does."""
-    total = space.cells @ spend
-    ok = K >= floor * (1 - 1e-9)
+def _cheapest(space: CountSpace, K: np.ndarray, types: list[tuple[str, str]], demand: Demand) -> tuple[float, int]:
+    """The least spend of any cell c whose K[c] reaches the demand's floor (within rounding, so
+    that the bound stays one), and that c; (inf, 0) if none does."""
+    total = space.cells @ np.array([demand.spend[t] for t in types])
+    ok = K >= demand.floor * (1 - 1e-9)
     if not ok.any():
         return float("inf"), 0
     c = int(np.argmin(np.where(ok, total, np.inf)))
@@ -187,7 +187,6 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
             progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
         table[p] = _Cells(costs, space, p, max_stages, ceiling)
     zero = np.zeros(len(space))
-    spend = np.array([demand.spend[t] for t in costs.types]) if demand is not None else None
     least = 0.0
     work, rounds = 0.0, 0
     while True:
@@ -201,11 +200,10 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
         attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
         done = value <= attained * (1 + TOLERANCE)
-        if demand is not None and spend is not None:  # the cheapest devices' cells are the ones that matter
-            least, cheapest = _cheapest(space, K[Phase.BOTH], spend, demand.floor)
+        if demand is not None:  # the cheapest devices' cells are the ones that matter: done when they are settled
+            least, cheapest = _cheapest(space, K[Phase.BOTH], costs.types, demand)
             items = [(Phase.BOTH, c) for c in decompose(space, table[Phase.BOTH].ub, K[Phase.BOTH], cheapest)]
-            todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
-            done = False  # settled when its cells are
+            todo, done = sorted({(p, c) for p, c in items if not table[p].settled(c)}), False
         if progress:
             progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
                      + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else ""))
