@@ -22,9 +22,9 @@ alternate: within ±1); rows are kept only where that is narrower than the count
 Without them the relaxation gave KV-light MLP blocks to small-memory devices and attention
 blocks to large ones.
 
-Every plan scaled to one tok/s is a feasible point: contiguity, links, the loop term,
-activations' memory, integrality and device counts are relaxed (one pipeline's stages do fit
-each type's devices and each kind's groups). Counting units per signature, not in all, keeps
+Every plan scaled to one tok/s is a feasible point: contiguity (beyond those rows), links, the
+loop term, activations' memory, integrality and device counts are relaxed (one pipeline's
+stages do fit each type's devices and each kind's groups). Counting units per signature, not in all, keeps
 the relaxation from covering the model with its cheapest ranges (an embedding and an attention
 block priced as two units). (The throughput bound is cell_bound.py's.)
 """
