@@ -13,11 +13,18 @@ Y_gσ the flow × σ-units they hold and G_g the stage groups (devices / tp) the
     over_g · F_g + Σ_σ cost_gσ · Y_gσ ≤ top · G_g      (every stage within its rate)
     Σ_σ mem_gσ · Y_gσ ≤ memory_g · F_g;  Σ_σ Y_gσ ≥ F_g (every stage holds ≥ 1 unit)
     Σ_g F_g = n · X;  Σ_g Y_gσ = N_σ · X               (n stages; every unit once)
+    lo_στ · F_g ≤ Y_gσ − Y_gτ ≤ hi_στ · F_g             (stages hold contiguous ranges)
     Σ X = 1;  minimise Σ price · tp · G_g
 
-Every plan scaled to one tok/s is a feasible point: contiguity, links, the loop term,
-activations' memory, integrality and device counts are relaxed (one pipeline's stages do fit
-each type's devices and each kind's groups). Counting units per signature, not in all, keeps
+The last rows hold because a stage's units are contiguous: c_σ − c_τ of any range of units
+lies within [lo_στ, hi_στ], its least and most over all ranges (attention and MLP blocks
+alternate: within ±1); rows are kept only where that is narrower than the counts imply.
+Without them the relaxation gave KV-light MLP blocks to small-memory devices and attention
+blocks to large ones.
+
+Every plan scaled to one tok/s is a feasible point: contiguity (beyond those rows), links, the
+loop term, activations' memory, integrality and device counts are relaxed (one pipeline's
+stages do fit each type's devices and each kind's groups). Counting units per signature, not in all, keeps
 the relaxation from covering the model with its cheapest ranges (an embedding and an attention
 block priced as two units). (The throughput bound is cell_bound.py's.)
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
@@ -72,6 +80,26 @@ def _signatures(units: list[Unit], context: int) -> tuple[list[int], list[int], 
     return list(first.values()), count, weights, kv
 
 
+def _balances(units: list[Unit], reps: list[int]) -> list[tuple[int, int, int, int]]:
+    """(σ, τ, lo, hi): c_σ − c_τ over every contiguous range of units lies in [lo, hi], for the
+    signature pairs (indices into `reps`' order) where that says more than 0 ≤ c ≤ the counts."""
+    sigs = [cost_signature(units[j]) for j in reps]
+    have = np.zeros((len(units) + 1, len(sigs)), dtype=np.int64)  # prefix counts per signature
+    for j, u in enumerate(units):
+        have[j + 1] = have[j]
+        have[j + 1, sigs.index(cost_signature(u))] += 1
+    out = []
+    for a in range(len(sigs)):
+        for b in range(a + 1, len(sigs)):
+            d = have[:, a] - have[:, b]  # a range [i, j) has d[j] − d[i]
+            run_min = np.minimum.accumulate(d)[:-1]
+            run_max = np.maximum.accumulate(d)[:-1]
+            lo, hi = int((d[1:] - run_max).min()), int((d[1:] - run_min).max())
+            if lo > -have[-1, b] or hi < have[-1, a]:
+                out.append((a, b, lo, hi))
+    return out
+
+
 def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
                ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
     """Lower bound on USD per hour per output tok/s over all plans (module docstring).
@@ -85,6 +113,7 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
     """
     wl = tables.wl
     rep, n_of, weights, kv = _signatures(tables.units, wl.context)
+    balances = _balances(tables.units, rep)
     solver = pywraplp.Solver.CreateSolver("GLOP")
     inf = solver.infinity()
     count = {g.type_key: sum(n.count for n in g.nodes) for g in kinds}
@@ -115,6 +144,9 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
             row(-inf, 0, [(f, -1.0), *((v, (w + key.batch * k) / (g.tp * g.profile.usable_memory))
                                        for w, k, v in zip(weights, kv, y))])
             row(0, inf, [(f, -1.0), *((v, 1.0) for v in y)])  # every stage holds a unit
+            for a, b, lo, hi in balances:  # contiguous ranges: c_a − c_b within [lo, hi] per stage
+                row(0, inf, [(y[a], 1.0), (y[b], -1.0), (f, -float(lo))])
+                row(-inf, 0, [(y[a], 1.0), (y[b], -1.0), (f, -float(hi))])
             row(-inf, 0, [(f, 1.0), (x, -g.groups)])  # one pipeline's stages of kind g: at most its groups
             per_type.setdefault(g.type_key, []).append((f, g.tp))
             flows.append((f, 1.0))

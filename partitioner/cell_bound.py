@@ -12,6 +12,10 @@
    Then the knapsack again, until its optimum uses settled cells only, or the work budget is
    spent. Every knapsack value is a valid bound; the last one is reported, and the refined
    chains of its optimum become templates.
+4. Cost or energy with a floor F (a `Demand`): K[c], the knapsack's best tok/s on the devices
+   of c, bounds every plan on those devices, so a plan giving F spends at least
+   min {spend·c : K[c] ≥ F} (devices and pipelines whole). Refinement then follows the cells of
+   that cheapest c instead, and their chains come first as templates.
 Work is counted in DP cells, not seconds, so the same inputs give the same bound and plan.
 """
 
@@ -31,7 +35,7 @@ from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["CellBound", "Pipeline", "cell_bound", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
+__all__ = ["CellBound", "Demand", "Pipeline", "cell_bound", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
 
 # Refinement is budgeted in DP cells, not seconds, so that a plan does not depend on the
 # machine's load; about this many take a second on one core of the reference machine.
@@ -55,10 +59,31 @@ class Pipeline:
     tok_s: float  # the bound's value for it (prefill pools: output tok/s they feed)
 
 
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Cost or energy with a floor: what each device type spends (USD/h or W per device), and the
+    output tok/s a plan must give."""
+
+    spend: dict[tuple[str, str], float]
+    floor: float
+
+
 @dataclass(slots=True)
 class CellBound:
     value: float
     pipelines: list[Pipeline] = field(default_factory=list)  # refined pipelines: the optimum's first
+    least_spend: float = 0.0  # with a Demand: the least spend of any plan giving its floor (inf: none does)
+
+
+def _cheapest(space: CountSpace, K: np.ndarray, types: list[tuple[str, str]], demand: Demand) -> tuple[float, int]:
+    """The least spend of any cell c whose K[c] reaches the demand's floor (within rounding, so
+    that the bound stays one), and that c; (inf, 0) if none does."""
+    total = space.cells @ np.array([demand.spend[t] for t in types])
+    ok = K >= demand.floor * (1 - 1e-9)
+    if not ok.any():
+        return float("inf"), 0
+    c = int(np.argmin(np.where(ok, total, np.inf)))
+    return float(total[c]), c
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +165,7 @@ class _Cells:
         return work + STEP
 
 def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
-               phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
+               phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
                progress: Callable[[str], None] | None = None) -> CellBound:
     """The knapsack bound over pipelines of `phases` at any batch up to `ceiling`, refined within
     `budget` DP cells.
@@ -148,8 +173,12 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
         budget: refinement work, in DP cells (deterministic, unlike seconds).
+        demand: cost or energy with a floor (pipelines that prefill and decode only): refine the
+            cells of the cheapest devices that can give the floor (module docstring, 4.).
         progress: called with a line per round.
     """
+    if demand is not None and phases != (Phase.BOTH,):
+        raise ValueError("a demand bounds pipelines that prefill and decode only")
     costs = StageCosts(tables, kinds, cluster)
     space = CountSpace(costs.devices)
     table = {}
@@ -158,6 +187,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
             progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
         table[p] = _Cells(costs, space, p, max_stages, ceiling)
     zero = np.zeros(len(space))
+    least = 0.0
     work, rounds = 0.0, 0
     while True:
         rounds += 1
@@ -169,9 +199,15 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
         got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
         attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
+        done = value <= attained * (1 + TOLERANCE)
+        if demand is not None:  # the cheapest devices' cells are the ones that matter: done when they are settled
+            least, cheapest = _cheapest(space, K[Phase.BOTH], costs.types, demand)
+            items = [(Phase.BOTH, c) for c in decompose(space, table[Phase.BOTH].ub, K[Phase.BOTH], cheapest)]
+            todo, done = sorted({(p, c) for p, c in items if not table[p].settled(c)}), False
         if progress:
-            progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine")
-        if not todo or work >= budget or value <= attained * (1 + TOLERANCE):
+            progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
+                     + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else ""))
+        if not todo or work >= budget or done:
             break
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
@@ -183,4 +219,4 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
                      key=lambda e: -e[0])
     first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
     pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
-    return CellBound(value, pipes)
+    return CellBound(value, pipes, least)

@@ -50,7 +50,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     sol, ceiling = searched, searched.batch_ceiling
     if given is not None:
         sol = evaluate_placement(model.units, cluster, wl, given, req.batch, ceiling)
-        sol.bound, sol.bound_method = searched.bound, searched.bound_method
+        sol.bound, sol.bound_method, sol.least_spend = searched.bound, searched.bound_method, searched.least_spend
         sol.notes = [f"placement given by the user; the solver's own plan predicts {searched.output_tok_s:,.0f} "
                      f"output tok/s ({sol.output_tok_s / searched.output_tok_s:.2f}× of it)"] + searched.notes
     baselines = run_baselines(model.units, cluster, wl, req.objective, ceiling)
@@ -66,7 +66,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     return plan
 
 
-def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, objective: str, tp: str,
+def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution | None, objective: str, tp: str,
            ceiling: int, min_tok_s: float = 0.0) -> float:
     """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT at
     which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost
@@ -81,8 +81,10 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution, 
     max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
     of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
     least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
-    if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do
-        least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s)
+    if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do;
+        # and at least the cell bound's least spend giving the floor (devices and pipelines whole; few types only)
+        least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s,
+                    (sol.least_spend if sol else 0.0) / min_tok_s)
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
         return 1.0 / least if least > 0 else float("inf")
     return least / 3600 * 1e6

@@ -26,7 +26,7 @@ from hetc.cluster import Cluster, Node
 from hetc.errors import Infeasible
 from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
-from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, cell_bound
+from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, Demand, cell_bound
 from hetc.partitioner.colgen import METHOD as COLUMNS
 from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
@@ -74,6 +74,7 @@ class Solution:
     kv_transfers: list["KVRoute"] = field(default_factory=list)
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
+    least_spend: float = 0.0  # cost / energy with a floor: the cell bound's least USD/h (W) of any plan giving it
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +186,15 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
     # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
-    bound = (cell_bound if few else column_bound)(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                                                  budget=time_limit * (0.5 if few else COLUMN_SHARE) * WORK_PER_SECOND,
-                                                  progress=progress)
+    if few:  # cost / energy with a floor: refined where the cheapest devices giving it are (cell_bound.Demand)
+        spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
+        demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
+            if objective in spends and min_tok_s else None
+        bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
+                           budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress)
+    else:
+        bound = column_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
+                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
@@ -260,7 +267,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
                     explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling,
-                    cpu_seconds=time.process_time() - cpu0)
+                    cpu_seconds=time.process_time() - cpu0, least_spend=bound.least_spend)
 
 
 FILL_ROUNDS = 3  # latency with a floor: rounds of every batch below the fleet's TPOT, then CP-SAT again

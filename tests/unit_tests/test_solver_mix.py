@@ -9,8 +9,9 @@ import pytest
 
 from hetc.cluster import load_cluster
 from hetc.partitioner.batches import batch_ceiling
+from hetc.partitioner.bound import _balances, _signatures
 from hetc.partitioner.planner import _bound, objective_value
-from hetc.partitioner.simulate import Workload
+from hetc.partitioner.simulate import Workload, cost_signature
 from hetc.partitioner.solver import solve
 from hetc.scheduling import Objective
 from tests.brute_force import all_devices, best_per_set, options, packings
@@ -151,3 +152,35 @@ def test_latency_bound_holds_for_every_fleet_meeting_the_floor(case, share):
     assert bound_ms <= t * 1e3 * (1 + 1e-9)
     if share <= 0.25:  # measured 0.95, 0.93; at 50–95% 0.76–0.51: on 4 devices a pipeline's stages take whole
         assert bound_ms >= t * 1e3 * 0.9  # devices, which the LP's flows (fractions of groups) relax
+
+
+@pytest.mark.parametrize("objective", [Objective.COST, Objective.ENERGY])
+@pytest.mark.parametrize("share", FLOORS[1:])
+def test_cell_bound_least_spend_holds_for_every_fleet_meeting_the_floor(case, objective, share):
+    """cell_bound.Demand: the least USD/h (W) of devices whose knapsack tok/s reaches the floor is
+    spent by no brute-forced fleet giving it (tp groups included), and is the brute-force optimum
+    here (measured: equal at every floor), so a bound that loses a cell or a pipeline shows."""
+    tiny, cluster, _, most = case
+    every = list(options(tiny.units, cluster, WL, tp=True))
+    floor = share * most
+    of = 0 if objective == Objective.COST else 1
+    want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in _fleets(best_per_set(iter(every)))
+               if sum(o.estimate.output_tok_s for o in f) >= floor)
+    sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor)
+    assert want * (1 - 1e-9) <= sol.least_spend <= want * (1 + 1e-9)
+
+
+def test_cost_bound_balances_are_every_contiguous_ranges_least_and_most(tiny):
+    """bound._balances: c_σ − c_τ over every contiguous range of units, counted range by range,
+    lies in exactly the [lo, hi] it gives; pairs are kept only where that is narrower than the
+    counts (attention and MLP blocks alternate: within ±1)."""
+    rep = _signatures(tiny.units, WL.context)[0]
+    sigs = [cost_signature(tiny.units[j]) for j in rep]
+    of = [sigs.index(cost_signature(u)) for u in tiny.units]
+    want = []
+    for a, b in itertools.combinations(range(len(sigs)), 2):
+        diffs = [sum((x == a) - (x == b) for x in of[i:j]) for i in range(len(of)) for j in range(i + 1, len(of) + 1)]
+        if min(diffs) > -of.count(b) or max(diffs) < of.count(a):
+            want.append((a, b, min(diffs), max(diffs)))
+    assert _balances(tiny.units, rep) == want
+    assert any((lo, hi) == (-1, 1) for _, _, lo, hi in want)
