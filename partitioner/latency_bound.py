@@ -179,8 +179,8 @@ def _chains(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     before, after = np.full(u + 1, np.inf), np.full(u + 1, np.inf)
     before[0] = after[u] = 0.0
     for j in range(1, u + 1):
-        i = np.arange(j)
-        before[j] = np.min(before[i] + best[i, j - i])
+        starts = np.arange(j)
+        before[j] = np.min(before[starts] + best[starts, j - starts])
     for i in range(u - 1, -1, -1):
         k = np.arange(1, u - i + 1)
         after[i] = np.min(best[i, k] + after[i + k])
