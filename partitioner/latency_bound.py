@@ -230,11 +230,18 @@ class _FloorLP:
 
     def __init__(self, seats: list[_Seats], kinds: list[Kind], cluster: Cluster, u: int) -> None:
         self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
-        self.xs, self.times = [], []
-        groups: dict[int, list] = {}
-        devices: dict[tuple[str, str], list] = {}
+        self.times: list[tuple] = []
+        count: dict[tuple[str, str], int] = {}
+        for n in cluster.nodes:
+            count[type_key(n)] = count.get(type_key(n), 0) + n.count
+        groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
+        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
+        of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
+        objective = solver.Objective()
+        objective.SetMaximization()
         for st in seats:
             x = solver.NumVar(0, solver.infinity(), "")
+            objective.SetCoefficient(x, 1.0)
             cover = solver.Constraint(0, solver.infinity())
             time = solver.Constraint(-solver.infinity(), 0)
             cover.SetCoefficient(x, -u)
@@ -244,19 +251,10 @@ class _FloorLP:
                 cover.SetCoefficient(y, float(k))
                 time.SetCoefficient(y, a)
                 used = a / (st.hi * st.share)  # groups per tok/s
-                groups.setdefault(gi, []).append((y, used))
-                devices.setdefault(kinds[gi].type_key, []).append((y, used * kinds[gi].tp))
+                groups[gi].SetCoefficient(y, used)
+                of_type[gi].SetCoefficient(y, used * kinds[gi].tp)
                 ys.append((y, ready))
-            self.xs.append(x)
             self.times.append((time, x, ys))
-        for gi, terms in groups.items():
-            solver.Add(sum(v * c for v, c in terms) <= kinds[gi].groups)
-        count: dict[tuple[str, str], int] = {}
-        for n in cluster.nodes:
-            count[type_key(n)] = count.get(type_key(n), 0) + n.count
-        for t, terms in devices.items():
-            solver.Add(sum(v * c for v, c in terms) <= count[t])
-        solver.Maximize(sum(self.xs))
 
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds."""
