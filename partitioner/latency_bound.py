@@ -108,8 +108,9 @@ PER_UNIT = 1e-3
 class _Seats:
     """Pipelines whose micro-steps hold s seats, lo < s ≤ hi (lo = 1: 1 ≤ s), per kind: `least`[k]
     the least mean micro-step of a memory-feasible range of k units (inf where none fits), and
-    `ready`[k] the least TPOT of any pipeline with such a stage (the stage and chains of stages of
-    any kind holding the units before and after it)."""
+    `ready`[k] the least TPOT of any pipeline with such a stage: the stage and chains of stages of
+    any kind holding the units before and after it, and for s > 1 twice the stage's own (a stage
+    of k < U units shares its pipeline, which then keeps m ≥ 2 micro-batches in flight)."""
 
     lo: float
     hi: float
@@ -222,7 +223,13 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
         times.append(t)
     before, after = _chains(np.min(times, axis=0))
     rest = before[ranges.i] + after[ranges.i + ranges.k]
-    return _Seats(lo, hi, r.tpot_share, [t.min(axis=0) for t in times], [(t + rest).min(axis=0) for t in times])
+    least = [t.min(axis=0) for t in times]
+    ready = [(t + rest).min(axis=0) for t in times]
+    if lo > 1:  # s > 1 so B ≥ 2: a pipeline of n ≥ 2 stages (one short of all U units) keeps m ≥ 2
+        u = ranges.i.shape[0] - 1  # micro-batches in flight, and TPOT ≥ busy_i / passes = k·a_i ≥ 2·a_i
+        for a, t in zip(least, ready):
+            t[:u] = np.maximum(t[:u], 2 * a[:u])
+    return _Seats(lo, hi, r.tpot_share, least, ready)
 
 
 class _FloorLP:
@@ -295,7 +302,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     s). An LP over stage flows y (tok/s through stages of kind g holding k units at s) then
     relaxes every fleet of TPOT ≤ T: per interval the stages cover the units (Σ k·y ≥ U·X) within
     the time (Σ a·y ≤ T·X), a stage only where some pipeline through it — chains of the least
-    stages of any kind before and after it — keeps TPOT ≤ T, and the groups they take,
+    stages of any kind before and after it, and TPOT ≥ k·a_i ≥ 2·a_i where it has two or more
+    stages at s > 1 — keeps TPOT ≤ T, and the groups they take,
     y / (hi · share / a), fit each kind's groups and each type's devices; T is raised until the
     LP's most tok/s reaches the floor (bisected to T_RESOLUTION, the bound the largest T that does
     not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
