@@ -97,20 +97,52 @@ def tpot_bound(tables: Tables, kinds: list[Kind], cluster: Cluster) -> float:
 
 
 # With a floor: seats per micro-step are costed in intervals (s, s·S_RATIO] (each side of the
-# bound loses at most this factor), and the threshold is bisected to this relative width.
+# bound loses at most this factor), the threshold is bisected to T_RESOLUTION (relative), and a
+# kind's stages within PER_UNIT of each other's seconds per unit are one LP column (at the lower).
 S_RATIO = 1.02
 T_RESOLUTION = 1e-3
+PER_UNIT = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
 class _Seats:
-    """Pipelines whose micro-steps hold s seats, lo ≤ s < hi: per kind, the hull of (units
-    held, least mean micro-step) of its memory-feasible unit ranges."""
+    """Pipelines whose micro-steps hold s seats, lo < s ≤ hi (lo = 1: 1 ≤ s), per kind: `least`[k]
+    the least mean micro-step of a memory-feasible range of k units (inf where none fits), and
+    `ready`[k] the least TPOT of any pipeline with such a stage: the stage and chains of stages of
+    any kind holding the units before and after it, and for s > 1 twice the stage's own (a stage
+    of k < U units shares its pipeline, which then keeps m ≥ 2 micro-batches in flight)."""
 
     lo: float
     hi: float
     share: float  # the round's TPOT share at lo: at least any s's in the interval
-    stages: list[tuple[int, np.ndarray, np.ndarray]]  # (kind, units held k, least mean micro-step a)
+    least: list[np.ndarray]
+    ready: list[np.ndarray]
+
+    @property
+    def holds(self) -> bool:
+        return any(np.isfinite(a[1:]).any() for a in self.least)
+
+    def stages(self) -> list[tuple[int, int, float, float]]:
+        """(kind, units k, least mean micro-step a, ready t) of the stages the LP needs, usable where T ≥
+        t. The LP's constraints are homogeneous in the flows, so a stage of k units stands for any
+        of k' units whose a/k per unit is no less (its flow scaled by k'/k): of each kind only
+        those with a/k below that of every stage ready at no more T are needed."""
+        out = []
+        for g, (least, ready) in enumerate(zip(self.least, self.ready)):
+            ks = np.nonzero(np.isfinite(least[1:]))[0] + 1
+            per = least[ks] / ks
+            order = np.lexsort((per, ready[ks]))  # by ready, then per unit
+            best = np.minimum.accumulate(np.concatenate([[np.inf], per[order]]))[:-1]
+            front = order[per[order] < best]  # ready rising, per unit falling
+            j = 0
+            while j < len(front):  # stages within PER_UNIT of the first: one, at the first's ready and the last's a/k
+                e = j
+                while e + 1 < len(front) and per[front[j]] <= per[front[e + 1]] * (1 + PER_UNIT):
+                    e += 1
+                k = int(ks[front[e]])
+                out.append((g, k, float(least[k]), float(ready[ks[front[j]]])))
+                j = e + 1
+        return out
 
 
 def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
@@ -135,22 +167,25 @@ def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
     return list(zip(x, x[1:]))
 
 
-def _least(cost: np.ndarray, over: float, fits: np.ndarray, ranges: "_Ranges") -> np.ndarray:
-    """[k]: the least busy seconds of a range of k units that fits (inf where none does)."""
+def _range_times(cost: np.ndarray, over: float, fits: np.ndarray, ranges: "_Ranges") -> np.ndarray:
+    """[i, k]: the busy seconds of units [i, i + k) (inf where they do not fit)."""
     p = np.concatenate([[0.0], np.cumsum(cost)])
-    return np.where(fits, p[ranges.i + ranges.k] - p[ranges.i] + over, np.inf).min(axis=0)
+    return np.where(fits, p[ranges.i + ranges.k] - p[ranges.i] + over, np.inf)
 
 
-def _lower_hull(x: np.ndarray, y: np.ndarray) -> list[int]:
-    """Indices of the vertices of the lower convex hull of the points (x, y), x increasing, and
-    the origin: every point lies above a convex mix of them (and the origin) at its own x."""
-    st: list[tuple[float, float, int]] = []
-    for p in [(0.0, 0.0, -1), *zip(x.tolist(), y.tolist(), range(len(x)))]:
-        while len(st) >= 2 and ((st[-1][0] - st[-2][0]) * (p[1] - st[-2][1])
-                                - (st[-1][1] - st[-2][1]) * (p[0] - st[-2][0])) <= 0:
-            st.pop()
-        st.append(p)
-    return [j for _, _, j in st if j >= 0]
+def _chains(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after): before[j] the least Σ of a chain of stages holding units 0 … j − 1, after[j]
+    of units j … U − 1, where best[i, k] is the least of a stage holding [i, i + k), any kind."""
+    u = best.shape[0] - 1
+    before, after = np.full(u + 1, np.inf), np.full(u + 1, np.inf)
+    before[0] = after[u] = 0.0
+    for j in range(1, u + 1):
+        starts = np.arange(j)
+        before[j] = np.min(before[starts] + best[starts, j - starts])
+    for i in range(u - 1, -1, -1):
+        k = np.arange(1, u - i + 1)
+        after[i] = np.min(best[i, k] + after[i + k])
+    return before, after
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,19 +212,81 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
     at = lo if lo == 1 else lo * (1 + 1e-9)
     r = Round.of(tables.wl, at, 1)  # k = 1: one micro-step's steps, `passes` of them per round
     top_share = Round.of(tables.wl, hi, 1).tpot_share
-    stages = []
-    for gi, g in enumerate(kinds):
+    times = []
+    for g in kinds:
         fits = tables.fits(g, math.ceil(lo))
         flat, over = unit_round_costs(ranges.reps, flat_node(g.nodes[0]), g.tp, tables.wl, r)
-        least = _least(np.array(flat)[ranges.same], over, fits, ranges) * r.tpot_share
+        t = _range_times(np.array(flat)[ranges.same], over, fits, ranges) * r.tpot_share
         if g.profile.efficiency_curves is not None:  # else the flat profile is the profile: its a(lo) is the larger
             cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
-            least = np.maximum(least, _least(cost, over, fits, ranges) * top_share * lo / hi)
-        ks = np.nonzero(np.isfinite(least[1:]))[0] + 1
-        if len(ks):
-            h = _lower_hull(ks, least[ks])
-            stages.append((gi, ks[h], least[ks][h]))
-    return _Seats(lo, hi, r.tpot_share, stages)
+            t = np.maximum(t, _range_times(cost, over, fits, ranges) * top_share * lo / hi)
+        times.append(t)
+    before, after = _chains(np.min(times, axis=0))
+    rest = before[ranges.i] + after[ranges.i + ranges.k]
+    least = [t.min(axis=0) for t in times]
+    ready = [(t + rest).min(axis=0) for t in times]
+    if lo > 1:  # s > 1 so B ≥ 2: a pipeline of n ≥ 2 stages (one short of all U units) keeps m ≥ 2
+        u = ranges.i.shape[0] - 1  # micro-batches in flight, and TPOT ≥ busy_i / passes = k·a_i ≥ 2·a_i
+        for a, t in zip(least, ready):
+            t[:u] = np.maximum(t[:u], 2 * a[:u])
+    return _Seats(lo, hi, r.tpot_share, least, ready)
+
+
+class _FloorLP:
+    """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound), over `seats`."""
+
+    def __init__(self, seats: list[_Seats], kinds: list[Kind], cluster: Cluster, u: int) -> None:
+        self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
+        self.times: list[tuple] = []
+        count: dict[tuple[str, str], int] = {}
+        for n in cluster.nodes:
+            count[type_key(n)] = count.get(type_key(n), 0) + n.count
+        groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
+        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
+        of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
+        objective = solver.Objective()
+        objective.SetMaximization()
+        for st in seats:
+            x = solver.NumVar(0, solver.infinity(), "")
+            objective.SetCoefficient(x, 1.0)
+            cover = solver.Constraint(0, solver.infinity())
+            time = solver.Constraint(-solver.infinity(), 0)
+            cover.SetCoefficient(x, -u)
+            ys = []
+            for gi, k, a, ready in st.stages():
+                y = solver.NumVar(0, solver.infinity(), "")
+                cover.SetCoefficient(y, float(k))
+                time.SetCoefficient(y, a)
+                used = a / (st.hi * st.share)  # groups per tok/s
+                groups[gi].SetCoefficient(y, used)
+                of_type[gi].SetCoefficient(y, used * kinds[gi].tp)
+                ys.append((y, ready))
+            self.times.append((time, x, ys))
+
+    def most(self, t: float) -> float:
+        """The relaxation's most tok/s with every pipeline's TPOT at most t seconds."""
+        for time, x, ys in self.times:
+            time.SetCoefficient(x, -t)
+            for y, ready in ys:
+                y.SetUb(self.solver.infinity() if ready <= t else 0.0)
+        if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
+            raise RuntimeError("the latency floor LP did not solve to optimality")
+        return self.solver.Objective().Value()
+
+
+def _threshold(lp: _FloorLP, floor: float, lo: float) -> tuple[float, float]:
+    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: the LP gives `floor` at hi and not below lo (given:
+    not at lo); inf, inf where it gives it at no T below 1,000 s."""
+    reaches = lambda t: lp.most(t) >= floor * (1 - 1e-9)  # noqa: E731
+    hi = lo
+    while not reaches(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1e3:  # no fleet of the relaxation gives the floor
+            return float("inf"), float("inf")
+    while hi / lo > 1 + T_RESOLUTION:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return lo, hi
 
 
 def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor: float, ceiling: int) -> float:
@@ -204,10 +301,12 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     catalog profile, test_latency_bound.py — and share(s) ≤ share(lo) (a seat's life grows with
     s). An LP over stage flows y (tok/s through stages of kind g holding k units at s) then
     relaxes every fleet of TPOT ≤ T: per interval the stages cover the units (Σ k·y ≥ U·X) within
-    the time (Σ a·y ≤ T·X), and the groups they take, y / (hi · share / a), fit each kind's
-    groups and each type's devices; T is raised until the LP's most tok/s reaches the floor
-    (bisected to T_RESOLUTION, the bound the largest T that does not). Links, the loop's k/m ≥ 1
-    and whole devices are relaxed.
+    the time (Σ a·y ≤ T·X), a stage only where some pipeline through it — chains of the least
+    stages of any kind before and after it, and TPOT ≥ k·a_i ≥ 2·a_i where it has two or more
+    stages at s > 1 — keeps TPOT ≤ T, and the groups they take,
+    y / (hi · share / a), fit each kind's groups and each type's devices; T is raised until the
+    LP's most tok/s reaches the floor (bisected to T_RESOLUTION, the bound the largest T that does
+    not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
 
     Args:
         floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
@@ -221,53 +320,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     ranges = _Ranges.of(tables)
     for lo, hi in _seat_intervals(tables.wl, ceiling):
         got = _seats(tables, kinds, ranges, lo, hi)
-        if not got.stages:
+        if not got.holds:
             break  # nothing holds lo sequences: nothing holds more
         seats.append(got)
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    xs, times, groups, devices = [], [], {}, {}
-    for st in seats:
-        x = solver.NumVar(0, solver.infinity(), "")
-        cover = solver.Constraint(0, solver.infinity())
-        time = solver.Constraint(-solver.infinity(), 0)
-        cover.SetCoefficient(x, -u)
-        ys = []
-        for gi, ks, a in st.stages:
-            g = kinds[gi]
-            for kk, aa in zip(ks, a):
-                y = solver.NumVar(0, solver.infinity(), "")
-                cover.SetCoefficient(y, float(kk))
-                time.SetCoefficient(y, float(aa))
-                used = aa / (st.hi * st.share)  # groups per tok/s
-                groups.setdefault(gi, []).append((y, used))
-                devices.setdefault(g.type_key, []).append((y, used * g.tp))
-                ys.append((y, aa))
-        xs.append(x)
-        times.append((time, x, ys))
-    for gi, terms in groups.items():
-        solver.Add(sum(v * c for v, c in terms) <= kinds[gi].groups)
-    count = {}
-    for n in cluster.nodes:
-        count[type_key(n)] = count.get(type_key(n), 0) + n.count
-    for t, terms in devices.items():
-        solver.Add(sum(v * c for v, c in terms) <= count[t])
-    solver.Maximize(sum(xs))
-
-    def reaches(t: float) -> bool:
-        for time, x, ys in times:
-            time.SetCoefficient(x, -t)
-            for y, aa in ys:
-                y.SetUb(solver.infinity() if aa <= t else 0.0)
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
-            raise RuntimeError("the latency floor LP did not solve to optimality")
-        return solver.Objective().Value() >= floor * (1 - 1e-9)
-
-    lo, hi = least, least
-    while not reaches(hi):
-        lo, hi = hi, hi * 2
-        if hi > 1e3:  # no fleet of the relaxation gives the floor
-            return float("inf")
-    while hi / lo > 1 + T_RESOLUTION:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    lo, _ = _threshold(_FloorLP(seats, kinds, cluster, u), floor, least)
     return max(least, lo)

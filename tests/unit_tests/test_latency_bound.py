@@ -9,7 +9,7 @@ import pytest
 from hetc.cluster import Cluster, Node, load_profile, profile_names, resolve_link
 from hetc.partitioner.capture import capture
 from hetc.partitioner.envelope import flat_node
-from hetc.partitioner.latency_bound import _Ranges, _seat_intervals, _seats, least_step
+from hetc.partitioner.latency_bound import _Ranges, _Seats, _seat_intervals, _seats, least_step
 from hetc.partitioner.simulate import Round, Workload, stage_time, unit_round_costs
 from hetc.partitioner.tables import Tables, kinds_of
 from hetc.scheduling import Phase
@@ -73,9 +73,37 @@ def test_the_floor_bounds_seats_intervals_hold_every_mean_micro_step(tiny, name,
     intervals = _seat_intervals(wl, 4096)
     for lo, hi in intervals[:120] + intervals[120::10]:
         for g in kinds_of(cluster, (1, 4)):
-            (gi, ks, least), = _seats(tables, [g], ranges, lo, hi).stages
-            assert ks[-1] == u
+            least = _seats(tables, [g], ranges, lo, hi).least[0]
+            assert np.isfinite(least[u])
             for s in np.linspace(lo, hi, 6)[1:] if lo > 1 else np.linspace(1, hi, 6):
                 r = Round.of(wl, float(s), 1)
                 cost, over = unit_round_costs(tiny.units, node, g.tp, wl, r)
-                assert (sum(cost) + over) * r.tpot_share >= least[-1] * (1 - 1e-9), (g.name, lo, hi, s)
+                assert (sum(cost) + over) * r.tpot_share >= least[u] * (1 - 1e-9), (g.name, lo, hi, s)
+
+
+def _unrepresented(seats: _Seats, t: float) -> list[tuple[int, int]]:
+    """(kind, k) of the stages ready at t (some pipeline through them within t) that no LP column
+    usable at t stands for (a column of k' units stands for k units where a'/k' ≤ a/k)."""
+    cols = [(g, a / k) for g, k, a, ready in seats.stages() if ready <= t]
+    return [(g, k) for g, (least, ready) in enumerate(zip(seats.least, seats.ready)) for k in range(1, len(least))
+            if ready[k] <= t and not any(h == g and per <= least[k] / k * (1 + 1e-12) for h, per in cols)]
+
+
+def test_every_stage_ready_at_t_has_a_usable_column():
+    """The LP's columns (_Seats.stages) relax every stage some pipeline within T can use. A stage
+    of one unit (a 5, ready 5) beside one of two (a 6, per unit 3): at T = 5.5 only the first is
+    ready — a column kept for the lower convex hull with the origin (the two-unit stage alone) and
+    usable where its own a ≤ T (the rule before) leaves it out; and on random figures."""
+    inf = np.inf
+    two = _Seats(1.0, 1.02, 1.0, [np.array([inf, 5.0, 6.0])], [np.array([inf, 5.0, 6.0])])
+    assert _unrepresented(two, 5.5) == []
+    assert [(k, t) for _, k, _, t in two.stages()] == [(1, 5.0), (2, 6.0)]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        u = int(rng.integers(2, 30))
+        least = np.concatenate([[inf], np.cumsum(rng.uniform(0.1, 2.0, u)) + rng.uniform(0, 3)])
+        least[rng.random(u + 1) < 0.1] = inf  # ranges that fit no device
+        ready = least + rng.uniform(0, 5, u + 1) * (rng.random(u + 1) < 0.7)
+        seats = _Seats(1.0, 1.02, 1.0, [least], [ready])
+        for t in np.quantile(ready[np.isfinite(ready)], [0.1, 0.3, 0.5, 0.8, 1.0]) if np.isfinite(ready).any() else []:
+            assert _unrepresented(seats, float(t)) == []
