@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.simulate import StagePlan, Workload
-from hetc.partitioner.split import Slot, best_batch
+from hetc.partitioner.split import Slot, best_batch, slo_filter
 from hetc.partitioner.tables import type_key
 from hetc.partitioner.units import Unit
 
@@ -42,16 +42,20 @@ def _entry(found, replicas: int = 1) -> dict:
             "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3, "stages": len(found.stages) * replicas}
 
 
-def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: str, ceiling: int) -> dict[str, dict]:
-    """Each baseline at its best batch up to `ceiling` sequences per pipeline."""
+def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: str, ceiling: int,
+                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> dict[str, dict]:
+    """Each baseline at its best batch up to `ceiling` sequences per pipeline within the SLOs the plan
+    was given (a baseline over them would be compared with a plan held to them)."""
     nodes = [n for n in cluster.nodes for _ in range(n.count)]
     chain = [Slot(n) for n in nodes]
+    within = slo_filter(ttft_slo_s, tpot_slo_s)
     out = {}
     for name, weights in (("uniform", [1.0] * len(nodes)),
                           ("memory_proportional", [n.profile.usable_memory for n in nodes])):
         stages = _split_by_weight(units, nodes, weights)
-        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s, ceiling=ceiling))
-    out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective, ceiling=ceiling))
+        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s, ceiling=ceiling,
+                                      admits=within))
+    out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective, ceiling=ceiling, admits=within))
     homo = {}
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
@@ -60,7 +64,8 @@ def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: 
         count = sum(n.count for n in nodes_of_type)
         pool = [n for n in nodes_of_type for _ in range(n.count)]
         for r in (d for d in range(1, count + 1) if count % d == 0):
-            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling), r)
+            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling,
+                                  admits=within), r)
             if e["feasible"] and e["output_tok_s"] > homo.get("output_tok_s", -1):
                 homo = {**e, "device": nodes_of_type[0].profile.name, "replicas": r}
     out["best_homogeneous"] = homo or {"feasible": False, "output_tok_s": 0.0}

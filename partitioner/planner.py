@@ -53,7 +53,9 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         sol.bound, sol.bound_method, sol.least_spend = searched.bound, searched.bound_method, searched.least_spend
         sol.notes = [f"placement given by the user; the solver's own plan predicts {searched.output_tok_s:,.0f} "
                      f"output tok/s ({sol.output_tok_s / searched.output_tok_s:.2f}× of it)"] + searched.notes
-    baselines = run_baselines(model.units, cluster, wl, req.objective, ceiling)
+    baselines = run_baselines(model.units, cluster, wl, req.objective, ceiling,
+                              ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+                              tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None)
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines)

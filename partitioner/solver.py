@@ -33,7 +33,7 @@ from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
-from hetc.partitioner.split import Found, batch_options, split_chain
+from hetc.partitioner.split import Found, batch_options, slo_filter, split_chain
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.mix import NO_CAPS, Caps, Option, choose
 from hetc.partitioner.templates import Template, generate
@@ -214,9 +214,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
 
-    def within_slos(f: Found) -> bool:
-        e = f.estimate
-        return not ((ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s))
+    within_slos = slo_filter(ttft_slo_s, tpot_slo_s)
 
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):

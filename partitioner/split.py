@@ -22,7 +22,7 @@ from hetc.partitioner.simulate import PipelineEstimate, Round, StagePlan, Worklo
 from hetc.partitioner.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
 
-__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score"]
+__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "slo_filter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +190,18 @@ def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Wo
                                  ceiling, hints)]
 
 
+def slo_filter(ttft_slo_s: float | None, tpot_slo_s: float | None) -> Callable[[Found], bool]:
+    """Whether a pipeline at its batch keeps the TTFT and TPOT limits (None: no limit)."""
+    def within(f: Found) -> bool:
+        e = f.estimate
+        return not ((ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s))
+    return within
+
+
 def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH) -> Found | None:
-    """The batch best for `objective` on this chain, with no floors."""
-    opts = batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
+               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH,
+               admits: Callable[[Found], bool] | None = None) -> Found | None:
+    """The batch best for `objective` on this chain, with no floors, among those `admits` (e.g. the SLOs)."""
+    opts = [f for f in batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
+            if admits is None or admits(f)]
     return max(opts, key=lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from hetc.partitioner.baselines import run_baselines
+from hetc.partitioner.batches import MAX_BATCH
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from tests.brute_force import all_devices, best_per_set, options, packings
@@ -74,3 +75,17 @@ def test_a_spent_template_budget_leaves_templates_out_and_says_so(tmp_path, tiny
     assert not any("were not evaluated" in n for n in full.notes)
     assert 0 < short.output_tok_s <= short.bound * (1 + 1e-9)
     assert full.output_tok_s >= short.output_tok_s
+
+
+def test_baselines_keep_the_slos_the_plan_keeps(tmp_path, tiny):
+    """With a TPOT limit, each baseline is at its best batch within it, so the solver (held to it too)
+    is never below one: a baseline over the limit was printed beside plans held to it."""
+    cluster = _cluster(tmp_path, "1 MB", "3 MB", a_count=3)
+    wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
+    free = run_baselines(tiny.units, cluster, wl, "throughput", MAX_BATCH)
+    slo = 0.9 * max(b["tpot_ms"] for b in free.values() if b["feasible"]) / 1e3
+    sol = solve(tiny.units, cluster, wl, tpot_slo_s=slo, disaggregate="off")
+    held = run_baselines(tiny.units, cluster, wl, "throughput", sol.batch_ceiling, tpot_slo_s=slo)
+    assert any(free[k]["feasible"] and free[k]["tpot_ms"] > slo * 1e3 for k in free)  # the limit binds one
+    for name, b in held.items():
+        assert not b["feasible"] or (b["tpot_ms"] <= slo * 1e3 and b["output_tok_s"] <= sol.output_tok_s * (1 + 1e-9)), name
