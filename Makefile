@@ -36,7 +36,8 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check $(FORMATTED)
 	$(VENV)/bin/mypy hetc/
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not serial"
+	$(PY) -m pytest -q -m "serial and not slow"
 
 bench: setup
 	$(PY) benchmarks/inspect_speed.py
