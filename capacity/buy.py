@@ -42,6 +42,7 @@ __all__ = ["BuyRequest", "Checked", "Purchase", "Try", "buy", "buy_checked", "ch
 
 PURCHASES = 4  # `buy_checked`: purchases tried before the last one is reported as it is
 RAISE_AT_LEAST = 1.1  # a missed check raises the capacity asked for by at least this factor
+RAISE_WITHOUT_GOODPUT = 2.0  # ... and by this where no rate tried kept the SLOs (no goodput to scale by)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -171,7 +172,7 @@ def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_
             return Checked(purchase, plan, check, tries)
         if len(tries) == PURCHASES:
             return Checked(purchase, plan, check, tries, stopped=f"{PURCHASES} purchases tried")
-        floor *= max(RAISE_AT_LEAST, req.rate / goodput if goodput else 2.0)
+        floor *= max(RAISE_AT_LEAST, req.rate / goodput if goodput else RAISE_WITHOUT_GOODPUT)
         say(f"{att:.0%} within the SLOs: buying for {floor:,.0f} output tok/s at saturation")
         try:
             purchase = buy(catalog, req, progress, floor_tok_s=floor)
