@@ -41,7 +41,7 @@ from hetc.cluster import Cluster
 from hetc.partitioner.aggregate import keys
 from hetc.partitioner.batches import MAX_BATCH, Regimes
 from hetc.partitioner.cost_models.memory import stage_memory
-from hetc.partitioner.simulate import Workload, cost_signature
+from hetc.partitioner.simulate import Workload
 from hetc.partitioner.tables import Kind, Tables, type_key
 from hetc.partitioner.units import Unit
 from hetc.partitioner.whole_devices import whole_devices_bound
@@ -52,45 +52,35 @@ __all__ = ["cost_bound", "least_holding"]
 FLOW = 1e4  # tok/s the LP's flows sum to (then its groups are O(1), within the solver's tolerances)
 
 
-def _signatures(units: list[Unit], context: int) -> tuple[list[int], list[int], list[float], list[float]]:
-    """Per cost signature: one unit's index, how many units have it, and the least weight bytes
-    and KV bytes per sequence one of them holds (a tied weight counted in neither unit that
-    reads it, so a stage holding both is never overcounted)."""
+def _signatures(tables: Tables, context: int) -> tuple[list[int], list[int], list[float], list[float]]:
+    """Per cost signature (Tables' grouping): its first unit's index, how many units have it, and
+    the least weight bytes and KV bytes per sequence one of them holds (a tied weight counted in
+    neither unit that reads it, so a stage holding both is never overcounted)."""
     readers: dict[str, int] = {}
-    for u in units:
+    for u in tables.units:
         for name in u.params:
             readers[name] = readers.get(name, 0) + 1
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    first: dict[tuple, int] = {}
-    count: list[int] = []
-    weights: list[float] = []
-    kv: list[float] = []
-    for j, u in enumerate(units):
-        own = sum(v for name, v in u.params.items() if readers[name] == 1)
-        sig = cost_signature(u)
-        if sig not in first:
-            first[sig] = j
-            count.append(0)
-            weights.append(own)
-            kv.append(u.kv_bytes_per_token * blocks)
-        c = list(first).index(sig)
+    n = len(tables.reps)
+    first, count = [-1] * n, [0] * n
+    weights, kv = [math.inf] * n, [math.inf] * n
+    for j, (u, c) in enumerate(zip(tables.units, tables.signature.tolist())):
+        if first[c] < 0:
+            first[c] = j
         count[c] += 1
-        weights[c] = min(weights[c], own)
+        weights[c] = min(weights[c], sum(v for name, v in u.params.items() if readers[name] == 1))
         kv[c] = min(kv[c], u.kv_bytes_per_token * blocks)
-    return list(first.values()), count, weights, kv
+    return first, count, weights, kv
 
 
-def _balances(units: list[Unit], reps: list[int]) -> list[tuple[int, int, int, int]]:
+def _balances(signature: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
     """(σ, τ, lo, hi): c_σ − c_τ over every contiguous range of units lies in [lo, hi], for the
-    signature pairs (indices into `reps`' order) where that says more than 0 ≤ c ≤ the counts."""
-    sigs = [cost_signature(units[j]) for j in reps]
-    have = np.zeros((len(units) + 1, len(sigs)), dtype=np.int64)  # prefix counts per signature
-    for j, u in enumerate(units):
-        have[j + 1] = have[j]
-        have[j + 1, sigs.index(cost_signature(u))] += 1
+    pairs of the `n` signatures (`signature`: each unit's) where that says more than 0 ≤ c ≤ the counts."""
+    have = np.zeros((len(signature) + 1, n), dtype=np.int64)  # prefix counts per signature
+    have[1:] = np.cumsum(np.eye(n, dtype=np.int64)[signature], axis=0)
     out = []
-    for a in range(len(sigs)):
-        for b in range(a + 1, len(sigs)):
+    for a in range(n):
+        for b in range(a + 1, n):
             d = have[:, a] - have[:, b]  # a range [i, j) has d[j] − d[i]
             run_min = np.minimum.accumulate(d)[:-1]
             run_max = np.maximum.accumulate(d)[:-1]
@@ -112,8 +102,8 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
             (a ratio does not change with scale) and are left out.
     """
     wl = tables.wl
-    rep, n_of, weights, kv = _signatures(tables.units, wl.context)
-    balances = _balances(tables.units, rep)
+    rep, n_of, weights, kv = _signatures(tables, wl.context)
+    balances = _balances(tables.signature, len(rep))
     solver = pywraplp.Solver.CreateSolver("GLOP")
     inf = solver.infinity()
     count = {g.type_key: sum(n.count for n in g.nodes) for g in kinds}

@@ -202,7 +202,7 @@ class _Ranges:
         u = len(tables.units)
         i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
         inside = i + k <= u  # fits is False outside
-        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), tables._reps, tables._same)  # noqa: SLF001
+        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), tables.reps, tables.signature)
 
 
 def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:

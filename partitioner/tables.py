@@ -79,8 +79,8 @@ class Tables:
     _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)
     _kind_keys: dict = field(default_factory=dict)
-    _same: np.ndarray = field(init=False)
-    _reps: list[Unit] = field(init=False)
+    signature: np.ndarray = field(init=False)  # per unit: its cost signature's index (units of one cost the same)
+    reps: list[Unit] = field(init=False)  # per signature: its first unit
     _rounds: dict = field(default_factory=dict)
     _steps: dict = field(default_factory=dict)  # per kind: its bound node and one unit's cost per (signature, step)
     evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
@@ -92,8 +92,8 @@ class Tables:
         for x in self.units:
             first.setdefault(cost_signature(x), x)
         index = {s: k for k, s in enumerate(first)}
-        self._reps = list(first.values())
-        self._same = np.array([index[cost_signature(x)] for x in self.units], dtype=np.int64)
+        self.reps = list(first.values())
+        self.signature = np.array([index[cost_signature(x)] for x in self.units], dtype=np.int64)
         i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
         valid = (k >= 1) & (i + k <= u)
         i, k = np.where(valid, i, 0), np.where(valid, k, 0)
@@ -131,9 +131,9 @@ class Tables:
                 self.evaluations += 1
                 node, steps = self._steps.setdefault(self._kind(kind), (bound_node(kind.nodes[0]), {}))
                 before = len(steps)
-                cost, over = unit_round_costs(self._reps, node, kind.tp, self.wl, r, steps)
+                cost, over = unit_round_costs(self.reps, node, kind.tp, self.wl, r, steps)
                 self.step_costs += len(steps) - before
-                self._cost[same] = (np.array(cost)[self._same], over)  # units of one signature cost the same
+                self._cost[same] = (np.array(cost)[self.signature], over)  # units of one signature cost the same
             self._cost[key] = self._cost[same]
         return self._cost[key]
 

@@ -13,6 +13,7 @@ from hetc.partitioner.bound import _balances, _signatures
 from hetc.partitioner.planner import _bound, objective_value
 from hetc.partitioner.simulate import Workload, cost_signature
 from hetc.partitioner.solver import solve
+from hetc.partitioner.tables import Tables
 from hetc.scheduling import Objective
 from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import PROFILE, two_type_cluster
@@ -174,7 +175,8 @@ def test_cost_bound_balances_are_every_contiguous_ranges_least_and_most(tiny):
     """bound._balances: c_σ − c_τ over every contiguous range of units, counted range by range,
     lies in exactly the [lo, hi] it gives; pairs are kept only where that is narrower than the
     counts (attention and MLP blocks alternate: within ±1)."""
-    rep = _signatures(tiny.units, WL.context)[0]
+    tables = Tables(tiny.units, WL)
+    rep = _signatures(tables, WL.context)[0]
     sigs = [cost_signature(tiny.units[j]) for j in rep]
     of = [sigs.index(cost_signature(u)) for u in tiny.units]
     want = []
@@ -182,5 +184,5 @@ def test_cost_bound_balances_are_every_contiguous_ranges_least_and_most(tiny):
         diffs = [sum((x == a) - (x == b) for x in of[i:j]) for i in range(len(of)) for j in range(i + 1, len(of) + 1)]
         if min(diffs) > -of.count(b) or max(diffs) < of.count(a):
             want.append((a, b, min(diffs), max(diffs)))
-    assert _balances(tiny.units, rep) == want
+    assert _balances(tables.signature, len(rep)) == want
     assert any((lo, hi) == (-1, 1) for _, _, lo, hi in want)
