@@ -43,7 +43,6 @@ from hetc.partitioner.envelope import flat_node
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.tables import Kind, Tables, type_key
-from hetc.partitioner.units import Unit
 
 __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
 
@@ -190,19 +189,17 @@ def _chains(best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True, slots=True)
 class _Ranges:
-    """Unit ranges [i, i + k) as index grids, and the units' cost signatures."""
+    """Unit ranges [i, i + k) as index grids."""
 
     i: np.ndarray
     k: np.ndarray
-    reps: list[Unit]  # one unit per signature
-    same: np.ndarray  # each unit's index in reps
 
     @staticmethod
     def of(tables: Tables) -> "_Ranges":
         u = len(tables.units)
         i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
         inside = i + k <= u  # fits is False outside
-        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0), tables.reps, tables.signature)
+        return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0))
 
 
 def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
@@ -215,8 +212,8 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
     times = []
     for g in kinds:
         fits = tables.fits(g, math.ceil(lo))
-        flat, over = unit_round_costs(ranges.reps, flat_node(g.nodes[0]), g.tp, tables.wl, r)
-        t = _range_times(np.array(flat)[ranges.same], over, fits, ranges) * r.tpot_share
+        flat, over = unit_round_costs(tables.reps, flat_node(g.nodes[0]), g.tp, tables.wl, r)
+        t = _range_times(np.array(flat)[tables.signature], over, fits, ranges) * r.tpot_share
         if g.profile.efficiency_curves is not None:  # else the flat profile is the profile: its a(lo) is the larger
             cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
             t = np.maximum(t, _range_times(cost, over, fits, ranges) * top_share * lo / hi)
