@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hetc.quantity import Kind, format_quantity
@@ -146,7 +147,7 @@ def fmt_ms(v: float | None) -> str:
 def print_evaluation(ev: Evaluation, console: Console) -> None:
     """vLLM's serving figures, then per device/user, cost, energy, goodput and the stages."""
     m = ev.metrics
-    console.print(f"[bold]{ev.name}[/] under {ev.load} (simulated)")
+    console.print(f"[bold]{escape(ev.name)}[/] under {escape(ev.load)} (simulated)")
     console.print(f"completed {m['completed']}, refused 429 {m['refused_429']}, rejected 400 {m['rejected_400']}, "
                   f"preemptions {m['preemptions']}, duration {m['duration_s']:.2f} s")
     console.print(f"request_throughput {m['request_throughput']:,.2f} req/s, output_throughput "
@@ -182,4 +183,4 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     console.print(f"saturates first: pipeline {b.pipeline} replica {b.replica} stage {b.stage} ({', '.join(b.devices)})")
     console.print("serving overheads modelled: " + "; ".join(f"{k}: {v}" for k, v in ev.overheads.items()))
     for note in ev.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)

@@ -23,7 +23,7 @@ err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() el
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's usage errors are bad input too: exit 2
         self.print_usage(sys.stderr)
-        err.print(f"hetc: error: {message}")
+        err.print(f"hetc: error: {message}", markup=False)
         raise SystemExit(2)
 
 

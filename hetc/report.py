@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hetc.cluster import defaults_notes
@@ -35,8 +36,8 @@ def _bar(frac: float, width: int = 12) -> str:
 
 def print_plan(plan: Plan, console: Console) -> None:
     m, pr, s = plan.model, plan.predicted, plan.solver
-    console.print(f"[bold]{m.ref}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
-                  f"{m.dtype}, KV {m.kv_dtype}) on [bold]{plan.cluster['name']}[/] — "
+    console.print(f"[bold]{escape(m.ref)}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
+                  f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster['name'])}[/] — "
                   f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens")
     profiles = plan.cluster["profiles"]
     for p in plan.pipelines:
@@ -61,9 +62,9 @@ def print_plan(plan: Plan, console: Console) -> None:
     console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
                   f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
     for note in getattr(s, "notes", None) or []:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     for note in defaults_notes(list(profiles.values())):  # outputs that rest on a defaulted figure say so
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     if plan.baselines:
         parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
                  for k, v in plan.baselines.items()]
@@ -72,7 +73,7 @@ def print_plan(plan: Plan, console: Console) -> None:
 
 def print_manifest(manifest: dict, console: Console) -> None:
     """One row per stage and toolchain: built or why not, the target, and the check against eager."""
-    t = Table(title=f"hetc compile: {manifest['model']} ({manifest['dtype']}, weights {manifest['weights']})",
+    t = Table(title=f"hetc compile: {escape(manifest['model'])} ({manifest['dtype']}, weights {manifest['weights']})",
               title_justify="left")
     for col in ("stage", "devices", "backend", "toolchain", "target", "artifact", "max |Δ| vs eager"):
         t.add_column(col)
@@ -80,11 +81,11 @@ def print_manifest(manifest: dict, console: Console) -> None:
         for a in s["artifacts"]:
             if not a["built"]:
                 t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
-                          "[yellow]not built[/]", a["reason"])
+                          "[yellow]not built[/]", escape(a["reason"]))
                 continue
             chk = a.get("check")
             diff = "not runnable here" if chk is None else (
-                chk["reason"] if not chk["ran"] else
+                escape(chk["reason"]) if not chk["ran"] else
                 ("[green]" if chk["ok"] else "[red]") + f"{max(chk['max_abs_diff'].values()):.1e}[/]")
             size = sum(f["bytes"] for f in a["files"])
             t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
@@ -200,7 +201,7 @@ def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, consol
         console.print(f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
                       "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/fusion.py)")
     for n in model.notes:
-        console.print(f"note: {n}")
+        console.print(f"note: {n}", markup=False)
 
 
 def print_devices(console: Console) -> None:

@@ -63,3 +63,19 @@ def test_infeasible_message_prints_quantities_at_their_scale(tmp_path):
         make_plan(PlanRequest(model=TINY, profiles=str(tmp_path / "c.yaml"), input_len=16, output_len=8, time_limit=1.0))
     msg = str(e.value)
     assert "0.0 GB" not in msg and "0.00 GB" not in msg and " kB" in msg, msg
+
+
+def test_printed_plan_keeps_square_brackets_of_notes_and_names(plan):
+    # rich reads "[bf16]" as a style tag and drops it: notes and names are printed as text
+    from rich.console import Console
+
+    from hetc.report import print_plan
+
+    p = plan.model_copy(deep=True)
+    p.solver.notes = ["profile x: efficiency falls with size in matmul[bf16], matmul[fp8]"]
+    p.cluster["name"] = "rack[2]"
+    console = Console(record=True, width=200)
+    print_plan(p, console)
+    text = console.export_text()
+    assert "matmul[bf16], matmul[fp8]" in text
+    assert "on rack[2]" in text
