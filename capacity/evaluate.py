@@ -95,7 +95,7 @@ class StageUse:
     stage: int
     devices: list[str]
     busy_share: float  # of the run's duration
-    step_ms: float  # its mean busy time per message (step or KV transfer leg)
+    step_ms: float  # its mean micro-batch step (KV transfer legs count in busy_share only)
     memory_headroom_bytes: float  # usable memory less the stage's weights, KV budget and activations
     memory_headroom_share: float
     kv_peak_share: float  # most of the lane's KV blocks in use at once
@@ -231,7 +231,7 @@ def evaluate_plan(plan: Plan, file: str, load: Load, *, limits: ServeLimits | No
             usable = st.node.profile.usable_memory
             stages.append(StageUse(lane=l.id, pipeline=l.pipeline, replica=l.replica, stage=k, devices=st.devices,
                                    busy_share=o.busy[(l.id, k)] / duration if duration > 0 else 0.0,
-                                   step_ms=o.busy[(l.id, k)] / max(1, o.handled[(l.id, k)]) * 1e3,
+                                   step_ms=o.stepped[(l.id, k)][0] / max(1, o.stepped[(l.id, k)][1]) * 1e3,
                                    memory_headroom_bytes=usable - ps.memory_bytes.total,
                                    memory_headroom_share=1 - ps.memory_bytes.total / usable,
                                    kv_peak_share=o.kv_peak[l.id]))

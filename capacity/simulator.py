@@ -72,7 +72,7 @@ class Outcome:
     start: float
     end: float
     busy: dict[tuple[int, int], float]  # (lane, stage) -> seconds busy
-    handled: dict[tuple[int, int], int]  # (lane, stage) -> messages it processed
+    stepped: dict[tuple[int, int], tuple[float, int]]  # (lane, stage) -> its micro-batches' seconds and count
     kv_peak: dict[int, float]  # lane -> most of its KV blocks in use at once (fraction)
     preemptions: int
     steps: int
@@ -104,13 +104,14 @@ class _Transfer:
 class _Server:
     """A FIFO resource: a stage or a link."""
 
-    __slots__ = ("queue", "busy_until", "busy_s", "handled", "waiting")
+    __slots__ = ("queue", "busy_until", "busy_s", "step_s", "steps", "waiting")
 
     def __init__(self) -> None:
         self.queue: deque[_Msg] = deque()
         self.busy_until = 0.0
-        self.busy_s = 0.0
-        self.handled = 0
+        self.busy_s = 0.0  # micro-batches and KV transfer legs
+        self.step_s = 0.0  # micro-batches only, as the runtime's hetc_stage_step_seconds counts them
+        self.steps = 0
         self.waiting = False  # a start is scheduled (the first stage waiting for a looked-ahead token)
 
 
@@ -265,7 +266,9 @@ class _Sim:
         dt = msg.service[k]
         srv.busy_until = self.now + dt
         srv.busy_s += dt
-        srv.handled += 1
+        if msg.batch is not None:
+            srv.step_s += dt
+            srv.steps += 1
         self.at(self.now + dt, self._stage_done, msg, k)
 
     def _retry(self, lane: int, k: int) -> None:
@@ -363,11 +366,11 @@ def simulate_until(lanes: list[SimLane], cluster: Cluster, load: Load, limits: S
     if not sim.run(None if stop is None else lambda now: stop(records, now)):
         return None
     busy = {(l.id, k): s.busy_s for l in lanes for k, s in enumerate(sim.stages[l.id])}
-    handled = {(l.id, k): s.handled for l in lanes for k, s in enumerate(sim.stages[l.id])}
+    stepped = {(l.id, k): (s.step_s, s.steps) for l in lanes for k, s in enumerate(sim.stages[l.id])}
     served = [r for r in records if r.served]
     end = max((r.token_times[-1] for r in served if r.token_times), default=0.0)
     stuck = [r for r in served if not r.done]
     if stuck:
         raise RuntimeError(f"{len(stuck)} admitted requests never finished (a request longer than a lane's KV pool?)")
-    return Outcome(records, min((r.arrival for r in records), default=0.0), end, busy, handled,
+    return Outcome(records, min((r.arrival for r in records), default=0.0), end, busy, stepped,
                    dict(enumerate(sim.kv_peak)), sum(s.num_preemptions for s in sim.sched), sim.steps)

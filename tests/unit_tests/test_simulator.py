@@ -144,9 +144,23 @@ def test_disaggregated_pools_hand_prompts_over(plans):
     o = simulate(lanes, cluster, load)
     assert all(r.served and r.done for r in o.requests)
     dec = [l.id for l in lanes if l.phase == Phase.DECODE]
-    assert all(o.handled[(i, 0)] > 0 for i in dec)  # the decode pool ran steps and took the KV in
+    assert all(o.stepped[(i, 0)][1] > 0 for i in dec)  # the decode pool ran steps
     m = serving_metrics(o)
     assert m["mean_tpot_ms"] > 0 and m["completed"] == 300
+
+
+def test_a_prefill_pools_step_is_its_prompts_step_not_its_hand_offs(plans):
+    """The stage table's mean step counts micro-batches only, as the runtime's hetc_stage_step_seconds
+    does: one prompt at a time, the prefill pool's mean step is that prompt's step (its KV hand-off
+    legs are busy time, not steps)."""
+    plan = plans["pools"]
+    lanes, _ = _lanes(plan)
+    pre = next(l for l in lanes if l.phase == Phase.PREFILL)
+    prompt = 40
+    want = pre.step_time(0, StepShape(Step(prompt, 1, (prompt + 1) / 2), 1, 1, prompt))
+    ev = evaluate_plan(plan, "plan.json", Load.closed(1, 20, _fixed(prompt), _fixed(8)))
+    got = next(s for s in ev.stages if s.lane == pre.id and s.stage == 0)
+    assert got.step_ms == pytest.approx(want * 1e3, rel=1e-6)
 
 
 def test_too_long_for_the_pools_is_400(plans):
