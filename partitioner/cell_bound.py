@@ -15,7 +15,9 @@
 4. Cost or energy with a floor F (a `Demand`): K[c], the knapsack's best tok/s on the devices
    of c, bounds every plan on those devices, so a plan giving F spends at least
    min {spend·c : K[c] ≥ F} (devices and pipelines whole). Refinement then follows the cells of
-   that cheapest c instead, and their chains come first as templates.
+   that cheapest c instead, and their chains come first as templates. There the chain DP
+   counts the pipelines' loop term too (loop_dp.py): a few percent on one pipeline decides
+   whether a cheaper c reaches F.
 Work is counted in DP cells, not seconds, so the same inputs give the same bound and plan.
 """
 
@@ -47,7 +49,7 @@ STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the 
 
 METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
           "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
-          "(loop term and link choice relaxed)")
+          "(loop term and link choice relaxed; the loop term counted with a floor on cost or energy)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
 
 __all__ = ["loop_round"]
 
+CHUNK = 1 << 22  # values of one min-plus step at most (32 MiB): rows of a large cell go in parts
+
 
 def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int,
               kinds: list[int]) -> tuple[float, float]:
@@ -36,6 +38,7 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
     j = np.arange(U + 1)
     ok = {g: (j[None, :] > np.arange(U)[:, None]) & (j[None, :] <= reach[g][:, None]) for g in kinds}  # stage [i, j)
     link_ok = case.cheapest <= R * (1 + SLACK)
+    chunk = max(1, CHUNK // (U * (U + 1)))
     E = np.full((T, size, U + 1), np.inf)  # least Σ busy + links of s + 1 stages ending at unit j
     for g in kinds:
         t, k, gr = costs.type_of[g], int(costs.tp[g]), costs.group[g]
@@ -59,12 +62,13 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
                 rows = live[cells[live, gr] + k < dims[gr]]
                 if not len(rows):
                     continue
-                # leaving unit i into a stage of kind g: the link at cut i, then P[g, j] − P[g, i] + over
-                val = E[t2, rows, :U] + case.link[t2, t, :U] - case.P[g, :U] + case.over[g]
-                best = np.where(ok[g][None], val[:, :, None], np.inf).min(axis=1) + case.P[g]
+                for part in np.array_split(rows, -(-len(rows) // chunk)):  # [rows, U, U + 1] at most ~CHUNK values
+                    # leaving unit i into a stage of kind g: the link at cut i, then P[g, j] − P[g, i] + over
+                    val = E[t2, part, :U] + case.link[t2, t, :U] - case.P[g, :U] + case.over[g]
+                    best = np.where(ok[g][None], val[:, :, None], np.inf).min(axis=1) + case.P[g]
+                    dst = part + k * strides[gr]
+                    F[t, dst] = np.minimum(F[t, dst], best)
                 work += len(rows) * U * (U + 1)
-                dst = F[t, rows + k * strides[gr]]
-                F[t, rows + k * strides[gr]] = np.minimum(dst, best)
         E = F
     return float(E[:, :, U].min()), work
 

@@ -9,7 +9,8 @@ capped so that every stage still to come keeps a unit. A link between two stages
 its activations within R at its cheapest cut (the fastest path between the two types).
 Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only relaxations
 left are the loop term and the choice of the fastest link. R comes from a bisection over
-the stage and link times that can occur, so it is exact.
+the stage and link times that can occur, so it is exact. On request (cost or energy with a
+floor, cell_bound.Demand) the loop term is counted too (loop_dp.py); links stay relaxed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
-LOOP = 0.05  # work of one state × unit × unit of the loop DP (loop_dp.py), same unit
+LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
 CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from hetc.partitioner.aggregate import first_pass
 from hetc.partitioner.cells import CountSpace
+from hetc.partitioner import loop_dp
 from hetc.partitioner.refine import best_chain
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
@@ -79,10 +80,12 @@ def test_chain_dp_finds_the_best_chain(costs, phase, batch, fit):
 
 @pytest.mark.parametrize("phase,batch,fit,binds", [("both", 2, 2, True), ("both", 4, 4, True), ("both", 64, 20, False),
                                                    ("decode", 4, 4, True), ("decode", 40, 9, False)])
-def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, fit, binds):
+def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, fit, binds, monkeypatch):
     """With the loop term: the least max(bottleneck, (Σ stages + Σ links at their cuts) / m) over
     every chain and cut, m = min(n, batch) (batch 2: fewer micro-batches than stages); at small
-    batches the loop binds on some cells (else this would test the DP without it)."""
+    batches the loop binds on some cells (else this would test the DP without it). Rows of the
+    min-plus step one at a time (loop_dp.CHUNK), as a large cell's go in parts."""
+    monkeypatch.setattr(loop_dp, "CHUNK", 1)
     tp_groups = phase == "both"
     raised = 0
     for n in (1, 2, 3):
