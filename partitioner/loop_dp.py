@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hetc.partitioner.cells import CountSpace
 from hetc.partitioner.stage_costs import SLACK, Case, StageCosts
 
 __all__ = ["loop_round"]
@@ -30,16 +31,14 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
     """f(R) (module docstring; inf if no chain is feasible) and the work it took (states × units
     × units touched)."""
     T, U = len(costs.types), costs.u
-    dims = np.array([int(x) + 1 for x in counts])
-    size = int(np.prod(dims))
-    strides = np.array([int(np.prod(dims[k + 1:])) for k in range(len(dims))], dtype=np.int64)
-    cells = np.indices(tuple(dims)).reshape(len(dims), -1).T
+    grid = CountSpace(counts)  # the device vectors a chain may have used so far
+    dims, strides, cells = np.array(grid.dims), grid.strides, grid.cells
     reach = costs.reach(case, R)
     j = np.arange(U + 1)
     ok = {g: (j[None, :] > np.arange(U)[:, None]) & (j[None, :] <= reach[g][:, None]) for g in kinds}  # stage [i, j)
     link_ok = case.cheapest <= R * (1 + SLACK)
     chunk = max(1, CHUNK // (U * (U + 1)))
-    E = np.full((T, size, U + 1), np.inf)  # least Σ busy + links of s + 1 stages ending at unit j
+    E = np.full((T, len(grid), U + 1), np.inf)  # least Σ busy + links of s + 1 stages ending at unit j
     for g in kinds:
         t, k, gr = costs.type_of[g], int(costs.tp[g]), costs.group[g]
         if k <= counts[gr]:
