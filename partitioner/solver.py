@@ -186,15 +186,16 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
     # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
-    if few:  # cost / energy with a floor: refined where the cheapest devices giving it are (cell_bound.Demand)
-        spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
-        demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
-            if objective in spends and min_tok_s else None
+    # cost / energy with a floor: the cheapest devices giving it (cell_bound.Demand), or the cheapest pipelines (colgen)
+    spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
+    demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
+        if objective in spends and min_tok_s else None
+    if few:
         bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
                            budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress)
     else:
         bound = column_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, progress=progress)
+                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, demand=demand, progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}

@@ -71,9 +71,22 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
                 add([(k, a)], phase)
     if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
-    for p in pipelines:  # the cell bound's pipelines, as chains of kinds
+    for p in pipelines:  # the bound's pipelines, as chains of kinds (column generation's may not fit one replica)
+        if not _fits(p.kinds, kinds):
+            continue
         add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase, batch=p.batch)
     return list(out.values())
+
+
+def _fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
+    """Whether one replica of a chain of kinds (indices into `kinds`) fits each kind's groups and each type's devices."""
+    groups, devices = Counter(chain), Counter()
+    for g, k in groups.items():
+        devices[kinds[g].type_key] += k * kinds[g].tp
+    have = Counter()
+    for k in kinds:
+        have[k.type_key] = max(have[k.type_key], k.groups * k.tp)
+    return all(k <= kinds[g].groups for g, k in groups.items()) and all(d <= have[t] for t, d in devices.items())
 
 
 def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:
