@@ -44,7 +44,7 @@ from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["column_bound", "METHOD"]
+__all__ = ["ColumnBound", "column_bound", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
@@ -62,6 +62,11 @@ SHARE = 0.5  # while searching, a key is priced only where it may beat this shar
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
           "exact chain pricing (loop term and link choice relaxed)")
+
+
+@dataclass(slots=True)
+class ColumnBound(CellBound):
+    used: int = 0  # the first `used` pipelines are those the master's optimum runs (x > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +167,7 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
 
 def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
                  phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
-                 progress: Callable[[str], None] | None = None) -> CellBound:
+                 progress: Callable[[str], None] | None = None) -> ColumnBound:
     """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
     master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
     is valid whatever the budget).
@@ -284,4 +289,5 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     per = (lambda c: -c.pipe.tok_s / c.devices.sum()) if spend is None else (lambda c: float(spend @ c.devices) / c.pipe.tok_s)
     order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]
-    return CellBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0)
+    used = sum(1 for j in order[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+    return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)

@@ -28,7 +28,7 @@ from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, Demand, cell_bound
 from hetc.partitioner.colgen import METHOD as COLUMNS
-from hetc.partitioner.colgen import column_bound
+from hetc.partitioner.colgen import ColumnBound, column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
@@ -210,7 +210,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         if curves:
             notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
                          "each curve's running maximum (valid for every batch, looser than the profile)")
-    templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases))
+    uneven = bound.pipelines[:bound.used] if demand is not None and isinstance(bound, ColumnBound) else None
+    templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
     memo: dict = {}  # split_chain's per-kind costs, shared by every template

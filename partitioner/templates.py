@@ -48,9 +48,16 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
 
 
 def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max_stages: int,
-             phases: tuple[Phase, ...] = (Phase.BOTH,)) -> list[Template]:
+             phases: tuple[Phase, ...] = (Phase.BOTH,), uneven: list[Pipeline] | None = None) -> list[Template]:
     """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
-    one-device-stage chains and the cell bound's pools)."""
+    one-device-stage chains and the cell bound's pools).
+
+    Args:
+        uneven: pipelines (the bound's optimum's) whose kinds are mixed two at a time in any
+            counts up to their longest: a floor is met with whole replicas, and the cheapest fleet
+            tops up with mixes the relaxation splits evenly or not at all (e.g. 1 MI300X + 4 Gaudi2
+            beside 3 + 3, 4 H100×TP2 + 1 H200 beside 3 H100×TP2 + 1 H100).
+    """
     out: dict[tuple, Template] = {}
 
     def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0) -> None:
@@ -71,9 +78,11 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
                 add([(k, a)], phase)
     if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
-    for p in pipelines:  # the bound's pipelines, as chains of kinds (column generation's may not fit one replica)
-        if not _fits(p.kinds, kinds):
-            continue
+    fitting = [p for p in pipelines if _fits(p.kinds, kinds)]  # column generation's may not fit one replica
+    uneven = [p for p in uneven or [] if _fits(p.kinds, kinds)]
+    if uneven and Phase.BOTH in phases:
+        _two_kinds(kinds, uneven, min(max_stages, max(len(p.kinds) for p in uneven)), add)
+    for p in fitting:  # the bound's pipelines, as chains of kinds
         add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase, batch=p.batch)
     return list(out.values())
 
@@ -87,6 +96,17 @@ def _fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
     for k in kinds:
         have[k.type_key] = max(have[k.type_key], k.groups * k.tp)
     return all(k <= kinds[g].groups for g, k in groups.items()) and all(d <= have[t] for t, d in devices.items())
+
+
+def _two_kinds(kinds: list[Kind], pipelines: list[Pipeline], longest: int, add) -> None:
+    """Every chain of a groups of one kind and b of another (a, b ≥ 1, a + b ≤ `longest`), both
+    kinds used by `pipelines`, that fits one replica."""
+    used = sorted({g for p in pipelines for g in p.kinds})
+    for g, h in itertools.combinations(used, 2):
+        for a in range(1, longest):
+            for b in range(1, longest - a + 1):
+                if _fits((g,) * a + (h,) * b, kinds):
+                    add([(kinds[g], a), (kinds[h], b)])
 
 
 def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:
