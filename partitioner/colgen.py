@@ -20,6 +20,13 @@ only as far as its upper estimate per device stays below the best one so far: it
 bound. Pricing uses duals smoothed toward those of the best bound (Wentges), and all its work
 (DP cells, the cost model at new keys) counts against the budget, the last full pass included.
 
+Cost or energy with a floor F (a `Demand`, spend s_t per device of type t): the master is the
+least Σ spend·x with Σ tok/s·x ≥ F, and pricing values a chain at λ·tok/s − Σ (s_t + π_t)·devices −
+σ·groups, λ ≥ 0 the floor row's dual. Any plan x giving F within the devices then spends
+Σ s·d·x ≥ λ·F − π·N − σ·G − N_dev·(ε + max(0, max_k u_k / lo_k)) (the same argument, less Σ x·rc),
+and tok/s ≤ ((s + π)·N + σ·G + N_dev·(ε + …)) / λ: each full pass gives both; the best of each is
+reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solver's templates.
+
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
 split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's

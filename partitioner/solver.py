@@ -6,7 +6,8 @@
    optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
    pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
-   of kinds. Each is evaluated exactly — best split per batch (split.py) and the
+   of kinds (cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
+   column-generation optimum runs, in any counts). Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
    a work budget.
 4. CP-SAT picks how many replicas of each option (template × batch) to run within the
@@ -74,7 +75,7 @@ class Solution:
     kv_transfers: list["KVRoute"] = field(default_factory=list)
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
-    least_spend: float = 0.0  # cost / energy with a floor: the cell bound's least USD/h (W) of any plan giving it
+    least_spend: float = 0.0  # cost / energy with a floor: the cell bound's (colgen's) least USD/h (W) of any plan giving it
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,10 +314,11 @@ def _fill_batches(picks: list[tuple[Option, int]], opts: list[Option],
 
 
 def _by_promise(templates: list[Template]) -> list[Template]:
-    """The cell bound's pipelines first (where the bound says plans are), then by how many
-    device types a chain mixes (homogeneous chains, then even mixes of two types, …): the
-    order in which a spent budget leaves templates out."""
-    return sorted(templates, key=lambda t: (not t.batches, len({type_key(s.node) for s in t.chain})))
+    """The cell bound's pipelines first (where the bound says plans are), then mixes of the kinds
+    they run (templates.generate's `uneven`), then by how many device types a chain mixes
+    (homogeneous chains, then even mixes of two types, …): the order in which a spent budget
+    leaves templates out."""
+    return sorted(templates, key=lambda t: (not t.batches, not t.early, len({type_key(s.node) for s in t.chain})))
 
 
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:

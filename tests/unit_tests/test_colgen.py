@@ -151,25 +151,28 @@ def test_cost_with_a_floor_past_the_cell_limit(tmp_path, tiny, monkeypatch, obje
 
 
 def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):
-    """templates.generate(uneven=…): every chain of a groups of one kind and b of another that the
-    pipelines use (a, b ≥ 1, a + b up to their longest: 3) that fits one replica; none that doesn't."""
+    """templates.generate(uneven=…): every chain of a groups of one kind and b of another of the
+    bound's pipelines (a, b ≥ 1, a + b up to the longest that `uneven` runs: 3) that fits one
+    replica, none that doesn't; those of two kinds `uneven` runs are tried first (`early`)."""
     cluster = many_type_cluster(tmp_path, 3, first_count=4)  # fast ×4 (tp1 and tp2 groups), big ×1, mid ×1
     kinds = kinds_of(cluster)
     at = {k.name: g for g, k in enumerate(kinds)}
-    used = ["fast×tp2", "fast", "big"]
-    pipes = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0),
-             Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
+    runs = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0),
+            Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
+    other = Pipeline(Phase.BOTH, (at["mid"],), (0, 5), 4, 1.0)  # not run: mixed, not early
     name = {(k.type_key, k.tp): k.name for k in kinds}
-    mixes = [Counter(name[(type_key(s.node), s.tp)] for s in t.chain) for t in generate(cluster, kinds, [], 10, uneven=pipes)]
-    want = []
-    for a_name, b_name in itertools.combinations(used, 2):
+    mixes = {tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early
+             for t in generate(cluster, kinds, runs + [other], 10, uneven=runs)}
+    want = {}
+    for a_name, b_name in itertools.combinations(["fast×tp2", "fast", "big", "mid"], 2):
         for a in range(1, 3):
             for b in range(1, 4 - a):
                 mix = Counter({a_name: a, b_name: b})
                 fast = sum(n * (2 if k == "fast×tp2" else 1) for k, n in mix.items() if k.startswith("fast"))
-                if fast <= 4 and mix["big"] <= 1 and mix["fast×tp2"] <= 2:
-                    want.append(mix)
-    assert len(want) >= 5
-    for mix in want:
-        assert mix in mixes, mix
-    assert not any(m["big"] > 1 or m["fast×tp2"] > 2 for m in mixes)
+                if fast <= 4 and mix["big"] <= 1 and mix["mid"] <= 1 and mix["fast×tp2"] <= 2:
+                    want[tuple(sorted(mix.items()))] = "mid" not in mix
+    assert len(want) >= 8
+    for mix, early in want.items():
+        assert mixes.get(mix) == early, mix
+    assert not any(dict(m).get("big", 0) > 1 or dict(m).get("fast×tp2", 0) > 2 for m in mixes)
+    assert not any(sum(n for _, n in m) > 3 for m, early in mixes.items() if early)
