@@ -93,9 +93,15 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
     x = [s.NumVar(0, inf, "") for _ in cols]
     dev = [s.Constraint(-inf, float(n)) for n in N]
     grp = {g: s.Constraint(-inf, float(k)) for g, k in groups.items()}
-    obj = s.Objective()
+    for c, v in zip(cols, x):
+        for t in np.nonzero(c.devices)[0]:
+            dev[t].SetCoefficient(v, float(c.devices[t]))
+        for g, ct in grp.items():
+            if c.stages[g]:
+                ct.SetCoefficient(v, float(c.stages[g]))
     if spend is not None:
         return _cost_master(s, cols, x, dev, grp, N, spend, floor)
+    obj = s.Objective()
     F = s.NumVar(0, inf, "F") if pools else None
     feed = {p: s.Constraint(-inf, 0.0) for p in (Phase.DECODE, Phase.PREFILL)} if pools else {}
     if F is not None:
@@ -103,11 +109,6 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
         for ct in feed.values():
             ct.SetCoefficient(F, 1.0)
     for c, v in zip(cols, x):
-        for t in np.nonzero(c.devices)[0]:
-            dev[t].SetCoefficient(v, float(c.devices[t]))
-        for g, ct in grp.items():
-            if c.stages[g]:
-                ct.SetCoefficient(v, float(c.stages[g]))
         if c.pipe.phase == Phase.BOTH:
             obj.SetCoefficient(v, c.pipe.tok_s)
         else:
@@ -125,18 +126,14 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
 
 def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray,
                  floor: float):
-    """The cost master (see _master): min Σ spend·devices·x + SHORT·short, Σ tok/s·x + short ≥ floor."""
+    """The cost master over `_master`'s device and group rows: min Σ spend·devices·x + SHORT·short,
+    Σ tok/s·x + short ≥ floor."""
     obj = s.Objective()
     short = s.NumVar(0, s.infinity(), "short")
     row = s.Constraint(float(floor), s.infinity())
     row.SetCoefficient(short, 1.0)
     obj.SetCoefficient(short, SHORT * float(spend @ N) / floor)  # a real fleet giving the floor spends ≤ spend·N
     for c, v in zip(cols, x):
-        for t in np.nonzero(c.devices)[0]:
-            dev[t].SetCoefficient(v, float(c.devices[t]))
-        for g, ct in grp.items():
-            if c.stages[g]:
-                ct.SetCoefficient(v, float(c.stages[g]))
         obj.SetCoefficient(v, float(spend @ c.devices))
         row.SetCoefficient(v, c.pipe.tok_s)
     obj.SetMinimization()
