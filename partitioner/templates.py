@@ -5,7 +5,7 @@ replica real devices. Templates come from three places:
 - homogeneous: a chains of a groups of one kind (one type, one tp degree);
 - even mixes: every device of a subset of types split evenly over r replicas;
 - the pipelines of the bound's optimum (cell_bound.py, colgen.py), and with a floor on cost or
-  energy every mix of two of the kinds column generation's optimum runs (uneven counts);
+  energy past the cell bound every mix of two of their kinds in any counts (`uneven`);
 - on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
 """
 
@@ -56,7 +56,7 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
 
     Args:
         uneven: the pipelines the bound's optimum runs: every two kinds of `pipelines` are mixed
-            in any counts up to their longest (those of two kinds `uneven` runs first): a floor
+            in any counts up to the longest of these (mixes of two kinds they run first): a floor
             is met with whole replicas, and the cheapest fleet tops up with mixes the relaxation
             splits evenly or not at all (e.g. 1 MI300X + 4 Gaudi2 beside 3 + 3, 4 H100×TP2 +
             1 H200 beside 3 H100×TP2 + 1 H100).
