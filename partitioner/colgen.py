@@ -291,7 +291,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
         x = _master(cols, N, groups, pools, spend, floor)[1]
     per = (lambda c: -c.pipe.tok_s / c.devices.sum()) if spend is None else (lambda c: float(spend @ c.devices) / c.pipe.tok_s)
-    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
-    pipes = [cols[j].pipe for j in order][:TEMPLATES]
-    used = sum(1 for j in order[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+    ranked = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
+    pipes = [cols[j].pipe for j in ranked][:TEMPLATES]
+    used = sum(1 for j in ranked[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
     return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)
