@@ -40,6 +40,7 @@ from ortools.linear_solver import pywraplp
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.envelope import flat_node
+from hetc.partitioner.latency_columns import Block, columns
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.tables import Kind, Tables, type_key
@@ -202,10 +203,11 @@ class _Ranges:
         return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0))
 
 
-def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
-    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s): a(s) is at
-    least the flat profile's at lo (in the regime right of lo) and, since a round's busy seconds per
-    sequence never grow with s within a regime (batches.py), lo/hi of the envelope's at hi."""
+def _times(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> tuple[Round, list[np.ndarray]]:
+    """(the round at lo, per kind [i, k] the least mean micro-step of units [i, i + k)) at s seats
+    per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s): a(s) is at least the flat profile's at lo (in the
+    regime right of lo) and, since a round's busy seconds per sequence never grow with s within a
+    regime (batches.py), lo/hi of the envelope's at hi."""
     at = lo if lo == 1 else lo * (1 + 1e-9)
     r = Round.of(tables.wl, at, 1)  # k = 1: one micro-step's steps, `passes` of them per round
     top_share = Round.of(tables.wl, hi, 1).tpot_share
@@ -218,57 +220,71 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
             cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
             t = np.maximum(t, _range_times(cost, over, fits, ranges) * top_share * lo / hi)
         times.append(t)
+    return r, times
+
+
+def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
+    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s), `_times`."""
+    r, times = _times(tables, kinds, ranges, lo, hi)
     before, after = _chains(np.min(times, axis=0))
     rest = before[ranges.i] + after[ranges.i + ranges.k]
     least = [t.min(axis=0) for t in times]
     ready = [(t + rest).min(axis=0) for t in times]
-    if lo > 1:  # s > 1 so B ≥ 2: a pipeline of n ≥ 2 stages (one short of all U units) keeps m ≥ 2
-        u = ranges.i.shape[0] - 1  # micro-batches in flight, and TPOT ≥ busy_i / passes = k·a_i ≥ 2·a_i
-        for a, t in zip(least, ready):
-            t[:u] = np.maximum(t[:u], 2 * a[:u])
     return _Seats(lo, hi, r.tpot_share, least, ready)
 
 
 class _FloorLP:
-    """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound), over `seats`."""
+    """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound): stage flows
+    at 1 ≤ s ≤ `first.hi` seats per micro-step, whole-pipeline columns (latency_columns) above."""
 
-    def __init__(self, seats: list[_Seats], kinds: list[Kind], cluster: Cluster, u: int) -> None:
-        self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
-        self.times: list[tuple] = []
-        count: dict[tuple[str, str], int] = {}
+    def __init__(self, first: _Seats, blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int) -> None:
+        self.first, self.blocks, self.kinds, self.u = first, blocks, kinds, u
+        self.count: dict[tuple[str, str], int] = {}
         for n in cluster.nodes:
-            count[type_key(n)] = count.get(type_key(n), 0) + n.count
-        groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
-        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
-        of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
-        objective = solver.Objective()
-        objective.SetMaximization()
-        for st in seats:
-            x = solver.NumVar(0, solver.infinity(), "")
-            objective.SetCoefficient(x, 1.0)
-            cover = solver.Constraint(0, solver.infinity())
-            time = solver.Constraint(-solver.infinity(), 0)
-            cover.SetCoefficient(x, -u)
-            ys = []
-            for gi, k, a, ready in st.stages():
-                y = solver.NumVar(0, solver.infinity(), "")
-                cover.SetCoefficient(y, float(k))
-                time.SetCoefficient(y, a)
-                used = a / (st.hi * st.share)  # groups per tok/s
-                groups[gi].SetCoefficient(y, used)
-                of_type[gi].SetCoefficient(y, used * kinds[gi].tp)
-                ys.append((y, ready))
-            self.times.append((time, x, ys))
+            self.count[type_key(n)] = self.count.get(type_key(n), 0) + n.count
+        self.types = [g.type_key for g in kinds]  # type_key is slow: once per kind
 
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds."""
-        for time, x, ys in self.times:
-            time.SetCoefficient(x, -t)
-            for y, ready in ys:
-                y.SetUb(self.solver.infinity() if ready <= t else 0.0)
-        if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        kinds, inf = self.kinds, solver.infinity()
+        groups = [solver.Constraint(-inf, g.groups) for g in kinds]
+        devices = {key: solver.Constraint(-inf, c) for key, c in self.count.items()}
+        objective = solver.Objective()
+        objective.SetMaximization()
+
+        def take(gi: int, var: pywraplp.Variable, used: float) -> None:
+            groups[gi].SetCoefficient(var, groups[gi].GetCoefficient(var) + used)
+            row = devices[self.types[gi]]
+            row.SetCoefficient(var, row.GetCoefficient(var) + used * kinds[gi].tp)
+
+        st = self.first  # s in [1, hi]: stages cover the units within the time (k ≥ n needs s > 1)
+        x = solver.NumVar(0, inf, "")
+        objective.SetCoefficient(x, 1.0)
+        cover, time = solver.Constraint(0, inf), solver.Constraint(-inf, 0)
+        cover.SetCoefficient(x, -self.u)
+        time.SetCoefficient(x, -t)
+        for gi, k, a, ready in st.stages():
+            if ready <= t:
+                y = solver.NumVar(0, inf, "")
+                cover.SetCoefficient(y, float(k))
+                time.SetCoefficient(y, a)
+                take(gi, y, a / (st.hi * st.share))  # groups per tok/s
+        if self.blocks:
+            cols = columns(self.blocks, self.u, t)
+            for gi, tok in enumerate(cols.single):
+                if tok > 0:
+                    z = solver.NumVar(0, inf, "")
+                    objective.SetCoefficient(z, tok)
+                    take(gi, z, 1.0)
+            for gi, hi, of_g, of_h, tok in cols.pairs:
+                z = solver.NumVar(0, inf, "")
+                objective.SetCoefficient(z, tok)
+                take(int(gi), z, of_g)
+                take(int(hi), z, of_h)
+        if solver.Solve() != pywraplp.Solver.OPTIMAL:
             raise RuntimeError("the latency floor LP did not solve to optimality")
-        return self.solver.Objective().Value()
+        return solver.Objective().Value()
 
 
 def _threshold(lp: _FloorLP, floor: float, lo: float) -> tuple[float, float]:
@@ -312,13 +328,14 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     least = tpot_bound(tables, kinds, cluster)
     if floor <= 0:
         return least
-    u = len(tables.units)
-    seats = []
     ranges = _Ranges.of(tables)
-    for lo, hi in _seat_intervals(tables.wl, ceiling):
-        got = _seats(tables, kinds, ranges, lo, hi)
-        if not got.holds:
+    (one, top), *above = _seat_intervals(tables.wl, ceiling)
+    first, blocks = _seats(tables, kinds, ranges, one, top), []
+    for lo, hi in above if first.holds else []:
+        r, times = _times(tables, kinds, ranges, lo, hi)
+        got = Block.of([t.min(axis=0) for t in times], hi * r.tpot_share)
+        if not len(got.a):
             break  # nothing holds lo sequences: nothing holds more
-        seats.append(got)
-    lo, _ = _threshold(_FloorLP(seats, kinds, cluster, u), floor, least)
+        blocks.append(got)
+    lo, _ = _threshold(_FloorLP(first, blocks, kinds, cluster, len(tables.units)), floor, least)
     return max(least, lo)
