@@ -84,10 +84,11 @@ def columns(blocks: list[Block], u: int, t: float) -> Columns:
         if ok.any():
             single = np.maximum(single, np.max(np.where(ok, b.rate * k / (a * u), 0.0), axis=1))
         low, high = ~ok, ok & (d > 0)
-        pair = low[:, None, :] & high[None, :, :]
-        gi, hi, ji = np.nonzero(pair)
+        some = np.nonzero(low.any(axis=0) & high.any(axis=0))[0]  # the A with a pair at all
+        gi, hi, ji = np.nonzero(low[:, None, some] & high[None, :, some])
         if not len(ji):
             continue
+        ji = some[ji]
         dg, dh = -d[gi, ji], d[hi, ji]
         bin_ = np.minimum((dh / (dh + dg) * BINS).astype(int), BINS - 1)
         np.maximum.at(best, (gi * g + hi) * BINS + bin_, b.rate / (a[ji] * n[ji]))
