@@ -223,74 +223,91 @@ def _times(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
     return r, times
 
 
-def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
-    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s), `_times`."""
-    r, times = _times(tables, kinds, ranges, lo, hi)
+def _seats(r: Round, times: list[np.ndarray], ranges: _Ranges, lo: float, hi: float) -> _Seats:
+    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s), of `_times`."""
     before, after = _chains(np.min(times, axis=0))
     rest = before[ranges.i] + after[ranges.i + ranges.k]
     least = [t.min(axis=0) for t in times]
     ready = [(t + rest).min(axis=0) for t in times]
+    if lo > 1:  # s > 1 so B ≥ 2: a pipeline of n ≥ 2 stages (one short of all U units) keeps m ≥ 2
+        u = ranges.i.shape[0] - 1  # micro-batches in flight, and TPOT ≥ busy_i / passes = k·a_i ≥ 2·a_i
+        for a, t in zip(least, ready):
+            t[:u] = np.maximum(t[:u], 2 * a[:u])
     return _Seats(lo, hi, r.tpot_share, least, ready)
 
 
 class _FloorLP:
     """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound): stage flows
-    at 1 ≤ s ≤ `first.hi` seats per micro-step, whole-pipeline columns (latency_columns) above."""
+    over `seats`, and whole-pipeline columns (latency_columns) over `blocks`."""
 
-    def __init__(self, first: _Seats, blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int) -> None:
-        self.first, self.blocks, self.kinds, self.u = first, blocks, kinds, u
-        self.count: dict[tuple[str, str], int] = {}
+    def __init__(self, seats: list[_Seats], blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int) -> None:
+        self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
+        self.blocks, self.kinds, self.u = blocks, kinds, u
+        self.times: list[tuple] = []
+        self.columns: list[pywraplp.Variable] = []  # the last T's pipeline columns
+        count: dict[tuple[str, str], int] = {}
         for n in cluster.nodes:
-            self.count[type_key(n)] = self.count.get(type_key(n), 0) + n.count
-        self.types = [g.type_key for g in kinds]  # type_key is slow: once per kind
+            count[type_key(n)] = count.get(type_key(n), 0) + n.count
+        self.groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
+        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
+        self.of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
+        self.objective = objective = solver.Objective()
+        objective.SetMaximization()
+        for st in seats:
+            x = solver.NumVar(0, solver.infinity(), "")
+            objective.SetCoefficient(x, 1.0)
+            cover = solver.Constraint(0, solver.infinity())
+            time = solver.Constraint(-solver.infinity(), 0)
+            cover.SetCoefficient(x, -u)
+            ys = []
+            for gi, k, a, ready in st.stages():
+                y = solver.NumVar(0, solver.infinity(), "")
+                cover.SetCoefficient(y, float(k))
+                time.SetCoefficient(y, a)
+                self._take(y, gi, a / (st.hi * st.share))  # groups per tok/s
+                ys.append((y, ready))
+            self.times.append((time, x, ys))
+
+    def _take(self, var: pywraplp.Variable, gi: int, groups: float) -> None:
+        """`var` takes `groups` groups of kind gi (added: a pair's two kinds may share a type)."""
+        for row, add in ((self.groups[gi], groups), (self.of_type[gi], groups * self.kinds[gi].tp)):
+            row.SetCoefficient(var, row.GetCoefficient(var) + add)
+
+    def _pipelines(self, t: float) -> None:
+        """The columns at t, in place of the last T's (held at 0)."""
+        for z in self.columns:
+            z.SetUb(0.0)
+        self.columns = []
+        if not self.blocks:
+            return
+        cols = columns(self.blocks, self.u, t)
+        for gi, tok in enumerate(cols.single):
+            if tok > 0:
+                self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
+                self.objective.SetCoefficient(z, float(tok))
+                self._take(z, gi, 1.0)
+        for gi, hi, of_g, of_h, tok in cols.pairs:
+            self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
+            self.objective.SetCoefficient(z, float(tok))
+            self._take(z, int(gi), float(of_g))
+            self._take(z, int(hi), float(of_h))
 
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds."""
-        solver = pywraplp.Solver.CreateSolver("GLOP")
-        kinds, inf = self.kinds, solver.infinity()
-        groups = [solver.Constraint(-inf, g.groups) for g in kinds]
-        devices = {key: solver.Constraint(-inf, c) for key, c in self.count.items()}
-        objective = solver.Objective()
-        objective.SetMaximization()
-
-        def take(gi: int, var: pywraplp.Variable, used: float) -> None:
-            groups[gi].SetCoefficient(var, groups[gi].GetCoefficient(var) + used)
-            row = devices[self.types[gi]]
-            row.SetCoefficient(var, row.GetCoefficient(var) + used * kinds[gi].tp)
-
-        st = self.first  # s in [1, hi]: stages cover the units within the time (k ≥ n needs s > 1)
-        x = solver.NumVar(0, inf, "")
-        objective.SetCoefficient(x, 1.0)
-        cover, time = solver.Constraint(0, inf), solver.Constraint(-inf, 0)
-        cover.SetCoefficient(x, -self.u)
-        time.SetCoefficient(x, -t)
-        for gi, k, a, ready in st.stages():
-            if ready <= t:
-                y = solver.NumVar(0, inf, "")
-                cover.SetCoefficient(y, float(k))
-                time.SetCoefficient(y, a)
-                take(gi, y, a / (st.hi * st.share))  # groups per tok/s
-        if self.blocks:
-            cols = columns(self.blocks, self.u, t)
-            for gi, tok in enumerate(cols.single):
-                if tok > 0:
-                    z = solver.NumVar(0, inf, "")
-                    objective.SetCoefficient(z, tok)
-                    take(gi, z, 1.0)
-            for gi, hi, of_g, of_h, tok in cols.pairs:
-                z = solver.NumVar(0, inf, "")
-                objective.SetCoefficient(z, tok)
-                take(int(gi), z, of_g)
-                take(int(hi), z, of_h)
-        if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        for time, x, ys in self.times:
+            time.SetCoefficient(x, -t)
+            for y, ready in ys:
+                y.SetUb(self.solver.infinity() if ready <= t else 0.0)
+        self._pipelines(t)
+        if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
             raise RuntimeError("the latency floor LP did not solve to optimality")
-        return solver.Objective().Value()
+        return self.solver.Objective().Value()
 
 
-def _threshold(lp: _FloorLP, floor: float, lo: float) -> tuple[float, float]:
-    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: the LP gives `floor` at hi and not below lo (given:
-    not at lo); inf, inf where it gives it at no T below 1,000 s."""
-    reaches = lambda t: lp.most(t) >= floor * (1 - 1e-9)  # noqa: E731
+def _threshold(lps: list[_FloorLP], floor: float, lo: float) -> tuple[float, float]:
+    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: every LP gives `floor` at hi, not all below lo (given:
+    not at lo); inf, inf where they give it at no T below 1,000 s."""
+    reaches = lambda t: all(lp.most(t) >= floor * (1 - 1e-9) for lp in lps)  # noqa: E731
     hi = lo
     while not reaches(hi):
         lo, hi = hi, hi * 2
@@ -328,14 +345,19 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     least = tpot_bound(tables, kinds, cluster)
     if floor <= 0:
         return least
+    u = len(tables.units)
+    seats, blocks = [], []
     ranges = _Ranges.of(tables)
-    (one, top), *above = _seat_intervals(tables.wl, ceiling)
-    first, blocks = _seats(tables, kinds, ranges, one, top), []
-    for lo, hi in above if first.holds else []:
+    for lo, hi in _seat_intervals(tables.wl, ceiling):
         r, times = _times(tables, kinds, ranges, lo, hi)
-        got = Block.of([t.min(axis=0) for t in times], hi * r.tpot_share)
-        if not len(got.a):
+        got = _seats(r, times, ranges, lo, hi)
+        if not got.holds:
             break  # nothing holds lo sequences: nothing holds more
-        blocks.append(got)
-    lo, _ = _threshold(_FloorLP(first, blocks, kinds, cluster, len(tables.units)), floor, least)
+        seats.append(got)
+        if lo > 1:  # whole pipelines need k ≥ n micro-steps: s > 1 (latency_columns)
+            blocks.append(Block.of(got.least, hi * got.share))
+    pipelines, stages = _FloorLP(seats[:1], blocks, kinds, cluster, u), _FloorLP(seats, [], kinds, cluster, u)
+    lo, _ = _threshold([pipelines], floor, least)  # the tighter on the clusters measured; where the
+    if stages.most(lo) < floor * (1 - 1e-9):  # stage flows' alone is larger, it is the bound
+        lo, _ = _threshold([pipelines, stages], floor, lo)
     return max(least, lo)
