@@ -8,7 +8,10 @@ import itertools
 import numpy as np
 from ortools.linear_solver import pywraplp
 
+from hetc.cluster import Cluster, Node, load_profile, resolve_link
+from hetc.partitioner.latency_bound import _FloorLP, _Seats
 from hetc.partitioner.latency_columns import Block, Columns, columns
+from hetc.partitioner.tables import kinds_of
 
 
 def _splits(u: int):
@@ -87,3 +90,19 @@ def test_every_pipeline_within_t_is_relaxed_on_random_instances():
         for t in rng.uniform(finite.min(), 3 * finite.max(), 3):
             seen += _check(least, float(rng.uniform(0.5, 50)), float(t))
     assert seen > 1000
+
+
+def test_a_pair_of_two_kinds_of_one_type_takes_both_kinds_devices():
+    """_FloorLP: a pair column's devices are its two kinds' together. Two H100s, kinds tp1 and tp2;
+    tp1 holds 1 of 3 units in 1 s, tp2 holds 2 in 1 s: no fleet holds the model (three stages or
+    tp1 + tp2 need 3 devices), and the columns within 2 devices give at most the tp2 group's 2/3
+    tok/s and the pair's; counting only the pair's second kind's devices gave 1."""
+    inf = np.inf
+    cluster = Cluster(name="c", nodes=[Node("a", load_profile("h100-sxm"), 2, resolve_link("nvlink4", "t", "l"))],
+                      network=None)
+    kinds = kinds_of(cluster, (1, 2))
+    assert [g.tp for g in kinds] == [1, 2]
+    least = [np.array([inf, 1.0, inf, inf]), np.array([inf, 0.5, 1.0, inf])]
+    none = _Seats(1.0, 1.02, 1.0, [np.full(4, inf)] * 2, [np.full(4, inf)] * 2)
+    most = _FloorLP([none], [Block.of(least, 1.0)], kinds, cluster, 3).most(2.0)
+    assert 0.66 < most < 0.7
