@@ -25,7 +25,8 @@ dynamic program over where each stage ends and its kind, with the cheapest link 
 kinds' nodes. Device counts and the shared batch are relaxed.
 
 With a floor on the fleet's tok/s, `tpot_floor_bound` raises it to the least TPOT at which
-fleets of pipelines can give the floor within the cluster (an LP over stage flows, below).
+fleets of pipelines can give the floor within the cluster (LPs over stage flows, below, and over
+whole pipelines, latency_columns.py).
 """
 
 from __future__ import annotations
@@ -334,9 +335,12 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     the time (Σ a·y ≤ T·X), a stage only where some pipeline through it — chains of the least
     stages of any kind before and after it, and TPOT ≥ k·a_i ≥ 2·a_i where it has two or more
     stages at s > 1 — keeps TPOT ≤ T, and the groups they take,
-    y / (hi · share / a), fit each kind's groups and each type's devices; T is raised until the
-    LP's most tok/s reaches the floor (bisected to T_RESOLUTION, the bound the largest T that does
-    not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
+    y / (hi · share / a), fit each kind's groups and each type's devices. A second LP keeps these
+    flows for 1 ≤ s ≤ the first interval's hi only and above it takes whole pipelines
+    (latency_columns: each of a pipeline's groups at its slowest stage's rate, n stages within T
+    only where n · that stage ≤ T), the tighter on every cluster measured; T is raised until both
+    LPs' most tok/s reach the floor (bisected to T_RESOLUTION, the bound the largest T at which one
+    does not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
 
     Args:
         floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
