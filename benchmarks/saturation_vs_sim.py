@@ -4,7 +4,7 @@ serving simulator reaches with the same plan — the runtime's scheduling policy
 
     python benchmarks/saturation_vs_sim.py PLAN.json [PLAN.json ...] [--clients N] [--requests N]
 
-A closed loop of N clients (default: twice the plan's sequences) sends the plan's own workload
+A closed loop of N clients (default: twice the plan's sequences; 8 requests each) sends the plan's own workload
 (fixed lengths) with no queue limit, so every lane stays as full as the policy lets it; the
 steady state is the middle half of all tokens delivered (no ramp, no drain). Per lane: stage
 busy share, the share of it spent on micro-batch steps (the rest: KV transfer legs), and the
@@ -29,7 +29,7 @@ from hetc.plan import load_plan
 from hetc.requests import ServeLimits
 
 
-def steady(path: str, clients: int | None, requests: int) -> None:
+def steady(path: str, clients: int | None, requests: int | None) -> None:
     plan = load_plan(path)
     model, cluster = model_of(plan, path), Cluster.from_json(plan.cluster)
     wl = Workload(plan.workload.input_len, plan.workload.output_len, plan.model.dtype, plan.model.kv_dtype)
@@ -44,6 +44,7 @@ def steady(path: str, clients: int | None, requests: int) -> None:
         return step_time(lane, i, shape)
 
     n = clients or 2 * sum(p.batch * p.replicas for p in plan.pipelines)
+    requests = requests or 8 * n  # each client sends several: the lanes see arrivals as they finish
     fixed = lambda k: LengthDist.parse(str(k), "length")  # noqa: E731
     lanes_module.SimLane.step_time = counting
     try:
@@ -71,7 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("plans", nargs="+")
     ap.add_argument("--clients", type=int, default=None)
-    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--requests", type=int, default=None, help="default: 8 per client")
     a = ap.parse_args()
     for p in a.plans:
         steady(p, a.clients, a.requests)

@@ -15,7 +15,9 @@
 4. Cost or energy with a floor F (a `Demand`): K[c], the knapsack's best tok/s on the devices
    of c, bounds every plan on those devices, so a plan giving F spends at least
    min {spend·c : K[c] ≥ F} (devices and pipelines whole). Refinement then follows the cells of
-   that cheapest c instead, and their chains come first as templates.
+   that cheapest c instead, and their chains come first as templates. There the chain DP
+   counts the pipelines' loop term too (loop_dp.py): a few percent on one pipeline decides
+   whether a cheaper c reaches F.
 Work is counted in DP cells, not seconds, so the same inputs give the same bound and plan.
 """
 
@@ -47,7 +49,7 @@ STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the 
 
 METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
           "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
-          "(loop term and link choice relaxed)")
+          "(loop term and link choice relaxed; the loop term counted with a floor on cost or energy)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,9 @@ class _Cells:
     """Per phase: each cell's first-pass bound per key, the pieces refinement split them into,
     and the best pipeline refinement found on it (a value it attains)."""
 
-    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int) -> None:
-        self.costs, self.space, self.phase = costs, space, phase
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int,
+                 loop: bool = False) -> None:
+        self.costs, self.space, self.phase, self.loop = costs, space, phase, loop
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
         self.regimes = Regimes(costs.tables.wl, phase, ceiling)
         self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling, self.regimes)  # V [keys, cells]
@@ -150,7 +153,7 @@ class _Cells:
         best = self.exact.get(c, (0.0, None))
         got, work = best_chain(costs, phase, piece.top, piece.n, self.space.cells[c], self.tp_groups,
                                below=rate / best[0] if best[0] else np.inf, fit=piece.fit,  # only a better chain matters
-                               above=rate / piece.ub)
+                               above=rate / piece.ub, loop=self.loop)
         if got is None:
             return work
         R, chain = got
@@ -158,7 +161,7 @@ class _Cells:
         most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
         value, batch = ub, most
         if most < piece.top:  # the chain holds fewer sequences than the top: its value there, and split
-            value = min(most / chain_round(costs, phase, most, chain), ub)
+            value = min(most / chain_round(costs, phase, most, chain, self.loop), ub)
             self.pieces[c] += [_Piece(ub, piece.fit, most, piece.n), _Piece(ub, most + 1, piece.top, piece.n)]
         if value > best[0]:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
@@ -185,7 +188,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
     for p in phases:
         if progress:
             progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
-        table[p] = _Cells(costs, space, p, max_stages, ceiling)
+        table[p] = _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None)
     zero = np.zeros(len(space))
     least = 0.0
     work, rounds = 0.0, 0

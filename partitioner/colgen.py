@@ -20,6 +20,13 @@ only as far as its upper estimate per device stays below the best one so far: it
 bound. Pricing uses duals smoothed toward those of the best bound (Wentges), and all its work
 (DP cells, the cost model at new keys) counts against the budget, the last full pass included.
 
+Cost or energy with a floor F (a `Demand`, spend s_t per device of type t): the master is the
+least Σ spend·x with Σ tok/s·x ≥ F, and pricing values a chain at λ·tok/s − Σ (s_t + π_t)·devices −
+σ·groups, λ ≥ 0 the floor row's dual. Any plan x giving F within the devices then spends
+Σ s·d·x ≥ λ·F − π·N − σ·G − N_dev·(ε + max(0, max_k u_k / lo_k)) (the same argument, less Σ x·rc),
+and tok/s ≤ ((s + π)·N + σ·G + N_dev·(ε + …)) / λ: each full pass gives both; the best of each is
+reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solver's templates.
+
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
 split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
@@ -37,14 +44,14 @@ from ortools.linear_solver import pywraplp
 from hetc.cluster import Cluster
 from hetc.partitioner.aggregate import Key, keys
 from hetc.partitioner.batches import Regimes
-from hetc.partitioner.cell_bound import WORK_PER_SECOND, CellBound, Pipeline
+from hetc.partitioner.cell_bound import WORK_PER_SECOND, CellBound, Demand, Pipeline
 from hetc.partitioner.pricing import KeyPricer
 from hetc.partitioner.refine import chain_most, chain_round
 from hetc.partitioner.stage_costs import StageCosts
 from hetc.partitioner.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["column_bound", "METHOD"]
+__all__ = ["ColumnBound", "column_bound", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
@@ -57,10 +64,16 @@ EVALUATION = 1.1e-4 * WORK_PER_SECOND
 STEP_COST = 3e-5 * WORK_PER_SECOND
 AHEAD = 1.3  # the last full pass is started where this many times its estimate still fits the budget: full passes cost
 # more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
+SHORT = 10.0  # cost master: tok/s short of the floor cost this many times all devices' spend over the floor
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
 METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
           "exact chain pricing (loop term and link choice relaxed)")
+
+
+@dataclass(slots=True)
+class ColumnBound(CellBound):
+    used: int = 0  # the first `used` pipelines are those the master's optimum runs (x > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +83,24 @@ class _Column:
     stages: np.ndarray  # per kind
 
 
-def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool):
-    """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`."""
+def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None,
+            floor: float = 0.0):
+    """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`. With `spend` (per
+    device of each type), the cost master: the least spend giving `floor` tok/s, short tok/s bought
+    at a price no column beats (so it is feasible before any column); μ_d is then the floor row's dual λ."""
     s = pywraplp.Solver.CreateSolver("GLOP")
     inf = s.infinity()
     x = [s.NumVar(0, inf, "") for _ in cols]
     dev = [s.Constraint(-inf, float(n)) for n in N]
     grp = {g: s.Constraint(-inf, float(k)) for g, k in groups.items()}
+    for c, v in zip(cols, x):
+        for t in np.nonzero(c.devices)[0]:
+            dev[t].SetCoefficient(v, float(c.devices[t]))
+        for g, ct in grp.items():
+            if c.stages[g]:
+                ct.SetCoefficient(v, float(c.stages[g]))
+    if spend is not None:
+        return _cost_master(s, cols, x, dev, grp, N, spend, floor)
     obj = s.Objective()
     F = s.NumVar(0, inf, "F") if pools else None
     feed = {p: s.Constraint(-inf, 0.0) for p in (Phase.DECODE, Phase.PREFILL)} if pools else {}
@@ -85,11 +109,6 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
         for ct in feed.values():
             ct.SetCoefficient(F, 1.0)
     for c, v in zip(cols, x):
-        for t in np.nonzero(c.devices)[0]:
-            dev[t].SetCoefficient(v, float(c.devices[t]))
-        for g, ct in grp.items():
-            if c.stages[g]:
-                ct.SetCoefficient(v, float(c.stages[g]))
         if c.pipe.phase == Phase.BOTH:
             obj.SetCoefficient(v, c.pipe.tok_s)
         else:
@@ -103,6 +122,26 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
     if pools:
         mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
     return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
+
+
+def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray,
+                 floor: float):
+    """The cost master over `_master`'s device and group rows: min Σ spend·devices·x + SHORT·short,
+    Σ tok/s·x + short ≥ floor."""
+    obj = s.Objective()
+    short = s.NumVar(0, s.infinity(), "short")
+    row = s.Constraint(float(floor), s.infinity())
+    row.SetCoefficient(short, 1.0)
+    obj.SetCoefficient(short, SHORT * float(spend @ N) / floor)  # a real fleet giving the floor spends ≤ spend·N
+    for c, v in zip(cols, x):
+        obj.SetCoefficient(v, float(spend @ c.devices))
+        row.SetCoefficient(v, c.pipe.tok_s)
+    obj.SetMinimization()
+    if s.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the column-generation cost master LP did not solve to optimality")
+    pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
+    sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}
 
 
 def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int) -> _Column:
@@ -131,8 +170,8 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
 
 
 def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
-                 phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8,
-                 progress: Callable[[str], None] | None = None) -> CellBound:
+                 phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
+                 progress: Callable[[str], None] | None = None) -> ColumnBound:
     """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
     master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
     is valid whatever the budget).
@@ -140,6 +179,9 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
         budget: pricing work, in cell_bound.WORK_PER_SECOND's unit (deterministic, unlike seconds).
+        demand: cost or energy with a floor (pipelines that prefill and decode only): the master
+            is the least spend giving the floor, and each full pass gives both bounds (module
+            docstring); `least_spend` is the best of the spend bounds, the pipelines the cheapest.
         progress: called with a line per iteration.
     """
     costs = StageCosts(tables, kinds, cluster)
@@ -147,6 +189,12 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     n_dev = float(N.sum())
     groups = {g: k.groups for g, k in enumerate(kinds) if k.tp > 1}
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
+    if demand is not None and phases != (Phase.BOTH,):
+        raise ValueError("a demand (cost or energy with a floor) prices pipelines that prefill and decode only")
+    spend = None if demand is None else np.array([demand.spend[t] for t in costs.types])
+    floor = demand.floor if demand is not None else 0.0
+    G = np.array([groups.get(g, 0) for g in range(len(kinds))], dtype=float)
+    least = -np.inf  # with a demand: the best spend bound so far
     todo: list[tuple[Phase, Key]] = []
     for p in phases:
         todo += [(p, k) for k in keys(p, max_stages, ceiling, Regimes(tables.wl, p, ceiling))]
@@ -161,7 +209,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
-        z, x, pi, sigma, mu = _master(cols, N, groups, pools) if cols else (0.0, [], np.zeros(len(N)), {}, {})
+        z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else \
+            (0.0, [], np.zeros(len(N)), {}, {})
         if pools and not cols:
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
@@ -173,10 +222,13 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
         pi, sig, (mu_d, mu_p) = duals
-        eps = TOLERANCE * z / n_dev
-        prices = costs.tp * (pi[costs.type_of] + eps) + sig
-        worth = {Phase.BOTH: 1.0, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
-        tol = GAP * max(z, 1e-9) / n_dev
+        scale = z if spend is None else min(z, float(spend @ N))  # the short tok/s' price is no scale
+        eps = TOLERANCE * scale / n_dev
+        # with a demand a column's gain is λ·tok/s less its devices' spend and duals (μ_d holds λ)
+        paid = pi if spend is None else pi + spend
+        prices = costs.tp * (paid[costs.type_of] + eps) + sig
+        worth = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
+        tol = GAP * max(scale, 1e-9) / n_dev
         start, evaluations, steps = work, tables.evaluations, tables.step_costs
         for pk in todo:
             if pk not in pricers:
@@ -217,20 +269,29 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
                 new.append(col)
         if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
             spent = work - start
-            value = float(pi @ N + sig @ np.array([groups.get(g, 0) for g in range(len(kinds))])
-                          + n_dev * (eps + max(0.0, upper)))
+            rest = float(sig @ G + n_dev * (eps + max(0.0, upper)))
+            if spend is None:
+                value = float(pi @ N) + rest
+            else:  # λ·tok/s ≤ (spend + π)·N + rest and spend ≥ λ·F − π·N − rest (module docstring)
+                value = float(paid @ N + rest) / mu_d if mu_d > 0 else np.inf
+                if mu_d * floor - float(pi @ N) - rest > least:
+                    least, center = mu_d * floor - float(pi @ N) - rest, duals
             if value < best:
-                best, center = value, duals
+                best = value
+                center = duals if spend is None else center
         missed = smooth and not new
         todo = nxt
         cols += new
         if progress:
-            progress(f"column generation {it}: LP {z:,.0f} tok/s, bound {best:,.0f}, {len(cols)} pipelines, {len(todo)} keys, "
-                     f"work {work / budget:.0%}")
+            spent_on = "" if spend is None else f", least spend {least:,.2f}"
+            progress(f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, "
+                     f"{len(todo)} keys, work {work / budget:.0%}")
         if full and (final or not new and not smooth):
             break
     if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
-        x = _master(cols, N, groups, pools)[1]
-    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), -cols[j].pipe.tok_s / cols[j].devices.sum()))
+        x = _master(cols, N, groups, pools, spend, floor)[1]
+    per = (lambda c: -c.pipe.tok_s / c.devices.sum()) if spend is None else (lambda c: float(spend @ c.devices) / c.pipe.tok_s)
+    order = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
     pipes = [cols[j].pipe for j in order][:TEMPLATES]
-    return CellBound(best, pipes)
+    used = sum(1 for j in order[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+    return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)

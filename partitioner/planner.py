@@ -84,7 +84,8 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution |
     of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
     least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
     if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do;
-        # and at least the cell bound's least spend giving the floor (devices and pipelines whole; few types only)
+        # and at least the cell bound's least spend giving the floor (devices and pipelines whole; few types), or
+        # column generation's (a Lagrangian bound over whole pipelines; past MAX_CELLS count vectors)
         least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s,
                     (sol.least_spend if sol else 0.0) / min_tok_s)
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)

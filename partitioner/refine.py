@@ -9,13 +9,15 @@ capped so that every stage still to come keeps a unit. A link between two stages
 its activations within R at its cheapest cut (the fastest path between the two types).
 Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only relaxations
 left are the loop term and the choice of the fastest link. R comes from a bisection over
-the stage and link times that can occur, so it is exact.
+the stage and link times that can occur, so it is exact. On request (cost or energy with a
+floor, cell_bound.Demand) the loop term is counted too (loop_dp.py); links stay relaxed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hetc.partitioner.loop_dp import loop_round
 from hetc.partitioner.stage_costs import Case, StageCosts
 from hetc.scheduling import Phase
 
@@ -23,6 +25,7 @@ __all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
+LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
 CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
 
 
@@ -65,7 +68,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
 
 def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.ndarray,
                tp_groups: bool, below: float = np.inf, fit: int | None = None,
-               above: float = 0.0) -> tuple[tuple[float, Chain] | None, float]:
+               above: float = 0.0, loop: bool = False) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per type, None if none fits within R ≤ `below`; and the work it took.
 
@@ -77,6 +80,8 @@ def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.n
         fit: the sequences every stage must hold in memory (default `batch`).
         above: no chain's bottleneck is below this (a bound the caller has): the bisection
             starts there.
+        loop: the least round with the loop term counted too (loop_dp.py; not in prefill pools,
+            which have none); the chain returned is one attaining the DP's bottleneck.
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
     use = counts[costs.group] >= costs.tp  # the kinds this cell can form
@@ -112,7 +117,14 @@ def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.n
         else:
             lo = mid + 1
     R = float(cand[lo])
-    return (R, _backtrack(costs, case, R, counts, n, kinds)), work + last  # backtracking: one more pass
+    chain = _backtrack(costs, case, R, counts, n, kinds)
+    work += last  # backtracking: one more pass
+    if loop and phase != Phase.PREFILL:
+        R, w = loop_round(costs, case, R, cand, counts, n, kinds, m)
+        work += w * LOOP
+        if R > below:
+            return None, work
+    return (R, chain), work
 
 
 def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
@@ -154,9 +166,10 @@ def chain_most(costs: StageCosts, phase: Phase, chain: Chain) -> int:
     return int(min(costs.tables.most(costs.kinds[g], phase)[a, b - a] for g, a, b in zip(kinds, cuts, cuts[1:])))
 
 
-def chain_round(costs: StageCosts, phase: Phase, batch: int, chain: Chain) -> float:
+def chain_round(costs: StageCosts, phase: Phase, batch: int, chain: Chain, loop: bool = False) -> float:
     """The bottleneck of `chain` at `batch` sequences as the chain DP counts it: its busiest
-    stage, or a link between two of its stages' types at its cheapest cut."""
+    stage, or a link between two of its stages' types at its cheapest cut; with `loop`, at least
+    its m micro-batches' loop too (Σ stages + Σ links at their cuts, over m: loop_dp.py)."""
     kinds, cuts = chain
     n = len(kinds)
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
@@ -164,5 +177,9 @@ def chain_round(costs: StageCosts, phase: Phase, batch: int, chain: Chain) -> fl
     for g, i, j in zip(kinds, cuts, cuts[1:]):
         cost, over = costs.tables.unit_costs(costs.kinds[g], m, b, phase)
         stages.append(float(cost[i:j].sum()) + over)
-    cheapest = costs.links(phase, b, m)[1]
-    return max(stages + [float(cheapest[costs.type_of[x], costs.type_of[y]]) for x, y in zip(kinds, kinds[1:])])
+    link, cheapest = costs.links(phase, b, m)
+    pairs = [(costs.type_of[x], costs.type_of[y]) for x, y in zip(kinds, kinds[1:])]
+    R = max(stages + [float(cheapest[t, u]) for t, u in pairs])
+    if loop and phase != Phase.PREFILL:
+        R = max(R, (sum(stages) + sum(float(link[t, u, i]) for (t, u), i in zip(pairs, cuts[1:]))) / m)
+    return R

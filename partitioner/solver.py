@@ -6,7 +6,8 @@
    optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
    pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
-   of kinds. Each is evaluated exactly — best split per batch (split.py) and the
+   of kinds (cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
+   column-generation optimum runs, in any counts). Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
    a work budget.
 4. CP-SAT picks how many replicas of each option (template × batch) to run within the
@@ -28,7 +29,7 @@ from hetc.partitioner.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, Demand, cell_bound
 from hetc.partitioner.colgen import METHOD as COLUMNS
-from hetc.partitioner.colgen import column_bound
+from hetc.partitioner.colgen import ColumnBound, column_bound
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
@@ -74,7 +75,7 @@ class Solution:
     kv_transfers: list["KVRoute"] = field(default_factory=list)
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
-    least_spend: float = 0.0  # cost / energy with a floor: the cell bound's least USD/h (W) of any plan giving it
+    least_spend: float = 0.0  # cost / energy with a floor: the cell bound's (colgen's) least USD/h (W) of any plan giving it
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,15 +187,16 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         per_type[type_key(n)] += n.count
     few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
     # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
-    if few:  # cost / energy with a floor: refined where the cheapest devices giving it are (cell_bound.Demand)
-        spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
-        demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
-            if objective in spends and min_tok_s else None
+    # cost / energy with a floor: the cheapest devices giving it (cell_bound.Demand), or the cheapest pipelines (colgen)
+    spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
+    demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
+        if objective in spends and min_tok_s else None
+    if few:
         bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
                            budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress)
     else:
         bound = column_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, progress=progress)
+                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, demand=demand, progress=progress)
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
@@ -209,7 +211,8 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         if curves:
             notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
                          "each curve's running maximum (valid for every batch, looser than the profile)")
-    templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases))
+    uneven = bound.pipelines[:bound.used] if demand is not None and isinstance(bound, ColumnBound) else None
+    templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
     memo: dict = {}  # split_chain's per-kind costs, shared by every template
@@ -311,10 +314,11 @@ def _fill_batches(picks: list[tuple[Option, int]], opts: list[Option],
 
 
 def _by_promise(templates: list[Template]) -> list[Template]:
-    """The cell bound's pipelines first (where the bound says plans are), then by how many
-    device types a chain mixes (homogeneous chains, then even mixes of two types, …): the
-    order in which a spent budget leaves templates out."""
-    return sorted(templates, key=lambda t: (not t.batches, len({type_key(s.node) for s in t.chain})))
+    """The cell bound's pipelines first (where the bound says plans are), then mixes of the kinds
+    they run (templates.generate's `uneven`), then by how many device types a chain mixes
+    (homogeneous chains, then even mixes of two types, …): the order in which a spent budget
+    leaves templates out."""
+    return sorted(templates, key=lambda t: (not t.batches, not t.early, len({type_key(s.node) for s in t.chain})))
 
 
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:

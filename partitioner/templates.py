@@ -4,7 +4,8 @@ A template names device types and tp degrees, not devices; `allocate` later give
 replica real devices. Templates come from three places:
 - homogeneous: a chains of a groups of one kind (one type, one tp degree);
 - even mixes: every device of a subset of types split evenly over r replicas;
-- the pipelines of the cell bound's optimum (cell_bound.py);
+- the pipelines of the bound's optimum (cell_bound.py, colgen.py), and with a floor on cost or
+  energy past the cell bound every mix of two of their kinds in any counts (`uneven`);
 - on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
 """
 
@@ -31,6 +32,7 @@ class Template:
     chain: tuple[Slot, ...]
     phase: Phase = Phase.BOTH  # or a disaggregated pool: "prefill" / "decode"
     batches: tuple[int, ...] = ()  # where the cell bound found chains of these kinds best (tried besides the search's)
+    early: bool = False  # a mix of kinds the bound's optimum runs: tried right after its pipelines
 
 
 def usage(t: Template) -> Counter:
@@ -48,9 +50,17 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
 
 
 def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max_stages: int,
-             phases: tuple[Phase, ...] = (Phase.BOTH,)) -> list[Template]:
+             phases: tuple[Phase, ...] = (Phase.BOTH,), uneven: list[Pipeline] | None = None) -> list[Template]:
     """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
-    one-device-stage chains and the cell bound's pools)."""
+    one-device-stage chains and the cell bound's pools).
+
+    Args:
+        uneven: the pipelines the bound's optimum runs: every two kinds of `pipelines` are mixed
+            in any counts up to the longest of these (mixes of two kinds they run first): a floor
+            is met with whole replicas, and the cheapest fleet tops up with mixes the relaxation
+            splits evenly or not at all (e.g. 1 MI300X + 4 Gaudi2 beside 3 + 3, 4 H100×TP2 +
+            1 H200 beside 3 H100×TP2 + 1 H100).
+    """
     out: dict[tuple, Template] = {}
 
     def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0) -> None:
@@ -60,10 +70,13 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
         if batch and batch not in t.batches:
             out[key] = replace(t, batches=t.batches + (batch,))
 
-    def add(parts: list[tuple[Kind, int]], phase: Phase = Phase.BOTH) -> None:
+    def add(parts: list[tuple[Kind, int]], phase: Phase = Phase.BOTH, early: bool = False) -> None:
         parts = [(k, a) for k, a in parts if a > 0]
         if parts and sum(a for _, a in parts) <= max_stages:
             add_chain(_chain(parts), _label(parts), phase)
+            if early:
+                key = (phase, *((k.type_key, k.tp) for k, a in parts for _ in range(a)))
+                out[key] = replace(out[key], early=True)
 
     for phase in (p for p in phases if p != Phase.BOTH):  # disaggregated pools, homogeneous
         for k in (k for k in kinds if k.tp == 1):
@@ -71,9 +84,36 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
                 add([(k, a)], phase)
     if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
-    for p in pipelines:  # the cell bound's pipelines, as chains of kinds
+    fitting = [p for p in pipelines if _fits(p.kinds, kinds)]  # column generation's may not fit one replica
+    uneven = [p for p in uneven or [] if _fits(p.kinds, kinds)]
+    if uneven and Phase.BOTH in phases:
+        _two_kinds(kinds, fitting, uneven, min(max_stages, max(len(p.kinds) for p in uneven)), add)
+    for p in fitting:  # the bound's pipelines, as chains of kinds
         add_chain(tuple(Slot(kinds[g].nodes[0], kinds[g].tp) for g in p.kinds), phase=p.phase, batch=p.batch)
     return list(out.values())
+
+
+def _fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
+    """Whether one replica of a chain of kinds (indices into `kinds`) fits each kind's groups and each type's devices."""
+    groups, devices = Counter(chain), Counter()
+    for g, k in groups.items():
+        devices[kinds[g].type_key] += k * kinds[g].tp
+    have = Counter()
+    for k in kinds:
+        have[k.type_key] = max(have[k.type_key], k.groups * k.tp)
+    return all(k <= kinds[g].groups for g, k in groups.items()) and all(d <= have[t] for t, d in devices.items())
+
+
+def _two_kinds(kinds: list[Kind], pipelines: list[Pipeline], runs: list[Pipeline], longest: int, add) -> None:
+    """Every chain of a groups of one kind and b of another (a, b ≥ 1, a + b ≤ `longest`), both
+    kinds used by `pipelines`, that fits one replica; early where both are used by `runs`."""
+    used = sorted({g for p in pipelines for g in p.kinds})
+    run = {g for p in runs for g in p.kinds}
+    for g, h in itertools.combinations(used, 2):
+        for a in range(1, longest):
+            for b in range(1, longest - a + 1):
+                if _fits((g,) * a + (h,) * b, kinds):
+                    add([(kinds[g], a), (kinds[h], b)], early=g in run and h in run)
 
 
 def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from hetc.partitioner.aggregate import first_pass
 from hetc.partitioner.cells import CountSpace
+from hetc.partitioner import loop_dp
 from hetc.partitioner.refine import best_chain
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
@@ -28,10 +29,11 @@ def costs(tmp_path, tiny):
     return StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
 
 
-def _chains(costs: StageCosts, phase: str, batch: int, n: int, fit: int | None = None):
+def _chains(costs: StageCosts, phase: str, batch: int, n: int, fit: int | None = None, loop: bool = False):
     """Every n-stage chain of kinds and cuts that fits memory (at `fit` sequences, default the
     batch), with its device counts and its bottleneck at `batch` as the relaxation counts it
-    (busiest stage, or a link at its cheapest cut)."""
+    (busiest stage, or a link at its cheapest cut; with `loop`, also its m micro-batches' loop:
+    Σ stages + Σ links, each at its own cut, over m)."""
     b, m = (n, 1) if phase == "prefill" else (batch, min(n, batch))
     case = costs.case(phase, b, m, fit=n if phase == "prefill" else fit)
     if case is None:
@@ -49,6 +51,10 @@ def _chains(costs: StageCosts, phase: str, batch: int, n: int, fit: int | None =
                 continue
             R = max(case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks))
             R = max([R] + [cheap[costs.type_of[x], costs.type_of[y]] for x, y in zip(ks, ks[1:])])
+            if loop:
+                busy = sum(case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks))
+                links = sum(case.link[costs.type_of[x], costs.type_of[y], bd[s + 1]] for s, (x, y) in enumerate(zip(ks, ks[1:])))
+                R = max(R, (busy + links) / m)
             yield ks, bd, counts.astype(int), R
 
 
@@ -70,6 +76,31 @@ def test_chain_dp_finds_the_best_chain(costs, phase, batch, fit):
             assert R == pytest.approx(want, rel=1e-9), (n, counts)
             mine = next(r for k, bd, _, r in chains if k == ks and bd == cuts)  # the chain it returns attains R
             assert mine == pytest.approx(R, rel=1e-9)
+
+
+@pytest.mark.parametrize("phase,batch,fit,binds", [("both", 2, 2, True), ("both", 4, 4, True), ("both", 64, 20, False),
+                                                   ("decode", 4, 4, True), ("decode", 40, 9, False)])
+def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, fit, binds, monkeypatch):
+    """With the loop term: the least max(bottleneck, (Σ stages + Σ links at their cuts) / m) over
+    every chain and cut, m = min(n, batch) (batch 2: fewer micro-batches than stages); at small
+    batches the loop binds on some cells (else this would test the DP without it). Rows of the
+    min-plus step one at a time (loop_dp.CHUNK), as a large cell's go in parts."""
+    monkeypatch.setattr(loop_dp, "CHUNK", 1)
+    tp_groups = phase == "both"
+    raised = 0
+    for n in (1, 2, 3):
+        chains = [c for c in _chains(costs, phase, batch, n, fit, loop=True)
+                  if tp_groups or all(costs.tp[g] == 1 for g in c[0])]
+        for counts in itertools.product(*(range(int(d) + 1) for d in costs.devices)):
+            counts = np.array(counts)
+            want = min((R for _, _, c, R in chains if (c <= counts).all()), default=None)
+            got, _ = best_chain(costs, phase, batch, n, counts, tp_groups, fit=fit, loop=True)
+            if want is None:
+                assert got is None, (n, counts)
+                continue
+            assert got[0] == pytest.approx(want, rel=1e-9), (n, counts)
+            raised += got[0] > best_chain(costs, phase, batch, n, counts, tp_groups, fit=fit)[0][0] * (1 + 1e-9)
+    assert (raised > 0) == binds
 
 
 @pytest.mark.parametrize("phase", ["both", "decode", "prefill"])

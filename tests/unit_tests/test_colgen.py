@@ -3,6 +3,7 @@ reduced cost exactly, and the bound lies above the best plan of pipelines, tenso
 and prefill/decode pools, on clusters of two to four device types."""
 
 import itertools
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -11,15 +12,18 @@ from hetc.cluster import load_cluster
 from hetc.partitioner import solver as solver_module
 from hetc.partitioner.aggregate import keys
 from hetc.partitioner.batches import Regimes
+from hetc.partitioner.cell_bound import Pipeline
 from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.pricing import KeyPricer
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.solver import solve
 from hetc.partitioner.stage_costs import StageCosts
-from hetc.partitioner.tables import Tables, kinds_of
-from hetc.scheduling import Phase
+from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.partitioner.templates import generate
+from hetc.scheduling import Objective, Phase
 from tests.brute_force import best_per_set, best_with_pools, options
 from tests.conftest import PROFILE, two_type_cluster
+from tests.unit_tests.test_solver_mix import _cluster, _fleets, _spend
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 TYPES = [("fast", "nvidia", "cuda", "0.8 MB", "40 GB/s", "4 TFLOP/s"), ("big", "amd", "rocm", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
@@ -125,3 +129,50 @@ def test_solver_counts_types_with_columns_past_the_cell_limit(tmp_path, tiny, mo
     assert not any("counted together" in n for n in sol.notes)
     again = solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto")
     assert (again.bound, again.output_tok_s) == (sol.bound, sol.output_tok_s)
+
+
+@pytest.mark.parametrize("objective", [Objective.COST, Objective.ENERGY])
+@pytest.mark.parametrize("share", [0.25, 0.5, 0.75, 0.95])
+def test_cost_with_a_floor_past_the_cell_limit(tmp_path, tiny, monkeypatch, objective, share):
+    """Past MAX_CELLS, cost and energy with a floor price pipelines by their spend (colgen's
+    demand): its least spend is spent by no brute-forced fleet giving the floor (every chain,
+    split and batch) and is not nothing, and the solver's fleet is the brute-force optimum."""
+    cluster = _cluster(tmp_path)
+    fleets = _fleets(best_per_set(options(tiny.units, cluster, WL)))
+    tok = lambda f: sum(o.estimate.output_tok_s for o in f)  # noqa: E731
+    floor, of = share * max(map(tok, fleets)), 0 if objective == Objective.COST else 1
+    want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in fleets if tok(f) >= floor)
+    monkeypatch.setattr(solver_module, "MAX_CELLS", 1)
+    sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor, tp="1")
+    assert "column generation" in sol.bound_method
+    assert 0.2 * want <= sol.least_spend <= want * (1 + 1e-9)
+    assert sol.output_tok_s >= floor * (1 - 1e-9)
+    assert _spend(cluster, sol)[of] == pytest.approx(want, rel=1e-9)
+
+
+def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):
+    """templates.generate(uneven=…): every chain of a groups of one kind and b of another of the
+    bound's pipelines (a, b ≥ 1, a + b up to the longest that `uneven` runs: 3) that fits one
+    replica, none that doesn't; those of two kinds `uneven` runs are tried first (`early`)."""
+    cluster = many_type_cluster(tmp_path, 3, first_count=4)  # fast ×4 (tp1 and tp2 groups), big ×1, mid ×1
+    kinds = kinds_of(cluster)
+    at = {k.name: g for g, k in enumerate(kinds)}
+    runs = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0),
+            Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
+    other = Pipeline(Phase.BOTH, (at["mid"],), (0, 5), 4, 1.0)  # not run: mixed, not early
+    name = {(k.type_key, k.tp): k.name for k in kinds}
+    mixes = {tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early
+             for t in generate(cluster, kinds, runs + [other], 10, uneven=runs)}
+    want = {}
+    for a_name, b_name in itertools.combinations(["fast×tp2", "fast", "big", "mid"], 2):
+        for a in range(1, 3):
+            for b in range(1, 4 - a):
+                mix = Counter({a_name: a, b_name: b})
+                fast = sum(n * (2 if k == "fast×tp2" else 1) for k, n in mix.items() if k.startswith("fast"))
+                if fast <= 4 and mix["big"] <= 1 and mix["mid"] <= 1 and mix["fast×tp2"] <= 2:
+                    want[tuple(sorted(mix.items()))] = "mid" not in mix
+    assert len(want) >= 8
+    for mix, early in want.items():
+        assert mixes.get(mix) == early, mix
+    assert not any(dict(m).get("big", 0) > 1 or dict(m).get("fast×tp2", 0) > 2 for m in mixes)
+    assert not any(sum(n for _, n in m) > 3 for m, early in mixes.items() if early)

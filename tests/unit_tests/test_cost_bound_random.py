@@ -1,6 +1,6 @@
 """The cost and energy bounds against brute force on random tiny instances: every piece the
-planner takes the largest of (bound.py's LP, whole_devices.py's MIP, cell_bound.Demand's least
-spend) is at most the least USD/h (W) of any brute-forced fleet giving the floor (tp groups,
+planner takes the largest of (bound.py's LP, whole_devices.py's MIP, cell_bound.Demand's and
+colgen.py's least spend) is at most the least USD/h (W) of any brute-forced fleet giving the floor (tp groups,
 every integer batch up to max_num_seqs: tests/brute_force.py). The instances vary what makes a
 relaxation drop real stages: devices that hold a few units or few sequences (memory from 0.3× to
 4× the model), KV-heavy workloads, engine batch caps, prices and powers, tp groups, and pipeline
@@ -16,6 +16,7 @@ from hetc.partitioner.batches import batch_ceiling
 from hetc.partitioner.bound import cost_bound
 from hetc.partitioner.capture import capture
 from hetc.partitioner.cell_bound import Demand, cell_bound
+from hetc.partitioner.colgen import column_bound
 from hetc.partitioner.simulate import Workload
 from hetc.partitioner.tables import Tables, kinds_of, type_key
 from hetc.partitioner.whole_devices import whole_devices_bound
@@ -84,6 +85,8 @@ def test_cost_bounds_never_exceed_the_brute_force_optimum(tmp_path, models, monk
             want = min(sum(map(value, f)) for f in fleets if tok(f) >= floor)
             got = {"LP": cost_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
                    "whole devices": whole_devices_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
-                   "cell bound": cell_bound(tables, kinds, cluster, stages, ceiling, demand=Demand(spend, floor)).least_spend}
+                   "cell bound": cell_bound(tables, kinds, cluster, stages, ceiling, demand=Demand(spend, floor)).least_spend,
+                   "column generation": column_bound(tables, kinds, cluster, stages, ceiling,
+                                                     demand=Demand(spend, floor)).least_spend}
             for name, v in got.items():
                 assert v <= want * (1 + 1e-6), (name, of, share, v, want)
