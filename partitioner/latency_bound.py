@@ -338,7 +338,7 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     y / (hi · share / a), fit each kind's groups and each type's devices. A second LP keeps these
     flows for 1 ≤ s ≤ the first interval's hi only and above it takes whole pipelines
     (latency_columns: each of a pipeline's groups at its slowest stage's rate, n stages within T
-    only where n · that stage ≤ T), the tighter on every cluster measured; T is raised until both
+    only where n · that stage ≤ T), the tighter on the benchmark clusters; T is raised until both
     LPs' most tok/s reach the floor (bisected to T_RESOLUTION, the bound the largest T at which one
     does not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
 
