@@ -25,7 +25,8 @@ dynamic program over where each stage ends and its kind, with the cheapest link 
 kinds' nodes. Device counts and the shared batch are relaxed.
 
 With a floor on the fleet's tok/s, `tpot_floor_bound` raises it to the least TPOT at which
-fleets of pipelines can give the floor within the cluster (an LP over stage flows, below).
+fleets of pipelines can give the floor within the cluster (LPs over stage flows, below, and over
+whole pipelines, latency_columns.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ortools.linear_solver import pywraplp
 from hetc.cluster import Cluster
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.envelope import flat_node
+from hetc.partitioner.latency_columns import Block, columns
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
 from hetc.partitioner.tables import Kind, Tables, type_key
@@ -202,10 +204,11 @@ class _Ranges:
         return _Ranges(np.where(inside, i, 0), np.where(inside, k, 0))
 
 
-def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> _Seats:
-    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s): a(s) is at
-    least the flat profile's at lo (in the regime right of lo) and, since a round's busy seconds per
-    sequence never grow with s within a regime (batches.py), lo/hi of the envelope's at hi."""
+def _times(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: float) -> tuple[Round, list[np.ndarray]]:
+    """(the round at lo, per kind [i, k] the least mean micro-step of units [i, i + k)) at s seats
+    per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s): a(s) is at least the flat profile's at lo (in the
+    regime right of lo) and, since a round's busy seconds per sequence never grow with s within a
+    regime (batches.py), lo/hi of the envelope's at hi."""
     at = lo if lo == 1 else lo * (1 + 1e-9)
     r = Round.of(tables.wl, at, 1)  # k = 1: one micro-step's steps, `passes` of them per round
     top_share = Round.of(tables.wl, hi, 1).tpot_share
@@ -218,6 +221,11 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
             cost, over = tables.unit_costs(g, 1, hi)  # type: ignore[arg-type]  # batch hi, m 1: s = hi seats
             t = np.maximum(t, _range_times(cost, over, fits, ranges) * top_share * lo / hi)
         times.append(t)
+    return r, times
+
+
+def _seats(r: Round, times: list[np.ndarray], ranges: _Ranges, lo: float, hi: float) -> _Seats:
+    """The stages of pipelines at s seats per micro-step, lo < s ≤ hi (lo = 1: 1 ≤ s), of `_times`."""
     before, after = _chains(np.min(times, axis=0))
     rest = before[ranges.i] + after[ranges.i + ranges.k]
     least = [t.min(axis=0) for t in times]
@@ -230,18 +238,21 @@ def _seats(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
 
 
 class _FloorLP:
-    """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound), over `seats`."""
+    """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound): stage flows
+    over `seats`, and whole-pipeline columns (latency_columns) over `blocks`."""
 
-    def __init__(self, seats: list[_Seats], kinds: list[Kind], cluster: Cluster, u: int) -> None:
+    def __init__(self, seats: list[_Seats], blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int) -> None:
         self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
+        self.blocks, self.kinds, self.u = blocks, kinds, u
         self.times: list[tuple] = []
+        self.columns: list[pywraplp.Variable] = []  # the last T's pipeline columns
         count: dict[tuple[str, str], int] = {}
         for n in cluster.nodes:
             count[type_key(n)] = count.get(type_key(n), 0) + n.count
-        groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
+        self.groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
         devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
-        of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
-        objective = solver.Objective()
+        self.of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
+        self.objective = objective = solver.Objective()
         objective.SetMaximization()
         for st in seats:
             x = solver.NumVar(0, solver.infinity(), "")
@@ -254,11 +265,33 @@ class _FloorLP:
                 y = solver.NumVar(0, solver.infinity(), "")
                 cover.SetCoefficient(y, float(k))
                 time.SetCoefficient(y, a)
-                used = a / (st.hi * st.share)  # groups per tok/s
-                groups[gi].SetCoefficient(y, used)
-                of_type[gi].SetCoefficient(y, used * kinds[gi].tp)
+                self._take(y, gi, a / (st.hi * st.share))  # groups per tok/s
                 ys.append((y, ready))
             self.times.append((time, x, ys))
+
+    def _take(self, var: pywraplp.Variable, gi: int, groups: float) -> None:
+        """`var` takes `groups` groups of kind gi (added: a pair's two kinds may share a type)."""
+        for row, add in ((self.groups[gi], groups), (self.of_type[gi], groups * self.kinds[gi].tp)):
+            row.SetCoefficient(var, row.GetCoefficient(var) + add)
+
+    def _pipelines(self, t: float) -> None:
+        """The columns at t, in place of the last T's (held at 0)."""
+        for z in self.columns:
+            z.SetUb(0.0)
+        self.columns = []
+        if not self.blocks:
+            return
+        cols = columns(self.blocks, self.u, t)
+        for gi, tok in enumerate(cols.single):
+            if tok > 0:
+                self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
+                self.objective.SetCoefficient(z, float(tok))
+                self._take(z, gi, 1.0)
+        for gi, hi, of_g, of_h, tok in cols.pairs:
+            self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
+            self.objective.SetCoefficient(z, float(tok))
+            self._take(z, int(gi), float(of_g))
+            self._take(z, int(hi), float(of_h))
 
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds."""
@@ -266,15 +299,16 @@ class _FloorLP:
             time.SetCoefficient(x, -t)
             for y, ready in ys:
                 y.SetUb(self.solver.infinity() if ready <= t else 0.0)
+        self._pipelines(t)
         if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
             raise RuntimeError("the latency floor LP did not solve to optimality")
         return self.solver.Objective().Value()
 
 
-def _threshold(lp: _FloorLP, floor: float, lo: float) -> tuple[float, float]:
-    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: the LP gives `floor` at hi and not below lo (given:
-    not at lo); inf, inf where it gives it at no T below 1,000 s."""
-    reaches = lambda t: lp.most(t) >= floor * (1 - 1e-9)  # noqa: E731
+def _threshold(lps: list[_FloorLP], floor: float, lo: float) -> tuple[float, float]:
+    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: every LP gives `floor` at hi, not all below lo (given:
+    not at lo); inf, inf where they give it at no T below 1,000 s."""
+    reaches = lambda t: all(lp.most(t) >= floor * (1 - 1e-9) for lp in lps)  # noqa: E731
     hi = lo
     while not reaches(hi):
         lo, hi = hi, hi * 2
@@ -301,9 +335,12 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     the time (Σ a·y ≤ T·X), a stage only where some pipeline through it — chains of the least
     stages of any kind before and after it, and TPOT ≥ k·a_i ≥ 2·a_i where it has two or more
     stages at s > 1 — keeps TPOT ≤ T, and the groups they take,
-    y / (hi · share / a), fit each kind's groups and each type's devices; T is raised until the
-    LP's most tok/s reaches the floor (bisected to T_RESOLUTION, the bound the largest T that does
-    not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
+    y / (hi · share / a), fit each kind's groups and each type's devices. A second LP keeps these
+    flows for 1 ≤ s ≤ the first interval's hi only and above it takes whole pipelines
+    (latency_columns: each of a pipeline's groups at its slowest stage's rate, n stages within T
+    only where n · that stage ≤ T), the tighter on the benchmark clusters; T is raised until both
+    LPs' most tok/s reach the floor (bisected to T_RESOLUTION, the bound the largest T at which one
+    does not). Links, the loop's k/m ≥ 1 and whole devices are relaxed.
 
     Args:
         floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
@@ -313,12 +350,18 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     if floor <= 0:
         return least
     u = len(tables.units)
-    seats = []
+    seats, blocks = [], []
     ranges = _Ranges.of(tables)
     for lo, hi in _seat_intervals(tables.wl, ceiling):
-        got = _seats(tables, kinds, ranges, lo, hi)
+        r, times = _times(tables, kinds, ranges, lo, hi)
+        got = _seats(r, times, ranges, lo, hi)
         if not got.holds:
             break  # nothing holds lo sequences: nothing holds more
         seats.append(got)
-    lo, _ = _threshold(_FloorLP(seats, kinds, cluster, u), floor, least)
+        if lo > 1:  # whole pipelines need k ≥ n micro-steps: s > 1 (latency_columns)
+            blocks.append(Block.of(got.least, hi * got.share))
+    pipelines, stages = _FloorLP(seats[:1], blocks, kinds, cluster, u), _FloorLP(seats, [], kinds, cluster, u)
+    lo, _ = _threshold([pipelines], floor, least)  # the tighter on the clusters measured; where the
+    if stages.most(lo) < floor * (1 - 1e-9):  # stage flows' alone is larger, it is the bound
+        lo, _ = _threshold([pipelines, stages], floor, lo)
     return max(least, lo)

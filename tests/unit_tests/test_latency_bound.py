@@ -9,7 +9,7 @@ import pytest
 from hetc.cluster import Cluster, Node, load_profile, profile_names, resolve_link
 from hetc.partitioner.capture import capture
 from hetc.partitioner.envelope import flat_node
-from hetc.partitioner.latency_bound import _Ranges, _Seats, _seat_intervals, _seats, least_step
+from hetc.partitioner.latency_bound import _Ranges, _Seats, _seat_intervals, _seats, _times, least_step
 from hetc.partitioner.simulate import Round, Workload, stage_time, unit_round_costs
 from hetc.partitioner.tables import Tables, kinds_of
 from hetc.scheduling import Phase
@@ -73,7 +73,7 @@ def test_the_floor_bounds_seats_intervals_hold_every_mean_micro_step(tiny, name,
     intervals = _seat_intervals(wl, 4096)
     for lo, hi in intervals[:120] + intervals[120::10]:
         for g in kinds_of(cluster, (1, 4)):
-            least = _seats(tables, [g], ranges, lo, hi).least[0]
+            least = _seats(*_times(tables, [g], ranges, lo, hi), ranges, lo, hi).least[0]
             assert np.isfinite(least[u])
             for s in np.linspace(lo, hi, 6)[1:] if lo > 1 else np.linspace(1, hi, 6):
                 r = Round.of(wl, float(s), 1)

@@ -151,8 +151,8 @@ def test_latency_bound_holds_for_every_fleet_meeting_the_floor(case, share):
             break
     bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
     assert bound_ms <= t * 1e3 * (1 + 1e-9)
-    if share <= 0.25:  # measured 0.95, 0.93; at 50–95% 0.76–0.51: on 4 devices a pipeline's stages take whole
-        assert bound_ms >= t * 1e3 * 0.9  # devices, which the LP's flows (fractions of groups) relax
+    if share <= 0.5:  # measured 0.95, 0.98, 0.82; at 75–95% 0.61–0.47: on 4 devices whole devices and
+        assert bound_ms >= t * 1e3 * 0.8  # batches, which the LPs relax, decide the brute-force optimum
 
 
 @pytest.mark.parametrize("objective", [Objective.COST, Objective.ENERGY])
