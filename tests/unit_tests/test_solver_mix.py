@@ -186,3 +186,16 @@ def test_cost_bound_balances_are_every_contiguous_ranges_least_and_most(tiny):
             want.append((a, b, min(diffs), max(diffs)))
     assert _balances(tables.signature, len(rep)) == want
     assert any((lo, hi) == (-1, 1) for _, _, lo, hi in want)
+
+
+def test_a_latency_floor_lp_that_does_not_solve_lowers_the_bound_not_the_plan(case, monkeypatch):
+    """GLOP not reaching optimality (seen once on a tiny cluster) must not end `hetc plan`: the LP is
+    taken to give any floor, so the bound falls to the floorless one, still a bound."""
+    from ortools.linear_solver import pywraplp
+
+    tiny, cluster, _, most = case
+    ceiling = batch_ceiling(tiny.units, cluster, WL)
+    floorless = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling)
+    assert _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) > floorless
+    monkeypatch.setattr(pywraplp.Solver, "Solve", lambda self: pywraplp.Solver.ABNORMAL)
+    assert _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) == floorless
