@@ -42,7 +42,7 @@ from hetc.partitioner.aggregate import keys
 from hetc.partitioner.batches import MAX_BATCH, Regimes
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.simulate import Workload
-from hetc.partitioner.tables import Kind, Tables, type_key
+from hetc.partitioner.tables import Kind, Tables, devices_per_type, type_key
 from hetc.partitioner.units import Unit
 from hetc.partitioner.whole_devices import whole_devices_bound
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
@@ -183,11 +183,8 @@ def least_holding(units: list[Unit], wl: Workload, cluster: Cluster, cost: dict[
     holds at least that (an integer knapsack, CP-SAT; its proven bound, so the
     answer stays a lower bound whether or not it finishes). 0 if nothing holds it."""
     need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len)).total
-    count: dict[tuple[str, str], int] = {}
-    memory: dict[tuple[str, str], float] = {}
-    for n in cluster.nodes:
-        count[type_key(n)] = count.get(type_key(n), 0) + n.count
-        memory[type_key(n)] = n.profile.usable_memory
+    count = devices_per_type(cluster)
+    memory = {type_key(n): n.profile.usable_memory for n in cluster.nodes}
     types = list(count)
     m = cp_model.CpModel()
     x = [m.NewIntVar(0, count[t], "") for t in types]

@@ -44,7 +44,7 @@ from hetc.partitioner.envelope import flat_node
 from hetc.partitioner.latency_columns import Block, columns
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.simulate import Round, Workload, unit_round_costs
-from hetc.partitioner.tables import Kind, Tables, type_key
+from hetc.partitioner.tables import Kind, Tables, devices_per_type
 
 __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
 
@@ -246,11 +246,8 @@ class _FloorLP:
         self.blocks, self.kinds, self.u = blocks, kinds, u
         self.times: list[tuple] = []
         self.columns: list[pywraplp.Variable] = []  # the last T's pipeline columns
-        count: dict[tuple[str, str], int] = {}
-        for n in cluster.nodes:
-            count[type_key(n)] = count.get(type_key(n), 0) + n.count
         self.groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
-        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in count.items()}
+        devices = {t: solver.Constraint(-solver.infinity(), c) for t, c in devices_per_type(cluster).items()}
         self.of_type = [devices[g.type_key] for g in kinds]  # type_key is slow: once per kind
         self.objective = objective = solver.Objective()
         objective.SetMaximization()

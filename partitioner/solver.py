@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -35,7 +34,7 @@ from hetc.partitioner.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.split import Found, batch_options, slo_filter, split_chain
-from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.partitioner.tables import Tables, devices_per_type, kinds_of, type_key
 from hetc.partitioner.mix import NO_CAPS, Caps, Option, choose
 from hetc.partitioner.templates import Template, generate
 from hetc.partitioner.units import Unit
@@ -182,10 +181,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
     ceiling = batch_ceiling(units, cluster, wl, max_num_seqs)
-    per_type = Counter()
-    for n in cluster.nodes:
-        per_type[type_key(n)] += n.count
-    few = math.prod(c + 1 for c in per_type.values()) <= MAX_CELLS  # count vectors the cell bound can count
+    few = math.prod(c + 1 for c in devices_per_type(cluster).values()) <= MAX_CELLS  # count vectors the cell bound can count
     # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
     # cost / energy with a floor: the cheapest devices giving it (cell_bound.Demand), or the cheapest pipelines (colgen)
     spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}

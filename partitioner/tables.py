@@ -52,6 +52,14 @@ def type_key(node: Node) -> tuple[str, str]:
     return node.profile.name, repr(node.link)
 
 
+def devices_per_type(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """The cluster's devices of each type (type_key), in the order the types first appear."""
+    out: dict[tuple[str, str], int] = {}
+    for n in cluster.nodes:
+        out[type_key(n)] = out.get(type_key(n), 0) + n.count
+    return out
+
+
 def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = (1, 2, 4, 8)) -> list[Kind]:
     by_type: dict[tuple[str, str], list[Node]] = {}
     for n in cluster.nodes:

@@ -63,20 +63,20 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
     """
     out: dict[tuple, Template] = {}
 
-    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0) -> None:
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0,
+                  early: bool = False) -> None:
         key = (phase, *((type_key(s.node), s.tp) for s in chain))
         name = label or " → ".join(s.node.profile.name for s in chain)
         t = out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))
         if batch and batch not in t.batches:
-            out[key] = replace(t, batches=t.batches + (batch,))
+            t = out[key] = replace(t, batches=t.batches + (batch,))
+        if early and not t.early:
+            out[key] = replace(t, early=True)
 
     def add(parts: list[tuple[Kind, int]], phase: Phase = Phase.BOTH, early: bool = False) -> None:
         parts = [(k, a) for k, a in parts if a > 0]
         if parts and sum(a for _, a in parts) <= max_stages:
-            add_chain(_chain(parts), _label(parts), phase)
-            if early:
-                key = (phase, *((k.type_key, k.tp) for k, a in parts for _ in range(a)))
-                out[key] = replace(out[key], early=True)
+            add_chain(_chain(parts), _label(parts), phase, early=early)
 
     for phase in (p for p in phases if p != Phase.BOTH):  # disaggregated pools, homogeneous
         for k in (k for k in kinds if k.tp == 1):
