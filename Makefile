@@ -26,7 +26,7 @@ run: setup
 # (its module fixtures — a served process, a capture — are built once).
 FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.py tests/unit_tests/test_fuzz_inputs.py \
              runtime/kvlinks.py runtime/openapi.py tests/fixtures/serving.py runtime/loading.py tests/unit_tests/test_runtime_loading.py \
-             tests/unit_tests/test_sampler.py hetc/execution.py partitioner/fusion.py tests/unit_tests/test_fusion.py \
+             tests/unit_tests/test_sampler.py hetc/execution.py partitioner/capture/fusion.py tests/unit_tests/test_fusion.py \
              tests/unit_tests/test_simulate_steps.py benchmarks/public_gemm.py tests/unit_tests/test_profile_gemm_curves.py \
              hetc/serving.py runtime/serving_probe.py backends/rocm/iree_params.py backends/openvino/kernels.py \
              benchmarks/openvino_kernels.py tests/unit_tests/test_openvino_kernels.py tests/unit_tests/test_fidelity_steps.py \

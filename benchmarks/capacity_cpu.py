@@ -192,9 +192,9 @@ def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
     from hetc.capacity.lanes import StepShape, lanes_of
     from hetc.cluster import Cluster
     from hetc.partitioner.cost_models.analytic import Step
-    from hetc.partitioner.cost_models.bench import run_cases
-    from hetc.partitioner.cost_models.compiled_steps import OpenVinoLlama
-    from hetc.partitioner.simulate import Workload
+    from hetc.partitioner.profiling.bench import run_cases
+    from hetc.partitioner.profiling.compiled_steps import OpenVinoLlama
+    from hetc.partitioner.estimate.simulate import Workload
     from hetc.plan import load_plan
 
     p = load_plan(plan)

@@ -159,7 +159,7 @@ def write_model(d: Path, a: argparse.Namespace) -> dict[str, int]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from hetc.partitioner.graph import TORCH_DTYPES
+    from hetc.partitioner.capture.graph import TORCH_DTYPES
     from hetc.weights import RandomWeights, write_safetensors
 
     cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,

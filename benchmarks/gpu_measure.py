@@ -316,9 +316,9 @@ def _ratio_row(what: str, case: str, pred: float, meas: float) -> dict:
 
 def compare(doc: dict, profile_name: str) -> list[dict]:
     from hetc.cluster import load_profile
-    from hetc.partitioner.cost_models import hf_steps, microbench
+    from hetc.partitioner.profiling import hf_steps, microbench
     from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, units_time
-    from hetc.partitioner.cost_models.probe import capture_config
+    from hetc.partitioner.profiling.probe import capture_config
     from hetc.stage import select_at
 
     prof = load_profile(profile_name)

@@ -39,8 +39,8 @@ HELD_ROUNDS = (7,)  # the rounds of figures gathered after FROZEN (the earlier r
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
                 "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
-                "partitioner/cost_models/curves.py", "partitioner/simulate.py",
-                "partitioner/fusion.py", "partitioner/op_records.py", "partitioner/units.py", "partitioner/graph.py",
+                "partitioner/cost_models/curves.py", "partitioner/estimate/simulate.py",
+                "partitioner/capture/fusion.py", "partitioner/capture/op_records.py", "partitioner/capture/units.py", "partitioner/capture/graph.py",
                 "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
 
 SOURCES = {
@@ -490,8 +490,8 @@ def run_batch(case: Case) -> int:
     sequences), no more than fits one replica in hetc's memory model (every sequence reserves its
     prompt + output); with no stated batch, the largest that fits."""
     from hetc.cluster import load_cluster
-    from hetc.partitioner.capture import capture
-    from hetc.partitioner.simulate import StagePlan, Workload, max_batch
+    from hetc.partitioner.capture.capture import capture
+    from hetc.partitioner.estimate.simulate import StagePlan, Workload, max_batch
     from hetc.placement import parse_placement
 
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_public  # noqa: E402  (the cases and their run batch)
 
 from hetc.cluster import load_cluster  # noqa: E402
-from hetc.partitioner.capture import capture  # noqa: E402
+from hetc.partitioner.capture.capture import capture  # noqa: E402
 from hetc.partitioner.cost_models.analytic import cost_params, op_time  # noqa: E402
 from hetc.partitioner.cost_models.links import allreduce_time  # noqa: E402
-from hetc.partitioner.simulate import Round, Workload  # noqa: E402
+from hetc.partitioner.estimate.simulate import Round, Workload  # noqa: E402
 from hetc.placement import parse_placement  # noqa: E402
 
 KINDS = {"matmul": "GEMMs", "moe": "GEMMs", "conv": "GEMMs", "attention": "attention"}

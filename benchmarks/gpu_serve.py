@@ -80,7 +80,7 @@ def _capture_entries(work: Path) -> None:
     captured into a cache folder of its own, WORK/captures/NAME/KEY.json."""
     import os
 
-    from hetc.partitioner.capture import capture
+    from hetc.partitioner.capture.capture import capture
 
     for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
         folder = work / "captures" / name
@@ -99,7 +99,7 @@ def seed_capture(work: Path, tiny: Path) -> None:
     """Put `prepare`'s captures in this host's capture cache under this host's keys. For a GPU host
     whose torch differs from hetc's pin (the lent H100 has 2.11, whose torch.export rejects these
     models' dynamic token dim): the units are the 2.13 capture's, the served run is unchanged."""
-    from hetc.partitioner import capture_cache
+    from hetc.partitioner.capture import capture_cache
 
     for name, ref in (("tiny", str(tiny)), ("8b", "llama-3.1-8b")):
         folder = work / "captures" / name

@@ -41,8 +41,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script")
     a = ap.parse_args()
     from hetc.kv_blocks import blocks_for
-    from hetc.partitioner.capture import load_hf_config
-    from hetc.partitioner.graph import TORCH_DTYPES
+    from hetc.partitioner.capture.capture import load_hf_config
+    from hetc.partitioner.capture.graph import TORCH_DTYPES
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import StageModel
 

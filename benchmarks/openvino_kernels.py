@@ -22,7 +22,7 @@ import torch
 from hetc.backends.openvino.kernels import linear_step, paged_attention_step
 from hetc.backends.openvino.toolchain import cpu_config
 from hetc.backends.paged_attention import PagedMeta
-from hetc.partitioner.cost_models.bench import cpu_info, evict_bytes
+from hetc.partitioner.profiling.bench import cpu_info, evict_bytes
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 
 

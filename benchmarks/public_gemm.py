@@ -5,7 +5,7 @@ single GEMMs (m × n × k, BF16 and per-tensor FP8) as each engine runs them
 (`systems/data/<system>/gemm/<engine>/<version>/gemm_perf.parquet`). This script turns them
 into each profile's `efficiency_curves.matmul[dtype]` (a `Curve2D`: achieved FLOP/s ÷ the
 profile's peak, by rows M and weight size N·K), with the same fitting code `hetc profile`
-uses on a CPU (partitioner/cost_models/fit.py):
+uses on a CPU (partitioner/profiling/fit.py):
 
 - efficiency of one GEMM = 2·m·n·k / (peak · (latency − kernel_overhead)): the backend's
   per-kernel device time (hetc/execution.py) is charged apart by the cost model;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from hetc.cluster import load_profile
 from hetc.execution import BACKEND_EXECUTION
-from hetc.partitioner.cost_models import fit
+from hetc.partitioner.profiling import fit
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -109,11 +109,11 @@ def plan_at(model: Path, cluster: Path, stages: int, batch: int, prompt: int, ou
     its plans. `make_plan` itself would choose the batch (as large as memory allows: 1024 here,
     so its predicted_ms would not describe 8-sequence steps) and, for 2 devices, the layout."""
     from hetc.cluster import load_cluster
-    from hetc.partitioner.capture import capture
+    from hetc.partitioner.capture.capture import capture
     from hetc.partitioner.planner import build_plan
-    from hetc.partitioner.simulate import Workload, estimate_pipeline
-    from hetc.partitioner.solver import Candidate, Solution
-    from hetc.partitioner.split import Slot, split_chain
+    from hetc.partitioner.estimate.simulate import Workload, estimate_pipeline
+    from hetc.partitioner.search.solver import Candidate, Solution
+    from hetc.partitioner.estimate.split import Slot, split_chain
     from hetc.plan import save_plan
 
     cl, cap = load_cluster(cluster), capture(str(model), dtype="fp32")
@@ -339,7 +339,7 @@ def predicted_decode(plan: Path) -> dict[str, float]:
 def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threads: int, reps: int = 15) -> float:
     """Median decode step (ms) of one stage of `plan` run in this process with no runtime around it:
     `seqs` sequences at context `ctx`, on `threads` torch threads."""
-    from hetc.partitioner.capture import load_hf_config
+    from hetc.partitioner.capture.capture import load_hf_config
     from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
     from hetc.plan import load_plan
@@ -422,7 +422,7 @@ def host_bandwidth(threads: int) -> float:
     """The copy bandwidth `hetc profile` measures (256 MiB at `threads` threads), now: whether the
     host still is the one the profile measured (this VM's memory bandwidth was seen to move from
     11.5 to 7.3 GB/s within an hour, idle)."""
-    from hetc.partitioner.cost_models import bench, microbench
+    from hetc.partitioner.profiling import bench, microbench
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)

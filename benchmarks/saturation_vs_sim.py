@@ -24,7 +24,7 @@ from hetc.capacity.lanes import lanes_of
 from hetc.capacity.load import LengthDist, Load
 from hetc.capacity.simulator import simulate
 from hetc.cluster import Cluster
-from hetc.partitioner.simulate import Workload
+from hetc.partitioner.estimate.simulate import Workload
 from hetc.plan import load_plan
 from hetc.requests import ServeLimits
 

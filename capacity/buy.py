@@ -4,10 +4,10 @@ its placement and a proven lower bound on what any fleet would cost.
 The planner does the work (the latency SLOs are then checked by simulating the chosen fleet at the
 rate, `check_slos`; where too few requests meet them, `buy_checked` buys again for more capacity):
 the catalog's whole stock becomes one cluster, and the solver's
-cost objective with the load's output rate as its floor (partitioner/mix.py: the fleet of least
+cost objective with the load's output rate as its floor (partitioner/search/mix.py: the fleet of least
 USD/h whose pipelines together give the rate) picks the pipelines under the SLOs; what they use
 is the purchase. The bound is the larger of two relaxations, each below the price of every fleet
-that serves the load: the planner's cost relaxation (partitioner/bound.py: the least USD/h of
+that serves the load: the planner's cost relaxation (partitioner/bounds/bound.py: the least USD/h of
 flows giving the rate, each type's devices within the catalog's stock), and the cheapest set of
 devices whose memory holds the model and one sequence's KV at all (`bound.least_holding`).
 """
@@ -28,14 +28,14 @@ from hetc.catalog import Catalog
 from hetc.cluster import Cluster
 from hetc.errors import Infeasible
 from hetc.plan import Plan, save_plan
-from hetc.partitioner.bound import cost_bound, least_holding
-from hetc.partitioner.capture import capture
+from hetc.partitioner.bounds.bound import cost_bound, least_holding
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.requests import BuyRequest
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import Caps, solve
-from hetc.partitioner.tables import Tables, kinds_of, type_key
-from hetc.partitioner.units import Unit
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import Caps, solve
+from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
+from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Objective
 
 __all__ = ["BuyRequest", "Checked", "Purchase", "Try", "buy", "buy_checked", "check_slos", "plan_fleet", "write_fleet"]

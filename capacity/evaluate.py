@@ -17,8 +17,8 @@ from functools import cache
 
 from hetc.cluster import Cluster
 from hetc.errors import BadInput
-from hetc.partitioner.capture import CapturedModel, capture
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.capture.capture import CapturedModel, capture
+from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline
 from hetc.plan import Plan, load_plan
 from hetc.requests import EvaluateRequest, LoadRequest, ServeLimits
 from hetc.scheduling import Phase

@@ -20,9 +20,9 @@ from hetc.cluster import Cluster, Link, Node
 from hetc.errors import BadInput
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.cost_models.links import hops, resolve_link, transfer_time
-from hetc.partitioner.simulate import Workload, stage_time
-from hetc.partitioner.terms import DTYPE_BYTES
-from hetc.partitioner.units import Unit
+from hetc.partitioner.estimate.simulate import Workload, stage_time
+from hetc.partitioner.capture.terms import DTYPE_BYTES
+from hetc.partitioner.capture.units import Unit
 from hetc.plan import Plan
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from hetc.kv_blocks import lane_blocks, stage_blocks

@@ -22,10 +22,10 @@ from typing import TypeVar
 
 from hetc.cluster import load_cluster
 from hetc.errors import Infeasible
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.planner import totals
-from hetc.partitioner.simulate import Workload, estimate_pipeline
-from hetc.partitioner.solver import Solution, solve
+from hetc.partitioner.estimate.simulate import Workload, estimate_pipeline
+from hetc.partitioner.search.solver import Solution, solve
 from hetc.scheduling import Disaggregate, Objective
 
 __all__ = ["Metric", "Point", "sweep", "frontier", "undominated"]

@@ -13,7 +13,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
-from hetc.partitioner.terms import MODEL_DTYPES
+from hetc.partitioner.capture.terms import MODEL_DTYPES
 from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
 
@@ -322,7 +322,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
-    from hetc.partitioner.capture import capture
+    from hetc.partitioner.capture.capture import capture
     from hetc.report import inspect_rows, kernels_per_layer, print_inspect
 
     with _status(f"capturing {a.model}"):
@@ -364,7 +364,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 def cmd_profile(a: argparse.Namespace) -> int:
     from hetc.cluster import load_profile
-    from hetc.partitioner.cost_models.calibrate import calibrate, check_device, check_executor, profile_yaml
+    from hetc.partitioner.profiling.calibrate import calibrate, check_device, check_executor, profile_yaml
     from hetc.profile_report import print_calibration, print_fidelity
 
     check_device(a.device)
@@ -388,7 +388,7 @@ def cmd_profile(a: argparse.Namespace) -> int:
         print_calibration(prof, cal.details, path, err)
         out = {"profile": cal.doc, "details": cal.details}
     if a.validate:
-        from hetc.partitioner.cost_models.fidelity import validate
+        from hetc.partitioner.profiling.fidelity import validate
 
         with _status("validating") as update:
             report = validate(prof, quick=a.quick, threads=a.threads if a.profile else None, progress=update)

@@ -5,7 +5,7 @@ the host really launches each kernel. Three properties, each a documented fact a
 backend (sources below), never a factor solved for from measured throughput:
 
 - `fusion`: `none` — every op of the exported graph is a kernel (torch eager); `engine` —
-  the fused kernels serving engines and graph compilers run (partitioner/fusion.py: GEMMs
+  the fused kernels serving engines and graph compilers run (partitioner/capture/fusion.py: GEMMs
   that read the same activation run as one GEMM, each chain of point-wise ops and norms
   between GEMMs / attention runs as one kernel reading its inputs and writing its outputs once).
 - `graphs`: which steps are replayed as one recorded graph (CUDA graphs, HIP graphs, HPU

@@ -13,7 +13,7 @@ from hetc.plan import Plan
 from hetc.scheduling import Phase
 
 if TYPE_CHECKING:
-    from hetc.partitioner.capture import CapturedModel
+    from hetc.partitioner.capture.capture import CapturedModel
 
 __all__ = ["print_plan", "plot_plan", "inspect_rows", "print_inspect", "print_devices", "print_manifest"]
 
@@ -175,7 +175,7 @@ def kernels_per_layer(rows: list[dict]) -> tuple[int, int] | None:
 
 
 def _wbytes(model: "CapturedModel") -> float:
-    from hetc.partitioner.graph import DTYPE_BYTES
+    from hetc.partitioner.capture.graph import DTYPE_BYTES
 
     return DTYPE_BYTES[model.dtype]
 
@@ -199,7 +199,7 @@ def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, consol
     if per_layer:
         before, after = per_layer
         console.print(f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
-                      "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/fusion.py)")
+                      "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/capture/fusion.py)")
     for n in model.notes:
         console.print(f"note: {n}", markup=False)
 

@@ -11,16 +11,16 @@ from hetc import __version__
 from hetc.cluster import Cluster, load_cluster
 from hetc.errors import BadInput
 from hetc.plan import SCHEMA, Plan
-from hetc.partitioner.baselines import run_baselines
-from hetc.partitioner.capture import CapturedModel, capture
-from hetc.partitioner.bound import cost_bound, least_holding
-from hetc.partitioner.latency_bound import tpot_floor_bound
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.given import evaluate_placement
-from hetc.partitioner.solver import OBJECTIVES, Caps, Solution, solve
+from hetc.partitioner.search.baselines import run_baselines
+from hetc.partitioner.capture.capture import CapturedModel, capture
+from hetc.partitioner.bounds.bound import cost_bound, least_holding
+from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.given import evaluate_placement
+from hetc.partitioner.search.solver import OBJECTIVES, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
-from hetc.partitioner.tables import Tables, kinds_of, type_key
+from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.scheduling import Objective, Phase
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]

@@ -35,7 +35,7 @@ from hetc.cluster import Cluster, Profile
 from hetc.errors import BadInput, first_line
 from hetc.plan import load_plan
 from hetc.runtime.compiled_stage import emulation_toolchain
-from hetc.partitioner.graph import TORCH_DTYPES
+from hetc.partitioner.capture.graph import TORCH_DTYPES
 from hetc.stage import AttentionForm, StageSignature, stage_signature
 
 __all__ = ["CompileOptions", "compile_plan"]
@@ -105,7 +105,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
     Raises:
         BadInput: unreadable plan, no weights (and no --random-weights), a profile without a target.
     """
-    from hetc.partitioner.capture import load_hf_config
+    from hetc.partitioner.capture.capture import load_hf_config
     from hetc.runtime.launch import check_hash, resolve_model
     from hetc.weights import DATA_ALIGNMENT, mapped_weights, stage_weights
 

@@ -105,7 +105,7 @@ def resolve_model(plan, model_dir: str | None, random_weights: bool) -> tuple[st
 
 
 def check_hash(plan, model_ref: str, file: str) -> None:
-    from hetc.partitioner.capture import capture
+    from hetc.partitioner.capture.capture import capture
 
     got = capture(model_ref, dtype=plan.model.dtype, kv_dtype=plan.model.kv_dtype).graph_hash
     if got != plan.model.graph_hash:
@@ -170,7 +170,7 @@ def validate(o: ServeOptions) -> Checked:
     Raises:
         BadInput: the plan or model cannot be served here (exit 2, with file, field and fix).
     """
-    from hetc.partitioner.capture import load_hf_config
+    from hetc.partitioner.capture.capture import load_hf_config
     from hetc.plan import load_plan
     from hetc.runtime.emulate import fit_width
     from hetc.runtime.model_runner import check_supported, check_tp

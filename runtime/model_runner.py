@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetc.errors import BadInput
-from hetc.partitioner.graph import TORCH_DTYPES
+from hetc.partitioner.capture.graph import TORCH_DTYPES
 from hetc.plan import PlanUnit
 from hetc.runtime.kv_cache import AttnMeta, KVPool, paged_attention
 from hetc.stage import select_at

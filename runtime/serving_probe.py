@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from hetc.partitioner.cost_models.bench import Case
+from hetc.partitioner.profiling.bench import Case
 from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["measure_serving", "serving_cases", "fit_serving"]

@@ -77,7 +77,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
         w: this worker (WorkerSpec).
     """
     from hetc.backends import get_backend
-    from hetc.partitioner.capture import load_hf_config
+    from hetc.partitioner.capture.capture import load_hf_config
     from hetc.runtime.compiled_stage import build_compiled_stage, stage_executor
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, shrink_config
     from hetc.weights import stage_weights

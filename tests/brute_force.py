@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster
-from hetc.partitioner.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
-from hetc.partitioner.units import Unit
+from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
 
 Devices = frozenset  # of (node name, index)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from hetc.cluster import Profile
 from hetc.execution import Execution
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
-from hetc.partitioner.op_records import OpRecord
-from hetc.partitioner.terms import Terms
-from hetc.partitioner.units import Unit
+from hetc.partitioner.capture.op_records import OpRecord
+from hetc.partitioner.capture.terms import Terms
+from hetc.partitioner.capture.units import Unit
 
 __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
 

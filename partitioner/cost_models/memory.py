@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hetc.partitioner.units import Unit
+from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["StageMemory", "stage_memory"]

@@ -7,7 +7,7 @@ import pytest
 
 from hetc.cluster import load_cluster
 from hetc.errors import BadInput, Infeasible
-from hetc.partitioner.capture import capture, catalog_names
+from hetc.partitioner.capture.capture import capture, catalog_names
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import Plan, load_plan, save_plan
 from hetc.runtime.topology import build_topology

@@ -18,10 +18,10 @@ import torch
 
 from hetc.cluster import load_cluster, load_profile
 from hetc.errors import BadInput
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.cost_models.calibrate import check_device
-from hetc.partitioner.cost_models.shapes import fit_shapes, held_out_shapes
+from hetc.partitioner.profiling.calibrate import check_device
+from hetc.partitioner.profiling.shapes import fit_shapes, held_out_shapes
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "tests" / "fixtures" / "configs" / "tiny-llama")

@@ -4,12 +4,12 @@ choose always fits the nodes (tp sizes divide one another; largest groups are pl
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.partitioner.capture import capture
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.mix import Option as _Option, slot_use as _slot_use, slots_of as _slots
-from hetc.partitioner.solver import _allocate
-from hetc.partitioner.split import Slot, batch_options
-from hetc.partitioner.templates import Template, usage
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.mix import Option as _Option, slot_use as _slot_use, slots_of as _slots
+from hetc.partitioner.search.solver import _allocate
+from hetc.partitioner.estimate.split import Slot, batch_options
+from hetc.partitioner.search.templates import Template, usage
 from tests.conftest import FIXTURES, PROFILE
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)

@@ -9,12 +9,12 @@ import pytest
 
 from hetc.cluster import Node, load_profile, profile_names, resolve_link
 from hetc.efficiency import DecodeAttentionCurve
-from hetc.partitioner.batches import Regimes, batch_ceiling, octaves, search
-from hetc.partitioner.capture import capture
+from hetc.partitioner.estimate.batches import Regimes, batch_ceiling, octaves, search
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.envelope import bound_node, falling_curves
-from hetc.partitioner.simulate import Round, StagePlan, Workload, _seat_life, estimate_pipeline, unit_round_costs
-from hetc.partitioner.tables import Kind, Tables
+from hetc.partitioner.cost_models.envelope import bound_node, falling_curves
+from hetc.partitioner.estimate.simulate import Round, StagePlan, Workload, _seat_life, estimate_pipeline, unit_round_costs
+from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
 from tests.conftest import FIXTURES, falling_cluster, two_type_cluster
 

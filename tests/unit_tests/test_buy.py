@@ -13,9 +13,9 @@ from hetc.capacity.buy import buy
 from hetc.requests import BuyRequest
 from hetc.catalog import load_catalog
 from hetc.errors import BadInput, Infeasible
-from hetc.partitioner.capture import capture
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import solve
 from tests.conftest import FIXTURES, PROFILE
 
 MODEL = str(FIXTURES / "tiny-llama")

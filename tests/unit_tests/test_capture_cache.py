@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from hetc.partitioner import capture as capture_mod
-from hetc.partitioner import capture_cache
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture import capture as capture_mod
+from hetc.partitioner.capture import capture_cache
+from hetc.partitioner.capture.capture import capture
 from tests.conftest import tiny_llama_with_layers
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hetc.errors import BadInput
-from hetc.partitioner.capture import capture, pinned_torch
+from hetc.partitioner.capture.capture import capture, pinned_torch
 
 
 class DataDependent(torch.nn.Module):

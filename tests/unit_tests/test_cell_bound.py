@@ -7,17 +7,17 @@ import itertools
 import numpy as np
 import pytest
 
-from hetc.partitioner.aggregate import first_pass
-from hetc.partitioner.cells import CountSpace
-from hetc.partitioner import loop_dp
-from hetc.partitioner.refine import best_chain
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
-from hetc.partitioner.stage_costs import StageCosts
-from hetc.partitioner.tables import Tables, kinds_of
+from hetc.partitioner.bounds.aggregate import first_pass
+from hetc.partitioner.bounds.cells import CountSpace
+from hetc.partitioner.bounds import loop_dp
+from hetc.partitioner.bounds.refine import best_chain
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import solve
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, best_with_pools, options
-from hetc.partitioner import tables as tables_module
+from hetc.partitioner.estimate import tables as tables_module
 from tests.conftest import falling_cluster, two_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from hetc.partitioner.cells import CountSpace, closure, combine, decompose
+from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
 
 
 def _brute_closure(space: CountSpace, ub: np.ndarray) -> np.ndarray:

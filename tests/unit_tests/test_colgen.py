@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.partitioner import solver as solver_module
-from hetc.partitioner.aggregate import keys
-from hetc.partitioner.batches import Regimes
-from hetc.partitioner.cell_bound import Pipeline
-from hetc.partitioner.colgen import column_bound
-from hetc.partitioner.pricing import KeyPricer
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
-from hetc.partitioner.stage_costs import StageCosts
-from hetc.partitioner.tables import Tables, kinds_of, type_key
-from hetc.partitioner.templates import generate
+from hetc.partitioner.search import solver as solver_module
+from hetc.partitioner.bounds.aggregate import keys
+from hetc.partitioner.estimate.batches import Regimes
+from hetc.partitioner.bounds.cell_bound import Pipeline
+from hetc.partitioner.bounds.colgen import column_bound
+from hetc.partitioner.bounds.pricing import KeyPricer
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import solve
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
+from hetc.partitioner.search.templates import generate
 from hetc.scheduling import Objective, Phase
 from tests.brute_force import best_per_set, best_with_pools, options
 from tests.conftest import PROFILE, two_type_cluster

@@ -9,7 +9,7 @@ from hetc.cluster import Node, load_profile, resolve_link
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.collectives import MEASURED_ALLREDUCE, MeasuredAllReduce
 from hetc.partitioner.cost_models.links import allreduce_time
-from hetc.partitioner.simulate import Workload, stage_time
+from hetc.partitioner.estimate.simulate import Workload, stage_time
 
 MIB = 2**20
 XGMI = resolve_link("infinity-fabric", "test", "link")

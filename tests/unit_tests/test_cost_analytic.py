@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from hetc.cluster import Cluster, Profile
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models import analytic
 from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, unit_time, units_time
-from hetc.partitioner.graph import Terms
-from hetc.partitioner.op_records import OpRecord
-from hetc.partitioner.units import Unit
+from hetc.partitioner.capture.graph import Terms
+from hetc.partitioner.capture.op_records import OpRecord
+from hetc.partitioner.capture.units import Unit
 from tests.conftest import tiny_llama_with_layers
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,16 +10,16 @@ import random
 
 import pytest
 
-import hetc.partitioner.aggregate as aggregate
+import hetc.partitioner.bounds.aggregate as aggregate
 from hetc.cluster import load_cluster
-from hetc.partitioner.batches import batch_ceiling
-from hetc.partitioner.bound import cost_bound
-from hetc.partitioner.capture import capture
-from hetc.partitioner.cell_bound import Demand, cell_bound
-from hetc.partitioner.colgen import column_bound
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.tables import Tables, kinds_of, type_key
-from hetc.partitioner.whole_devices import whole_devices_bound
+from hetc.partitioner.estimate.batches import batch_ceiling
+from hetc.partitioner.bounds.bound import cost_bound
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.bounds.cell_bound import Demand, cell_bound
+from hetc.partitioner.bounds.colgen import column_bound
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
+from hetc.partitioner.bounds.whole_devices import whole_devices_bound
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, options
 from tests.conftest import FIXTURES, PROFILE

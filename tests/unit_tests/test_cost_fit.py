@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hetc.cluster import AttentionCurve, Curve1D, Curve2D, GatherCurve
-from hetc.partitioner.cost_models import fit
+from hetc.partitioner.profiling import fit
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
 
 
@@ -137,7 +137,7 @@ def test_decode_attention_takes_its_efficiency_by_the_steps_sequences():
     fixed work spread over a step's sequences); prompts, and profiles without it, keep `attention`."""
     from hetc.cluster import EfficiencyCurves, load_profile
     from hetc.partitioner.cost_models.analytic import cost_params, op_time
-    from hetc.partitioner.cost_models.microbench import AttnShape, attention_record
+    from hetc.partitioner.profiling.microbench import AttnShape, attention_record
 
     base = load_profile("cpu")
     attention = {"fp32": {"q": [1, 64], "ctx": [64, 1024], "eff": [[0.05, 0.05], [0.5, 0.5]]}}

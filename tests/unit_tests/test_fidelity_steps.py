@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from hetc.cluster import load_profile
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.cost_models.fidelity import sampled_step_time
-from hetc.partitioner.cost_models.hf_steps import decode_step, prefill_step
+from hetc.partitioner.profiling.fidelity import sampled_step_time
+from hetc.partitioner.profiling.hf_steps import decode_step, prefill_step
 from hetc.stage import select_at
 
 TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "tiny-llama")

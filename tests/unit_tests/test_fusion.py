@@ -1,9 +1,9 @@
-"""Kernels after the fusion engines perform (partitioner/fusion.py), from a real export's data flow."""
+"""Kernels after the fusion engines perform (partitioner/capture/fusion.py), from a real export's data flow."""
 
 import pytest
 
-from hetc.partitioner.capture import capture
-from hetc.partitioner.terms import Terms
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.capture.terms import Terms
 from tests.unit_tests.test_cost_analytic import CONFIGS
 
 

@@ -42,8 +42,8 @@ def test_frozen_commit_is_a_full_hash():
 def test_breakdown_adds_up_to_the_planners_estimate(name):
     """The component split of gpu_public_breakdown.py sums to what estimate_pipeline predicts for the
     same replica (its round), so the shares it reports are the planner's own time, not a re-derivation."""
-    from hetc.partitioner.capture import capture
-    from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline
+    from hetc.partitioner.capture.capture import capture
+    from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline
 
     bspec = importlib.util.spec_from_file_location("gpu_public_breakdown", REPO / "benchmarks" / "gpu_public_breakdown.py")
     breakdown = importlib.util.module_from_spec(bspec)

@@ -7,10 +7,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from hetc.partitioner import capture as cap
-from hetc.partitioner.capture import capture
-from hetc.partitioner.graph import build_graph
-from hetc.partitioner.units import assign_layers, cut_units
+from hetc.partitioner.capture import capture as cap
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.capture.graph import build_graph
+from hetc.partitioner.capture.units import assign_layers, cut_units
 from tests.conftest import FIXTURES, tiny_llama_with_layers
 
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from hetc.cluster import Cluster, Node, load_profile, profile_names, resolve_link
-from hetc.partitioner.capture import capture
-from hetc.partitioner.envelope import flat_node
-from hetc.partitioner.latency_bound import _Ranges, _Seats, _seat_intervals, _seats, _times, least_step
-from hetc.partitioner.simulate import Round, Workload, stage_time, unit_round_costs
-from hetc.partitioner.tables import Tables, kinds_of
+from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.cost_models.envelope import flat_node
+from hetc.partitioner.bounds.latency_bound import _Ranges, _Seats, _seat_intervals, _seats, _times, least_step
+from hetc.partitioner.estimate.simulate import Round, Workload, stage_time, unit_round_costs
+from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.conftest import FIXTURES, falling_cluster
 

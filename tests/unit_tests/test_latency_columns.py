@@ -9,9 +9,9 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster, Node, load_profile, resolve_link
-from hetc.partitioner.latency_bound import _FloorLP, _Seats
-from hetc.partitioner.latency_columns import Block, Columns, columns
-from hetc.partitioner.tables import kinds_of
+from hetc.partitioner.bounds.latency_bound import _FloorLP, _Seats
+from hetc.partitioner.bounds.latency_columns import Block, Columns, columns
+from hetc.partitioner.estimate.tables import kinds_of
 
 
 def _splits(u: int):

@@ -52,7 +52,7 @@ def test_chained_paged_attention_is_its_nodes_one_after_another(starts, new):
 
 
 def test_profile_times_attention_per_node_of_a_chain_whose_caches_leave_the_cache():
-    from hetc.partitioner.cost_models.microbench import AttnShape, attention_cases
+    from hetc.partitioner.profiling.microbench import AttnShape, attention_cases
 
     evict = 8 << 20
     shapes = [AttnShape(4, HEADS, KV_HEADS, D, 1, 300, False), AttnShape(1, HEADS, KV_HEADS, D, 64, 64, True)]
@@ -69,7 +69,7 @@ def test_profile_times_attention_per_node_of_a_chain_whose_caches_leave_the_cach
 def test_matmul_weights_are_out_of_cache_when_timed_even_where_the_pool_is_capped(executor):
     """At most 64 weights rotate; where they cannot exceed the cache (small weights, a large
     last-level cache) each timed call is preceded by an untimed read of `evict` bytes."""
-    from hetc.partitioner.cost_models.microbench import matmul_cases
+    from hetc.partitioner.profiling.microbench import matmul_cases
 
     evict = 96 << 20  # as 2× a 48 MiB cache: 64 weights of 256×256 (16 MiB) cannot leave it by themselves
     small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict, executor=executor, threads=1)

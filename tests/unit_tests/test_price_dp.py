@@ -6,12 +6,12 @@ backtracks is a real one of at most hi stages, within R, at no more than that pr
 import numpy as np
 import pytest
 
-from hetc.partitioner.aggregate import keys
-from hetc.partitioner.batches import Regimes
-from hetc.partitioner.price_dp import free_chain, free_dp, typed_dp
-from hetc.partitioner.pricing import KeyPricer
-from hetc.partitioner.stage_costs import SLACK, StageCosts
-from hetc.partitioner.tables import Tables, kinds_of
+from hetc.partitioner.bounds.aggregate import keys
+from hetc.partitioner.estimate.batches import Regimes
+from hetc.partitioner.bounds.price_dp import free_chain, free_dp, typed_dp
+from hetc.partitioner.bounds.pricing import KeyPricer
+from hetc.partitioner.bounds.stage_costs import SLACK, StageCosts
+from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.unit_tests.test_colgen import WL, many_type_cluster
 
@@ -95,7 +95,7 @@ def test_memory_and_links_of_a_case_count_every_range(tmp_path, tiny, phase):
     """StageCosts.memory's furthest ends (one sorted search over every kind) are those of counting, per
     start, the ranges that hold the batch; .links' busy seconds per cut those of Round.link_time over
     each path between two types, the fastest."""
-    from hetc.partitioner.simulate import Round
+    from hetc.partitioner.estimate.simulate import Round
 
     cluster = many_type_cluster(tmp_path, 3)
     tables = Tables(tiny.units, WL)

@@ -6,8 +6,8 @@ import pytest
 from hetc.cluster import load_profile
 from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time
 from hetc.partitioner.cost_models.curves import LogTable
-from hetc.partitioner.graph import Terms
-from hetc.partitioner.op_records import OpRecord
+from hetc.partitioner.capture.graph import Terms
+from hetc.partitioner.capture.op_records import OpRecord
 
 CURVED = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s"]
 

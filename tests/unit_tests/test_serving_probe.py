@@ -5,7 +5,7 @@ plan's embedded copy of the profile."""
 import pytest
 
 from hetc.cluster import Cluster, Profile, load_cluster
-from hetc.partitioner.cost_models.bench import Case, run_cases
+from hetc.partitioner.profiling.bench import Case, run_cases
 from hetc.runtime.serving_probe import _DECODE, _PREFILL, _SAMPLE, fit_serving, measure_serving, serving_cases
 from hetc.serving import ServingOverheads
 from tests.conftest import two_type_cluster

@@ -3,9 +3,9 @@
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.simulate import StagePlan, Workload, estimate_pipeline, prompts_per_step, stage_time
+from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline, prompts_per_step, stage_time
 from tests.conftest import EXAMPLES
 
 

@@ -12,9 +12,9 @@ from collections import deque
 import pytest
 
 from hetc.cluster import load_profile
-from hetc.partitioner.capture import capture
+from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.simulate import Round, Workload
+from hetc.partitioner.estimate.simulate import Round, Workload
 from hetc.kv_blocks import BlockManager, blocks_for
 from hetc.batching import Scheduler, SchedulerConfig
 from hetc.sequence import SamplingParams, Sequence

@@ -17,7 +17,7 @@ from hetc.cluster import Cluster
 from hetc.kv_blocks import PADDING_BLOCKS
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.planner import PlanRequest, make_plan
-from hetc.partitioner.simulate import Workload
+from hetc.partitioner.estimate.simulate import Workload
 from hetc.plan import Plan
 from hetc.requests import ServeLimits
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
@@ -248,7 +248,7 @@ def test_norm_and_head_run_over_the_sampled_rows_only(plans):
     """The runtime cuts a micro-batch's rows to its sampled tokens before the first norm/head
     (hetc/stage.py select_at): a prompt's step pays its LM head once, whatever its length, and a chunk
     that samples nothing pays none."""
-    from hetc.partitioner.simulate import stage_time
+    from hetc.partitioner.estimate.simulate import stage_time
 
     plan = plans["one"]
     lane = _lanes(plan)[0][0]

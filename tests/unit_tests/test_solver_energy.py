@@ -4,8 +4,8 @@ every ordered chain of devices, every split, every integer batch (tests/brute_fo
 import pytest
 
 from hetc.partitioner.planner import PlanRequest, make_plan
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import Caps, solve
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import Caps, solve
 from hetc.errors import Infeasible
 from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import FIXTURES, two_type_cluster

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from hetc.partitioner.baselines import run_baselines
-from hetc.partitioner.batches import MAX_BATCH
-from hetc.partitioner.simulate import Workload
-from hetc.partitioner.solver import solve
+from hetc.partitioner.search.baselines import run_baselines
+from hetc.partitioner.estimate.batches import MAX_BATCH
+from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.search.solver import solve
 from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import two_type_cluster as _cluster
 

@@ -8,12 +8,12 @@ import itertools
 import pytest
 
 from hetc.cluster import load_cluster
-from hetc.partitioner.batches import batch_ceiling
-from hetc.partitioner.bound import _balances, _signatures
+from hetc.partitioner.estimate.batches import batch_ceiling
+from hetc.partitioner.bounds.bound import _balances, _signatures
 from hetc.partitioner.planner import _bound, objective_value
-from hetc.partitioner.simulate import Workload, cost_signature
-from hetc.partitioner.solver import solve
-from hetc.partitioner.tables import Tables
+from hetc.partitioner.estimate.simulate import Workload, cost_signature
+from hetc.partitioner.search.solver import solve
+from hetc.partitioner.estimate.tables import Tables
 from hetc.scheduling import Objective
 from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import PROFILE, two_type_cluster

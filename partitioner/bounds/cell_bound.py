@@ -1,0 +1,225 @@
+"""The cell bound: an integer upper bound on output tok/s, and the pipelines that nearly attain it.
+
+1. First pass (aggregate.py): for every phase and cell (devices per type), a quick upper
+   bound on one pipeline's tok/s on exactly those devices, per operating point (batch, class
+   of pipeline lengths).
+2. The knapsack (cells.py) over those bounds gives an upper bound on every plan.
+3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
+   each length exactly, costed at the top of a batch interval with memory at its first batch
+   (batches.py); where that chain holds fewer sequences than the top, its value at the most it
+   holds is what the cell attains, and the interval is split there. A refined cell takes the
+   largest of its attained value, its open pieces and the first-pass bounds not yet refined.
+   Then the knapsack again, until its optimum uses settled cells only, or the work budget is
+   spent. Every knapsack value is a valid bound; the last one is reported, and the refined
+   chains of its optimum become templates.
+4. Cost or energy with a floor F (a `Demand`): K[c], the knapsack's best tok/s on the devices
+   of c, bounds every plan on those devices, so a plan giving F spends at least
+   min {spend·c : K[c] ≥ F} (devices and pipelines whole). Refinement then follows the cells of
+   that cheapest c instead, and their chains come first as templates. There the chain DP
+   counts the pipelines' loop term too (loop_dp.py): a few percent on one pipeline decides
+   whether a cheaper c reaches F.
+Work is counted in DP cells, not seconds, so the same inputs give the same bound and plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetc.cluster import Cluster
+from hetc.partitioner.bounds.aggregate import first_pass, most_sequences
+from hetc.partitioner.estimate.batches import Regimes
+from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
+from hetc.partitioner.bounds.refine import CASE, STEP, best_chain, chain_most, chain_round
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.estimate.tables import Kind, Tables
+from hetc.scheduling import Phase
+
+__all__ = ["CellBound", "Demand", "Pipeline", "cell_bound", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
+
+# Refinement is budgeted in DP cells, not seconds, so that a plan does not depend on the
+# machine's load; about this many take a second on one core of the reference machine.
+WORK_PER_SECOND = 4e7
+MAX_CELLS = 13_000  # count vectors the cell bound enumerates at most (4 types of 8 devices: 6,561); past that, colgen.py
+TEMPLATES = 32  # refined pipelines handed to the solver as templates
+TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
+STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
+
+METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
+          "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
+          "(loop term and link choice relaxed; the loop term counted with a floor on cost or energy)")
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    phase: Phase
+    kinds: tuple[int, ...]
+    cuts: tuple[int, ...]
+    batch: int
+    tok_s: float  # the bound's value for it (prefill pools: output tok/s they feed)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Cost or energy with a floor: what each device type spends (USD/h or W per device), and the
+    output tok/s a plan must give."""
+
+    spend: dict[tuple[str, str], float]
+    floor: float
+
+
+@dataclass(slots=True)
+class CellBound:
+    value: float
+    pipelines: list[Pipeline] = field(default_factory=list)  # refined pipelines: the optimum's first
+    least_spend: float = 0.0  # with a Demand: the least spend of any plan giving its floor (inf: none does)
+
+
+def _cheapest(space: CountSpace, K: np.ndarray, types: list[tuple[str, str]], demand: Demand) -> tuple[float, int]:
+    """The least spend of any cell c whose K[c] reaches the demand's floor (within rounding, so
+    that the bound stays one), and that c; (inf, 0) if none does."""
+    total = space.cells @ np.array([demand.spend[t] for t in types])
+    ok = K >= demand.floor * (1 - 1e-9)
+    if not ok.any():
+        return float("inf"), 0
+    c = int(np.argmin(np.where(ok, total, np.inf)))
+    return float(total[c]), c
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Pipelines of exactly n stages on one cell at batches fit … top, bounded by `ub` (tokens and
+    costs at top, memory at fit: batches.py)."""
+
+    ub: float
+    fit: int
+    top: int
+    n: int
+
+
+class _Cells:
+    """Per phase: each cell's first-pass bound per key, the pieces refinement split them into,
+    and the best pipeline refinement found on it (a value it attains)."""
+
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int,
+                 loop: bool = False) -> None:
+        self.costs, self.space, self.phase, self.loop = costs, space, phase, loop
+        self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
+        self.regimes = Regimes(costs.tables.wl, phase, ceiling)
+        self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling, self.regimes)  # V [keys, cells]
+        self.most = most_sequences(costs, space, phase)
+        self.pieces: dict[int, list[_Piece]] = {}
+        self.exact: dict[int, tuple[float, Pipeline | None]] = {}
+        self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(space))
+
+    def _open(self, c: int) -> float:
+        return max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0))
+
+    def settled(self, c: int) -> bool:
+        return self.ub[c] <= 0 or (c in self.exact and self.exact[c][0] * (1 + TOLERANCE) >= self._open(c))
+
+    def refine(self, c: int) -> float:
+        """One step on cell c's most promising part: a first-pass key is split into a piece per
+        pipeline length of its class; a piece gets the chain DP (memory at its first batch, costs
+        at its top), whose best chain either fits at the top (the piece is exact) or is evaluated
+        at the most sequences it holds (a value the cell attains) and the piece split there.
+        Returns the work done (DP cells)."""
+        before = self.costs.tables.evaluations
+        pieces = self.pieces.setdefault(c, [])
+        ki = int(np.argmax(self.V[:, c]))
+        if not pieces or self.V[ki, c] > max(p.ub for p in pieces):
+            key, v0 = self.keys[ki], float(self.V[ki, c])
+            self.V[ki, c] = 0.0
+            total = int(self.space.cells[c].sum())
+            lengths = range(key.lo, min(key.hi, total) + 1) if self.tp_groups else [total] if key.lo <= total <= key.hi else []
+            if self.phase == Phase.PREFILL:
+                todo = [_Piece(v0, n, n, n) for n in lengths]
+            else:  # no pipeline on the cell holds more sequences than its memory (aggregate.most_sequences)
+                top = int(min(key.top, self.most[c]))
+                todo = [_Piece(v0, b, t, n) for n in lengths for b, t in self.regimes.runs(n, key.batch, top)]
+        else:
+            todo = [pieces.pop(int(np.argmax([p.ub for p in pieces])))]
+        work = sum(self._split(c, p) for p in todo)
+        best = self.exact.get(c, (0.0, None))[0]
+        self.pieces[c] = [p for p in self.pieces[c] if p.ub > best]
+        self.ub[c] = max(best, self._open(c))
+        return work + CASE * (self.costs.tables.evaluations - before)
+
+    def _split(self, c: int, piece: _Piece) -> float:
+        costs, phase = self.costs, self.phase
+        rate = costs.tables.wl.output_len if phase == Phase.PREFILL else piece.top
+        best = self.exact.get(c, (0.0, None))
+        got, work = best_chain(costs, phase, piece.top, piece.n, self.space.cells[c], self.tp_groups,
+                               below=rate / best[0] if best[0] else np.inf, fit=piece.fit,  # only a better chain matters
+                               above=rate / piece.ub, loop=self.loop)
+        if got is None:
+            return work
+        R, chain = got
+        ub = min(rate / R, piece.ub)  # the first pass bounded it already
+        most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
+        value, batch = ub, most
+        if most < piece.top:  # the chain holds fewer sequences than the top: its value there, and split
+            value = min(most / chain_round(costs, phase, most, chain, self.loop), ub)
+            self.pieces[c] += [_Piece(ub, piece.fit, most, piece.n), _Piece(ub, most + 1, piece.top, piece.n)]
+        if value > best[0]:
+            self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
+        return work + STEP
+
+def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
+               phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
+               progress: Callable[[str], None] | None = None) -> CellBound:
+    """The knapsack bound over pipelines of `phases` at any batch up to `ceiling`, refined within
+    `budget` DP cells.
+
+    Args:
+        phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
+        budget: refinement work, in DP cells (deterministic, unlike seconds).
+        demand: cost or energy with a floor (pipelines that prefill and decode only): refine the
+            cells of the cheapest devices that can give the floor (module docstring, 4.).
+        progress: called with a line per round.
+    """
+    if demand is not None and phases != (Phase.BOTH,):
+        raise ValueError("a demand bounds pipelines that prefill and decode only")
+    costs = StageCosts(tables, kinds, cluster)
+    space = CountSpace(costs.devices)
+    table = {}
+    for p in phases:
+        if progress:
+            progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
+        table[p] = _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None)
+    zero = np.zeros(len(space))
+    least = 0.0
+    work, rounds = 0.0, 0
+    while True:
+        rounds += 1
+        work += (len(phases) + 1) * space.closure_work
+        K = {p: closure(space, table[p].ub) for p in phases}
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), K.get(Phase.PREFILL, zero))
+        items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases
+                 for c in decompose(space, table[p].ub, K[p], top)]
+        todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
+        got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
+        attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
+        done = value <= attained * (1 + TOLERANCE)
+        if demand is not None:  # the cheapest devices' cells are the ones that matter: done when they are settled
+            least, cheapest = _cheapest(space, K[Phase.BOTH], costs.types, demand)
+            items = [(Phase.BOTH, c) for c in decompose(space, table[Phase.BOTH].ub, K[Phase.BOTH], cheapest)]
+            todo, done = sorted({(p, c) for p, c in items if not table[p].settled(c)}), False
+        if progress:
+            progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
+                     + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else ""))
+        if not todo or work >= budget or done:
+            break
+        for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
+            for _ in range(STEPS):
+                if work >= budget or table[p].settled(c):
+                    break
+                work += table[p].refine(c)
+    # the optimum's refined pipelines first, then every other refined one, best first
+    refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe),
+                     key=lambda e: -e[0])
+    first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
+    pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
+    return CellBound(value, pipes, least)

@@ -1,0 +1,297 @@
+"""Column generation over pipelines: a bound on output tok/s that scales with the number of device types.
+
+The cell bound (cell_bound.py) counts every vector of device counts, which stops scaling past
+a few types (9^8 vectors for 8 types of 8 devices). Here a column is one pipeline: a chain of
+stage kinds, its cuts, the key (aggregate.Key) it was priced at and its relaxed tok/s there.
+The master LP takes columns fractionally within the devices of each type and the tp groups of
+each kind; decode pools give at most what prefill pools feed. Its duals price stage kinds, and
+pricing (pricing.py) finds every key's chain of best reduced cost (to GAP; over chains padded
+with empty stages where no link binds, price_dp.py: a relaxation, so the bound holds).
+
+Bound (Lagrangian): for duals π ≥ 0 per device type, σ ≥ 0 per tp kind and μ_d + μ_p ≥ 1 on
+the two feed rows, every plan (integer or not) has tok/s ≤ π·N + σ·G + Σ_p x_p·rc_p ≤
+π·N + σ·G + N_dev·max(0, max_p rc_p / d_p), rc_p a pipeline's reduced cost and d_p its
+devices. Pricing with π + ε per device gives, per key, u_k ≥ max over its chains of rc − ε·d,
+and a chain of a key of lengths ≥ lo takes d ≥ lo devices, so rc/d ≤ ε + max(0, u_k)/lo and the
+bound is π·N + σ·G + N_dev·(ε + max(0, max_k u_k / lo_k)). It holds because pricing's tok/s bounds every pipeline at
+every batch of its key (batches.py) — whatever the columns are; they only steer the duals.
+Every full pricing pass gives such a bound; the least is reported. In a full pass a key is priced
+only as far as its upper estimate per device stays below the best one so far: it cannot raise the
+bound. Pricing uses duals smoothed toward those of the best bound (Wentges), and all its work
+(DP cells, the cost model at new keys) counts against the budget, the last full pass included.
+
+Cost or energy with a floor F (a `Demand`, spend s_t per device of type t): the master is the
+least Σ spend·x with Σ tok/s·x ≥ F, and pricing values a chain at λ·tok/s − Σ (s_t + π_t)·devices −
+σ·groups, λ ≥ 0 the floor row's dual. Any plan x giving F within the devices then spends
+Σ s·d·x ≥ λ·F − π·N − σ·G − N_dev·(ε + max(0, max_k u_k / lo_k)) (the same argument, less Σ x·rc),
+and tok/s ≤ ((s + π)·N + σ·G + N_dev·(ε + …)) / λ: each full pass gives both; the best of each is
+reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solver's templates.
+
+Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
+split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
+class, the class is split into that length and the rest: both make the priced tok/s the chain's
+own, so the bound closes on the pipelines the LP uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.linear_solver import pywraplp
+
+from hetc.cluster import Cluster
+from hetc.partitioner.bounds.aggregate import Key, keys
+from hetc.partitioner.estimate.batches import Regimes
+from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND, CellBound, Demand, Pipeline
+from hetc.partitioner.bounds.pricing import KeyPricer
+from hetc.partitioner.bounds.refine import chain_most, chain_round
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.estimate.tables import Kind, Tables
+from hetc.scheduling import Phase
+
+__all__ = ["ColumnBound", "column_bound", "METHOD"]
+
+TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
+GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
+TEMPLATES = 32
+MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
+SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
+# a kind's unit costs at a new operating point, and a unit's stage time at a step not met before (the cost
+# model; rounds of other batches share steps, tables.py): with the key's setup, ~5.4 s for 23,185 and 97,045 on types8-64
+EVALUATION = 1.1e-4 * WORK_PER_SECOND
+STEP_COST = 3e-5 * WORK_PER_SECOND
+AHEAD = 1.3  # the last full pass is started where this many times its estimate still fits the budget: full passes cost
+# more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
+SHORT = 10.0  # cost master: tok/s short of the floor cost this many times all devices' spend over the floor
+SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
+
+METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
+          "exact chain pricing (loop term and link choice relaxed)")
+
+
+@dataclass(slots=True)
+class ColumnBound(CellBound):
+    used: int = 0  # the first `used` pipelines are those the master's optimum runs (x > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    pipe: Pipeline  # batch: the most sequences it runs within its key; tok_s: as pricing valued it at the key's costs
+    devices: np.ndarray  # per type
+    stages: np.ndarray  # per kind
+
+
+def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None,
+            floor: float = 0.0):
+    """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`. With `spend` (per
+    device of each type), the cost master: the least spend giving `floor` tok/s, short tok/s bought
+    at a price no column beats (so it is feasible before any column); μ_d is then the floor row's dual λ."""
+    s = pywraplp.Solver.CreateSolver("GLOP")
+    inf = s.infinity()
+    x = [s.NumVar(0, inf, "") for _ in cols]
+    dev = [s.Constraint(-inf, float(n)) for n in N]
+    grp = {g: s.Constraint(-inf, float(k)) for g, k in groups.items()}
+    for c, v in zip(cols, x):
+        for t in np.nonzero(c.devices)[0]:
+            dev[t].SetCoefficient(v, float(c.devices[t]))
+        for g, ct in grp.items():
+            if c.stages[g]:
+                ct.SetCoefficient(v, float(c.stages[g]))
+    if spend is not None:
+        return _cost_master(s, cols, x, dev, grp, N, spend, floor)
+    obj = s.Objective()
+    F = s.NumVar(0, inf, "F") if pools else None
+    feed = {p: s.Constraint(-inf, 0.0) for p in (Phase.DECODE, Phase.PREFILL)} if pools else {}
+    if F is not None:
+        obj.SetCoefficient(F, 1.0)
+        for ct in feed.values():
+            ct.SetCoefficient(F, 1.0)
+    for c, v in zip(cols, x):
+        if c.pipe.phase == Phase.BOTH:
+            obj.SetCoefficient(v, c.pipe.tok_s)
+        else:
+            feed[c.pipe.phase].SetCoefficient(v, -c.pipe.tok_s)
+    obj.SetMaximization()
+    if s.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the column-generation master LP did not solve to optimality")
+    pi = np.array([max(0.0, ct.dual_value()) for ct in dev])
+    sigma = {g: max(0.0, ct.dual_value()) for g, ct in grp.items()}
+    mu = {p: max(0.0, ct.dual_value()) for p, ct in feed.items()}
+    if pools:
+        mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
+
+
+def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray,
+                 floor: float):
+    """The cost master over `_master`'s device and group rows: min Σ spend·devices·x + SHORT·short,
+    Σ tok/s·x + short ≥ floor."""
+    obj = s.Objective()
+    short = s.NumVar(0, s.infinity(), "short")
+    row = s.Constraint(float(floor), s.infinity())
+    row.SetCoefficient(short, 1.0)
+    obj.SetCoefficient(short, SHORT * float(spend @ N) / floor)  # a real fleet giving the floor spends ≤ spend·N
+    for c, v in zip(cols, x):
+        obj.SetCoefficient(v, float(spend @ c.devices))
+        row.SetCoefficient(v, c.pipe.tok_s)
+    obj.SetMinimization()
+    if s.Solve() != pywraplp.Solver.OPTIMAL:
+        raise RuntimeError("the column-generation cost master LP did not solve to optimality")
+    pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
+    sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}
+
+
+def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int) -> _Column:
+    """A chain as a column, valued at the most sequences it holds within its key (prefill pools:
+    `rate` output tokens per prompt)."""
+    kinds_ = list(chain[0])
+    devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
+    tokens = rate if phase == Phase.PREFILL else most
+    return _Column(Pipeline(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain)), devices,
+                   np.bincount(np.array(kinds_), minlength=n_kinds))
+
+
+def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
+    """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
+    class's shortest (n > lo); [key] when neither."""
+    if not prefill and key.batch <= most < key.top:
+        mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
+        rest = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
+            [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
+        return [key._replace(top=most, m=min(key.lo, most))] + rest
+    if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
+        rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else \
+            key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
+        return [key._replace(hi=key.lo), rest]
+    return [key]
+
+
+def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
+                 phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
+                 progress: Callable[[str], None] | None = None) -> ColumnBound:
+    """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
+    master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
+    is valid whatever the budget).
+
+    Args:
+        phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
+        budget: pricing work, in cell_bound.WORK_PER_SECOND's unit (deterministic, unlike seconds).
+        demand: cost or energy with a floor (pipelines that prefill and decode only): the master
+            is the least spend giving the floor, and each full pass gives both bounds (module
+            docstring); `least_spend` is the best of the spend bounds, the pipelines the cheapest.
+        progress: called with a line per iteration.
+    """
+    costs = StageCosts(tables, kinds, cluster)
+    N = costs.devices.astype(float)  # per type
+    n_dev = float(N.sum())
+    groups = {g: k.groups for g, k in enumerate(kinds) if k.tp > 1}
+    pools = Phase.PREFILL in phases and Phase.DECODE in phases
+    if demand is not None and phases != (Phase.BOTH,):
+        raise ValueError("a demand (cost or energy with a floor) prices pipelines that prefill and decode only")
+    spend = None if demand is None else np.array([demand.spend[t] for t in costs.types])
+    floor = demand.floor if demand is not None else 0.0
+    G = np.array([groups.get(g, 0) for g in range(len(kinds))], dtype=float)
+    least = -np.inf  # with a demand: the best spend bound so far
+    todo: list[tuple[Phase, Key]] = []
+    for p in phases:
+        todo += [(p, k) for k in keys(p, max_stages, ceiling, Regimes(tables.wl, p, ceiling))]
+    pricers: dict[tuple[Phase, Key], KeyPricer] = {}
+    cols: list[_Column] = []
+    seen: set = set()
+    best, work, it = np.inf, 0.0, 0
+    x: list[float] = []
+    last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
+    center = None  # the duals of the best bound so far (before any, pricing takes the master's own)
+    spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
+    missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
+    while True:
+        it += 1
+        z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else \
+            (0.0, [], np.zeros(len(N)), {}, {})
+        if pools and not cols:
+            mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
+        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
+                 np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
+        # this pass would end past the budget (a full pass costs what the last one did, or before any,
+        # what a key has cost so far per key; AHEAD times that): price every key, then stop
+        final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
+        smooth = center is not None and not missed
+        if smooth:
+            duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
+        pi, sig, (mu_d, mu_p) = duals
+        scale = z if spend is None else min(z, float(spend @ N))  # the short tok/s' price is no scale
+        eps = TOLERANCE * scale / n_dev
+        # with a demand a column's gain is λ·tok/s less its devices' spend and duals (μ_d holds λ)
+        paid = pi if spend is None else pi + spend
+        prices = costs.tp * (paid[costs.type_of] + eps) + sig
+        worth = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
+        tol = GAP * max(scale, 1e-9) / n_dev
+        start, evaluations, steps = work, tables.evaluations, tables.step_costs
+        for pk in todo:
+            if pk not in pricers:
+                pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
+        work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
+        # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
+        # columns stops there (no bound), else it priced every key
+        cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
+        order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
+        top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
+        for i, pk in enumerate(order):
+            if len(new) >= MANY and not final:
+                nxt += order[i:]
+                full = False
+                break
+            lo = max(1, pk[1].lo)
+            # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
+            # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
+            beat = max(lo * top * (1.0 if final else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
+            got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
+            work += got.work
+            priced[0], priced[1] = priced[0] + got.work, priced[1] + 1
+            upper = max(upper, got.upper / lo)
+            last[pk] = got.upper / lo
+            if got.chain is None or got.found <= tol:
+                nxt.append(pk)
+                continue
+            top = max(top, got.found / lo)
+            phase, key = pk
+            most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
+            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL)
+            nxt += [(phase, k) for k in parts]
+            for k in parts:
+                last[(phase, k)] = got.upper / lo
+            col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds))
+            if (phase, got.chain, most) not in seen:
+                seen.add((phase, got.chain, most))
+                new.append(col)
+        if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
+            spent = work - start
+            rest = float(sig @ G + n_dev * (eps + max(0.0, upper)))
+            if spend is None:
+                value = float(pi @ N) + rest
+            else:  # λ·tok/s ≤ (spend + π)·N + rest and spend ≥ λ·F − π·N − rest (module docstring)
+                value = float(paid @ N + rest) / mu_d if mu_d > 0 else np.inf
+                if mu_d * floor - float(pi @ N) - rest > least:
+                    least, center = mu_d * floor - float(pi @ N) - rest, duals
+            if value < best:
+                best = value
+                center = duals if spend is None else center
+        missed = smooth and not new
+        todo = nxt
+        cols += new
+        if progress:
+            spent_on = "" if spend is None else f", least spend {least:,.2f}"
+            progress(f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, "
+                     f"{len(todo)} keys, work {work / budget:.0%}")
+        if full and (final or not new and not smooth):
+            break
+    if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
+        x = _master(cols, N, groups, pools, spend, floor)[1]
+    per = (lambda c: -c.pipe.tok_s / c.devices.sum()) if spend is None else (lambda c: float(spend @ c.devices) / c.pipe.tok_s)
+    ranked = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
+    pipes = [cols[j].pipe for j in ranked][:TEMPLATES]
+    used = sum(1 for j in ranked[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+    return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)

@@ -1,0 +1,170 @@
+"""Per-kind stage costs for one operating point, as the bound's relaxation counts them.
+
+For a phase, a batch and m micro-batches, `StageCosts.case` gives per stage kind the
+prefix sums of its units' busy seconds per round (simulate.unit_round_costs), its fixed
+overhead per round, the furthest unit a stage starting at each unit can hold in memory,
+and the link busy time between two types at each cut (the fastest path between any of
+their nodes; within a type, its node's fabric).
+
+Devices are counted per type: `group` (per kind) and `devices` (per type) name the count a
+stage draws on (the cell bound enumerates vectors of them up to cell_bound.MAX_CELLS; past
+that, column generation bounds without enumerating them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetc.cluster import Cluster
+from hetc.partitioner.cost_models.links import hops
+from hetc.partitioner.estimate.tables import Kind, Tables
+from hetc.scheduling import Phase
+
+__all__ = ["Case", "StageCosts", "SLACK"]
+
+INF = np.inf
+SLACK = 1e-9
+SHIFT = 1 << 22  # more than any `most` (tables.MOST): rows of most apart in one sorted array
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """Costs at one operating point. P[g, i]: busy seconds per round of units [0, i) on kind g
+    (inf where g can't serve this phase); over[g]: fixed seconds per round; jfit[g, i]: the
+    furthest end (exclusive) of a memory-feasible stage of kind g starting at unit i;
+    link[t', t, i]: seconds per round the link from type t' to type t is busy at cut i;
+    cheapest[t', t]: the same at its cheapest cut."""
+
+    P: np.ndarray
+    over: np.ndarray
+    jfit: np.ndarray
+    link: np.ndarray
+    cheapest: np.ndarray
+
+
+class StageCosts:
+    """Stage kinds grouped into device types, and their costs per (phase, batch, m), cached."""
+
+    def __init__(self, tables: Tables, kinds: list[Kind], cluster: Cluster) -> None:
+        self.tables, self.kinds, self.u = tables, kinds, len(tables.units)
+        self.types = list(dict.fromkeys(k.type_key for k in kinds))
+        first = [next(k for k in kinds if k.type_key == t) for t in self.types]
+        per_type = np.array([sum(nd.count for nd in k.nodes) for k in first], dtype=np.int64)
+        self.devices = per_type
+        self.room = np.array([k.profile.usable_memory for k in first], dtype=float)  # per type: usable bytes
+        self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
+        self.group = self.type_of  # per kind: the device count it draws on
+        self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
+        self.paths = {(a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else
+                      [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
+                      for a, ka in enumerate(first) for b, kb in enumerate(first)}
+        self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
+        self.period = _period(tables.units)
+        width = max(len(p) for p in self.paths.values())  # [T, T, paths]: each path's latency and 1/bandwidth summed
+        T = len(self.types)  # over its hops (0 for a path of none); inf latency pads a pair with fewer paths
+        lat, inv = np.full((T, T, width), INF), np.zeros((T, T, width))
+        for (a, b), paths in self.paths.items():
+            for j, p in enumerate(paths):
+                lat[a, b, j], inv[a, b, j] = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
+        self._alpha_beta = (lat, inv)
+        self._most: dict = {}
+        self._cases: dict = {}
+        self._memory: dict = {}
+        self._link: dict = {}
+        self._ranges: dict = {}
+
+    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None) -> Case | None:
+        """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
+        micro-batches, with memory at `fit` sequences (default `batch`; batches.py: costs at an
+        interval's top, memory at its first batch), for the kinds `use` marks (default all; the
+        others cost inf); None if no kind holds any unit. Pools are one device per stage."""
+        fit = batch if fit is None else fit
+        key = (phase, batch, m, fit, None if use is None else use.tobytes())
+        if key not in self._cases:
+            mem = self.memory(phase, fit)
+            P, over = mem.P.copy(), np.zeros(len(self.kinds))
+            for g, kind in enumerate(self.kinds):
+                if use is not None and not use[g]:
+                    P[g] = INF
+                elif np.isfinite(P[g, -1]):
+                    cost, over[g] = self.tables.unit_costs(kind, m, batch, phase)
+                    P[g, 1:] = np.cumsum(cost)
+            link, cheapest = self.links(phase, batch, m)
+            self._cases[key] = None if np.isinf(P).all() else Case(P, over, mem.jfit, link, cheapest)
+        return self._cases[key]
+
+    def memory(self, phase: Phase, batch: int) -> Case:
+        """Memory only, at `batch`: stage costs and links 0 where a kind can serve `phase` (inf where
+        not), so a cover at any R says whether some chain fits."""
+        key = (phase, batch)
+        if key not in self._memory:
+            u, G, T = self.u, len(self.kinds), len(self.types)
+            if phase not in self._most:  # every kind's most[i, 1:] (nonincreasing: most shrinks with the range), row
+                # after row in one sorted array: −most, each row (g, i) shifted by its index × SHIFT
+                most = np.stack([self.tables.most(kind, phase)[:u, 1:] for kind in self.kinds]).reshape(G * u, u)
+                self._most[phase] = (np.arange(G * u)[:, None] * SHIFT - most).ravel()
+            row = np.arange(G * u) * SHIFT
+            ks = (np.searchsorted(self._most[phase], row - batch, side="right") - np.arange(G * u) * u).reshape(G, u)
+            jfit = np.arange(u) + ks  # the stages from i holding at least `batch` sequences end by i + ks
+            pools = np.array([phase != Phase.BOTH and kind.tp > 1 for kind in self.kinds])
+            P = np.where((~ks.any(axis=1) | pools)[:, None], INF, np.zeros((G, u + 1)))
+            self._memory[key] = Case(P, np.zeros(G), jfit, np.zeros((T, T, u + 1)), np.zeros((T, T)))
+        return self._memory[key]
+
+    def links(self, phase: Phase, batch: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """link[t', t, i] and cheapest[t', t] (see Case) at one operating point, cached."""
+        key = (phase, batch, m)
+        if key not in self._link:
+            u = self.u
+            r = self.tables.round(m, batch, phase)
+            T = len(self.types)
+            link = np.zeros((T, T, u + 1))
+            ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1
+            lat, inv = self._alpha_beta  # Round.link_time, vectorized over type pairs, paths and cuts (α–β per hop)
+            link[:, :, 1:u] = (r.messages * lat[..., None] + r.tokens * ob * inv[..., None]).min(axis=2)
+            self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))
+        return self._link[key]
+
+    def ranges(self, case: Case, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the memory-feasible stages of kind g, one of each distinct content:
+        inside the model's repeating middle a range equals its copy one period earlier."""
+        key = case.jfit[g].tobytes()  # memory alone decides them: shared by every cost at one fit
+        if key not in self._ranges:
+            U = self.u
+            i = np.arange(U)
+            n = np.maximum(case.jfit[g] - i, 0)
+            ii = np.repeat(i, n)
+            jj = ii + 1 + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            a, b, p = self.period
+            keep = ~((ii >= a + p) & (jj <= b))
+            self._ranges[key] = ii[keep], jj[keep]
+        return self._ranges[key]
+
+    def reach(self, case: Case, R: float) -> np.ndarray:
+        """reach[g, i]: the furthest end of a stage of kind g starting at unit i within R and memory
+        (i where none). R is widened by a relative 1e-9: equal stage times summed in another
+        order differ in their last bits."""
+        U = self.u
+        R = R * (1 + SLACK)
+        out = np.tile(np.arange(U), (len(self.kinds), 1))
+        for g in range(len(self.kinds)):
+            if np.isfinite(case.P[g, 0]):
+                j = np.searchsorted(case.P[g], case.P[g, :U] + (R - case.over[g]), side="right") - 1
+                out[g] = np.maximum(np.minimum(j, case.jfit[g]), np.arange(U))
+        return out
+
+
+def _period(units: list) -> tuple[int, int, int]:
+    """(a, b, p): units [a, b) repeat with period p (the longest such run, p ≤ 8); (0, 0, 1) if none."""
+    sig = [(u.cost_key, u.param_bytes, u.kv_bytes_per_token, u.kind, u.out_bytes_per_token) for u in units]
+    ids = np.array([{s: k for k, s in enumerate(dict.fromkeys(sig))}[s] for s in sig])
+    best = (0, 0, 1)
+    for p in range(1, min(8, len(ids) - 1) + 1):
+        same = np.concatenate([[False], ids[p:] == ids[:-p], [False]])
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        for start, stop in zip(edges[::2], edges[1::2]):  # same[u] for u in [start, stop): ids[u] == ids[u+p]
+            if stop + p - start > best[1] - best[0]:
+                best = (int(start), int(stop + p), p)
+    return best

@@ -1,0 +1,275 @@
+"""Saturation model: what a pipeline placement gives at a batch (DESIGN 'predicted.*').
+
+Steps are formed as the runtime's scheduler forms them (hetc/batching.py, as vLLM, SGLang
+and TensorRT-LLM do): a pipeline of n stages keeps m = min(n, batch) micro-batches in flight,
+each holding batch/m sequences and at most `prefill_chunk` tokens (hetc/scheduling.py's
+PREFILL_CHUNK, the runtime's token budget). Every sequence takes one step per round: one
+decode token, or the next chunk of its prompt, packed beside the decode tokens of the same
+micro-batch (chunked prefill: one step, weights streamed once). At saturation every freed seat
+admits a new prompt at once, so in steady state a seat spends r rounds prefilling (r: the chunks
+its prompt needs in the budget the decode tokens leave, or more where prompts queue for the
+budget) and output_len − 1 rounds decoding; with every prompt of one length, sequences admitted
+in one step finish in one step, so seats free and refill in bursts that fill a step's budget. `Round.of` turns that flow into the steps of a round:
+decode-only steps (which backends replay as graphs) and mixed steps. Each stage is busy for its
+steps, each link for their activations, and one micro-batch must also pass every stage and link
+in turn; the round lasts as long as the busiest of these; output tok/s = outputs per round / round.
+
+Disaggregated pools (phase): a decode pipeline runs the same rounds without prompts; a prefill
+pipeline packs whole prompts into each step up to the token budget (longer prompts in chunks),
+one micro-batch per stage in flight, and finishes prompts as fast as its busiest stage or link
+does them, feeding prompts/s × output_len output tok/s to decode pipelines (what `output_tok_s`
+means for it); its KV holds prompts only.
+
+KV: every sequence reserves KV for its whole prompt + output (KV_BLOCK_TOKENS blocks), so the
+runtime, given the plan's batch and KV budget, never preempts (TensorRT-LLM's default
+GUARANTEED_NO_EVICT capacity policy; vLLM instead pages on demand and preempts, admitting more
+sequences in the same memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.cost_models.analytic import Step, units_time
+from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
+from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
+from hetc.partitioner.capture.units import Unit
+from hetc.scheduling import PREFILL_CHUNK, Phase
+
+__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "Round", "estimate_pipeline", "max_batch", "prompts_per_step",
+           "stage_time", "unit_round_costs"]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    input_len: int
+    output_len: int
+    dtype: str
+    kv_dtype: str
+    prefill_chunk: int = PREFILL_CHUNK
+
+    @property
+    def context(self) -> int:
+        return self.input_len + self.output_len
+
+    @property
+    def decode_ctx(self) -> float:
+        return self.input_len + self.output_len / 2
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    node: Node
+    first: int  # first unit, inclusive
+    last: int  # last unit, inclusive
+    tp: int = 1
+
+
+def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
+    """One step of a stage: its units on the device (1/tp of the work each) plus, for a
+    tensor-parallel group, one all-reduce of the unit's output per unit holding weights (inside
+    the recorded graph where the backend replays the step)."""
+    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
+    if tp > 1:
+        graphs = node.profile.execution.replays(step.decode_only)
+        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs)
+                 for u in units if u.params)
+    return t
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One stage's work per round as this model counts it for a phase: `steps`, each step kind
+    with how many of it a round holds. A round is the time the pipeline takes to generate one
+    token per sequence in flight (`batch` tokens; a prefill pool's round is one prompt, feeding
+    output_len tokens), so tok/s = batch / round everywhere. Seats that spend rounds prefilling
+    or waiting for the token budget make a round longer than a decoding sequence's time between
+    tokens: `tpot_share` is that time as a share of the round."""
+
+    steps: tuple[tuple[float, Step], ...]
+    tpot_share: float = 1.0
+
+    @staticmethod
+    def of(wl: Workload, batch: int, m: int, phase: Phase = Phase.BOTH) -> "Round":
+        """The round of a pipeline of `batch` sequences in `m` micro-batches (a prefill pool: per prompt)."""
+        if phase == Phase.PREFILL:
+            return _prefill_round(wl)
+        k = max(m, math.ceil(batch / wl.prefill_chunk))  # micro-steps per pass: each within the token budget
+        b, dec_ctx = batch / k, wl.decode_ctx
+        decode = Step(b, b, dec_ctx)
+        if phase == Phase.DECODE:
+            return Round(((k, decode),))
+        life, chunks = _seat_life(wl, b)
+        q = b / life  # prompts admitted per micro-step
+        d = b * (wl.output_len - 1) / life  # decode tokens per micro-step
+        # sequences admitted together finish together, so freed seats refill in bursts: a step that
+        # takes prompts fills the budget the decode tokens leave (and holds every seat not decoding)
+        mixed = min(1.0, max(q * wl.input_len / (wl.prefill_chunk - d), 1 - d / b))
+        decode_seqs = (d - (1 - mixed) * b) / mixed  # the step's other seats prefill, or wait for the budget
+        step = Step.mixed(decode_seqs, dec_ctx, q * wl.input_len / mixed, q * chunks / mixed, wl.input_len / 2)
+        # a pass of k micro-steps gives every seat one step, but only output_len of a seat's `life`
+        # steps generate a token: a round (batch tokens) is life / output_len passes
+        passes = life / wl.output_len
+        mix = ((k * (1 - mixed) * passes, decode), (k * mixed * passes, step)) if mixed < 1 else ((k * passes, step),)
+        return Round(mix, 1 / passes)
+
+    @property
+    def messages(self) -> float:
+        """Steps per round: each sends its activations to the next stage once."""
+        return sum(n for n, _ in self.steps)
+
+    @property
+    def tokens(self) -> float:
+        """Tokens per round, every step's rows together (what the links carry per byte of a token)."""
+        return sum(n * s.total_tokens for n, s in self.steps)
+
+    def link_time(self, out_bytes_per_token: float, path: list) -> float:
+        """Seconds a link is busy per round carrying the activations of `out_bytes_per_token`."""
+        return sum(n * transfer_time(s.total_tokens * out_bytes_per_token, path) for n, s in self.steps)
+
+
+def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
+    """Rounds a seat holds a sequence at `b` seats per micro-step, and the chunks its prompt is
+    prefilled in: the fewest chunks r that fit the budget the decode tokens leave
+    (ceil(input / (budget − decode tokens)) ≤ r, one chunk per round); the seat's life is r +
+    output − 1 rounds, or longer where the prompts admitted per micro-step exceed that budget
+    (seats then wait for it, prefilling nothing, and every step carries `prefill_chunk` tokens)."""
+    inp, out, budget = wl.input_len, wl.output_len, wl.prefill_chunk
+    r = 1
+    while True:
+        spare = budget - b * (out - 1) / (r + out - 1)
+        if spare > 0 and math.ceil(inp / spare) <= r:
+            break
+        r += 1
+    return max(r + out - 1.0, b * (inp + out - 1) / budget), r
+
+
+def _prefill_round(wl: Workload) -> Round:
+    """A prefill pool's work per prompt: whole prompts packed up to the token budget per step, or
+    one prompt in equal chunks where it is longer than the budget."""
+    per_step = prompts_per_step(wl)
+    if per_step > 1:
+        return Round(((1 / per_step, Step(per_step * wl.input_len, per_step, wl.input_len / 2)),))
+    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
+    return Round(((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),))
+
+
+def prompts_per_step(wl: Workload) -> int:
+    """Whole prompts a prefill pool packs into one step (1 where a prompt needs the budget or more)."""
+    return max(1, wl.prefill_chunk // wl.input_len)
+
+
+def cost_signature(u: Unit) -> tuple:
+    """What stage_time reads of a unit: units with one signature cost the same."""
+    return u.cost_key, u.out_bytes_per_token, bool(u.params)
+
+
+def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round,
+                     steps: dict | None = None) -> tuple[list[float], float]:
+    """Per-unit busy seconds of one stage per round `r`, and the stage's fixed overhead per round.
+
+    Additive over units: a stage's busy time per round is the sum over its units plus the fixed part.
+
+    Args:
+        steps: a cache of one unit's stage time per (cost signature, step), for this node and tp
+            only (rounds of other batches share steps: the caller keeps it across calls).
+    """
+    memo: dict = {}
+    steps = {} if steps is None else steps
+    out = []
+    for u in units:
+        sig = cost_signature(u)
+        if sig not in memo:
+            for _, step in r.steps:
+                if (sig, step) not in steps:
+                    steps[(sig, step)] = stage_time([u], node, tp, step, wl)
+            memo[sig] = sum(n * steps[(sig, step)] for n, step in r.steps)
+        out.append(memo[sig])
+    return out, node.profile.step_overhead * r.messages
+
+
+@dataclass(frozen=True, slots=True)
+class StageEstimate:
+    decode_s: float  # one decode-only micro-step
+    prefill_s: float  # one whole prompt alone (its chunks, or its packed step in a prefill pool)
+    link_decode_s: float  # activations of one decode micro-step to the next stage
+    link_prefill_s: float  # of one whole prompt
+    busy_s: float  # busy seconds per round (a prefill pool: per prompt), fixed overheads included
+    link_s: float  # the link to the next stage, busy seconds per round
+    memory: StageMemory
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineEstimate:
+    batch: int
+    micro_batches: int
+    round_s: float
+    output_tok_s: float
+    ttft_s: float
+    stages: list[StageEstimate]
+    tpot_s: float  # a decoding sequence's time between tokens (the round less its prefill and waiting share)
+
+
+def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool,
+                  phase: Phase = Phase.BOTH) -> StageMemory:
+    logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
+    context = wl.input_len if phase == Phase.PREFILL else wl.context
+    return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
+                        tp=sp.tp, logits_bytes_per_token=logits)
+
+
+def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], wl: Workload) -> float:
+    """Seconds a stage is busy for `steps` (how many of each), its per-step overhead included."""
+    return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead) for k, step in steps)
+
+
+def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload,
+                      batch: int, phase: Phase = Phase.BOTH) -> PipelineEstimate | None:
+    """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory.
+
+    Args:
+        phase: BOTH; DECODE (no prefills); PREFILL (batch = prompts in flight: one packed step per stage).
+    """
+    n = len(stages)
+    if phase == Phase.PREFILL:
+        batch = n * prompts_per_step(wl)
+    m = max(1, min(n, batch))
+    r = Round.of(wl, batch, m, phase)
+    b = batch / m
+    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
+    alone = (r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),))
+    scale = prompts_per_step(wl) if phase == Phase.PREFILL else 1  # a packed step finishes all its prompts at once
+    ests = []
+    for i, sp in enumerate(stages):
+        us = units[sp.first: sp.last + 1]
+        mem = _stage_memory(us, sp, batch, wl, i == n - 1, phase)
+        if mem.total > sp.node.profile.usable_memory:
+            return None
+        dec = _busy(us, sp, ((1, Step(b, b, wl.decode_ctx)),), wl)
+        pre = _busy(us, sp, alone, wl) * scale
+        path = hops(cluster, sp.node, stages[i + 1].node) if i + 1 < n else []
+        out = us[-1].out_bytes_per_token
+        ld = transfer_time(b * out, path) if path else 0.0
+        lp = sum(k * transfer_time(step.total_tokens * out, path) for k, step in alone) * scale if path else 0.0
+        ests.append(StageEstimate(dec, pre, ld, lp, _busy(us, sp, r.steps, wl), r.link_time(out, path) if path else 0.0, mem))
+    if phase == Phase.PREFILL:
+        per_prompt = max(max(e.busy_s for e in ests), max(e.link_s for e in ests))
+        ttft = sum(e.prefill_s + e.link_prefill_s for e in ests)
+        return PipelineEstimate(batch, m, per_prompt, wl.output_len / per_prompt, ttft, ests, per_prompt)
+    loop = sum(e.busy_s + e.link_s for e in ests) / m  # each micro-batch passes every stage and link in turn
+    round_s = max(max(e.busy_s for e in ests), max(e.link_s for e in ests), loop)
+    ttft = sum(e.prefill_s + e.link_prefill_s for e in ests) if phase == Phase.BOTH else 0.0
+    return PipelineEstimate(batch, m, round_s, batch / round_s, ttft, ests, round_s * r.tpot_share)
+
+
+def max_batch(units: list[Unit], stages: list[StagePlan], wl: Workload, limit: int = 4096) -> int:
+    """Largest batch whose KV and activations fit on every stage (0 if even one sequence does not)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        ok = all(_stage_memory(units[s.first: s.last + 1], s, mid, wl, i == len(stages) - 1).total
+                 <= s.node.profile.usable_memory for i, s in enumerate(stages))
+        lo, hi = (mid, hi) if ok else (lo, mid - 1)
+    return lo

@@ -1,0 +1,207 @@
+"""Stage boundaries over an ordered chain of stage slots, and the batch search.
+
+A slot is one device or a tensor-parallel group of tp devices on one node. For a chain
+and a batch, `split_chain` finds contiguous unit ranges minimising the busiest slot
+(binary search on the bottleneck with a greedy fill: optimal for contiguous ranges over
+an ordered chain when costs and memory grow with the range). Slots may stay empty.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.estimate.batches import MAX_BATCH, search
+from hetc.partitioner.cost_models.links import hops
+from hetc.partitioner.estimate.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
+from hetc.partitioner.capture.units import Unit
+from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
+
+__all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "slo_filter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    node: Node
+    tp: int = 1
+
+
+@dataclass(slots=True)
+class Found:
+    estimate: PipelineEstimate
+    stages: list[StagePlan]
+
+
+def score(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float = 1.0) -> float:
+    """Larger is better for every objective."""
+    if objective == Objective.THROUGHPUT:
+        return tok_s
+    if objective == Objective.LATENCY:
+        return -tpot_s
+    if objective == Objective.ENERGY:
+        return tok_s / watts  # tokens per joule
+    return tok_s / usd_h  # cost: tokens per dollar
+
+
+EXHAUSTIVE = 120  # up to this many ways to split, every one is evaluated exactly
+
+
+def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
+                batch: int, phase: str) -> list[StagePlan] | None:
+    """Every split with each slot non-empty, scored by the saturation model itself."""
+    best, best_x = None, -1.0
+    for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
+        bounds = (0, *cuts, len(units))
+        stages = [StagePlan(s.node, a, b - 1, s.tp) for s, a, b in zip(chain, bounds, bounds[1:])]
+        est = estimate_pipeline(units, stages, cluster, wl, batch, phase)
+        if est is not None and est.output_tok_s > best_x:
+            best, best_x = stages, est.output_tok_s
+    return best
+
+
+def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
+                batch: int, phase: Phase = Phase.BOTH, memo: dict | None = None) -> list[StagePlan] | None:
+    """Contiguous unit ranges over `chain` minimising the busiest stage at `batch` (for a
+    prefill pool: per prompt, one prompt per stage in flight); None if none fits.
+
+    Small cases (at most EXHAUSTIVE splits) are searched exhaustively against the full
+    saturation model, so tiny instances are solved exactly.
+
+    Args:
+        memo: per-slot-kind costs and memory reach, kept across calls over the same units,
+            cluster and workload (the solver splits many chains of the same kinds).
+    """
+    n = len(chain)
+    if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:
+        return _all_splits(units, chain, cluster, wl, batch, phase)
+    if phase == Phase.PREFILL:
+        batch = n
+    memo = {} if memo is None else memo
+    n_units = len(units)
+    reaches = []
+    for s in chain:
+        key = (_slot_key(s), batch, phase)
+        if key not in memo:
+            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
+        reaches.append(memo[key])
+    u = 0
+    for reach in reaches:  # memory alone, each slot as far as it holds: no split fits if this does not
+        u = max(u, reach[u] + 1) if u < n_units else u
+    if u < n_units:
+        return None
+    r = Round.of(wl, batch, max(1, min(n, batch)), phase)
+    out = units[0].out_bytes_per_token
+    slots = []  # per slot: prefix sums of its unit costs, its memory reach, fixed time + link out
+    for i, (s, reach) in enumerate(zip(chain, reaches)):
+        key = (_slot_key(s), r)
+        if key not in memo:
+            cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
+            memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
+        prefix, fixed = memo[key]
+        path = hops(cluster, s.node, chain[i + 1].node) if i + 1 < n else []
+        slots.append((prefix, reach, fixed + (r.link_time(out, path) if path else 0.0), s))
+
+    def greedy(tau: float) -> list[StagePlan] | None:
+        """Each slot in turn takes as many units as fit within `tau` and its memory."""
+        stages, u = [], 0
+        for P, reach, base, s in slots:
+            if u == n_units:
+                break
+            hi = min(bisect.bisect_right(P, P[u] + (tau - base)) - 2, reach[u])  # P[hi+1] − P[u] ≤ tau − base
+            if hi >= u:
+                stages.append(StagePlan(s.node, u, hi, s.tp))
+                u = hi + 1
+        return stages if u == n_units else None
+
+    total = max(P[-1] + base for P, _, base, _ in slots)
+    if greedy(total * 1.0001) is None:
+        return None
+    lo, hi = 0.0, total * 1.0001
+    while hi - lo > 1e-7 * hi:  # the bottleneck to 1e-7 of itself
+        mid = (lo + hi) / 2
+        if greedy(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return greedy(hi)
+
+
+def _slot_key(s: Slot) -> tuple:
+    return s.node.profile.name, s.tp, id(s.node.link)  # within one solve: links are the cluster's objects
+
+
+def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float) -> list[int]:
+    """reach[u]: the last unit a stage starting at unit u holds within `cap` bytes (u − 1 if
+    none): weights and KV split over tp, activations at their peak (tied weights counted per
+    unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
+    pointers, a running sum and a sliding-window max."""
+    blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
+    mem_of = [(u.param_bytes + batch * blocks * u.kv_bytes_per_token) / tp for u in units]
+    act = [step_tokens * u.act_bytes.per_token for u in units]
+    n, out, hi, mem, peak = len(units), [], -1, 0.0, collections.deque()  # peak: indices, act decreasing
+    for u in range(n):
+        if hi < u - 1:
+            hi, mem = u - 1, 0.0
+        while peak and peak[0] < u:
+            peak.popleft()
+        while hi + 1 < n and mem + mem_of[hi + 1] + max(act[peak[0]] if peak else 0.0, act[hi + 1]) <= cap:
+            hi += 1
+            mem += mem_of[hi]
+            while peak and act[peak[-1]] <= act[hi]:
+                peak.pop()
+            peak.append(hi)
+        out.append(hi)
+        if hi >= u:
+            mem -= mem_of[u]
+    return out
+
+
+def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
+                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
+                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT,
+                  hints: tuple[int, ...] = ()) -> list[Found]:
+    """Batches up to `ceiling` that fit, each with its best split (batches.search says which are
+    tried); a prefill pool has one option: a prompt per stage, if the ceiling allows that many.
+
+    Args:
+        split: stage boundaries for a batch; default: `split_chain` (the best split).
+        memo: passed on to `split_chain`.
+        ceiling: the most sequences in flight (batches.batch_ceiling).
+        objective: what the search for the best batch between tried ones aims at.
+        hints: batches to try as well (batches.search).
+    """
+    split = split or (lambda batch: split_chain(units, chain, cluster, wl, batch, phase, memo))
+
+    def evaluate(batch: int) -> Found | None:
+        stages = split(batch)
+        est = estimate_pipeline(units, stages, cluster, wl, batch, phase) if stages else None
+        return Found(est, stages) if est is not None and stages is not None else None
+
+    if phase == Phase.PREFILL:
+        one = evaluate(1) if len(chain) <= ceiling else None
+        return [one] if one else []
+    return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0),
+                                 ceiling, hints)]
+
+
+def slo_filter(ttft_slo_s: float | None, tpot_slo_s: float | None) -> Callable[[Found], bool]:
+    """Whether a pipeline at its batch keeps the TTFT and TPOT limits (None: no limit)."""
+    def within(f: Found) -> bool:
+        e = f.estimate
+        return not ((ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s))
+    return within
+
+
+def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,
+               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH,
+               admits: Callable[[Found], bool] | None = None) -> Found | None:
+    """The batch best for `objective` on this chain, with no floors, among those `admits` (e.g. the SLOs)."""
+    opts = [f for f in batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
+            if admits is None or admits(f)]
+    return max(opts, key=lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)

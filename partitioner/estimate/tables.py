@@ -1,0 +1,198 @@
+"""Per-type throughput tables: what one stage of a device type can sustain.
+
+Identical devices are grouped into kinds (profile × tensor-parallel degree, with the
+node link the group reduces over). For a kind, a batch B and m micro-batches, a stage
+holding units [i, i+k) is busy
+
+    m · (decode step of B/m sequences) + (B / output_len) · (prefill of one prompt)
+
+per round, exactly as partitioner/estimate/simulate.py counts it, and must fit its memory at B.
+`busy_min[k]` is the least busy time of any memory-feasible range of k units: the
+stage's best case, used for the cost objective's bound (bound.py). The cell bound reads
+the per-unit costs and memory fits (stage_costs.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetc.cluster import Cluster, Link, Node, Profile
+from hetc.partitioner.cost_models.envelope import bound_node
+from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
+from hetc.partitioner.capture.units import Unit
+from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+
+__all__ = ["Kind", "Tables", "kinds_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """tp identical devices on one node acting as one stage; `groups` of them exist."""
+
+    profile: Profile
+    tp: int
+    link: Link | None
+    nodes: tuple[Node, ...]
+    groups: int
+
+    @property
+    def name(self) -> str:
+        return self.profile.name + (f"×tp{self.tp}" if self.tp > 1 else "")
+
+    @property
+    def type_key(self) -> tuple[str, str]:
+        return type_key(self.nodes[0])
+
+
+def type_key(node: Node) -> tuple[str, str]:
+    """Devices are interchangeable when profile and intra-node link are the same."""
+    return node.profile.name, repr(node.link)
+
+
+def devices_per_type(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """The cluster's devices of each type (type_key), in the order the types first appear."""
+    out: dict[tuple[str, str], int] = {}
+    for n in cluster.nodes:
+        out[type_key(n)] = out.get(type_key(n), 0) + n.count
+    return out
+
+
+def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = (1, 2, 4, 8)) -> list[Kind]:
+    by_type: dict[tuple[str, str], list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    out = []
+    for nodes in by_type.values():
+        for tp in tp_options:
+            groups = sum(n.count // tp for n in nodes)
+            if groups and (tp == 1 or nodes[0].link is not None):
+                out.append(Kind(nodes[0].profile, tp, nodes[0].link, tuple(nodes), groups))
+    return out
+
+
+MOST = 1 << 20  # sequences a stage with no KV and no activations could hold: more than any batch considered
+
+
+@dataclass(slots=True)
+class Tables:
+    """busy_min arrays per (kind, m, batch), built lazily and cached."""
+
+    units: list[Unit]
+    wl: Workload
+    _ranges: tuple | None = None
+    _cost: dict = field(default_factory=dict)
+    _most: dict = field(default_factory=dict)
+    _busy: dict = field(default_factory=dict)
+    _kind_keys: dict = field(default_factory=dict)
+    signature: np.ndarray = field(init=False)  # per unit: its cost signature's index (units of one cost the same)
+    reps: list[Unit] = field(init=False)  # per signature: its first unit
+    _rounds: dict = field(default_factory=dict)
+    _steps: dict = field(default_factory=dict)  # per kind: its bound node and one unit's cost per (signature, step)
+    evaluations: int = 0  # unit_costs computed (the cost model run over the units): work done
+    step_costs: int = 0  # of which, one unit's stage time at a step not met before (rounds share steps): the work
+
+    def __post_init__(self) -> None:
+        u = len(self.units)
+        first: dict[tuple, Unit] = {}  # one unit per cost signature, in order of first appearance
+        for x in self.units:
+            first.setdefault(cost_signature(x), x)
+        index = {s: k for k, s in enumerate(first)}
+        self.reps = list(first.values())
+        self.signature = np.array([index[cost_signature(x)] for x in self.units], dtype=np.int64)
+        i, k = np.meshgrid(np.arange(u + 1), np.arange(u + 1), indexing="ij")
+        valid = (k >= 1) & (i + k <= u)
+        i, k = np.where(valid, i, 0), np.where(valid, k, 0)
+        w = np.concatenate([[0.0], np.cumsum([x.param_bytes for x in self.units])])
+        kv = np.concatenate([[0.0], np.cumsum([x.kv_bytes_per_token for x in self.units])])
+        act = np.array([x.act_bytes.per_token for x in self.units])
+        amax = np.zeros((u + 1, u + 1))
+        for s in range(u):
+            amax[s, 1: u - s + 1] = np.maximum.accumulate(act[s:])
+        weights = w[i + k] - w[i]
+        full = {}  # the whole model: tied weights once
+        for x in self.units:
+            full.update(x.params)
+        weights[0, u] = sum(full.values())
+        last = (i + k == u) & valid
+        logits = 4.0 * self.units[-1].out_bytes_per_token / 2
+        self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
+
+    def _kind(self, kind: Kind) -> tuple:
+        """A cache key for `kind` (its type_key's repr of the link is slow to recompute)."""
+        got = self._kind_keys.get(id(kind))
+        if got is None or got[0] is not kind:
+            got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
+        return got[1]
+
+    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
+        """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
+        overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
+        profile's envelope where its efficiency curves fall (envelope.py: never more)."""
+        key = (self._kind(kind), m, batch, phase)
+        if key not in self._cost:
+            r = self.round(m, batch, phase)
+            same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
+            if same not in self._cost:
+                self.evaluations += 1
+                node, steps = self._steps.setdefault(self._kind(kind), (bound_node(kind.nodes[0]), {}))
+                before = len(steps)
+                cost, over = unit_round_costs(self.reps, node, kind.tp, self.wl, r, steps)
+                self.step_costs += len(steps) - before
+                self._cost[same] = (np.array(cost)[self.signature], over)  # units of one signature cost the same
+            self._cost[key] = self._cost[same]
+        return self._cost[key]
+
+    def round(self, m: int, batch: int, phase: Phase) -> Round:
+        """simulate.Round.of, kept: every kind asks for the same rounds."""
+        key = (m, batch, phase)
+        if key not in self._rounds:
+            self._rounds[key] = Round.of(self.wl, batch, m, phase)
+        return self._rounds[key]
+
+    def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:
+        """fits[i, k]: whether units [i, i+k) fit one device of `kind` at `batch` (prefill
+        pools: prompts in flight, KV for the prompt only)."""
+        return self.most(kind, phase) >= batch
+
+    def most(self, kind: Kind, phase: Phase = Phase.BOTH) -> np.ndarray:
+        """most[i, k]: the most sequences at which units [i, i+k) fit one device of `kind` (0 if
+        none). A stage holds weights/tp + b·KV/tp + max(chunk, b)·activations: linear in b on
+        each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
+        key = (self._kind(kind), phase)
+        if key not in self._most:
+            i, k, valid, weights, kv, amax, last, logits = self._ranges
+            wl = self.wl
+            blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+            chunk = min(wl.prefill_chunk, wl.input_len)
+            base, per_seq, act = weights / kind.tp, blocks * kv / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
+            cap = kind.profile.usable_memory
+
+            def mem(b: np.ndarray) -> np.ndarray:
+                return base + b * per_seq + np.maximum(chunk, b) * act
+
+            with np.errstate(divide="ignore", invalid="ignore"):
+                above = np.floor((cap - base) / (per_seq + act))  # b ≥ chunk
+                below = np.floor((cap - base - chunk * act) / per_seq)  # b < chunk
+            b = np.where(mem(np.full_like(base, chunk)) <= cap, above, np.minimum(below, chunk - 1))
+            b = np.nan_to_num(np.clip(b, 0, MOST), nan=MOST)
+            b = np.where(mem(b + 1) <= cap, b + 1, b)  # the closed form to the last bit
+            b = np.where((b > 0) & (mem(b) > cap), b - 1, b)
+            self._most[key] = np.where(valid & (mem(np.ones_like(b)) <= cap), b, 0).astype(np.int64)
+        return self._most[key]
+
+    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None) -> np.ndarray:
+        """busy_min[k] for k = 0 … U: the least busy seconds per round of a range of k units at
+        `batch` sequences that fits memory at `fit` (default: `batch`); inf where none fits.
+        Pipelines that prefill and decode."""
+        fit = batch if fit is None else fit
+        key = (self._kind(kind), m, batch, fit)
+        if key not in self._busy:
+            cost, over = self.unit_costs(kind, m, batch)
+            i, k, valid, *_ = self._ranges
+            p = np.concatenate([[0.0], np.cumsum(cost)])
+            busy = np.where(self.fits(kind, fit), p[i + k] - p[i] + over, np.inf)
+            self._busy[key] = busy.min(axis=0)
+        return self._busy[key]

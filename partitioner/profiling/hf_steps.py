@@ -1,0 +1,83 @@
+"""Whole engine steps of a transformers Llama, timed as an engine runs them.
+
+Prefill: one forward over `batch` fresh prompts of `tokens` tokens (no cache), logits for each
+prompt's last token only (the sampled row; the runtime cuts there too). Decode: one
+token for each of `batch` sequences whose K/V cache holds `ctx` tokens, in a static cache
+of exactly ctx + 1 slots rewound before every call — attention reads the real context,
+not a cache's capacity, and nothing is copied that a paged engine would not copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+from hetc.partitioner.cost_models.analytic import Step
+from hetc.partitioner.profiling.bench import Case
+
+__all__ = ["llama_config", "build_llama", "prefill_case", "decode_case", "prefill_step", "decode_step"]
+
+
+def llama_config(*, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
+                 max_positions: int = 4096) -> dict:
+    """A LlamaConfig as a config.json dict (what `capture` reads)."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "intermediate_size": intermediate, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": max_positions,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float32"}
+
+
+def build_llama(cfg: dict, *, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0):
+    """LlamaForCausalLM with random weights (its own init), in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(seed)
+    conf = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = LlamaForCausalLM(conf).to(device=device, dtype=dtype).eval()
+    return model
+
+
+def prefill_step(batch: int, tokens: int) -> Step:
+    """The cost model's step for a prefill of `batch` prompts of `tokens`: mean context (T+1)/2."""
+    return Step(batch * tokens, batch, (tokens + 1) / 2)
+
+
+def decode_step(batch: int, ctx: int) -> Step:
+    """The cost model's step for one decode token of `batch` sequences holding `ctx` tokens."""
+    return Step(batch, batch, ctx + 1)
+
+
+def prefill_case(model, batch: int, tokens: int, *, device: str = "cpu") -> Case:
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, tokens), device=device)
+
+    def fn():  # the final norm and LM head on each prompt's last token only, as every executor runs them
+        with torch.inference_mode():
+            return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    return Case(f"prefill b{batch} t{tokens}", fn, reps=3,
+                meta={"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
+
+
+def decode_case(model, batch: int, ctx: int, *, device: str = "cpu") -> Case:
+    from transformers import StaticCache
+
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, 1), device=device)
+    cache = StaticCache(config=model.config, max_cache_len=ctx + 1)
+    pos = torch.tensor([ctx], device=device)
+
+    def rewind():
+        for layer in cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.fill_(ctx)
+
+    def fn():
+        with torch.inference_mode():
+            return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True)
+    return Case(f"decode b{batch} ctx{ctx}", fn, reset=rewind, reps=5,
+                meta={"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)})
