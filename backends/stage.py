@@ -1,8 +1,8 @@
-"""A stage as a module of plain tensors (the contract in hetc/stage.py), built from the model's
-own transformers modules, for torch.export and the vendor toolchains.
+"""A stage as a module of plain tensors (the contract in hetc/stage.py), for torch.export and the
+vendor toolchains.
 
-The math is the runtime's (runtime/model_runner.py): Llama-family blocks, rotary on Q and K,
-grouped-query attention over the cached past plus the new tokens. Two attention forms:
+The math is the decoder stage's (backends/decoder.py), the eager runtime's too; what is this
+module's own is the attention over the cached past plus the new tokens. Two attention forms:
 `FunctionalStage` (gather) gathers the past from read-only block pools through a block table and
 returns the new K/V rows, never writing in place; K/V heads are expanded with `repeat_interleave`
 (SDPA's `enable_gqa` does not export to ONNX, pytorch#151762) and the attention is written out as
@@ -13,35 +13,25 @@ matmul + softmax. `PagedStage` (paged) packs the tokens and leaves attention to 
 from __future__ import annotations
 
 import warnings
-from typing import Protocol
 
 import torch
-from torch import nn
 
+from hetc.backends.decoder import DecoderStage, UnitLike
 from hetc.backends.paged_attention import paged_attention
 from hetc.errors import BadInput
+from hetc.plan import UnitKind
 from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.stage import AttentionForm, select_at
+from hetc.stage import AttentionForm
 from hetc.weights import MetaWeights, WeightSpec
 
 __all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "weight_specs",
            "write_kv"]
 
-_KINDS = ("embed", "attention", "mlp", "norm", "head")
+# what a compiled stage lowers: a decoder's units without MoE
+COMPILED_KINDS = (UnitKind.EMBED, UnitKind.ATTENTION, UnitKind.MLP, UnitKind.NORM, UnitKind.HEAD)
 
 
-class UnitLike(Protocol):
-    index: int
-    kind: str
-    layer: int
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
-class FunctionalStage(nn.Module):
+class FunctionalStage(DecoderStage):
     """Units [first, last] of a decoder LLM with the compiled-stage signature's `gather` form."""
 
     form = AttentionForm.GATHER
@@ -54,59 +44,15 @@ class FunctionalStage(nn.Module):
             dtype: compute and weight dtype.
             weights: `.get(name, shape, dtype)` (hetc.weights: safetensors or random).
         """
-        super().__init__()
-        from transformers import AutoModelForCausalLM
-
-        mine = units[first: last + 1]
-        bad = sorted({u.kind for u in mine} - set(_KINDS))
+        bad = sorted({str(u.kind) for u in units[first: last + 1]} - set(COMPILED_KINDS))
         if bad:
             raise BadInput(f"units of kind {', '.join(bad)} have no compiled-stage lowering yet.", field="units",
                            fix="compile a Llama-family decoder, or serve with --executor torch.")
-        self.kinds = [(u.kind, u.layer) for u in mine]
-        self.fused_final_norm = "norm" not in [u.kind for u in units]
-        cut = select_at([u.kind for u in units])
-        self.selects = first <= cut <= last
-        self.select_pos = cut - first  # the unit before which rows are cut to `select`
-        self.first_stage = mine[0].kind == "embed"
-        self.head = mine[-1].kind == "head"
-        self.attention_layers = [u.layer for u in mine if u.kind == "attention"]
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            full = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")
-        backbone = full.get_decoder() if hasattr(full, "get_decoder") else full.model
-        names = {m: n for n, m in full.named_modules()}
-        wanted: dict[str, nn.Module] = {}
-        for kind, layer in self.kinds:
-            if kind == "embed":
-                wanted["embed"] = full.get_input_embeddings()
-            elif kind == "attention":
-                blk = backbone.layers[layer]
-                wanted[f"ln{layer}"], wanted[f"attn{layer}"] = blk.input_layernorm, blk.self_attn
-            elif kind == "mlp":
-                blk = backbone.layers[layer]
-                wanted[f"post{layer}"], wanted[f"mlp{layer}"] = blk.post_attention_layernorm, blk.mlp
-            if kind == "norm" or (kind == "head" and self.fused_final_norm):
-                wanted["norm"] = backbone.norm
-            if kind == "head":
-                wanted["head"] = full.get_output_embeddings()
-        # this stage's parameter names → the model's (what its safetensors call them)
-        self.weight_names: dict[str, str] = {}
-        for key, mod in wanted.items():
-            for name, p in list(mod.named_parameters()):
-                leaf_mod = mod.get_submodule(name.rpartition(".")[0]) if "." in name else mod
-                t = weights.get(f"{names[mod]}.{name}", p.shape, dtype)
-                setattr(leaf_mod, name.rpartition(".")[2], nn.Parameter(t, requires_grad=False))
-                self.weight_names[f"mods.{key}.{name}"] = f"{names[mod]}.{name}"
-        self.mods = nn.ModuleDict(wanted)
-        self.rotary = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
+        super().__init__(cfg, units, first, last, dtype=dtype, load=lambda name, shape: weights.get(name, shape, dtype))
         if self.rotary is not None:  # persistent: torch-mlir's importer finds buffers in the state dict only
             for name, buf in list(self.rotary.named_buffers(recurse=False)):
                 self.rotary.register_buffer(name, buf, persistent=True)
-        heads = cfg.num_attention_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        self.groups = heads // self.kv_heads
-        del full
+        self.groups = cfg.num_attention_heads // self.kv_heads
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor, block_table: torch.Tensor,
                 *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -123,51 +69,15 @@ class FunctionalStage(nn.Module):
             new_kv.extend((k, v))
             return o
 
-        return (self._run(x, positions, select, attend), *new_kv)
-
-    def _run(self, x: torch.Tensor, positions: torch.Tensor, select: torch.Tensor | None, attend) -> torch.Tensor:
-        """The stage's units in order; `attend(i, layer, normed x, cos, sin)` is the i-th attention."""
-        cos = sin = None
-        li = 0
-        for i, (kind, layer) in enumerate(self.kinds):
-            if select is not None and i == self.select_pos:
-                x = self._select(x, select)
-            if kind == "embed":
-                x = self.mods["embed"](x)
-            elif kind == "attention":
-                if cos is None:  # here, not before the units: before the embedding x holds ids, not hidden states
-                    cos, sin = self._rotary(x, positions)
-                x = x + attend(li, layer, self.mods[f"ln{layer}"](x), cos, sin)
-                li += 1
-            elif kind == "mlp":
-                x = x + self.mods[f"mlp{layer}"](self.mods[f"post{layer}"](x))
-            elif kind == "norm":
-                x = self.mods["norm"](x)
-            elif kind == "head":
-                if self.fused_final_norm:
-                    x = self.mods["norm"](x)
-                x = self.mods["head"](x).float()
-        return x
+        return (self.run_units(x, positions, select, attend), *new_kv)
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.rotary(x, positions)  # [B, T, D]
         return cos[:, :, None], sin[:, :, None]
 
-    @staticmethod
-    def _select(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    def _select(self, x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
         """[B, T, H] → [B, H]: the sampled rows only (a gather: IREE rejects two-tensor indexing)."""
         return x.gather(1, select[:, None, None].expand(-1, 1, x.shape[-1])).squeeze(1)
-
-    def _qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """The layer's rotated queries [..., Hq, D] and keys, and values [..., KVH, D]."""
-        attn = self.mods[f"attn{layer}"]
-        lead, d = h.shape[:-1], self.head_dim
-        q = attn.q_proj(h).view(*lead, -1, d)
-        k = attn.k_proj(h).view(*lead, self.kv_heads, d)
-        v = attn.v_proj(h).view(*lead, self.kv_heads, d)
-        if hasattr(attn, "q_norm"):  # qwen3: per-head RMSNorm before rotary
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
     @staticmethod
     def _mask(positions: torch.Tensor, past_lens: torch.Tensor, past_slots: int) -> torch.Tensor:
@@ -182,14 +92,14 @@ class FunctionalStage(nn.Module):
         attn = self.mods[f"attn{layer}"]
         b, t, _ = h.shape
         d = self.head_dim
-        q, k, v = self._qkv(layer, h, cos, sin)  # [B, T, H, D]
+        q, k, v = self.qkv(layer, h, cos, sin)  # [B, T, H, D]
         nb = block_table.shape[1] * KV_BLOCK_TOKENS
         flat = block_table.reshape(-1)
         past_k = k_pool.index_select(0, flat).reshape(b, nb, self.kv_heads, d).to(q.dtype)  # [B, P, KVH, D]
         past_v = v_pool.index_select(0, flat).reshape(b, nb, self.kv_heads, d).to(q.dtype)
         keys = torch.cat((past_k, k), dim=1).repeat_interleave(self.groups, dim=2).transpose(1, 2)  # [B, Hq, S, D]
         vals = torch.cat((past_v, v), dim=1).repeat_interleave(self.groups, dim=2).transpose(1, 2)
-        scores = q.transpose(1, 2) @ keys.transpose(-1, -2) * getattr(attn, "scaling", d ** -0.5)  # [B, Hq, T, S]
+        scores = q.transpose(1, 2) @ keys.transpose(-1, -2) * self.attention_scale(layer)  # [B, Hq, T, S]
         scores = scores.float().masked_fill(~mask, float("-inf"))
         o = (scores.softmax(-1).to(vals.dtype) @ vals).transpose(1, 2).reshape(b, t, -1)  # [B, T, Hq·D]
         return attn.o_proj(o), k.to(k_pool.dtype), v.to(v_pool.dtype)
@@ -209,23 +119,18 @@ class PagedStage(FunctionalStage):
         meta = (past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len)
 
         def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-            attn = self.mods[f"attn{layer}"]
-            q, k, v = self._qkv(layer, h, cos, sin)  # [T, H, D]
+            q, k, v = self.qkv(layer, h, cos, sin)  # [T, H, D]
             t = h.shape[0]
             o = paged_attention(q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1), caches[2 * li],
-                                caches[2 * li + 1], *meta, float(getattr(attn, "scaling", self.head_dim ** -0.5)),
-                                self.kv_heads, self.head_dim)
-            return attn.o_proj(o)
+                                caches[2 * li + 1], *meta, self.attention_scale(layer), self.kv_heads, self.head_dim)
+            return self.mods[f"attn{layer}"].o_proj(o)
 
-        return self._run(x, positions, select, attend)
+        return self.run_units(x, positions, select, attend)
 
-    def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.rotary(x, positions[None])  # [1, T, D]
-        return cos[0, :, None], sin[0, :, None]
+    # packed rows, as the eager stage's: the decoder stage's own hooks, not FunctionalStage's padded ones
+    _rotary = DecoderStage._rotary
+    _select = DecoderStage._select
 
-    @staticmethod
-    def _select(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
-        return x.index_select(0, select)  # [T, H] → [S, H]
 
 def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
              valid: torch.Tensor | None = None) -> None:

@@ -1,20 +1,28 @@
-"""`hetc serve` on a real CUDA device (no --emulate): correctness and predicted vs measured steps.
+"""`hetc serve` on a real CUDA device (no --emulate): every GPU check of the runtime in one call.
 
     # here (plans need ortools, which the GPU host lacks): the tiny model and the plans
     python benchmarks/gpu_serve.py prepare WORK
-    # on the GPU host, hetc importable:
-    python benchmarks/gpu_serve.py check WORK -o result.json
+    # on the GPU host (benchmarks/gpu_run.sh sets up the packages and hetc), results to OUT as it goes:
+    python benchmarks/gpu_serve.py check WORK -o OUT [--budget 420]
 
-`prepare` writes WORK/tiny (the serve tests' 4-layer Llama, random fp32 weights, its BPE tokenizer),
-WORK/tiny-plan.json (fp32, one h100-sxm), and for llama-3.1-8b (random bf16 weights, 512-token
-prompts, 128 output tokens) two plans per batch on one H100: with the catalog profile
-(`h100-sxm`: engine fusion, CUDA-graph decode) and with `h100-eager.yaml`, the same profile
-with `execution: {fusion: none, graphs: none}` — what hetc's cuda stages run today (torch eager).
+`prepare` writes WORK/tiny (the serve tests' 4-layer Llama, random fp32 weights, its BPE tokenizer)
+with its fp32 plan on one h100-sxm, llama-3.1-8b plans (random bf16 weights, 512-token prompts,
+128 output tokens) at batch 8 and 32 on one H100 and on one H200 (catalog profiles), and the units
+of both models captured here (`seed`: used only when the host's torch cannot capture them).
 
-`check` serves the tiny plan on the GPU and compares greedy completions of concurrent requests
-with transformers' `generate` on the same GPU (token-identical expected: fp32, TF32 off); then
-serves each 8B plan with `--random-weights`, sends `batch` requests at once and reads the mean
-decode step from /metrics beside each plan's `predicted_ms.decode`.
+`check` runs, in priority order, each check within its own share of the budget and OUT/gpu-serve.json
+rewritten after each (a check that runs out of time says so):
+  env      the host's torch, triton and card
+  kernel   the paged decode kernel against SDPA over the gathered context (8B shapes), and both timed
+  capture  `capture()` of both models on the host's own torch (torch.export of the dynamic token dim)
+  tiny     greedy completions through the `openai` client, CUDA graphs on, against transformers'
+           `generate` on the same GPU (fp32, TF32 off): token-identical expected
+  8b       one server with graphs: 16 greedy tokens of 4 prompts against transformers (until the
+           top-2 logit gap falls below 1e-2), decode steps at batch 8 and 32 from /metrics, TTFT/TPOT
+           at concurrency 1, 8, 32; then the same batches with --no-cuda-graphs
+  lean     the engine-style reference step (gpu_measure.measure_lean_decode) at the served shapes
+  hf       transformers' generate with a static cache and torch.compile (gpt-fast style), b1 and b8
+  profile  gpu_measure.py measure --quick (GEMMs, attention, launch, graph replay) → OUT/measure.json
 """
 
 from __future__ import annotations
@@ -22,17 +30,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-try:
-    import httpx
-except ImportError:  # this repo's venv has the openai client's fork
-    import httpx2 as httpx  # type: ignore[no-redef]
+from types import SimpleNamespace
 
 from serve_wait import wait_healthy  # noqa: E402  this directory: run as a script
 
@@ -41,6 +47,7 @@ BATCHES = (8, 32)
 PROMPT, OUTPUT = 512, 128
 TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, this is hetc serving a tiny llama",
          "pipelines stream activations from stage to stage", "paged kv cache with blocks of sixteen tokens"]
+DEVICES = {"H200": "h200-sxm", "H100": "h100-sxm"}  # the card's name → its catalog profile
 
 
 def _hetc(*args: str) -> None:
@@ -54,32 +61,18 @@ def prepare(work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "tiny" / "config.json").exists():
         build_model(work / "tiny")
-    cluster = work / "one-h100.yaml"
-    cluster.write_text("name: one-h100\nnodes:\n  - {name: a, device: h100-sxm, count: 1}\n")
-    eager_prof = work / "h100-eager.yaml"
-    import yaml
-
-    prof = yaml.safe_load((REPO / "hardware_profiles" / "h100-sxm.yaml").read_text())
-    prof["name"] = "h100-eager"
-    prof["execution"] = {"fusion": "none", "graphs": "none"}
-    prof["sources"] = [*prof["sources"], "execution: torch eager (what hetc's cuda stages run today), set by hand"]
-    eager_prof.write_text(yaml.safe_dump(prof, sort_keys=False))
-    eager = work / "one-h100-eager.yaml"
-    eager.write_text(f"name: one-h100-eager\nnodes:\n  - {{name: a, device: {eager_prof}, count: 1}}\n")
-    _hetc("plan", "--profiles", str(cluster), str(work / "tiny"), "--dtype", "fp32", "--placement", "a:0",
-          "-o", str(work / "tiny-plan.json"))
+    for prof in DEVICES.values():
+        (work / f"one-{prof}.yaml").write_text(f"name: one-{prof}\nnodes:\n  - {{name: a, device: {prof}, count: 1}}\n")
+        for b in BATCHES:
+            _hetc("plan", "--profiles", str(work / f"one-{prof}.yaml"), "llama-3.1-8b", "--placement", "a:0", "--batch",
+                  str(b), "--input-len", str(PROMPT), "--output-len", str(OUTPUT), "-o", str(work / f"8b-{prof}-b{b}.json"))
+    _hetc("plan", "--profiles", str(work / "one-h100-sxm.yaml"), str(work / "tiny"), "--dtype", "fp32", "--placement",
+          "a:0", "-o", str(work / "tiny-plan.json"))
     _capture_entries(work)
-    for b in BATCHES:
-        for name, c in (("catalog", cluster), ("eager", eager)):
-            _hetc("plan", "--profiles", str(c), "llama-3.1-8b", "--placement", "a:0", "--batch", str(b),
-                  "--input-len", str(PROMPT), "--output-len", str(OUTPUT), "-o", str(work / f"8b-{name}-b{b}.json"))
 
 
 def _capture_entries(work: Path) -> None:
-    """The captured units of both models as capture-cache entries (`check --seed-capture`): each
-    captured into a cache folder of its own, WORK/captures/NAME/KEY.json."""
-    import os
-
+    """The captured units of both models as capture-cache entries, WORK/captures/NAME/KEY.json."""
     from hetc.partitioner.capture.capture import capture
 
     for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
@@ -95,32 +88,33 @@ def _capture_entries(work: Path) -> None:
         (folder / "dtype").write_text(dtype)
 
 
-def seed_capture(work: Path, tiny: Path) -> None:
-    """Put `prepare`'s captures in this host's capture cache under this host's keys. For a GPU host
-    whose torch differs from hetc's pin (the lent H100 has 2.11, whose torch.export rejects these
-    models' dynamic token dim): the units are the 2.13 capture's, the served run is unchanged."""
+def _seed_capture(work: Path) -> None:
+    """prepare's captures in this host's capture cache under its keys (only when the host's torch
+    could not capture the models itself: `check capture` says so)."""
     from hetc.partitioner.capture import capture_cache
 
-    for name, ref in (("tiny", str(tiny)), ("8b", "llama-3.1-8b")):
+    for name, ref in (("tiny", str(work / "tiny")), ("8b", "llama-3.1-8b")):
         folder = work / "captures" / name
         dtype = (folder / "dtype").read_text()
-        entry = next(folder.glob("*.json"))  # keyed by the preparing host's torch: re-keyed for this one
         key = capture_cache.cache_key(ref, dtype, dtype)
         d = capture_cache.cache_dir()
         d.mkdir(parents=True, exist_ok=True)
-        (d / f"{key}.json").write_bytes(entry.read_bytes())
+        (d / f"{key}.json").write_bytes(next(folder.glob("*.json")).read_bytes())
 
 
 class Served:
-    def __init__(self, plan: Path, *extra: str, log: Path):
+    """A `hetc serve` process for the length of a `with`."""
+
+    def __init__(self, plan: Path, *extra: str, log: Path, start_s: float = 300):
         self.port = 18000 + random.randrange(1000)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log.open("w")
+        self.log, self.start_s = log.open("w"), start_s
         self.proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--port", str(self.port),
-                                      "--served-model-name", "m", *extra], stderr=self.log, stdout=self.log)
+                                      "--served-model-name", "m", *extra], stderr=self.log, stdout=self.log,
+                                     cwd=log.parent)  # not the repository root: `hetc` is the installed package there
 
     def __enter__(self) -> Served:
-        if not wait_healthy(self.url, self.proc, 240):
+        if not wait_healthy(self.url, self.proc, self.start_s):
             self.__exit__()
             raise RuntimeError(f"hetc serve did not start (log: {self.log.name})")
         return self
@@ -133,82 +127,344 @@ class Served:
             self.proc.kill()
         self.log.close()
 
-    def decode_steps(self) -> tuple[float, float]:
-        """(seconds, count) of every stage-0 decode step so far, from /metrics."""
-        s = n = 0.0
-        for line in httpx.get(f"{self.url}/metrics").text.splitlines():
-            if 'phase="decode"' in line and 'stage="0.0"' in line:
-                if line.startswith("hetc_stage_step_seconds_sum"):
-                    s = float(line.rsplit(" ", 1)[1])
-                elif line.startswith("hetc_stage_step_seconds_count"):
-                    n = float(line.rsplit(" ", 1)[1])
-        return s, n
+    def client(self):
+        import openai
+
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="none", timeout=600, max_retries=0)
+
+    def metric(self, name: str, *labels: str) -> float:
+        """The sum of metric `name` over the series whose labels include every one of `labels`."""
+        import urllib.request
+
+        total = 0.0
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name) and all(lab in line for lab in labels):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def decode_steps(self) -> tuple[float, float, float]:
+        """(seconds, count, graph replays) of stage 0's decode steps so far."""
+        d = ('phase="decode"', 'stage="0.0"')
+        return (self.metric("hetc_stage_step_seconds_sum", *d), self.metric("hetc_stage_step_seconds_count", *d),
+                self.metric("hetc_stage_cuda_graph_steps_total", 'stage="0.0"'))
 
 
-async def _complete(url: str, bodies: list[dict]) -> list[dict]:
-    async with httpx.AsyncClient(timeout=600) as ac:
-        rs = await asyncio.gather(*(ac.post(f"{url}/v1/completions", json=b) for b in bodies))
-    return [r.json() for r in rs]
+async def _complete(srv: Served, prompts: list, max_tokens: int) -> list[list[int]]:
+    """Greedy completions of every prompt at once through the openai client; their token ids."""
+    cl = srv.client()
+    rs = await asyncio.gather(*(cl.completions.create(model="m", prompt=p, max_tokens=max_tokens, temperature=0,
+                                                      extra_body={"ignore_eos": True, "return_token_ids": True})
+                                for p in prompts))
+    return [r.choices[0].model_extra["token_ids"] for r in rs]
 
 
-def check_tiny(work: Path, out: Path, emulate: bool = False) -> dict:
+async def _load(srv: Served, concurrency: int, rounds: int, g: random.Random) -> dict:
+    """`concurrency` streaming clients, `rounds` requests each: TTFT and TPOT p50/p99 (ms)."""
+    cl = srv.client()
+    ttft, tpot = [], []
+
+    async def one():
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            first = last = None
+            stream = await cl.completions.create(model="m", prompt=[g.randrange(3, 128000) for _ in range(PROMPT)],
+                                                 max_tokens=OUTPUT, temperature=0, stream=True,
+                                                 # token ids: a chunk per token even where its text is empty
+                                                 extra_body={"ignore_eos": True, "return_token_ids": True})
+            async for chunk in stream:
+                if chunk.choices:
+                    last = time.perf_counter()
+                    first = first or last
+            ttft.append((first - t0) * 1e3)
+            tpot.append((last - first) / (OUTPUT - 1) * 1e3)  # ignore_eos: OUTPUT tokens each
+
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+    q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else xs[0]  # noqa: E731
+    return {"concurrency": concurrency, "requests": len(ttft), "ttft_p50_ms": q(ttft, 50), "ttft_p99_ms": q(ttft, 99),
+            "tpot_p50_ms": q(tpot, 50), "tpot_p99_ms": q(tpot, 99)}
+
+
+# ---------------------------------------------------------------- checks (GPU host)
+
+def check_env(work: Path, out: Path, res: dict) -> dict:
+    import torch
+    import transformers
+
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": tv, "transformers": transformers.__version__,
+            "device": torch.cuda.get_device_name(0), "memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30}
+
+
+def check_kernel(work: Path, out: Path, res: dict) -> dict:
+    """The decode kernel against the gather at Llama-3.1-8B's attention (32 heads, 8 KV heads, 128)."""
+    import torch
+
+    from hetc.runtime.kv_cache import DecodeMeta, gather_decode
+    from hetc.backends.cuda.paged_decode import paged_decode
+
+    torch.manual_seed(0)
+    rows = []
+    for b, ctx in ((1, 576), (8, 576), (32, 576), (8, 4096)):
+        nb = b * -(-ctx // 32) + 1
+        kp = torch.randn(nb * 32, 8, 128, device="cuda", dtype=torch.bfloat16)
+        vp = torch.randn_like(kp)
+        perm = (torch.randperm(nb - 1) + 1).tolist()  # blocks scattered, block 0 the padding block
+        per = -(-ctx // 32)
+        tables = [perm[i * per:(i + 1) * per] for i in range(b)]
+        meta = DecodeMeta.build([ctx - 1 - 7 * i % 32 for i in range(b)], tables, rows=b, width=per).to(torch.device("cuda"))
+        q = torch.randn(b, 32, 128, device="cuda", dtype=torch.bfloat16)
+        ref = gather_decode(q, kp, vp, meta, 128 ** -0.5, 32)
+        got = paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128 ** -0.5, 32)
+        t = {}
+        for name in ("kernel", "gather_sdpa"):
+            def fn(name=name, q=q, kp=kp, vp=vp, meta=meta):
+                if name == "kernel":
+                    return paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128 ** -0.5, 32)
+                return gather_decode(q, kp, vp, meta, 128 ** -0.5, 32)
+
+            for _ in range(3):
+                fn()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(50):
+                fn()
+            e1.record()
+            torch.cuda.synchronize()
+            t[f"{name}_us"] = e0.elapsed_time(e1) / 50 * 1e3
+        rows.append({"batch": b, "ctx": ctx, "max_abs_diff": (got.float() - ref.float()).abs().max().item(), **t})
+        print(json.dumps(rows[-1]), flush=True)
+    return {"cases": rows, "ok": all(r["max_abs_diff"] < 2e-2 for r in rows)}
+
+
+def check_capture(work: Path, out: Path, res: dict) -> dict:
+    """Both models captured by the host's torch; where that fails, prepare's units are seeded so the
+    serving checks still run (and the failure is the result)."""
+    from hetc.partitioner.capture.capture import capture
+
+    got = {}
+    for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
+        t0 = time.perf_counter()
+        try:
+            c = capture(ref, dtype=dtype, kv_dtype=dtype)
+            got[name] = {"ok": True, "units": len(c.units), "graph_hash": c.graph_hash[:16], "s": time.perf_counter() - t0}
+        except Exception as e:  # noqa: BLE001 — the result is the error
+            got[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:600]}"}
+    want = {p.name: json.loads((work / p.name).read_text())["model"]["graph_hash"][:16]
+            for p in (work / "tiny-plan.json", work / "8b-h200-sxm-b8.json")}
+    got["same_hash_as_prepare"] = [got["tiny"].get("graph_hash") == want["tiny-plan.json"],
+                                   got["8b"].get("graph_hash") == want["8b-h200-sxm-b8.json"]]
+    if not all(v["ok"] for k, v in got.items() if k in ("tiny", "8b")):
+        _seed_capture(work)
+        got["seeded"] = True
+    return got
+
+
+def check_tiny(work: Path, out: Path, res: dict) -> dict:
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
+    torch.backends.cuda.matmul.allow_tf32 = False
     tok = AutoTokenizer.from_pretrained(work / "tiny")
-    model = LlamaForCausalLM.from_pretrained(work / "tiny", torch_dtype=torch.float32).to(dev := "cpu" if emulate else "cuda").eval()
+    model = LlamaForCausalLM.from_pretrained(work / "tiny", torch_dtype=torch.float32).cuda().eval()
     lengths = [24, 9, 31, 16]
     ref = []
     for text, n in zip(TEXTS, lengths):
-        ids = tok(text, return_tensors="pt").input_ids.to(dev)
+        ids = tok(text, return_tensors="pt").input_ids.cuda()
         g = model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n)
         ref.append(g[0, ids.shape[1]:].tolist())
     del model
     torch.cuda.empty_cache()
-    res: dict = {}
-    extra = ["--emulate", "--executor", "torch"] if emulate else []
-    with Served(work / "tiny-plan.json", "--model-dir", str(work / "tiny"), *extra, log=out / "serve-tiny.log") as srv:
-        res["models"] = httpx.get(f"{srv.url}/v1/models").json()
-        got = asyncio.run(_complete(srv.url, [{"model": "m", "prompt": t, "max_tokens": n, "temperature": 0,
-                                               "ignore_eos": True, "return_token_ids": True}
-                                              for t, n in zip(TEXTS, lengths)]))
-        if not emulate:  # the worker itself on the GPU, not only what the server reports
-            smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
-                                 capture_output=True, text=True).stdout
-            res["gpu_processes"] = smi.strip().splitlines()
-    res["served_tokens"] = [g["choices"][0].get("token_ids") for g in got]
-    res["hf_tokens"] = ref
-    res["identical"] = [s == r for s, r in zip(res["served_tokens"], ref)]
-    return res
+    with Served(work / "tiny-plan.json", "--model-dir", str(work / "tiny"), log=out / "serve-tiny.log") as srv:
+        got = []
+        for text, n in zip(TEXTS, lengths):  # each alone, then all at once: graphs of 1 and of 4
+            got.append(asyncio.run(_complete(srv, [text], n))[0])
+        together = asyncio.run(_complete(srv, TEXTS, max(lengths)))
+        _, steps, graphs = srv.decode_steps()
+    return {"identical_alone": [s == r for s, r in zip(got, ref)],
+            "identical_together": [s[:len(r)] == r for s, r in zip(together, ref)],
+            "decode_steps": steps, "graph_steps": graphs, "served": got, "hf": ref}
 
 
-def check_8b(work: Path, out: Path) -> list[dict]:
-    """One server (the plans differ only in their predictions), a round of `b` requests per batch."""
+def check_logits(work: Path, out: Path, res: dict) -> dict:
+    """Llama-3.1-8B (seeded random bf16) as a cuda worker runs it (fused projections, decode replayed
+    from CUDA graphs, the paged decode kernel) beside transformers on the same weights: logits at the
+    last prompt position and at 16 greedy steps, both fed transformers' tokens (teacher-forced)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from hetc.partitioner.capture.capture import load_hf_config
+    from hetc.plan import load_plan
+    from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
+    from hetc.runtime.model_runner import StageModel
+    from hetc.weights import RandomWeights
+
+    cfg, _ = load_hf_config("llama-3.1-8b")
+    units = load_plan(str(work / "8b-h200-sxm-b8.json")).units
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    w = RandomWeights(std=getattr(cfg, "initializer_range", 0.02))
+    params = {name: w.get(name, p.shape, torch.bfloat16).cuda() for name, p in model.named_parameters()}
+
+    given = SimpleNamespace(get=lambda name, shape, dtype: params[name])
+    stage = StageModel(cfg, units, 0, len(units) - 1, dtype=torch.bfloat16, kv_dtype=torch.bfloat16, num_blocks=64,
+                       weights=given, device="cuda", fuse=True)
+    graphs = DecodeGraphs(stage, max_batch=4, max_context=2048, hidden=cfg.hidden_size, dtype=torch.bfloat16)
+    graphs.capture()
+    hetc = GraphedStage(stage, graphs)
+    model.load_state_dict(params, assign=True, strict=False)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg).cuda()
+    model.eval()
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(3, 128000, (4, 64), generator=g).cuda()
+    with torch.inference_mode():
+        ref = model.generate(prompts, max_new_tokens=16, min_new_tokens=16, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True)
+        tokens = ref.sequences[:, 64:]  # [4, 16]
+        tables = [[1 + 8 * i + j for j in range(8)] for i in range(4)]  # 8 blocks each, block 0 the padding block
+        got = [hetc(prompts.reshape(-1), hetc.step_meta([0] * 4, [64] * 4, tables, [True] * 4))]
+        for i in range(15):
+            meta = hetc.step_meta([64 + i] * 4, [1] * 4, tables, [True] * 4)
+            got.append(hetc(tokens[:, i], meta).clone())
+    rows, replayed = [], hetc.replayed
+    for step, (a, b) in enumerate(zip(got, ref.logits)):
+        b = b.float()
+        top2 = b.topk(2).values
+        agree = (a.argmax(-1) == b.argmax(-1)).tolist()
+        rows.append({"step": step, "max_abs_diff": (a - b).abs().max().item(), "argmax_agree": agree,
+                     "ref_top2_gap": (top2[:, 0] - top2[:, 1]).tolist()})
+    return {"steps": rows, "decode_replayed": replayed, "logit_scale": ref.logits[0].float().abs().max().item(),
+            "agree": sum(sum(r["argmax_agree"]) for r in rows), "of": 4 * len(rows)}
+
+
+def check_load(work: Path, out: Path, res: dict) -> dict:
+    """One server with graphs: a single request's output tokens/s, then TTFT and TPOT under load."""
+    prof = next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
+    g = random.Random(1)
+    with Served(work / f"8b-{prof}-b32.json", "--random-weights", "--max-num-seqs", str(max(BATCHES)),
+                log=out / "serve-8b-load.log") as srv:
+        asyncio.run(_complete(srv, [[g.randrange(3, 128000) for _ in range(PROMPT)]], 4))  # warm-up
+        t0 = time.perf_counter()
+        one = asyncio.run(_complete(srv, [[g.randrange(3, 128000) for _ in range(PROMPT)]], OUTPUT))
+        single = {"batch": 1, "output_tok_s": len(one[0]) / (time.perf_counter() - t0)}
+        return {"single": single, "load": [asyncio.run(_load(srv, c, 2 if c < 32 else 1, g)) for c in (1, 8, 32)]}
+
+
+def _served_batches(srv: Served, plan_for, g: random.Random) -> list[dict]:
     rows = []
-    g = random.Random(0)
-    plan = lambda name, b: work / f"8b-{name}-b{b}.json"  # noqa: E731
-    with Served(plan("catalog", max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)),
-                log=out / "serve-8b.log") as srv:
-        for b in BATCHES:
-            row: dict = {"batch": b}
-            for name in ("catalog", "eager"):
-                row[f"predicted_{name}_ms"] = json.loads(plan(name, b).read_text())["pipelines"][0]["stages"][0][
-                    "predicted_ms"]["decode"]
-            bodies = [{"model": "m", "prompt": [g.randrange(3, 128000) for _ in range(PROMPT)],
-                       "max_tokens": OUTPUT, "temperature": 0, "ignore_eos": True} for _ in range(b)]
-            asyncio.run(_complete(srv.url, bodies[:2]))  # warm-up
-            s0, n0 = srv.decode_steps()
-            t0 = time.perf_counter()
-            got = asyncio.run(_complete(srv.url, bodies))
-            wall = time.perf_counter() - t0
-            s1, n1 = srv.decode_steps()
-            row |= {"measured_decode_ms": (s1 - s0) / max(n1 - n0, 1) * 1e3, "decode_steps": n1 - n0,
-                    "output_tok_s": sum(x["usage"]["completion_tokens"] for x in got) / wall}
-            for name in ("catalog", "eager"):
-                row[f"ratio_{name}"] = row[f"predicted_{name}_ms"] / row["measured_decode_ms"]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for b in BATCHES:
+        bodies = [[g.randrange(3, 128000) for _ in range(PROMPT)] for _ in range(b)]
+        asyncio.run(_complete(srv, bodies[:2], 4))  # warm-up
+        s0, n0, r0 = srv.decode_steps()
+        t0 = time.perf_counter()
+        got = asyncio.run(_complete(srv, bodies, OUTPUT))
+        wall = time.perf_counter() - t0
+        s1, n1, r1 = srv.decode_steps()
+        pred = json.loads(plan_for(b).read_text())["pipelines"][0]["stages"][0]["predicted_ms"]["decode"]
+        rows.append({"batch": b, "measured_decode_ms": (s1 - s0) / max(n1 - n0, 1) * 1e3, "decode_steps": n1 - n0,
+                     "graph_steps": r1 - r0, "output_tok_s": sum(len(x) for x in got) / wall, "predicted_catalog_ms": pred})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def check_8b(work: Path, out: Path, res: dict) -> dict:
+    prof = next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
+    plan_for = lambda b: work / f"8b-{prof}-b{b}.json"  # noqa: E731
+    g = random.Random(0)
+    doc: dict = {"profile": prof}
+    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)),
+                log=out / "serve-8b-graphs.log") as srv:
+        doc["graphs"] = _served_batches(srv, plan_for, g)
+    res["8b"] = doc
+    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)), "--no-cuda-graphs",
+                log=out / "serve-8b-eager.log") as srv:
+        doc["eager"] = _served_batches(srv, plan_for, g)
+    for a, b in zip(doc["graphs"], doc["eager"]):
+        a["speedup_vs_eager"] = b["measured_decode_ms"] / a["measured_decode_ms"]
+    return doc
+
+
+def check_lean(work: Path, out: Path, res: dict) -> dict:
+    import torch
+    sys.path.insert(0, str(Path(__file__).parent))
+    import gpu_measure
+
+    rows = gpu_measure.measure_lean_decode(torch, [(b, PROMPT + OUTPUT // 2) for b in BATCHES])
+    for r in rows:
+        served = next((x for x in res.get("8b", {}).get("graphs", []) if x["batch"] == r["batch"]), None)
+        if served:
+            r["served_over_lean"] = served["measured_decode_ms"] / (r["lean_graph_s"] * 1e3)
+    return {"cases": rows}
+
+
+def check_hf(work: Path, out: Path, res: dict) -> dict:
+    """transformers' generate, static cache, compiled (gpt-fast style): output tokens/s at b1 and b8."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from hetc.partitioner.capture.capture import load_hf_config
+
+    cfg, _ = load_hf_config("llama-3.1-8b")
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    rows = []
+    for b in (1, 8):
+        ids = torch.randint(3, 128000, (b, PROMPT), device="cuda")
+        kw = dict(max_new_tokens=OUTPUT, min_new_tokens=OUTPUT, do_sample=False, cache_implementation="static")
+        with torch.inference_mode():
+            model.generate(ids, **kw)  # compiles
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model.generate(ids, **kw)
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        rows.append({"batch": b, "output_tok_s": b * OUTPUT / wall})
+        print(json.dumps(rows[-1]), flush=True)
+    return {"cases": rows, "note": "wall of generate: prefill included, as in the served tok/s"}
+
+
+def check_profile(work: Path, out: Path, res: dict) -> dict:
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "gpu_measure.py"), "measure", "--quick", "-o",
+                           str(out / "measure.json")], capture_output=True, text=True, timeout=res["_left"]())
+    return {"rc": done.returncode, "tail": done.stderr[-1500:]}
+
+
+CHECKS = [("env", check_env, 10), ("kernel", check_kernel, 60), ("capture", check_capture, 60),
+          ("tiny", check_tiny, 90), ("logits", check_logits, 60), ("8b", check_8b, 240), ("lean", check_lean, 40),
+          ("load", check_load, 90), ("hf", check_hf, 100),
+          ("profile", check_profile, 60)]
+
+
+def check(work: Path, out: Path, budget: float, only: list[str] | None) -> dict:
+    """Each check in turn while the budget lasts (its share is a floor it must have left to start)."""
+    os.environ.setdefault("HETC_CACHE_DIR", str(out / "cache"))
+    end = time.monotonic() + budget
+    res: dict = {"_left": lambda: max(1.0, end - time.monotonic())}
+    path = out / "gpu-serve.json"
+    for name, fn, need in CHECKS:
+        if only and name not in only:
+            continue
+        left = end - time.monotonic()
+        if left < need:
+            res[name] = {"skipped": f"{left:.0f} s left of the budget, the check needs ~{need} s"}
+        else:
+            t0 = time.monotonic()
+            print(f"[{time.strftime('%H:%M:%S')}] {name} ({left:.0f} s left)", file=sys.stderr, flush=True)
+            try:
+                res[name] = fn(work, out, res)
+            except Exception as e:  # noqa: BLE001 — the next check still runs; this one says why it stopped
+                import traceback
+
+                res[name] = {**(res.get(name) or {}), "error": f"{type(e).__name__}: {str(e)[:800]}",
+                             "where": traceback.format_exc()[-1500:]}
+            res[name]["seconds"] = time.monotonic() - t0
+        path.write_text(json.dumps({k: v for k, v in res.items() if not k.startswith("_")}, indent=1))
+        print(json.dumps({name: res[name]})[:2500], flush=True)
+    return res
 
 
 def main() -> int:
@@ -218,27 +474,17 @@ def main() -> int:
     p.add_argument("work")
     c = sub.add_parser("check")
     c.add_argument("work")
-    c.add_argument("-o", "--output", default="gpu-serve.json")
-    c.add_argument("--only", choices=["tiny", "8b"], default=None)
-    c.add_argument("--emulate", action="store_true", help="the tiny check on this CPU: checks the script itself")
-    c.add_argument("--seed-capture", action="store_true", help="put prepare's captures in this host's capture cache")
+    c.add_argument("-o", "--output", default="gpu-out", help="folder for the results and server logs")
+    c.add_argument("--budget", type=float, default=420.0, help="seconds for every check together")
+    c.add_argument("--only", nargs="*", choices=[n for n, _, _ in CHECKS], default=None)
     a = ap.parse_args()
     work = Path(a.work).resolve()
     if a.cmd == "prepare":
         prepare(work)
         return 0
     out = Path(a.output).resolve()
-    if a.seed_capture:
-        seed_capture(work, work / "tiny")
-    res: dict = {}
-    for part, fn in (("tiny", check_tiny), ("8b", check_8b)):
-        if a.only in (None, part):
-            try:
-                res[part] = check_tiny(work, out.parent, a.emulate) if part == "tiny" else fn(work, out.parent)
-            except Exception as e:
-                res[part] = {"error": f"{type(e).__name__}: {e}"}
-            out.write_text(json.dumps(res, indent=1))
-            print(json.dumps({part: res[part]})[:3000], flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    check(work, out, a.budget, a.only)
     return 0
 
 

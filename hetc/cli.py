@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="restart attempts of a pipeline whose worker died before it stays down (default 3; 0: never)")
     sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS",
                     help="on SIGTERM, how long open requests may take to finish (default 30)")
+    sv.add_argument("--no-cuda-graphs", action="store_true",
+                    help="run cuda stages' decode steps eagerly (default: replayed from CUDA graphs captured at start)")
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
@@ -358,7 +360,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                      num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout,
                      max_restarts=a.max_restarts, drain_timeout=a.drain_timeout, executor=a.executor,
                      artifacts=a.artifacts, max_queue_wait=a.max_queue_wait, max_body_bytes=a.max_body_bytes,
-                     idle_timeout=a.idle_timeout)
+                     idle_timeout=a.idle_timeout, cuda_graphs=not a.no_cuda_graphs)
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +23,19 @@ from hetc.scheduling import Objective, Phase
 
 SCHEMA = "hetc.plan/1"
 
-__all__ = ["SCHEMA", "Plan", "PlanUnit", "Pipeline", "Stage", "load_plan", "save_plan"]
+__all__ = ["SCHEMA", "Plan", "PlanUnit", "Pipeline", "Stage", "UnitKind", "load_plan", "save_plan"]
+
+
+class UnitKind(StrEnum):
+    """What a unit of the model's chain is (partitioner/units.py classifies, the runtime builds by it)."""
+
+    EMBED = "embed"
+    ATTENTION = "attention"  # a layer's input norm and self-attention (+ residual)
+    MLP = "mlp"  # a layer's post-attention norm and dense MLP (+ residual)
+    MOE = "moe"  # the same with a mixture-of-experts block
+    CONV = "conv"
+    NORM = "norm"  # the final norm
+    HEAD = "head"  # the LM head (or a non-LLM's last layer)
 
 
 class _M(BaseModel):
@@ -45,7 +58,7 @@ class PlanUnit(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     index: int = Field(ge=0)
-    kind: str  # embed | attention | mlp | moe | norm | head (the runtime refuses what it cannot run)
+    kind: UnitKind  # the runtime refuses what it cannot run
     layer: int = Field(ge=0)
     param_bytes: float = Field(0, ge=0)
     kv_bytes_per_token: float = Field(0, ge=0)

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["AttnMeta", "KVPool", "paged_attention"]
+__all__ = ["AttnMeta", "DecodeMeta", "KVPool", "decode_attention", "gather_decode", "paged_attention"]
 
 
 @dataclass(slots=True)
@@ -77,6 +77,43 @@ class AttnMeta:
         sample_rows = None if len(ends) == len(pos) else torch.tensor(ends, dtype=torch.long)
         return AttnMeta(torch.tensor(pos), torch.tensor(slots), torch.tensor(blocks, dtype=torch.long), mask[:, None],
                         q_index, q_valid, sample_rows)
+
+
+@dataclass(slots=True)
+class DecodeMeta:
+    """A decode step's metadata in fixed shapes (one new token per sequence, each sampled), so that a
+    captured CUDA graph can replay it: rows past the step's sequences are padding, writing their K/V
+    into the lane's padding block 0 and attending it alone (their outputs are dropped)."""
+
+    positions: torch.Tensor  # [B] position of each sequence's new token
+    slots: torch.Tensor  # [B] flat KV slot it writes
+    block_table: torch.Tensor  # [B, MB] int32 each sequence's blocks, padded with block 0
+    context_lens: torch.Tensor  # [B] int32 tokens it attends (its new one included)
+
+    @staticmethod
+    def build(starts: list[int], block_tables: list[list[int]], rows: int, width: int,
+              block_size: int = KV_BLOCK_TOKENS) -> "DecodeMeta":
+        """Args:
+            starts: per sequence, its cached tokens (= its new token's position).
+            block_tables: per sequence, its KV blocks (covering the new token).
+            rows: the padded batch (≥ len(starts)); width: MB, blocks per row (≥ every table's need).
+        """
+        pad = rows - len(starts)
+        table = torch.zeros(rows, width, dtype=torch.int32)
+        for i, t in enumerate(block_tables):
+            n = -(-(starts[i] + 1) // block_size)
+            table[i, :n] = torch.tensor(t[:n], dtype=torch.int32)
+        slots = [t[s // block_size] * block_size + s % block_size for s, t in zip(starts, block_tables)]
+        return DecodeMeta(torch.tensor([*starts, *[0] * pad]), torch.tensor([*slots, *[0] * pad]), table,
+                          torch.tensor([s + 1 for s in starts] + [1] * pad, dtype=torch.int32))
+
+    def copy_(self, other: "DecodeMeta") -> None:
+        """Fill these (static, device) buffers with `other`'s values."""
+        for f in self.__slots__:
+            getattr(self, f).copy_(getattr(other, f), non_blocking=True)
+
+    def to(self, device: torch.device) -> "DecodeMeta":
+        return DecodeMeta(*(getattr(self, f).to(device, non_blocking=True) for f in self.__slots__))
 
 
 class KVPool:
@@ -152,3 +189,41 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVP
                                        enable_gqa=qb.shape[1] != keys.shape[1]).transpose(1, 2)  # [B, Q, H, Dh]
     o = o.reshape(-1, *o.shape[2:]) if meta.q_valid is None else o[meta.q_valid]  # [T, H, Dh]
     return o.reshape(o.shape[0], -1)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta,
+                     scale: float) -> torch.Tensor:
+    """A decode step's attention: write each sequence's new K/V into the pool, attend its context.
+
+    On CUDA the context is read where it lies, block by block (backends/cuda/paged_decode.py);
+    elsewhere through `gather_decode`. Shapes are fixed by the meta (graph-capturable either way).
+
+    Args:
+        q: [B, H, Dh] rotated queries; k, v: [B, KVH, Dh] the new keys (rotated) and values.
+    Returns:
+        [B, H * Dh].
+    """
+    kc, vc = pool.k[layer], pool.v[layer]
+    kc.index_copy_(0, meta.slots, k.to(kc.dtype))
+    vc.index_copy_(0, meta.slots, v.to(vc.dtype))
+    if q.is_cuda:
+        from hetc.backends.cuda.paged_decode import paged_decode
+
+        return paged_decode(q, kc, vc, meta.block_table, meta.context_lens, scale, pool.block_size).flatten(1)
+    return gather_decode(q, kc, vc, meta, scale, pool.block_size).flatten(1)
+
+
+def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, meta: DecodeMeta, scale: float,
+                  block_size: int) -> torch.Tensor:
+    """[B, H, Dh]: each query over its row's MB blocks gathered from the pools, masked past its length
+    (the reference the CUDA kernel is checked against, and the CPU form)."""
+    b, width = meta.block_table.shape
+    by_block = (-1, block_size, *k_pool.shape[1:])
+    flat = meta.block_table.flatten().long()
+    keys = k_pool.view(by_block).index_select(0, flat).view(b, width * block_size, *k_pool.shape[1:]).transpose(1, 2)
+    vals = v_pool.view(by_block).index_select(0, flat).view(b, width * block_size, *v_pool.shape[1:]).transpose(1, 2)
+    j = torch.arange(width * block_size, device=q.device)
+    mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
+    o = F.scaled_dot_product_attention(q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), attn_mask=mask, scale=scale,
+                                       enable_gqa=q.shape[1] != keys.shape[1])  # [B, H, 1, Dh]
+    return o[:, :, 0]

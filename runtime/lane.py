@@ -197,8 +197,9 @@ class LaneRunner:
                         sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
                                    i.seq.params.seed) for i in items])
         m, s = meta.encode()
+        # per stage its compute seconds, then per stage 1.0 where the step replayed a CUDA graph
         return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
-                       times=torch.zeros(len(self.lane.stages), dtype=torch.float64))
+                       times=torch.zeros(2 * len(self.lane.stages), dtype=torch.float64))
 
     # ---- receiving -------------------------------------------------------------------------
     def _recv_loop(self) -> None:

@@ -53,6 +53,7 @@ class ServeOptions:
     max_restarts: int = 3  # restart attempts of a failed pipeline unit before it stays down
     executor: str = "auto"  # auto: emulated stages through their vendor's CPU toolchain; torch: eager everywhere
     artifacts: str | None = None  # a `hetc compile` folder to load the compiled stages from
+    cuda_graphs: bool = True  # cuda stages replay decode steps from CUDA graphs (runtime/cuda_graphs.py)
 
     def __post_init__(self) -> None:
         if self.executor not in ("auto", "torch"):
@@ -152,6 +153,7 @@ class Checked:
     width: int = 1  # > 1: emulating a width-shrunk copy
     threads: int = 1  # per worker
     max_seqs: int = 0
+    max_context: int = 0  # the model's longest sequence (0: unknown)
     blocks: dict[int, int] = field(default_factory=dict)  # lane id → KV blocks (size_kv)
 
     @property
@@ -223,6 +225,7 @@ def size_kv(c: Checked) -> None:
     # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
     # assumes a device of its own; emulated devices share this host's memory)
     max_len = int(getattr(c.hf_cfg, "max_position_embeddings", 0) or 0)
+    c.max_context = max_len
     useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + PADDING_BLOCKS if max_len else None
     for lane in lanes:
         attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == "attention")
@@ -266,7 +269,8 @@ def start_workers(c: Checked, tmp: str, log=print):
                        agent_store=r.agent_store, timeout_s=o.timeout,
                        kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width,
                        bind=bind, executor=o.executor,
-                       artifacts=str(Path(o.artifacts).resolve()) if o.artifacts else None)
+                       artifacts=str(Path(o.artifacts).resolve()) if o.artifacts else None,
+                       cuda_graphs=o.cuda_graphs, max_seqs=c.max_seqs, max_context=c.max_context)
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)
     env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),

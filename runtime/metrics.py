@@ -53,6 +53,8 @@ class Metrics:
         self.stage_pred = Gauge("hetc_stage_predicted_step_seconds",
                                 "The plan's step time for the stage at its operating point.", [*st, "phase"], registry=r)
         self.stage_busy = Counter("hetc_stage_busy_seconds", "Compute time summed over micro-batches.", st, registry=r)
+        self.graph_steps = Counter("hetc_stage_cuda_graph_steps", "Decode micro-batches a stage replayed from a CUDA "
+                                   "graph (the rest of its hetc_stage_step_seconds count ran eagerly).", st, registry=r)
         self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.",
                                   lbl, buckets=_STEP, registry=r)
         self.kv_sent = Counter("hetc_kv_transfer_bytes", "KV bytes sent from prefill to decode pools.", lbl,
@@ -104,12 +106,18 @@ class Metrics:
         self.preemptions.labels(self.model).set(sum(r.sched.num_preemptions for r in eng.lanes))
 
     def on_step(self, runner, batch, stage_times: list[float], rtt: float) -> None:  # lane lock held
+        """Args:
+            stage_times: per stage its compute seconds, then per stage 1.0 where it replayed a CUDA graph.
+        """
         phase = "prefill" if batch.has_prefill else "decode"
-        for i, t in enumerate(stage_times):
+        n = len(runner.lane.stages)
+        for i, t in enumerate(stage_times[:n]):
             key = self._stage_labels.get((runner.lane.id, i))
             if key:
                 self.stage_step.labels(self.model, *key, phase).observe(t)
                 self.stage_busy.labels(self.model, *key).inc(t)
+                if stage_times[n + i] > 0:
+                    self.graph_steps.labels(self.model, *key).inc()
         self.step_rtt.labels(self.model).observe(rtt)
         eng = runner.engine
         self.running.labels(self.model).set(eng.num_running())

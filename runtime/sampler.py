@@ -17,13 +17,16 @@ import torch
 
 from hetc.batching import NOT_FINITE, SAMPLER_ERROR
 
-__all__ = ["sample"]
+__all__ = ["GREEDY_TEMPERATURE", "sample"]
+
+GREEDY_TEMPERATURE = 1e-5  # a row at or below it takes its most likely token
 
 
 def sample(logits: torch.Tensor, params: list[tuple[float, float, int, int]], positions: list[int]) -> list[int]:
     """Args:
         logits: [S, V] fp32, one row per sequence that samples this step.
-        params: per row (temperature, top_p, top_k, seed); temperature ≤ 1e-5 is greedy.
+        params: per row (temperature, top_p, top_k, seed); temperature ≤ GREEDY_TEMPERATURE is greedy.
+            Rows that sample need `logits` on the host; greedy ones may leave them on the device.
         positions: per row, the position the sampled token will take (seeds the draw).
     Returns:
         S token ids, or a `SAMPLING_FAILURES` code for a row that could not be sampled.
@@ -36,7 +39,7 @@ def sample(logits: torch.Tensor, params: list[tuple[float, float, int, int]], po
     for i, (temp, top_p, top_k, seed) in enumerate(params):
         if not finite[i]:
             out[i] = NOT_FINITE
-        elif temp > 1e-5:
+        elif temp > GREEDY_TEMPERATURE:
             try:
                 out[i] = _draw(logits[i] - top[i], temp, top_p, top_k, seed, positions[i])
             except Exception as e:  # noqa: BLE001 — this row's request fails, not the worker

@@ -48,6 +48,9 @@ class WorkerConfig:
     bind: str | None = None  # the address gloo listens on (None: gloo's default)
     executor: str = "torch"  # auto: each emulated stage through its vendor's CPU toolchain
     artifacts: str | None = None  # a `hetc compile` folder to load compiled stages from
+    cuda_graphs: bool = True  # cuda stages (tp 1) replay decode steps from CUDA graphs
+    max_seqs: int = 1  # the most sequences a lane's step holds (the largest graph)
+    max_context: int = 0  # the model's longest sequence (0: as many blocks as the lane has)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -80,6 +83,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     from hetc.partitioner.capture.capture import load_hf_config
     from hetc.runtime.compiled_stage import build_compiled_stage, stage_executor
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, shrink_config
+    from hetc.scheduling import KV_BLOCK_TOKENS
     from hetc.weights import stage_weights
 
     spec = w.stage
@@ -98,10 +102,20 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
                                      graph_hash=plan.model.graph_hash, model_dir=cfg.model_dir, width=cfg.width,
                                      artifacts=cfg.artifacts, stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
     else:
+        device = backend.torch_device(index)
+        # one GEMM for q/k/v and one for gate/up where launches cost (GPUs); CPU stages keep theirs
         model = StageModel(hf_cfg, plan.units, spec.units[0], spec.units[1], dtype=dtype, kv_dtype=kv_dtype,
-                           num_blocks=num_blocks, weights=weights, device=backend.torch_device(index),
-                           tp_rank=w.tp_rank, tp_size=spec.tp)
-    return backend.prepare_stage(model, index, threads=cfg.threads), backend
+                           num_blocks=num_blocks, weights=weights, device=device, tp_rank=w.tp_rank, tp_size=spec.tp,
+                           fuse=device.type == "cuda")
+    stage = backend.prepare_stage(model, index, threads=cfg.threads)
+    if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1:
+        from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
+
+        graphs = DecodeGraphs(stage, max_batch=cfg.max_seqs, hidden=hf_cfg.hidden_size, dtype=dtype,
+                              max_context=cfg.max_context or num_blocks * KV_BLOCK_TOKENS)
+        graphs.capture()
+        stage = GraphedStage(stage, graphs)
+    return stage, backend
 
 
 def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -> float:
@@ -168,7 +182,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.sampler import sample
+    from hetc.runtime.sampler import GREEDY_TEMPERATURE, sample
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
     spec = w.stage
@@ -208,7 +222,10 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             if last:
                 rows = [i for i, s in enumerate(meta.sample) if s]
                 positions = [meta.starts[i] + meta.n_new[i] for i in rows]
-                picked = sample(backend.to_host(y), [meta.sampling[i] for i in rows], positions)
+                params = [meta.sampling[i] for i in rows]
+                # greedy rows need only each row's maximum: taken where the logits are, not copied [S, V] to the host
+                logits = y if all(p[0] <= GREEDY_TEMPERATURE for p in params) else backend.to_host(y)
+                picked = sample(logits, params, positions)
                 ids = [meta.seq_ids[i] for i in rows]
                 if first:
                     sampled.put(ids, positions, picked)
@@ -222,6 +239,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                                 times=msg.times)
             backend.synchronize(dev_index)
             msg.times[spec.index] = time.perf_counter() - t0
+            if getattr(model, "replayed", False) and msg.times.numel() > spec.n_stages:
+                msg.times[spec.n_stages + spec.index] = 1.0  # the step replayed a CUDA graph (metrics)
             tp.send(reply, spec.next_rank)
         elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
             msg.times[spec.index] = move_kv(model, msg, owners, sends, links)

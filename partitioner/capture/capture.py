@@ -186,7 +186,7 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
         raise _bad_model(ref, f"transformers could not build it ({str(err).splitlines()[0]}).")
     model.eval()
     max_pos = getattr(cfg, "max_position_embeddings", None) or 4096
-    tokens = Dim("tokens", min=2, max=max(16, min(int(max_pos), 1 << 20)))
+    tokens = Dim.DYNAMIC(min=2, max=max(16, min(int(max_pos), 1 << 20)))
     ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
     try:
         with warnings.catch_warnings():
