@@ -103,6 +103,20 @@ def test_relative_links_point_at_files_that_exist(doc):
     assert not bad, f"{doc}: broken links {bad}"
 
 
+REPO_DIRS = ("hetc", "partitioner", "runtime", "backends", "capacity", "hardware_profiles", "examples", "benchmarks", "tests", "docs")
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if not d.startswith("benchmarks/logs/")])
+def test_repository_paths_the_docs_name_exist(doc):
+    """`partitioner/cell_bound.py`, `benchmarks/solver_scenarios.py`, … in the reference pages (the dated
+    records in benchmarks/logs/ keep the paths of their day)."""
+    text = (ROOT / doc).read_text()
+    dirs = "|".join(REPO_DIRS)
+    named = {m.group(1) for m in re.finditer(rf"(?<![\w./-])((?:{dirs})/[\w./-]*[\w/])", text)}
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"{doc} names {missing}, not in the repository"
+
+
 def _user_strings(path: Path):
     """(line, text) of every string constant in the module that is not a docstring (f-strings' literal parts too)."""
     tree = ast.parse(path.read_text())
