@@ -101,7 +101,7 @@ def load_catalog(path: str | Path) -> Catalog:
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
         raise BadInput("a catalog must be a YAML mapping with `devices:`.", file=str(path),
-                       fix="see DESIGN.md 'catalog.yaml': devices: [{device, max, per_node, link, price}].")
+                       fix="see docs/capacity.md 'catalog.yaml': devices: [{device, max, per_node, link, price}].")
     try:
         spec = _CatalogSpec.model_validate(raw)
     except ValidationError as e:

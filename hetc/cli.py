@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output-len", type=_positive_int, default=d("output_len"),
                     help="generated tokens per request (default %(default)s)")
     pl.add_argument("--objective", choices=[o.value for o in Objective], default=d("objective"),
-                    help="what to optimise (default %(default)s; README 'Objectives'); energy: output tokens per "
+                    help="what to optimise (default %(default)s; docs/solver.md); energy: output tokens per "
                          "joule (devices at their profiles' power)")
     pl.add_argument("--placement", default=d("placement"), metavar="SPEC",
                     help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
     b = lambda name: default(BuyRequest, name)  # noqa: E731
-    by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (DESIGN.md)")
+    by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (docs/capacity.md)")
     by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
     by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS",
                     help="time to first token the requests must meet (default none)")

@@ -1,4 +1,4 @@
-"""The cluster contract: hardware profiles, links and cluster.yaml (see DESIGN.md).
+"""The cluster contract: hardware profiles, links and cluster.yaml (docs/cluster.md, docs/profile.md).
 
 Files are parsed strictly (quantities need units, unknown keys are errors) and every
 problem becomes a `BadInput` naming the file, the field path and the fix. The resolved
@@ -261,7 +261,7 @@ def resolve_link(spec: Any, file: str, fld: str) -> Link:
 
 def _profile_from_dict(raw: Any, file: str) -> Profile:
     if not isinstance(raw, dict):
-        raise BadInput("a profile must be a YAML mapping.", file=file, fix="see DESIGN.md 'hardware profile'.")
+        raise BadInput("a profile must be a YAML mapping.", file=file, fix="see docs/profile.md.")
     if "name" not in raw and file.endswith((".yaml", ".yml")):  # a hand-written file is named by its stem
         raw = {"name": Path(file).stem, **raw}
     try:
@@ -286,7 +286,7 @@ def defaults_notes(profiles: list[Profile] | list[dict]) -> list[str]:
         affects = [what for k, what in (("price", "USD/M tokens"), ("power", "kW and J/token"),
                                         ("launch_overhead", "predicted times"), ("reserved_memory", "memory fit"))
                    if k in used]
-        notes.append(f"profile {name}: default {', '.join(used)} (see hetc/cluster.py DEFAULTS)"
+        notes.append(f"profile {name}: default {', '.join(used)} (see docs/profile.md, defaults)"
                      + (f"; {', '.join(affects)} rest on them" if affects else ""))
     return notes
 
@@ -395,7 +395,7 @@ class _ClusterSpec(_Strict):
 def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None = None, stem: str = "cluster") -> Cluster:
     if not isinstance(raw, dict):
         raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file,
-                       fix="see DESIGN.md 'cluster.yaml' for the layout.")
+                       fix="see docs/cluster.md for the layout.")
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
