@@ -8,7 +8,7 @@
 `prepare` writes WORK/tiny (the serve tests' 4-layer Llama, random fp32 weights, its BPE tokenizer)
 with its fp32 plan on one h100-sxm, llama-3.1-8b plans (random bf16 weights, 512-token prompts,
 128 output tokens) at batch 8 and 32 on one H100 and on one H200 (catalog profiles), and the units
-of both models captured here (`seed`: used only when the host's torch cannot capture them).
+of both models captured here (seeded there only when the host's torch cannot capture them).
 
 `check` runs, in priority order, each check within its own share of the budget and OUT/gpu-serve.json
 rewritten after each (a check that runs out of time says so):
@@ -17,10 +17,11 @@ rewritten after each (a check that runs out of time says so):
   capture  `capture()` of both models on the host's own torch (torch.export of the dynamic token dim)
   tiny     greedy completions through the `openai` client, CUDA graphs on, against transformers'
            `generate` on the same GPU (fp32, TF32 off): token-identical expected
-  8b       one server with graphs: 16 greedy tokens of 4 prompts against transformers (until the
-           top-2 logit gap falls below 1e-2), decode steps at batch 8 and 32 from /metrics, TTFT/TPOT
-           at concurrency 1, 8, 32; then the same batches with --no-cuda-graphs
+  logits   llama-3.1-8b as a cuda worker runs it (fused projections, graphs, the kernel), in process,
+           beside transformers on the same weights: logits at the prompt and 16 teacher-forced steps
+  8b       decode steps at batch 8 and 32 from /metrics with graphs, then with --no-cuda-graphs
   lean     the engine-style reference step (gpu_measure.measure_lean_decode) at the served shapes
+  load     one request's output tokens/s, then TTFT/TPOT at concurrency 1, 8, 32 (streaming client)
   hf       transformers' generate with a static cache and torch.compile (gpt-fast style), b1 and b8
   profile  gpu_measure.py measure --quick (GEMMs, attention, launch, graph replay) → OUT/measure.json
 """
