@@ -7,16 +7,24 @@ generation G+1 with fresh worker processes; the old generation's keys are never 
 the other units' groups are untouched. A tensor-parallel stage's members form their own
 group under the unit's prefix; pools move KV over links of their own (kvlinks.py), so a
 dead decode pool does not take its prefill pools down.
+
+Every group is gloo on host tensors, with one exception: a tensor-parallel stage of cuda or rocm
+devices (one vendor's GPUs of one host) also forms an NCCL group (RCCL under torch's ROCm build,
+the same API) for its all-reduces and all-gathers on device tensors; its gloo group still carries
+the messages its leader broadcasts. Stage-to-stage sends stay gloo. Untested on several GPUs: the
+lent machines have one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from enum import StrEnum
 
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import GlooTransport
 
-__all__ = ["FORM_TIMEOUT_S", "form_group", "gloo_group", "group_ranks", "stage_group", "unit_of_lane", "units"]
+__all__ = ["FORM_TIMEOUT_S", "Collectives", "compute_collectives", "form_group", "gloo_group", "group_ranks",
+           "stage_groups", "unit_of_lane", "units"]
 
 # the least time a group's members are given to join once every one of them loaded (loading
 # itself has no deadline while they live: loading.py); the job's store waits this long for a key
@@ -87,12 +95,39 @@ def gloo_group(store, prefix: str, ranks: list[int], rank: int, timeout_s: float
     return GlooTransport(pg, ranks, timeout_s)
 
 
-def stage_group(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
-                bind: str | None = None):
-    """A tensor-parallel stage's own group (its members, leader first), for its collectives.
-    Its collectives wait up to max(timeout_s, FORM_TIMEOUT_S): a member that died fails them at
-    once; one that hangs is caught by the pipeline's receives (timeout_s)."""
+class Collectives(StrEnum):
+    GLOO = "gloo"  # host tensors: across vendors and hosts, and CPU, Gaudi and emulated stages
+    NCCL = "nccl"  # device tensors of one vendor's GPUs of one host (RCCL on ROCm builds: the same name)
+
+
+def compute_collectives(stage: StageSpec, emulate: bool) -> Collectives:
+    """What a tensor-parallel stage's collectives on activations run on (its devices are one kind,
+    on one host, by the plan's contract)."""
+    gpu = stage.backend in ("cuda", "rocm") and not emulate
+    return Collectives.NCCL if stage.tp > 1 and gpu else Collectives.GLOO
+
+
+def stage_groups(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
+                 bind: str | None = None, emulate: bool = False) -> tuple:
+    """A tensor-parallel stage's own groups (its members, leader first): (control, compute). The
+    control group (gloo) carries the leader's broadcast messages; the compute group runs the
+    stage's all-reduces and all-gathers — the same gloo group, or NCCL (`compute_collectives`).
+    Collectives wait up to max(timeout_s, FORM_TIMEOUT_S): a member that died fails them at once;
+    one that hangs is caught by the pipeline's receives (timeout_s)."""
     import torch.distributed as dist
 
     prefix = f"{_prefix(unit, generation)}tp{stage.rank}/"
-    return _gloo(dist.PrefixStore(prefix, store.clone()), tp_rank, stage.tp, max(timeout_s, FORM_TIMEOUT_S), bind)
+    wait = max(timeout_s, FORM_TIMEOUT_S)
+    control = _gloo(dist.PrefixStore(prefix, store.clone()), tp_rank, stage.tp, wait, bind)
+    if compute_collectives(stage, emulate) is Collectives.GLOO:
+        return control, control
+    return control, _nccl(dist.PrefixStore(f"{prefix}nccl/", store.clone()), tp_rank, stage.tp, wait)
+
+
+def _nccl(store, rank: int, size: int, timeout_s: float):
+    """An NCCL group on the current CUDA device (the worker sets it to its own)."""
+    import torch.distributed as dist
+
+    opts = dist.ProcessGroupNCCL.Options()
+    opts._timeout = dt.timedelta(seconds=timeout_s)
+    return dist.ProcessGroupNCCL(store, rank, size, opts)

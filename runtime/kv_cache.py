@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -98,14 +99,19 @@ class DecodeMeta:
             block_tables: per sequence, its KV blocks (covering the new token).
             rows: the padded batch (≥ len(starts)); width: MB, blocks per row (≥ every table's need).
         """
-        pad = rows - len(starts)
-        table = torch.zeros(rows, width, dtype=torch.int32)
+        # numpy, then one tensor per field: per-row tensor writes took 0.7 ms for 32 rows of 641 blocks
+        n = len(starts)
+        start = np.asarray(starts, dtype=np.int64)
+        table = np.zeros((rows, width), dtype=np.int32)
         for i, t in enumerate(block_tables):
-            n = -(-(starts[i] + 1) // block_size)
-            table[i, :n] = torch.tensor(t[:n], dtype=torch.int32)
-        slots = [t[s // block_size] * block_size + s % block_size for s, t in zip(starts, block_tables)]
-        return DecodeMeta(torch.tensor([*starts, *[0] * pad]), torch.tensor([*slots, *[0] * pad]), table,
-                          torch.tensor([s + 1 for s in starts] + [1] * pad, dtype=torch.int32))
+            used = -(-(starts[i] + 1) // block_size)
+            table[i, :used] = t[:used]
+        last = table[np.arange(n), start // block_size].astype(np.int64)
+        positions, slots, lens = (np.zeros(rows, dtype=np.int64) for _ in range(3))
+        positions[:n], slots[:n], lens[:n] = start, last * block_size + start % block_size, start + 1
+        lens[n:] = 1  # padding rows attend their own (padding-block) slot only
+        return DecodeMeta(torch.from_numpy(positions), torch.from_numpy(slots), torch.from_numpy(table),
+                          torch.from_numpy(lens.astype(np.int32)))
 
     def copy_(self, other: "DecodeMeta") -> None:
         """Fill these (static, device) buffers with `other`'s values."""

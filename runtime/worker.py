@@ -103,6 +103,8 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
                                      artifacts=cfg.artifacts, stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
     else:
         device = backend.torch_device(index)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # what an NCCL group of the stage binds to
         # one GEMM for q/k/v and one for gate/up where launches cost (GPUs); CPU stages keep theirs
         model = StageModel(hf_cfg, plan.units, spec.units[0], spec.units[1], dtype=dtype, kv_dtype=kv_dtype,
                            num_blocks=num_blocks, weights=weights, device=device, tp_rank=w.tp_rank, tp_size=spec.tp,
@@ -177,7 +179,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         lane: its lane (Lane): where sampled tokens go for looked-ahead steps.
         transport: its unit's group (GlooTransport).
         timeout_s: the longest wait for a looked-ahead step's token (the job's timeout).
-        group: the stage's tensor-parallel process group (None when tp = 1).
+        group: the stage's tensor-parallel control group (gloo; None when tp = 1): the leader broadcasts each message on it.
         owners: lane id → layer → rank holding its attention (KV moves between pools).
         links: the worker's kvlinks.LinkTable (pools only).
     """
@@ -282,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     loading = None
     try:
         from hetc.plan import load_plan
-        from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_group, unit_of_lane
+        from hetc.runtime.groups import FORM_TIMEOUT_S, form_group, stage_groups, unit_of_lane
         from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
         from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
@@ -304,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
         kinds = [(u.kind, u.layer) for u in plan.units]
+        control = None
         if spec.tp > 1:
-            model.tp_group = stage_group(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind)
+            control, model.tp_group = stage_groups(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind,
+                                                   cfg.emulate)
         from hetc.runtime.kvlinks import LinkTable
         from hetc.stage import EXECUTORS
 
@@ -318,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, model.tp_group,
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control,
                     0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0

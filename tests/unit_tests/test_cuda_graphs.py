@@ -153,3 +153,58 @@ def test_triton_paged_decode_kernel_matches_the_gather():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", _KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_metrics_count_the_steps_a_stage_replayed():
+    """A step message's times hold each stage's seconds, then 1.0 per stage that replayed a graph."""
+    from types import SimpleNamespace
+
+    from hetc.runtime.metrics import Metrics
+
+    m = Metrics("m")
+    for i in (0, 1):
+        m.register_stage(0, i, f"a:{i}", (1.0, 1.0))
+    eng = SimpleNamespace(num_running=lambda: 2, num_waiting=lambda: 0)
+    runner = SimpleNamespace(lane=SimpleNamespace(id=0, stages=[0, 1]), engine=eng,
+                             sched=SimpleNamespace(blocks=SimpleNamespace(num_used=3)))
+    decode = SimpleNamespace(has_prefill=False)
+    m.on_step(runner, decode, [0.008, 0.009, 1.0, 0.0], 0.02)  # stage 0 replayed, stage 1 ran eagerly
+    m.on_step(runner, decode, [0.008, 0.009, 1.0, 1.0], 0.02)
+    get = lambda stage: m.registry.get_sample_value("hetc_stage_cuda_graph_steps_total",  # noqa: E731
+                                                    {"model": "m", "stage": f"0.{stage}", "device": f"a:{stage}"})
+    assert get(0) == 2 and get(1) == 1
+    steps = m.registry.get_sample_value("hetc_stage_step_seconds_count",
+                                        {"model": "m", "stage": "0.1", "device": "a:1", "phase": "decode"})
+    assert steps == 2  # the flags are not taken for steps
+
+
+def test_tensor_parallel_gpu_stages_take_nccl_for_their_collectives(monkeypatch):
+    """cuda and rocm tp stages: an NCCL compute group beside the gloo control group; every other stage
+    one gloo group for both. (Forming NCCL needs several GPUs: the groups are faked here.)"""
+    from hetc.runtime import groups
+    from hetc.runtime.topology import StageSpec
+
+    made = []
+    monkeypatch.setattr(groups, "_gloo", lambda store, rank, size, wait, bind: made.append("gloo") or "gloo-pg")
+    monkeypatch.setattr(groups, "_nccl", lambda store, rank, size, wait: made.append("nccl") or "nccl-pg")
+
+    class Store:
+        def clone(self):
+            return self
+
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "PrefixStore", lambda prefix, store: store)
+
+    def spec(backend: str, tp: int) -> StageSpec:
+        return StageSpec(lane=0, index=0, n_stages=1, devices=tuple(f"a:{i}" for i in range(tp)), ranks=tuple(range(1, tp + 1)),
+                         prev_rank=0, next_rank=0, backend=backend, profile="p", node="a", units=(0, 1), layers=(0, 0),
+                         kv_budget=0.0, weight_bytes=0.0, predicted_ms=(1.0, 1.0))
+
+    assert groups.stage_groups(Store(), 0, 1, spec("cuda", 2), 0, 1.0) == ("gloo-pg", "nccl-pg")
+    assert groups.stage_groups(Store(), 0, 1, spec("rocm", 4), 1, 1.0) == ("gloo-pg", "nccl-pg")
+    assert groups.stage_groups(Store(), 0, 1, spec("cuda", 2), 0, 1.0, emulate=True) == ("gloo-pg", "gloo-pg")
+    assert groups.stage_groups(Store(), 0, 1, spec("gaudi", 2), 0, 1.0) == ("gloo-pg", "gloo-pg")
+    assert groups.compute_collectives(spec("cpu", 2), False) is groups.Collectives.GLOO
+    assert groups.compute_collectives(spec("cuda", 1), False) is groups.Collectives.GLOO  # no group at all
+    assert made == ["gloo", "nccl", "gloo", "nccl", "gloo", "gloo"]
