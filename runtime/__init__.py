@@ -10,7 +10,9 @@ disaggregated plan's pools — is a gloo group of its own with the frontend: gro
       died, with a new group generation (healer.py); SIGTERM drains (drain.py);
   ranks 1.., one worker per plan device (worker.py): loads only its stage's tensors
       (weights.py; safetensors memory-mapped), runs the stage's units with the model's
-      own transformers modules and paged-KV attention (model_runner.py, kv_cache.py),
+      own transformers modules (the decoder stage of backends/decoder.py) and paged-KV
+      attention (model_runner.py, kv_cache.py); on a cuda device its decode steps replay from
+      CUDA graphs (cuda_graphs.py),
       receives the residual stream from the previous stage and sends it on
       (transport.py); the last stage samples (sampler.py) and returns token ids.
   Lookahead (scheduler.py): a decoding sequence's next step is sent before its result is
@@ -32,7 +34,8 @@ Not in this version, or limited (each refused at start with the reason, or noted
   - `--emulate` of a model too big for the host runs a width-shrunk copy (1/2^k of the heads,
     hidden and MLP; same layers, units, cuts; labelled in /v1/models) with --random-weights
     only: real weights cannot be shrunk, so that case is refused;
-  - NCCL/RCCL/HCCL within a vendor: every group uses gloo on host tensors;
+  - NCCL/RCCL only for the collectives of tp stages of cuda/rocm devices (groups.py; untested on
+    several GPUs); every other group, HCCL's included, is gloo on host tensors;
   - sliding-window attention, logit soft-capping, MoE under tp: refused;
   - prefix caching, logprobs, n > 1, penalties: refused with 400 (logprobs, n, penalties).
 """

@@ -1,8 +1,9 @@
 """CUDA backend (NVIDIA): torch's CUDA device API, NCCL between devices of one node.
 
 Needs: an NVIDIA GPU, its driver, and a CUDA build of torch (`torch.version.cuda` set).
-Device placement and transfers are plain torch; what a later issue adds: CUDA graphs
-for decode steps, NCCL groups for tp stages, a fused paged-attention kernel.
+Device placement and transfers are plain torch; the eager stage's decode steps replay from CUDA
+graphs (runtime/cuda_graphs.py) with attention over the paged KV in a Triton kernel
+(paged_decode.py); tensor-parallel stages run their collectives on NCCL (runtime/groups.py).
 """
 
 from __future__ import annotations
