@@ -110,7 +110,8 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
                            num_blocks=num_blocks, weights=weights, device=device, tp_rank=w.tp_rank, tp_size=spec.tp,
                            fuse=device.type == "cuda")
     stage = backend.prepare_stage(model, index, threads=cfg.threads)
-    if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1:
+    # MoE blocks route tokens with data-dependent shapes, which a CUDA graph cannot hold: they run eagerly
+    if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1 and not stage.moe_layers:
         from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
 
         graphs = DecodeGraphs(stage, max_batch=cfg.max_seqs, hidden=hf_cfg.hidden_size, dtype=dtype,

@@ -208,3 +208,30 @@ def test_tensor_parallel_gpu_stages_take_nccl_for_their_collectives(monkeypatch)
     assert groups.compute_collectives(spec("cpu", 2), False) is groups.Collectives.GLOO
     assert groups.compute_collectives(spec("cuda", 1), False) is groups.Collectives.GLOO  # no group at all
     assert made == ["gloo", "nccl", "gloo", "nccl", "gloo", "gloo"]
+
+
+def test_a_pipeline_of_graphed_stages_passes_hidden_states():
+    """Two stages cut mid-model: the second's graphs take the residual stream, not ids."""
+    cut = 2  # embed, attention 0 | mlp 0, attention 1, mlp 1, norm, head
+    w = RandomWeights(std=0.2)
+    make = lambda a, b: StageModel(CFG, UNITS, a, b, dtype=torch.float32, kv_dtype=torch.float32,  # noqa: E731
+                                   num_blocks=8, weights=w)
+    eager = [make(0, cut - 1), make(cut, len(UNITS) - 1)]
+    staged = [_graphed(make(0, cut - 1), max_batch=4), _graphed(make(cut, len(UNITS) - 1), max_batch=4)]
+    assert staged[1].graphs.x.dtype == torch.float32 and staged[1].graphs.x.shape == (4, 64)
+    tables, g = [[1], [2], [3]], torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, 300, (12,), generator=g)
+    for chain in (eager, staged):
+        x = prompt
+        for st in chain:
+            x = st(x, st.step_meta([0, 0, 0], [4, 4, 4], tables, [True] * 3))
+    for pos in range(4, 7):
+        ids = torch.randint(0, 300, (3,), generator=g)
+        outs = []
+        for chain in (eager, staged):
+            x = ids
+            for st in chain:
+                x = st(x, st.step_meta([pos] * 3, [1] * 3, tables, [True] * 3))
+            outs.append(x)
+        assert staged[0].replayed and staged[1].replayed
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
