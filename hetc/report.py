@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -116,7 +116,7 @@ def _pyplot(flag: str):
     return plt
 
 
-def plot_plan(plan: Plan, path: str) -> None:
+def plot_plan(plan: Plan, path: str | BinaryIO) -> None:
     """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
     plt = _pyplot("--plot")
     colors = {"nvidia": "#76b900", "amd": "#ed1c24", "intel": "#0071c5", "cpu": "#888888"}
