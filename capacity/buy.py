@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -59,7 +60,7 @@ class Purchase:
         """How close to the best purchase it is provably (1.0: the best): bound/cost, or tok/s / bound."""
         if self.bound_tok_s is not None:
             return self.output_tok_s / self.bound_tok_s if self.bound_tok_s else 1.0
-        return self.bound_usd_h / self.usd_h if self.usd_h else 1.0
+        return cast(float, self.bound_usd_h) / self.usd_h if self.usd_h else 1.0  # set when bound_tok_s is not
 
     def to_json(self, catalog: Catalog) -> dict:
         return {"devices": {catalog.entries[i].profile: k for i, k in sorted(self.counts.items())},
@@ -86,7 +87,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
-    slo = {"ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+    slo: dict[str, Any] = {"ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
            "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, "tp": req.tp, "time_limit": req.time_limit}
     say = (lambda s: progress(f"solving: {s}")) if progress else None
     if req.budget_usd_h:
@@ -164,7 +165,7 @@ def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_
         plan = plan_fleet(purchase, req, fleet_path)
         save_plan(plan, plan_path)
         say("simulating the fleet at the rate")
-        check = check_slos(plan, plan_path, req)
+        check = check_slos(plan, plan_path, req)  # type: ignore[arg-type]  # a Path where a str is annotated, as before
         att, goodput = check.metrics.get("slo_attainment"), check.metrics.get("distserve_goodput")
         tries.append(Try(floor_tok_s=floor, usd_h=purchase.usd_h, devices=sum(purchase.counts.values()),
                          attainment=att, goodput=goodput))

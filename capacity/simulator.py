@@ -27,6 +27,7 @@ so the same seed gives the same result.
 from __future__ import annotations
 
 import heapq
+from typing import cast
 import itertools
 from collections import deque
 from collections.abc import Callable
@@ -257,7 +258,7 @@ class _Sim:
             if any(d.sampled_at is None for d in msg.deps):
                 return  # _finish of the dependency starts it
             fb = self.lanes[lane].feedback
-            ready = max(d.sampled_at for d in msg.deps) + sum(link.latency for link in fb)
+            ready = max(cast(float, d.sampled_at) for d in msg.deps) + sum(link.latency for link in fb)  # none is None (above)
             if ready > self.now:
                 srv.waiting = True
                 self.at(ready, self._retry, lane, k)

@@ -3,7 +3,7 @@ frontier chart."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -163,7 +163,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
                   f"{'—' if per_user is None else f'{per_user:,.1f}'} tok/s per user (1000 / median TPOT)")
     usd, j = m["usd_per_mtok"], m["joule_per_output_token"]
     console.print(f"cost {m['usd_per_hour']:,.2f} USD/h → {'—' if usd is None else f'{usd:,.3f}'} USD per M output tokens; "
-                  f"power {m['watts'] / 1e3:,.2f} kW (board power of every device × PUE {m['pue']:g}: an upper "
+                  f"power {cast(float, m['watts']) / 1e3:,.2f} kW (board power of every device × PUE {m['pue']:g}: an upper "
                   f"estimate) → {'—' if j is None else f'{j:,.3f}'} J per output token")
     if m.get("request_goodput") is not None:
         console.print(f"goodput (TTFT ≤ {m['ttft_slo_ms']} ms, TPOT ≤ {m['tpot_slo_ms']} ms): request_goodput "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -116,7 +116,7 @@ def _pyplot(flag: str):
     return plt
 
 
-def plot_plan(plan: Plan, path: str) -> None:
+def plot_plan(plan: Plan, path: str | BinaryIO) -> None:
     """One row per pipeline stage: layers held, coloured by vendor, annotated with memory use."""
     plt = _pyplot("--plot")
     colors = {"nvidia": "#76b900", "amd": "#ed1c24", "intel": "#0071c5", "cpu": "#888888"}
@@ -142,7 +142,7 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
     """Per-unit figures: prefill FLOPs/token average over a causal prompt, decode at mean context."""
     pre_ctx = (input_len + 1) / 2
     dec_ctx = input_len + output_len / 2
-    rows = []
+    rows: list[dict[str, Any]] = []
     for u in model.units:
         rows.append({
             "index": u.index, "kind": u.kind, "layer": u.layer, "params": u.param_bytes / _wbytes(model),
@@ -155,7 +155,7 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
         })
     keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token",
             "kv_bytes_per_token", "kernels", "fused_kernels")
-    totals = {k: sum(r[k] for r in rows) for k in keys}
+    totals: dict[str, float] = {k: sum(r[k] for r in rows) for k in keys}
     totals["param_bytes"] = model.param_bytes  # tied weights once
     totals["params"] = model.num_params
     return rows, totals

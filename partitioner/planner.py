@@ -63,8 +63,8 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         plan = Plan.model_validate({**plan.model_dump(by_alias=True),
                                     "placement": {"given": req.placement, "batch": req.batch}})
     plan.solver.seconds = sol.seconds
-    plan.solver.cpu_seconds = searched.cpu_seconds  # the solver's own CPU time: what a busy host does not stretch
-    plan.solver.command_seconds = time.perf_counter() - t0  # capture + solve + baselines
+    plan.solver.cpu_seconds = searched.cpu_seconds  # type: ignore[attr-defined]  # an extra field; the solver's own CPU time: what a busy host does not stretch
+    plan.solver.command_seconds = time.perf_counter() - t0  # type: ignore[attr-defined]  # an extra field; capture + solve + baselines
     return plan
 
 
@@ -75,7 +75,7 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution |
     and energy: the LP relaxation (bound.py) of USD/h (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
     and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
-        return sol.bound
+        return sol.bound  # type: ignore[union-attr]  # throughput always has a solution here
     kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
     tables = Tables(model.units, wl)
     if objective == Objective.LATENCY:

@@ -21,7 +21,7 @@ pipeline on exactly those devices in the class (links and the loop term dropped)
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -85,8 +85,8 @@ def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[
                 out += [Key(phase, nb, nt, min(n, nt), n, n) for n in range(lo, hi + 1) for nb, nt in regimes.runs(n, rb, rt)]
     merged: dict = {}  # classes whose lo ≥ the top share m = top: one key from the first such lo up
     for k in out:
-        top = merged.get(k[:4])
-        merged[k[:4]] = k if top is None else k._replace(lo=min(k.lo, top.lo), hi=max(k.hi, top.hi))
+        had = merged.get(k[:4])
+        merged[k[:4]] = k if had is None else k._replace(lo=min(k.lo, had.lo), hi=max(k.hi, had.hi))
     return list(merged.values())
 
 
@@ -237,7 +237,7 @@ class FirstPass:
             c = cnt[rows]
             ok = (np.einsum("nk,knw->nw", c, _caps_at(per_device, R, Wc.shape[1])) >= total).all(axis=1)  # λ = 0: exact when ≤ hi devices
             big = np.nonzero(ok & (c.sum(axis=1) > hi))[0] if tp_mode else np.zeros(0, dtype=np.int64)
-            cap = _caps_at(caps, R[big], Wc.shape[1]) if len(big) else None  # [kinds, big, W]
+            cap: Any = _caps_at(caps, R[big], Wc.shape[1]) if len(big) else None  # [kinds, big, W]
             for k in range(G) if len(big) else ():  # a binding stage budget: λ = each group's one-device cap
                 lam = np.max([cap[g] for g in one_of[k]], axis=0)
                 held = (lam * hi + np.einsum("nk,knw->nw", c[big], per_group(cap, lam)) >= total).all(axis=1)

@@ -32,6 +32,7 @@ block priced as two units). (The throughput bound is cell_bound.py's.)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from ortools.linear_solver import pywraplp
@@ -186,7 +187,7 @@ def least_holding(units: list[Unit], wl: Workload, cluster: Cluster, cost: dict[
     count = devices_per_type(cluster)
     memory = {type_key(n): n.profile.usable_memory for n in cluster.nodes}
     types = list(count)
-    m = cp_model.CpModel()
+    m: Any = cp_model.CpModel()  # its CamelCase methods are left out of ortools' stubs
     x = [m.NewIntVar(0, count[t], "") for t in types]
     kib = [int(memory[t] // 1024) for t in types]  # memory rounded down, need up, costs down: still a bound
     m.Add(sum(k * v for k, v in zip(kib, x)) >= int(-(-need // 1024)))

@@ -222,4 +222,4 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
                      key=lambda e: -e[0])
     first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
     pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
-    return CellBound(value, pipes, least)
+    return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)

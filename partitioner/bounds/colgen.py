@@ -36,6 +36,7 @@ own, so the bound closes on the pipelines the LP uses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +160,7 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
     class's shortest (n > lo); [key] when neither."""
     if not prefill and key.batch <= most < key.top:
         mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
-        rest = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
+        rest: Any = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
             [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
         return [key._replace(top=most, m=min(key.lo, most))] + rest
     if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
@@ -220,7 +221,7 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
         smooth = center is not None and not missed
         if smooth:
-            duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(center, duals))
+            duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(cast(tuple, center), duals))
         pi, sig, (mu_d, mu_p) = duals
         scale = z if spend is None else min(z, float(spend @ N))  # the short tok/s' price is no scale
         eps = TOLERANCE * scale / n_dev
@@ -238,6 +239,8 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         # columns stops there (no bound), else it priced every key
         cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
         order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
+        new: list[Any]
+        nxt: list[Any]
         top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
         for i, pk in enumerate(order):
             if len(new) >= MANY and not final:

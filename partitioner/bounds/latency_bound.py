@@ -210,8 +210,8 @@ def _times(tables: Tables, kinds: list[Kind], ranges: _Ranges, lo: float, hi: fl
     regime right of lo) and, since a round's busy seconds per sequence never grow with s within a
     regime (batches.py), lo/hi of the envelope's at hi."""
     at = lo if lo == 1 else lo * (1 + 1e-9)
-    r = Round.of(tables.wl, at, 1)  # k = 1: one micro-step's steps, `passes` of them per round
-    top_share = Round.of(tables.wl, hi, 1).tpot_share
+    r = Round.of(tables.wl, at, 1)  # type: ignore[arg-type]  # a fractional batch, on purpose; k = 1: one micro-step's steps, `passes` of them per round
+    top_share = Round.of(tables.wl, hi, 1).tpot_share  # type: ignore[arg-type]
     times = []
     for g in kinds:
         fits = tables.fits(g, math.ceil(lo))

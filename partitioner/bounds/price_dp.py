@@ -22,6 +22,8 @@ minimum over u in [u0, v) (a sparse table over u).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = ["free_dp", "typed_dp", "free_chain", "typed_chain"]
@@ -46,7 +48,7 @@ def free_dp(u0: np.ndarray, pk: np.ndarray, lo: int, hi: int, cap: np.ndarray | 
     pos = (np.arange(L)[None, :, None] * U1 + np.maximum(u0, 1)).ravel()  # into G [L, U+1]
     G = np.where((u0 == 0) & (np.arange(U1) >= 1), p, INF).min(axis=0)  # one stage from unit 0, not empty
     best = G[:, U].copy() if lo <= 1 else np.full(L, INF)
-    layers = [G] if keep else None
+    layers: Any = [G] if keep else None
     work = 0.0
     for s in range(2, hi + 1):
         G = (G.ravel().take(pos).reshape(K, L, U1) + p).min(axis=0)
@@ -112,7 +114,7 @@ def typed_dp(u0: np.ndarray, pk: np.ndarray, type_of: np.ndarray, T: int, link_o
     at_b = (((lv * T + tt) * L + rows) * U1 + b).ravel()
     H = np.where((u0p == 0) & (v >= 1), p, INF).min(axis=1)  # [T, L, U+1]: one stage from unit 0
     best = H[:, :, U].min(axis=0) if lo <= 1 else np.full(L, INF)
-    layers = [H.transpose(1, 0, 2)] if keep else None
+    layers: Any = [H.transpose(1, 0, 2)] if keep else None
     St = np.full((levels, T, L, U1), INF)
     flat = St.reshape(-1)
     work = 0.0

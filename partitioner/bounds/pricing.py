@@ -28,6 +28,8 @@ at most that over the least bottleneck any chain can have (every unit sits in so
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +69,7 @@ class KeyPricer:
     def __init__(self, costs: StageCosts, key: Key, tp_groups: bool) -> None:
         self.costs, self.key = costs, key
         self.rate = float(key.rate(costs.tables.wl.output_len))
-        self.case = costs.case(key.phase, key.top, key.m, fit=key.batch)
+        self.case: Any = costs.case(key.phase, key.top, key.m, fit=key.batch)  # a Case, or None: no kind holds the key
         case = self.case
         U = costs.u
         self.kinds = np.array([] if case is None else
@@ -82,7 +84,7 @@ class KeyPricer:
         self.unit = np.where(holds, np.diff(case.P[kk], axis=1), INF)  # [K, U]
         alone = np.where(holds, self.unit + case.over[kk][:, None], INF).min(axis=0)
         self.least = float(alone.max())  # every unit sits in some stage: no chain's bottleneck is below this
-        cand = [case.cheapest.ravel()]
+        cand: Any = [case.cheapest.ravel()]
         for g in kk:
             ii, jj = costs.ranges(case, int(g))
             cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])

@@ -15,6 +15,8 @@ floor, cell_bound.Demand) the loop term is counted too (loop_dp.py); links stay 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from hetc.partitioner.bounds.loop_dp import loop_round
@@ -46,7 +48,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     E = np.full((T, size), -1, dtype=np.int64)
     first = tp <= counts[gr]
     np.maximum.at(E, (ty[first], (tp * strides[gr])[first]), np.minimum(reach[first, 0], U - n + 1))
-    layers = [E] if keep else None
+    layers: Any = [E] if keep else None
     work = STEP
     for s in range(1, n):
         F = np.full(T * size, -1, dtype=np.int64)
@@ -101,7 +103,7 @@ def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.n
         work += last
         return bool((E >= costs.u).any())
 
-    cand = [case.cheapest.ravel()]  # every link time and stage time that can bind
+    cand: Any = [case.cheapest.ravel()]  # every link time and stage time that can bind
     for g in kinds:
         ii, jj = costs.ranges(case, g)
         cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])

@@ -20,7 +20,7 @@ import os
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import hetc
 from hetc.cluster import PROFILE_DIR
@@ -70,7 +70,7 @@ def _model_files(ref: str) -> list[Path] | None:
     if ref.endswith(".pt2"):
         return [path] if path.is_file() else None
     if catalog.is_file():
-        return [catalog]
+        return [cast(Path, catalog)]  # a package of files on disk: resources give a Path
     if path.is_dir():
         return [path / "config.json"] if (path / "config.json").is_file() else None
     if ":" in ref:

@@ -12,6 +12,7 @@ Nothing here depends on module or attribute names: only on ops, shapes and data 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import sympy
 import torch
@@ -72,7 +73,7 @@ class _Poly:
 
 
 def _matmul_flops(op: str, node: Node, out: torch.Tensor) -> sympy.Expr:
-    args = [a.meta.get("val") if isinstance(a, Node) else a for a in node.args]
+    args: list[Any] = [a.meta.get("val") if isinstance(a, Node) else a for a in node.args]
     if op == "linear":
         return 2 * _numel(out) * _expr(args[1].shape[-1])
     if op in ("addmm", "baddbmm", "addbmm"):
@@ -85,24 +86,26 @@ def _matmul_flops(op: str, node: Node, out: torch.Tensor) -> sympy.Expr:
 
 
 def _attention_flops(node: Node) -> sympy.Expr:
-    q, k, v = (a.meta["val"] for a in node.args[:3])
+    args: Any = node.args  # fx Arguments: tensors here
+    q, k, v = (a.meta["val"] for a in args[:3])
     # scores q·kᵀ and weights·v: 2·B·H·Sq·Skv·(dk + dv)
     b_h_sq = _numel(q) / _expr(q.shape[-1])
     return 2 * b_h_sq * _expr(k.shape[-2]) * (_expr(q.shape[-1]) + _expr(v.shape[-1]))
 
 
 def _conv_flops(node: Node, out: torch.Tensor) -> sympy.Expr:
-    w = node.args[1].meta["val"]  # [C_out, C_in/groups, *k] (transposed: [C_in, C_out/groups, *k]): groups built in
-    transposed = bool(node.args[6]) if len(node.args) > 6 and isinstance(node.args[6], bool) else False
+    args: Any = node.args  # fx Arguments: nodes and flags here
+    w = args[1].meta["val"]  # [C_out, C_in/groups, *k] (transposed: [C_in, C_out/groups, *k]): groups built in
+    transposed = bool(args[6]) if len(args) > 6 and isinstance(args[6], bool) else False
     if transposed:
-        return 2 * _numel(node.args[0].meta["val"]) * _expr(w.shape[1]) * math.prod(w.shape[2:])
+        return 2 * _numel(args[0].meta["val"]) * _expr(w.shape[1]) * math.prod(w.shape[2:])
     return 2 * _numel(out) * _expr(w.shape[1]) * math.prod(int(d) for d in w.shape[2:])
 
 
 def _kv_source_bytes(node: Node, poly: _Poly) -> float:
     """Per-token bytes of the K or V tensor feeding attention, before any GQA expansion."""
     best = None
-    cur = node
+    cur: Any = node  # a Node until the walk ends on None
     while True:
         val = cur.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -152,7 +155,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         moe: `{num_experts, top_k}` from the model config, to tag expert nodes.
     """
     sig = ep.graph_signature
-    param_of = dict(sig.inputs_to_parameters)
+    param_of = cast("dict[str, str]", dict(sig.inputs_to_parameters))
     buffers = set(sig.inputs_to_buffers) | set(getattr(sig, "inputs_to_lifted_tensor_constants", {}))
     # tied weights: several names, one tensor
     by_id: dict[int, str] = {}
@@ -195,7 +198,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
             continue
         ins = node_inputs(n)
         # higher-order ops (wrap_with_set_grad_enabled, ...) read a submodule: look through it
-        sub = [getattr(gm, a.target) for a in ins if a.op == "get_attr" and isinstance(getattr(gm, a.target, None), torch.fx.GraphModule)]
+        sub = [getattr(gm, cast(str, a.target)) for a in ins if a.op == "get_attr" and isinstance(getattr(gm, cast(str, a.target), None), torch.fx.GraphModule)]
         op = _short(n.target)
         val = n.meta.get("val")
         outs = _vals(val)
@@ -206,7 +209,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         out_bytes = sum((_numel(t) * t.element_size() for t in outs), sympy.Integer(0))
         if op in VIEW_OPS and ins and all(a.name in param_of or a in weight_views for a in ins):
             weight_views.add(n)
-        act_in = [a.meta.get("val") for a in ins
+        act_in: list[Any] = [a.meta.get("val") for a in ins
                   if a.name not in param_of and a not in weight_views and isinstance(a.meta.get("val"), torch.Tensor)]
         in_bytes = sum((_numel(t) * t.element_size() for t in act_in), sympy.Integer(0))
         if op in VIEW_OPS or sub and not outs:

@@ -8,6 +8,8 @@ the size N·K of its weight — what sets a GEMM's efficiency together with its 
 
 from __future__ import annotations
 
+from typing import cast
+
 from dataclasses import dataclass
 
 from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, OpNode, Terms
@@ -106,8 +108,8 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
         nk = n.weight_nk
         if kind in _MATMUL_LIKE and nk <= 0:  # a matmul of two activations: one row per token
             nk = n.matmul_flops.per_token / 2.0
-        experts = int(n.moe["num_experts"]) if kind == "moe" else 0
-        top_k = int(n.moe["top_k"]) if kind == "moe" else 0
+        experts = int(cast(dict, n.moe)["num_experts"]) if kind == "moe" else 0
+        top_k = int(cast(dict, n.moe)["top_k"]) if kind == "moe" else 0
         act = Terms() if kind == "noop" else n.act_bytes
         name = n.op if kind in _NAMED else ""
         key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k, name)

@@ -10,6 +10,8 @@ The rule reads only data flow, never module names.
 
 from __future__ import annotations
 
+from typing import cast
+
 import hashlib
 from dataclasses import dataclass, field, replace
 
@@ -114,7 +116,7 @@ def _cut_points(g: OpGraph) -> list[tuple[int, int]]:
         live = {root[j] for j in range(i + 1) if last_use[j] > i and not g.recomputable[j] and root[j] is not None}
         if len(live) != 1:
             continue
-        cand = (i, live.pop())
+        cand = (i, cast(int, live.pop()))
         if prev is not None and not any(g.uses_param[k] for k in range(prev + 1, i + 1)):
             runs[-1].append(cand)
         else:
@@ -137,7 +139,7 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
     act = sum((x.act_bytes for x in nodes), zero)
     params: dict[str, float] = {}
     streamed = 0.0
-    moe = None
+    moe: dict | None = None
     for x in nodes:
         for p in x.params:
             if p not in params:

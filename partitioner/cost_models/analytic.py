@@ -32,6 +32,8 @@ all-reduce of a tensor-parallel group by the caller too (it needs the node's lin
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 from hetc.cluster import Profile
@@ -151,7 +153,7 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         return cp
     if len(_PARAMS) > 256:
         _PARAMS.clear()
-    cd = compute_dtype(profile, dtype)
+    cd: Any = compute_dtype(profile, dtype)  # a dtype name: the curves and peaks key on its Literal
     curves = profile.efficiency_curves
     mm = curves.matmul.get(cd) if curves else None
     at = curves.attention.get(cd) if curves else None

@@ -23,7 +23,7 @@ import itertools
 from dataclasses import replace
 
 from hetc.cluster import Node, Profile
-from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, GatherCurve
+from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, DecodeAttentionCurve, GatherCurve
 
 __all__ = ["falling_curves", "bound_node", "flat_node"]
 
@@ -65,7 +65,7 @@ def _envelope(profile: Profile, flat: bool = False) -> Profile:
     def one(curve: Curve1D) -> Curve1D:
         return curve.model_copy(update={"eff": along(curve.eff)})
 
-    def table(t: Curve2D | GatherCurve | AttentionCurve):
+    def table(t: Curve2D | GatherCurve | AttentionCurve | DecodeAttentionCurve):
         return t.model_copy(update={"eff": _columns_rising(t.eff, along)})
 
     update = {"matmul": {d: table(t) for d, t in c.matmul.items()},

@@ -69,7 +69,8 @@ def batch_ceiling(units: list[Unit], cluster: Cluster, wl: Workload, max_num_seq
 def octaves(ceiling: int, per_octave: int = 1) -> list[tuple[int, int]]:
     """Intervals [lo, hi] of batches 1 … ceiling, each batch in exactly one: octaves
     [2^i, 2^(i+1) − 1] split into `per_octave` parts of equal ratio (rounded; no part empty)."""
-    out, b = [], 1
+    out: list[tuple[int, int]] = []
+    b = 1
     while b <= ceiling:
         for j in range(per_octave):
             top = min(ceiling, 2 * b - 1, max(b, round(b * 2 ** ((j + 1) / per_octave)) - 1))

@@ -52,7 +52,7 @@ EXHAUSTIVE = 120  # up to this many ways to split, every one is evaluated exactl
 
 
 def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int, phase: str) -> list[StagePlan] | None:
+                batch: int, phase: Phase) -> list[StagePlan] | None:
     """Every split with each slot non-empty, scored by the saturation model itself."""
     best, best_x = None, -1.0
     for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
@@ -85,7 +85,7 @@ def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     n_units = len(units)
     reaches = []
     for s in chain:
-        key = (_slot_key(s), batch, phase)
+        key: tuple = (_slot_key(s), batch, phase)
         if key not in memo:
             memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
         reaches.append(memo[key])
@@ -144,7 +144,8 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
     mem_of = [(u.param_bytes + batch * blocks * u.kv_bytes_per_token) / tp for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]
-    n, out, hi, mem, peak = len(units), [], -1, 0.0, collections.deque()  # peak: indices, act decreasing
+    peak: collections.deque[int] = collections.deque()  # indices, act decreasing
+    n, out, hi, mem = len(units), [], -1, 0.0
     for u in range(n):
         if hi < u - 1:
             hi, mem = u - 1, 0.0

@@ -15,6 +15,7 @@ the per-unit costs and memory fits (stage_costs.py).
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,7 +83,7 @@ class Tables:
 
     units: list[Unit]
     wl: Workload
-    _ranges: tuple | None = None
+    _ranges: Any = None  # set in __init__: (i, k, valid, weights, kv, amax, last, logits)
     _cost: dict = field(default_factory=dict)
     _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+from typing import Any
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,7 +142,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     bandwidth = copy.meta["bytes"] / copy.seconds
 
     say("timing matmuls")
-    on = dict(executor=executor, threads=threads)
+    on: dict[str, Any] = dict(executor=executor, threads=threads)
     # OpenVINO serves an fp32 profile's stages at fp32; bf16 weights are widened on CPUs without bf16 math
     bf16 = [] if executor == "openvino" else shapes.matmul_bf16
     mm = run(microbench.matmul_cases(shapes.matmul, dtype="fp32", device=device, evict=evict, **on)
@@ -190,7 +191,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem_total = _mem_total()
     catalog = load_profile("cpu")
-    doc = {
+    doc: dict[str, Any] = {
         "name": name or "local-cpu", "vendor": "cpu", "backend": "cpu",
         "memory": _q(mem_total, "GB"), "reserved_memory": _q(2 * _GB + 0.1 * mem_total, "GB"),
         "memory_bandwidth": _q(bandwidth, "GB/s"),

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Any
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,7 @@ def sampled_step_time(units, profile: Profile, step: Step) -> float:
         step: the cost model's step (`seqs` sequences, one sampled row each).
     """
     cut = select_at([u.kind for u in units])
-    kw = {"dtype": "fp32", "kv_dtype": "fp32"}
+    kw: dict[str, Any] = {"dtype": "fp32", "kv_dtype": "fp32"}
     return (units_time(units[:cut], profile, step, **kw) + units_time(units[cut:], profile, Step(step.seqs, step.seqs, 0.0), **kw)
             + profile.step_overhead)
 

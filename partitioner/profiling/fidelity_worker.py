@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 __all__ = ["measure", "main"]
 
@@ -27,7 +28,7 @@ def measure(spec: dict) -> dict:
     shapes = held_out_shapes(spec.get("quick", False))
     rounds = int(spec.get("rounds", 3))
     evict = bench.evict_bytes(info)
-    on = {"executor": spec.get("executor") or "torch", "threads": threads}  # what the profile measured
+    on: dict[str, Any] = {"executor": spec.get("executor") or "torch", "threads": threads}  # what the profile measured
     ops = (microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
            + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
            + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu"))

@@ -67,6 +67,7 @@ class _Evict:
     fidelity (CPU)"). Used as `Case.reset` (untimed)."""
 
     def __init__(self, evict: float):
+        self.buf: torch.Tensor | None
         self.numel, self.buf = int(evict) // 4 + 1, None
 
     def __call__(self) -> None:
@@ -122,7 +123,7 @@ def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str,
         nxt = _cycle(pool)
         rec, step = matmul_record(m, n, k, dtype)
         small = device == "cpu" and len(pool) * n * k * arena.es <= evict
-        cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),
+        cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),  # type: ignore[misc]
                           reset=flush if small else None,
                           reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
                           meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
@@ -155,7 +156,7 @@ def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, ev
         step, count = steps[(n, k)]
         x = _rand((m, k), torch.float32, "cpu")
         rec, st = matmul_record(m, n, k, dtype)
-        cases.append(Case(f"matmul {m}x{n}x{k} {dtype} openvino", lambda step=step, x=x: step(x), per_call=count,
+        cases.append(Case(f"matmul {m}x{n}x{k} {dtype} openvino", lambda step=step, x=x: step(x), per_call=count,  # type: ignore[misc]
                           reset=flush, reps=1 if 2 * m * n * k * count > 1e10 else 3,
                           meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
                                 "record": rec, "step": st}))
@@ -222,7 +223,7 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
                 k, v = nxt()
                 return F.scaled_dot_product_attention(qp, k, v, attn_mask=mask)
         else:
-            def fn(q=q, nxt=nxt, causal=s.causal, gqa=gqa):
+            def fn(q=q, nxt=nxt, causal=s.causal, gqa=gqa):  # type: ignore[misc]
                 k, v = nxt()
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         rec, step, kv = attention_record(s, dtype)
@@ -267,7 +268,7 @@ def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: flo
         q = _rand((t, s.heads * s.head_dim), torch.float32, "cpu")
         kv = [_rand((t, s.kv_heads * s.head_dim), torch.float32, "cpu") for _ in range(2)]
         cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}"
-                          " openvino", lambda step=step, q=q, kv=kv, meta=meta: step(q, *kv, *meta), per_call=count,
+                          " openvino", lambda step=step, q=q, kv=kv, meta=meta: step(q, *kv, *meta), per_call=count,  # type: ignore[misc]
                           reps=3 if flops * count > 2e9 else 5,
                           meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": st,
                                 "kv_bytes_per_token": kvb}))
@@ -330,7 +331,7 @@ def memory_cases(shapes: list[tuple[str, int, int]], *, dtype: str, device: str)
             if (rows, width) not in acts:
                 acts[(rows, width)] = (_rand((rows, width), td, device), _rand((rows, width), td, device))
             x, y = acts[(rows, width)]
-            fn = (lambda work=work, x=x, y=y: work(x, y))
+            fn = (lambda work=work, x=x, y=y: work(x, y))  # type: ignore[misc]
         rec, step, nbytes = memory_record(name, rows, width, dtype)
         cases.append(Case(f"{name} {rows}x{width}", fn, reps=9,
                           meta={"op": name, "graph_op": rec.op, "kind": rec.kind, "bytes": nbytes,

@@ -53,10 +53,10 @@ def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: 
     for name, weights in (("uniform", [1.0] * len(nodes)),
                           ("memory_proportional", [n.profile.usable_memory for n in nodes])):
         stages = _split_by_weight(units, nodes, weights)
-        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s, ceiling=ceiling,
+        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s, ceiling=ceiling,  # type: ignore[misc]
                                       admits=within))
     out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective, ceiling=ceiling, admits=within))
-    homo = {}
+    homo: dict = {}
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)

@@ -59,6 +59,6 @@ def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given:
             raise Infeasible(f"pipeline {i} of --placement does not fit its devices{at}: its stages' weights, KV "
                              "and activations exceed their memory. Give it more devices or layers elsewhere, or a "
                              "smaller --batch.")
-        cands.append(Candidate(stages, p.replicas, est, [s.first for s in p.stages], "given", Phase.BOTH))
+        cands.append(Candidate(stages, p.replicas, est, [s.first for s in p.stages], "given", Phase.BOTH))  # type: ignore[arg-type]
     tok = sum(c.estimate.output_tok_s * c.replicas for c in cands)
     return Solution(cands, tok, time.perf_counter() - t0, bound=0.0, bound_method="", status="GIVEN", batch_ceiling=ceiling)

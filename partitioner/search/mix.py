@@ -24,6 +24,7 @@ floor must hold, spends up), so a fleet CP-SAT accepts meets the floor and caps 
 from __future__ import annotations
 
 import math
+from typing import Any
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ def slots_of(cluster: Cluster) -> Counter:
     """(type, s): how many groups of s devices the type's nodes hold, each node apart. Stage
     sizes divide one another, so a set of stages fits the nodes exactly when, for every s, the
     stages of s or more devices need at most that many s-slots (counting tp/s each)."""
-    out = Counter()
+    out: Counter = Counter()
     for n in cluster.nodes:
         for s in GROUP_SIZES:
             out[(type_key(n), s)] += n.count // s
@@ -90,7 +91,7 @@ def slots_of(cluster: Cluster) -> Counter:
 
 def slot_use(groups: Counter) -> Counter:
     """(type, s) slots that stages {(type, tp): count} take."""
-    out = Counter()
+    out: Counter = Counter()
     for (t, tp), k in groups.items():
         for s in GROUP_SIZES:
             if tp >= s:
@@ -102,7 +103,7 @@ def slot_use(groups: Counter) -> Counter:
 class _Model:
     """The replica variables of a set of options within the nodes and caps."""
 
-    m: cp_model.CpModel
+    m: Any  # a cp_model.CpModel, through the CamelCase methods its stubs leave out
     r: list
     most: list[int]
     spend: list[tuple[float, float]]
@@ -115,7 +116,7 @@ def _most(o: Option, use: Counter, slots: Counter, cluster: Cluster, caps: Caps)
 
 def _model(opts: list[Option], cluster: Cluster, caps: Caps) -> _Model:
     slots = slots_of(cluster)
-    m = cp_model.CpModel()
+    m: Any = cp_model.CpModel()  # its CamelCase methods are left out of ortools' stubs
     uses = [slot_use(usage(o.template)) for o in opts]
     most = [_most(o, use, slots, cluster, caps) for o, use in zip(opts, uses)]
     r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]

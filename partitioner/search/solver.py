@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -130,11 +131,11 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
             continue
         where[(j, s, r)] = (node, used[node.name])
         used[node.name] += tp
-    out = []
+    out: list[list[Any]] = []
     for j, (opt, want) in enumerate(choice):
         stages = opt.found.stages
         for r in range(want):
-            spots = [where.get((j, s, r)) for s in range(len(stages))]
+            spots: list[Any] = [where.get((j, s, r)) for s in range(len(stages))]
             if None in spots:
                 continue
             last = out[-1] if out and out[-1][0] == j else None
@@ -294,8 +295,8 @@ def _fill_batches(picks: list[tuple[Option, int]], opts: list[Option],
                     stages = split(b)
                     est = estimate_pipeline(units, stages, cluster, wl, b) if stages else None
                     seen[t.label, b] = Found(est, stages) if est is not None and stages is not None else None
-                    if seen[t.label, b] is not None and keep(seen[t.label, b]):
-                        opts.append(Option(t, seen[t.label, b]))
+                    if seen[t.label, b] is not None and keep(seen[t.label, b]):  # type: ignore[arg-type]
+                        opts.append(Option(t, seen[t.label, b]))  # type: ignore[arg-type]
                         added += 1
                 got = seen[t.label, b]
                 if got is None or got.estimate.tpot_s >= tpot:

@@ -12,6 +12,7 @@ replica real devices. Templates come from three places:
 from __future__ import annotations
 
 import itertools
+from typing import Any
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -95,12 +96,12 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
 
 def _fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
     """Whether one replica of a chain of kinds (indices into `kinds`) fits each kind's groups and each type's devices."""
-    groups, devices = Counter(chain), Counter()
+    groups, devices = Counter(chain), Counter[Any]()
     for g, k in groups.items():
         devices[kinds[g].type_key] += k * kinds[g].tp
-    have = Counter()
-    for k in kinds:
-        have[k.type_key] = max(have[k.type_key], k.groups * k.tp)
+    have = Counter[Any]()
+    for kind in kinds:
+        have[kind.type_key] = max(have[kind.type_key], kind.groups * kind.tp)
     return all(k <= kinds[g].groups for g, k in groups.items()) and all(d <= have[t] for t, d in devices.items())
 
 
