@@ -44,9 +44,14 @@ Attend = Callable[[int, int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Te
 
 
 class UnitLike(Protocol):
-    index: int
-    kind: str
-    layer: int
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def layer(self) -> int: ...
 
 
 def kv_layout(cfg: Any) -> tuple[int, int]:
@@ -170,7 +175,7 @@ class DecoderStage(nn.Module):
                     raise BadInput(f"module {names[mod]} has a buffer {name} this runtime cannot initialize.",
                                    field="model", fix="serve a Llama-family decoder.")
         self.mods = nn.ModuleDict(wanted)
-        self.rotary = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
+        self.rotary: Any = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         self.kv_heads, self.head_dim = kv_layout(cfg)
         del full
 
@@ -189,7 +194,7 @@ class DecoderStage(nn.Module):
             select: the rows whose next token is sampled (cut before the first norm/head); None: all.
             attend: the executor's attention (see `Attend`).
         """
-        cos = sin = None
+        rot: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin
         li = 0
         for i, (kind, layer) in enumerate(self.kinds):
             if select is not None and i == self.select_pos:
@@ -197,9 +202,9 @@ class DecoderStage(nn.Module):
             if kind is UnitKind.EMBED:
                 x = self._embed(x)
             elif kind is UnitKind.ATTENTION:
-                if cos is None:  # here, not before the units: before the embedding x holds ids, not hidden states
-                    cos, sin = self._rotary(x, positions)
-                x = x + attend(li, layer, self.mods[f"ln{layer}"](x), cos, sin)
+                if rot is None:  # here, not before the units: before the embedding x holds ids, not hidden states
+                    rot = self._rotary(x, positions)
+                x = x + attend(li, layer, self.mods[f"ln{layer}"](x), *rot)
                 li += 1
             elif kind in (UnitKind.MLP, UnitKind.MOE):
                 x = x + self._mlp_out(layer, self.mods[f"post{layer}"](x))
@@ -219,7 +224,7 @@ class DecoderStage(nn.Module):
         Args:
             h: the normed hidden states [..., H].
         """
-        attn = self.mods[f"attn{layer}"]
+        attn: Any = self.mods[f"attn{layer}"]
         lead, d, kvh = h.shape[:-1], self.head_dim, self.kv_heads
         fused = getattr(attn, "qkv_proj", None)
         if fused is not None:  # one GEMM (fuse_projections)
@@ -235,6 +240,7 @@ class DecoderStage(nn.Module):
         """Concatenate each layer's q/k/v and (dense MLPs') gate/up weights into one GEMM each: two
         launches instead of five per layer. For devices where launches cost (cuda, rocm); the sums
         are the same products, in one matrix."""
+        mod: Any
         for key, mod in self.mods.items():
             if key.startswith("attn"):
                 mod.qkv_proj = _concat_linear([mod.q_proj, mod.k_proj, mod.v_proj])
@@ -242,6 +248,11 @@ class DecoderStage(nn.Module):
             elif key.startswith("mlp") and int(key[3:]) not in self.moe_layers and hasattr(mod, "gate_proj"):
                 mod.gate_up_proj = _concat_linear([mod.gate_proj, mod.up_proj])
                 del mod.gate_proj, mod.up_proj
+
+    def o_proj(self, layer: int, o: torch.Tensor) -> torch.Tensor:
+        """The layer's attention output projection of `o` [..., Hq·D]."""
+        attn: Any = self.mods[f"attn{layer}"]
+        return attn.o_proj(o)
 
     def attention_scale(self, layer: int) -> float:
         return float(getattr(self.mods[f"attn{layer}"], "scaling", self.head_dim ** -0.5))
@@ -260,7 +271,7 @@ class DecoderStage(nn.Module):
         return self.mods["embed"](ids)
 
     def _mlp_out(self, layer: int, h: torch.Tensor) -> torch.Tensor:
-        mlp = self.mods[f"mlp{layer}"]
+        mlp: Any = self.mods[f"mlp{layer}"]
         if layer in self.moe_layers:  # MoE blocks take [B, S, D] and may return (out, router logits)
             out = mlp(h[None])
             return (out[0] if isinstance(out, tuple) else out)[0]

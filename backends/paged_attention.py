@@ -41,7 +41,9 @@ class PagedMeta:
     def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
               block_size: int = KV_BLOCK_TOKENS) -> "PagedMeta":
         """Args: as AttnMeta.build."""
-        pos, blocks, block_begins, ends = [], [], [0], []
+        pos: list[int] = []
+        blocks: list[int] = []
+        block_begins, ends = [0], []
         for t, s, n, smp in zip(block_tables, starts, n_new, sample):
             pos.extend(range(s, s + n))
             blocks.extend(t[:-(-(s + n) // block_size)])

@@ -89,7 +89,6 @@ class FunctionalStage(DecoderStage):
         return torch.cat((past, new), dim=-1)[:, None]
 
     def _attention(self, layer: int, h: torch.Tensor, cos, sin, mask, block_table, k_pool, v_pool):
-        attn = self.mods[f"attn{layer}"]
         b, t, _ = h.shape
         d = self.head_dim
         q, k, v = self.qkv(layer, h, cos, sin)  # [B, T, H, D]
@@ -102,7 +101,7 @@ class FunctionalStage(DecoderStage):
         scores = q.transpose(1, 2) @ keys.transpose(-1, -2) * self.attention_scale(layer)  # [B, Hq, T, S]
         scores = scores.float().masked_fill(~mask, float("-inf"))
         o = (scores.softmax(-1).to(vals.dtype) @ vals).transpose(1, 2).reshape(b, t, -1)  # [B, T, Hq·D]
-        return attn.o_proj(o), k.to(k_pool.dtype), v.to(v_pool.dtype)
+        return self.o_proj(layer, o), k.to(k_pool.dtype), v.to(v_pool.dtype)
 
 
 class PagedStage(FunctionalStage):
@@ -111,9 +110,9 @@ class PagedStage(FunctionalStage):
 
     form = AttentionForm.PAGED
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor,  # type: ignore[override]
                 subsequence_begins: torch.Tensor, block_indices: torch.Tensor, block_indices_begins: torch.Tensor,
-                max_context_len: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+                max_context_len: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:  # the other form's signature
         select = rest[0] if self.selects else None
         caches = rest[1:] if self.selects else rest
         meta = (past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len)
@@ -123,7 +122,7 @@ class PagedStage(FunctionalStage):
             t = h.shape[0]
             o = paged_attention(q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1), caches[2 * li],
                                 caches[2 * li + 1], *meta, self.attention_scale(layer), self.kv_heads, self.head_dim)
-            return self.mods[f"attn{layer}"].o_proj(o)
+            return self.o_proj(layer, o)
 
         return self.run_units(x, positions, select, attend)
 

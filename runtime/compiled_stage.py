@@ -97,8 +97,8 @@ class PagedCompiledStage(CompiledStage):
     """A `paged`-form artifact: the packed micro-batch and this worker's KV blocks go in as they are."""
 
     @staticmethod
-    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]],
-                  sample: list[bool]) -> PagedMeta:  # type: ignore[override]
+    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]],  # type: ignore[override]
+                  sample: list[bool]) -> PagedMeta:
         return PagedMeta.build(starts, n_new, block_tables, sample)
 
     def __call__(self, x: torch.Tensor, meta: PagedMeta) -> torch.Tensor:  # type: ignore[override]

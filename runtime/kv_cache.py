@@ -8,6 +8,7 @@ sequences of different lengths â€” a prompt chunk beside single decode tokens â€
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +39,9 @@ class AttnMeta:
         """The same metadata on `device` (built on the host; a no-op there)."""
         if device.type == "cpu":
             return self
-        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        def move(t: Any) -> Any:
+            return None if t is None else t.to(device, non_blocking=True)
+
         return AttnMeta(*(move(getattr(self, f)) for f in self.__slots__))
 
     @staticmethod

@@ -154,14 +154,14 @@ class StageModel(DecoderStage):
             def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
                 q, k, v = self.qkv(layer, h, cos, sin)
                 o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
-                return self._reduce(self.mods[f"attn{layer}"].o_proj(o))
+                return self._reduce(self.o_proj(layer, o))
 
             return self.run_units(x, meta.positions, None, attend)
 
         def attend_packed(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
             q, k, v = self.qkv(layer, h, cos, sin)
             o = paged_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
-            return self._reduce(self.mods[f"attn{layer}"].o_proj(o))
+            return self._reduce(self.o_proj(layer, o))
 
         return self.run_units(x, meta.positions, meta.sample_rows, attend_packed)
 

@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -97,7 +98,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
     if name != "torch":
         lane = next(l for l in lanes if l.id == spec.lane)
-        model = build_compiled_stage(hf_cfg=hf_cfg, units=plan.units, first=spec.units[0], last=spec.units[1],
+        model: Any = build_compiled_stage(hf_cfg=hf_cfg, units=plan.units, first=spec.units[0], last=spec.units[1],
                                      dtype=dtype, kv_dtype=kv_dtype, num_blocks=num_blocks, weights=weights, name=name,
                                      graph_hash=plan.model.graph_hash, model_dir=cfg.model_dir, width=cfg.width,
                                      artifacts=cfg.artifacts, stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
@@ -109,7 +110,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
         model = StageModel(hf_cfg, plan.units, spec.units[0], spec.units[1], dtype=dtype, kv_dtype=kv_dtype,
                            num_blocks=num_blocks, weights=weights, device=device, tp_rank=w.tp_rank, tp_size=spec.tp,
                            fuse=device.type == "cuda")
-    stage = backend.prepare_stage(model, index, threads=cfg.threads)
+    stage: Any = backend.prepare_stage(model, index, threads=cfg.threads)
     # MoE blocks route tokens with data-dependent shapes, which a CUDA graph cannot hold: they run eagerly
     if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1 and not stage.moe_layers:
         from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
@@ -191,16 +192,18 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
     spec = w.stage
     first, last, leader = spec.index == 0, spec.index == spec.n_stages - 1, w.tp_rank == 0
     tp = transport
-    inbox = Inbox(tp, spec.prev_rank) if leader else None
+    # the leader receives (inbox) and fills in looked-ahead tokens (sampled); members get each message by broadcast
+    inbox: Any = Inbox(tp, spec.prev_rank) if leader else None
     sends: list = []
     # the first stage fills in looked-ahead tokens: its own samples, or the last stage's sent directly
-    sampled = SampledTokens() if first and leader else None
+    sampled: Any = SampledTokens() if first and leader else None
     direct = lane.lookahead and spec.n_stages > 1 and leader
     feed_out = lane.stages[0].rank if direct and last else None  # where TOKENS go
     feed_in = receive_tokens(tp, lane.stages[-1].rank, sampled) if direct and first else None
     while True:
-        msg = inbox.get() if leader else None
-        t0, meta = time.perf_counter(), None
+        msg: Any = inbox.get() if leader else None
+        meta: Any = None  # the step's StepMeta, decoded once the message is a STEP
+        t0 = time.perf_counter()
         if leader and msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
             if first:  # before the broadcast: tp members embed the same tokens
@@ -246,7 +249,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 msg.times[spec.n_stages + spec.index] = 1.0  # the step replayed a CUDA graph (metrics)
             tp.send(reply, spec.next_rank)
         elif msg.kind in (Kind.TRANSFER_OUT, Kind.TRANSFER_IN):
-            msg.times[spec.index] = move_kv(model, msg, owners, sends, links)
+            msg.times[spec.index] = move_kv(model, msg, owners or {}, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind is Kind.SCRUB:
@@ -306,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         loading.loaded()
         wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
-        kinds = [(u.kind, u.layer) for u in plan.units]
+        kinds = [(str(u.kind), u.layer) for u in plan.units]
         control = None
         if spec.tp > 1:
             control, model.tp_group = stage_groups(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind,
