@@ -18,6 +18,9 @@ import torch
 
 from hetc.stage import AttentionForm
 
+# torch dtypes by their MLIR/OpenVINO element names (IREE parameters, OpenVINO precisions)
+IR_ELEMENT_TYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64"}
+
 __all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightEntry", "WeightSource", "WeightTable",
            "parse_weight_table", "read_weight_table", "weight_table_text", "write_weight_table"]
 

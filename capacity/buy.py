@@ -26,7 +26,7 @@ from hetc.capacity.evaluate import Evaluation, evaluate_plan
 from hetc.capacity.load import LengthDist, Load
 from hetc.capacity.metrics import SLO
 from hetc.catalog import Catalog
-from hetc.cluster import Cluster
+from hetc.cluster import TP_SIZES, Cluster
 from hetc.errors import Infeasible
 from hetc.plan import Plan, save_plan
 from hetc.partitioner.bounds.bound import cost_bound, least_holding
@@ -109,7 +109,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     if req.budget_usd_h:  # the solver's bound on output tok/s, capped by the budget
         return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_tok_s=sol.bound,
                         fleet=fleet)
-    kinds = kinds_of(stock, (1, 2, 4, 8) if req.tp == "auto" else (1,))
+    kinds = kinds_of(stock, TP_SIZES if req.tp == "auto" else (1,))
     price = {type_key(n): stock.price(n.profile) for n in stock.nodes}
     per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price,
                            floor=req.output_tok_s)  # the catalog's stock limits each type's devices

@@ -27,9 +27,10 @@ from hetc.serving import ServingOverheads
 
 __all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
            "Device", "Cluster", "load_profile", "load_links", "load_cluster", "defaults_notes",
-           "profile_names", "PROFILE_DIR"]
+           "profile_names", "PROFILE_DIR", "TP_SIZES"]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
+TP_SIZES = (1, 2, 4, 8)  # the tensor-parallel group sizes a device kind may form (plans, placements, purchases)
 
 
 def _q(kind: Kind):

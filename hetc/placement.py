@@ -15,13 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hetc.cluster import Cluster
+from hetc.cluster import TP_SIZES, Cluster
 from hetc.errors import BadInput
 
 __all__ = ["GivenPipeline", "GivenStage", "parse_placement"]
 
 _STAGE = re.compile(r"^(?P<node>[A-Za-z0-9_-]+):(?P<first>\d+)(?:-(?P<last>\d+))?(?:@(?P<layers>\d+))?$")
-_TP = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +72,7 @@ def parse_placement(spec: str, cluster: Cluster, num_layers: int) -> list[GivenP
             first = int(s.group("first"))
             last = int(s.group("last")) if s.group("last") else first
             tp = last - first + 1
-            if tp not in _TP:
+            if tp not in TP_SIZES:
                 raise _bad(token, f"a tensor-parallel group of {tp} devices", "use 1, 2, 4 or 8 devices per stage")
             top = first + reps * tp
             if top > nodes[name].count:

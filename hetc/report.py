@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hetc.host import cpu_name
 from hetc.cluster import defaults_notes
 from hetc.plan import Plan
 from hetc.scheduling import Phase
@@ -212,7 +213,7 @@ def print_devices(console: Console) -> None:
     t = Table(title="local devices", title_justify="left")
     for col in ("device", "name", "memory"):
         t.add_column(col)
-    t.add_row("cpu", _cpu_name(), f"{_host_memory() / 1e9:.0f} GB")
+    t.add_row("cpu", cpu_name(), f"{_host_memory() / 1e9:.0f} GB")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
@@ -230,18 +231,6 @@ def print_devices(console: Console) -> None:
         k.add_row(name, prof.vendor, prof.backend, f"{prof.memory / 1e9:.0f} GB",
                   f"{prof.memory_bandwidth / 1e12:.2f} TB/s", f"{peak / 1e12:.0f} TFLOP/s", f"{prof.price:.2f} USD/h")
     console.print(k)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "cpu"
 
 
 def _host_memory() -> float:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc import __version__
-from hetc.cluster import Cluster, load_cluster
+from hetc.cluster import TP_SIZES, Cluster, load_cluster
 from hetc.errors import BadInput
 from hetc.plan import SCHEMA, Plan
 from hetc.partitioner.search.baselines import run_baselines
@@ -76,7 +76,7 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution |
     and at least the cheapest devices that hold the model, over F."""
     if objective == Objective.THROUGHPUT:
         return sol.bound  # type: ignore[union-attr]  # throughput always has a solution here
-    kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
     tables = Tables(model.units, wl)
     if objective == Objective.LATENCY:
         return 1e3 * tpot_floor_bound(tables, kinds, cluster, min_tok_s, ceiling)

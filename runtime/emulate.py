@@ -9,6 +9,7 @@ width, the same layers, units and cuts.
 from __future__ import annotations
 
 from hetc.errors import BadInput
+from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.plan import PlanUnit
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout, param_count, shrink_config
@@ -18,7 +19,6 @@ __all__ = ["available_bytes", "cap_kv_blocks", "fit_width"]
 
 PROCESS_BYTES = 0.4e9  # a worker's interpreter, torch and transformers
 WEIGHT_SHARE, KV_SHARE = 0.5, 0.2  # of the host's available memory
-_PLAN_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
 def available_bytes() -> float:
@@ -42,7 +42,7 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
     # the processes' own memory comes off the weights' share, which keeps at least half of it
     budget = max(WEIGHT_SHARE * avail / 2, WEIGHT_SHARE * avail - PROCESS_BYTES * len(local_workers))
     # the plan's bytes are at its dtype; this runtime holds fp8 weights as bf16
-    scale = TORCH_DTYPES[plan.model.dtype].itemsize / _PLAN_BYTES[plan.model.dtype]
+    scale = TORCH_DTYPES[plan.model.dtype].itemsize / DTYPE_BYTES[plan.model.dtype]
     need = scale * sum(sum(u.param_bytes for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) / w.stage.tp
                        for w in local_workers)
     if need <= budget:

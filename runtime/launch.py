@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetc.host import free_port
 from hetc.errors import BadInput
 from hetc.plan import PlanUnit
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
@@ -67,12 +67,6 @@ class ServeOptions:
         if self.drain_timeout < 0:
             raise BadInput(f"--drain-timeout is {self.drain_timeout}.", field="--drain-timeout",
                            fix="pass 0 or more seconds.")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_policy(threads: int) -> dict[str, str]:
@@ -259,7 +253,7 @@ def start_workers(c: Checked, tmp: str, log=print):
     from hetc.runtime.workers import WorkerPool, WorkerSetup
 
     o, r = c.o, c.rdzv
-    addr, port = r.master_addr or "127.0.0.1", r.master_port or _free_port()
+    addr, port = r.master_addr or "127.0.0.1", r.master_port or free_port()
     store = open_store(addr, port, r.node_rank == 0, max(o.timeout, FORM_TIMEOUT_S), r.agent_store)
     # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
     # itself listens on every interface: a torch TCPStore limit, README "Running it in production")

@@ -7,6 +7,7 @@ import os
 import torch
 from torch import nn
 
+from hetc.host import cpu_name
 from hetc.backends.base import Backend, DeviceInfo
 from hetc.stage import RunnableStage
 
@@ -27,19 +28,6 @@ def _meminfo() -> tuple[int, int]:
         return os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "cpu"
-
-
 class CpuBackend(Backend):
     name = "cpu"
     dist_backend = "gloo"
@@ -47,7 +35,7 @@ class CpuBackend(Backend):
 
     def detect(self) -> list[DeviceInfo]:
         total, free = _meminfo()
-        return [DeviceInfo("cpu", 0, f"{_cpu_name()} ({os.cpu_count()} cores)", total, free)]
+        return [DeviceInfo("cpu", 0, f"{cpu_name()} ({os.cpu_count()} cores)", total, free)]
 
     def torch_device(self, index: int) -> torch.device:
         return torch.device("cpu")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource
+from hetc.backends.toolchain import IR_ELEMENT_TYPES, Artifact, CompiledStep, ToolchainUnavailable, WeightSource
 from hetc.stage import AttentionForm
 
 __all__ = ["TOOLCHAIN", "OpenVinoToolchain", "cpu_config"]
@@ -37,7 +37,6 @@ _PA_UNUSED = [("sliding_window", np.int32, (), 0), ("alibi_slopes", np.float32, 
               ("adaptive_rkv_diversity_block_set_indices_begins", np.int32, (0,), None),
               ("token_type_ids", np.int32, (0,), None), ("qq_bias", np.uint8, (0,), None),
               ("qq_bias_begins", np.int32, (0,), None)]
-_TYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
 def _ov():
@@ -113,7 +112,7 @@ def _to_openvino_op(node) -> None:
 def cpu_config(*, threads: int | None, kv_dtype: torch.dtype) -> dict[str, str]:
     """The CPU plugin's configuration for a served stage: f32 math for an fp32 stage, the KV cache
     kept in the runtime's dtype (so it is shared, not converted), one stream, no pinning."""
-    config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": _TYPES[kv_dtype], "NUM_STREAMS": "1",
+    config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": IR_ELEMENT_TYPES[kv_dtype], "NUM_STREAMS": "1",
               "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "NO"}
     if threads:
         config["INFERENCE_NUM_THREADS"] = str(threads)

@@ -13,12 +13,11 @@ from typing import Any
 
 import torch
 
-from hetc.backends.toolchain import WeightSource, WeightTable
+from hetc.backends.toolchain import IR_ELEMENT_TYPES, WeightSource, WeightTable
 
 __all__ = ["PARAMETER_SCOPE", "import_without_weights", "parameters_module"]
 
 PARAMETER_SCOPE = "model"  # the scope the module's parameter references name
-_ELEMENT = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64"}
 
 
 def import_without_weights(program: torch.export.ExportedProgram, weight_names: dict[str, str]) -> str:
@@ -42,7 +41,7 @@ def import_without_weights(program: torch.export.ExportedProgram, weight_names: 
             if key is None or not isinstance(value, torch.Tensor):
                 return None
             shape = "".join(f"{d}x" for d in value.shape)
-            tensor = ir.RankedTensorType.parse(f"tensor<{shape}{_ELEMENT[value.dtype]}>")
+            tensor = ir.RankedTensorType.parse(f"tensor<{shape}{IR_ELEMENT_TYPES[value.dtype]}>")
             if key not in self.globals:
                 self.globals[key] = sym = f"__weight_{len(self.globals)}"
                 with ir.InsertionPoint.at_block_begin(gni.fx_importer.module.body):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetc.cluster import Cluster, Link, Node, Profile
+from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.capture.units import Unit
@@ -61,7 +61,7 @@ def devices_per_type(cluster: Cluster) -> dict[tuple[str, str], int]:
     return out
 
 
-def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = (1, 2, 4, 8)) -> list[Kind]:
+def kinds_of(cluster: Cluster, tp_options: tuple[int, ...] = TP_SIZES) -> list[Kind]:
     by_type: dict[tuple[str, str], list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)

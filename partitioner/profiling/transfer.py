@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from hetc.host import free_port
 
 __all__ = ["measure_p2p"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, port: int, sizes: list[int], reps: int, out: str) -> None:
@@ -62,7 +56,7 @@ def measure_p2p(sizes: list[int], reps: int = 10, timeout_s: float = 120.0) -> l
     Raises:
         RuntimeError: a process failed or did not finish in `timeout_s`.
     """
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as d:
         out = str(Path(d) / "p2p.json")
         args = [json.dumps(sizes), str(reps), out]

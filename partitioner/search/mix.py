@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from hetc.cluster import Cluster
+from hetc.cluster import TP_SIZES, Cluster
 from hetc.partitioner.estimate.simulate import StagePlan
 from hetc.partitioner.estimate.split import Found
 from hetc.partitioner.estimate.tables import type_key
@@ -40,7 +40,6 @@ from hetc.scheduling import Objective, Phase
 
 __all__ = ["Caps", "NO_CAPS", "Option", "choose", "choose_replicas", "slot_use", "slots_of"]
 
-GROUP_SIZES = (1, 2, 4, 8)
 SCALE = 1000  # tok/s, W and USD/h in thousandths in CP-SAT
 
 
@@ -84,7 +83,7 @@ def slots_of(cluster: Cluster) -> Counter:
     stages of s or more devices need at most that many s-slots (counting tp/s each)."""
     out: Counter = Counter()
     for n in cluster.nodes:
-        for s in GROUP_SIZES:
+        for s in TP_SIZES:
             out[(type_key(n), s)] += n.count // s
     return out
 
@@ -93,7 +92,7 @@ def slot_use(groups: Counter) -> Counter:
     """(type, s) slots that stages {(type, tp): count} take."""
     out: Counter = Counter()
     for (t, tp), k in groups.items():
-        for s in GROUP_SIZES:
+        for s in TP_SIZES:
             if tp >= s:
                 out[(t, s)] += k * tp // s
     return out

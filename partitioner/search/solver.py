@@ -23,7 +23,7 @@ from typing import Any
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hetc.cluster import Cluster, Node
+from hetc.cluster import TP_SIZES, Cluster, Node
 from hetc.errors import Infeasible
 from hetc.partitioner.estimate.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bounds.bound import cost_bound
@@ -177,7 +177,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
     """
     t0, cpu0 = time.perf_counter(), time.process_time()
-    kinds = kinds_of(cluster, (1, 2, 4, 8) if tp == "auto" else (1,))
+    kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
     tables = Tables(units, wl)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     phases = PHASES[disaggregate] if objective == Objective.THROUGHPUT else (Phase.BOTH,)
