@@ -15,6 +15,7 @@ from typing import cast
 import hashlib
 from dataclasses import dataclass, field, replace
 
+from hetc.plan import UnitKind
 from hetc.partitioner.capture.fusion import fused_records
 from hetc.partitioner.capture.op_records import OpRecord, aggregate_records, records_for
 from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, Terms
@@ -30,7 +31,7 @@ class Unit:
     """A contiguous slice of the model, the solver's smallest placement."""
 
     index: int
-    kind: str  # embed | attention | mlp | moe | conv | norm | head
+    kind: UnitKind
     layer: int  # model layer (block) this unit belongs to
     matmul_flops: Terms
     other_flops: Terms
@@ -50,6 +51,7 @@ class Unit:
     cost_key: int = field(default=-1, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", UnitKind(self.kind))  # a cached capture stores the kind's name
         key = (self.ops, self.fused, self.matmul_flops, self.other_flops, self.act_bytes, self.streamed_param_bytes,
                self.kv_bytes_per_token, self.kernels,
                tuple(sorted(self.moe.items())) if self.moe else None)
@@ -151,17 +153,17 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
             moe = {**x.moe, "expert_bytes": (moe or {}).get("expert_bytes", 0.0) + expert}
     attention = any(x.attention for x in nodes)
     if attention:
-        kind = "attention"
+        kind = UnitKind.ATTENTION
     elif moe:
-        kind = "moe"
+        kind = UnitKind.MOE
     elif any(x.op in CONV_OPS for x in nodes):
-        kind = "conv"
+        kind = UnitKind.CONV
     elif mm.per_token > 0 or mm.const > 0:
-        kind = "mlp"
+        kind = UnitKind.MLP
     elif any(x.gather for x in nodes):
-        kind = "embed"
+        kind = UnitKind.EMBED
     else:
-        kind = "norm"
+        kind = UnitKind.NORM
     out = g.out_bytes_per_token[crossing]
     sig = "|".join(f"{x.op}:{x.matmul_flops.per_token:.6g}:{x.matmul_flops.per_token_ctx:.6g}" for x in nodes if not x.is_view)
     sig += "|" + ",".join(f"{v:.6g}" for v in params.values())
@@ -198,8 +200,8 @@ def cut_units(g: OpGraph) -> list[Unit]:
     crossing = [next((out_of[i] for i in reversed(seg) if i in out_of), final) for seg in merged]
     crossing[-1] = final
     units = [_make_unit(g, seg, k, c) for k, (seg, c) in enumerate(zip(merged, crossing))]
-    if len(units) > 1 and units[-1].kind in ("mlp", "norm") and units[-2].kind != "conv":
-        units[-1] = replace(units[-1], kind="head")
+    if len(units) > 1 and units[-1].kind in (UnitKind.MLP, UnitKind.NORM) and units[-2].kind is not UnitKind.CONV:
+        units[-1] = replace(units[-1], kind=UnitKind.HEAD)
     return units
 
 
