@@ -134,7 +134,7 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 # IREE's CPU device reads a mapped parameter in place only at 64 bytes, else copies the stage
                 align = DATA_ALIGNMENT if o.check and "iree" in names else 1
                 try:  # the stage's weights as views of a mapped file: file pages, not private memory
-                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch, align=align)
+                    mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch, align=align)  # type: ignore[arg-type]
                     stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
                                                  mapped, out, o.check, say, names, plan.model.dtype))
                 finally:
@@ -236,7 +236,7 @@ def _fresh(args: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _outputs(out) -> tuple[torch.Tensor, ...]:
-    return out if isinstance(out, (tuple, list)) else (out,)
+    return out if isinstance(out, (tuple, list)) else (out,)  # type: ignore[return-value]
 
 
 

@@ -59,7 +59,7 @@ def _gloo(store, rank: int, size: int, timeout_s: float, bind: str | None):
     timeout = dt.timedelta(seconds=timeout_s)
     if bind is None:
         return dist.ProcessGroupGloo(store, rank, size, timeout)
-    opts = dist.ProcessGroupGloo._Options()
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private, not in the stubs
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=bind)]
     opts._timeout = timeout
     return dist.ProcessGroupGloo(store, rank, size, opts)

@@ -145,7 +145,7 @@ class Healer:
 
     def _restart(self, unit: int) -> None:
         h = self.units[unit]
-        if not h.reason.startswith("the worker for device"):  # a transport error: name the dead worker if local
+        if not h.reason.startswith("the worker for device"):  # type: ignore[union-attr]  # a transport error: name the dead worker if local
             culprit = self._culprit(unit)
             if culprit is not None:
                 h.reason = f"{culprit} ({h.reason})"

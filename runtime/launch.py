@@ -191,7 +191,7 @@ def validate(o: ServeOptions) -> Checked:
             check_tp(hf_cfg, units[s.units[0]: s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp",
                      o.plan)
     if not o.emulate:
-        _check_devices(lanes, o.plan, local)
+        _check_devices(lanes, o.plan, local)  # type: ignore[arg-type]
     c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref,
                 model_dir=model_dir, hf_cfg=hf_cfg, units=units)
     if o.emulate:  # emulated devices share this host's memory
@@ -407,7 +407,7 @@ def serve(o: ServeOptions, log=print) -> int:
                          health_info=health, max_body_bytes=o.max_body_bytes)
         server = DrainingServer(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
                                                timeout_graceful_shutdown=5, access_log=False,
-                                               timeout_keep_alive=o.idle_timeout),
+                                               timeout_keep_alive=o.idle_timeout),  # type: ignore[arg-type]
                                 engine=engine, drain_timeout=o.drain_timeout, log=log)
         where = ("this machine only; --host 0.0.0.0 accepts other machines" if o.host in ("127.0.0.1", "localhost", "::1")
                  else "reachable from other machines" + ("" if o.api_key else ", with no --api-key"))

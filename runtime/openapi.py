@@ -13,6 +13,7 @@ are accepted while their tokens fit, as each description says.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hetc.runtime.protocol import MAX_STOP, MAX_STOP_CHARS, ROLES
 
@@ -274,7 +275,7 @@ def openapi_document(lim: OpenAPILimits, version: str) -> dict:
         lim: the serving process's model name, context, vocabulary and chat template overhead.
         version: hetc's version (info.version).
     """
-    security = [{"bearer": []}] if lim.api_key else []
+    security: list[dict[str, list[str]]] = [{"bearer": []}] if lim.api_key else []
     paths = {
         "/v1/completions": _generate("CompletionRequest", "Completion", "text completion", lim.api_key),
         "/v1/chat/completions": _generate("ChatCompletionRequest", "ChatCompletion", "chat completion", lim.api_key),
@@ -302,7 +303,7 @@ def openapi_document(lim: OpenAPILimits, version: str) -> dict:
             }
         },
     }
-    doc = {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "hetc serve", "version": version, "description": DESCRIPTION},
         "paths": paths,

@@ -11,6 +11,7 @@ stages, the group shares the work through collectives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hetc.errors import BadInput
 from hetc.plan import Plan
@@ -119,6 +120,8 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                 raise BadInput(f"pipeline {p.id} ({p.phase} pool) has a tensor-parallel stage; this version of "
                                "`hetc serve` moves KV between pools of tp=1 stages only.", file=file,
                                field=f"pipelines.{p.id}", fix="plan with `--tp 1`.")
+    lanes: list[Any]
+    seen: dict[Any, Any]
     lanes, rank, seen = [], 1, {}
     for p in plan.pipelines:
         for r in range(p.replicas):
@@ -142,7 +145,7 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                     lane=len(lanes), index=i, n_stages=n, devices=dev_lists[i],
                     ranks=tuple(range(first_ranks[i], first_ranks[i] + s.tp)),
                     prev_rank=0 if i == 0 else first_ranks[i - 1], next_rank=0 if i == n - 1 else first_ranks[i + 1],
-                    backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units), layers=tuple(s.layers),
+                    backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units), layers=tuple(s.layers),  # type: ignore[arg-type]  # [first, last] pairs
                     kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
                     predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
             lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs), p.phase))

@@ -26,7 +26,7 @@ import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -224,7 +224,7 @@ class Sender:
 
     def __init__(self, transport: GlooTransport, dst: int, depth: int = 4):
         self.tp, self.dst, self.depth = transport, dst, depth
-        self._pending: list[tuple[object, tuple[torch.Tensor, torch.Tensor]]] = []
+        self._pending: list[tuple[Any, tuple[torch.Tensor, torch.Tensor]]] = []
 
     def send(self, msg: Message) -> None:
         header, body = msg.encode()
