@@ -9,6 +9,9 @@ import pytest
 from hetc.cluster import load_cluster
 from hetc.partitioner.capture.capture import capture
 
+# the serve tests' fixtures (`built`), defined once for every test module (tests/fixtures/serving.py)
+pytest_plugins = ["tests.fixtures.serving"]
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
 EXAMPLES = ROOT / "examples"

@@ -24,8 +24,7 @@ import httpx2 as httpx
 import pytest
 
 from hetc.runtime.openapi import FITS
-from tests.fixtures.serving import KEY, NAME, start_serve
-from tests.integration_tests.test_serve import built, client  # noqa: F401 — the module fixture
+from tests.fixtures.serving import KEY, NAME, client, start_serve
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +66,7 @@ def _lengths_out(node):
     return node
 
 
-def test_schemathesis_finds_no_500_and_valid_requests_reach_the_engine(built, tmp_path):  # noqa: F811
+def test_schemathesis_finds_no_500_and_valid_requests_reach_the_engine(built, tmp_path):
     model, plan, _ = built
     srv = start_serve(plan, "--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY,
                       "--executor", "torch", "--max-queue-wait", "600", "--timeout", "30", log=tmp_path / "serve.log")
