@@ -41,10 +41,12 @@ test: setup
 	$(PY) -m pytest -q -m "serial and not slow"
 
 # The tests marked slow (multi-process serving, compiled stages, fuzzing, the browser test), split as `test` splits:
-# two workers, a file on one worker, then the serial (wall-clock) ones alone.
+# two workers, a file on one worker, then the serial (wall-clock) ones alone. Both parts run (a part takes
+# many minutes: one run reports every failure); the target fails if either did.
 test-slow: setup browser
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow and not serial"
-	$(PY) -m pytest -q -m "slow and serial"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow and not serial"; parallel=$$?; \
+	$(PY) -m pytest -q -m "slow and serial"; serial=$$?; \
+	test $$parallel -eq 0 && test $$serial -eq 0
 
 bench: setup
 	$(PY) benchmarks/inspect_speed.py
