@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 HETC   := $(VENV)/bin/hetc
 STAMP  := $(VENV)/.hetc-setup
 
-.PHONY: setup run test bench browser clean
+.PHONY: setup run test test-slow bench browser clean
 
 setup: $(STAMP)
 
@@ -34,7 +34,8 @@ FORMATTED := hetc/__init__.py hetc/errors.py hetc/efficiency.py hetc/scheduling.
              tests/unit_tests/test_simulate_steps.py benchmarks/public_gemm.py tests/unit_tests/test_profile_gemm_curves.py \
              hetc/serving.py runtime/serving_probe.py backends/rocm/iree_params.py backends/openvino/kernels.py \
              benchmarks/openvino_kernels.py tests/unit_tests/test_openvino_kernels.py tests/unit_tests/test_fidelity_steps.py \
-             tests/unit_tests/test_profile_measured.py benchmarks/gpu_public_spread.py tools/typecheck.py tests/unit_tests/test_layers.py
+             tests/unit_tests/test_profile_measured.py benchmarks/gpu_public_spread.py tools/typecheck.py tests/unit_tests/test_layers.py \
+             tests/fixtures/stages.py tests/fixtures/fleets.py
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -42,6 +43,14 @@ test: setup
 	$(PY) tools/typecheck.py
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not serial"
 	$(PY) -m pytest -q -m "serial and not slow"
+
+# The tests marked slow (multi-process serving, compiled stages, fuzzing, the browser test), split as `test` splits:
+# two workers, a file on one worker, then the serial (wall-clock) ones alone. Both parts run (a part takes
+# many minutes: one run reports every failure); the target fails if either did.
+test-slow: setup browser
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow and not serial"; parallel=$$?; \
+	$(PY) -m pytest -q -m "slow and serial"; serial=$$?; \
+	test $$parallel -eq 0 && test $$serial -eq 0
 
 bench: setup
 	$(PY) benchmarks/inspect_speed.py

@@ -9,6 +9,9 @@ import pytest
 from hetc.cluster import load_cluster
 from hetc.partitioner.capture.capture import capture
 
+# the serve tests' fixtures (`built`), defined once for every test module (tests/fixtures/serving.py)
+pytest_plugins = ["tests.fixtures.serving"]
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "configs"
 EXAMPLES = ROOT / "examples"
@@ -19,7 +22,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # one capture cache per test process (each `-n` worker has its own; CLI subprocesses inherit it):
 # hermetic, and shared by the tests
 os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
-os.environ["HETC_STAGE_CACHE"] = tempfile.mkdtemp(prefix="hetc-stages-")  # compiled stages built by serve
+# compiled stages built by serve: one cache per test run, shared by its `-n` workers (an entry is written
+# atomically and keyed by the weights' files and mtimes): a stage of the serve tests' shared model
+# (tests/fixtures/serving.py `built`) is compiled once in the run, not once per worker
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+os.environ["HETC_STAGE_CACHE"] = (str(Path(tempfile.gettempdir()) / f"hetc-stages-{_RUN}") if _RUN
+                                  else tempfile.mkdtemp(prefix="hetc-stages-"))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from hetc.plan import save_plan
 from hetc.stage import AttentionForm
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import SafetensorsWeights
-from tests.unit_tests.test_runtime_model import _units
+from tests.fixtures.stages import WEIGHT_FILES, assert_no_matrix_bytes, llama_units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
@@ -35,7 +35,7 @@ def model(tmp_path_factory):
     m = LlamaForCausalLM(cfg).eval()
     d = tmp_path_factory.mktemp("tiny")
     m.save_pretrained(d)
-    stages = {cls.form: [cls(cfg, _units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
+    stages = {cls.form: [cls(cfg, llama_units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
                          for a, b in CUTS] for cls in (FunctionalStage, PagedStage)}
     return d, cfg, m, stages
 
@@ -148,29 +148,16 @@ def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which)
                     assert written.any() and float((out[written] - ref[written]).abs().max()) < 1e-5
 
 
-# the files a toolchain keeps weights in, beside its graph (what the manifest lists as such)
-_WEIGHT_FILES = (".onnx.data", ".bin")
-
-
 def _assert_no_weights_inside(art, folder, stage):
     """No weight matrix of the stage is in the artifact's code files. The weights come from the
     model at start."""
-    _assert_no_weight_bytes([folder / f for f in art.files if not f.name.endswith(_WEIGHT_FILES)], stage)
+    _assert_no_weight_bytes([folder / f for f in art.files if not f.name.endswith(WEIGHT_FILES)], stage)
 
 
 def _assert_no_weight_bytes(files, stage):
     """The first 64 bytes of each weight matrix of the stage (random floats: unique) are in none of `files`."""
     named = dict(stage.named_parameters())
     assert_no_matrix_bytes(files, [named[fqn] for fqn in stage.weight_names])
-
-
-def assert_no_matrix_bytes(files, tensors):
-    """The first 64 bytes of each matrix among `tensors` (random floats: unique) are in none of `files`."""
-    blobs = {f: f.read_bytes() for f in files}
-    mats = [t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()[:64] for t in tensors if t.dim() == 2]
-    assert mats and blobs
-    for f, blob in blobs.items():
-        assert not any(m in blob for m in mats), f"{f} holds weight bytes"
 
 
 @pytest.mark.parametrize("which", [0, 2])

@@ -9,8 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.compiled_stage import build_compiled_stage
 from hetc.weights import SafetensorsWeights
-from tests.integration_tests.test_compile import _WEIGHT_FILES, assert_no_matrix_bytes
-from tests.unit_tests.test_runtime_model import _units
+from tests.fixtures.stages import WEIGHT_FILES, assert_no_matrix_bytes, llama_units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
@@ -25,14 +24,14 @@ def test_three_toolchains_chained_give_the_models_logits(tmp_path, monkeypatch, 
     ref = LlamaForCausalLM(cfg).eval()
     ref.save_pretrained(tmp_path / "m")
     w = SafetensorsWeights(tmp_path / "m")
-    stages = [build_compiled_stage(hf_cfg=cfg, units=_units(3), first=a, last=b, dtype=torch.float32,
+    stages = [build_compiled_stage(hf_cfg=cfg, units=llama_units(3), first=a, last=b, dtype=torch.float32,
                                    kv_dtype=torch.float32, num_blocks=16, weights=w, name=n, graph_hash="h",
                                    model_dir=str(tmp_path / "m"), width=1, artifacts=None, stem=f"s{i}", threads=1)
               for i, ((a, b), n) in enumerate(zip(CUTS, names))]
     assert [s.executor for s in stages] == list(names)
     # no weight matrix of the model in an artifact's code files: they load the model's weights at start
     # (test_compile.py checks each toolchain's own build; Inductor's there is in the slow suite)
-    built = [f for f in (tmp_path / "cache").rglob("*") if f.is_file() and not f.name.endswith(_WEIGHT_FILES)]
+    built = [f for f in (tmp_path / "cache").rglob("*") if f.is_file() and not f.name.endswith(WEIGHT_FILES)]
     assert len({f.parent for f in built}) == len(names)  # a cache folder per stage
     assert_no_matrix_bytes(built, list(ref.parameters()))
     g = torch.Generator().manual_seed(1)

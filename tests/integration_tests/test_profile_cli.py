@@ -112,6 +112,7 @@ def test_absent_devices_exit_2():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a wall-clock fidelity check: `make test-slow` runs it alone
 def test_full_profile_and_fidelity_report_meet_the_targets(tmp_path):
     """The figures of BENCHMARKS.md 'Cost-model fidelity (CPU)' (minutes).
 

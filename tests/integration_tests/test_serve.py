@@ -24,21 +24,9 @@ import httpx2 as httpx  # the HTTP client the openai package uses
 import openai
 import pytest
 import torch
-from openai import OpenAI
 
 from hetc.cli import main as hetc_main
-from tests.fixtures.serving import (KEY, NAME, PROFILE, REPO, TEXTS, build_model, free_port, start_serve,  # noqa: F401
-                                    wait_healthy, write_three_vendor_plan)
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """(model dir, plan path, plan dict)."""
-    root = tmp_path_factory.mktemp("serve")
-    plan = write_three_vendor_plan(root)
-    return root / "tiny", plan, json.loads(plan.read_text())
-
-
-_port = free_port
+from tests.fixtures.serving import KEY, NAME, TEXTS, client, free_port, metric, start_serve, wait_healthy
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +40,6 @@ def server(built, tmp_path_factory):
                          log=tmp_path_factory.mktemp("log") / "serve.log")
     yield served.url, served.proc
     served.stop(30)
-
-
-def client(url: str, key: str = KEY) -> OpenAI:
-    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
-
-
-def metric(url: str, name: str) -> list[tuple[str, float]]:
-    text = httpx.get(f"{url}/metrics").text
-    return [(l.split(" ")[0], float(l.split(" ")[1])) for l in text.splitlines() if l.startswith(name)]
 
 
 def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
@@ -275,10 +254,10 @@ def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys, monkeypatch):
 
     wrong = tmp_path / "wrong-hash.json"
     wrong.write_text(json.dumps({**plan, "model": {**plan["model"], "graph_hash": "0" * 64}}))
-    code, err = _serve(capsys, wrong, "--emulate", "--port", _port())
+    code, err = _serve(capsys, wrong, "--emulate", "--port", free_port())
     assert code == 2 and "graph_hash" in err and "re-plan" in err
 
-    code, err = _serve(capsys, plan_path, "--port", _port())  # cuda/rocm/gaudi devices on a CPU host
+    code, err = _serve(capsys, plan_path, "--port", free_port())  # cuda/rocm/gaudi devices on a CPU host
     assert code == 2 and "--emulate" in err and "cannot provide" in err
 
     code, err = _serve(capsys, plan_path, "--model-dir", tmp_path, "--emulate")
@@ -288,7 +267,7 @@ def test_refuses_plans_it_cannot_serve(built, tmp_path, capsys, monkeypatch):
     from hetc.runtime import emulate
 
     monkeypatch.setattr(emulate, "available_bytes", lambda: 1.0e6)
-    code, err = _serve(capsys, plan_path, "--emulate", "--port", _port())
+    code, err = _serve(capsys, plan_path, "--emulate", "--port", free_port())
     assert code == 2 and "--random-weights" in err and "width-shrunk" in err
     monkeypatch.undo()
 

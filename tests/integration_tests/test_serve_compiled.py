@@ -14,7 +14,7 @@ import torch
 
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
-from tests.integration_tests.test_serve import PROFILE, REPO, _port, build_model, client, wait_healthy
+from tests.fixtures.serving import PROFILE, REPO, build_model, client, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_three_toolchains_serve_like_hf_generate(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hetc.cli", "compile", str(tmp_path / "plan.json"), "-o", str(art)],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
-    port = _port()
+    port = free_port()
     log = open(tmp_path / "serve.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), "--emulate",
                              "--artifacts", str(art), "--port", str(port), "--api-key", "k", "--served-model-name",

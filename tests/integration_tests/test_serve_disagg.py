@@ -11,7 +11,6 @@ of both pools holding the same layers. Slow: another server."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import signal
 import subprocess
 import sys
@@ -19,30 +18,14 @@ import sys
 import httpx2 as httpx
 import pytest
 import torch
-import yaml
 from openai import OpenAI
 
-from hetc.cli import main as hetc_main
-from tests.integration_tests.test_serve import PROFILE, wait_healthy, KEY, NAME, REPO, _port, built, metric  # noqa: F401 — fixture
-from tests.fixtures.serving import PATIENT
+from tests.fixtures.serving import KEY, NAME, PATIENT, REPO, free_port, metric, plan_pools, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 
-def plan_pools(model, root) -> dict:
-    """`hetc plan --disaggregate on` over 2 small devices and 1 big one (the workload of test_serve's plan)."""
-    for name, memory in (("small", "1.5 MB"), ("big", "4 MB")):
-        doc = yaml.safe_load(PROFILE.format(name=name, vendor="cpu", backend="cpu"))
-        (root / f"{name}.yaml").write_text(yaml.safe_dump({**doc, "memory": memory}))
-    (root / "pools.yaml").write_text("nodes:\n  - {name: s, device: ./small.yaml, count: 2, link: pcie4}\n"
-                                     "  - {name: b, device: ./big.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n")
-    assert hetc_main(["plan", str(model), "--profiles", str(root / "pools.yaml"), "-o", str(root / "dis.json"),
-                      "--dtype", "fp32", "--input-len", "64", "--output-len", "32", "--time-limit", "5",
-                      "--disaggregate", "on"]) == 0
-    return json.loads((root / "dis.json").read_text())
-
-
-def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
+def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
     from transformers import AutoModelForCausalLM
 
     model, _, _ = built
@@ -53,7 +36,7 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):  #
     assert max(len(pre["stages"]), len(dec["stages"])) >= 2 and cuts[0] != cuts[1]  # cut differently: KV changes hands
     assert [t["from_pipeline"] for t in doc["kv_transfer"]] == [pre["id"]]
     assert [t["to_pipeline"] for t in doc["kv_transfer"]] == [dec["id"]]
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "dis.json"), *PATIENT, "--emulate",
                              "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
                              "--api-key", KEY, "--max-batched-tokens", "16"], cwd=REPO)

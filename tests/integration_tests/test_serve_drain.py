@@ -16,14 +16,14 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from tests.integration_tests.test_serve import KEY, NAME, REPO, _port, built, client, wait_healthy  # noqa: F401
+from tests.fixtures.serving import KEY, NAME, REPO, client, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 
-def test_sigterm_refuses_new_requests_finishes_or_times_out_open_ones_and_exits_0(built, tmp_path):  # noqa: F811
+def test_sigterm_refuses_new_requests_finishes_or_times_out_open_ones_and_exits_0(built, tmp_path):
     model, plan_path, _ = built
-    port = _port()
+    port = free_port()
     log = open(tmp_path / "serve.log", "w+")
     # one sequence at a time: the long requests queue behind each other and outlive a 1.5 s drain
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan_path), "--emulate", "--model-dir",

@@ -14,8 +14,7 @@ import pytest
 
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
-from tests.integration_tests.test_serve import wait_healthy, REPO, _port
-from tests.fixtures.serving import PATIENT
+from tests.fixtures.serving import PATIENT, REPO, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +41,7 @@ def test_too_big_model_runs_width_shrunk(tmp_path):
                                  output_len=64, time_limit=5))
     assert len(plan.pipelines[0].stages) == 2
     save_plan(plan, tmp_path / "plan.json")
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), *PATIENT, "--emulate",
                              "--random-weights", "--port", str(port), "--num-kv-blocks", "64",
                              # the widths are what this test checks: eager stages (with --executor auto each

@@ -25,9 +25,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from tests.fixtures.serving import KEY, NAME, Served, start_serve, wait_healthy
-from tests.integration_tests.test_serve import built, client  # noqa: F401 — the module fixture
-from tests.integration_tests.test_serve_disagg import plan_pools
+from tests.fixtures.serving import KEY, NAME, Served, client, plan_pools, start_serve, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +98,7 @@ def _kill_and_recover(url: str, victim: dict) -> None:
     assert all(o.usage.completion_tokens == 6 for o in out)
 
 
-def test_killing_each_kind_of_worker_fails_only_its_lane_which_restarts(built, tmp_path):  # noqa: F811
+def test_killing_each_kind_of_worker_fails_only_its_lane_which_restarts(built, tmp_path):
     model, _, plan = built
     path = tmp_path / "two.json"
     path.write_text(json.dumps(two_lanes_with_tp(plan)))
@@ -137,7 +135,7 @@ def _stream_ids(c, max_tokens: int, started=None):
         return ("error", time.monotonic(), str(e))
 
 
-def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill(built, tmp_path):  # noqa: F811
+def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill(built, tmp_path):
     model, _, _ = built
     plan_pools(model, tmp_path)
     srv = _start(tmp_path / "dis.json", model, "--max-batched-tokens", "16")
@@ -234,7 +232,7 @@ def _nan_requests_fail_alone(url: str, bad: int) -> None:
     assert health.status_code == 200 and {w["rank"]: w["pid"] for w in health.json()["workers"]} == pids
 
 
-def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa: F811
+def test_without_restarts_health_names_the_dead_stage(built, tmp_path):
     model, plan_path, _ = built
     nan_model, bad = _with_a_nan_token(model, tmp_path)
     # 8 KV blocks (7 usable, 112 tokens): blocks are reused request after request
@@ -263,7 +261,7 @@ def test_without_restarts_health_names_the_dead_stage(built, tmp_path):  # noqa:
         assert srv.stop() == 0
 
 
-def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path):  # noqa: F811
+def test_failed_restarts_leave_the_stage_down_with_the_reason(built, tmp_path):
     import shutil
 
     model, plan_path, _ = built

@@ -21,8 +21,7 @@ import httpx2 as httpx
 import pytest
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
-from tests.fixtures.serving import PATIENT
+from tests.fixtures.serving import KEY, NAME, PATIENT, REPO, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -119,9 +118,9 @@ def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subp
     assert f"host {socket.gethostname()} (node rank 1) went away" in h["reason"]
 
 
-def test_two_hosts_serve_one_plan(built):  # noqa: F811
+def test_two_hosts_serve_one_plan(built):
     model, plan, doc = built
-    mport, port = _port(), _port()
+    mport, port = free_port(), free_port()
     common = [sys.executable, "-m", "hetc.cli", *_serve_args(plan), "--nnodes", "2", "--master-addr", "127.0.0.1",
               "--master-port", str(mport)]
     n0 = _start([*common, "--node-rank", "0", "--port", str(port)])
@@ -132,9 +131,9 @@ def test_two_hosts_serve_one_plan(built):  # noqa: F811
         _stop([n0, n1])
 
 
-def test_two_hosts_serve_one_plan_under_torchrun(built):  # noqa: F811
+def test_two_hosts_serve_one_plan_under_torchrun(built):
     model, plan, doc = built
-    mport, port = _port(), _port()
+    mport, port = free_port(), free_port()
     # torchrun's agent on node rank 0 serves the store on mport; hetc's processes join it as clients
     common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
               str(mport)]
@@ -167,12 +166,12 @@ def _left(procs: dict[int, int | None], timeout: float) -> list[int]:
         time.sleep(0.2)
 
 
-def test_killing_a_torchrun_agent_stops_its_hosts_server_and_workers(built):  # noqa: F811
+def test_killing_a_torchrun_agent_stops_its_hosts_server_and_workers(built):
     """torchrun starts `hetc serve` in a session of its own: SIGKILL of the agent alone (not its
     tree) leaves it orphaned, and it must stop with its workers — on node rank 1 (workers only)
     and node rank 0 (the HTTP frontend)."""
     model, plan, doc = built
-    mport, port = _port(), _port()
+    mport, port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
               str(mport)]

@@ -18,8 +18,7 @@ from openai import OpenAI
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.plan import save_plan
 from tests.conftest import FIXTURES
-from tests.integration_tests.test_serve import wait_healthy, REPO, _port
-from tests.fixtures.serving import PATIENT
+from tests.fixtures.serving import PATIENT, REPO, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +29,7 @@ def test_random_weights_two_replicas_byte_tokenizer(tmp_path):
                                  input_len=32, output_len=16, time_limit=3))
     assert plan.pipelines[0].replicas == 2
     save_plan(plan, tmp_path / "plan.json")
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), *PATIENT, "--random-weights",
                              "--emulate", "--port", str(port), "--max-num-seqs", "4"], cwd=REPO)
     url = f"http://127.0.0.1:{port}"

@@ -15,13 +15,12 @@ import pytest
 import torch
 from openai import OpenAI
 
-from tests.integration_tests.test_serve import wait_healthy, KEY, NAME, REPO, _port, built  # noqa: F401 — the module fixture
-from tests.fixtures.serving import PATIENT
+from tests.fixtures.serving import KEY, NAME, PATIENT, REPO, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 
-def test_tp2_stage_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
+def test_tp2_stage_serves_hf_greedy_tokens(built, tmp_path):
     from transformers import AutoModelForCausalLM
 
     model, plan_path, plan = built
@@ -32,7 +31,7 @@ def test_tp2_stage_serves_hf_greedy_tokens(built, tmp_path):  # noqa: F811
         if n["name"] == node:
             n["count"] = 2
     (tmp_path / "tp.json").write_text(json.dumps(plan))
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "tp.json"), *PATIENT, "--emulate",
                              "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
                              "--api-key", KEY], cwd=REPO)

@@ -23,7 +23,7 @@ from hetc.partitioner.search.templates import generate
 from hetc.scheduling import Objective, Phase
 from tests.brute_force import best_per_set, best_with_pools, options
 from tests.conftest import PROFILE, two_type_cluster
-from tests.unit_tests.test_solver_mix import _cluster, _fleets, _spend
+from tests.fixtures.fleets import disjoint_fleets, solution_spend, three_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 TYPES = [("fast", "nvidia", "cuda", "0.8 MB", "40 GB/s", "4 TFLOP/s"), ("big", "amd", "rocm", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
@@ -137,8 +137,8 @@ def test_cost_with_a_floor_past_the_cell_limit(tmp_path, tiny, monkeypatch, obje
     """Past MAX_CELLS, cost and energy with a floor price pipelines by their spend (colgen's
     demand): its least spend is spent by no brute-forced fleet giving the floor (every chain,
     split and batch) and is not nothing, and the solver's fleet is the brute-force optimum."""
-    cluster = _cluster(tmp_path)
-    fleets = _fleets(best_per_set(options(tiny.units, cluster, WL)))
+    cluster = three_type_cluster(tmp_path)
+    fleets = disjoint_fleets(best_per_set(options(tiny.units, cluster, WL)))
     tok = lambda f: sum(o.estimate.output_tok_s for o in f)  # noqa: E731
     floor, of = share * max(map(tok, fleets)), 0 if objective == Objective.COST else 1
     want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in fleets if tok(f) >= floor)
@@ -147,7 +147,7 @@ def test_cost_with_a_floor_past_the_cell_limit(tmp_path, tiny, monkeypatch, obje
     assert "column generation" in sol.bound_method
     assert 0.2 * want <= sol.least_spend <= want * (1 + 1e-9)
     assert sol.output_tok_s >= floor * (1 - 1e-9)
-    assert _spend(cluster, sol)[of] == pytest.approx(want, rel=1e-9)
+    assert solution_spend(cluster, sol)[of] == pytest.approx(want, rel=1e-9)
 
 
 def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):

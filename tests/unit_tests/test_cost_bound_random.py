@@ -23,7 +23,7 @@ from hetc.partitioner.bounds.whole_devices import whole_devices_bound
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, options
 from tests.conftest import FIXTURES, PROFILE
-from tests.unit_tests.test_solver_mix import _fleets
+from tests.fixtures.fleets import disjoint_fleets
 
 MODELS = ("tiny-llama", "tiny-gpt2", "tiny-mixtral", "tiny-phi3")  # untied and tied embeddings, MoE
 SHARES = (0.25, 0.5, 0.75, 0.95)  # floors, of the most tok/s the cluster gives
@@ -69,7 +69,7 @@ def test_cost_bounds_never_exceed_the_brute_force_optimum(tmp_path, models, monk
     every = list(options(units, cluster, wl, tp=True, max_num_seqs=seqs))
     if not every:
         pytest.skip("nothing fits this instance")
-    fleets = _fleets(best_per_set(iter(every)))
+    fleets = disjoint_fleets(best_per_set(iter(every)))
     tok = lambda fleet: sum(o.estimate.output_tok_s for o in fleet)  # noqa: E731
     most = max(map(tok, fleets))
     kinds, tables = kinds_of(cluster), Tables(units, wl)

@@ -8,20 +8,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hetc.runtime.feedback import SampledTokens
 from hetc.runtime.kv_cache import AttnMeta
-from hetc.plan import PlanUnit
 from hetc.runtime.model_runner import StageModel
 from hetc.runtime.sampler import sample
 from hetc.runtime.transport import Message, StepMeta
 from hetc.weights import RandomWeights, SafetensorsWeights
+from tests.fixtures.stages import llama_units
 
 CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
            num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
-
-
-def _units(n_layers: int) -> list[PlanUnit]:
-    kinds = [("embed", 0)] + [(k, layer) for layer in range(n_layers) for k in ("attention", "mlp")]
-    kinds += [("norm", n_layers - 1), ("head", n_layers - 1)]
-    return [PlanUnit(index=i, kind=k, layer=layer) for i, (k, layer) in enumerate(kinds)]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ CUTS = [(0, 3), (4, 5), (6, 8)]
 
 
 def _stages(cfg, weights, blocks=16):
-    units = _units(cfg.num_hidden_layers)
+    units = llama_units(cfg.num_hidden_layers)
     return [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks,
                        weights=weights) for a, b in CUTS]
 
@@ -171,7 +165,7 @@ def _tp_rank(rank: int, init: str, model_dir: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     torch.set_num_threads(1)
     cfg = AutoConfig.from_pretrained(model_dir)
-    units = _units(cfg.num_hidden_layers)
+    units = llama_units(cfg.num_hidden_layers)
     # two pipeline stages, each split 2 ways
     stages = [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=8,
                          weights=SafetensorsWeights(model_dir), tp_rank=rank, tp_size=2) for a, b in ((0, 3), (4, 8))]
@@ -219,7 +213,7 @@ def test_width_shrunk_copy_keeps_layers_and_cuts():
     assert (small.num_attention_heads, small.num_key_value_heads, small.hidden_size, small.intermediate_size) == \
         (2, 1, 64, 128)
     assert param_count(small) < param_count(cfg) / 3
-    units = _units(3)  # the same unit table runs, cut at the same places
+    units = llama_units(3)  # the same unit table runs, cut at the same places
     stages = [StageModel(small, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=4,
                          weights=RandomWeights()) for a, b in CUTS]
     meta = AttnMeta.build([0], [5], [[0]], [True])

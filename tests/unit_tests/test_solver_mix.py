@@ -7,7 +7,6 @@ import itertools
 
 import pytest
 
-from hetc.cluster import load_cluster
 from hetc.partitioner.estimate.batches import batch_ceiling
 from hetc.partitioner.bounds.bound import _balances, _signatures
 from hetc.partitioner.planner import _bound, objective_value
@@ -16,50 +15,16 @@ from hetc.partitioner.search.solver import solve
 from hetc.partitioner.estimate.tables import Tables
 from hetc.scheduling import Objective
 from tests.brute_force import all_devices, best_per_set, options, packings
-from tests.conftest import PROFILE, two_type_cluster
+from tests.conftest import two_type_cluster
+from tests.fixtures.fleets import disjoint_fleets, solution_spend, three_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 FLOORS = (0.0, 0.25, 0.5, 0.75, 0.95)  # of the most tok/s the whole cluster gives
 
 
-def _cluster(tmp_path, link: str = "pcie4", big_count: int = 1):
-    """Three types: a (2 fast, small memory, dear), b (big, slow, cheap), c (one of middling
-    speed and price). `link`: node a's fabric (nvlink4: a tp2 group beats any one device)."""
-    specs = {"fast": ("0.5 MB", "40 GB/s", "4 TFLOP/s", "3 USD/h", "300 W"),
-             "big": ("2 MB", "10 GB/s", "0.5 TFLOP/s", "1 USD/h", "100 W"),
-             "mid": ("1.5 MB", "20 GB/s", "2 TFLOP/s", "2 USD/h", "250 W")}
-    for name, (mem, bw, flops, usd, w) in specs.items():
-        text = PROFILE.format(name=name, vendor="nvidia", backend="cuda", memory=mem, bw=bw, flops=flops)
-        (tmp_path / f"{name}.yaml").write_text(text.replace("price: 1 USD/h", f"price: {usd}").replace("power: 100 W", f"power: {w}"))
-    (tmp_path / "c.yaml").write_text(f"""nodes:
-  - {{name: a, device: ./fast.yaml, count: 2, link: {link}}}
-  - {{name: b, device: ./big.yaml, count: {big_count}}}
-  - {{name: c, device: ./mid.yaml, count: 1}}
-network: {{default: ethernet-10g}}
-""")
-    return load_cluster(tmp_path / "c.yaml")
-
-
-def _fleets(best: dict) -> list[tuple]:
-    """Every set of pipelines on disjoint devices (one option per device set: its most tok/s)."""
-    items = [o for (_, p), o in best.items() if p == "both"]
-    out = []
-    for k in range(1, len(items) + 1):
-        for combo in itertools.combinations(items, k):
-            if sum(len(o.devices) for o in combo) == len(frozenset().union(*(o.devices for o in combo))):
-                out.append(combo)
-    return out
-
-
-def _spend(cluster, sol) -> tuple[float, float]:
-    """(USD/h, W) of a solution's pipelines, all replicas."""
-    used = [(sp.node.profile, sp.tp * c.replicas) for c in sol.pipelines for sp in c.stages]
-    return sum(cluster.price(p) * k for p, k in used), sum(p.power * k for p, k in used)
-
-
 @pytest.fixture
 def case(tmp_path, tiny):
-    cluster = _cluster(tmp_path)
+    cluster = three_type_cluster(tmp_path)
     every = list(options(tiny.units, cluster, WL))
     most = packings(best_per_set(iter(every)), all_devices(cluster))[frozenset(all_devices(cluster))]
     return tiny, cluster, every, most
@@ -90,13 +55,13 @@ def test_cost_and_energy_are_the_cheapest_fleet_meeting_the_floor(case, objectiv
     of = 0 if objective == Objective.COST else 1
     spend = lambda combo: sum((o.usd_h(cluster), o.watts())[of] for o in combo)  # noqa: E731
     tok = lambda combo: sum(o.estimate.output_tok_s for o in combo)  # noqa: E731
-    fleets = _fleets(best_per_set(iter(every)))
+    fleets = disjoint_fleets(best_per_set(iter(every)))
     if floor:
         want = min((spend(f), -tok(f)) for f in fleets if tok(f) >= floor)
     else:
         want = min((spend(f) / tok(f), -tok(f)) for f in fleets if len(f) == 1)
     sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor, tp="1")
-    got = _spend(cluster, sol)[of]
+    got = solution_spend(cluster, sol)[of]
     if floor:
         assert sol.output_tok_s >= floor * (1 - 1e-9)
         assert (got, sol.output_tok_s) == pytest.approx((want[0], -want[1]), rel=1e-9)
@@ -109,7 +74,7 @@ def test_latency_bound_holds_for_every_pipeline_tp_groups_included(tmp_path, tin
     """Every chain of devices and tp groups at every batch: none is faster than the bound (over
     NVLink the fastest pipeline has a tp2 group; on llama-3.1-70b a TP8 group beat the old bound,
     each unit on its fastest single device, 4.4×), and the bound is within 10% (here: 0.95)."""
-    cluster = two_type_cluster(tmp_path, "0.6 MB", "2 MB") if link == "two types" else _cluster(tmp_path, link)
+    cluster = two_type_cluster(tmp_path, "0.6 MB", "2 MB") if link == "two types" else three_type_cluster(tmp_path, link)
     best = min(o.estimate.tpot_s for o in options(tiny.units, cluster, WL, tp=True))
     bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL))
     assert best * 1e3 * 0.9 <= bound_ms <= best * 1e3 * (1 + 1e-9)  # valid, and within 10% of the best here
@@ -124,7 +89,7 @@ def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, obj
     every = list(options(tiny.units, cluster, WL, tp=True))
     floor = share * most
     figures = []
-    for f in _fleets(best_per_set(iter(every))):
+    for f in disjoint_fleets(best_per_set(iter(every))):
         tok = sum(o.estimate.output_tok_s for o in f)
         if tok >= floor:
             figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f),
@@ -165,7 +130,7 @@ def test_cell_bound_least_spend_holds_for_every_fleet_meeting_the_floor(case, ob
     every = list(options(tiny.units, cluster, WL, tp=True))
     floor = share * most
     of = 0 if objective == Objective.COST else 1
-    want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in _fleets(best_per_set(iter(every)))
+    want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in disjoint_fleets(best_per_set(iter(every)))
                if sum(o.estimate.output_tok_s for o in f) >= floor)
     sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor)
     assert want * (1 - 1e-9) <= sol.least_spend <= want * (1 + 1e-9)
