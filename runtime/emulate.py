@@ -72,7 +72,7 @@ def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[
     per = 2 * hd * KV_BLOCK_TOKENS * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
     per_lane: dict[int, float] = {}
     for w in local_workers:
-        layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind is UnitKind.ATTENTION)
+        layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)
         per_lane[w.stage.lane] = per_lane.get(w.stage.lane, 0.0) + layers * per * kvh / w.stage.tp
     total = sum(blocks[lane] * b for lane, b in per_lane.items())
     allowed = KV_SHARE * available_bytes()

@@ -222,7 +222,7 @@ def size_kv(c: Checked) -> None:
     c.max_context = max_len
     useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + PADDING_BLOCKS if max_len else None
     for lane in lanes:
-        attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind is UnitKind.ATTENTION)
+        attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == UnitKind.ATTENTION)
                 for s in lane.stages}
         caps = [stage_blocks(s.kv_budget, s.tp, attn[s.index] * per_token_layer) for s in lane.stages]
         n = lane_blocks(caps)  # the padding block on top of the plan's budget

@@ -87,27 +87,31 @@ def _bad_model(ref: str, why: str) -> BadInput:
                         "config.json, a Hugging Face id in the local cache, package.module:factory, or a .pt2 file.")
 
 
-def pinned_torch() -> str | None:
-    """The torch release hetc is built and tested against (its `torch==` requirement), if installed as a package."""
+def supported_torch() -> str | None:
+    """The torch releases hetc is built and tested against (its `torch` requirement's specifier, e.g.
+    `>=2.11,<2.14`), if installed as a package."""
     from importlib import metadata
 
+    from packaging.requirements import Requirement
+
     try:
-        reqs = metadata.requires("hetc") or []
+        reqs = [Requirement(r) for r in metadata.requires("hetc") or []]
     except metadata.PackageNotFoundError:
         return None
-    return next((r.split("==", 1)[1].split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch==")), None)
+    return next((str(r.specifier) for r in reqs if r.name == "torch" and not r.marker), None)
 
 
 def _export_failed(ref: str, e: Exception) -> BadInput:
-    """torch.export's refusal; under another torch than hetc's pin, that torch is the likely cause
-    (seen: torch 2.11's export specialises the catalog Llamas' token dimension, which 2.13 keeps)."""
+    """torch.export's refusal; under a torch outside hetc's supported range, that torch is the likely
+    cause (seen: torch 2.11's export, before capture declared the token dim Dim.DYNAMIC)."""
     import torch
+    from packaging.specifiers import SpecifierSet
 
-    pinned, here = pinned_torch(), torch.__version__.split("+")[0]
-    if pinned and here != pinned:
+    supported, here = supported_torch(), torch.__version__.split("+")[0]
+    if supported and here not in SpecifierSet(supported):
         return BadInput(f"cannot use model {ref!r}: torch.export rejected it under torch {torch.__version__}, while "
-                        f"hetc is built and tested against torch {pinned}: {first_line(e)}", field="MODEL",
-                        fix=f"install torch=={pinned} (the CUDA or ROCm build on a GPU host), or capture where it is "
+                        f"hetc is built and tested against torch {supported}: {first_line(e)}", field="MODEL",
+                        fix=f"install torch{supported} (the CUDA or ROCm build on a GPU host), or capture where it is "
                             "installed: plans and the capture cache (HETC_CACHE_DIR) carry the units.")
     return _bad_model(ref, f"torch.export rejected it: {first_line(e)}")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hetc.errors import BadInput
-from hetc.partitioner.capture.capture import capture, pinned_torch
+from hetc.partitioner.capture.capture import capture, supported_torch
 
 
 class DataDependent(torch.nn.Module):
@@ -24,8 +24,8 @@ def ref(monkeypatch):
     return "hetc_test_dd:factory"
 
 
-def test_pin_is_read_from_the_package_metadata():
-    assert pinned_torch() == "2.13.0"  # pyproject.toml's `torch==2.13.0`
+def test_supported_torch_is_read_from_the_package_metadata():
+    assert supported_torch() == "<2.14,>=2.11"  # pyproject.toml's `torch>=2.11,<2.14` (packaging sorts it)
 
 
 def test_export_refusal_is_a_bad_model_error(ref):
@@ -35,8 +35,8 @@ def test_export_refusal_is_a_bad_model_error(ref):
 
 
 def test_export_refusal_under_another_torch_names_both_versions(ref, monkeypatch):
-    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    monkeypatch.setattr(torch, "__version__", "2.10.0+cu128")
     with pytest.raises(BadInput) as e:
         capture(ref, dtype="fp32", cache=False)
-    assert "torch 2.11.0+cu130" in str(e.value) and "torch 2.13.0" in str(e.value)
-    assert "install torch==2.13.0" in e.value.fix
+    assert "torch 2.10.0+cu128" in str(e.value) and "torch <2.14,>=2.11" in str(e.value)
+    assert "install torch<2.14,>=2.11" in e.value.fix
