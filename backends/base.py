@@ -53,8 +53,7 @@ class Backend(ABC):
         """One device by index; BackendUnavailable when there is no such device."""
         devices = self.detect()
         if not 0 <= index < len(devices):
-            raise BackendUnavailable(f"{self.name}: device {index} requested, this host has {len(devices)} "
-                                     f"({', '.join(d.name for d in devices) or 'none'}).")
+            raise BackendUnavailable(f"{self.name}: device {index} requested, this host has {len(devices)} ({', '.join(d.name for d in devices) or 'none'}).")
         return devices[index]
 
     def free_memory(self, index: int) -> int:
@@ -79,9 +78,11 @@ class Backend(ABC):
             BackendUnavailable: the device is absent, or the stage's executor does not run on it.
         """
         if stage.executor != "torch" or not isinstance(stage, nn.Module):
-            raise BackendUnavailable(f"{self.name}: a stage compiled by {stage.executor} runs on the host CPU only in "
-                                     f"this version, not on a {self.name} device; serve with --executor torch (eager on "
-                                     "the device) or with --emulate.")
+            raise BackendUnavailable(
+                f"{self.name}: a stage compiled by {stage.executor} runs on the host CPU only in "
+                f"this version, not on a {self.name} device; serve with --executor torch (eager on "
+                "the device) or with --emulate."
+            )
         stage.to(self.torch_device(index)).eval()
         return stage
 

@@ -61,8 +61,7 @@ def kv_layout(cfg: Any) -> tuple[int, int]:
     return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
 
-def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json",
-                    kinds: Sequence[UnitKind] = DECODER_KINDS) -> None:
+def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS) -> None:
     """Refuse (BadInput) a model a decoder stage cannot run exactly, with the reason.
 
     Args:
@@ -72,22 +71,31 @@ def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json"
     names = [str(u.kind) for u in units]
     bad = sorted(set(names) - set(kinds))
     if bad:
-        raise BadInput(f"the model has units of kind {', '.join(bad)}; this executor runs decoder LLMs "
-                       f"(units {', '.join(kinds)}).", file=file, field="units",
-                       fix="serve a Llama-family decoder (llama, mistral, qwen2, qwen3, mixtral), or a compiled stage "
-                           "without MoE layers with --executor torch.")
+        raise BadInput(
+            f"the model has units of kind {', '.join(bad)}; this executor runs decoder LLMs (units {', '.join(kinds)}).",
+            file=file,
+            field="units",
+            fix="serve a Llama-family decoder (llama, mistral, qwen2, qwen3, mixtral), or a compiled stage without MoE layers with --executor torch.",
+        )
     if not names or names[0] != UnitKind.EMBED or names[-1] != UnitKind.HEAD:
-        raise BadInput("the unit table does not start with the embedding and end with the LM head.", file=file,
-                       field="units", fix="regenerate the plan with `hetc plan` for a decoder LLM.")
+        raise BadInput(
+            "the unit table does not start with the embedding and end with the LM head.",
+            file=file,
+            field="units",
+            fix="regenerate the plan with `hetc plan` for a decoder LLM.",
+        )
     window = getattr(cfg, "sliding_window", None)
     use_window = getattr(cfg, "use_sliding_window", window is not None)
     if window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
-        raise BadInput(f"the model uses sliding-window attention (window {window}), which this runtime does not "
-                       "implement yet.", file=file, field="model", fix="serve a model with full attention.")
+        raise BadInput(
+            f"the model uses sliding-window attention (window {window}), which this runtime does not implement yet.",
+            file=file,
+            field="model",
+            fix="serve a model with full attention.",
+        )
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if getattr(cfg, key, None):
-            raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file,
-                           field="model", fix="serve a Llama-family decoder.")
+            raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file, field="model", fix="serve a Llama-family decoder.")
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -102,10 +110,17 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 def _check_layer(layer: nn.Module, i: int) -> None:
     attn = getattr(layer, "self_attn", None)
-    if attn is None or not all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj")) \
-            or not hasattr(layer, "input_layernorm") or any(hasattr(layer, n) for n in _EXTRA_NORMS):
-        raise BadInput(f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj, "
-                       "post_attention_layernorm, mlp).", field="model", fix="serve a Llama-family decoder.")
+    if (
+        attn is None
+        or not all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        or not hasattr(layer, "input_layernorm")
+        or any(hasattr(layer, n) for n in _EXTRA_NORMS)
+    ):
+        raise BadInput(
+            f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj, post_attention_layernorm, mlp).",
+            field="model",
+            fix="serve a Llama-family decoder.",
+        )
 
 
 class DecoderStage(nn.Module):
@@ -114,21 +129,30 @@ class DecoderStage(nn.Module):
     attention. Subclasses override the hooks where their executor differs (`_rotary`, `_select`,
     `_embed`, `_mlp_out`, `_head`)."""
 
-    def __init__(self, cfg: Any, units: Sequence[UnitLike], first: int, last: int, *, dtype: torch.dtype,
-                 load: Callable[[str, torch.Size], torch.Tensor], kinds: Sequence[UnitKind] = DECODER_KINDS):
+    def __init__(
+        self,
+        cfg: Any,
+        units: Sequence[UnitLike],
+        first: int,
+        last: int,
+        *,
+        dtype: torch.dtype,
+        load: Callable[[str, torch.Size], torch.Tensor],
+        kinds: Sequence[UnitKind] = DECODER_KINDS,
+    ):
         """Args:
-            cfg: the transformers config of the model.
-            units: the whole unit table (every stage sees the same one).
-            first, last: this stage's units, inclusive.
-            dtype: the compute and weight dtype.
-            load: (the model's parameter name, its full shape) → this stage's tensor (a tp rank's
-                shard, on its device).
-            kinds: the unit kinds this executor runs.
+        cfg: the transformers config of the model.
+        units: the whole unit table (every stage sees the same one).
+        first, last: this stage's units, inclusive.
+        dtype: the compute and weight dtype.
+        load: (the model's parameter name, its full shape) → this stage's tensor (a tp rank's
+            shard, on its device).
+        kinds: the unit kinds this executor runs.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
 
-        mine = units[first: last + 1]
+        mine = units[first : last + 1]
         check_supported(cfg, units, kinds=kinds)
         self.cfg, self.dtype = cfg, dtype
         self.kinds = [(UnitKind(u.kind), u.layer) for u in mine]
@@ -172,8 +196,9 @@ class DecoderStage(nn.Module):
                 self.weight_names[f"mods.{key}.{name}"] = model_name
             for name, b in mod.named_buffers():
                 if b.is_meta:
-                    raise BadInput(f"module {names[mod]} has a buffer {name} this runtime cannot initialize.",
-                                   field="model", fix="serve a Llama-family decoder.")
+                    raise BadInput(
+                        f"module {names[mod]} has a buffer {name} this runtime cannot initialize.", field="model", fix="serve a Llama-family decoder."
+                    )
         self.mods = nn.ModuleDict(wanted)
         self.rotary: Any = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         self.kv_heads, self.head_dim = kv_layout(cfg)
@@ -184,8 +209,7 @@ class DecoderStage(nn.Module):
         """The model's names of this stage's parameter tensors."""
         return list(self.weight_names.values())
 
-    def run_units(self, x: torch.Tensor, positions: torch.Tensor, select: torch.Tensor | None,
-                  attend: Attend) -> torch.Tensor:
+    def run_units(self, x: torch.Tensor, positions: torch.Tensor, select: torch.Tensor | None, attend: Attend) -> torch.Tensor:
         """The stage's units in order.
 
         Args:
@@ -216,8 +240,7 @@ class DecoderStage(nn.Module):
                 x = self._head(x)
         return x
 
-    def qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The layer's rotated queries [..., Hq, D], rotated keys and values [..., KVH, D] (KVH: the
         heads this module holds, a tp rank's share).
 
@@ -255,7 +278,7 @@ class DecoderStage(nn.Module):
         return attn.o_proj(o)
 
     def attention_scale(self, layer: int) -> float:
-        return float(getattr(self.mods[f"attn{layer}"], "scaling", self.head_dim ** -0.5))
+        return float(getattr(self.mods[f"attn{layer}"], "scaling", self.head_dim**-0.5))
 
     # ---- hooks: what an executor may run differently
 
@@ -287,8 +310,7 @@ class DecoderStage(nn.Module):
 
 def _concat_linear(parts: list[nn.Linear]) -> nn.Linear:
     w = parts[0].weight
-    fused = nn.Linear(w.shape[1], sum(p.out_features for p in parts), bias=parts[0].bias is not None,
-                      device="meta", dtype=w.dtype)
+    fused = nn.Linear(w.shape[1], sum(p.out_features for p in parts), bias=parts[0].bias is not None, device="meta", dtype=w.dtype)
     fused.weight = nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
     if parts[0].bias is not None:
         fused.bias = nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)

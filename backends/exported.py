@@ -34,8 +34,7 @@ def save_without_weights(program: torch.export.ExportedProgram, path: Path, weig
     """
     lean = copy.copy(program)
     # a new dict on the copy (`state_dict` has no setter); the original program keeps its tensors
-    lean._state_dict = {fqn: nn.Parameter(t.to("meta"), requires_grad=False) if fqn in weight_names else t
-                        for fqn, t in program.state_dict.items()}
+    lean._state_dict = {fqn: nn.Parameter(t.to("meta"), requires_grad=False) if fqn in weight_names else t for fqn, t in program.state_dict.items()}
     torch.export.save(lean, path, extra_files={WEIGHT_TABLE: weight_table_text(program, weight_names, named_only=True)})
 
 

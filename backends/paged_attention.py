@@ -38,35 +38,49 @@ class PagedMeta:
     select: torch.Tensor  # [S] int64 packed rows whose next token is sampled
 
     @staticmethod
-    def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
-              block_size: int = KV_BLOCK_TOKENS) -> "PagedMeta":
+    def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool], block_size: int = KV_BLOCK_TOKENS) -> "PagedMeta":
         """Args: as AttnMeta.build."""
         pos: list[int] = []
         blocks: list[int] = []
         block_begins, ends = [0], []
         for t, s, n, smp in zip(block_tables, starts, n_new, sample):
             pos.extend(range(s, s + n))
-            blocks.extend(t[:-(-(s + n) // block_size)])
+            blocks.extend(t[: -(-(s + n) // block_size)])
             block_begins.append(len(blocks))
             if smp:
                 ends.append(len(pos) - 1)
         i32 = torch.int32
-        return PagedMeta(torch.tensor(pos), torch.tensor(starts, dtype=i32),
-                         torch.tensor([0, *n_new], dtype=i32).cumsum(0, dtype=i32), torch.tensor(blocks, dtype=i32),
-                         torch.tensor(block_begins, dtype=i32), torch.tensor(max(s + n for s, n in zip(starts, n_new)),
-                                                                              dtype=i32), torch.tensor(ends))
+        return PagedMeta(
+            torch.tensor(pos),
+            torch.tensor(starts, dtype=i32),
+            torch.tensor([0, *n_new], dtype=i32).cumsum(0, dtype=i32),
+            torch.tensor(blocks, dtype=i32),
+            torch.tensor(block_begins, dtype=i32),
+            torch.tensor(max(s + n for s, n in zip(starts, n_new)), dtype=i32),
+            torch.tensor(ends),
+        )
 
     def inputs(self) -> list[torch.Tensor]:
         """The signature's metadata inputs after x, in order (select apart)."""
-        return [self.positions, self.past_lens, self.subsequence_begins, self.block_indices,
-                self.block_indices_begins, self.max_context_len]
+        return [self.positions, self.past_lens, self.subsequence_begins, self.block_indices, self.block_indices_begins, self.max_context_len]
 
 
 @torch.library.custom_op("hetc::paged_attention", mutates_args=())
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    past_lens: torch.Tensor, subsequence_begins: torch.Tensor, block_indices: torch.Tensor,
-                    block_indices_begins: torch.Tensor, max_context_len: torch.Tensor, scale: float, kv_heads: int,
-                    head_size: int) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    past_lens: torch.Tensor,
+    subsequence_begins: torch.Tensor,
+    block_indices: torch.Tensor,
+    block_indices_begins: torch.Tensor,
+    max_context_len: torch.Tensor,
+    scale: float,
+    kv_heads: int,
+    head_size: int,
+) -> torch.Tensor:
     """Args:
         q: [T, Hq·D]; k, v: [T, KVH·D] the new tokens' (rotated) keys and values.
         k_cache, v_cache: [NB, KVH, BS, D], written at the new tokens' slots.
@@ -84,7 +98,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         t0, t1 = begins[b], begins[b + 1]
         if t1 == t0:
             continue
-        blocks = block_indices[blocks_at[b]:blocks_at[b + 1]].long()
+        blocks = block_indices[blocks_at[b] : blocks_at[b + 1]].long()
         pos = torch.arange(past, past + t1 - t0)
         where = blocks[pos // bs], pos % bs
         k_cache[where[0], :, where[1]] = k[t0:t1].view(-1, kvh, d).to(k_cache.dtype)
@@ -94,13 +108,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         vals = v_cache[blocks].transpose(0, 1).reshape(kvh, -1, d)[:, :ctx].to(q.dtype)
         qb = q[t0:t1].view(t1 - t0, -1, d).transpose(0, 1)  # [Hq, n, D]
         mask = torch.arange(ctx)[None, :] <= pos[:, None]  # [n, L]
-        o = F.scaled_dot_product_attention(qb[None], keys[None], vals[None], attn_mask=mask, scale=scale,
-                                           enable_gqa=qb.shape[0] != kvh)
+        o = F.scaled_dot_product_attention(qb[None], keys[None], vals[None], attn_mask=mask, scale=scale, enable_gqa=qb.shape[0] != kvh)
         out[t0:t1] = o[0].transpose(0, 1).reshape(t1 - t0, -1)
     return out
 
 
 @paged_attention.register_fake
-def _(q, k, v, k_cache, v_cache, past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len,
-      scale, kv_heads, head_size):
+def _(q, k, v, k_cache, v_cache, past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len, scale, kv_heads, head_size):
     return torch.empty_like(q)

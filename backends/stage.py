@@ -24,8 +24,7 @@ from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.stage import AttentionForm
 from hetc.weights import MetaWeights, WeightSpec
 
-__all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "weight_specs",
-           "write_kv"]
+__all__ = ["FunctionalStage", "PagedStage", "UnitLike", "example_inputs", "export_stage", "stage_class", "weight_specs", "write_kv"]
 
 # what a compiled stage lowers: a decoder's units without MoE
 COMPILED_KINDS = (UnitKind.EMBED, UnitKind.ATTENTION, UnitKind.MLP, UnitKind.NORM, UnitKind.HEAD)
@@ -38,24 +37,28 @@ class FunctionalStage(DecoderStage):
 
     def __init__(self, cfg, units: list[UnitLike], first: int, last: int, *, dtype: torch.dtype, weights):
         """Args:
-            cfg: the transformers config of the model.
-            units: the whole unit table (embed, attention/mlp per layer, norm, head).
-            first, last: this stage's units, inclusive.
-            dtype: compute and weight dtype.
-            weights: `.get(name, shape, dtype)` (hetc.weights: safetensors or random).
+        cfg: the transformers config of the model.
+        units: the whole unit table (embed, attention/mlp per layer, norm, head).
+        first, last: this stage's units, inclusive.
+        dtype: compute and weight dtype.
+        weights: `.get(name, shape, dtype)` (hetc.weights: safetensors or random).
         """
-        bad = sorted({str(u.kind) for u in units[first: last + 1]} - set(COMPILED_KINDS))
+        bad = sorted({str(u.kind) for u in units[first : last + 1]} - set(COMPILED_KINDS))
         if bad:
-            raise BadInput(f"units of kind {', '.join(bad)} have no compiled-stage lowering yet.", field="units",
-                           fix="compile a Llama-family decoder, or serve with --executor torch.")
+            raise BadInput(
+                f"units of kind {', '.join(bad)} have no compiled-stage lowering yet.",
+                field="units",
+                fix="compile a Llama-family decoder, or serve with --executor torch.",
+            )
         super().__init__(cfg, units, first, last, dtype=dtype, load=lambda name, shape: weights.get(name, shape, dtype))
         if self.rotary is not None:  # persistent: torch-mlir's importer finds buffers in the state dict only
             for name, buf in list(self.rotary.named_buffers(recurse=False)):
                 self.rotary.register_buffer(name, buf, persistent=True)
         self.groups = cfg.num_attention_heads // self.kv_heads
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor, block_table: torch.Tensor,
-                *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor, block_table: torch.Tensor, *rest: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         select = rest[0] if self.selects else None
         pools = rest[1:] if self.selects else rest
         new_kv: list[torch.Tensor] = []
@@ -110,9 +113,17 @@ class PagedStage(FunctionalStage):
 
     form = AttentionForm.PAGED
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, past_lens: torch.Tensor,  # type: ignore[override]
-                subsequence_begins: torch.Tensor, block_indices: torch.Tensor, block_indices_begins: torch.Tensor,
-                max_context_len: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:  # the other form's signature
+    def forward(  # type: ignore[override]
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        past_lens: torch.Tensor,
+        subsequence_begins: torch.Tensor,
+        block_indices: torch.Tensor,
+        block_indices_begins: torch.Tensor,
+        max_context_len: torch.Tensor,
+        *rest: torch.Tensor,
+    ) -> torch.Tensor:  # the other form's signature
         select = rest[0] if self.selects else None
         caches = rest[1:] if self.selects else rest
         meta = (past_lens, subsequence_begins, block_indices, block_indices_begins, max_context_len)
@@ -120,8 +131,17 @@ class PagedStage(FunctionalStage):
         def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
             q, k, v = self.qkv(layer, h, cos, sin)  # [T, H, D]
             t = h.shape[0]
-            o = paged_attention(q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1), caches[2 * li],
-                                caches[2 * li + 1], *meta, self.attention_scale(layer), self.kv_heads, self.head_dim)
+            o = paged_attention(
+                q.reshape(t, -1),
+                k.reshape(t, -1),
+                v.reshape(t, -1),
+                caches[2 * li],
+                caches[2 * li + 1],
+                *meta,
+                self.attention_scale(layer),
+                self.kv_heads,
+                self.head_dim,
+            )
             return self.o_proj(layer, o)
 
         return self.run_units(x, positions, select, attend)
@@ -131,8 +151,7 @@ class PagedStage(FunctionalStage):
     _select = DecoderStage._select
 
 
-def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor,
-             valid: torch.Tensor | None = None) -> None:
+def write_kv(pool: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor | None = None) -> None:
     """Write new K or V rows into a block pool (what the runtime does with a stage's outputs).
 
     Args:
@@ -159,9 +178,19 @@ def weight_specs(cfg, units: list[UnitLike], first: int, last: int, dtype: torch
     return [(name, params[fqn].shape, params[fqn].dtype) for fqn, name in stage.weight_names.items()]
 
 
-def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[int], num_blocks: int,
-                   hidden: int, vocab: int, dtype: torch.dtype, kv_dtype: torch.dtype,
-                   generator: torch.Generator) -> list[torch.Tensor]:
+def example_inputs(
+    stage: FunctionalStage,
+    *,
+    batch: int,
+    new: int,
+    past: list[int],
+    num_blocks: int,
+    hidden: int,
+    vocab: int,
+    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    generator: torch.Generator,
+) -> list[torch.Tensor]:
     """Inputs in the signature's order (of the stage's form): random tokens/hidden states and KV
     blocks, `new` tokens per sequence after `past[b]` cached ones, each sequence's blocks drawn at
     random (non-contiguous)."""
@@ -177,10 +206,17 @@ def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[i
     kv_shape = (num_blocks, KV_BLOCK_TOKENS, stage.kv_heads, stage.head_dim)
     if stage.form is AttentionForm.PAGED:  # distinct blocks: the op writes the new rows into them
         kv_shape = (num_blocks, stage.kv_heads, KV_BLOCK_TOKENS, stage.head_dim)
-        perm = torch.randperm(num_blocks, generator=g)[:sum(mb)]
+        perm = torch.randperm(num_blocks, generator=g)[: sum(mb)]
         i32 = torch.int32
-        args = [x, positions.reshape(-1), past_t.to(i32), (torch.arange(batch + 1) * new).to(i32), perm.to(i32),
-                torch.tensor([0, *mb]).cumsum(0).to(i32), torch.tensor(max(past) + new, dtype=i32)]
+        args = [
+            x,
+            positions.reshape(-1),
+            past_t.to(i32),
+            (torch.arange(batch + 1) * new).to(i32),
+            perm.to(i32),
+            torch.tensor([0, *mb]).cumsum(0).to(i32),
+            torch.tensor(max(past) + new, dtype=i32),
+        ]
         if stage.selects:
             args.append(torch.arange(1, batch + 1) * new - 1)
     else:
@@ -195,8 +231,7 @@ def example_inputs(stage: FunctionalStage, *, batch: int, new: int, past: list[i
     return args
 
 
-def export_stage(stage: FunctionalStage, *, hidden: int, vocab: int, dtype: torch.dtype,
-                 kv_dtype: torch.dtype) -> torch.export.ExportedProgram:
+def export_stage(stage: FunctionalStage, *, hidden: int, vocab: int, dtype: torch.dtype, kv_dtype: torch.dtype) -> torch.export.ExportedProgram:
     """torch.export the stage with the signature's dims dynamic: one program for every shape.
 
     The example inputs give every dynamic dim a size ≥ 2 (export specializes sizes 0 and 1) and
@@ -209,16 +244,18 @@ def export_stage(stage: FunctionalStage, *, hidden: int, vocab: int, dtype: torc
     n_kv = 2 * len(stage.attention_layers)
     g = torch.Generator().manual_seed(0)
     if stage.form is AttentionForm.PAGED:  # T 6, B 2 (+1: 3), NBT 4, S 5, NB 7
-        args = example_inputs(stage, batch=2, new=3, past=[3 * KV_BLOCK_TOKENS - 5, 7], num_blocks=7, hidden=hidden,
-                              vocab=vocab, dtype=dtype, kv_dtype=kv_dtype, generator=g)
+        args = example_inputs(
+            stage, batch=2, new=3, past=[3 * KV_BLOCK_TOKENS - 5, 7], num_blocks=7, hidden=hidden, vocab=vocab, dtype=dtype, kv_dtype=kv_dtype, generator=g
+        )
         if stage.selects:
             args[7] = torch.tensor([5, 0, 2, 2, 4])
         b1 = d["B"] + 1
         dims = [{0: d["T"]}, {0: d["T"]}, {0: d["B"]}, {0: b1}, {0: d["NBT"]}, {0: b1}, None]
         rest = ([{0: d["S"]}] if stage.selects else []) + [{0: d["NB"]}] * n_kv
     else:
-        args = example_inputs(stage, batch=2, new=3, past=[KV_BLOCK_TOKENS + 8, 7], num_blocks=6, hidden=hidden, vocab=vocab,
-                              dtype=dtype, kv_dtype=kv_dtype, generator=g)
+        args = example_inputs(
+            stage, batch=2, new=3, past=[KV_BLOCK_TOKENS + 8, 7], num_blocks=6, hidden=hidden, vocab=vocab, dtype=dtype, kv_dtype=kv_dtype, generator=g
+        )
         dims = [{0: d["B"], 1: d["T"]}, {0: d["B"], 1: d["T"]}, {0: d["B"]}, {0: d["B"], 1: d["MB"]}]
         rest = ([{0: d["B"]}] if stage.selects else []) + [{0: d["NB"]}] * n_kv
     with warnings.catch_warnings():

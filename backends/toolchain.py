@@ -21,8 +21,19 @@ from hetc.stage import AttentionForm
 # torch dtypes by their MLIR/OpenVINO element names (IREE parameters, OpenVINO precisions)
 IR_ELEMENT_TYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.float64: "f64"}
 
-__all__ = ["Artifact", "CompiledStep", "Toolchain", "ToolchainUnavailable", "WeightEntry", "WeightSource", "WeightTable",
-           "parse_weight_table", "read_weight_table", "weight_table_text", "write_weight_table"]
+__all__ = [
+    "Artifact",
+    "CompiledStep",
+    "Toolchain",
+    "ToolchainUnavailable",
+    "WeightEntry",
+    "WeightSource",
+    "WeightTable",
+    "parse_weight_table",
+    "read_weight_table",
+    "weight_table_text",
+    "write_weight_table",
+]
 
 # a loaded artifact: plain tensors in (the signature's order), plain tensors out
 CompiledStep = Callable[..., Sequence[torch.Tensor]]
@@ -46,25 +57,28 @@ class WeightEntry:
 WeightTable = dict[str, WeightEntry]  # the program's parameter → the model weight it is
 
 
-def weight_table_text(program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
-                      named_only: bool = False) -> str:
+def weight_table_text(program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *, named_only: bool = False) -> str:
     """An artifact's weight table (JSON): the state of `program` (only what `weight_names` names,
     with `named_only`) as the model weights the artifact loads at start."""
     names = weight_names or {}
-    return json.dumps({fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
-                       for fqn, t in program.state_dict.items() if fqn in names or not named_only}, indent=1)
+    return json.dumps(
+        {
+            fqn: {"name": names.get(fqn, fqn), "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+            for fqn, t in program.state_dict.items()
+            if fqn in names or not named_only
+        },
+        indent=1,
+    )
 
 
-def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *,
-                       named_only: bool = False) -> None:
+def write_weight_table(path: Path, program: torch.export.ExportedProgram, weight_names: dict[str, str] | None, *, named_only: bool = False) -> None:
     """`weight_table_text` written to `path`."""
     path.write_text(weight_table_text(program, weight_names, named_only=named_only))
 
 
 def parse_weight_table(text: str) -> WeightTable:
     """The weight table `weight_table_text` wrote."""
-    return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"]))
-            for fqn, e in json.loads(text).items()}
+    return {fqn: WeightEntry(name=e["name"], shape=tuple(e["shape"]), dtype=getattr(torch, e["dtype"])) for fqn, e in json.loads(text).items()}
 
 
 def read_weight_table(path: Path) -> WeightTable:
@@ -105,8 +119,7 @@ class Toolchain(Protocol):
         """The installed version. Raises ToolchainUnavailable when it is not installed."""
         ...
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
-              weight_names: dict[str, str] | None = None) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str, weight_names: dict[str, str] | None = None) -> Artifact:
         """Lower `program` for `target`, writing files named `stem.*` under `out_dir`.
 
         `weight_names` maps the program's parameters to the model's weight names: a toolchain whose
@@ -117,9 +130,16 @@ class Toolchain(Protocol):
         """
         ...
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
-             lean: bool = False) -> CompiledStep:
+    def load(
+        self,
+        artifact: Artifact,
+        out_dir: Path,
+        *,
+        threads: int | None = None,
+        kv_dtype: torch.dtype = torch.float32,
+        weights: WeightSource | None = None,
+        lean: bool = False,
+    ) -> CompiledStep:
         """Load a built artifact to run on this host's CPU (`kv_dtype`: the KV blocks' dtype;
         `weights`: the model's weights, for artifacts that leave them out; `lean`: for a few runs
         only, such as `hetc compile`'s check — no private repacked copy of the weights where the

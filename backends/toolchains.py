@@ -39,5 +39,4 @@ def toolchain(name: str) -> Toolchain:
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("hetc."):
             raise ToolchainUnavailable(f"the {name} toolchain is not in this version of hetc ({e.name}).") from None
-        raise ToolchainUnavailable(f"the {name} toolchain needs the Python package {e.name!r}, which is not "
-                                   "installed: pip install 'hetc[compile]'.") from None
+        raise ToolchainUnavailable(f"the {name} toolchain needs the Python package {e.name!r}, which is not installed: pip install 'hetc[compile]'.") from None

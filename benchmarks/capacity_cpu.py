@@ -63,12 +63,13 @@ def hetc(*args: str) -> str:
 
 def make_plans(model: Path, work: Path, profile: Path, batch: int, prompt: int, output: int) -> dict[str, Path]:
     c1, c2 = rc.cluster_yaml(work, profile, 1), rc.cluster_yaml(work, profile, 2)
-    common = ["--dtype", "fp32", "--tp", "1", "--input-len", str(prompt), "--output-len", str(output),
-              "--time-limit", "5"]
+    common = ["--dtype", "fp32", "--tp", "1", "--input-len", str(prompt), "--output-len", str(output), "--time-limit", "5"]
     out = {}
-    for name, cluster, extra in (("1 stage", c1, ["--placement", "h:0", "--batch", str(batch)]),
-                                 ("2 stages", c2, ["--placement", "h:0|h:1", "--batch", str(batch)]),
-                                 ("pools", c2, ["--disaggregate", "on"])):
+    for name, cluster, extra in (
+        ("1 stage", c1, ["--placement", "h:0", "--batch", str(batch)]),
+        ("2 stages", c2, ["--placement", "h:0|h:1", "--batch", str(batch)]),
+        ("pools", c2, ["--disaggregate", "on"]),
+    ):
         path = work / f"plan-{name.replace(' ', '-')}.json"
         args = [*common, *extra]
         if name == "pools":  # the server takes prompt + output ≤ its smallest lane's KV, and a prefill pool's
@@ -84,16 +85,33 @@ class Server(rc.Server):
     def __init__(self, plan: Path, model: Path, limits: list[str]):
         self.port = rc._port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model),
-                                      "--emulate", "--port", str(self.port), "--threads", "1", *limits,
-                                      "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hetc.cli",
+                "serve",
+                str(plan),
+                "--model-dir",
+                str(model),
+                "--emulate",
+                "--port",
+                str(self.port),
+                "--threads",
+                "1",
+                *limits,
+                "--served-model-name",
+                "m",
+            ],
+            cwd=REPO,
+            stderr=subprocess.DEVNULL,
+        )
 
 
 async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int], out_len: int) -> dict:
     t0 = time.perf_counter()
     times: list[float] = []
-    body = {"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "stream": True,
-            "ignore_eos": True, "return_token_ids": True}
+    body = {"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "stream": True, "ignore_eos": True, "return_token_ids": True}
     async with ac.stream("POST", f"{url}/v1/completions", json=body) as r:
         if r.status_code != 200:
             await r.aread()
@@ -143,8 +161,7 @@ def cpu_seconds(frontend: int) -> dict[str, float]:
     client process: what our own processes ask of the host's cores."""
     kids, ticks = rc.process_ticks()
     tck = os.sysconf("SC_CLK_TCK")
-    return {"client": sum(os.times()[:2]), "frontend": ticks.get(frontend, 0) / tck,
-            **{f"worker {w}": ticks.get(w, 0) / tck for w in kids.get(frontend, [])}}
+    return {"client": sum(os.times()[:2]), "frontend": ticks.get(frontend, 0) / tck, **{f"worker {w}": ticks.get(w, 0) / tck for w in kids.get(frontend, [])}}
 
 
 def run_queue_waits(frontend: int) -> dict[str, float]:
@@ -220,9 +237,15 @@ def measured_metrics(res: list[dict]) -> dict[str, float]:
     ttft = np.array([(r["times"][0] - r["sent"]) * 1e3 for r in ok])
     tpot = np.array([(r["times"][-1] - r["times"][0]) / (len(r["times"]) - 1) * 1e3 for r in ok if len(r["times"]) > 1])
     span = max(r["times"][-1] for r in ok) - min(r["sent"] for r in res)
-    return {"output_throughput": sum(len(r["times"]) for r in ok) / span, "refused_429": sum(r["status"] == 429 for r in res),
-            "completed": len(ok), "p50_ttft_ms": float(np.median(ttft)), "p99_ttft_ms": float(np.percentile(ttft, 99)),
-            "p50_tpot_ms": float(np.median(tpot)), "p99_tpot_ms": float(np.percentile(tpot, 99))}
+    return {
+        "output_throughput": sum(len(r["times"]) for r in ok) / span,
+        "refused_429": sum(r["status"] == 429 for r in res),
+        "completed": len(ok),
+        "p50_ttft_ms": float(np.median(ttft)),
+        "p99_ttft_ms": float(np.percentile(ttft, 99)),
+        "p50_tpot_ms": float(np.median(tpot)),
+        "p99_tpot_ms": float(np.percentile(tpot, 99)),
+    }
 
 
 def main() -> None:
@@ -238,8 +261,7 @@ def main() -> None:
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
     ap.add_argument("--quiet-wait", type=float, default=900.0, help="seconds to wait for a quiet host before each run")
     ap.add_argument("--tries", type=int, default=3, help="runs made when other processes took over 5%% of the host")
-    ap.add_argument("--bare-only", action="store_true",
-                    help="only the whole model's bare steps against the cost model (no server; a minute)")
+    ap.add_argument("--bare-only", action="store_true", help="only the whole model's bare steps against the cost model (no server; a minute)")
     a = ap.parse_args()
     if a.quick:
         a.requests = 30
@@ -253,8 +275,11 @@ def main() -> None:
         print_bare(model, plans["1 stage"])
         return
     limits = ["--max-num-seqs", str(a.batch), "--max-batched-tokens", "512", "--max-queue-wait", str(a.max_queue_wait)]
-    print(f"model: Llama 768×12, fp32; profile {profile}; host {os.cpu_count()} cores; load: Poisson, prompt "
-          f"{a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}", flush=True)
+    print(
+        f"model: Llama 768×12, fp32; profile {profile}; host {os.cpu_count()} cores; load: Poisson, prompt "
+        f"{a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}",
+        flush=True,
+    )
     rows = []
     only = set(filter(None, a.only.split(",")))
     for name, plan in plans.items():
@@ -267,8 +292,7 @@ def main() -> None:
             for frac in map(float, a.loads.split(",")):
                 rate = sat * frac
                 trace = work / f"trace-{plan.stem}-{frac:g}.jsonl"
-                load = Load.open(rate, a.requests, LengthDist.parse(str(a.prompt), "p"),
-                                 LengthDist.parse(str(a.output), "o"), seed=1)
+                load = Load.open(rate, a.requests, LengthDist.parse(str(a.prompt), "p"), LengthDist.parse(str(a.output), "o"), seed=1)
                 write_trace(load.requests, trace)
                 reqs = [json.loads(x) for x in trace.read_text().splitlines()]
                 before, cpu0, t0 = stage_steps(srv.url), cpu_seconds(srv.proc.pid), time.monotonic()
@@ -282,15 +306,17 @@ def main() -> None:
                 sim = json.loads(hetc("evaluate", str(plan), "--trace", str(trace), "--json", *limits))
                 rows.append((name, frac, rate, meas, sim, other, os.getloadavg()[0]))
                 sim_steps = {f"{s['lane']}.{s['stage']}": s["step_ms"] for s in sim["stages"]}
-                print(f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
-                      f"  (other processes {other:.0%}, waited {waited:.0f} s)\n      mean stage step, served / simulated: "
-                      + ", ".join(f"{k} {v:.1f} / {sim_steps.get(k, float('nan')):.1f} ms" for k, v in sorted(steps.items()))
-                      + "\n      our processes' CPU, cores: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
-                      + "\n      workers runnable but waiting for a core, share of the run: "
-                      + ", ".join(f"{k} {v:.1%}" for k, v in sorted(waits.items())),
-                      flush=True)
-    print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |"
-          "\n|---|---|---|---:|---:|---:|---|")
+                print(
+                    f"  {frac:g}× ({rate:.2f} req/s): measured {_fmt(meas)}\n      simulated {_fmt(sim)}"
+                    f"  (other processes {other:.0%}, waited {waited:.0f} s)\n      mean stage step, served / simulated: "
+                    + ", ".join(f"{k} {v:.1f} / {sim_steps.get(k, float('nan')):.1f} ms" for k, v in sorted(steps.items()))
+                    + "\n      our processes' CPU, cores: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items()))
+                    + "\n      workers runnable but waiting for a core, share of the run: "
+                    + ", ".join(f"{k} {v:.1%}" for k, v in sorted(waits.items())),
+                    flush=True,
+                )
+    print("\n| plan | load (others' share of the host, load average) | figure | measured | simulated | sim/meas | target |\n|---|---|---|---:|---:|---:|---|")
     for name, frac, rate, meas, sim, other, load in rows:
         for k in ("output_throughput", "refused_429", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms"):
             m, s = meas[k], sim[k]
@@ -307,16 +333,20 @@ def main() -> None:
 def print_bare(model: Path, plan: Path) -> None:
     load = rc._cpu_ticks(), time.monotonic()
     rows = bare_vs_model(model, plan)
-    print(f"\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
-          f"simulator's cost-model part of the 1-stage lane's step (other processes {rc.others_share(load):.0%} of the "
-          f"host, load average {os.getloadavg()[0]:.1f}):\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|")
+    print(
+        f"\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
+        f"simulator's cost-model part of the 1-stage lane's step (other processes {rc.others_share(load):.0%} of the "
+        f"host, load average {os.getloadavg()[0]:.1f}):\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|"
+    )
     for name, meas, model_ms in rows:
         print(f"| {name} | {meas:.1f} | {model_ms:.1f} | {model_ms / meas:.2f} |")
 
 
 def _fmt(m: dict) -> str:
-    return (f"{m['output_throughput']:.1f} tok/s, 429 {m['refused_429']}, TTFT p50/p99 {m['p50_ttft_ms']:.0f}/"
-            f"{m['p99_ttft_ms']:.0f} ms, TPOT p50/p99 {m['p50_tpot_ms']:.1f}/{m['p99_tpot_ms']:.1f} ms")
+    return (
+        f"{m['output_throughput']:.1f} tok/s, 429 {m['refused_429']}, TTFT p50/p99 {m['p50_ttft_ms']:.0f}/"
+        f"{m['p99_ttft_ms']:.0f} ms, TPOT p50/p99 {m['p50_tpot_ms']:.1f}/{m['p99_tpot_ms']:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -60,36 +60,70 @@ def main() -> None:
     load = ["--rate", str(a.rate), "--requests", str(a.requests), "--ttft-slo", "2000", "--tpot-slo", "150"]
     out, s = hetc("compare", *plans, *load, "--json", "--html", str(work / "compare.html"))
     doc = json.loads(out)
-    print(f"\n### {MODEL} on the three example clusters under one load ({s:.0f} s)\n\nLoad: {doc['load']}; SLOs "
-          "TTFT ≤ 2000 ms, TPOT ≤ 150 ms.\n")
-    print("| cluster | devices | plan's saturation tok/s | simulated output tok/s | tok/s/device | tok/s/user | "
-          "TTFT p50 / p99 ms | TPOT p50 / p99 ms | 429 | DistServe goodput req/s | USD/M tok | J/tok |")
+    print(f"\n### {MODEL} on the three example clusters under one load ({s:.0f} s)\n\nLoad: {doc['load']}; SLOs TTFT ≤ 2000 ms, TPOT ≤ 150 ms.\n")
+    print(
+        "| cluster | devices | plan's saturation tok/s | simulated output tok/s | tok/s/device | tok/s/user | "
+        "TTFT p50 / p99 ms | TPOT p50 / p99 ms | 429 | DistServe goodput req/s | USD/M tok | J/tok |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in doc["rows"]:
-        print(f"| {r['cluster']} | {r['devices']} | {r['saturation_output_tok_s']:,.0f} | {r['output_throughput']:,.0f} | "
-              f"{r['tok_s_per_device']:,.1f} | {r['tok_s_per_user'] or 0:.1f} | {_ms(r['median_ttft_ms'])} / "
-              f"{_ms(r['p99_ttft_ms'])} | {_ms(r['median_tpot_ms'])} / {_ms(r['p99_tpot_ms'])} | {r['refused_429']} | "
-              f"{r['distserve_goodput'] or 0:,.1f} | {r['usd_per_mtok'] or 0:.3f} | {r['joule_per_tok'] or 0:.2f} |")
-    out, s = hetc("buy", "--catalog", str(REPO / "examples" / "catalog.yaml"), MODEL, "--rate", "20", "--ttft-slo", "2000",
-                  "--tpot-slo", "100", "--requests", str(a.requests), "-o", str(work / "fleet.yaml"), "--json")
+        print(
+            f"| {r['cluster']} | {r['devices']} | {r['saturation_output_tok_s']:,.0f} | {r['output_throughput']:,.0f} | "
+            f"{r['tok_s_per_device']:,.1f} | {r['tok_s_per_user'] or 0:.1f} | {_ms(r['median_ttft_ms'])} / "
+            f"{_ms(r['p99_ttft_ms'])} | {_ms(r['median_tpot_ms'])} / {_ms(r['p99_tpot_ms'])} | {r['refused_429']} | "
+            f"{r['distserve_goodput'] or 0:,.1f} | {r['usd_per_mtok'] or 0:.3f} | {r['joule_per_tok'] or 0:.2f} |"
+        )
+    out, s = hetc(
+        "buy",
+        "--catalog",
+        str(REPO / "examples" / "catalog.yaml"),
+        MODEL,
+        "--rate",
+        "20",
+        "--ttft-slo",
+        "2000",
+        "--tpot-slo",
+        "100",
+        "--requests",
+        str(a.requests),
+        "-o",
+        str(work / "fleet.yaml"),
+        "--json",
+    )
     p = json.loads(out)
     sim = p["simulated"]
     print(f"\n### What to buy for 20 req/s, TTFT ≤ 2 s, TPOT ≤ 100 ms ({s:.0f} s)\n")
-    print(f"- fleet: {', '.join(f'{k} × {v}' for k, v in p['devices'].items() if v)}, {p['usd_h']:.2f} USD/h; "
-          f"predicted {p['predicted_output_tok_s']:,.0f} output tok/s at saturation (the load needs {20 * 256:,})")
-    print(f"- bound: no fleet serving the load costs less than {p['bound_usd_h']:.2f} USD/h (bound/cost "
-          f"{p['bound_ratio']:.2f})")
-    print(f"- simulated at 20 req/s ({sim['load']}): output {sim['output_throughput']:,.0f} tok/s, TTFT p50 / p99 "
-          f"{_ms(sim['median_ttft_ms'])} / {_ms(sim['p99_ttft_ms'])} ms, TPOT p50 / p99 {_ms(sim['median_tpot_ms'])} / "
-          f"{_ms(sim['p99_tpot_ms'])} ms, {sim['slo_attainment']:.1%} of requests within both SLOs, DistServe goodput "
-          f"{sim['distserve_goodput']:.1f} req/s")
+    print(
+        f"- fleet: {', '.join(f'{k} × {v}' for k, v in p['devices'].items() if v)}, {p['usd_h']:.2f} USD/h; "
+        f"predicted {p['predicted_output_tok_s']:,.0f} output tok/s at saturation (the load needs {20 * 256:,})"
+    )
+    print(f"- bound: no fleet serving the load costs less than {p['bound_usd_h']:.2f} USD/h (bound/cost {p['bound_ratio']:.2f})")
+    print(
+        f"- simulated at 20 req/s ({sim['load']}): output {sim['output_throughput']:,.0f} tok/s, TTFT p50 / p99 "
+        f"{_ms(sim['median_ttft_ms'])} / {_ms(sim['p99_ttft_ms'])} ms, TPOT p50 / p99 {_ms(sim['median_tpot_ms'])} / "
+        f"{_ms(sim['p99_tpot_ms'])} ms, {sim['slo_attainment']:.1%} of requests within both SLOs, DistServe goodput "
+        f"{sim['distserve_goodput']:.1f} req/s"
+    )
     print("\n### Whole-command times, warm capture cache (second of two runs in a row)\n")
     print("| command | cold s | warm s |\n|---|---:|---:|")
-    cmds = {"hetc compare --profiles small-mixed mixed-rack big-mixed llama-3.1-70b --requests 200": [
-                "compare", "--profiles", *(str(REPO / "examples" / f"{c}.yaml") for c in CLUSTERS), MODEL,
-                "--requests", "200"],
-            "hetc pareto --profiles mixed-rack llama-3.1-70b --points 8": [
-                "pareto", "--profiles", str(REPO / "examples" / "mixed-rack.yaml"), MODEL, "--points", "8"]}
+    cmds = {
+        "hetc compare --profiles small-mixed mixed-rack big-mixed llama-3.1-70b --requests 200": [
+            "compare",
+            "--profiles",
+            *(str(REPO / "examples" / f"{c}.yaml") for c in CLUSTERS),
+            MODEL,
+            "--requests",
+            "200",
+        ],
+        "hetc pareto --profiles mixed-rack llama-3.1-70b --points 8": [
+            "pareto",
+            "--profiles",
+            str(REPO / "examples" / "mixed-rack.yaml"),
+            MODEL,
+            "--points",
+            "8",
+        ],
+    }
     for name, args in cmds.items():
         env_cache = str(work / "capture-cache")
         os.environ["HETC_CACHE_DIR"] = env_cache

@@ -36,8 +36,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.conftest's profile template
-VENDORS = {"openvino": ("intel", "openvino", "GPU"), "onnx": ("intel", "openvino", "GPU"),
-           "iree": ("amd", "rocm", "gfx942"), "inductor": ("nvidia", "cuda", "sm_90")}
+VENDORS = {
+    "openvino": ("intel", "openvino", "GPU"),
+    "onnx": ("intel", "openvino", "GPU"),
+    "iree": ("amd", "rocm", "gfx942"),
+    "inductor": ("nvidia", "cuda", "sm_90"),
+}
 _FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 
 # the child: the checkout at ROOT first on the import path (its pyproject's package-dir), then
@@ -121,9 +125,13 @@ def _descendants(pid: int) -> list[int]:
 def run_child(root: Path, plan: Path, out: Path, model: Path, random: bool, check: bool, only: str) -> dict:
     """One compile in a fresh process; the peaks (KiB) of its memory after the BEFORE line, and
     `tree_anon`, the peak of its RssAnon plus its subprocesses' (each polled at the same time)."""
-    p = subprocess.Popen([sys.executable, "-c", _CHILD, str(root), str(plan), str(out), str(model),
-                          "1" if random else "0", "1" if check else "0", only],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(root), str(plan), str(out), str(model), "1" if random else "0", "1" if check else "0", only],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=root,
+    )
     peak: dict[str, int] = {}
     started = threading.Event()
     lines: list[str] = []
@@ -162,9 +170,17 @@ def write_model(d: Path, a: argparse.Namespace) -> dict[str, int]:
     from hetc.partitioner.capture.graph import TORCH_DTYPES
     from hetc.weights import RandomWeights, write_safetensors
 
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      max_position_embeddings=2048, tie_word_embeddings=False, torch_dtype=a.dtype_name)
+    cfg = LlamaConfig(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        torch_dtype=a.dtype_name,
+    )
     cfg.save_pretrained(d)
     with torch.device("meta"):
         m = LlamaForCausalLM(cfg)
@@ -181,16 +197,40 @@ def write_plans(d: Path, model: Path, model_bytes: int, a: argparse.Namespace) -
 
     plans = {}
     for vendor, backend, target in {v for v in VENDORS.values()}:
-        profile = PROFILE.format(name=f"{vendor}-dev", vendor=vendor, backend=backend,
-                                 memory=f"{int(model_bytes * 0.75)} B", bw="1000 GB/s", flops="50 TFLOP/s")
+        profile = PROFILE.format(
+            name=f"{vendor}-dev", vendor=vendor, backend=backend, memory=f"{int(model_bytes * 0.75)} B", bw="1000 GB/s", flops="50 TFLOP/s"
+        )
         (d / f"{vendor}.yaml").write_text(profile.replace(f"backend: {backend}\n", f"backend: {backend}\ntarget: {target}\n"))
-        (d / f"{vendor}-cluster.yaml").write_text(f"nodes:\n  - {{name: n, device: ./{vendor}.yaml, count: 2, link: pcie4}}\n"
-                                                  "network: {default: ethernet-10g}\n")
+        (d / f"{vendor}-cluster.yaml").write_text(
+            f"nodes:\n  - {{name: n, device: ./{vendor}.yaml, count: 2, link: pcie4}}\nnetwork: {{default: ethernet-10g}}\n"
+        )
         plan = d / f"{vendor}-plan.json"
-        r = subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", str(d / f"{vendor}-cluster.yaml"),
-                            str(model), "--dtype", a.dtype, "--input-len", "128", "--output-len", "32",
-                            "--disaggregate", "off", "--time-limit", "5", "-o", str(plan)],
-                           capture_output=True, text=True, cwd=REPO)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hetc.cli",
+                "plan",
+                "--profiles",
+                str(d / f"{vendor}-cluster.yaml"),
+                str(model),
+                "--dtype",
+                a.dtype,
+                "--input-len",
+                "128",
+                "--output-len",
+                "32",
+                "--disaggregate",
+                "off",
+                "--time-limit",
+                "5",
+                "-o",
+                str(plan),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         if r.returncode:
             raise RuntimeError(f"hetc plan failed: {r.stderr[-2000:]}")
         plans[vendor] = plan
@@ -206,11 +246,15 @@ def stage_bytes(plan: Path, weight_bytes: dict[str, int]) -> list[int]:
         for st in p["stages"]:
             first, last = st["units"]
             total = 0
-            for u in units[first: last + 1]:
+            for u in units[first : last + 1]:
                 kind, layer = u["kind"], u.get("layer")
-                prefix = {"embed": ["model.embed_tokens."], "norm": ["model.norm."], "head": ["lm_head."],
-                          "attention": [f"model.layers.{layer}.self_attn.", f"model.layers.{layer}.input_layernorm."],
-                          "mlp": [f"model.layers.{layer}.mlp.", f"model.layers.{layer}.post_attention_layernorm."]}[kind]
+                prefix = {
+                    "embed": ["model.embed_tokens."],
+                    "norm": ["model.norm."],
+                    "head": ["lm_head."],
+                    "attention": [f"model.layers.{layer}.self_attn.", f"model.layers.{layer}.input_layernorm."],
+                    "mlp": [f"model.layers.{layer}.mlp.", f"model.layers.{layer}.post_attention_layernorm."],
+                }[kind]
                 total += sum(b for n, b in weight_bytes.items() if any(n.startswith(x) for x in prefix))
             out.append(total)
     return out
@@ -228,11 +272,15 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--dtype", default="fp32", choices=("bf16", "fp32"),
-                    help="the plan's dtype and the stored one (fp32: every CPU check runs; bf16 ones cannot)")
-    ap.add_argument("--keep", type=Path, default=None,
-                    help="write the model and plans here once and keep them (a multi-GB model is minutes to write); "
-                         "later runs with the same folder and shape reuse them")
+    ap.add_argument(
+        "--dtype", default="fp32", choices=("bf16", "fp32"), help="the plan's dtype and the stored one (fp32: every CPU check runs; bf16 ones cannot)"
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="write the model and plans here once and keep them (a multi-GB model is minutes to write); later runs with the same folder and shape reuse them",
+    )
     a = ap.parse_args()
     a.dtype_name = {"bf16": "bfloat16", "fp32": "float32"}[a.dtype]
     tmp = Path(tempfile.mkdtemp(prefix="hetc-compile-memory-"))
@@ -255,16 +303,19 @@ def main() -> None:
         if a.baseline:
             base = tmp / "baseline"
             base.mkdir()
-            commit = subprocess.run(["git", "rev-parse", "--short", a.baseline], capture_output=True, text=True,
-                                    cwd=REPO, check=True).stdout.strip()
+            commit = subprocess.run(["git", "rev-parse", "--short", a.baseline], capture_output=True, text=True, cwd=REPO, check=True).stdout.strip()
             subprocess.run(f"git archive {commit} | tar -x -C {base}", shell=True, check=True, cwd=REPO)
             trees.insert(0, (f"{a.baseline} ({commit})", base))
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout
-        print(f"model: {a.layers} layers × {a.hidden} wide, {a.dtype}, {total / 2**20:.0f} MiB of weights; "
-              f"HEAD {head.strip()}; load {os.getloadavg()[0]:.2f}", flush=True)
-        print("| toolchain | check | weights | stage weights MiB | checkout | anon MiB (× stage) | + subprocesses MiB (× stage) "
-              "| file MiB | hwm MiB (× stage) | s | max check diff |\n|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
-              flush=True)
+        print(
+            f"model: {a.layers} layers × {a.hidden} wide, {a.dtype}, {total / 2**20:.0f} MiB of weights; HEAD {head.strip()}; load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        print(
+            "| toolchain | check | weights | stage weights MiB | checkout | anon MiB (× stage) | + subprocesses MiB (× stage) "
+            "| file MiB | hwm MiB (× stage) | s | max check diff |\n|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+            flush=True,
+        )
         for only in a.toolchains.split(","):
             plan = plans[VENDORS[only][0]]
             biggest = max(stage_bytes(plan, wb))
@@ -280,9 +331,12 @@ def main() -> None:
                 diffs = [max(c["max_abs_diff"].values()) for c in checks if c.get("ran")]
                 sb = biggest / 2**20
                 tail = f"{max(diffs):.2e}" if diffs else "—"
-                print(f"| {only} | {check} | {weights} | {sb:.0f} | {label} | {anon:.0f} ({anon / sb:.2f}) | "
-                      f"{tree:.0f} ({tree / sb:.2f}) | {file:.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} "
-                      f"| {tail} |", flush=True)
+                print(
+                    f"| {only} | {check} | {weights} | {sb:.0f} | {label} | {anon:.0f} ({anon / sb:.2f}) | "
+                    f"{tree:.0f} ({tree / sb:.2f}) | {file:.0f} | {hwm:.0f} ({hwm / sb:.2f}) | {r['after']['s']:.0f} "
+                    f"| {tail} |",
+                    flush=True,
+                )
                 for c in checks:
                     if c and not c.get("ok", False):
                         print(f"  check: {c.get('reason') or c}", flush=True)

@@ -40,31 +40,51 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     heads = a.hidden // 64
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=a.hidden, intermediate_size=a.hidden * 8 // 3 // 64 * 64,
-                      num_hidden_layers=a.layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 3),
-                      max_position_embeddings=4096)
+    cfg = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=a.hidden,
+        intermediate_size=a.hidden * 8 // 3 // 64 * 64,
+        num_hidden_layers=a.layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 3),
+        max_position_embeddings=4096,
+    )
     kinds = [("embed", 0)] + [(k, layer) for layer in range(a.layers) for k in ("attention", "mlp")]
-    units = [PlanUnit(index=i, kind=k, layer=layer) for i, (k, layer) in enumerate(kinds + [("norm", a.layers - 1),
-                                                                                       ("head", a.layers - 1)])]
+    units = [PlanUnit(index=i, kind=k, layer=layer) for i, (k, layer) in enumerate(kinds + [("norm", a.layers - 1), ("head", a.layers - 1)])]
     first, last = 1, 2 * a.layers  # a middle stage: hidden states in and out, every layer's attention
     per_seq = -(-(256 + 1) // KV_BLOCK_TOKENS)  # blocks of a sequence at 256 cached tokens + 1
     blocks = PADDING_BLOCKS + 64 * per_seq
     w = RandomWeights(std=0.02)
-    runners = {"torch": StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32,
-                                   num_blocks=blocks, weights=w)}
+    runners = {"torch": StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks, weights=w)}
     build_s = {}
     with tempfile.TemporaryDirectory() as cache:
         os.environ["HETC_STAGE_CACHE"] = cache
         for name in a.toolchains.split(","):
             t0 = time.perf_counter()
-            runners[name] = build_compiled_stage(hf_cfg=cfg, units=units, first=first, last=last,
-                                                 dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks,
-                                                 weights=w, name=name, graph_hash="bench", model_dir=None, width=1,
-                                                 artifacts=None, stem="s", threads=1)
+            runners[name] = build_compiled_stage(
+                hf_cfg=cfg,
+                units=units,
+                first=first,
+                last=last,
+                dtype=torch.float32,
+                kv_dtype=torch.float32,
+                num_blocks=blocks,
+                weights=w,
+                name=name,
+                graph_hash="bench",
+                model_dir=None,
+                width=1,
+                artifacts=None,
+                stem="s",
+                threads=1,
+            )
             build_s[name] = time.perf_counter() - t0
-        print(f"stage: {a.layers} layers × {a.hidden} wide fp32, 1 thread; build s: "
-              + ", ".join(f"{k} {v:.1f}" for k, v in build_s.items())
-              + f"; host load average {os.getloadavg()[0]:.2f} (1 min)", flush=True)
+        print(
+            f"stage: {a.layers} layers × {a.hidden} wide fp32, 1 thread; build s: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in build_s.items())
+            + f"; host load average {os.getloadavg()[0]:.2f} (1 min)",
+            flush=True,
+        )
         cases = {f"decode b{b}": ([256] * b, [1] * b) for b in (1, 8, 16, 64)} | {"prefill 128": ([0], [128])}
         for label, (starts, n_new) in cases.items():
             tables = [list(range(PADDING_BLOCKS + i * per_seq, PADDING_BLOCKS + (i + 1) * per_seq)) for i in range(len(starts))]

@@ -30,8 +30,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=None, help="threads to measure with (default: all cores)")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--executor", choices=("auto", "openvino", "torch"), default="auto",
-                    help="what runs the measured ops and steps (hetc profile --executor; auto: what serves cpu stages)")
+    ap.add_argument(
+        "--executor",
+        choices=("auto", "openvino", "torch"),
+        default="auto",
+        help="what runs the measured ops and steps (hetc profile --executor; auto: what serves cpu stages)",
+    )
     ap.add_argument("-o", "--output", default="out/profile-cpu.yaml")
     a = ap.parse_args()
     Path(a.output).parent.mkdir(parents=True, exist_ok=True)
@@ -48,25 +52,24 @@ def main() -> int:
     model, cpus = _lscpu()
     m = doc["model"]
     print(f"Command: `{' '.join(cmd)}` ({time.perf_counter() - t0:.0f} s, fit and report)  ")
-    print(f"Machine: {model} (`lscpu`), {cpus} cores, {doc['machine']['threads']} thread(s) measured, "
-          f"torch {doc['machine']['torch']}  ")
+    print(f"Machine: {model} (`lscpu`), {cpus} cores, {doc['machine']['threads']} thread(s) measured, torch {doc['machine']['torch']}  ")
     load = doc["machine"].get("foreign_load")
     if load is not None:
         print(f"Other processes' share of the CPU while the report measured: {load:.0%}  ")
-    print(f"Whole steps: transformers Llama, hidden {m['hidden_size']}, {m['num_hidden_layers']} layers, "
-          f"{m['num_attention_heads']}/{m['num_key_value_heads']} heads, intermediate {m['intermediate_size']}, "
-          f"vocab {m['vocab_size']}, fp32, random weights\n")
+    print(
+        f"Whole steps: transformers Llama, hidden {m['hidden_size']}, {m['num_hidden_layers']} layers, "
+        f"{m['num_attention_heads']}/{m['num_key_value_heads']} heads, intermediate {m['intermediate_size']}, "
+        f"vocab {m['vocab_size']}, fp32, random weights\n"
+    )
     print("| class | cases | median \\|pred/meas − 1\\| | max | target | |")
     print("|---|---:|---:|---:|---:|---|")
     for cls, v in doc["classes"].items():
-        print(f"| {cls} | {v['cases']} | {v['median_error']:.1%} | {v['max_error']:.1%} | ≤ {v['target']:.0%} | "
-              f"{'ok' if v['ok'] else 'over'} |")
+        print(f"| {cls} | {v['cases']} | {v['median_error']:.1%} | {v['max_error']:.1%} | ≤ {v['target']:.0%} | {'ok' if v['ok'] else 'over'} |")
     print("\n| step | predicted ms | measured ms | pred/meas |")
     print("|---|---:|---:|---:|")
     for row in doc["rows"]:
         if row["class"].endswith("step"):
-            print(f"| {row['class']} {row['case']} | {row['predicted_ms']:.1f} | {row['measured_ms']:.1f} | "
-                  f"{row['ratio']:.3f} |")
+            print(f"| {row['class']} {row['case']} | {row['predicted_ms']:.1f} | {row['measured_ms']:.1f} | {row['ratio']:.3f} |")
     return 0
 
 

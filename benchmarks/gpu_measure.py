@@ -36,8 +36,7 @@ import time
 from pathlib import Path
 
 # Llama-3.1-8B (hidden 4096) and -70B (hidden 8192) linear layers as transformers runs them: [N, K]
-GEMM_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
-           (8192, 8192), (28672, 8192), (8192, 28672)]
+GEMM_NK = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (8192, 8192), (28672, 8192), (8192, 28672)]
 GEMM_M = [1, 8, 32, 128, 512, 2048, 8192]
 PREFILL = [(1, 128), (1, 512), (1, 2048), (1, 8192), (4, 1024), (16, 512)]  # (prompts, tokens)
 DECODE = [(1, 1024), (8, 1024), (32, 1024), (128, 1024), (8, 4096), (64, 4096)]  # (sequences, context)
@@ -46,12 +45,22 @@ ATTN_DECODE = [(1, 1024), (8, 1024), (32, 1024), (128, 1024), (8, 4096), (64, 40
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128  # Llama-3.1-8B attention
 _INNER = 20  # ops timed 20 at a time: one op's host launch (~7 µs) would dominate a small kernel
 DEV = ["cuda"]  # `measure --device cpu` only checks this script on a host without a GPU
-LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "num_hidden_layers": 32, "vocab_size": 128256, "max_position_embeddings": 16384, "rms_norm_eps": 1e-5,
-            "rope_theta": 500000.0, "tie_word_embeddings": False}
+LLAMA_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "max_position_embeddings": 16384,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+}
 
 
 # ---------------------------------------------------------------- measuring (GPU host)
+
 
 def _events_median(fn, reps: int, warmup: int = 3, inner: int = 1) -> float:
     """Median seconds of `fn` between CUDA events (the device's timeline: host gaps included).
@@ -93,6 +102,7 @@ def _rotating(pool: list, fn):
     def call():
         i[0] = (i[0] + 1) % len(pool)
         return fn(pool[i[0]])
+
     return call
 
 
@@ -103,6 +113,7 @@ def measure_launch(torch) -> dict:
     def kernels():
         for _ in range(n):
             a.add_(1)
+
     kernels()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -142,19 +153,17 @@ def measure_attention(torch, l2: int) -> list[dict]:
     bf = torch.bfloat16
     for b, t in ATTN_PREFILL:
         q = torch.randn(b, HEADS, t, HEAD_DIM, device=DEV[0], dtype=bf)
-        kv = _pool(lambda b=b, t=t: (torch.randn(b, KV_HEADS, t, HEAD_DIM, device=DEV[0], dtype=bf),) * 2,
-                   4 * b * KV_HEADS * t * HEAD_DIM, l2)
-        s = _events_median(_rotating(kv, lambda p, q=q: F.scaled_dot_product_attention(q, p[0], p[1], is_causal=True,
-                                                                                           enable_gqa=True)), reps=10,
-                           inner=_INNER)
+        kv = _pool(lambda b=b, t=t: (torch.randn(b, KV_HEADS, t, HEAD_DIM, device=DEV[0], dtype=bf),) * 2, 4 * b * KV_HEADS * t * HEAD_DIM, l2)
+        s = _events_median(_rotating(kv, lambda p, q=q: F.scaled_dot_product_attention(q, p[0], p[1], is_causal=True, enable_gqa=True)), reps=10, inner=_INNER)
         out.append({"phase": "prefill", "batch": b, "q": t, "kv": t, "seconds": s})
     for b, c in ATTN_DECODE:
         q = torch.randn(b, HEADS, 1, HEAD_DIM, device=DEV[0], dtype=bf)
-        kv = _pool(lambda b=b, c=c: (torch.randn(b, KV_HEADS, c, HEAD_DIM, device=DEV[0], dtype=bf),
-                                     torch.randn(b, KV_HEADS, c, HEAD_DIM, device=DEV[0], dtype=bf)),
-                   4 * b * KV_HEADS * c * HEAD_DIM, l2)
-        s = _events_median(_rotating(kv, lambda p, q=q: F.scaled_dot_product_attention(q, p[0], p[1], enable_gqa=True)),
-                           reps=10, inner=_INNER)
+        kv = _pool(
+            lambda b=b, c=c: (torch.randn(b, KV_HEADS, c, HEAD_DIM, device=DEV[0], dtype=bf), torch.randn(b, KV_HEADS, c, HEAD_DIM, device=DEV[0], dtype=bf)),
+            4 * b * KV_HEADS * c * HEAD_DIM,
+            l2,
+        )
+        s = _events_median(_rotating(kv, lambda p, q=q: F.scaled_dot_product_attention(q, p[0], p[1], enable_gqa=True)), reps=10, inner=_INNER)
         out.append({"phase": "decode", "batch": b, "q": 1, "kv": c, "seconds": s})
         del kv
     torch.cuda.empty_cache()
@@ -202,6 +211,7 @@ def measure_steps(torch, quick: bool) -> tuple[list[dict], list[str]]:
 
         def step(ids=ids, pos=pos, cache=cache):
             return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True)
+
         row = {"phase": "decode", "batch": b, "ctx": c}
         with torch.inference_mode():
             row["eager_s"] = _events_median(step, reps=10)
@@ -239,8 +249,10 @@ def measure_lean_decode(torch, cases: list[tuple[int, int]]) -> list[dict]:
 
     out = []
     for b, ctx in cases:
-        caches = [(torch.zeros(b, KV_HEADS, ctx + 1, HEAD_DIM, device=DEV[0], dtype=bf),
-                   torch.zeros(b, KV_HEADS, ctx + 1, HEAD_DIM, device=DEV[0], dtype=bf)) for _ in range(layers)]
+        caches = [
+            (torch.zeros(b, KV_HEADS, ctx + 1, HEAD_DIM, device=DEV[0], dtype=bf), torch.zeros(b, KV_HEADS, ctx + 1, HEAD_DIM, device=DEV[0], dtype=bf))
+            for _ in range(layers)
+        ]
         ids = torch.randint(0, c["vocab_size"], (b, 1), device=DEV[0])
         pos = torch.tensor([ctx], device=DEV[0])
         ang = ctx / (c["rope_theta"] ** (torch.arange(0, HEAD_DIM, 2, device=DEV[0]).float() / HEAD_DIM))
@@ -259,6 +271,7 @@ def measure_lean_decode(torch, cases: list[tuple[int, int]]) -> list[dict]:
                 g, u = F.linear(rms(h), w13).chunk(2, -1)
                 h = h + F.linear(F.silu(g) * u, w2)
             return F.linear(rms(h), head)  # [B, 1, vocab]
+
         with torch.inference_mode():
             out.append({"phase": "decode", "batch": b, "ctx": ctx, "lean_graph_s": _events_median(_graphed(torch, step), reps=20)})
         del caches
@@ -273,21 +286,36 @@ def measure(quick: bool, device: str = "cuda", out: Path | None = None, sections
 
     DEV[0] = device
     if device == "cpu":  # a dry run of this script: sizes shrink, figures mean nothing
-        return {"device": {"name": "cpu (dry run)", "torch": torch.__version__}, "errors": [],
-                "gemm": measure_gemms(torch, 1 << 20, [1, 8]), "attention": measure_attention(torch, 1 << 20)}
+        return {
+            "device": {"name": "cpu (dry run)", "torch": torch.__version__},
+            "errors": [],
+            "gemm": measure_gemms(torch, 1 << 20, [1, 8]),
+            "attention": measure_attention(torch, 1 << 20),
+        }
     if not torch.cuda.is_available():
         sys.exit("gpu_measure.py measure: torch sees no CUDA device here; run it on the GPU host.")
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
-    doc: dict = {"device": {"name": torch.cuda.get_device_name(0), "sms": props.multi_processor_count,
-                            "memory": props.total_memory, "l2": l2, "torch": torch.__version__,
-                            "cuda": torch.version.cuda, "transformers": transformers.__version__},
-                 "errors": []}
+    doc: dict = {
+        "device": {
+            "name": torch.cuda.get_device_name(0),
+            "sms": props.multi_processor_count,
+            "memory": props.total_memory,
+            "l2": l2,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+        },
+        "errors": [],
+    }
     say = lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", file=sys.stderr, flush=True)  # noqa: E731
-    for name, fn in [("launch", lambda: measure_launch(torch)), ("copy", lambda: measure_copy(torch)),
-                     ("gemm", lambda: measure_gemms(torch, l2, GEMM_M[:4] if quick else GEMM_M)),
-                     ("attention", lambda: measure_attention(torch, l2)),
-                     ("lean", lambda: measure_lean_decode(torch, DECODE[:3] if quick else DECODE))]:
+    for name, fn in [
+        ("launch", lambda: measure_launch(torch)),
+        ("copy", lambda: measure_copy(torch)),
+        ("gemm", lambda: measure_gemms(torch, l2, GEMM_M[:4] if quick else GEMM_M)),
+        ("attention", lambda: measure_attention(torch, l2)),
+        ("lean", lambda: measure_lean_decode(torch, DECODE[:3] if quick else DECODE)),
+    ]:
         if sections and name not in sections:
             continue
         say(name)
@@ -310,6 +338,7 @@ def measure(quick: bool, device: str = "cuda", out: Path | None = None, sections
 
 # ---------------------------------------------------------------- predicting (anywhere)
 
+
 def _ratio_row(what: str, case: str, pred: float, meas: float) -> dict:
     return {"what": what, "case": case, "predicted_ms": pred * 1e3, "measured_ms": meas * 1e3, "ratio": pred / meas}
 
@@ -325,32 +354,34 @@ def compare(doc: dict, profile_name: str) -> list[dict]:
     ex = prof.execution
     rows = []
     if "copy" in doc:
-        rows.append(_ratio_row("copy", "1 GiB", doc["copy"]["bytes"] / (prof.memory_bandwidth * prof.efficiency.memory),
-                               doc["copy"]["seconds"]))
+        rows.append(_ratio_row("copy", "1 GiB", doc["copy"]["bytes"] / (prof.memory_bandwidth * prof.efficiency.memory), doc["copy"]["seconds"]))
     if "launch" in doc:
         rows.append(_ratio_row("launch (host)", "per kernel", prof.launch_overhead, doc["launch"]["host_per_kernel_s"]))
         rows.append(_ratio_row("kernel (graph)", "per kernel", ex.kernel_overhead, doc["launch"]["graph_per_kernel_s"]))
     cp = cost_params(prof, "bf16")
     for g in doc.get("gemm", []):
         rec, step = microbench.matmul_record(g["m"], g["n"], g["k"], "bf16")
-        rows.append(_ratio_row("gemm", f"{g['m']}×{g['n']}×{g['k']}", op_time(rec, cp, step) + ex.kernel_overhead,
-                               g["seconds"]))
+        rows.append(_ratio_row("gemm", f"{g['m']}×{g['n']}×{g['k']}", op_time(rec, cp, step) + ex.kernel_overhead, g["seconds"]))
     for a in doc.get("attention", []):
         s = microbench.AttnShape(a["batch"], HEADS, KV_HEADS, HEAD_DIM, a["q"], a["kv"], a["phase"] == "prefill")
         rec, step, kv = microbench.attention_record(s, "bf16")
-        rows.append(_ratio_row(f"attention ({a['phase']})", f"b{a['batch']} q{a['q']} kv{a['kv']}",
-                               op_time(rec, cp, step, kv) + ex.kernel_overhead, a["seconds"]))
+        rows.append(
+            _ratio_row(f"attention ({a['phase']})", f"b{a['batch']} q{a['q']} kv{a['kv']}", op_time(rec, cp, step, kv) + ex.kernel_overhead, a["seconds"])
+        )
     if doc.get("steps") or doc.get("lean"):
         cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16", **LLAMA_8B}
         units = capture_config(cfg, dtype="bf16")
         cut = select_at([u.kind for u in units])
         # transformers runs every exported op as its own kernel; `graph`: the same kernels replayed
-        runs = {how: prof.model_copy(update={"execution": ex.model_copy(update={"fusion": "none", "graphs": graphs})})
-                for how, graphs in (("eager", "none"), ("graph", "all"))}
+        runs = {
+            how: prof.model_copy(update={"execution": ex.model_copy(update={"fusion": "none", "graphs": graphs})})
+            for how, graphs in (("eager", "none"), ("graph", "all"))
+        }
 
         def predict(p, step: Step) -> float:  # no step_overhead: a bare forward has no scheduler
             kw = {"dtype": "bf16", "kv_dtype": "bf16"}
             return units_time(units[:cut], p, step, **kw) + units_time(units[cut:], p, Step(step.seqs, step.seqs, 0.0), **kw)
+
         for r in doc.get("steps", []):
             if r["phase"] == "prefill":
                 step, case = hf_steps.prefill_step(r["batch"], r["tokens"]), f"b{r['batch']} T={r['tokens']}"
@@ -371,8 +402,13 @@ def summary(rows: list[dict]) -> dict[str, dict]:
     for what in dict.fromkeys(r["what"] for r in rows):
         errs = [abs(r["ratio"] - 1) for r in rows if r["what"] == what]
         ratios = [r["ratio"] for r in rows if r["what"] == what]
-        out[what] = {"cases": len(errs), "median_error": statistics.median(errs),
-                     "median_ratio": statistics.median(ratios), "min_ratio": min(ratios), "max_ratio": max(ratios)}
+        out[what] = {
+            "cases": len(errs),
+            "median_error": statistics.median(errs),
+            "median_ratio": statistics.median(ratios),
+            "min_ratio": min(ratios),
+            "max_ratio": max(ratios),
+        }
     return out
 
 
@@ -401,11 +437,12 @@ def main() -> int:
         return 0
     print(f"{doc['device']['name']} (torch {doc['device']['torch']}) vs profile {a.profile}")
     for r in rows:
-        print(f"  {r['what']:<26} {r['case']:<22} predicted {r['predicted_ms']:10.4f} ms  measured "
-              f"{r['measured_ms']:10.4f} ms  ratio {r['ratio']:.3f}")
+        print(f"  {r['what']:<26} {r['case']:<22} predicted {r['predicted_ms']:10.4f} ms  measured {r['measured_ms']:10.4f} ms  ratio {r['ratio']:.3f}")
     for what, s in summary(rows).items():
-        print(f"{what:<26} {s['cases']:3d} cases  median |p/m−1| {s['median_error']:.1%}  ratio median "
-              f"{s['median_ratio']:.3f} [{s['min_ratio']:.3f}, {s['max_ratio']:.3f}]")
+        print(
+            f"{what:<26} {s['cases']:3d} cases  median |p/m−1| {s['median_error']:.1%}  ratio median "
+            f"{s['median_ratio']:.3f} [{s['min_ratio']:.3f}, {s['max_ratio']:.3f}]"
+        )
     for e in doc.get("errors", []):
         print(f"measurement error: {e}")
     return 0

@@ -37,110 +37,121 @@ CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
 HELD_ROUNDS = (7,)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
-FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models/analytic.py", "partitioner/cost_models/memory.py",
-                "partitioner/cost_models/links.py", "partitioner/cost_models/collectives.py",
-                "partitioner/cost_models/curves.py", "partitioner/estimate/simulate.py",
-                "partitioner/capture/fusion.py", "partitioner/capture/op_records.py", "partitioner/capture/units.py", "partitioner/capture/graph.py",
-                "hetc/execution.py", "hetc/efficiency.py", "hetc/scheduling.py")
+FROZEN_PATHS = (
+    "hardware_profiles",
+    "partitioner/cost_models/analytic.py",
+    "partitioner/cost_models/memory.py",
+    "partitioner/cost_models/links.py",
+    "partitioner/cost_models/collectives.py",
+    "partitioner/cost_models/curves.py",
+    "partitioner/estimate/simulate.py",
+    "partitioner/capture/fusion.py",
+    "partitioner/capture/op_records.py",
+    "partitioner/capture/units.py",
+    "partitioner/capture/graph.py",
+    "hetc/execution.py",
+    "hetc/efficiency.py",
+    "hetc/scheduling.py",
+)
 
 SOURCES = {
     "trt17": "TensorRT-LLM v0.17 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
-             "258c7540): trtllm-bench throughput, infinite request rate, FP8 engines with FP8 KV (A100: FP16); "
-             "'Token Throughput' = output tok/s of the system",
+    "258c7540): trtllm-bench throughput, infinite request rate, FP8 engines with FP8 KV (A100: FP16); "
+    "'Token Throughput' = output tok/s of the system",
     "gaudi": "Intel, 'Model Performance Data for Intel Gaudi 2 AI Accelerators' (intel.com/content/www/us/en/"
-             "developer/platform/gaudi/model-performance-gaudi2-inference.html), SynapseAI 1.18.0, fixed batch; "
-             "⚠ metric not named on the page, read as output tok/s (optimum-habana run_generation: "
-             "batch × new tokens / time)",
+    "developer/platform/gaudi/model-performance-gaudi2-inference.html), SynapseAI 1.18.0, fixed batch; "
+    "⚠ metric not named on the page, read as output tok/s (optimum-habana run_generation: "
+    "batch × new tokens / time)",
     "oci": "Oracle, 'Serving Llama 3.1 405B model with AMD Instinct MI300X Accelerators' (blogs.oracle.com/"
-           "cloud-infrastructure, 2024-10-10): vLLM benchmark_throughput.py, 8×MI300X TP8, Llama 3.1 405B FP8, "
-           "'Output throughput in TPS'; ⚠ KV dtype and max-num-seqs not stated: batch 256 = vLLM's "
-           "default max_num_seqs assumed (the post's batch-256 latency run gives 1,846 tok/s at 128/128)",
+    "cloud-infrastructure, 2024-10-10): vLLM benchmark_throughput.py, 8×MI300X TP8, Llama 3.1 405B FP8, "
+    "'Output throughput in TPS'; ⚠ KV dtype and max-num-seqs not stated: batch 256 = vLLM's "
+    "default max_num_seqs assumed (the post's batch-256 latency run gives 1,846 tok/s at 128/128)",
     "mlperf41": "MLPerf Inference v4.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
-                "results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in "
-                "mlcommons/inference_results_v4.1 (parallelism, batch and dtypes from the submitter's code/ and configs/)",
+    "results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in "
+    "mlcommons/inference_results_v4.1 (parallelism, batch and dtypes from the submitter's code/ and configs/)",
     "mlperf51": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, as mlperf41 in "
-                "mlcommons/inference_results_v5.1 (FP8 entries only; B200 entries are FP4 and left out)",
+    "mlcommons/inference_results_v5.1 (FP8 entries only; B200 entries are FP4 and left out)",
     "trt10": "TensorRT-LLM v1.0 perf overview (docs/source/performance/perf-overview.md @ NVIDIA/TensorRT-LLM "
-             "00f37686): trtllm-bench throughput, PyTorch backend, CUDA graphs with padding, synthetic requests of "
-             "exactly ISL/OSL, ModelOpt FP8 checkpoints (FP8 KV), 'Total Output Throughput (tokens/sec)'; rows at "
-             "ISL/OSL 500/2000 and 5000/500 (pairs v0.17 did not have) for every H100/H200 FP8 Llama column",
+    "00f37686): trtllm-bench throughput, PyTorch backend, CUDA graphs with padding, synthetic requests of "
+    "exactly ISL/OSL, ModelOpt FP8 checkpoints (FP8 KV), 'Total Output Throughput (tokens/sec)'; rows at "
+    "ISL/OSL 500/2000 and 5000/500 (pairs v0.17 did not have) for every H100/H200 FP8 Llama column",
     "gaudi3": "Intel, 'Model Performance Data for Intel Gaudi 3 AI Accelerators' (intel.com/content/www/us/en/"
-              "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
-              "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
+    "developer/platform/gaudi/model-performance.html), Intel Gaudi software 1.18.0, fixed batch; every "
+    "Llama 3.1 row; ⚠ metric 'Throughput (tokens/sec)', read as output tok/s as for gaudi",
     "gaudi2b": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the Llama 3.1 8B rows the first comparison did not use",
     # ---- round 3 (gathered after the freeze at 48fca1d) ----
     "mlperf40": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, 'Tokens per second' of "
-                "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
-                "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
-                "and activations, README 'FP8 Flow'), TGI-Gaudi with DeepSpeed over the 8 cards (llama2-70b-8x), "
-                "batch 1024 (code/llama2-70b-99.9/scenarios.yaml batch_size_Offline)",
+    "closed/Intel-HabanaLabs/results/HLS-Gaudi2-PT/llama2-70b-99.9/Offline/performance/run_1/"
+    "mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf1 (8,034.85); FP8 linears (weights "
+    "and activations, README 'FP8 Flow'), TGI-Gaudi with DeepSpeed over the 8 cards (llama2-70b-8x), "
+    "batch 1024 (code/llama2-70b-99.9/scenarios.yaml batch_size_Offline)",
     "mlperf41x": "as mlperf41 (inference_results_v4.1 @ 198fc467), systems of other submitters running NVIDIA's and "
-                 "AMD's code: parallelism and batch from each submitter's configs/llama2-70b/Offline/__init__.py (H100 "
-                 "SXM: TP2, gpu_batch_size 896; H200: TP1, 806) or AMD's test_VllmFp8_Offline_perf.sh (TP1 × DP, "
-                 "max_num_seqs 2048 as in round 2)",
+    "AMD's code: parallelism and batch from each submitter's configs/llama2-70b/Offline/__init__.py (H100 "
+    "SXM: TP2, gpu_batch_size 896; H200: TP1, 806) or AMD's test_VllmFp8_Offline_perf.sh (TP1 × DP, "
+    "max_num_seqs 2048 as in round 2)",
     "mlperf51x": "as mlperf51 (inference_results_v5.1 @ 965182b0), systems of other submitters: H200 TP1 "
-                 "gpu_batch_size 2048 (configs/<system>/Offline/llama2-70b.py: Dell XE9680, ASUSTeK ESC_N8; Cisco "
-                 "configs/llama2-70b/Offline/__init__.py H200_SXM_141GBx1); MI300X/MI325X on AMD's vLLM code at "
-                 "round 2's batches (MI300X 1536, MI325X 2048)",
+    "gpu_batch_size 2048 (configs/<system>/Offline/llama2-70b.py: Dell XE9680, ASUSTeK ESC_N8; Cisco "
+    "configs/llama2-70b/Offline/__init__.py H200_SXM_141GBx1); MI300X/MI325X on AMD's vLLM code at "
+    "round 2's batches (MI300X 1536, MI325X 2048)",
     "gaudi2c": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the four LLaMA 2 70b rows (fixed batch, # HPU as listed)",
     "gaudi3b": "as gaudi3 (Gaudi 3 page, software 1.18.0): the four LLaMA 2 70b rows (2 HPU, fixed batch)",
     # ---- round 4 (gathered after the freeze at fd4908c) ----
     "mlperf50": "MLPerf Inference v5.0 Datacenter, closed, Llama-2-70B Offline (99% or 99.9%: both FP8 on these systems), "
-                "'Tokens per second' of results/<system>/llama2-70b-99[.9]/Offline/performance/run_1/mlperf_log_summary.txt "
-                "in the mirror ntuhpc/mlperf_inference_results_v5.0 @ cf354115 (the mlcommons repository is not stored); "
-                "H200/H100 on NVIDIA's TensorRT-LLM code, MI325X/MI300X on AMD's vLLM code (MangoBoost: LLMBoost over "
-                "four nodes). ⚠ v5.0's configs are not in the mirror: parallelism and batch as the same code in v4.1/v5.1 "
-                "(H200 TP1, H100 TP2, MI3xx TP1 × DP at max_num_seqs 2048); hetc's memory model caps every one of these "
-                "below the assumed batch (H200 710, H100 867, MI300X 1254, MI325X 1942), so the assumption does not move "
-                "the prediction",
+    "'Tokens per second' of results/<system>/llama2-70b-99[.9]/Offline/performance/run_1/mlperf_log_summary.txt "
+    "in the mirror ntuhpc/mlperf_inference_results_v5.0 @ cf354115 (the mlcommons repository is not stored); "
+    "H200/H100 on NVIDIA's TensorRT-LLM code, MI325X/MI300X on AMD's vLLM code (MangoBoost: LLMBoost over "
+    "four nodes). ⚠ v5.0's configs are not in the mirror: parallelism and batch as the same code in v4.1/v5.1 "
+    "(H200 TP1, H100 TP2, MI3xx TP1 × DP at max_num_seqs 2048); hetc's memory model caps every one of these "
+    "below the assumed batch (H200 710, H100 867, MI300X 1254, MI325X 1942), so the assumption does not move "
+    "the prediction",
     "rocm25": "AMD, 'Performance results' (amd.com/en/developer/resources/rocm-hub/dev-ai/performance-results.html), vLLM "
-              "on 8×MI300X (rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103, dual EPYC 9554), TP8, amd/Llama-3.1-{70B,405B}-"
-              "Instruct-FP8-KV (FP8 weights and KV), infinite request rate, 'Max. Seqs' = the batch; the rows at input "
-              "128 with outputs 2048 and 4096 only: ⚠ the page does not say whether 'Throughput' counts prompt tokens; at "
-              "these lengths the two readings differ by 3–6% (the 500/2000 and 2048/2048 rows, where they differ by "
-              "25–100%, are left out)",
+    "on 8×MI300X (rocm/vllm:rocm7.0.0_vllm_0.11.1_20251103, dual EPYC 9554), TP8, amd/Llama-3.1-{70B,405B}-"
+    "Instruct-FP8-KV (FP8 weights and KV), infinite request rate, 'Max. Seqs' = the batch; the rows at input "
+    "128 with outputs 2048 and 4096 only: ⚠ the page does not say whether 'Throughput' counts prompt tokens; at "
+    "these lengths the two readings differ by 3–6% (the 500/2000 and 2048/2048 rows, where they differ by "
+    "25–100%, are left out)",
     "gaudi2d": "as gaudi (Gaudi 2 page, SynapseAI 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
     "gaudi3c": "as gaudi3 (Gaudi 3 page, software 1.18.0): the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)",
     # ---- round 5 (gathered after the freeze at 005d8e2) ----
     "mlperf51r5": "MLPerf Inference v5.1 Datacenter, closed, Llama-2-70B (99%) Offline, 'Tokens per second' of "
-                  "closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in the "
-                  "mirror ntuhpc/inference_results_v5.1 @ 387c3dd0: every H200 SXM, MI325X and MI300X system of that task "
-                  "not used in rounds 2-4. H200 on NVIDIA's TensorRT-LLM code, TP1, FP8 with FP8 KV, gpu_batch_size from "
-                  "each submitter's configs/<system>/Offline/llama2-70b.py (2048; HPE 2506); Cisco's 2-node C885A has no "
-                  "system config: NVIDIA's H200_SXM_141GBx1 (TP1, 2048) per GPU. MI325X/MI300X on AMD's vLLM code or "
-                  "MangoBoost's LLMBoost, TP1 × DP, FP8 with FP8 KV; ⚠ batch as AMD's own v5.1 runs (MI325X 2048, MI300X "
-                  "1536; round 3) — hetc's memory model caps every run below it. Left out: Cisco's 16/32×H100 (NVIDIA's "
-                  "v5.1 H100 config is PP2, gpu_batch_size 1024: this script caps a run's batch for one stage only), "
-                  "the two heterogeneous MI300X+MI325X clusters (one --batch for pipelines whose memory admits different "
-                  "batches), H200 NVL, B200 and MI355X systems (no profile, or FP4)",
+    "closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/mlperf_log_summary.txt in the "
+    "mirror ntuhpc/inference_results_v5.1 @ 387c3dd0: every H200 SXM, MI325X and MI300X system of that task "
+    "not used in rounds 2-4. H200 on NVIDIA's TensorRT-LLM code, TP1, FP8 with FP8 KV, gpu_batch_size from "
+    "each submitter's configs/<system>/Offline/llama2-70b.py (2048; HPE 2506); Cisco's 2-node C885A has no "
+    "system config: NVIDIA's H200_SXM_141GBx1 (TP1, 2048) per GPU. MI325X/MI300X on AMD's vLLM code or "
+    "MangoBoost's LLMBoost, TP1 × DP, FP8 with FP8 KV; ⚠ batch as AMD's own v5.1 runs (MI325X 2048, MI300X "
+    "1536; round 3) — hetc's memory model caps every run below it. Left out: Cisco's 16/32×H100 (NVIDIA's "
+    "v5.1 H100 config is PP2, gpu_batch_size 1024: this script caps a run's batch for one stage only), "
+    "the two heterogeneous MI300X+MI325X clusters (one --batch for pipelines whose memory admits different "
+    "batches), H200 NVL, B200 and MI355X systems (no profile, or FP4)",
     "krai51": "MLPerf Inference v5.1, open division, Krai, Llama-2-70B task (OpenOrca, 24,576 samples) served by "
-              "Llama-3.1-70B-Instruct FP8 (one Llama-2-70B run) through vLLM 0.9.2 / 0.9.1 / 0.6.5, SGLang 0.4.9 or "
-              "TensorRT-LLM; 'Tokens per second' of open/Krai/results/<sut>/<benchmark>/offline/performance/run_1/"
-              "mlperf_log_summary.txt in the mirror ntuhpc/inference_results_v5.1 @ 387c3dd0; tp, dp and max_num_seqs "
-              "from open/Krai/measurements/<sut>/<benchmark>/offline/README.md (the PerformanceOnly command); vLLM and "
-              "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
-              "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
-              "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
+    "Llama-3.1-70B-Instruct FP8 (one Llama-2-70B run) through vLLM 0.9.2 / 0.9.1 / 0.6.5, SGLang 0.4.9 or "
+    "TensorRT-LLM; 'Tokens per second' of open/Krai/results/<sut>/<benchmark>/offline/performance/run_1/"
+    "mlperf_log_summary.txt in the mirror ntuhpc/inference_results_v5.1 @ 387c3dd0; tp, dp and max_num_seqs "
+    "from open/Krai/measurements/<sut>/<benchmark>/offline/README.md (the PerformanceOnly command); vLLM and "
+    "SGLang runs give no kv_cache_dtype, so the engines' default 'auto' (bf16 KV) is used; ⚠ TensorRT-LLM's "
+    "B200 run: FP8 KV assumed, batch not given (the largest that fits). ⚠ Lengths as the MLPerf dataset's "
+    "(222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 291-299 output tokens per sample",
     # ---- round 6 (gathered after the freeze at 005d8e2) ----
     "gaudi120": "Intel's Gaudi 2 and Gaudi 3 throughput figures at Intel Gaudi software 1.20.0: 'ref_perf' of "
-                "PyTorch/Hugging_Face_pipelines/Benchmarking_on_Optimum-habana_with_fp8/Gaudi_1-20.json in "
-                "HabanaAI/Gaudi-tutorials @ ad1738ecabd782c4ba14ab4f26c61128cf29af14 (the README: Benchmark.py reports "
-                "'performance comparison against published numbers in Gaudi Model Performance'; the values are the same "
-                "since the file was added at 936902b), each row with its run command: optimum-habana run_generation.py, "
-                "FP8 (INC maxabs_quant), DeepSpeed over --world_size cards (TP), --batch_size, --max_input_tokens, "
-                "--max_new_tokens; ⚠ metric read as output tok/s, as for gaudi. Held: every row whose (device, model, card "
-                "count) Intel's 1.18 pages (rounds 1-4) did not list (Gaudi 3: Llama 3.1 405B x8, Llama 3.3 70B x8 — the "
-                "catalog's llama-3.1-70b, same architecture; Gaudi 2: Llama 3.1 70B x2 and x8); the release's other 24 "
-                "rows (configurations rounds 1-4 measured at 1.18) are reported beside, not held. Decided before any "
-                "prediction was made. The file's Gaudi_1-19.json (software 1.19.0, superseded) is not used",
+    "PyTorch/Hugging_Face_pipelines/Benchmarking_on_Optimum-habana_with_fp8/Gaudi_1-20.json in "
+    "HabanaAI/Gaudi-tutorials @ ad1738ecabd782c4ba14ab4f26c61128cf29af14 (the README: Benchmark.py reports "
+    "'performance comparison against published numbers in Gaudi Model Performance'; the values are the same "
+    "since the file was added at 936902b), each row with its run command: optimum-habana run_generation.py, "
+    "FP8 (INC maxabs_quant), DeepSpeed over --world_size cards (TP), --batch_size, --max_input_tokens, "
+    "--max_new_tokens; ⚠ metric read as output tok/s, as for gaudi. Held: every row whose (device, model, card "
+    "count) Intel's 1.18 pages (rounds 1-4) did not list (Gaudi 3: Llama 3.1 405B x8, Llama 3.3 70B x8 — the "
+    "catalog's llama-3.1-70b, same architecture; Gaudi 2: Llama 3.1 70B x2 and x8); the release's other 24 "
+    "rows (configurations rounds 1-4 measured at 1.18) are reported beside, not held. Decided before any "
+    "prediction was made. The file's Gaudi_1-19.json (software 1.19.0, superseded) is not used",
     "gaudi3vllm": "HabanaAI/Gaudi-tutorials @ c44d768bfe22c48f0731bbe162e874578098804e PyTorch/vLLM_Tutorials/"
-                  "Deploying_vLLM/README.md: the perftest.sh example outputs 'for Gaudi3' (vLLM v0.7.2+Gaudi-1.21.0, "
-                  "image vault.habana.ai/gaudi-docker/1.21.0; dtype bfloat16, the default; TP from settings_vllm.csv: "
-                  "Llama-3.1-8B-Instruct 1, Llama-3.1-405B-Instruct 8); benchmark_serving.py, sonnet dataset, "
-                  "--sonnet-input-len 2048 --sonnet-output-len 2048 --ignore-eos, 640 prompts at --max-concurrency 64 (the "
-                  "batch); 'Output token throughput (tok/s)'. Input length = 'Total input tokens' ÷ requests = "
-                  "1,195,639 / 640 = 1,868 (the sonnet prompts come out below the nominal 2,048); output 1,310,720 / 640 "
-                  "= 2,048",
+    "Deploying_vLLM/README.md: the perftest.sh example outputs 'for Gaudi3' (vLLM v0.7.2+Gaudi-1.21.0, "
+    "image vault.habana.ai/gaudi-docker/1.21.0; dtype bfloat16, the default; TP from settings_vllm.csv: "
+    "Llama-3.1-8B-Instruct 1, Llama-3.1-405B-Instruct 8); benchmark_serving.py, sonnet dataset, "
+    "--sonnet-input-len 2048 --sonnet-output-len 2048 --ignore-eos, 640 prompts at --max-concurrency 64 (the "
+    "batch); 'Output token throughput (tok/s)'. Input length = 'Total input tokens' ÷ requests = "
+    "1,195,639 / 640 = 1,868 (the sonnet prompts come out below the nominal 2,048); output 1,310,720 / 640 "
+    "= 2,048",
     # ---- round 7 (gathered after FROZEN) ----
     # The rule, fixed before any round-7 prediction: every figure below is held unless it is marked beside
     # (hold=False), which is so where (a) rounds 1-6 used a figure of the same device, model, device count,
@@ -151,53 +162,55 @@ SOURCES = {
     # Gaudi 3 values are identical (a copied placeholder, not a measurement of either card), tests commented out of
     # the suite, rows without stated input lengths, models or devices without a profile, FP4.
     "trt12": "TensorRT-LLM performance overview, docs/source/developer-guide/perf-overview.md @ NVIDIA/TensorRT-LLM "
-             "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d (the 1.2-era page; rounds 1-2 used v0.17 @ 258c7540 and v1.0 @ "
-             "00f37686): 'LLaMA v3.3 70B' table, H200 TP2 (FP8) and H100 TP2 (FP8) columns, nvidia/Llama-3.3-70B-"
-             "Instruct-FP8 (the catalog's llama-3.1-70b: same architecture), trtllm-bench throughput, PyTorch backend, "
-             "CUDA graphs with padding, synthetic requests of exactly ISL/OSL; 'Output Throughput per GPU' x 2 GPUs. "
-             "⚠ KV dtype not stated for Llama 3.3: FP8 assumed (the ModelOpt FP8 checkpoint, as trt10); batch not "
-             "stated: the largest that fits",
+    "03e27c7d5ff0c6e89f8328838c0a8e64f1b34f9d (the 1.2-era page; rounds 1-2 used v0.17 @ 258c7540 and v1.0 @ "
+    "00f37686): 'LLaMA v3.3 70B' table, H200 TP2 (FP8) and H100 TP2 (FP8) columns, nvidia/Llama-3.3-70B-"
+    "Instruct-FP8 (the catalog's llama-3.1-70b: same architecture), trtllm-bench throughput, PyTorch backend, "
+    "CUDA graphs with padding, synthetic requests of exactly ISL/OSL; 'Output Throughput per GPU' x 2 GPUs. "
+    "⚠ KV dtype not stated for Llama 3.3: FP8 assumed (the ModelOpt FP8 checkpoint, as trt10); batch not "
+    "stated: the largest that fits",
     "mlperf60": "MLPerf Inference v6.0 Datacenter, closed, Llama-2-70B Offline (99 and 99.9 give the same run), "
-                "'Tokens per second' of closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/"
-                "mlperf_log_summary.txt in the mirror gbeezybez/inference_results_v6.0 @ 232fbf90 (the mlcommons "
-                "repository holds 9 files here): every MI300X, MI325X and H100/H200 SXM system of that task (Dell "
-                "8xMI300X_2xPlatinum_8470 on AMD's vLLM 0.9.0.2 code, ROCm 6.4.1; MangoBoost 8xMI300X and 8xMI325X on "
-                "LLMBoost 0.5.2), TP1 x 8, FP8 with FP8 KV; ⚠ the configs are not in the mirror: batch as AMD's own "
-                "v5.1 runs (MI300X 1536, MI325X 2048; round 3), which hetc's memory model caps below. Lengths 222/294 "
-                "as rounds 2-5. No H100/H200 SXM system ran this task in v6.0 (H200 NVL, B200/B300 FP4, RTX PRO, "
-                "MI350X/MI355X: no profile or FP4); the heterogeneous Dell+MangoBoost MI300X+MI325X+MI355X run has "
-                "MI355X",
+    "'Tokens per second' of closed/<submitter>/results/<system>/llama2-70b-99/Offline/performance/run_1/"
+    "mlperf_log_summary.txt in the mirror gbeezybez/inference_results_v6.0 @ 232fbf90 (the mlcommons "
+    "repository holds 9 files here): every MI300X, MI325X and H100/H200 SXM system of that task (Dell "
+    "8xMI300X_2xPlatinum_8470 on AMD's vLLM 0.9.0.2 code, ROCm 6.4.1; MangoBoost 8xMI300X and 8xMI325X on "
+    "LLMBoost 0.5.2), TP1 x 8, FP8 with FP8 KV; ⚠ the configs are not in the mirror: batch as AMD's own "
+    "v5.1 runs (MI300X 1536, MI325X 2048; round 3), which hetc's memory model caps below. Lengths 222/294 "
+    "as rounds 2-5. No H100/H200 SXM system ran this task in v6.0 (H200 NVL, B200/B300 FP4, RTX PRO, "
+    "MI350X/MI355X: no profile or FP4); the heterogeneous Dell+MangoBoost MI300X+MI325X+MI355X run has "
+    "MI355X",
     "krai60": "MLPerf Inference v6.0, open division, Krai, Llama-2-70B task served by Llama-3.1-70B-Instruct with "
-              "dynamic FP8 on vLLM v0.15.0-dev (nightly d88a1df6), 8xH200-SXM-141GB, 'Tokens per second' of "
-              "open/Krai/results/h200_n1-vllm/llama3_1-70b-fp8_dyn/offline/performance/run_1/mlperf_log_summary.txt "
-              "(gbeezybez/inference_results_v6.0 @ 232fbf90); tp=1, dp=8, max_num_seqs=1232 from the same directory's "
-              "README (the PerformanceOnly command); no kv dtype given: bf16 KV (the engine's default), as krai51",
+    "dynamic FP8 on vLLM v0.15.0-dev (nightly d88a1df6), 8xH200-SXM-141GB, 'Tokens per second' of "
+    "open/Krai/results/h200_n1-vllm/llama3_1-70b-fp8_dyn/offline/performance/run_1/mlperf_log_summary.txt "
+    "(gbeezybez/inference_results_v6.0 @ 232fbf90); tp=1, dp=8, max_num_seqs=1232 from the same directory's "
+    "README (the PerformanceOnly command); no kv dtype given: bf16 KV (the engine's default), as krai51",
     "rocm25b": "AMD, 'Performance results' (amd.com/<lang>/developer/resources/rocm-hub/dev-ai/performance-results.html), "
-               "vLLM on 8xMI300X (dual EPYC 9554), TP8, amd/Llama-3.1-{70B,405B}-Instruct-FP8-KV, 'Max Num Seqs' as the "
-               "batch, the three releases of the page other than rocm25's (stored copies): en, docker rocm/vllm:"
-               "rocm6.4.1_vllm_0.9.0.1_20250605; fr, rocm6.4.1_vllm_0.10.1_20250909; zh-cn, rocm7.0.0_vllm_0.10.2_"
-               "20251006. Rows at input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput' may "
-               "count prompt tokens: 3-6% at these lengths). ⚠ which releases round 4 saw is not recorded; held",
+    "vLLM on 8xMI300X (dual EPYC 9554), TP8, amd/Llama-3.1-{70B,405B}-Instruct-FP8-KV, 'Max Num Seqs' as the "
+    "batch, the three releases of the page other than rocm25's (stored copies): en, docker rocm/vllm:"
+    "rocm6.4.1_vllm_0.9.0.1_20250605; fr, rocm6.4.1_vllm_0.10.1_20250909; zh-cn, rocm7.0.0_vllm_0.10.2_"
+    "20251006. Rows at input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput' may "
+    "count prompt tokens: 3-6% at these lengths). ⚠ which releases round 4 saw is not recorded; held",
     "ohci": "optimum-habana's CI performance baselines: 'throughput' (run_generation.py: generated tokens / s) of the "
-            "test_text_generation_fp8 cases in tests/baselines/fixture/tests/test_text_generation_example.json @ "
-            "huggingface/optimum-habana 1d8504c6c7666a19d71968dba50976dceaf7c6b6, per device (gaudi2, gaudi3); the "
-            "test passes when a run reaches 0.95x the baseline. Each case's configuration from "
-            "tests/test_text_generation_example.py (MODELS_TO_TEST['fp8']: model, world_size, batch_size, input and "
-            "output lengths): run_generation.py --use_kv_cache --use_hpu_graphs --limit_hpu_graphs, FP8 (INC "
-            "maxabs_quant), DeepSpeed TP over world_size cards, --max_input_tokens / --max_new_tokens (fixed lengths, "
-            "bucketed KV for Llama 2 and Mixtral), flash attention (the flex-attention key where only it exists). "
-            "Left out: Mistral 120-batch and Mixtral 96-batch rows (commented out of the suite; Gaudi 2 = Gaudi 3 "
-            "values), Mixtral 2 x 768 (Gaudi 2 = Gaudi 3), bf16 and DeepSpeed batch-1 rows (default prompt, input "
-            "length not stated), Falcon-180B and phi-2 (not in the catalog)",
+    "test_text_generation_fp8 cases in tests/baselines/fixture/tests/test_text_generation_example.json @ "
+    "huggingface/optimum-habana 1d8504c6c7666a19d71968dba50976dceaf7c6b6, per device (gaudi2, gaudi3); the "
+    "test passes when a run reaches 0.95x the baseline. Each case's configuration from "
+    "tests/test_text_generation_example.py (MODELS_TO_TEST['fp8']: model, world_size, batch_size, input and "
+    "output lengths): run_generation.py --use_kv_cache --use_hpu_graphs --limit_hpu_graphs, FP8 (INC "
+    "maxabs_quant), DeepSpeed TP over world_size cards, --max_input_tokens / --max_new_tokens (fixed lengths, "
+    "bucketed KV for Llama 2 and Mixtral), flash attention (the flex-attention key where only it exists). "
+    "Left out: Mistral 120-batch and Mixtral 96-batch rows (commented out of the suite; Gaudi 2 = Gaudi 3 "
+    "values), Mixtral 2 x 768 (Gaudi 2 = Gaudi 3), bf16 and DeepSpeed batch-1 rows (default prompt, input "
+    "length not stated), Falcon-180B and phi-2 (not in the catalog)",
 }
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
-MLPERF_LENGTHS = ("MLPerf Llama-2-70B lengths: input 222 = mean tok_input_length of the 24,576 OpenOrca samples "
-                  "(open_orca_gpt4_tokenized_llama.sampled_24576, per-sample lengths as extracted in "
-                  "openshift-psap/performance-dashboard mlperf-data/summaries/llama2-70b-99.csv @ 71007029; median "
-                  "152, max 1021); output 294 = 'Tokens per sample: 294.45' of mlcommons/inference "
-                  "language/llama2-70b/README.md (each run's tokens/s ÷ samples/s gives 290–301); prompts vary in "
-                  "length, hetc models them at their means")
+MLPERF_LENGTHS = (
+    "MLPerf Llama-2-70B lengths: input 222 = mean tok_input_length of the 24,576 OpenOrca samples "
+    "(open_orca_gpt4_tokenized_llama.sampled_24576, per-sample lengths as extracted in "
+    "openshift-psap/performance-dashboard mlperf-data/summaries/llama2-70b-99.csv @ 71007029; median "
+    "152, max 1021); output 294 = 'Tokens per sample: 294.45' of mlcommons/inference "
+    "language/llama2-70b/README.md (each run's tokens/s ÷ samples/s gives 290–301); prompts vary in "
+    "length, hetc models them at their means"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,239 +245,466 @@ CASES = [
     Case("h100-8b-2048/128", "1xh100", "llama-3.1-8b", "fp8", 2048, 128, 3556.73, "trt17", "nvidia", "a:0", None, 1),
     Case("h200-8b-1000/1000", "1xh200", "llama-3.1-8b", "fp8", 1000, 1000, 17537.96, "trt17", "nvidia", "a:0", None, 1),
     Case("l40s-8b-1000/1000", "1xl40s", "llama-3.1-8b", "fp8", 1000, 1000, 4054.71, "trt17", "nvidia", "a:0", None, 1),
-    Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None,
-         1, "FP16"),
+    Case("a100-8b-1000/1000-fp16", "1xa100", "llama-3.1-8b", "fp16", 1000, 1000, 3786.83, "trt17", "nvidia", "a:0", None, 1, "FP16"),
     Case("h200-70b-1000/1000", "1xh200", "llama-3.1-70b", "fp8", 1000, 1000, 2823.45, "trt17", "nvidia", "a:0", None, 1),
-    Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None,
-         1),
+    Case("2xh100-70b-1000/1000", "2xh100", "llama-3.1-70b", "fp8", 1000, 1000, 4390.53, "trt17", "nvidia", "a:0-1", None, 1),
     Case("gaudi2-8b-128/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 2048, 11138, "gaudi", "intel", "a:0", 289, 1),
     Case("gaudi2-8b-2048/2048", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 2048, 5511, "gaudi", "intel", "a:0", 155, 1),
-    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, 1,
-         "batch ≤ 256 ⚠"),
-    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, 1,
-         "batch ≤ 256 ⚠"),
+    Case("8xmi300x-405b-128/128", "8xmi300x", "llama-3.1-405b", "fp8", 128, 128, 1993, "oci", "amd", "a:0-7", 256, 1, "batch ≤ 256 ⚠"),
+    Case("8xmi300x-405b-128/2048", "8xmi300x", "llama-3.1-405b", "fp8", 128, 2048, 2794, "oci", "amd", "a:0-7", 256, 1, "batch ≤ 256 ⚠"),
     # ---- round 2: gathered after the freeze at 11b21d7 (held then, reported beside now) ----
     # MLPerf Llama-2-70B Offline, FP8 weights and KV, 8-GPU systems as their submitters ran them
-    Case("mlperf41-8xh100-nvidia", "8xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24524.9, "mlperf41", "nvidia",
-         "a:0-1 x4", 896, 2, "TRT-LLM, TP2 × 4, gpu_batch_size 896"),
-    Case("mlperf41-8xh200-nvidia", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 31302.7, "mlperf41", "nvidia",
-         "a:0 x8", 806, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 806"),
-    Case("mlperf51-8xh200-google", "8xh200", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 35043.7, "mlperf51", "nvidia",
-         "a:0 x8", 2048, 2, "TRT-LLM, TP1 × 8, gpu_batch_size 2048"),
-    Case("mlperf41-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 23514.8, "mlperf41", "amd",
-         "a:0 x8", 2048, 2, "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F"),
-    Case("mlperf41-8xmi300x-amd-turin", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 24109.8, "mlperf41",
-         "amd", "a:0 x8", 2048, 2, "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin"),
-    Case("mlperf51-8xmi300x-amd", "8xmi300x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 27803.9, "mlperf51", "amd",
-         "a:0 x8", 1536, 2, "vLLM, TP1 × 8, decode batch 1280–1536"),
-    Case("mlperf51-8xmi325x-amd", "8xmi325x", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 34520.4, "mlperf51", "amd",
-         "a:0 x8", 2048, 2, "vLLM, TP1 × 8, decode batch 2048"),
+    Case(
+        "mlperf41-8xh100-nvidia",
+        "8xh100",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        24524.9,
+        "mlperf41",
+        "nvidia",
+        "a:0-1 x4",
+        896,
+        2,
+        "TRT-LLM, TP2 × 4, gpu_batch_size 896",
+    ),
+    Case(
+        "mlperf41-8xh200-nvidia",
+        "8xh200",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        31302.7,
+        "mlperf41",
+        "nvidia",
+        "a:0 x8",
+        806,
+        2,
+        "TRT-LLM, TP1 × 8, gpu_batch_size 806",
+    ),
+    Case(
+        "mlperf51-8xh200-google",
+        "8xh200",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        35043.7,
+        "mlperf51",
+        "nvidia",
+        "a:0 x8",
+        2048,
+        2,
+        "TRT-LLM, TP1 × 8, gpu_batch_size 2048",
+    ),
+    Case(
+        "mlperf41-8xmi300x-amd",
+        "8xmi300x",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        23514.8,
+        "mlperf41",
+        "amd",
+        "a:0 x8",
+        2048,
+        2,
+        "vLLM, TP1 × 8 (DP8), max_num_seqs 2048, EPYC 9374F",
+    ),
+    Case(
+        "mlperf41-8xmi300x-amd-turin",
+        "8xmi300x",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        24109.8,
+        "mlperf41",
+        "amd",
+        "a:0 x8",
+        2048,
+        2,
+        "vLLM, TP1 × 8, max_num_seqs 2048, EPYC Turin",
+    ),
+    Case(
+        "mlperf51-8xmi300x-amd",
+        "8xmi300x",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        27803.9,
+        "mlperf51",
+        "amd",
+        "a:0 x8",
+        1536,
+        2,
+        "vLLM, TP1 × 8, decode batch 1280–1536",
+    ),
+    Case(
+        "mlperf51-8xmi325x-amd",
+        "8xmi325x",
+        "llama-2-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        34520.4,
+        "mlperf51",
+        "amd",
+        "a:0 x8",
+        2048,
+        2,
+        "vLLM, TP1 × 8, decode batch 2048",
+    ),
     # TensorRT-LLM v1.0: largest batch that fits (its default capacity policy reserves each request's whole length)
-    *[Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, 2)
-      for (gpu, cl, m, model, spec), vals in (
-          (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
-          (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
-          (("h200", "8xh200", "405b", "llama-3.1-405b", "a:0-7"), (4724, 650)),
-          (("h100", "8xh100", "405b", "llama-3.1-405b", "a:0-7"), (3994, 610)),
-          (("h200", "1xh200", "8b", "llama-3.1-8b", "a:0"), (20770, 3902)),
-          (("h100", "1xh100", "8b", "llama-3.1-8b", "a:0"), (17660, 3459)))
-      for (i, o), v in zip(((500, 2000), (5000, 500)), vals)],
+    *[
+        Case(f"trt10-{gpu}-{m}-{i}/{o}", cl, model, "fp8", i, o, v, "trt10", "nvidia", spec, None, 2)
+        for (gpu, cl, m, model, spec), vals in (
+            (("h200", "1xh200", "70b", "llama-3.1-70b", "a:0"), (3666, 566)),
+            (("h100", "2xh100", "70b", "llama-3.1-70b", "a:0-1"), (5222, 898)),
+            (("h200", "8xh200", "405b", "llama-3.1-405b", "a:0-7"), (4724, 650)),
+            (("h100", "8xh100", "405b", "llama-3.1-405b", "a:0-7"), (3994, 610)),
+            (("h200", "1xh200", "8b", "llama-3.1-8b", "a:0"), (20770, 3902)),
+            (("h100", "1xh100", "8b", "llama-3.1-8b", "a:0"), (17660, 3459)),
+        )
+        for (i, o), v in zip(((500, 2000), (5000, 500)), vals)
+    ],
     # Intel's pages: fixed batch
-    *[Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel",
-           "a:0" if n == 1 else f"a:0-{n - 1}", b, 2, f"batch {b}")
-      for n, m, model, rows in (
-          (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652),
-                                      (2048, 2048, 364, 7405))),
-          (2, "70b", "llama-3.1-70b", ((128, 128, 3516, 3711), (128, 2048, 450, 5776), (2048, 128, 223, 497),
-                                        (2048, 2048, 175, 2588))),
-          (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600),
-                                        (2048, 2048, 600, 8946))))
-      for i, o, b, v in rows],
-    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, 2,
-         "batch 2429"),
-    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, 2,
-         "batch 179"),
+    *[
+        Case(f"gaudi3-{n}x-{m}-{i}/{o}", f"{n}xgaudi3", model, "fp8", i, o, v, "gaudi3", "intel", "a:0" if n == 1 else f"a:0-{n - 1}", b, 2, f"batch {b}")
+        for n, m, model, rows in (
+            (1, "8b", "llama-3.1-8b", ((128, 128, 1536, 24310), (128, 2048, 768, 18830), (2048, 128, 256, 2652), (2048, 2048, 364, 7405))),
+            (2, "70b", "llama-3.1-70b", ((128, 128, 3516, 3711), (128, 2048, 450, 5776), (2048, 128, 223, 497), (2048, 2048, 175, 2588))),
+            (8, "70b", "llama-3.1-70b", ((128, 128, 4000, 15008), (128, 2048, 600, 15711), (2048, 128, 400, 1600), (2048, 2048, 600, 8946))),
+        )
+        for i, o, b, v in rows
+    ],
+    Case("gaudi2-8b-128/128", "1xgaudi2", "llama-3.1-8b", "fp8", 128, 128, 18201, "gaudi2b", "intel", "a:0", 2429, 2, "batch 2429"),
+    Case("gaudi2-8b-2048/128", "1xgaudi2", "llama-3.1-8b", "fp8", 2048, 128, 2028, "gaudi2b", "intel", "a:0", 179, 2, "batch 179"),
     # ---- round 3: gathered after the freeze at 48fca1d (held then, reported beside now) ----
     # MLPerf Llama-2-70B Offline, FP8: other submitters' systems and configurations (4 GPUs, 1 GPU, Gaudi 2)
-    *[Case(f"{r}-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, src, vendor, spec, b, 3,
-           note)
-      for r, src, n, gpu, who, vendor, spec, b, v, note in (
-          ("mlperf41", "mlperf41x", 4, "h100", "dell", "nvidia", "a:0-1 x2", 896, 10699.6, "XE8640; TRT-LLM, TP2 × 2"),
-          ("mlperf41", "mlperf41x", 4, "h100", "fujitsu", "nvidia", "a:0-1 x2", 896, 10133.3, "GX2560M7; TRT-LLM, TP2 × 2"),
-          ("mlperf41", "mlperf41x", 8, "h100", "dell", "nvidia", "a:0-1 x4", 896, 24086.7, "XE9680; TRT-LLM, TP2 × 4"),
-          ("mlperf41", "mlperf41x", 8, "h100", "hpe", "nvidia", "a:0-1 x4", 896, 24528.3, "Cray XD670; TRT-LLM, TP2 × 4"),
-          ("mlperf41", "mlperf41x", 8, "h200", "dell", "nvidia", "a:0 x8", 806, 32124.3, "XE9680; TRT-LLM, TP1 × 8"),
-          ("mlperf41", "mlperf41x", 8, "h200", "lenovo", "nvidia", "a:0 x8", 806, 31917.0, "TRT-LLM, TP1 × 8"),
-          ("mlperf41", "mlperf41x", 8, "h200", "giga", "nvidia", "a:0 x8", 806, 31263.8, "G593-SD1; TRT-LLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "h200", "dell", "nvidia", "a:0 x8", 2048, 35316.7, "XE9680; TRT-LLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "h200", "asus", "nvidia", "a:0 x8", 2048, 35075.1, "ESC N8; TRT-LLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "h200", "cisco", "nvidia", "a:0 x8", 2048, 34548.2, "C885; TRT-LLM, TP1 × 8"),
-          ("mlperf41", "mlperf41x", 1, "mi300x", "amd", "amd", "a:0", 2048, 3062.72, "vLLM, TP1, EPYC 9374F"),
-          ("mlperf41", "mlperf41x", 8, "mi300x", "dell", "amd", "a:0 x8", 2048, 22677.6, "XE9680; vLLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "mi300x", "dell", "amd", "a:0 x8", 1536, 27325.9, "XE9680; vLLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27678.1,
-           "Dell+MangoBoost LLMBoost, TP1 × 8 ⚠ batch not read: AMD's 1536 assumed"),
-          ("mlperf51", "mlperf51x", 8, "mi325x", "asus", "amd", "a:0 x8", 2048, 33987.4, "ESC A8A; vLLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "mi325x", "giga", "amd", "a:0 x8", 2048, 34483.2, "vLLM, TP1 × 8"),
-          ("mlperf51", "mlperf51x", 8, "mi325x", "amd-2", "amd", "a:0 x8", 2048, 34555.0, "AMD's second MI325X system"),
-          ("mlperf40", "mlperf40", 8, "gaudi2", "intel", "intel", "a:0-7", 1024, 8034.85, "TGI-Gaudi, TP8, batch 1024"))],
+    *[
+        Case(f"{r}-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, src, vendor, spec, b, 3, note)
+        for r, src, n, gpu, who, vendor, spec, b, v, note in (
+            ("mlperf41", "mlperf41x", 4, "h100", "dell", "nvidia", "a:0-1 x2", 896, 10699.6, "XE8640; TRT-LLM, TP2 × 2"),
+            ("mlperf41", "mlperf41x", 4, "h100", "fujitsu", "nvidia", "a:0-1 x2", 896, 10133.3, "GX2560M7; TRT-LLM, TP2 × 2"),
+            ("mlperf41", "mlperf41x", 8, "h100", "dell", "nvidia", "a:0-1 x4", 896, 24086.7, "XE9680; TRT-LLM, TP2 × 4"),
+            ("mlperf41", "mlperf41x", 8, "h100", "hpe", "nvidia", "a:0-1 x4", 896, 24528.3, "Cray XD670; TRT-LLM, TP2 × 4"),
+            ("mlperf41", "mlperf41x", 8, "h200", "dell", "nvidia", "a:0 x8", 806, 32124.3, "XE9680; TRT-LLM, TP1 × 8"),
+            ("mlperf41", "mlperf41x", 8, "h200", "lenovo", "nvidia", "a:0 x8", 806, 31917.0, "TRT-LLM, TP1 × 8"),
+            ("mlperf41", "mlperf41x", 8, "h200", "giga", "nvidia", "a:0 x8", 806, 31263.8, "G593-SD1; TRT-LLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "h200", "dell", "nvidia", "a:0 x8", 2048, 35316.7, "XE9680; TRT-LLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "h200", "asus", "nvidia", "a:0 x8", 2048, 35075.1, "ESC N8; TRT-LLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "h200", "cisco", "nvidia", "a:0 x8", 2048, 34548.2, "C885; TRT-LLM, TP1 × 8"),
+            ("mlperf41", "mlperf41x", 1, "mi300x", "amd", "amd", "a:0", 2048, 3062.72, "vLLM, TP1, EPYC 9374F"),
+            ("mlperf41", "mlperf41x", 8, "mi300x", "dell", "amd", "a:0 x8", 2048, 22677.6, "XE9680; vLLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "mi300x", "dell", "amd", "a:0 x8", 1536, 27325.9, "XE9680; vLLM, TP1 × 8"),
+            (
+                "mlperf51",
+                "mlperf51x",
+                8,
+                "mi300x",
+                "mangoboost",
+                "amd",
+                "a:0 x8",
+                1536,
+                27678.1,
+                "Dell+MangoBoost LLMBoost, TP1 × 8 ⚠ batch not read: AMD's 1536 assumed",
+            ),
+            ("mlperf51", "mlperf51x", 8, "mi325x", "asus", "amd", "a:0 x8", 2048, 33987.4, "ESC A8A; vLLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "mi325x", "giga", "amd", "a:0 x8", 2048, 34483.2, "vLLM, TP1 × 8"),
+            ("mlperf51", "mlperf51x", 8, "mi325x", "amd-2", "amd", "a:0 x8", 2048, 34555.0, "AMD's second MI325X system"),
+            ("mlperf40", "mlperf40", 8, "gaudi2", "intel", "intel", "a:0-7", 1024, 8034.85, "TGI-Gaudi, TP8, batch 1024"),
+        )
+    ],
     # Intel's pages: the LLaMA 2 70b rows (fixed batch)
-    *[Case(f"{g}-{n}x-l2-70b-{i}/{o}", f"{n}x{g}", "llama-2-70b", "fp8", i, o, v, src, "intel", f"a:0-{n - 1}", b, 3,
-           f"batch {b}")
-      for g, src, rows in (
-          ("gaudi2", "gaudi2c", ((2, 128, 128, 1750, 2844), (4, 128, 2048, 327, 3211), (2, 2048, 128, 95, 310),
-                                 (2, 2048, 2048, 78, 1438))),
-          ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498),
-                                 (2, 2048, 2048, 240, 2641))))
-      for n, i, o, b, v in rows],
+    *[
+        Case(f"{g}-{n}x-l2-70b-{i}/{o}", f"{n}x{g}", "llama-2-70b", "fp8", i, o, v, src, "intel", f"a:0-{n - 1}", b, 3, f"batch {b}")
+        for g, src, rows in (
+            ("gaudi2", "gaudi2c", ((2, 128, 128, 1750, 2844), (4, 128, 2048, 327, 3211), (2, 2048, 128, 95, 310), (2, 2048, 2048, 78, 1438))),
+            ("gaudi3", "gaudi3b", ((2, 128, 128, 1750, 4433), (2, 128, 2048, 512, 6026), (2, 2048, 128, 231, 498), (2, 2048, 2048, 240, 2641))),
+        )
+        for n, i, o, b, v in rows
+    ],
     # ---- round 4: gathered after the freeze at fd4908c (held then, reported beside now) ----
     # MLPerf v5.0 Llama-2-70B Offline, FP8: every system found in the stored mirror
-    *[Case(f"mlperf50-{n}x{gpu}-{who}", cl, "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf50", vendor, spec, b, 4,
-           note)
-      for n, gpu, cl, who, vendor, spec, b, v, note in (
-          (8, "h200", "8xh200", "nvidia", "nvidia", "a:0 x8", 2048, 34988.2, "H200-SXM-141GBx8; TRT-LLM, TP1 × 8"),
-          (8, "h200", "8xh200", "supermicro", "nvidia", "a:0 x8", 2048, 35026.8, "AS-4125GS-TNHR2-LCC; TRT-LLM, TP1 × 8"),
-          (8, "h200", "8xh200", "lenovo", "nvidia", "a:0 x8", 2048, 35453.0, "TRT-LLM, TP1 × 8"),
-          (8, "h200", "8xh200", "dell", "nvidia", "a:0 x8", 2048, 34822.6, "XE9680 (99.9%); TRT-LLM, TP1 × 8"),
-          (8, "h200", "8xh200", "asus", "nvidia", "a:0 x8", 2048, 34807.1, "TRT-LLM, TP1 × 8"),
-          (8, "h100", "8xh100", "nvidia", "nvidia", "a:0-1 x4", 896, 31306.8, "DGX-H100; TRT-LLM, TP2 × 4"),
-          (8, "h100", "8xh100", "dell", "nvidia", "a:0-1 x4", 896, 31216.8, "XE9680; TRT-LLM, TP2 × 4"),
-          (8, "mi325x", "8xmi325x", "amd", "amd", "a:0 x8", 2048, 33928.1, "99.9%; vLLM, TP1 × 8"),
-          (8, "mi325x", "8xmi325x", "supermicro", "amd", "a:0 x8", 2048, 33069.1, "99.9%; vLLM, TP1 × 8"),
-          (8, "mi325x", "8xmi325x", "asus", "amd", "a:0 x8", 2048, 33366.5, "ESC A8A, 99.9%; vLLM, TP1 × 8"),
-          (8, "mi325x", "8xmi325x", "giga", "amd", "a:0 x8", 2048, 33251.3, "G893-ZX1, 99.9%; vLLM, TP1 × 8"),
-          (32, "mi300x", "32xmi300x", "mangoboost", "amd", "a:0 x8;b:0 x8;c:0 x8;d:0 x8", 2048, 103182.0,
-           "4 nodes, 99.9%; LLMBoost, TP1 × 32"))],
+    *[
+        Case(f"mlperf50-{n}x{gpu}-{who}", cl, "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf50", vendor, spec, b, 4, note)
+        for n, gpu, cl, who, vendor, spec, b, v, note in (
+            (8, "h200", "8xh200", "nvidia", "nvidia", "a:0 x8", 2048, 34988.2, "H200-SXM-141GBx8; TRT-LLM, TP1 × 8"),
+            (8, "h200", "8xh200", "supermicro", "nvidia", "a:0 x8", 2048, 35026.8, "AS-4125GS-TNHR2-LCC; TRT-LLM, TP1 × 8"),
+            (8, "h200", "8xh200", "lenovo", "nvidia", "a:0 x8", 2048, 35453.0, "TRT-LLM, TP1 × 8"),
+            (8, "h200", "8xh200", "dell", "nvidia", "a:0 x8", 2048, 34822.6, "XE9680 (99.9%); TRT-LLM, TP1 × 8"),
+            (8, "h200", "8xh200", "asus", "nvidia", "a:0 x8", 2048, 34807.1, "TRT-LLM, TP1 × 8"),
+            (8, "h100", "8xh100", "nvidia", "nvidia", "a:0-1 x4", 896, 31306.8, "DGX-H100; TRT-LLM, TP2 × 4"),
+            (8, "h100", "8xh100", "dell", "nvidia", "a:0-1 x4", 896, 31216.8, "XE9680; TRT-LLM, TP2 × 4"),
+            (8, "mi325x", "8xmi325x", "amd", "amd", "a:0 x8", 2048, 33928.1, "99.9%; vLLM, TP1 × 8"),
+            (8, "mi325x", "8xmi325x", "supermicro", "amd", "a:0 x8", 2048, 33069.1, "99.9%; vLLM, TP1 × 8"),
+            (8, "mi325x", "8xmi325x", "asus", "amd", "a:0 x8", 2048, 33366.5, "ESC A8A, 99.9%; vLLM, TP1 × 8"),
+            (8, "mi325x", "8xmi325x", "giga", "amd", "a:0 x8", 2048, 33251.3, "G893-ZX1, 99.9%; vLLM, TP1 × 8"),
+            (32, "mi300x", "32xmi300x", "mangoboost", "amd", "a:0 x8;b:0 x8;c:0 x8;d:0 x8", 2048, 103182.0, "4 nodes, 99.9%; LLMBoost, TP1 × 32"),
+        )
+    ],
     # AMD's performance page: vLLM, TP8 on 8×MI300X at its max_num_seqs
-    *[Case(f"rocm-8xmi300x-{m}-{i}/{o}", "8xmi300x", model, "fp8", i, o, v, "rocm25", "amd", "a:0-7", b, 4,
-           f"max seqs {b}")
-      for m, model, i, o, b, v in (("70b", "llama-3.1-70b", 128, 2048, 3200, 13279.6),
-                                   ("70b", "llama-3.1-70b", 128, 4096, 1500, 11449.7),
-                                   ("405b", "llama-3.1-405b", 128, 2048, 1500, 3816.8),
-                                   ("405b", "llama-3.1-405b", 128, 4096, 1500, 3099.6))],
+    *[
+        Case(f"rocm-8xmi300x-{m}-{i}/{o}", "8xmi300x", model, "fp8", i, o, v, "rocm25", "amd", "a:0-7", b, 4, f"max seqs {b}")
+        for m, model, i, o, b, v in (
+            ("70b", "llama-3.1-70b", 128, 2048, 3200, 13279.6),
+            ("70b", "llama-3.1-70b", 128, 4096, 1500, 11449.7),
+            ("405b", "llama-3.1-405b", 128, 2048, 1500, 3816.8),
+            ("405b", "llama-3.1-405b", 128, 4096, 1500, 3099.6),
+        )
+    ],
     # Intel's pages: the LLaMA 2 7b and Mistral 7b rows (1 HPU, fixed batch)
-    *[Case(f"{g}-1x-{m}-{i}/{o}", f"1x{g}", model, "fp8", i, o, v, src, "intel", "a:0", b, 4, f"batch {b}")
-      for g, src, m, model, rows in (
-          ("gaudi2", "gaudi2d", "l2-7b", "llama-2-7b", ((128, 128, 1230, 13137), (128, 2048, 163, 4791),
-                                                        (2048, 128, 94, 1449), (2048, 2048, 81, 1953))),
-          ("gaudi2", "gaudi2d", "mistral-7b", "mistral-7b", ((128, 128, 896, 18023), (128, 2048, 120, 11294),
-                                                             (2048, 128, 120, 1427), (2048, 2048, 44, 3947))),
-          ("gaudi3", "gaudi3c", "l2-7b", "llama-2-7b", ((128, 128, 1536, 19810), (128, 2048, 217, 6763),
-                                                        (2048, 128, 153, 2029), (2048, 2048, 75, 2734))),
-          ("gaudi3", "gaudi3c", "mistral-7b", "mistral-7b", ((128, 128, 896, 24433), (128, 2048, 120, 13726),
-                                                             (2048, 128, 120, 2085), (2048, 2048, 44, 4970))))
-      for i, o, b, v in rows],
+    *[
+        Case(f"{g}-1x-{m}-{i}/{o}", f"1x{g}", model, "fp8", i, o, v, src, "intel", "a:0", b, 4, f"batch {b}")
+        for g, src, m, model, rows in (
+            ("gaudi2", "gaudi2d", "l2-7b", "llama-2-7b", ((128, 128, 1230, 13137), (128, 2048, 163, 4791), (2048, 128, 94, 1449), (2048, 2048, 81, 1953))),
+            (
+                "gaudi2",
+                "gaudi2d",
+                "mistral-7b",
+                "mistral-7b",
+                ((128, 128, 896, 18023), (128, 2048, 120, 11294), (2048, 128, 120, 1427), (2048, 2048, 44, 3947)),
+            ),
+            ("gaudi3", "gaudi3c", "l2-7b", "llama-2-7b", ((128, 128, 1536, 19810), (128, 2048, 217, 6763), (2048, 128, 153, 2029), (2048, 2048, 75, 2734))),
+            (
+                "gaudi3",
+                "gaudi3c",
+                "mistral-7b",
+                "mistral-7b",
+                ((128, 128, 896, 24433), (128, 2048, 120, 13726), (2048, 128, 120, 2085), (2048, 2048, 44, 4970)),
+            ),
+        )
+        for i, o, b, v in rows
+    ],
     # ---- round 5: gathered after the freeze at 005d8e2 (held then, reported beside now) ----
     # MLPerf v5.1 Llama-2-70B Offline, FP8, closed: the systems rounds 2-4 did not use
-    *[Case(f"mlperf51-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf51r5", vendor,
-           spec, b, 5, note)
-      for n, gpu, who, vendor, spec, b, v, note in (
-          (8, "h200", "dell-xe9680l", "nvidia", "a:0 x8", 2048, 34588.3, "XE9680L; TRT-LLM, TP1 × 8"),
-          (8, "h200", "hpe", "nvidia", "a:0 x8", 2506, 34964.6, "Cray XD670; TRT-LLM, TP1 × 8"),
-          (8, "h200", "nebius", "nvidia", "a:0 x8", 2048, 34812.1, "TRT-LLM, TP1 × 8"),
-          (8, "h200", "qct", "nvidia", "a:0 x8", 2048, 35091.5, "D74U-7U; TRT-LLM, TP1 × 8"),
-          (8, "h200", "dell-broadcom", "nvidia", "a:0 x8", 2048, 34301.9, "vXE9680 (VMware); TRT-LLM, TP1 × 8"),
-          (16, "h200", "cisco", "nvidia", "a:0 x8;b:0 x8", 2048, 68894.8, "C885A M8, 2 nodes; TRT-LLM, TP1 × 16"),
-          (8, "mi325x", "mitac", "amd", "a:0 x8", 2048, 33703.0, "vLLM, TP1 × 8"),
-          (8, "mi325x", "qct", "amd", "a:0 x8", 2048, 32760.5, "D75T-7U; vLLM, TP1 × 8"),
-          (8, "mi325x", "supermicro", "amd", "a:0 x8", 2048, 33468.4, "vLLM, TP1 × 8"),
-          (8, "mi325x", "vultr", "amd", "a:0 x8", 2048, 33762.5, "vLLM, TP1 × 8"),
-          (8, "mi325x", "mangoboost", "amd", "a:0 x8", 2048, 34454.4, "LLMBoost, TP1 × 8"),
-          (8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27854.4, "EPYC 9534; LLMBoost, TP1 × 8"),
-          (16, "mi300x", "dell-mangoboost", "amd", "a:0 x8;b:0 x8", 1536, 53572.2, "2 nodes; LLMBoost, TP1 × 16"),
-          (16, "mi325x", "supermicro-mangoboost", "amd", "a:0 x8;b:0 x8", 2048, 65320.1, "2 nodes; LLMBoost, TP1 × 16"))],
+    *[
+        Case(f"mlperf51-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf51r5", vendor, spec, b, 5, note)
+        for n, gpu, who, vendor, spec, b, v, note in (
+            (8, "h200", "dell-xe9680l", "nvidia", "a:0 x8", 2048, 34588.3, "XE9680L; TRT-LLM, TP1 × 8"),
+            (8, "h200", "hpe", "nvidia", "a:0 x8", 2506, 34964.6, "Cray XD670; TRT-LLM, TP1 × 8"),
+            (8, "h200", "nebius", "nvidia", "a:0 x8", 2048, 34812.1, "TRT-LLM, TP1 × 8"),
+            (8, "h200", "qct", "nvidia", "a:0 x8", 2048, 35091.5, "D74U-7U; TRT-LLM, TP1 × 8"),
+            (8, "h200", "dell-broadcom", "nvidia", "a:0 x8", 2048, 34301.9, "vXE9680 (VMware); TRT-LLM, TP1 × 8"),
+            (16, "h200", "cisco", "nvidia", "a:0 x8;b:0 x8", 2048, 68894.8, "C885A M8, 2 nodes; TRT-LLM, TP1 × 16"),
+            (8, "mi325x", "mitac", "amd", "a:0 x8", 2048, 33703.0, "vLLM, TP1 × 8"),
+            (8, "mi325x", "qct", "amd", "a:0 x8", 2048, 32760.5, "D75T-7U; vLLM, TP1 × 8"),
+            (8, "mi325x", "supermicro", "amd", "a:0 x8", 2048, 33468.4, "vLLM, TP1 × 8"),
+            (8, "mi325x", "vultr", "amd", "a:0 x8", 2048, 33762.5, "vLLM, TP1 × 8"),
+            (8, "mi325x", "mangoboost", "amd", "a:0 x8", 2048, 34454.4, "LLMBoost, TP1 × 8"),
+            (8, "mi300x", "mangoboost", "amd", "a:0 x8", 1536, 27854.4, "EPYC 9534; LLMBoost, TP1 × 8"),
+            (16, "mi300x", "dell-mangoboost", "amd", "a:0 x8;b:0 x8", 1536, 53572.2, "2 nodes; LLMBoost, TP1 × 16"),
+            (16, "mi325x", "supermicro-mangoboost", "amd", "a:0 x8;b:0 x8", 2048, 65320.1, "2 nodes; LLMBoost, TP1 × 16"),
+        )
+    ],
     # MLPerf v5.1 open division, Krai: vLLM, SGLang and TensorRT-LLM serving the Llama-2-70B task
-    *[Case(f"krai51-{n}x{gpu}-{what}", f"{n}x{gpu}", model, "fp8", MLPERF_ISL, MLPERF_OSL, v, "krai51", vendor, spec, b, 5,
-           note, kv)
-      for n, gpu, what, vendor, model, spec, b, v, kv, note in (
-          (8, "h200", "vllm-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", 1232, 30893.1, "bf16", "vLLM 0.9.2, dynamic FP8"),
-          (8, "h200", "vllm-pre", "nvidia", "llama-3.1-70b", "a:0 x8", 630, 26318.8, "bf16", "vLLM 0.9.2, FP8 checkpoint"),
-          (8, "h200", "sglang-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", None, 27697.0, "bf16", "SGLang 0.4.9, dynamic FP8"),
-          (8, "h200", "sglang-pre", "nvidia", "llama-3.1-70b", "a:0 x8", None, 31383.2, "bf16", "SGLang 0.4.9, FP8 checkpoint"),
-          (16, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8", 1029, 58617.3, "bf16", "vLLM 0.9.2, 2 nodes"),
-          (24, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8;c:0 x8", 2401, 87334.0, "bf16", "vLLM 0.9.2, 3 nodes"),
-          (8, "h100", "vllm", "nvidia", "llama-3.1-70b", "a:0-1 x4", 3264, 22819.6, "bf16", "vLLM 0.9.2, TP2 × 4"),
-          (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
-          (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
-          (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"))],
+    *[
+        Case(f"krai51-{n}x{gpu}-{what}", f"{n}x{gpu}", model, "fp8", MLPERF_ISL, MLPERF_OSL, v, "krai51", vendor, spec, b, 5, note, kv)
+        for n, gpu, what, vendor, model, spec, b, v, kv, note in (
+            (8, "h200", "vllm-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", 1232, 30893.1, "bf16", "vLLM 0.9.2, dynamic FP8"),
+            (8, "h200", "vllm-pre", "nvidia", "llama-3.1-70b", "a:0 x8", 630, 26318.8, "bf16", "vLLM 0.9.2, FP8 checkpoint"),
+            (8, "h200", "sglang-dyn", "nvidia", "llama-3.1-70b", "a:0 x8", None, 27697.0, "bf16", "SGLang 0.4.9, dynamic FP8"),
+            (8, "h200", "sglang-pre", "nvidia", "llama-3.1-70b", "a:0 x8", None, 31383.2, "bf16", "SGLang 0.4.9, FP8 checkpoint"),
+            (16, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8", 1029, 58617.3, "bf16", "vLLM 0.9.2, 2 nodes"),
+            (24, "h200", "vllm", "nvidia", "llama-3.1-70b", "a:0 x8;b:0 x8;c:0 x8", 2401, 87334.0, "bf16", "vLLM 0.9.2, 3 nodes"),
+            (8, "h100", "vllm", "nvidia", "llama-3.1-70b", "a:0-1 x4", 3264, 22819.6, "bf16", "vLLM 0.9.2, TP2 × 4"),
+            (8, "b200", "trtllm", "nvidia", "llama-3.1-70b", "a:0 x8", None, 65770.1, None, "TensorRT-LLM, FP8 ⚠ KV"),
+            (8, "mi300x", "vllm065-l2", "amd", "llama-2-70b", "a:0 x8", 1275, 27185.5, "bf16", "vLLM 0.6.5, Quark FP8"),
+            (8, "mi300x", "vllm091", "amd", "llama-3.1-70b", "a:0 x8", 1866, 18558.9, "bf16", "vLLM 0.9.1, dynamic FP8"),
+        )
+    ],
     # ---- round 6: gathered after the freeze at 005d8e2 (held with round 5 then, reported beside now) ----
     # Intel's figures at software 1.20.0 (optimum-habana, FP8, fixed batch, TP over the cards): held where the
     # (device, model, card count) is new to rounds 1-4, the release's other rows beside (the rule in SOURCES)
-    *[Case(f"g120-{g}-{n}x-{m}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "gaudi120", "intel",
-           "a:0" if n == 1 else f"a:0-{n - 1}", b, 6, f"batch {b}{note}", hold=hold)
-      for g, n, m, model, note, hold, rows in (
-          ("gaudi3", 8, "405b", "llama-3.1-405b", "", True, ((128, 128, 2996, 3488), (128, 2048, 460, 4998),
-                                                            (2048, 128, 195, 394), (2048, 2048, 180, 2238))),
-          ("gaudi3", 8, "l33-70b", "llama-3.1-70b", "; Llama 3.3 70B", True,
-           ((128, 128, 3986, 16622), (128, 2048, 2048, 24705), (2048, 128, 774, 1890), (2048, 2048, 719, 11043))),
-          ("gaudi2", 2, "70b", "llama-3.1-70b", "", True, ((128, 128, 1792, 3421), (128, 2048, 256, 3827),
-                                                          (2048, 128, 142, 462), (2048, 2048, 139, 1665))),
-          ("gaudi2", 8, "70b", "llama-3.1-70b", "", True, ((128, 128, 4000, 10404), (128, 2048, 768, 13639),
-                                                          (2048, 128, 383, 1553), (2048, 2048, 476, 6715))),
-          ("gaudi3", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 4853), (128, 2048, 512, 6835),
-                                                            (2048, 128, 242, 506), (2048, 2048, 241, 2859))),
-          ("gaudi3", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 1536, 25097), (128, 2048, 768, 20425),
-                                                         (2048, 128, 256, 2765), (2048, 2048, 256, 9013))),
-          ("gaudi3", 2, "70b", "llama-3.1-70b", "", False, ((128, 128, 2048, 5466), (128, 2048, 450, 6535),
-                                                           (2048, 128, 223, 663), (2048, 2048, 175, 2891))),
-          ("gaudi3", 8, "70b", "llama-3.1-70b", "", False, ((128, 128, 4000, 18290), (128, 2048, 768, 21138),
-                                                           (2048, 128, 512, 2273), (2048, 2048, 600, 10600))),
-          ("gaudi2", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 2935), (128, 2048, 256, 3963),
-                                                            (2048, 128, 95, 318), (2048, 2048, 159, 1767))),
-          ("gaudi2", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 2816, 19907), (128, 2048, 512, 14866),
-                                                         (2048, 128, 179, 2099), (2048, 2048, 256, 6060))))
-      for i, o, b, v in rows],
+    *[
+        Case(
+            f"g120-{g}-{n}x-{m}-{i}/{o}",
+            f"{n}x{g}",
+            model,
+            "fp8",
+            i,
+            o,
+            v,
+            "gaudi120",
+            "intel",
+            "a:0" if n == 1 else f"a:0-{n - 1}",
+            b,
+            6,
+            f"batch {b}{note}",
+            hold=hold,
+        )
+        for g, n, m, model, note, hold, rows in (
+            ("gaudi3", 8, "405b", "llama-3.1-405b", "", True, ((128, 128, 2996, 3488), (128, 2048, 460, 4998), (2048, 128, 195, 394), (2048, 2048, 180, 2238))),
+            (
+                "gaudi3",
+                8,
+                "l33-70b",
+                "llama-3.1-70b",
+                "; Llama 3.3 70B",
+                True,
+                ((128, 128, 3986, 16622), (128, 2048, 2048, 24705), (2048, 128, 774, 1890), (2048, 2048, 719, 11043)),
+            ),
+            ("gaudi2", 2, "70b", "llama-3.1-70b", "", True, ((128, 128, 1792, 3421), (128, 2048, 256, 3827), (2048, 128, 142, 462), (2048, 2048, 139, 1665))),
+            (
+                "gaudi2",
+                8,
+                "70b",
+                "llama-3.1-70b",
+                "",
+                True,
+                ((128, 128, 4000, 10404), (128, 2048, 768, 13639), (2048, 128, 383, 1553), (2048, 2048, 476, 6715)),
+            ),
+            ("gaudi3", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 4853), (128, 2048, 512, 6835), (2048, 128, 242, 506), (2048, 2048, 241, 2859))),
+            ("gaudi3", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 1536, 25097), (128, 2048, 768, 20425), (2048, 128, 256, 2765), (2048, 2048, 256, 9013))),
+            ("gaudi3", 2, "70b", "llama-3.1-70b", "", False, ((128, 128, 2048, 5466), (128, 2048, 450, 6535), (2048, 128, 223, 663), (2048, 2048, 175, 2891))),
+            (
+                "gaudi3",
+                8,
+                "70b",
+                "llama-3.1-70b",
+                "",
+                False,
+                ((128, 128, 4000, 18290), (128, 2048, 768, 21138), (2048, 128, 512, 2273), (2048, 2048, 600, 10600)),
+            ),
+            ("gaudi2", 2, "l2-70b", "llama-2-70b", "", False, ((128, 128, 1750, 2935), (128, 2048, 256, 3963), (2048, 128, 95, 318), (2048, 2048, 159, 1767))),
+            ("gaudi2", 1, "8b", "llama-3.1-8b", "", False, ((128, 128, 2816, 19907), (128, 2048, 512, 14866), (2048, 128, 179, 2099), (2048, 2048, 256, 6060))),
+        )
+        for i, o, b, v in rows
+    ],
     # Intel's vLLM tutorial: Gaudi 3, BF16, 64 requests in flight
-    Case("g3vllm-1x-8b-1868/2048", "1xgaudi3", "llama-3.1-8b", "bf16", 1868, 2048, 3644.60, "gaudi3vllm", "intel", "a:0",
-         64, 6, "vLLM 0.7.2+Gaudi, TP1, BF16, 64 concurrent"),
-    Case("g3vllm-8x-405b-1868/2048", "8xgaudi3", "llama-3.1-405b", "bf16", 1868, 2048, 865.73, "gaudi3vllm", "intel",
-         "a:0-7", 64, 6, "vLLM 0.7.2+Gaudi, TP8, BF16, 64 concurrent"),
+    Case(
+        "g3vllm-1x-8b-1868/2048",
+        "1xgaudi3",
+        "llama-3.1-8b",
+        "bf16",
+        1868,
+        2048,
+        3644.60,
+        "gaudi3vllm",
+        "intel",
+        "a:0",
+        64,
+        6,
+        "vLLM 0.7.2+Gaudi, TP1, BF16, 64 concurrent",
+    ),
+    Case(
+        "g3vllm-8x-405b-1868/2048",
+        "8xgaudi3",
+        "llama-3.1-405b",
+        "bf16",
+        1868,
+        2048,
+        865.73,
+        "gaudi3vllm",
+        "intel",
+        "a:0-7",
+        64,
+        6,
+        "vLLM 0.7.2+Gaudi, TP8, BF16, 64 concurrent",
+    ),
     # ---- round 7: gathered after the freeze at FROZEN (held to the target, by the rule with SOURCES) ----
     # TensorRT-LLM's 1.2-era overview: Llama 3.3 70B FP8 at TP2 (per-GPU figures x 2)
-    *[Case(f"trt12-{n}-70b-{i}/{o}", f"2x{gpu}", "llama-3.1-70b", "fp8", i, o, per_gpu * 2, "trt12", "nvidia", "a:0-1",
-           None, 7, "TP2; Llama 3.3 70B", hold=hold)
-      for gpu, n, i, o, per_gpu, hold in (
-          ("h200", "2xh200", 1000, 1000, 2587, True), ("h200", "2xh200", 1024, 1024, 2582, True),
-          ("h200", "2xh200", 1024, 8192, 2009, True), ("h200", "2xh200", 8192, 1024, 537, True),
-          ("h200", "2xh200", 32768, 1024, 120, True), ("h100", "2xh100", 8192, 1024, 398, True),
-          ("h100", "2xh100", 1000, 1000, 2209, False))],  # round 1's 2xh100-70b-1000/1000 configuration: beside
+    *[
+        Case(
+            f"trt12-{n}-70b-{i}/{o}",
+            f"2x{gpu}",
+            "llama-3.1-70b",
+            "fp8",
+            i,
+            o,
+            per_gpu * 2,
+            "trt12",
+            "nvidia",
+            "a:0-1",
+            None,
+            7,
+            "TP2; Llama 3.3 70B",
+            hold=hold,
+        )
+        for gpu, n, i, o, per_gpu, hold in (
+            ("h200", "2xh200", 1000, 1000, 2587, True),
+            ("h200", "2xh200", 1024, 1024, 2582, True),
+            ("h200", "2xh200", 1024, 8192, 2009, True),
+            ("h200", "2xh200", 8192, 1024, 537, True),
+            ("h200", "2xh200", 32768, 1024, 120, True),
+            ("h100", "2xh100", 8192, 1024, 398, True),
+            ("h100", "2xh100", 1000, 1000, 2209, False),
+        )
+    ],  # round 1's 2xh100-70b-1000/1000 configuration: beside
     # MLPerf v6.0 Llama-2-70B Offline, closed: every MI300X / MI325X system
-    *[Case(f"mlperf60-8x{gpu}-{who}", f"8x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf60", "amd",
-           "a:0 x8", b, 7, note)
-      for gpu, who, b, v, note in (
-          ("mi300x", "dell", 1536, 27072.5, "Xeon 8470; vLLM 0.9.0.2, TP1 × 8"),
-          ("mi300x", "mangoboost", 1536, 27598.7, "EPYC 9534; LLMBoost 0.5.2, TP1 × 8"),
-          ("mi325x", "mangoboost", 2048, 33880.4, "EPYC 9655; LLMBoost 0.5.2, TP1 × 8"))],
-    Case("krai60-8xh200-vllm-dyn", "8xh200", "llama-3.1-70b", "fp8", MLPERF_ISL, MLPERF_OSL, 25939.8, "krai60", "nvidia",
-         "a:0 x8", 1232, 7, "vLLM 0.15.0-dev, dynamic FP8", "bf16"),
+    *[
+        Case(f"mlperf60-8x{gpu}-{who}", f"8x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf60", "amd", "a:0 x8", b, 7, note)
+        for gpu, who, b, v, note in (
+            ("mi300x", "dell", 1536, 27072.5, "Xeon 8470; vLLM 0.9.0.2, TP1 × 8"),
+            ("mi300x", "mangoboost", 1536, 27598.7, "EPYC 9534; LLMBoost 0.5.2, TP1 × 8"),
+            ("mi325x", "mangoboost", 2048, 33880.4, "EPYC 9655; LLMBoost 0.5.2, TP1 × 8"),
+        )
+    ],
+    Case(
+        "krai60-8xh200-vllm-dyn",
+        "8xh200",
+        "llama-3.1-70b",
+        "fp8",
+        MLPERF_ISL,
+        MLPERF_OSL,
+        25939.8,
+        "krai60",
+        "nvidia",
+        "a:0 x8",
+        1232,
+        7,
+        "vLLM 0.15.0-dev, dynamic FP8",
+        "bf16",
+    ),
     # AMD's performance page, three more releases: TP8 on 8xMI300X, FP8 weights and KV
-    *[Case(f"rocm-{rel}-8xmi300x-{m}-128/{o}", "8xmi300x", model, "fp8", 128, o, v, "rocm25b", "amd", "a:0-7", b, 7,
-           f"max seqs {b}; {docker}")
-      for rel, docker, rows in (
-          ("0605", "vLLM 0.9.0.1, ROCm 6.4.1", (("70b", 2048, 3200, 16581.5), ("70b", 4096, 1500, 13667.3),
-                                               ("405b", 2048, 1500, 4275.0), ("405b", 4096, 1500, 3356.7))),
-          ("0909", "vLLM 0.10.1, ROCm 6.4.1", (("70b", 2048, 3200, 13818.7), ("70b", 4096, 1500, 11612.0),
-                                               ("405b", 2048, 1500, 4134.0), ("405b", 4096, 1500, 3177.6))),
-          ("1006", "vLLM 0.10.2, ROCm 7.0.0", (("70b", 2048, 3200, 13212.5), ("70b", 4096, 1500, 11312.8),
-                                               ("405b", 2048, 1500, 4201.7), ("405b", 4096, 1500, 3176.3))))
-      for m, o, b, v in rows for model in (f"llama-3.1-{m}",)],
+    *[
+        Case(f"rocm-{rel}-8xmi300x-{m}-128/{o}", "8xmi300x", model, "fp8", 128, o, v, "rocm25b", "amd", "a:0-7", b, 7, f"max seqs {b}; {docker}")
+        for rel, docker, rows in (
+            (
+                "0605",
+                "vLLM 0.9.0.1, ROCm 6.4.1",
+                (("70b", 2048, 3200, 16581.5), ("70b", 4096, 1500, 13667.3), ("405b", 2048, 1500, 4275.0), ("405b", 4096, 1500, 3356.7)),
+            ),
+            (
+                "0909",
+                "vLLM 0.10.1, ROCm 6.4.1",
+                (("70b", 2048, 3200, 13818.7), ("70b", 4096, 1500, 11612.0), ("405b", 2048, 1500, 4134.0), ("405b", 4096, 1500, 3177.6)),
+            ),
+            (
+                "1006",
+                "vLLM 0.10.2, ROCm 7.0.0",
+                (("70b", 2048, 3200, 13212.5), ("70b", 4096, 1500, 11312.8), ("405b", 2048, 1500, 4201.7), ("405b", 4096, 1500, 3176.3)),
+            ),
+        )
+        for m, o, b, v in rows
+        for model in (f"llama-3.1-{m}",)
+    ],
     # optimum-habana's CI baselines, FP8, fixed batch, TP over the cards (Gaudi 2 and Gaudi 3 values of each case)
-    *[Case(f"ohci-{g}-{n}x-{m}-b{b}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "ohci", "intel",
-           "a:0" if n == 1 else f"a:0-{n - 1}", b, 7, f"batch {b}{note}")
-      for m, model, n, b, i, o, g2, g3, note in (
-          ("l2-7b", "llama-2-7b", 1, 1230, 128, 128, 13152.7, 19132.3193582529, ""),
-          ("l2-7b", "llama-2-7b", 1, 163, 128, 2048, 4774.7, 7240.988993899055, ""),
-          ("l2-7b", "llama-2-7b", 1, 94, 2048, 128, 1293.3, 1852.6696711170073, ""),
-          ("l2-7b", "llama-2-7b", 1, 81, 2048, 2048, 1942.9, 2868.2782272085133, ""),
-          ("l2-70b", "llama-2-70b", 4, 3042, 128, 128, 5374.6, 9105.741034094377, ""),
-          ("l2-70b", "llama-2-70b", 4, 750, 128, 2048, 7422.4, 12966.32808044709, "; flex attention"),
-          ("l2-70b", "llama-2-70b", 4, 207, 2048, 128, 568.5, 918.3333993444961, ""),
-          ("l2-70b", "llama-2-70b", 8, 172, 2048, 2048, 4656.2, 6059.088893259565, ""),
-          ("mistral-7b", "mistral-7b", 1, 896, 128, 128, 17068.965283763682, 25100.757003294264, "; v0.2"),
-          ("mistral-7b", "mistral-7b", 1, 44, 2048, 2048, 3393.149396451692, 4877.759076826148, "; v0.2"),
-          ("mixtral", "mixtral-8x7b", 1, 1, 128, 128, 40.94, 114.8447433058542, ""),
-          ("mixtral", "mixtral-8x7b", 2, 48, 2048, 2048, 1147.5, 2632.4017718271375, ""))
-      for g, v in (("gaudi2", g2), ("gaudi3", g3))],
+    *[
+        Case(
+            f"ohci-{g}-{n}x-{m}-b{b}-{i}/{o}", f"{n}x{g}", model, "fp8", i, o, v, "ohci", "intel", "a:0" if n == 1 else f"a:0-{n - 1}", b, 7, f"batch {b}{note}"
+        )
+        for m, model, n, b, i, o, g2, g3, note in (
+            ("l2-7b", "llama-2-7b", 1, 1230, 128, 128, 13152.7, 19132.3193582529, ""),
+            ("l2-7b", "llama-2-7b", 1, 163, 128, 2048, 4774.7, 7240.988993899055, ""),
+            ("l2-7b", "llama-2-7b", 1, 94, 2048, 128, 1293.3, 1852.6696711170073, ""),
+            ("l2-7b", "llama-2-7b", 1, 81, 2048, 2048, 1942.9, 2868.2782272085133, ""),
+            ("l2-70b", "llama-2-70b", 4, 3042, 128, 128, 5374.6, 9105.741034094377, ""),
+            ("l2-70b", "llama-2-70b", 4, 750, 128, 2048, 7422.4, 12966.32808044709, "; flex attention"),
+            ("l2-70b", "llama-2-70b", 4, 207, 2048, 128, 568.5, 918.3333993444961, ""),
+            ("l2-70b", "llama-2-70b", 8, 172, 2048, 2048, 4656.2, 6059.088893259565, ""),
+            ("mistral-7b", "mistral-7b", 1, 896, 128, 128, 17068.965283763682, 25100.757003294264, "; v0.2"),
+            ("mistral-7b", "mistral-7b", 1, 44, 2048, 2048, 3393.149396451692, 4877.759076826148, "; v0.2"),
+            ("mixtral", "mixtral-8x7b", 1, 1, 128, 128, 40.94, 114.8447433058542, ""),
+            ("mixtral", "mixtral-8x7b", 2, 48, 2048, 2048, 1147.5, 2632.4017718271375, ""),
+        )
+        for g, v in (("gaudi2", g2), ("gaudi3", g3))
+    ],
 ]
 
 
@@ -477,10 +717,31 @@ def frozen_state() -> str:
 def plan(case: Case, *extra: str) -> dict:
     """`hetc plan` of the case's cluster and workload (with `extra` flags), as plan.json."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", f"{CLUSTERS}/{case.cluster}.yaml",
-                        case.model, "--dtype", case.dtype, "--input-len", str(case.isl), "--output-len", str(case.osl),
-                        *(["--kv-dtype", case.kv_dtype] if case.kv_dtype else []), "-o", f.name, *extra],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hetc.cli",
+                "plan",
+                "--profiles",
+                f"{CLUSTERS}/{case.cluster}.yaml",
+                case.model,
+                "--dtype",
+                case.dtype,
+                "--input-len",
+                str(case.isl),
+                "--output-len",
+                str(case.osl),
+                *(["--kv-dtype", case.kv_dtype] if case.kv_dtype else []),
+                "-o",
+                f.name,
+                *extra,
+            ],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return json.load(open(f.name))
 
 
@@ -508,16 +769,19 @@ def at_public_config(case: Case) -> dict:
 def shape(p: dict) -> str:
     """The plan in brief: replicas × (stages × TP), batch per pipeline (pools marked P / D)."""
     mark = {"prefill": "P ", "decode": "D "}
-    return ", ".join(f"{mark.get(pl['phase'], '')}{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}]"
-                     f" b{pl['batch']}" for pl in p["pipelines"])
+    return ", ".join(
+        f"{mark.get(pl['phase'], '')}{pl['replicas']}×[{'+'.join('tp' + str(s['tp']) for s in pl['stages'])}] b{pl['batch']}" for pl in p["pipelines"]
+    )
 
 
 def medians(errs: list[tuple[Case, float]]) -> str:
     if not errs:
         return "no figures"
     e = [x for _, x in errs]
-    return (f"median |pred/public − 1| = {statistics.median(abs(x) for x in e):.1%} over {len(e)} "
-            f"(signed {statistics.median(e):+.1%}, range {min(e):+.0%} … {max(e):+.0%})")
+    return (
+        f"median |pred/public − 1| = {statistics.median(abs(x) for x in e):.1%} over {len(e)} "
+        f"(signed {statistics.median(e):+.1%}, range {min(e):+.0%} … {max(e):+.0%})"
+    )
 
 
 def main() -> None:
@@ -527,8 +791,7 @@ def main() -> None:
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     a = ap.parse_args()
     print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
-    cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1",
-            "hetc plan's choice", "round", "source")
+    cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1", "hetc plan's choice", "round", "source")
     print("| " + " | ".join(cols) + " |")
     print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
     at: list[tuple[Case, float]] = []
@@ -544,20 +807,20 @@ def main() -> None:
             mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
         b = run_batch(c)
-        run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + \
-            (f"; {c.note}" if c.note else "")
+        run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + (f"; {c.note}" if c.note else "")
         mark = " (held)" if c.held else " (beside)" if c.round in HELD_ROUNDS else ""
-        print(f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
-              f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |", flush=True)
+        print(
+            f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+            f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |",
+            flush=True,
+        )
     print()
     held_rounds = sorted({c.round for c, _ in at if c.held})
-    groups = [(f"held figures, rounds {' + '.join(map(str, held_rounds))} together", lambda c: c.held)] \
-        if len(held_rounds) > 1 else []
+    groups = [(f"held figures, rounds {' + '.join(map(str, held_rounds))} together", lambda c: c.held)] if len(held_rounds) > 1 else []
     for r in sorted({c.round for c, _ in at}, reverse=True):
         if r in HELD_ROUNDS:
             groups.append((f"held figures, round {r}", lambda c, r=r: c.round == r and c.held))
-            groups.append((f"round {r}, set aside by its rule (reported beside)",
-                           lambda c, r=r: c.round == r and not c.held))
+            groups.append((f"round {r}, set aside by its rule (reported beside)", lambda c, r=r: c.round == r and not c.held))
         else:
             groups.append((f"round {r} (reported beside)", lambda c, r=r: c.round == r))
     for what, member in groups:
@@ -575,6 +838,7 @@ def main() -> None:
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"- {k}: {v}")
+
 
 if __name__ == "__main__":
     main()

@@ -63,8 +63,7 @@ def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
                 extra = max(0.0, launches - device) if ex.launch == "async" else launches
                 out[f"{kind}: launches"] += n * extra
             if stage.tp > 1 and u.params:
-                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp,
-                                                                    node.link, replayed)
+                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp, node.link, replayed)
         out[f"{kind}: step overhead"] += n * node.profile.step_overhead
     return dict(out), batch, batch / sum(out.values())
 
@@ -76,8 +75,10 @@ def main() -> None:
         c = cases[name]
         parts, batch, tok_s = breakdown(c)
         total = sum(parts.values())
-        print(f"{name}: {c.cluster} {c.placement} {c.model} {c.dtype} {c.isl}/{c.osl} b{batch}: round {total * 1e3:,.1f} ms, "
-              f"{tok_s * replicas(c):,.0f} output tok/s (public {c.public:,.0f})")
+        print(
+            f"{name}: {c.cluster} {c.placement} {c.model} {c.dtype} {c.isl}/{c.osl} b{batch}: round {total * 1e3:,.1f} ms, "
+            f"{tok_s * replicas(c):,.0f} output tok/s (public {c.public:,.0f})"
+        )
         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
             if v > 0:
                 print(f"  {k:28s} {v * 1e3:10.1f} ms  {v / total:6.1%}")

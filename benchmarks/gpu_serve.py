@@ -46,8 +46,12 @@ from serve_wait import wait_healthy  # noqa: E402  this directory: run as a scri
 REPO = Path(__file__).resolve().parents[1]
 BATCHES = (8, 32)
 PROMPT, OUTPUT = 512, 128
-TEXTS = ["the quick brown fox jumps over the lazy dog", "hello world, this is hetc serving a tiny llama",
-         "pipelines stream activations from stage to stage", "paged kv cache with blocks of sixteen tokens"]
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, this is hetc serving a tiny llama",
+    "pipelines stream activations from stage to stage",
+    "paged kv cache with blocks of sixteen tokens",
+]
 DEVICES = {"H200": "h200-sxm", "H100": "h100-sxm"}  # the card's name → its catalog profile
 
 
@@ -65,10 +69,25 @@ def prepare(work: Path) -> None:
     for prof in DEVICES.values():
         (work / f"one-{prof}.yaml").write_text(f"name: one-{prof}\nnodes:\n  - {{name: a, device: {prof}, count: 1}}\n")
         for b in BATCHES:
-            _hetc("plan", "--profiles", str(work / f"one-{prof}.yaml"), "llama-3.1-8b", "--placement", "a:0", "--batch",
-                  str(b), "--input-len", str(PROMPT), "--output-len", str(OUTPUT), "-o", str(work / f"8b-{prof}-b{b}.json"))
-    _hetc("plan", "--profiles", str(work / "one-h100-sxm.yaml"), str(work / "tiny"), "--dtype", "fp32", "--placement",
-          "a:0", "-o", str(work / "tiny-plan.json"))
+            _hetc(
+                "plan",
+                "--profiles",
+                str(work / f"one-{prof}.yaml"),
+                "llama-3.1-8b",
+                "--placement",
+                "a:0",
+                "--batch",
+                str(b),
+                "--input-len",
+                str(PROMPT),
+                "--output-len",
+                str(OUTPUT),
+                "-o",
+                str(work / f"8b-{prof}-b{b}.json"),
+            )
+    _hetc(
+        "plan", "--profiles", str(work / "one-h100-sxm.yaml"), str(work / "tiny"), "--dtype", "fp32", "--placement", "a:0", "-o", str(work / "tiny-plan.json")
+    )
     _capture_entries(work)
 
 
@@ -110,9 +129,12 @@ class Served:
         self.port = 18000 + random.randrange(1000)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log, self.start_s = log.open("w"), start_s
-        self.proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--port", str(self.port),
-                                      "--served-model-name", "m", *extra], stderr=self.log, stdout=self.log,
-                                     cwd=log.parent)  # not the repository root: `hetc` is the installed package there
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--port", str(self.port), "--served-model-name", "m", *extra],
+            stderr=self.log,
+            stdout=self.log,
+            cwd=log.parent,
+        )  # not the repository root: `hetc` is the installed package there
 
     def __enter__(self) -> Served:
         if not wait_healthy(self.url, self.proc, self.start_s):
@@ -147,16 +169,22 @@ class Served:
     def decode_steps(self) -> tuple[float, float, float]:
         """(seconds, count, graph replays) of stage 0's decode steps so far."""
         d = ('phase="decode"', 'stage="0.0"')
-        return (self.metric("hetc_stage_step_seconds_sum", *d), self.metric("hetc_stage_step_seconds_count", *d),
-                self.metric("hetc_stage_cuda_graph_steps_total", 'stage="0.0"'))
+        return (
+            self.metric("hetc_stage_step_seconds_sum", *d),
+            self.metric("hetc_stage_step_seconds_count", *d),
+            self.metric("hetc_stage_cuda_graph_steps_total", 'stage="0.0"'),
+        )
 
 
 async def _complete(srv: Served, prompts: list, max_tokens: int) -> list[list[int]]:
     """Greedy completions of every prompt at once through the openai client; their token ids."""
     cl = srv.client()
-    rs = await asyncio.gather(*(cl.completions.create(model="m", prompt=p, max_tokens=max_tokens, temperature=0,
-                                                      extra_body={"ignore_eos": True, "return_token_ids": True})
-                                for p in prompts))
+    rs = await asyncio.gather(
+        *(
+            cl.completions.create(model="m", prompt=p, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True, "return_token_ids": True})
+            for p in prompts
+        )
+    )
     return [r.choices[0].model_extra["token_ids"] for r in rs]
 
 
@@ -169,10 +197,15 @@ async def _load(srv: Served, concurrency: int, rounds: int, g: random.Random) ->
         for _ in range(rounds):
             t0 = time.perf_counter()
             first = last = None
-            stream = await cl.completions.create(model="m", prompt=[g.randrange(3, 128000) for _ in range(PROMPT)],
-                                                 max_tokens=OUTPUT, temperature=0, stream=True,
-                                                 # token ids: a chunk per token even where its text is empty
-                                                 extra_body={"ignore_eos": True, "return_token_ids": True})
+            stream = await cl.completions.create(
+                model="m",
+                prompt=[g.randrange(3, 128000) for _ in range(PROMPT)],
+                max_tokens=OUTPUT,
+                temperature=0,
+                stream=True,
+                # token ids: a chunk per token even where its text is empty
+                extra_body={"ignore_eos": True, "return_token_ids": True},
+            )
             async for chunk in stream:
                 if chunk.choices:
                     last = time.perf_counter()
@@ -182,11 +215,18 @@ async def _load(srv: Served, concurrency: int, rounds: int, g: random.Random) ->
 
     await asyncio.gather(*(one() for _ in range(concurrency)))
     q = lambda xs, p: statistics.quantiles(xs, n=100)[p - 1] if len(xs) > 1 else xs[0]  # noqa: E731
-    return {"concurrency": concurrency, "requests": len(ttft), "ttft_p50_ms": q(ttft, 50), "ttft_p99_ms": q(ttft, 99),
-            "tpot_p50_ms": q(tpot, 50), "tpot_p99_ms": q(tpot, 99)}
+    return {
+        "concurrency": concurrency,
+        "requests": len(ttft),
+        "ttft_p50_ms": q(ttft, 50),
+        "ttft_p99_ms": q(ttft, 99),
+        "tpot_p50_ms": q(tpot, 50),
+        "tpot_p99_ms": q(tpot, 99),
+    }
 
 
 # ---------------------------------------------------------------- checks (GPU host)
+
 
 def check_env(work: Path, out: Path, res: dict) -> dict:
     import torch
@@ -194,11 +234,18 @@ def check_env(work: Path, out: Path, res: dict) -> dict:
 
     try:
         import triton
+
         tv = triton.__version__
     except ImportError:
         tv = None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": tv, "transformers": transformers.__version__,
-            "device": torch.cuda.get_device_name(0), "memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30}
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": tv,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30,
+    }
 
 
 def check_kernel(work: Path, out: Path, res: dict) -> dict:
@@ -216,17 +263,18 @@ def check_kernel(work: Path, out: Path, res: dict) -> dict:
         vp = torch.randn_like(kp)
         perm = (torch.randperm(nb - 1) + 1).tolist()  # blocks scattered, block 0 the padding block
         per = -(-ctx // 32)
-        tables = [perm[i * per:(i + 1) * per] for i in range(b)]
+        tables = [perm[i * per : (i + 1) * per] for i in range(b)]
         meta = DecodeMeta.build([ctx - 1 - 7 * i % 32 for i in range(b)], tables, rows=b, width=per).to(torch.device("cuda"))
         q = torch.randn(b, 32, 128, device="cuda", dtype=torch.bfloat16)
-        ref = gather_decode(q, kp, vp, meta, 128 ** -0.5, 32)
-        got = paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128 ** -0.5, 32)
+        ref = gather_decode(q, kp, vp, meta, 128**-0.5, 32)
+        got = paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128**-0.5, 32)
         t = {}
         for name in ("kernel", "gather_sdpa"):
+
             def fn(name=name, q=q, kp=kp, vp=vp, meta=meta):
                 if name == "kernel":
-                    return paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128 ** -0.5, 32)
-                return gather_decode(q, kp, vp, meta, 128 ** -0.5, 32)
+                    return paged_decode(q, kp, vp, meta.block_table, meta.context_lens, 128**-0.5, 32)
+                return gather_decode(q, kp, vp, meta, 128**-0.5, 32)
 
             for _ in range(3):
                 fn()
@@ -255,10 +303,8 @@ def check_capture(work: Path, out: Path, res: dict) -> dict:
             got[name] = {"ok": True, "units": len(c.units), "graph_hash": c.graph_hash[:16], "s": time.perf_counter() - t0}
         except Exception as e:  # noqa: BLE001 — the result is the error
             got[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:600]}"}
-    want = {p.name: json.loads((work / p.name).read_text())["model"]["graph_hash"][:16]
-            for p in (work / "tiny-plan.json", work / "8b-h200-sxm-b8.json")}
-    got["same_hash_as_prepare"] = [got["tiny"].get("graph_hash") == want["tiny-plan.json"],
-                                   got["8b"].get("graph_hash") == want["8b-h200-sxm-b8.json"]]
+    want = {p.name: json.loads((work / p.name).read_text())["model"]["graph_hash"][:16] for p in (work / "tiny-plan.json", work / "8b-h200-sxm-b8.json")}
+    got["same_hash_as_prepare"] = [got["tiny"].get("graph_hash") == want["tiny-plan.json"], got["8b"].get("graph_hash") == want["8b-h200-sxm-b8.json"]]
     if not all(v["ok"] for k, v in got.items() if k in ("tiny", "8b")):
         _seed_capture(work)
         got["seeded"] = True
@@ -277,7 +323,7 @@ def check_tiny(work: Path, out: Path, res: dict) -> dict:
     for text, n in zip(TEXTS, lengths):
         ids = tok(text, return_tensors="pt").input_ids.cuda()
         g = model.generate(ids, max_new_tokens=n, do_sample=False, min_new_tokens=n)
-        ref.append(g[0, ids.shape[1]:].tolist())
+        ref.append(g[0, ids.shape[1] :].tolist())
     del model
     torch.cuda.empty_cache()
     with Served(work / "tiny-plan.json", "--model-dir", str(work / "tiny"), log=out / "serve-tiny.log") as srv:
@@ -286,9 +332,14 @@ def check_tiny(work: Path, out: Path, res: dict) -> dict:
             got.append(asyncio.run(_complete(srv, [text], n))[0])
         together = asyncio.run(_complete(srv, TEXTS, max(lengths)))
         _, steps, graphs = srv.decode_steps()
-    return {"identical_alone": [s == r for s, r in zip(got, ref)],
-            "identical_together": [s[:len(r)] == r for s, r in zip(together, ref)],
-            "decode_steps": steps, "graph_steps": graphs, "served": got, "hf": ref}
+    return {
+        "identical_alone": [s == r for s, r in zip(got, ref)],
+        "identical_together": [s[: len(r)] == r for s, r in zip(together, ref)],
+        "decode_steps": steps,
+        "graph_steps": graphs,
+        "served": got,
+        "hf": ref,
+    }
 
 
 def check_logits(work: Path, out: Path, res: dict) -> dict:
@@ -312,8 +363,7 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
     params = {name: w.get(name, p.shape, torch.bfloat16).cuda() for name, p in model.named_parameters()}
 
     given = SimpleNamespace(get=lambda name, shape, dtype: params[name])
-    stage = StageModel(cfg, units, 0, len(units) - 1, dtype=torch.bfloat16, kv_dtype=torch.bfloat16, num_blocks=64,
-                       weights=given, device="cuda", fuse=True)
+    stage = StageModel(cfg, units, 0, len(units) - 1, dtype=torch.bfloat16, kv_dtype=torch.bfloat16, num_blocks=64, weights=given, device="cuda", fuse=True)
     graphs = DecodeGraphs(stage, max_batch=4, max_context=2048, hidden=cfg.hidden_size, dtype=torch.bfloat16)
     graphs.capture()
     hetc = GraphedStage(stage, graphs)
@@ -323,8 +373,7 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(3, 128000, (4, 64), generator=g).cuda()
     with torch.inference_mode():
-        ref = model.generate(prompts, max_new_tokens=16, min_new_tokens=16, do_sample=False, output_logits=True,
-                             return_dict_in_generate=True)
+        ref = model.generate(prompts, max_new_tokens=16, min_new_tokens=16, do_sample=False, output_logits=True, return_dict_in_generate=True)
         tokens = ref.sequences[:, 64:]  # [4, 16]
         tables = [[1 + 8 * i + j for j in range(8)] for i in range(4)]  # 8 blocks each, block 0 the padding block
         got = [hetc(prompts.reshape(-1), hetc.step_meta([0] * 4, [64] * 4, tables, [True] * 4))]
@@ -336,18 +385,21 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
         b = b.float()
         top2 = b.topk(2).values
         agree = (a.argmax(-1) == b.argmax(-1)).tolist()
-        rows.append({"step": step, "max_abs_diff": (a - b).abs().max().item(), "argmax_agree": agree,
-                     "ref_top2_gap": (top2[:, 0] - top2[:, 1]).tolist()})
-    return {"steps": rows, "decode_replayed": replayed, "logit_scale": ref.logits[0].float().abs().max().item(),
-            "agree": sum(sum(r["argmax_agree"]) for r in rows), "of": 4 * len(rows)}
+        rows.append({"step": step, "max_abs_diff": (a - b).abs().max().item(), "argmax_agree": agree, "ref_top2_gap": (top2[:, 0] - top2[:, 1]).tolist()})
+    return {
+        "steps": rows,
+        "decode_replayed": replayed,
+        "logit_scale": ref.logits[0].float().abs().max().item(),
+        "agree": sum(sum(r["argmax_agree"]) for r in rows),
+        "of": 4 * len(rows),
+    }
 
 
 def check_load(work: Path, out: Path, res: dict) -> dict:
     """One server with graphs: a single request's output tokens/s, then TTFT and TPOT under load."""
     prof = next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
     g = random.Random(1)
-    with Served(work / f"8b-{prof}-b32.json", "--random-weights", "--max-num-seqs", str(max(BATCHES)),
-                log=out / "serve-8b-load.log") as srv:
+    with Served(work / f"8b-{prof}-b32.json", "--random-weights", "--max-num-seqs", str(max(BATCHES)), log=out / "serve-8b-load.log") as srv:
         asyncio.run(_complete(srv, [[g.randrange(3, 128000) for _ in range(PROMPT)]], 4))  # warm-up
         t0 = time.perf_counter()
         one = asyncio.run(_complete(srv, [[g.randrange(3, 128000) for _ in range(PROMPT)]], OUTPUT))
@@ -366,8 +418,16 @@ def _served_batches(srv: Served, plan_for, g: random.Random) -> list[dict]:
         wall = time.perf_counter() - t0
         s1, n1, r1 = srv.decode_steps()
         pred = json.loads(plan_for(b).read_text())["pipelines"][0]["stages"][0]["predicted_ms"]["decode"]
-        rows.append({"batch": b, "measured_decode_ms": (s1 - s0) / max(n1 - n0, 1) * 1e3, "decode_steps": n1 - n0,
-                     "graph_steps": r1 - r0, "output_tok_s": sum(len(x) for x in got) / wall, "predicted_catalog_ms": pred})
+        rows.append(
+            {
+                "batch": b,
+                "measured_decode_ms": (s1 - s0) / max(n1 - n0, 1) * 1e3,
+                "decode_steps": n1 - n0,
+                "graph_steps": r1 - r0,
+                "output_tok_s": sum(len(x) for x in got) / wall,
+                "predicted_catalog_ms": pred,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -377,12 +437,10 @@ def check_8b(work: Path, out: Path, res: dict) -> dict:
     plan_for = lambda b: work / f"8b-{prof}-b{b}.json"  # noqa: E731
     g = random.Random(0)
     doc: dict = {"profile": prof}
-    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)),
-                log=out / "serve-8b-graphs.log") as srv:
+    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)), log=out / "serve-8b-graphs.log") as srv:
         doc["graphs"] = _served_batches(srv, plan_for, g)
     res["8b"] = doc
-    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)), "--no-cuda-graphs",
-                log=out / "serve-8b-eager.log") as srv:
+    with Served(plan_for(max(BATCHES)), "--random-weights", "--max-num-seqs", str(max(BATCHES)), "--no-cuda-graphs", log=out / "serve-8b-eager.log") as srv:
         doc["eager"] = _served_batches(srv, plan_for, g)
     for a, b in zip(doc["graphs"], doc["eager"]):
         a["speedup_vs_eager"] = b["measured_decode_ms"] / a["measured_decode_ms"]
@@ -391,6 +449,7 @@ def check_8b(work: Path, out: Path, res: dict) -> dict:
 
 def check_lean(work: Path, out: Path, res: dict) -> dict:
     import torch
+
     sys.path.insert(0, str(Path(__file__).parent))
     import gpu_measure
 
@@ -429,15 +488,27 @@ def check_hf(work: Path, out: Path, res: dict) -> dict:
 
 
 def check_profile(work: Path, out: Path, res: dict) -> dict:
-    done = subprocess.run([sys.executable, str(Path(__file__).parent / "gpu_measure.py"), "measure", "--quick", "-o",
-                           str(out / "measure.json")], capture_output=True, text=True, timeout=res["_left"]())
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "gpu_measure.py"), "measure", "--quick", "-o", str(out / "measure.json")],
+        capture_output=True,
+        text=True,
+        timeout=res["_left"](),
+    )
     return {"rc": done.returncode, "tail": done.stderr[-1500:]}
 
 
-CHECKS = [("env", check_env, 10), ("kernel", check_kernel, 60), ("capture", check_capture, 60),
-          ("tiny", check_tiny, 90), ("logits", check_logits, 60), ("8b", check_8b, 240), ("lean", check_lean, 40),
-          ("load", check_load, 90), ("hf", check_hf, 100),
-          ("profile", check_profile, 60)]
+CHECKS = [
+    ("env", check_env, 10),
+    ("kernel", check_kernel, 60),
+    ("capture", check_capture, 60),
+    ("tiny", check_tiny, 90),
+    ("logits", check_logits, 60),
+    ("8b", check_8b, 240),
+    ("lean", check_lean, 40),
+    ("load", check_load, 90),
+    ("hf", check_hf, 100),
+    ("profile", check_profile, 60),
+]
 
 
 def check(work: Path, out: Path, budget: float, only: list[str] | None) -> dict:
@@ -460,8 +531,7 @@ def check(work: Path, out: Path, budget: float, only: list[str] | None) -> dict:
             except Exception as e:  # noqa: BLE001 — the next check still runs; this one says why it stopped
                 import traceback
 
-                res[name] = {**(res.get(name) or {}), "error": f"{type(e).__name__}: {str(e)[:800]}",
-                             "where": traceback.format_exc()[-1500:]}
+                res[name] = {**(res.get(name) or {}), "error": f"{type(e).__name__}: {str(e)[:800]}", "where": traceback.format_exc()[-1500:]}
             res[name]["seconds"] = time.monotonic() - t0
         path.write_text(json.dumps({k: v for k, v in res.items() if not k.startswith("_")}, indent=1))
         print(json.dumps({name: res[name]})[:2500], flush=True)

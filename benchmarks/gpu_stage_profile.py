@@ -52,8 +52,7 @@ def main() -> int:
     dtype, kv_dtype = TORCH_DTYPES[doc.model.dtype], TORCH_DTYPES[doc.model.kv_dtype]
     per_seq = blocks_for(a.ctx + 1)
     t0 = time.perf_counter()
-    sm = StageModel(cfg, doc.units, first, last, dtype=dtype, kv_dtype=kv_dtype, num_blocks=a.seqs * per_seq,
-                    weights=DeviceRandom(a.device), device=a.device)
+    sm = StageModel(cfg, doc.units, first, last, dtype=dtype, kv_dtype=kv_dtype, num_blocks=a.seqs * per_seq, weights=DeviceRandom(a.device), device=a.device)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     sync()
     print(f"built {doc.model.ref} units {first}-{last} on {a.device} in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -85,9 +84,12 @@ def main() -> int:
     dev = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
     busy = sum(e.self_device_time_total for e in dev) / 1e6 / n
     kernels = sum(e.count for e in dev) / n
-    print(f"{doc.model.ref}, {a.seqs} sequences at context {a.ctx}, {doc.model.dtype}: wall {wall * 1e3:.2f} ms per "
-          f"step (median of {a.steps}), device busy {busy * 1e3:.2f} ms ({busy / wall:.0%}), {kernels:.0f} kernels "
-          f"per step", flush=True)
+    print(
+        f"{doc.model.ref}, {a.seqs} sequences at context {a.ctx}, {doc.model.dtype}: wall {wall * 1e3:.2f} ms per "
+        f"step (median of {a.steps}), device busy {busy * 1e3:.2f} ms ({busy / wall:.0%}), {kernels:.0f} kernels "
+        f"per step",
+        flush=True,
+    )
     by_dev = events.table(sort_by="self_cuda_time_total", row_limit=15)
     by_cpu = events.table(sort_by="self_cpu_time_total", row_limit=15)
     print(by_dev[:6000])

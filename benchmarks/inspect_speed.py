@@ -15,8 +15,9 @@ import time
 
 def cold_seconds(args: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "hetc.cli", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, env={**os.environ, "HETC_CACHE_DIR": "off"})
+    subprocess.run(
+        [sys.executable, "-m", "hetc.cli", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HETC_CACHE_DIR": "off"}
+    )
     return time.perf_counter() - t
 
 
@@ -27,8 +28,7 @@ def main() -> None:
     a = ap.parse_args()
     print(f"{'command':72s} {'median s':>9s} {'min s':>7s} {'max s':>7s}")
     for m in a.models:
-        for cmd in (["inspect", m, "--json"],
-                    ["plan", "--profiles", "examples/mixed-rack.yaml", m, "-o", "/tmp/hetc-bench-plan.json"]):
+        for cmd in (["inspect", m, "--json"], ["plan", "--profiles", "examples/mixed-rack.yaml", m, "-o", "/tmp/hetc-bench-plan.json"]):
             times = [cold_seconds(cmd) for _ in range(a.runs)]
             label = "hetc " + " ".join(c for c in cmd if not c.startswith("/tmp"))
             print(f"{label:72s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f}")

@@ -87,11 +87,13 @@ async def _one(c: httpx.AsyncClient, prompt: str, max_tokens: int, timeout: floa
 async def _closed_loop(url: str, conc: int, seconds: float, prompt: str, max_tokens: int) -> float:
     n, end = 0, time.perf_counter() + seconds
     async with httpx.AsyncClient(base_url=url, timeout=None) as c:
+
         async def worker():
             nonlocal n
             while time.perf_counter() < end:
                 if (await _one(c, prompt, max_tokens, 120))[0] == "200":
                     n += 1
+
         t0 = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(conc)])
         return n / (time.perf_counter() - t0)
@@ -127,8 +129,7 @@ def main() -> int:
     plan = write_three_vendor_plan(root)
     batch = load_plan(plan).pipelines[0].batch
     try:
-        srv = start_serve(plan, "--emulate", "--served-model-name", "tiny", "--max-queue-wait", a.max_queue_wait,
-                          log=root / "serve.log")
+        srv = start_serve(plan, "--emulate", "--served-model-name", "tiny", "--max-queue-wait", a.max_queue_wait, log=root / "serve.log")
     except AssertionError as e:
         print(e, file=sys.stderr)
         return 1
@@ -153,13 +154,27 @@ def main() -> int:
         def pct(q):
             return ttfts[min(len(ttfts) - 1, int(q * len(ttfts)))] * 1e3 if ttfts else float("nan")
 
-        out = {"cores": os.cpu_count(), "plan_batch": batch, "capacity_req_s": cap, "offered_req_s": rate,
-               "duration_s": a.duration, "wall_s": wall, "sent": len(res), "counts": counts,
-               "ttft_p50_ms": pct(0.50), "ttft_p99_ms": pct(0.99), "max_queue_wait_s": a.max_queue_wait,
-               "rss_mb_before": rss0, "rss_mb_after": rss1, "after": after}
+        out = {
+            "cores": os.cpu_count(),
+            "plan_batch": batch,
+            "capacity_req_s": cap,
+            "offered_req_s": rate,
+            "duration_s": a.duration,
+            "wall_s": wall,
+            "sent": len(res),
+            "counts": counts,
+            "ttft_p50_ms": pct(0.50),
+            "ttft_p99_ms": pct(0.99),
+            "max_queue_wait_s": a.max_queue_wait,
+            "rss_mb_before": rss0,
+            "rss_mb_after": rss1,
+            "after": after,
+        }
         print(f"host cores: {os.cpu_count()} (load client and the emulated devices share them)")
-        print(f"capacity (closed loop, {batch} concurrent): {cap:.2f} req/s; offered {rate:.2f} req/s "
-              f"({a.factor:g}x) for {a.duration:g} s, --max-queue-wait {a.max_queue_wait:g} s")
+        print(
+            f"capacity (closed loop, {batch} concurrent): {cap:.2f} req/s; offered {rate:.2f} req/s "
+            f"({a.factor:g}x) for {a.duration:g} s, --max-queue-wait {a.max_queue_wait:g} s"
+        )
         print(f"sent {len(res)}: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
         print(f"TTFT of admitted requests: p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms")
         for p in sorted(rss0):

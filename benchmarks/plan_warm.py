@@ -24,8 +24,7 @@ HETC = str(Path(sys.executable).with_name("hetc"))
 def _run(model: str, profiles: str, cache: str, out: str) -> float:
     env = {**os.environ, "HETC_CACHE_DIR": cache}
     t0 = time.perf_counter()
-    subprocess.run([HETC, "plan", "--profiles", profiles, model, "-o", out], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([HETC, "plan", "--profiles", profiles, model, "-o", out], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -46,8 +45,10 @@ def main() -> None:
             warm.append(_run(a.model, a.profiles, warm_dir, out))
             print(f"run {i + 1}: cold {cold[-1]:.2f} s, warm {warm[-1]:.2f} s", flush=True)
     ratios = [w / c for w, c in zip(warm, cold)]
-    print(f"{a.model} on {a.profiles}, {os.cpu_count()} cores: cold median {statistics.median(cold):.2f} s, "
-          f"warm median {statistics.median(warm):.2f} s, warm/cold median {statistics.median(ratios):.2f}")
+    print(
+        f"{a.model} on {a.profiles}, {os.cpu_count()} cores: cold median {statistics.median(cold):.2f} s, "
+        f"warm median {statistics.median(warm):.2f} s, warm/cold median {statistics.median(ratios):.2f}"
+    )
 
 
 if __name__ == "__main__":

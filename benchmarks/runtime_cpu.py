@@ -55,8 +55,9 @@ import yaml
 from serve_wait import wait_healthy  # this directory: run as a script
 
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12,
-             num_key_value_heads=4, max_position_embeddings=512)
+MODEL = dict(
+    vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=512
+)
 
 
 def build_model(d: Path) -> None:
@@ -73,8 +74,7 @@ def ensure_profile(path: Path) -> Path:
     if not path.is_file():
         print(f"no profile at {path}: measuring one (hetc profile --device cpu --threads 1)", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "hetc.cli", "profile", "--device", "cpu", "--threads", "1", "-o",
-                        str(path)], cwd=REPO, check=True)
+        subprocess.run([sys.executable, "-m", "hetc.cli", "profile", "--device", "cpu", "--threads", "1", "-o", str(path)], cwd=REPO, check=True)
     return path
 
 
@@ -86,8 +86,7 @@ def cluster_yaml(out: Path, profile: Path, devices: int) -> Path:
         text = " ".join(yaml.safe_load(profile.read_text()).get("sources", []))
         m = re.search(r"link: \{bandwidth: ([^,]+), latency: ([^}]+)\}", text)
         if m is None:
-            sys.exit(f"{profile} has no process-to-process link measurement; re-measure it with `hetc profile "
-                     "--device cpu --threads 1`")
+            sys.exit(f"{profile} has no process-to-process link measurement; re-measure it with `hetc profile --device cpu --threads 1`")
         link = f", link: {{bandwidth: {m.group(1)}, latency: {m.group(2)}}}"
     path = out / f"cluster-{devices}.yaml"
     path.write_text(f"nodes:\n  - {{name: h, device: {profile.resolve()}, count: {devices}{link}}}\n")
@@ -98,8 +97,7 @@ def _plan_request(model: Path, cluster: Path, prompt: int, output: int):
     """What `hetc plan MODEL --profiles CLUSTER --dtype fp32 --tp 1 --disaggregate off` asks for."""
     from hetc.partitioner.planner import PlanRequest
 
-    return PlanRequest(model=str(model), profiles=str(cluster), dtype="fp32", input_len=prompt, output_len=output,
-                       tp="1", disaggregate="off", time_limit=5)
+    return PlanRequest(model=str(model), profiles=str(cluster), dtype="fp32", input_len=prompt, output_len=output, tp="1", disaggregate="off", time_limit=5)
 
 
 def plan_at(model: Path, cluster: Path, stages: int, batch: int, prompt: int, output: int, out: Path) -> Path:
@@ -122,8 +120,14 @@ def plan_at(model: Path, cluster: Path, stages: int, batch: int, prompt: int, ou
     est = estimate_pipeline(cap.units, split, cl, wl, batch) if split else None
     if est is None:
         sys.exit(f"the model does not fit {stages} device(s) of {cluster} at batch {batch}")
-    sol = Solution([Candidate(split, 1, est, list(range(stages)), f"{stages}-device chain")], est.output_tok_s, 0.0,
-                   est.output_tok_s, "none: the benchmark fixes the batch and the chain", "FEASIBLE")
+    sol = Solution(
+        [Candidate(split, 1, est, list(range(stages)), f"{stages}-device chain")],
+        est.output_tok_s,
+        0.0,
+        est.output_tok_s,
+        "none: the benchmark fixes the batch and the chain",
+        "FEASIBLE",
+    )
     path = out / f"plan-{stages}stage.json"
     save_plan(build_plan(cap, cl, wl, _plan_request(model, cluster, prompt, output), sol, {}), path)
     return path
@@ -146,8 +150,7 @@ def describe(plan: Path) -> str:
     doc = json.loads(plan.read_text())
     parts = []
     for p in doc["pipelines"]:
-        cuts = " | ".join(f"units {s['units'][0]}–{s['units'][1]} (decode {s['predicted_ms']['decode']:.1f} ms)"
-                          for s in p["stages"])
+        cuts = " | ".join(f"units {s['units'][0]}–{s['units'][1]} (decode {s['predicted_ms']['decode']:.1f} ms)" for s in p["stages"])
         parts.append(f"{p['replicas']} replica(s) × {len(p['stages'])} stage(s), batch {p['batch']}: {cuts}")
     return "; ".join(parts) + f"; predicted {doc['predicted']['output_tok_s']:.1f} output tok/s"
 
@@ -234,10 +237,30 @@ class Server:
     def __init__(self, plan: Path, model: Path, threads: int, max_seqs: int):
         self.port = _port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model),
-                                      "--emulate", "--port", str(self.port), "--threads", str(threads),
-                                      "--max-num-seqs", str(max_seqs), "--max-batched-tokens", "512",
-                                      "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hetc.cli",
+                "serve",
+                str(plan),
+                "--model-dir",
+                str(model),
+                "--emulate",
+                "--port",
+                str(self.port),
+                "--threads",
+                str(threads),
+                "--max-num-seqs",
+                str(max_seqs),
+                "--max-batched-tokens",
+                "512",
+                "--served-model-name",
+                "m",
+            ],
+            cwd=REPO,
+            stderr=subprocess.DEVNULL,
+        )
 
     def __enter__(self) -> "Server":
         if not wait_healthy(self.url, self.proc, 300):
@@ -256,17 +279,14 @@ class Server:
         return out
 
 
-async def _request(ac: httpx.AsyncClient, url: str, prompt: list[int], out_len: int,
-                   stream: bool = True) -> tuple[float, float, int]:
+async def _request(ac: httpx.AsyncClient, url: str, prompt: list[int], out_len: int, stream: bool = True) -> tuple[float, float, int]:
     """(ttft, e2e, tokens) of one streamed completion; unstreamed: (0, e2e, tokens)."""
     t0 = time.perf_counter()
     if not stream:
-        r = await ac.post(f"{url}/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": out_len,
-                                                          "temperature": 0, "ignore_eos": True})
+        r = await ac.post(f"{url}/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "ignore_eos": True})
         return 0.0, time.perf_counter() - t0, r.json()["usage"]["completion_tokens"]
     ttft, n = None, 0
-    body = {"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "stream": True,
-            "ignore_eos": True, "return_token_ids": True}
+    body = {"model": "m", "prompt": prompt, "max_tokens": out_len, "temperature": 0, "stream": True, "ignore_eos": True, "return_token_ids": True}
     async with ac.stream("POST", f"{url}/v1/completions", json=body) as r:
         async for line in r.aiter_lines():
             if line.startswith("data: {"):
@@ -325,8 +345,9 @@ def decode_totals(srv: Server) -> dict[str, tuple[float, float]]:
     for line in httpx.get(f"{srv.url}/metrics").text.splitlines():
         if line.startswith("hetc_stage_step_seconds_") and 'phase="decode"' in line:
             stage = line.split('stage="')[1].split('"')[0]
-            (sums if line.startswith("hetc_stage_step_seconds_sum") else counts if
-             line.startswith("hetc_stage_step_seconds_count") else {})[stage] = float(line.rsplit(" ", 1)[1])
+            (sums if line.startswith("hetc_stage_step_seconds_sum") else counts if line.startswith("hetc_stage_step_seconds_count") else {})[stage] = float(
+                line.rsplit(" ", 1)[1]
+            )
     return {k: (sums[k], counts.get(k, 0.0)) for k in sums}
 
 
@@ -352,10 +373,8 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     cfg, _ = load_hf_config(str(model))
     per_seq = blocks_for(ctx + 1)
     torch.set_num_threads(threads)
-    sm = StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32,
-                    num_blocks=seqs * per_seq, weights=SafetensorsWeights(model))
-    meta = AttnMeta.build([ctx] * seqs, [1] * seqs, [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(seqs)],
-                          [True] * seqs)
+    sm = StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=seqs * per_seq, weights=SafetensorsWeights(model))
+    meta = AttnMeta.build([ctx] * seqs, [1] * seqs, [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(seqs)], [True] * seqs)
     x = torch.randint(3, cfg.vocab_size, (seqs,)) if first == 0 else torch.randn(seqs, cfg.hidden_size)
     times = []
     for i in range(reps + 3):
@@ -376,8 +395,9 @@ class HFGenerate:
         self.m = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         self.x = torch.tensor(prompts(batch, p_len))
         self.o_len = o_len
-        self.kw = dict(attention_mask=torch.ones_like(self.x), do_sample=False, cache_implementation="static",
-                       pad_token_id=0, max_new_tokens=o_len, min_new_tokens=o_len)
+        self.kw = dict(
+            attention_mask=torch.ones_like(self.x), do_sample=False, cache_implementation="static", pad_token_id=0, max_new_tokens=o_len, min_new_tokens=o_len
+        )
         self.m.generate(self.x, **self.kw)  # warm-up at full size: the static cache is allocated here
 
     def tok_s(self) -> float:
@@ -386,14 +406,16 @@ class HFGenerate:
         return self.x.shape[0] * self.o_len / (time.perf_counter() - t)
 
 
-def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
-                 runs: int, threads: int = 2) -> None:
+def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int, runs: int, threads: int = 2) -> None:
     """Item 2 alone at each batch: the 1-stage server (`threads` threads, its stage on the serving
     executor) against HF generate on as many threads, measured in turn round after round, each on a
     quiet stretch."""
-    print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, fp32; prompt {prompt} → "
-          f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × {threads} thread(s) vs HF generate (static "
-          f"cache, {threads} thread(s))", flush=True)
+    print(
+        f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, fp32; prompt {prompt} → "
+        f"{output} tokens; host: {os.cpu_count()} cores; 1 stage × {threads} thread(s) vs HF generate (static "
+        f"cache, {threads} thread(s))",
+        flush=True,
+    )
     rows = []
     for batch in batches:
         plan = plan_at(model, cluster_yaml(work, profile, 1), 1, batch, prompt, output, work)
@@ -401,19 +423,30 @@ def engine_vs_hf(model: Path, work: Path, profile: Path, batches: list[int], pro
             hf = HFGenerate(model, batch, prompt, output, threads=threads)
             rounds = []
             for i in range(runs):
-                (eng, _, _), o1, _ = quiet_run(f"b{batch} round {i + 1}, engine",
-                                               lambda b=batch: offline(srv, b, prompt, output))
+                (eng, _, _), o1, _ = quiet_run(f"b{batch} round {i + 1}, engine", lambda b=batch: offline(srv, b, prompt, output))
                 ref, o2, _ = quiet_run(f"b{batch} round {i + 1}, HF", hf.tok_s)
                 rounds.append((eng, ref, max(o1, o2)))
-                print(f"batch {batch} round {i + 1}: engine {eng:.1f}, HF {ref:.1f} tok/s, ratio {eng / ref:.2f}; "
-                      f"other processes at most {max(o1, o2):.0%} of the host, load {os.getloadavg()[0]:.2f}",
-                      flush=True)
+                print(
+                    f"batch {batch} round {i + 1}: engine {eng:.1f}, HF {ref:.1f} tok/s, ratio {eng / ref:.2f}; "
+                    f"other processes at most {max(o1, o2):.0%} of the host, load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
             del hf
         med = statistics.median
-        rows.append((batch, med(r[0] for r in rounds), med(r[1] for r in rounds),
-                     med(r[0] / r[1] for r in rounds), [r[0] / r[1] for r in rounds], max(r[2] for r in rounds)))
-    print(f"| batch | engine output tok/s | HF generate tok/s | engine / HF (median of {runs} paired rounds) | "
-          "per round | other processes, max |\n|---:|---:|---:|---:|---|---:|")
+        rows.append(
+            (
+                batch,
+                med(r[0] for r in rounds),
+                med(r[1] for r in rounds),
+                med(r[0] / r[1] for r in rounds),
+                [r[0] / r[1] for r in rounds],
+                max(r[2] for r in rounds),
+            )
+        )
+    print(
+        f"| batch | engine output tok/s | HF generate tok/s | engine / HF (median of {runs} paired rounds) | "
+        "per round | other processes, max |\n|---:|---:|---:|---:|---|---:|"
+    )
     for b, e, h, ratio, per, other in rows:
         print(f"| {b} | {e:.1f} | {h:.1f} | **{ratio:.2f}** | {', '.join(f'{x:.2f}' for x in per)} | {other:.0%} |")
 
@@ -433,8 +466,7 @@ def host_bandwidth(threads: int) -> float:
     return c.meta["bytes"] / c.seconds
 
 
-def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int,
-                          runs: int) -> None:
+def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[int], prompt: int, output: int, runs: int) -> None:
     """Item 4 alone: at each batch, the planner's 1-stage plan from `profile` served on one device with
     the profile's threads; its measured mean decode step (the workers' own timing, /metrics) against
     the plan's predicted_ms, over `runs` offline rounds. Beside each round, the host's copy bandwidth
@@ -453,15 +485,18 @@ def predicted_vs_measured(model: Path, work: Path, profile: Path, batches: list[
             steps, drift = [], []
             for i in range(runs):
                 drift.append(host_bandwidth(threads) / profiled_bw)
-                (_, _, st), other, _ = quiet_run(f"b{batch} round {i + 1}", lambda b=batch: offline(srv, b, prompt,
-                                                                                                     output))
+                (_, _, st), other, _ = quiet_run(f"b{batch} round {i + 1}", lambda b=batch: offline(srv, b, prompt, output))
                 steps.append(st["0.0"][0] / st["0.0"][1])
-                print(f"batch {batch} round {i + 1}: decode step {steps[-1] * 1e3:.1f} ms (predicted {pred * 1e3:.1f}); "
-                      f"host bandwidth {drift[-1]:.2f}× the profile's; other processes {other:.0%}, load "
-                      f"{os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"batch {batch} round {i + 1}: decode step {steps[-1] * 1e3:.1f} ms (predicted {pred * 1e3:.1f}); "
+                    f"host bandwidth {drift[-1]:.2f}× the profile's; other processes {other:.0%}, load "
+                    f"{os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         rows.append((batch, pred, statistics.median(steps), statistics.median(drift)))
-    print("| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted | host bandwidth / "
-          "profile's |\n|---:|---:|---:|---:|---:|")
+    print(
+        "| batch | predicted decode step ms | measured (median of rounds) ms | measured / predicted | host bandwidth / profile's |\n|---:|---:|---:|---:|---:|"
+    )
     for b, p, m, d in rows:
         print(f"| {b} | {p * 1e3:.1f} | {m * 1e3:.1f} | **{m / p:.2f}** | {d:.2f} |")
 
@@ -479,11 +514,12 @@ def main() -> None:
     ap.add_argument("--engine-vs-hf", default="", help="comma-separated batches: only the engine vs HF generate")
     ap.add_argument("--threads", type=int, default=2, help="threads of the engine and of HF generate (--engine-vs-hf)")
     ap.add_argument("--predicted", default="", help="comma-separated batches: only predicted vs measured stage steps")
-    ap.add_argument("--max-busy", type=float, default=QUIET,
-                    help="measure only while other processes use at most this share of the host (1: no waiting)")
-    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"),
-                    help="a 1-thread profile of this host from `hetc profile --device cpu --threads 1` (measured "
-                         "first when missing); every plan is made from it")
+    ap.add_argument("--max-busy", type=float, default=QUIET, help="measure only while other processes use at most this share of the host (1: no waiting)")
+    ap.add_argument(
+        "--profile",
+        default=str(REPO / "out" / "profile-cpu.yaml"),
+        help="a 1-thread profile of this host from `hetc profile --device cpu --threads 1` (measured first when missing); every plan is made from it",
+    )
     a = ap.parse_args()
     QUIET = a.max_busy
     if a.quick:
@@ -494,27 +530,29 @@ def main() -> None:
     build_model(model)
     profile = ensure_profile(Path(a.profile))
     if a.engine_vs_hf:
-        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs,
-                     a.threads)
+        engine_vs_hf(model, work, profile, [int(b) for b in a.engine_vs_hf.split(",")], a.prompt, a.output, a.runs, a.threads)
         return
     if a.predicted:
-        predicted_vs_measured(model, work, profile, [int(b) for b in a.predicted.split(",")], a.prompt, a.output,
-                              a.runs)
+        predicted_vs_measured(model, work, profile, [int(b) for b in a.predicted.split(",")], a.prompt, a.output, a.runs)
         return
     p1, p2, pf = plans(model, work, profile, a.batch, a.prompt, a.output)
-    print(f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "
-          f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores; "
-          f"profile {profile}")
-    print(f"plan, 1 device: {describe(p1)}\nplan, 2-device chain: {describe(p2)}\n"
-          f"`hetc plan` over 2 devices, left to itself: {describe(pf)}", flush=True)
+    print(
+        f"model: Llama {MODEL['hidden_size']}×{MODEL['num_hidden_layers']} layers, vocab {MODEL['vocab_size']}, "
+        f"fp32; load: {a.batch} requests × prompt {a.prompt} → {a.output} tokens; host: {os.cpu_count()} cores; "
+        f"profile {profile}"
+    )
+    print(f"plan, 1 device: {describe(p1)}\nplan, 2-device chain: {describe(p2)}\n`hetc plan` over 2 devices, left to itself: {describe(pf)}", flush=True)
     # the bound without a runtime first, while nothing else of ours runs
     ctx, m = a.prompt + a.output // 2, json.loads(p2.read_text())["pipelines"][0]["micro_batches"]
-    (bare1, bare2), bare_other, waited = quiet_run("bare steps", lambda: (
-        bare_step_ms(model, p1, 0, a.batch, ctx, threads=2),
-        {f"0.{i}": bare_step_ms(model, p2, i, a.batch // m, ctx, threads=1) for i in range(m)}))
-    print(f"bare decode steps (ms): 1 stage × 2 threads, {a.batch} seqs {bare1:.1f}; 2 stages × 1 thread, "
-          f"{a.batch // m} seqs " + " / ".join(f"{v:.1f}" for v in bare2.values())
-          + f" (other processes: {bare_other:.0%} of the host)", flush=True)
+    (bare1, bare2), bare_other, waited = quiet_run(
+        "bare steps",
+        lambda: (bare_step_ms(model, p1, 0, a.batch, ctx, threads=2), {f"0.{i}": bare_step_ms(model, p2, i, a.batch // m, ctx, threads=1) for i in range(m)}),
+    )
+    print(
+        f"bare decode steps (ms): 1 stage × 2 threads, {a.batch} seqs {bare1:.1f}; 2 stages × 1 thread, "
+        f"{a.batch // m} seqs " + " / ".join(f"{v:.1f}" for v in bare2.values()) + f" (other processes: {bare_other:.0%} of the host)",
+        flush=True,
+    )
     # every server up at once (an idle one only sends a heartbeat a second), HF in this process;
     # they are measured in turn, round after round, so a burst of load from another process
     # on this shared host hits all of them alike; medians over the rounds are reported
@@ -528,21 +566,28 @@ def main() -> None:
         for i in range(a.runs):
             # each measurement on its own quiet stretch (a few seconds each): another process's
             # burst then costs one of them a rerun, not the whole round
-            runs = [quiet_run(f"round {i + 1}, {name}", fn) for name, fn in (
-                ("1×2", lambda: offline(s1, a.batch, a.prompt, a.output)),
-                ("2×1", lambda: offline(s2, a.batch, a.prompt, a.output)),
-                ("planner's own", lambda: offline(s3, a.batch, a.prompt, a.output)), ("HF", hf.tok_s))]
+            runs = [
+                quiet_run(f"round {i + 1}, {name}", fn)
+                for name, fn in (
+                    ("1×2", lambda: offline(s1, a.batch, a.prompt, a.output)),
+                    ("2×1", lambda: offline(s2, a.batch, a.prompt, a.output)),
+                    ("planner's own", lambda: offline(s3, a.batch, a.prompt, a.output)),
+                    ("HF", hf.tok_s),
+                )
+            ]
             other = max(r[1] for r in runs)
             waited += sum(r[2] for r in runs)
             rounds.append(tuple(r[0] for r in runs) + (other,))
             r = rounds[-1]
-            print(f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, planner's own {r[2][0]:.1f}, HF "
-                  f"{r[3]:.1f} tok/s; 2×1 / 1×2 {r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[3]:.2f}; busy 2×1 "
-                  + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items()))
-                  + f"; other processes at most {other:.0%} of the host, load {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"round {len(rounds)}: 1×2 {r[0][0]:.1f}, 2×1 {r[1][0]:.1f}, planner's own {r[2][0]:.1f}, HF "
+                f"{r[3]:.1f} tok/s; 2×1 / 1×2 {r[1][0] / r[0][0]:.2f}, engine / HF {r[0][0] / r[3]:.2f}; busy 2×1 "
+                + " / ".join(f"{v:.2f}" for _, v in sorted(r[1][1].items()))
+                + f"; other processes at most {other:.0%} of the host, load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
         # the offline rounds' steps only (batch / m sequences per micro-batch)
-        measured = {k: sum(r[1][2][k][0] for r in rounds) / sum(r[1][2][k][1] for r in rounds)
-                    for k in rounds[0][1][2]}
+        measured = {k: sum(r[1][2][k][0] for r in rounds) / sum(r[1][2][k][1] for r in rounds) for k in rounds[0][1][2]}
         lat = at_rate(s2, a.rate, a.requests, a.prompt, a.output)
     med = statistics.median
     one, two, free = (med(r[i][0] for r in rounds) for i in range(3))
@@ -550,33 +595,36 @@ def main() -> None:
     busy2 = {k: med(r[1][1][k] for r in rounds) for k in rounds[0][1][1]}
     busy1 = med(next(iter(r[0][1].values()), 0.0) for r in rounds)
     load = os.getloadavg()
-    print(f"host load average at the end (1/5/15 min): {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-          f"(our servers' own work counts in it); waited {waited:.0f} s in all for a quiet host")
+    print(
+        f"host load average at the end (1/5/15 min): {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
+        f"(our servers' own work counts in it); waited {waited:.0f} s in all for a quiet host"
+    )
     print(f"| figure (median of {a.runs} interleaved rounds) | value |\n|---|---:|")
-    print(f"| other processes' share of the host during the rounds, median / max | {med(r[4] for r in rounds):.0%} / "
-          f"{max(r[4] for r in rounds):.0%} |")
+    print(f"| other processes' share of the host during the rounds, median / max | {med(r[4] for r in rounds):.0%} / {max(r[4] for r in rounds):.0%} |")
     print(f"| 1 stage × 2 threads, output tok/s | {one:.1f} |")
     print(f"| 2 stages × 1 thread, output tok/s | {two:.1f} |")
-    print(f"| ratio (2×1 / 1×2), target ≥ 0.9 | {two / one:.2f} (per round "
-          + ", ".join(f"{r[1][0] / r[0][0]:.2f}" for r in rounds) + ") |")
+    print(f"| ratio (2×1 / 1×2), target ≥ 0.9 | {two / one:.2f} (per round " + ", ".join(f"{r[1][0] / r[0][0]:.2f}" for r in rounds) + ") |")
     bound = bare1 / (m * max(bare2.values()))
     print(f"| bound on that ratio from bare decode steps, T(1 stage) / ({m} · slowest stage) | {bound:.2f} |")
     for k, v in sorted(busy2.items()):
         print(f"| stage {k}: busy share (pipeline efficiency) / bubble share | {v:.2f} / {1 - v:.2f} |")
     print(f"| 1 stage: busy share | {busy1:.2f} |")
-    print(f"| `hetc plan`'s own plan for the 2 devices, 1 thread each, output tok/s / ÷ 1×2 | {free:.1f} / "
-          f"{free / one:.2f} |")
+    print(f"| `hetc plan`'s own plan for the 2 devices, 1 thread each, output tok/s / ÷ 1×2 | {free:.1f} / {free / one:.2f} |")
     print(f"| HF generate (static cache, 2 threads), output tok/s | {hf_med:.1f} |")
-    print(f"| engine (1 stage × 2 threads) / HF generate, target ≥ 1.0 | {one / hf_med:.2f} (per round "
-          + ", ".join(f"{r[0][0] / r[3]:.2f}" for r in rounds) + ") |")
-    print(f"| 2 stages at {a.rate:g} req/s ({a.requests} requests): TTFT p50 / p99 ms | "
-          f"{lat['ttft_p50']:.0f} / {lat['ttft_p99']:.0f} |")
+    print(
+        f"| engine (1 stage × 2 threads) / HF generate, target ≥ 1.0 | {one / hf_med:.2f} (per round "
+        + ", ".join(f"{r[0][0] / r[3]:.2f}" for r in rounds)
+        + ") |"
+    )
+    print(f"| 2 stages at {a.rate:g} req/s ({a.requests} requests): TTFT p50 / p99 ms | {lat['ttft_p50']:.0f} / {lat['ttft_p99']:.0f} |")
     print(f"| 2 stages at {a.rate:g} req/s: TPOT p50 / p99 ms | {lat['tpot_p50']:.1f} / {lat['tpot_p99']:.1f} |")
     pred = predicted_decode(p2)
     for k in sorted(measured):
-        print(f"| stage {k} decode step ({a.batch // m} seqs), measured in serving / bare / the plan's predicted_ms | "
-              f"{measured[k] * 1e3:.1f} / {bare2[k]:.1f} / {pred[k] * 1e3:.1f} ms (×{measured[k] / pred[k]:.2f}, "
-              f"bare ×{bare2[k] / 1e3 / pred[k]:.2f}) |")
+        print(
+            f"| stage {k} decode step ({a.batch // m} seqs), measured in serving / bare / the plan's predicted_ms | "
+            f"{measured[k] * 1e3:.1f} / {bare2[k]:.1f} / {pred[k] * 1e3:.1f} ms (×{measured[k] / pred[k]:.2f}, "
+            f"bare ×{bare2[k] / 1e3 / pred[k]:.2f}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -54,18 +54,23 @@ def steady(path: str, clients: int | None, requests: int | None) -> None:
     t = np.sort(np.concatenate([r.token_times for r in o.requests]))
     lo, hi = t[len(t) // 4], t[3 * len(t) // 4]
     got = (len(t) // 2) / (hi - lo)
-    print(f"{path}: plan {plan.predicted.output_tok_s:,.0f} output tok/s, simulated steady state {got:,.0f} "
-          f"(plan/sim {plan.predicted.output_tok_s / got:.2f}); {n} clients, {requests} requests, "
-          f"{o.preemptions} preemptions")
+    print(
+        f"{path}: plan {plan.predicted.output_tok_s:,.0f} output tok/s, simulated steady state {got:,.0f} "
+        f"(plan/sim {plan.predicted.output_tok_s / got:.2f}); {n} clients, {requests} requests, "
+        f"{o.preemptions} preemptions"
+    )
     span = o.end - o.start
     for lane in lanes:
         busy = [o.busy[(lane.id, k)] for k in range(len(lane.stages))]
         steps = [o.stepped[(lane.id, k)][0] for k in range(len(lane.stages))]
         per = np.mean(seqs.get(lane.id, [0]))
-        print(f"  lane {lane.id} (pipeline {lane.pipeline}, {lane.phase.name.lower()}, batch {lane.batch}): busy "
-              + ", ".join(f"{b / span:.0%}" for b in busy) + "; of it in steps "
-              + ", ".join(f"{s / b:.0%}" if b else "-" for s, b in zip(steps, busy))
-              + f"; {per:.1f} sequences per step; KV peak {o.kv_peak[lane.id]:.0%}")
+        print(
+            f"  lane {lane.id} (pipeline {lane.pipeline}, {lane.phase.name.lower()}, batch {lane.batch}): busy "
+            + ", ".join(f"{b / span:.0%}" for b in busy)
+            + "; of it in steps "
+            + ", ".join(f"{s / b:.0%}" if b else "-" for s, b in zip(steps, busy))
+            + f"; {per:.1f} sequences per step; KV peak {o.kv_peak[lane.id]:.0%}"
+        )
 
 
 def main() -> None:

@@ -44,11 +44,9 @@ SCENARIOS = [
     ("70b-24dev-cost", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "cost"]),
     ("70b-24dev-cost-10k", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "cost", "--min-tok-s", "10000"]),
     ("70b-types6-48-latency", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "latency"]),
-    ("70b-types6-48-latency-4k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b",
-     ["--objective", "latency", "--min-tok-s", "4000"]),
+    ("70b-types6-48-latency-4k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "latency", "--min-tok-s", "4000"]),
     ("70b-types6-48-cost", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "cost"]),
-    ("70b-types6-48-cost-20k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b",
-     ["--objective", "cost", "--min-tok-s", "20000"]),
+    ("70b-types6-48-cost-20k", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", ["--objective", "cost", "--min-tok-s", "20000"]),
 ]
 
 
@@ -56,8 +54,12 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]
     """plan.json, and the command's wall and CPU seconds (a fresh process)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, *extra],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, *extra],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
         return json.load(open(f.name)), wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
 
@@ -67,8 +69,23 @@ def main() -> None:
     ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
-    head = ("scenario", "devices", "plan", "bound", "plan/bound", "pools", "uniform", "mem-prop", "best-homog",
-            "plan/mem-prop", "solver s", "solver CPU s", "command s", "command CPU s", "load")
+    head = (
+        "scenario",
+        "devices",
+        "plan",
+        "bound",
+        "plan/bound",
+        "pools",
+        "uniform",
+        "mem-prop",
+        "best-homog",
+        "plan/mem-prop",
+        "solver s",
+        "solver CPU s",
+        "command s",
+        "command CPU s",
+        "load",
+    )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for name, cluster, model, extra in SCENARIOS:
@@ -84,10 +101,23 @@ def main() -> None:
         value, bound = plan["solver"]["objective"], plan["solver"]["bound"]
         close = value / bound if plan["objective"]["sense"] == "max" else bound / value
         unit = {"throughput": "tok/s", "latency": "ms", "cost": "USD/M"}.get(plan["objective"]["name"], "")
-        row = (name, str(devices), f"{value:,.4g} {unit}", f"{bound:,.4g}", f"{close:.3f}", pools, f"{b['uniform']['output_tok_s']:,.0f}", f"{mp:,.0f}",
-               f"{b['best_homogeneous']['output_tok_s']:,.0f}", f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
-               f"{plan['solver']['seconds']:.1f}", f"{plan['solver']['cpu_seconds']:.1f}", f"{wall:.1f}", f"{cpu:.1f}",
-               f"{os.getloadavg()[0]:.1f}")
+        row = (
+            name,
+            str(devices),
+            f"{value:,.4g} {unit}",
+            f"{bound:,.4g}",
+            f"{close:.3f}",
+            pools,
+            f"{b['uniform']['output_tok_s']:,.0f}",
+            f"{mp:,.0f}",
+            f"{b['best_homogeneous']['output_tok_s']:,.0f}",
+            f"{tok / mp:.2f}" if mp else "∞ (infeasible)",
+            f"{plan['solver']['seconds']:.1f}",
+            f"{plan['solver']['cpu_seconds']:.1f}",
+            f"{wall:.1f}",
+            f"{cpu:.1f}",
+            f"{os.getloadavg()[0]:.1f}",
+        )
         print("| " + " | ".join(row) + " |", flush=True)
 
 

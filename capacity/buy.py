@@ -63,13 +63,18 @@ class Purchase:
         return cast(float, self.bound_usd_h) / self.usd_h if self.usd_h else 1.0  # set when bound_tok_s is not
 
     def to_json(self, catalog: Catalog) -> dict:
-        return {"devices": {catalog.entries[i].profile: k for i, k in sorted(self.counts.items())},
-                "usd_h": self.usd_h, "predicted_output_tok_s": self.output_tok_s, "bound_usd_h": self.bound_usd_h,
-                "bound_output_tok_s": self.bound_tok_s, "bound_ratio": self.ratio, "fleet": self.fleet}
+        return {
+            "devices": {catalog.entries[i].profile: k for i, k in sorted(self.counts.items())},
+            "usd_h": self.usd_h,
+            "predicted_output_tok_s": self.output_tok_s,
+            "bound_usd_h": self.bound_usd_h,
+            "bound_output_tok_s": self.bound_tok_s,
+            "bound_ratio": self.ratio,
+            "fleet": self.fleet,
+        }
 
 
-def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None,
-        floor_tok_s: float | None = None) -> Purchase:
+def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | None = None, floor_tok_s: float | None = None) -> Purchase:
     """Choose the cheapest purchase from `catalog` that serves `req` (with `req.budget_usd_h`: the
     purchase within the budget that serves the most output tok/s within the SLOs).
 
@@ -87,15 +92,18 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
-    slo: dict[str, Any] = {"ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
-           "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None, "tp": req.tp, "time_limit": req.time_limit}
+    slo: dict[str, Any] = {
+        "ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+        "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
+        "tp": req.tp,
+        "time_limit": req.time_limit,
+    }
     say = (lambda s: progress(f"solving: {s}")) if progress else None
     if req.budget_usd_h:
         sol = solve(model.units, stock, wl, caps=Caps(usd_h=req.budget_usd_h), **slo, progress=say)
     else:
         try:
-            sol = solve(model.units, stock, wl, objective=Objective.COST, min_tok_s=floor_tok_s or req.output_tok_s,
-                        **slo, progress=say)
+            sol = solve(model.units, stock, wl, objective=Objective.COST, min_tok_s=floor_tok_s or req.output_tok_s, **slo, progress=say)
         except Infeasible:
             raise Infeasible(_short_of(model.units, stock, wl, req, slo)) from None
     entry_of = {e.profile: i for i, e in enumerate(catalog.entries)}
@@ -107,12 +115,12 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     profiles = {n.profile.name: n.profile for n in stock.nodes}
     usd_h = sum(stock.price(profiles[catalog.entries[i].profile]) * k for i, k in counts.items())
     if req.budget_usd_h:  # the solver's bound on output tok/s, capped by the budget
-        return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_tok_s=sol.bound,
-                        fleet=fleet)
+        return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_tok_s=sol.bound, fleet=fleet)
     kinds = kinds_of(stock, TP_SIZES if req.tp == "auto" else (1,))
     price = {type_key(n): stock.price(n.profile) for n in stock.nodes}
-    per_tok_s = cost_bound(Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price,
-                           floor=req.output_tok_s)  # the catalog's stock limits each type's devices
+    per_tok_s = cost_bound(
+        Tables(model.units, wl), kinds, min(len(model.units), sum(n.count for n in stock.nodes)), price, floor=req.output_tok_s
+    )  # the catalog's stock limits each type's devices
     bound = max(per_tok_s * req.output_tok_s, least_holding(model.units, wl, stock, price))
     return Purchase(counts=dict(counts), usd_h=usd_h, output_tok_s=sol.output_tok_s, bound_usd_h=bound, fleet=fleet)
 
@@ -137,12 +145,10 @@ class Checked:
     stopped: str | None = None  # why it stopped short of the SLOs (None: met, or nothing to check)
 
     def to_json(self, catalog: Catalog) -> dict:
-        return {**self.purchase.to_json(catalog), "simulated": self.check.as_dict(),
-                "purchases": [asdict(t) for t in self.tries], "stopped": self.stopped}
+        return {**self.purchase.to_json(catalog), "simulated": self.check.as_dict(), "purchases": [asdict(t) for t in self.tries], "stopped": self.stopped}
 
 
-def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_path: str | Path,
-                progress: Callable[[str], None] | None = None) -> Checked:
+def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_path: str | Path, progress: Callable[[str], None] | None = None) -> Checked:
     """Buy, plan the fleet and simulate it at the rate; while fewer than `req.attainment` of the
     requests meet the SLOs, buy again asking rate / goodput more capacity (DistServe goodput: the
     rate the fleet serves within them; at least `RAISE_AT_LEAST` more), up to `PURCHASES` times.
@@ -167,8 +173,7 @@ def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_
         say("simulating the fleet at the rate")
         check = check_slos(plan, plan_path, req)  # type: ignore[arg-type]  # a Path where a str is annotated, as before
         att, goodput = check.metrics.get("slo_attainment"), check.metrics.get("distserve_goodput")
-        tries.append(Try(floor_tok_s=floor, usd_h=purchase.usd_h, devices=sum(purchase.counts.values()),
-                         attainment=att, goodput=goodput))
+        tries.append(Try(floor_tok_s=floor, usd_h=purchase.usd_h, devices=sum(purchase.counts.values()), attainment=att, goodput=goodput))
         if req.budget_usd_h or att is None or att >= req.attainment:
             return Checked(purchase, plan, check, tries)
         if len(tries) == PURCHASES:
@@ -178,8 +183,7 @@ def buy_checked(catalog: Catalog, req: BuyRequest, fleet_path: str | Path, plan_
         try:
             purchase = buy(catalog, req, progress, floor_tok_s=floor)
         except Infeasible:
-            return Checked(purchase, plan, check, tries,
-                           stopped=f"the catalog's stock predicts less than {floor:,.0f} output tok/s within the SLOs")
+            return Checked(purchase, plan, check, tries, stopped=f"the catalog's stock predicts less than {floor:,.0f} output tok/s within the SLOs")
 
 
 def _short_of(units: list[Unit], stock: Cluster, wl: Workload, req: BuyRequest, slo: dict) -> str:
@@ -189,15 +193,28 @@ def _short_of(units: list[Unit], stock: Cluster, wl: Workload, req: BuyRequest, 
         most = solve(units, stock, wl, **slo).output_tok_s
     except Infeasible as e:
         return f"even one pipeline is out of reach of the catalog's whole stock: {e}"
-    return (f"the catalog's whole stock serves at most {most:,.0f} output tok/s within the SLOs given; the load asks "
-            f"{asked} ({req.output_tok_s / most:.1f}×). Raise `max` in the catalog, add device types, or lower --rate.")
+    return (
+        f"the catalog's whole stock serves at most {most:,.0f} output tok/s within the SLOs given; the load asks "
+        f"{asked} ({req.output_tok_s / most:.1f}×). Raise `max` in the catalog, add device types, or lower --rate."
+    )
 
 
 def plan_fleet(purchase: Purchase, req: BuyRequest, fleet_path: str | Path) -> Plan:
     """The fleet's plan (throughput objective under the same SLOs): what to run on what was bought."""
-    return make_plan(PlanRequest(model=req.model, profiles=str(fleet_path), dtype=req.dtype, kv_dtype=req.kv_dtype,
-                                 input_len=req.input_len, output_len=req.output_len, ttft_slo_ms=req.ttft_slo_ms,
-                                 tpot_slo_ms=req.tpot_slo_ms, tp=req.tp, time_limit=req.time_limit))
+    return make_plan(
+        PlanRequest(
+            model=req.model,
+            profiles=str(fleet_path),
+            dtype=req.dtype,
+            kv_dtype=req.kv_dtype,
+            input_len=req.input_len,
+            output_len=req.output_len,
+            ttft_slo_ms=req.ttft_slo_ms,
+            tpot_slo_ms=req.tpot_slo_ms,
+            tp=req.tp,
+            time_limit=req.time_limit,
+        )
+    )
 
 
 def write_fleet(purchase: Purchase, path: str | Path) -> None:

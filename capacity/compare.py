@@ -62,15 +62,27 @@ class Row:
 def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
     m = ev.metrics
     bound = plan.solver.upper_bound
-    return Row(name=name, cluster=plan.cluster.get("name", "?"), devices=int(m["devices"] or 0),
-               output_throughput=m["output_throughput"] or 0.0, tok_s_per_device=m["output_throughput_per_device"] or 0.0,
-               tok_s_per_user=m["tok_s_per_user"], median_ttft_ms=m["median_ttft_ms"] or 0.0,
-               p99_ttft_ms=m["p99_ttft_ms"] or 0.0, median_tpot_ms=m["median_tpot_ms"] or 0.0,
-               p99_tpot_ms=m["p99_tpot_ms"] or 0.0, refused_429=int(m["refused_429"] or 0),
-               request_goodput=m["request_goodput"], distserve_goodput=m.get("distserve_goodput"),
-               usd_per_mtok=m["usd_per_mtok"], watts=m["watts"] or 0.0, joule_per_tok=m["joule_per_output_token"],
-               saturation_output_tok_s=plan.predicted.output_tok_s,
-               plan_over_bound=plan.predicted.output_tok_s / bound if bound else 0.0, status=plan.solver.status)
+    return Row(
+        name=name,
+        cluster=plan.cluster.get("name", "?"),
+        devices=int(m["devices"] or 0),
+        output_throughput=m["output_throughput"] or 0.0,
+        tok_s_per_device=m["output_throughput_per_device"] or 0.0,
+        tok_s_per_user=m["tok_s_per_user"],
+        median_ttft_ms=m["median_ttft_ms"] or 0.0,
+        p99_ttft_ms=m["p99_ttft_ms"] or 0.0,
+        median_tpot_ms=m["median_tpot_ms"] or 0.0,
+        p99_tpot_ms=m["p99_tpot_ms"] or 0.0,
+        refused_429=int(m["refused_429"] or 0),
+        request_goodput=m["request_goodput"],
+        distserve_goodput=m.get("distserve_goodput"),
+        usd_per_mtok=m["usd_per_mtok"],
+        watts=m["watts"] or 0.0,
+        joule_per_tok=m["joule_per_output_token"],
+        saturation_output_tok_s=plan.predicted.output_tok_s,
+        plan_over_bound=plan.predicted.output_tok_s / bound if bound else 0.0,
+        status=plan.solver.status,
+    )
 
 
 @dataclass(slots=True)
@@ -88,9 +100,9 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     """Every plan of `req` (or `req.model` planned on each cluster, captured once) under one load."""
     if req.profiles:
         assert req.model is not None
-        plans = plan_clusters(req.model, req.profiles, dict(dtype=req.dtype, input_len=req.input_len,
-                                                            output_len=req.output_len, time_limit=req.time_limit),
-                              progress=progress)
+        plans = plan_clusters(
+            req.model, req.profiles, dict(dtype=req.dtype, input_len=req.input_len, output_len=req.output_len, time_limit=req.time_limit), progress=progress
+        )
         files = {n: f"{n} (planned)" for n in plans}
     else:
         plans, files = load_plans(req.plans)
@@ -104,8 +116,7 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     for name, plan in plans.items():
         if progress:
             progress(f"simulating {name}")
-        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment,
-                           pue=req.pue, name=name)
+        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name)
         rows.append(_row(name, plan, ev))
         evals.append(ev)
     return Comparison(plans, rows, evals, evals[0].load)
@@ -118,8 +129,7 @@ def load_plans(paths: list[str]) -> tuple[dict[str, Plan], dict[str, str]]:
     return {n: load_plan(p) for n, p in zip(names, paths)}, dict(zip(names, paths))
 
 
-def plan_clusters(model: str, clusters: list[str], plan_kwargs: dict,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Plan]:
+def plan_clusters(model: str, clusters: list[str], plan_kwargs: dict, progress: Callable[[str], None] | None = None) -> dict[str, Plan]:
     """Plan `model` on each cluster (the capture is done once and cached for the others)."""
     from hetc.partitioner.planner import PlanRequest, make_plan
 
@@ -184,23 +194,56 @@ def write_html(plans: dict[str, Plan], rows: list[Row], evals: list[Evaluation],
     def f(v: float | None, fmt: str) -> str:
         return "—" if v is None else format(v, fmt)
 
-    head = ["plan", "cluster", "devices", "output tok/s", "tok/s/device", "tok/s/user", "TTFT p50 / p99 ms",
-            "TPOT p50 / p99 ms", "429", "goodput req/s", "USD/M tok", "kW", "J/tok", "saturation tok/s (plan)",
-            "plan/bound"]
+    head = [
+        "plan",
+        "cluster",
+        "devices",
+        "output tok/s",
+        "tok/s/device",
+        "tok/s/user",
+        "TTFT p50 / p99 ms",
+        "TPOT p50 / p99 ms",
+        "429",
+        "goodput req/s",
+        "USD/M tok",
+        "kW",
+        "J/tok",
+        "saturation tok/s (plan)",
+        "plan/bound",
+    ]
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            r.name, r.cluster, r.devices, f"{r.output_throughput:,.0f}", f"{r.tok_s_per_device:,.1f}",
-            f(r.tok_s_per_user, ".1f"), f"{fmt_ms(r.median_ttft_ms)} / {fmt_ms(r.p99_ttft_ms)}",
-            f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}", r.refused_429, f(r.distserve_goodput, ",.2f"),
-            f(r.usd_per_mtok, ".3f"), f"{r.watts / 1e3:,.1f}", f(r.joule_per_tok, ".2f"),
-            f"{r.saturation_output_tok_s:,.0f}", f"{r.plan_over_bound:.3f}")) + "</tr>" for r in rows)
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                r.name,
+                r.cluster,
+                r.devices,
+                f"{r.output_throughput:,.0f}",
+                f"{r.tok_s_per_device:,.1f}",
+                f(r.tok_s_per_user, ".1f"),
+                f"{fmt_ms(r.median_ttft_ms)} / {fmt_ms(r.p99_ttft_ms)}",
+                f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}",
+                r.refused_429,
+                f(r.distserve_goodput, ",.2f"),
+                f(r.usd_per_mtok, ".3f"),
+                f"{r.watts / 1e3:,.1f}",
+                f(r.joule_per_tok, ".2f"),
+                f"{r.saturation_output_tok_s:,.0f}",
+                f"{r.plan_over_bound:.3f}",
+            )
+        )
+        + "</tr>"
+        for r in rows
+    )
     cdfs, pareto = _charts(rows, evals)
     pictures = []
     for name, plan in plans.items():
         buf = io.BytesIO()
         plot_plan(plan, buf)
-        pictures.append(f"<h3>{html.escape(name)}</h3><img alt='placement of {html.escape(name)}' "
-                        f"src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>")
+        pictures.append(
+            f"<h3>{html.escape(name)}</h3><img alt='placement of {html.escape(name)}' src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'>"
+        )
     Path(path).write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>hetc compare</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
 padding:4px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>

@@ -39,9 +39,13 @@ def model_of(plan: Plan, file: str) -> CapturedModel:
     """The plan's model, captured once per process (and from the on-disk capture cache)."""
     m = _capture(plan.model.ref, plan.model.dtype, plan.model.kv_dtype)
     if m.graph_hash != plan.model.graph_hash:
-        raise BadInput(f"model.graph_hash is {plan.model.graph_hash[:16]}…, but {plan.model.ref} ({plan.model.dtype}) "
-                       f"hashes to {m.graph_hash[:16]}…: the plan was made for another model or unit table.",
-                       file=file, field="model.graph_hash", fix=f"re-plan with `hetc plan {plan.model.ref}`.")
+        raise BadInput(
+            f"model.graph_hash is {plan.model.graph_hash[:16]}…, but {plan.model.ref} ({plan.model.dtype}) "
+            f"hashes to {m.graph_hash[:16]}…: the plan was made for another model or unit table.",
+            file=file,
+            field="model.graph_hash",
+            fix=f"re-plan with `hetc plan {plan.model.ref}`.",
+        )
     return m
 
 
@@ -59,12 +63,14 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
         stages = [StagePlan(cluster.node(s.node), s.units[0], s.units[1], s.tp) for s in p.stages]
         est = estimate_pipeline(model.units, stages, cluster, wl, p.batch, p.phase)
         if est is None:
-            raise BadInput(f"pipeline {p.id} does not fit its devices at batch {p.batch}: weights, KV and activations "
-                           "exceed a stage's memory.", file=file, field=f"pipelines.{p.id}",
-                           fix="give it more devices or a smaller batch, or re-plan with `hetc plan`.")
+            raise BadInput(
+                f"pipeline {p.id} does not fit its devices at batch {p.batch}: weights, KV and activations exceed a stage's memory.",
+                file=file,
+                field=f"pipelines.{p.id}",
+                fix="give it more devices or a smaller batch, or re-plan with `hetc plan`.",
+            )
         for i, (s, e) in enumerate(zip(pd["stages"], est.stages)):
-            new = {"weights": e.memory.weights, "kv": e.memory.kv, "activations": e.memory.activations,
-                   "total": e.memory.total}
+            new = {"weights": e.memory.weights, "kv": e.memory.kv, "activations": e.memory.activations, "total": e.memory.total}
             times = {"prefill": e.prefill_s * 1e3, "decode": e.decode_s * 1e3}
             for key, fresh in (("memory_bytes", new), ("predicted_ms", times)):
                 old = s[key]
@@ -120,23 +126,31 @@ class Evaluation:
 
     def as_dict(self) -> dict:
         b = self.bottleneck
-        return {"name": self.name, "load": self.load, **self.metrics,
-                "saturates_first": {"pipeline": b.pipeline, "replica": b.replica, "stage": b.stage,
-                                    "devices": b.devices, "busy_share": b.busy_share},
-                "stages": [asdict(s) for s in self.stages], "overheads": self.overheads, "notes": self.notes}
+        return {
+            "name": self.name,
+            "load": self.load,
+            **self.metrics,
+            "saturates_first": {"pipeline": b.pipeline, "replica": b.replica, "stage": b.stage, "devices": b.devices, "busy_share": b.busy_share},
+            "stages": [asdict(s) for s in self.stages],
+            "overheads": self.overheads,
+            "notes": self.notes,
+        }
 
 
 def _describe(load: Load) -> str:
     r = load.requests
     ins, outs = sorted(x.input_len for x in r), sorted(x.output_len for x in r)
     lengths = f"input median {ins[len(ins) // 2]}, output median {outs[len(outs) // 2]} tokens"
-    how = {Arrivals.CLOSED: f"{load.concurrency} concurrent clients", Arrivals.TRACE: f"a trace at {load.rate:.3g} req/s",
-           Arrivals.POISSON: f"Poisson at {load.rate:g} req/s", Arrivals.GAMMA: f"gamma arrivals at {load.rate:g} req/s"}
+    how = {
+        Arrivals.CLOSED: f"{load.concurrency} concurrent clients",
+        Arrivals.TRACE: f"a trace at {load.rate:.3g} req/s",
+        Arrivals.POISSON: f"Poisson at {load.rate:g} req/s",
+        Arrivals.GAMMA: f"gamma arrivals at {load.rate:g} req/s",
+    }
     return f"{len(r)} requests, {how[load.arrivals]}, {lengths}"
 
 
-def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits, slo: SLO,
-                      attainment: float, hint: float) -> float:
+def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits, slo: SLO, attainment: float, hint: float) -> float:
     """The highest request rate at which `attainment` of the requests meet the SLOs (DistServe):
     the load's requests (their lengths; a trace its shape) at other rates, bracketed from `hint`
     and bisected geometrically to 2%. Refused requests miss. A run stops as soon as more requests
@@ -188,8 +202,17 @@ def distserve_goodput(lanes: list[SimLane], cluster: Cluster, load: Load, limits
     return lo
 
 
-def evaluate_plan(plan: Plan, file: str, load: Load, *, limits: ServeLimits | None = None, slo: SLO | None = None,
-                  attainment: float = 0.9, pue: float = 1.0, name: str | None = None) -> Evaluation:
+def evaluate_plan(
+    plan: Plan,
+    file: str,
+    load: Load,
+    *,
+    limits: ServeLimits | None = None,
+    slo: SLO | None = None,
+    attainment: float = 0.9,
+    pue: float = 1.0,
+    name: str | None = None,
+) -> Evaluation:
     """Simulate serving `plan` under `load` and gather every figure `hetc evaluate` reports.
 
     Args:
@@ -213,31 +236,55 @@ def evaluate_plan(plan: Plan, file: str, load: Load, *, limits: ServeLimits | No
     watts = sum(p.power * k for p, k in profiles) * pue
     out = m["output_throughput"] or 0.0
     median_tpot = m["median_tpot_ms"] or 0.0
-    m.update({"devices": devices, "output_throughput_per_device": out / devices,
-              "tok_s_per_user": 1e3 / median_tpot if median_tpot else None,
-              "usd_per_hour": usd_h, "usd_per_mtok": usd_h / 3600 / out * 1e6 if out else None,
-              "watts": watts, "joule_per_output_token": watts / out if out else None, "pue": pue})
+    m.update(
+        {
+            "devices": devices,
+            "output_throughput_per_device": out / devices,
+            "tok_s_per_user": 1e3 / median_tpot if median_tpot else None,
+            "usd_per_hour": usd_h,
+            "usd_per_mtok": usd_h / 3600 / out * 1e6 if out else None,
+            "watts": watts,
+            "joule_per_output_token": watts / out if out else None,
+            "pue": pue,
+        }
+    )
     if slo.given:
         hint = max(plan.predicted.output_tok_s, out) / max(1.0, sum(r.output_len for r in load.requests) / len(load.requests))
         shape = load if load.arrivals is not Arrivals.CLOSED else Load.poisson(load.requests, hint, seed=0)
         g = distserve_goodput(lanes, cluster, shape, limits, slo, attainment, hint)
-        m.update({"distserve_goodput": g, "distserve_goodput_per_device": g / devices, "attainment": attainment,
-                  "ttft_slo_ms": slo.ttft_ms, "tpot_slo_ms": slo.tpot_ms})
+        m.update(
+            {
+                "distserve_goodput": g,
+                "distserve_goodput_per_device": g / devices,
+                "attainment": attainment,
+                "ttft_slo_ms": slo.ttft_ms,
+                "tpot_slo_ms": slo.tpot_ms,
+            }
+        )
     duration = o.end - o.start
     stages = []
     pipeline = {p.id: p for p in plan.pipelines}
     for l in lanes:
         for k, (st, ps) in enumerate(zip(l.stages, pipeline[l.pipeline].stages)):
             usable = st.node.profile.usable_memory
-            stages.append(StageUse(lane=l.id, pipeline=l.pipeline, replica=l.replica, stage=k, devices=st.devices,
-                                   busy_share=o.busy[(l.id, k)] / duration if duration > 0 else 0.0,
-                                   step_ms=o.stepped[(l.id, k)][0] / max(1, o.stepped[(l.id, k)][1]) * 1e3,
-                                   memory_headroom_bytes=usable - ps.memory_bytes.total,
-                                   memory_headroom_share=1 - ps.memory_bytes.total / usable,
-                                   kv_peak_share=o.kv_peak[l.id]))
+            stages.append(
+                StageUse(
+                    lane=l.id,
+                    pipeline=l.pipeline,
+                    replica=l.replica,
+                    stage=k,
+                    devices=st.devices,
+                    busy_share=o.busy[(l.id, k)] / duration if duration > 0 else 0.0,
+                    step_ms=o.stepped[(l.id, k)][0] / max(1, o.stepped[(l.id, k)][1]) * 1e3,
+                    memory_headroom_bytes=usable - ps.memory_bytes.total,
+                    memory_headroom_share=1 - ps.memory_bytes.total / usable,
+                    kv_peak_share=o.kv_peak[l.id],
+                )
+            )
     served = [r for r in o.requests if r.served]
-    return Evaluation(name=name or file, load=_describe(load), metrics=m, stages=stages,
-                      overheads=lanes[0].overheads.listed(), notes=notes, latencies=Latencies.of(served))
+    return Evaluation(
+        name=name or file, load=_describe(load), metrics=m, stages=stages, overheads=lanes[0].overheads.listed(), notes=notes, latencies=Latencies.of(served)
+    )
 
 
 def evaluate(req: EvaluateRequest, progress: Callable[[str], None] | None = None) -> Evaluation:
@@ -245,5 +292,12 @@ def evaluate(req: EvaluateRequest, progress: Callable[[str], None] | None = None
     plan = load_plan(req.plan)
     if progress:
         progress(f"simulating {req.plan}")
-    return evaluate_plan(plan, req.plan, load_for(req.load, plan), limits=req.limits,
-                         slo=SLO(req.slo.ttft_slo_ms, req.slo.tpot_slo_ms), attainment=req.slo.attainment, pue=req.pue)
+    return evaluate_plan(
+        plan,
+        req.plan,
+        load_for(req.load, plan),
+        limits=req.limits,
+        slo=SLO(req.slo.ttft_slo_ms, req.slo.tpot_slo_ms),
+        attainment=req.slo.attainment,
+        pue=req.pue,
+    )

@@ -57,13 +57,15 @@ class Overheads:
     stage_host: tuple[str, ...]  # per stage: its host work per step, as text
 
     def listed(self) -> dict[str, str]:
-        return {"frontend → first stage, per step": f"{self.message_in * 1e6:.1f} us (serving.message + host_link)",
-                "last stage → frontend, per step": f"{self.message_out * 1e6:.1f} us (serving.message + host_link)",
-                "sampling, per sampled row": f"{self.sample_per_row * 1e6:.2f} us (serving.sample_logit × vocabulary)",
-                "stage host work, per step": "; ".join(self.stage_host) + " (profile serving, in the step time)",
-                "executor per call": "profile step_overhead (in the step time)",
-                "kernel launches": "profile launch_overhead × kernels (in the step time)",
-                "frontend scheduling and results": "not charged (overlapped with the pipeline's work)"}
+        return {
+            "frontend → first stage, per step": f"{self.message_in * 1e6:.1f} us (serving.message + host_link)",
+            "last stage → frontend, per step": f"{self.message_out * 1e6:.1f} us (serving.message + host_link)",
+            "sampling, per sampled row": f"{self.sample_per_row * 1e6:.2f} us (serving.sample_logit × vocabulary)",
+            "stage host work, per step": "; ".join(self.stage_host) + " (profile serving, in the step time)",
+            "executor per call": "profile step_overhead (in the step time)",
+            "kernel launches": "profile launch_overhead × kernels (in the step time)",
+            "frontend scheduling and results": "not charged (overlapped with the pipeline's work)",
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +131,9 @@ class SimLane:
             p = st.node.profile
             t = p.step_overhead + p.serving.stage_step(shape.seqs, shape.tokens)
             if st.cut:
-                t += stage_time(st.units[:st.cut], st.node, st.tp, shape.step, self.wl)
+                t += stage_time(st.units[: st.cut], st.node, st.tp, shape.step, self.wl)
             if st.cut < len(st.units) and shape.sampled:
-                t += stage_time(st.units[st.cut:], st.node, st.tp, shape.after_cut, self.wl)
+                t += stage_time(st.units[st.cut :], st.node, st.tp, shape.after_cut, self.wl)
             if st.vocab:
                 t += shape.sampled * self.overheads.sample_per_row
             st.memo[shape] = t
@@ -173,13 +175,15 @@ def _overheads(stages: list[SimStage], vocab: int) -> Overheads:
     for s in stages:
         h = s.node.profile.serving
         text.append(f"{s.node.name}: {h.step * 1e6:.0f} us + {h.row * 1e6:.1f} us/seq + {h.token * 1e6:.2f} us/token")
-    return Overheads(message_in=first.serving.message + transfer_time(0.0, [host_in]),
-                     message_out=last.serving.message + transfer_time(0.0, [host_out]), sample_per_row=per_row,
-                     stage_host=tuple(text))
+    return Overheads(
+        message_in=first.serving.message + transfer_time(0.0, [host_in]),
+        message_out=last.serving.message + transfer_time(0.0, [host_out]),
+        sample_per_row=per_row,
+        stage_host=tuple(text),
+    )
 
 
-def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, num_kv_blocks: int | None = None,
-             file: str = "plan.json") -> list[SimLane]:
+def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, num_kv_blocks: int | None = None, file: str = "plan.json") -> list[SimLane]:
     """The plan's lanes with their costs.
 
     Args:
@@ -195,25 +199,43 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
         for r in range(p.replicas):
             stages = []
             for s in p.stages:
-                us = units[s.units[0]: s.units[1] + 1]
+                us = units[s.units[0] : s.units[1] + 1]
                 node, first = s.devices[0].rsplit(":", 1)
-                stages.append(SimStage(node=cluster.node(node), tp=s.tp, units=us,
-                                       devices=[f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp)],
-                                       out_bytes_per_token=us[-1].out_bytes_per_token,
-                                       kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us),
-                                       cut=min(max(cut - s.units[0], 0), len(us)),
-                                       vocab=vocab if s.units[1] == len(units) - 1 else 0))
-            n = lane_blocks([stage_blocks(s.memory_bytes.kv, s.tp, st.kv_bytes_per_token)
-                             for s, st in zip(p.stages, stages)])  # the padding block on top, as the runtime
+                stages.append(
+                    SimStage(
+                        node=cluster.node(node),
+                        tp=s.tp,
+                        units=us,
+                        devices=[f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp)],
+                        out_bytes_per_token=us[-1].out_bytes_per_token,
+                        kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us),
+                        cut=min(max(cut - s.units[0], 0), len(us)),
+                        vocab=vocab if s.units[1] == len(units) - 1 else 0,
+                    )
+                )
+            n = lane_blocks(
+                [stage_blocks(s.memory_bytes.kv, s.tp, st.kv_bytes_per_token) for s, st in zip(p.stages, stages)]
+            )  # the padding block on top, as the runtime
             if n < 1:
-                raise BadInput(f"pipeline {p.id}'s KV budget holds less than one block of {KV_BLOCK_TOKENS} tokens.",
-                               file=file, field=f"pipelines.{p.id}.stages.memory_bytes.kv",
-                               fix="re-plan it with `hetc plan` (the budget follows the batch and lengths).")
-            lane = SimLane(id=len(lanes), pipeline=p.id, replica=r, phase=p.phase, batch=p.batch, stages=stages,
-                           links=[hops(cluster, a.node, b.node) for a, b in zip(stages, stages[1:])],
-                           feedback=hops(cluster, stages[-1].node, stages[0].node) if len(stages) > 1 else [],
-                           num_blocks=min(n, num_kv_blocks or n),
-                           overheads=_overheads(stages, vocab), wl=wl)
+                raise BadInput(
+                    f"pipeline {p.id}'s KV budget holds less than one block of {KV_BLOCK_TOKENS} tokens.",
+                    file=file,
+                    field=f"pipelines.{p.id}.stages.memory_bytes.kv",
+                    fix="re-plan it with `hetc plan` (the budget follows the batch and lengths).",
+                )
+            lane = SimLane(
+                id=len(lanes),
+                pipeline=p.id,
+                replica=r,
+                phase=p.phase,
+                batch=p.batch,
+                stages=stages,
+                links=[hops(cluster, a.node, b.node) for a, b in zip(stages, stages[1:])],
+                feedback=hops(cluster, stages[-1].node, stages[0].node) if len(stages) > 1 else [],
+                num_blocks=min(n, num_kv_blocks or n),
+                overheads=_overheads(stages, vocab),
+                wl=wl,
+            )
             lanes.append(lane)
     decode = [l for l in lanes if l.phase == Phase.DECODE]
     for l in lanes:

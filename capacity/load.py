@@ -115,26 +115,23 @@ class Load:
     rate: float = 0.0
 
     @staticmethod
-    def open(rate: float, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0,
-             burstiness: float = 1.0, max_len: int = 1 << 20) -> Load:
+    def open(rate: float, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0, burstiness: float = 1.0, max_len: int = 1 << 20) -> Load:
         """`n` requests at `rate` req/s: Poisson (burstiness 1) or gamma intervals."""
         if not rate > 0 or not burstiness > 0 or n < 1:
-            raise BadInput(f"rate {rate}, burstiness {burstiness}, {n} requests.", field="--rate",
-                           fix="give a rate > 0, a burstiness > 0 and at least one request.")
+            raise BadInput(
+                f"rate {rate}, burstiness {burstiness}, {n} requests.", field="--rate", fix="give a rate > 0, a burstiness > 0 and at least one request."
+            )
         rng = np.random.default_rng(seed)
         gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n)
         times = np.cumsum(gaps) - gaps[0]  # the first request at 0
         ins, outs = input_len.draw(rng, n, max_len), output_len.draw(rng, n, max_len)
-        return Load(tuple(Request(float(t), i, o) for t, i, o in zip(times, ins, outs)),
-                    Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
+        return Load(tuple(Request(float(t), i, o) for t, i, o in zip(times, ins, outs)), Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
 
     @staticmethod
-    def closed(concurrency: int, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0,
-               max_len: int = 1 << 20) -> Load:
+    def closed(concurrency: int, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0, max_len: int = 1 << 20) -> Load:
         """`n` requests from `concurrency` clients that each wait for their last answer."""
         if concurrency < 1 or n < 1:
-            raise BadInput(f"concurrency {concurrency}, {n} requests.", field="--concurrency",
-                           fix="give at least one client and one request.")
+            raise BadInput(f"concurrency {concurrency}, {n} requests.", field="--concurrency", fix="give at least one client and one request.")
         rng = np.random.default_rng(seed)
         ins, outs = input_len.draw(rng, n, max_len), output_len.draw(rng, n, max_len)
         return Load(tuple(Request(0.0, i, o) for i, o in zip(ins, outs)), Arrivals.CLOSED, concurrency=concurrency)
@@ -144,8 +141,7 @@ class Load:
         """These requests' lengths arriving as a Poisson process at `rate` (the first at 0)."""
         gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
         times = np.cumsum(gaps) - gaps[0]
-        return Load(tuple(Request(float(t), r.input_len, r.output_len) for t, r in zip(times, requests)),
-                    Arrivals.POISSON, rate=rate)
+        return Load(tuple(Request(float(t), r.input_len, r.output_len) for t, r in zip(times, requests)), Arrivals.POISSON, rate=rate)
 
     @staticmethod
     def trace(path: str | Path) -> Load:
@@ -159,8 +155,7 @@ class Load:
         if self.arrivals is Arrivals.CLOSED or not self.rate > 0:
             raise ValueError("only an open-loop load has a rate to change")
         k = self.rate / rate
-        return Load(tuple(Request(r.arrival * k, r.input_len, r.output_len) for r in self.requests), self.arrivals,
-                    rate=rate)
+        return Load(tuple(Request(r.arrival * k, r.input_len, r.output_len) for r in self.requests), self.arrivals, rate=rate)
 
 
 def read_trace(path: str | Path) -> list[Request]:
@@ -178,12 +173,19 @@ def read_trace(path: str | Path) -> list[Request]:
             d = json.loads(line)
             r = Request(float(d["arrival"]), int(d["input_len"]), int(d["output_len"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise BadInput(f"line {no} is not a request ({type(e).__name__}: {e}).", file=str(path),
-                           field=f"line {no}", fix='write one {"arrival": s, "input_len": n, "output_len": n} per '
-                                                   "line.") from None
+            raise BadInput(
+                f"line {no} is not a request ({type(e).__name__}: {e}).",
+                file=str(path),
+                field=f"line {no}",
+                fix='write one {"arrival": s, "input_len": n, "output_len": n} per line.',
+            ) from None
         if r.arrival < 0 or r.input_len < 1 or r.output_len < 1 or not math.isfinite(r.arrival):
-            raise BadInput(f"line {no}: arrival {r.arrival}, input_len {r.input_len}, output_len {r.output_len}.",
-                           file=str(path), field=f"line {no}", fix="arrival ≥ 0 s, lengths ≥ 1 token.")
+            raise BadInput(
+                f"line {no}: arrival {r.arrival}, input_len {r.input_len}, output_len {r.output_len}.",
+                file=str(path),
+                field=f"line {no}",
+                fix="arrival ≥ 0 s, lengths ≥ 1 token.",
+            )
         out.append(r)
     if not out:
         raise BadInput("the trace has no requests.", file=str(path), field="--trace", fix="one request per line.")
@@ -191,5 +193,4 @@ def read_trace(path: str | Path) -> list[Request]:
 
 
 def write_trace(requests: list[Request] | tuple[Request, ...], path: str | Path) -> None:
-    Path(path).write_text("".join(json.dumps({"arrival": round(r.arrival, 6), "input_len": r.input_len,
-                                              "output_len": r.output_len}) + "\n" for r in requests))
+    Path(path).write_text("".join(json.dumps({"arrival": round(r.arrival, 6), "input_len": r.input_len, "output_len": r.output_len}) + "\n" for r in requests))

@@ -56,8 +56,7 @@ def _stats(name: str, xs: np.ndarray) -> dict[str, float]:
     xs = xs[~np.isnan(xs)]
     if xs.size == 0:
         return {f"{k}_{name}_ms": 0.0 for k in ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))}
-    out = {f"mean_{name}_ms": float(xs.mean()), f"median_{name}_ms": float(np.median(xs)),
-           f"std_{name}_ms": float(xs.std())}
+    out = {f"mean_{name}_ms": float(xs.mean()), f"median_{name}_ms": float(np.median(xs)), f"std_{name}_ms": float(xs.std())}
     out.update({f"p{p}_{name}_ms": float(np.percentile(xs, p)) for p in PERCENTILES})
     return out
 
@@ -71,14 +70,21 @@ def serving_metrics(o: Outcome, slo: SLO = SLO()) -> dict[str, float | None]:
     out_tok = sum(r.output_len for r in served)
     in_tok = sum(r.input_len for r in served)
     good = sum(slo.met(t, 0.0 if np.isnan(p) else p) for t, p in zip(lat.ttft, lat.tpot))
-    m = {"completed": len(served), "refused_429": sum(r.status == 429 for r in o.requests),
-         "rejected_400": sum(r.status == 400 for r in o.requests), "failed_503": sum(r.status == 503 for r in o.requests),
-         "duration_s": duration,
-         "total_input_tokens": in_tok, "total_output_tokens": out_tok,
-         "request_throughput": len(served) / duration, "request_goodput": good / duration if slo.given else None,
-         "output_throughput": out_tok / duration, "total_token_throughput": (in_tok + out_tok) / duration,
-         "slo_attainment": good / len(o.requests) if slo.given and o.requests else None,
-         "preemptions": o.preemptions}
+    m = {
+        "completed": len(served),
+        "refused_429": sum(r.status == 429 for r in o.requests),
+        "rejected_400": sum(r.status == 400 for r in o.requests),
+        "failed_503": sum(r.status == 503 for r in o.requests),
+        "duration_s": duration,
+        "total_input_tokens": in_tok,
+        "total_output_tokens": out_tok,
+        "request_throughput": len(served) / duration,
+        "request_goodput": good / duration if slo.given else None,
+        "output_throughput": out_tok / duration,
+        "total_token_throughput": (in_tok + out_tok) / duration,
+        "slo_attainment": good / len(o.requests) if slo.given and o.requests else None,
+        "preemptions": o.preemptions,
+    }
     for name in ("ttft", "tpot", "itl", "e2el"):
         m.update(_stats(name, getattr(lat, name)))
     return m

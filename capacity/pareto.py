@@ -71,9 +71,18 @@ def _placement(sol) -> str:
     return "; ".join(parts)
 
 
-def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: int = 256, dtype: str = "bf16",
-          kv_dtype: str | None = None, points: int = 10, time_limit: float = 10.0,
-          progress: Callable[[str], None] | None = None) -> list[Point]:
+def sweep(
+    model_ref: str,
+    profiles: str,
+    *,
+    input_len: int = 1024,
+    output_len: int = 256,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    points: int = 10,
+    time_limit: float = 10.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Point]:
     """Plans along the TPOT ceiling, for aggregated and disaggregated serving.
 
     Args:
@@ -88,15 +97,32 @@ def sweep(model_ref: str, profiles: str, *, input_len: int = 1024, output_len: i
     def point(sol: Solution, series: str, ceiling_ms: float | None, cap: int | None = None) -> Point:
         t = totals(sol, cluster)
         tok = sol.output_tok_s
-        return Point(series=series, tpot_ceiling_ms=ceiling_ms, output_tok_s=tok, devices=t.devices,
-                     tok_s_per_device=tok / t.devices, tok_s_per_user=1.0 / t.tpot_s, ttft_ms=t.ttft_s * 1e3,
-                     tpot_ms=t.tpot_s * 1e3, usd_per_mtok=t.usd_h / (tok * 3600) * 1e6, joule_per_tok=t.watts / tok,
-                     placement=_placement(sol), batch_cap=cap)
+        return Point(
+            series=series,
+            tpot_ceiling_ms=ceiling_ms,
+            output_tok_s=tok,
+            devices=t.devices,
+            tok_s_per_device=tok / t.devices,
+            tok_s_per_user=1.0 / t.tpot_s,
+            ttft_ms=t.ttft_s * 1e3,
+            tpot_ms=t.tpot_s * 1e3,
+            usd_per_mtok=t.usd_h / (tok * 3600) * 1e6,
+            joule_per_tok=t.watts / tok,
+            placement=_placement(sol),
+            batch_cap=cap,
+        )
 
     def plan(series: str, disaggregate: Disaggregate, ceiling_ms: float | None, objective: Objective = Objective.THROUGHPUT) -> Point | None:
         try:
-            sol = solve(model.units, cluster, wl, objective=objective, disaggregate=disaggregate,
-                        time_limit=time_limit, tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None)
+            sol = solve(
+                model.units,
+                cluster,
+                wl,
+                objective=objective,
+                disaggregate=disaggregate,
+                time_limit=time_limit,
+                tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None,
+            )
         except Infeasible:
             return None
         if ceiling_ms is None and disaggregate == Disaggregate.OFF:
@@ -137,8 +163,7 @@ def _capped(sol: Solution, cap: int, units: list, cluster, wl: Workload) -> Solu
         est = estimate_pipeline(units, c.stages, cluster, wl, min(cap, c.estimate.batch), c.phase)
         assert est is not None  # fewer sequences than a batch that fits also fit
         cands.append(dataclasses.replace(c, estimate=est))
-    return Solution(cands, sum(c.estimate.output_tok_s * c.replicas for c in cands), 0.0, sol.bound, sol.bound_method,
-                    "GIVEN")
+    return Solution(cands, sum(c.estimate.output_tok_s * c.replicas for c in cands), 0.0, sol.bound, sol.bound_method, "GIVEN")
 
 
 T = TypeVar("T")

@@ -33,8 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, \
-    longest_request, looks_ahead, refusal
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, longest_request, looks_ahead, refusal
 from hetc.cluster import Cluster
 from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
 from hetc.requests import ServeLimits
@@ -122,14 +121,17 @@ class _Sim:
         self.events: list = []
         self._seq = itertools.count()
         self.lanes, self.cluster = lanes, cluster
-        self.cfg = SchedulerConfig(max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting,
-                                   max_queue_wait=cfg.max_queue_wait)
+        self.cfg = SchedulerConfig(max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting, max_queue_wait=cfg.max_queue_wait)
         clock = lambda: self.now  # noqa: E731
-        self.sched = [Scheduler(BlockManager(l.num_blocks, reserved=PADDING_BLOCKS),
-                                lane_config(self.cfg, len(l.stages), l.phase,
-                                            lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
-                                on_preempt=self._requeue if l.phase == Phase.DECODE else None, clock=clock)
-                      for l in lanes]
+        self.sched = [
+            Scheduler(
+                BlockManager(l.num_blocks, reserved=PADDING_BLOCKS),
+                lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
+                on_preempt=self._requeue if l.phase == Phase.DECODE else None,
+                clock=clock,
+            )
+            for l in lanes
+        ]
         self.depth = [inflight_depth(len(l.stages), l.phase) for l in lanes]
         self.inflight = [0] * len(lanes)  # micro-batches in flight per lane (not transfer legs)
         self.incoming: list[deque[_Transfer]] = [deque() for _ in lanes]
@@ -180,8 +182,7 @@ class _Sim:
         if no is not None:
             rec.status = 429
             return no.retry_after
-        seq = Sequence(len(self.records), [0] * rec.input_len, rec.input_len,
-                       SamplingParams(max_tokens=rec.output_len, ignore_eos=True), arrival=self.now)
+        seq = Sequence(len(self.records), [0] * rec.input_len, rec.input_len, SamplingParams(max_tokens=rec.output_len, ignore_eos=True), arrival=self.now)
         self.records[seq.seq_id] = rec
         self.on_done[seq.seq_id] = on_done
         self.sched[lane].add(seq)
@@ -217,8 +218,7 @@ class _Sim:
                 if sched.reserve_incoming(t.seq):
                     self.incoming[i].popleft()
                     out, into = kv_legs(self.lanes[t.src], lane, self.cluster, t.tokens)
-                    self._send(_Msg(t.src, service=out, link=[0.0] * len(self.lanes[t.src].links), transfer=t,
-                                    leg_out=True))
+                    self._send(_Msg(t.src, service=out, link=[0.0] * len(self.lanes[t.src].links), transfer=t, leg_out=True))
                     self._send(_Msg(i, service=into, link=[0.0] * len(lane.links), transfer=t))
                     continue
             if self.inflight[i] >= self.depth[i]:
@@ -339,8 +339,9 @@ def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLi
     return o
 
 
-def simulate_until(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None,
-                   stop: Callable[[list[RequestRecord], float], bool] | None) -> Outcome | None:
+def simulate_until(
+    lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None, stop: Callable[[list[RequestRecord], float], bool] | None
+) -> Outcome | None:
     """`simulate`, asking `stop(requests so far, now)` every 512 events; None when it said to stop
     (a search that has seen enough)."""
     sim = _Sim(lanes, cluster, limits or ServeLimits())
@@ -373,5 +374,13 @@ def simulate_until(lanes: list[SimLane], cluster: Cluster, load: Load, limits: S
     stuck = [r for r in served if not r.done]
     if stuck:
         raise RuntimeError(f"{len(stuck)} admitted requests never finished (a request longer than a lane's KV pool?)")
-    return Outcome(records, min((r.arrival for r in records), default=0.0), end, busy, stepped,
-                   dict(enumerate(sim.kv_peak)), sum(s.num_preemptions for s in sim.sched), sim.steps)
+    return Outcome(
+        records,
+        min((r.arrival for r in records), default=0.0),
+        end,
+        busy,
+        stepped,
+        dict(enumerate(sim.kv_peak)),
+        sum(s.num_preemptions for s in sim.sched),
+        sim.steps,
+    )

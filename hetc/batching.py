@@ -42,8 +42,21 @@ SAMPLING_FAILURES = {
     SAMPLER_ERROR: "sampling this sequence's next token failed (the last stage's log says why)",
 }
 
-__all__ = ["BatchItem", "MicroBatch", "Rates", "Refusal", "Scheduler", "SchedulerConfig", "StepOutput", "inflight_depth",
-           "lane_config", "lane_max_seqs", "longest_request", "looks_ahead", "refusal"]
+__all__ = [
+    "BatchItem",
+    "MicroBatch",
+    "Rates",
+    "Refusal",
+    "Scheduler",
+    "SchedulerConfig",
+    "StepOutput",
+    "inflight_depth",
+    "lane_config",
+    "lane_max_seqs",
+    "longest_request",
+    "looks_ahead",
+    "refusal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +152,15 @@ class Rates:
 class Scheduler:
     """Owns the lane's sequences and block manager. Not thread-safe: the runtime's lane holds a lock."""
 
-    def __init__(self, blocks: BlockManager, config: SchedulerConfig,
-                 on_preempt: Callable[[Sequence], None] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, blocks: BlockManager, config: SchedulerConfig, on_preempt: Callable[[Sequence], None] | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         """Args:
-            blocks: the lane's KV blocks.
-            config: limits; `handoff` for a prefill pool.
-            on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
-                pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
-            clock: seconds, the same clock that stamps `MicroBatch.sent_at` (the simulator's is virtual).
+        blocks: the lane's KV blocks.
+        config: limits; `handoff` for a prefill pool.
+        on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
+            pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
+        clock: seconds, the same clock that stamps `MicroBatch.sent_at` (the simulator's is virtual).
         """
         self.blocks, self.cfg, self.on_preempt, self.clock = blocks, config, on_preempt, clock
         self.waiting: deque[Sequence] = deque()
@@ -257,8 +271,7 @@ class Scheduler:
                 continue
             if seq.in_flight:
                 # the cheapest of _can_look_ahead's conditions first: most sequences in flight fail them
-                if (lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages
-                        and self._can_look_ahead(seq)):
+                if lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages and self._can_look_ahead(seq):
                     self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
                     seq.in_flight += 1
                     seq.last_step = batch.step_id
@@ -295,10 +308,15 @@ class Scheduler:
     def _can_look_ahead(self, seq: Sequence) -> bool:
         """`seq`'s next step may go before its in-flight one comes back: n_stages micro-batches
         after it, so the first stage runs the others meanwhile instead of waiting for its token."""
-        return (seq.in_flight == 1 and seq.samples_in_flight and not seq.aborted and not self.cfg.handoff
-                and self._step - seq.last_step >= self.cfg.n_stages
-                and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
-                and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed))
+        return (
+            seq.in_flight == 1
+            and seq.samples_in_flight
+            and not seq.aborted
+            and not self.cfg.handoff
+            and self._step - seq.last_step >= self.cfg.n_stages
+            and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
+            and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed)
+        )
 
     def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
         self.blocks.grow(seq, n)
@@ -398,8 +416,7 @@ def inflight_depth(n_stages: int, phase: Phase) -> int:
 def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:
     """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off,
     and its own `max_num_seqs` when given (`lane_max_seqs`)."""
-    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL,
-                               max_num_seqs=max_num_seqs or base.max_num_seqs)
+    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL, max_num_seqs=max_num_seqs or base.max_num_seqs)
 
 
 def lane_max_seqs(batch: int, n_stages: int, override: int | None = None) -> int:
@@ -437,8 +454,10 @@ def refusal(predicted_wait: float, num_waiting: int, cfg: SchedulerConfig) -> Re
         cfg: the server's limits.
     """
     if predicted_wait > cfg.max_queue_wait:
-        return Refusal(f"the predicted wait for a first token is {predicted_wait:.1f} s, over the server's "
-                       f"--max-queue-wait of {cfg.max_queue_wait:g} s", min(predicted_wait - cfg.max_queue_wait, 60.0))
+        return Refusal(
+            f"the predicted wait for a first token is {predicted_wait:.1f} s, over the server's --max-queue-wait of {cfg.max_queue_wait:g} s",
+            min(predicted_wait - cfg.max_queue_wait, 60.0),
+        )
     if num_waiting >= cfg.max_waiting:
         return Refusal(f"{num_waiting} requests are waiting (the queue holds {cfg.max_waiting})", 1.0)
     return None

@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from hetc.cluster import (Cluster, _build_cluster, _NetworkSpec, _read_yaml, _Strict, _unknown, _validation_error,
-                          load_profile, profile_names)
+from hetc.cluster import Cluster, _build_cluster, _NetworkSpec, _read_yaml, _Strict, _unknown, _validation_error, load_profile, profile_names
 from hetc.errors import BadInput
 
 __all__ = ["Catalog", "CatalogEntry", "load_catalog"]
@@ -100,8 +99,11 @@ def load_catalog(path: str | Path) -> Catalog:
     path = Path(path)
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
-        raise BadInput("a catalog must be a YAML mapping with `devices:`.", file=str(path),
-                       fix="see docs/capacity.md 'catalog.yaml': devices: [{device, max, per_node, link, price}].")
+        raise BadInput(
+            "a catalog must be a YAML mapping with `devices:`.",
+            file=str(path),
+            fix="see docs/capacity.md 'catalog.yaml': devices: [{device, max, per_node, link, price}].",
+        )
     try:
         spec = _CatalogSpec.model_validate(raw)
     except ValidationError as e:
@@ -112,8 +114,12 @@ def load_catalog(path: str | Path) -> Catalog:
         if device.endswith((".yaml", ".yml")) and not Path(device).is_absolute():
             device = str((path.parent / device).resolve())  # a fleet.yaml written elsewhere must still find it
         if item.per_node > 1 and item.max > 1 and item.link is None:
-            raise BadInput(f"{item.device} comes {item.per_node} to a node but has no `link` between them.", file=str(path),
-                           field=f"devices[{i}].link", fix="add e.g. `link: nvlink4`, or `per_node: 1`.")
+            raise BadInput(
+                f"{item.device} comes {item.per_node} to a node but has no `link` between them.",
+                file=str(path),
+                field=f"devices[{i}].link",
+                fix="add e.g. `link: nvlink4`, or `per_node: 1`.",
+            )
         try:
             profile = load_profile(device).name
         except BadInput as err:
@@ -122,10 +128,8 @@ def load_catalog(path: str | Path) -> Catalog:
             raise _unknown("device", item.device, profile_names(), str(path), f"devices[{i}].device") from None
         entries.append(CatalogEntry(device, profile, item.max, item.per_node, item.link, item.price))
     if len({e.profile for e in entries}) < len(entries):
-        raise BadInput("a device is listed twice.", file=str(path), field="devices",
-                       fix="list each device once; `max` says how many can be bought.")
-    cat = Catalog(str(path), spec.name or path.stem, tuple(entries),
-                  raw["network"] if spec.network is not None else None)
+        raise BadInput("a device is listed twice.", file=str(path), field="devices", fix="list each device once; `max` says how many can be bought.")
+    cat = Catalog(str(path), spec.name or path.stem, tuple(entries), raw["network"] if spec.network is not None else None)
     try:
         cat.cluster(cat.everything())  # every entry resolves now, not halfway through a purchase
     except BadInput as bad:
@@ -137,7 +141,7 @@ def _catalog_field(cluster_field: str | None, cat: Catalog) -> str | None:
     """A field of the generated cluster (`nodes[3].link`) named as the catalog entry it came from."""
     if not cluster_field or not cluster_field.startswith("nodes["):
         return cluster_field
-    idx, rest = int(cluster_field[6:cluster_field.index("]")]), cluster_field[cluster_field.index("]") + 1:]
+    idx, rest = int(cluster_field[6 : cluster_field.index("]")]), cluster_field[cluster_field.index("]") + 1 :]
     node = cat.fleet_doc(cat.everything())["nodes"][idx]
     entry = next(i for i, e in enumerate(cat.entries) if node["name"].startswith(e.profile + "-"))
     return f"devices[{entry}]{rest}"

@@ -63,36 +63,54 @@ def build_parser() -> argparse.ArgumentParser:
     d = lambda name: default(PlanRequest, name)  # noqa: E731  the CLI's defaults are the request's
     pl.add_argument("--dtype", choices=DTYPES, default=d("dtype"), help="the weights' dtype (default %(default)s)")
     pl.add_argument("--kv-dtype", choices=DTYPES, default=d("kv_dtype"), help="the KV cache's dtype (default: --dtype)")
-    pl.add_argument("--input-len", type=_positive_int, default=d("input_len"),
-                    help="prompt tokens per request (default %(default)s)")
-    pl.add_argument("--output-len", type=_positive_int, default=d("output_len"),
-                    help="generated tokens per request (default %(default)s)")
-    pl.add_argument("--objective", choices=[o.value for o in Objective], default=d("objective"),
-                    help="what to optimise (default %(default)s; docs/solver.md); energy: output tokens per "
-                         "joule (devices at their profiles' power)")
-    pl.add_argument("--placement", default=d("placement"), metavar="SPEC",
-                    help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' "
-                         "stages, NODE:FIRST-LAST devices, @L layers, xN replicas)")
+    pl.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="prompt tokens per request (default %(default)s)")
+    pl.add_argument("--output-len", type=_positive_int, default=d("output_len"), help="generated tokens per request (default %(default)s)")
+    pl.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        default=d("objective"),
+        help="what to optimise (default %(default)s; docs/solver.md); energy: output tokens per joule (devices at their profiles' power)",
+    )
+    pl.add_argument(
+        "--placement",
+        default=d("placement"),
+        metavar="SPEC",
+        help="evaluate this placement instead of searching: 'a:0-1@30|b:0@50 x2' (';' pipelines, '|' stages, NODE:FIRST-LAST devices, @L layers, xN replicas)",
+    )
     pl.add_argument("--batch", type=_positive_int, default=d("batch"), help="with --placement: sequences in flight per pipeline")
-    pl.add_argument("--max-num-seqs", type=_positive_int, default=d("max_num_seqs"), metavar="N",
-                    help="most sequences in flight per pipeline, as an engine's max_num_seqs caps them (default: what "
-                         "memory admits)")
-    pl.add_argument("--power-budget", type=_nonneg, default=d("power_budget_w"), metavar="W",
-                    help="the plan's devices together draw at most W watts (at their profiles' power)")
-    pl.add_argument("--min-tok-s", type=_nonneg, default=d("min_tok_s"), metavar="TOK_S",
-                    help="a floor on the plan's summed output tok/s; with --objective latency/cost/energy the demand "
-                         "the fleet must serve (default none)")
-    pl.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS",
-                    help="every pipeline's predicted time to first token at most MS")
-    pl.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS",
-                    help="every pipeline's predicted time per output token at most MS")
-    pl.add_argument("--disaggregate", choices=[o.value for o in Disaggregate], default=d("disaggregate"),
-                    help="separate prefill and decode pools: auto (where they serve more), on, off "
-                         "(default %(default)s)")
-    pl.add_argument("--tp", choices=["auto", "1"], default=d("tp"),
-                    help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)")
-    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS",
-                    help="the solver's time (default %(default)s)")
+    pl.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=d("max_num_seqs"),
+        metavar="N",
+        help="most sequences in flight per pipeline, as an engine's max_num_seqs caps them (default: what memory admits)",
+    )
+    pl.add_argument(
+        "--power-budget",
+        type=_nonneg,
+        default=d("power_budget_w"),
+        metavar="W",
+        help="the plan's devices together draw at most W watts (at their profiles' power)",
+    )
+    pl.add_argument(
+        "--min-tok-s",
+        type=_nonneg,
+        default=d("min_tok_s"),
+        metavar="TOK_S",
+        help="a floor on the plan's summed output tok/s; with --objective latency/cost/energy the demand the fleet must serve (default none)",
+    )
+    pl.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS", help="every pipeline's predicted time to first token at most MS")
+    pl.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS", help="every pipeline's predicted time per output token at most MS")
+    pl.add_argument(
+        "--disaggregate",
+        choices=[o.value for o in Disaggregate],
+        default=d("disaggregate"),
+        help="separate prefill and decode pools: auto (where they serve more), on, off (default %(default)s)",
+    )
+    pl.add_argument(
+        "--tp", choices=["auto", "1"], default=d("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
+    )
+    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="the solver's time (default %(default)s)")
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
     ins.add_argument("model", metavar="MODEL")
@@ -106,62 +124,72 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="serve a plan behind an OpenAI-compatible API")
     sv.add_argument("plan", metavar="plan.json")
-    sv.add_argument("--model-dir", metavar="DIR", help="Hugging Face model dir with the weights (default: the plan's "
-                    "model.ref when it is a dir with weights)")
+    sv.add_argument("--model-dir", metavar="DIR", help="Hugging Face model dir with the weights (default: the plan's model.ref when it is a dir with weights)")
     sv.add_argument("--random-weights", action="store_true", help="initialize the weights instead of loading them")
     sv.add_argument("--emulate", action="store_true", help="run every device of the plan as a process on this CPU")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=_positive_int, default=8000)
     sv.add_argument("--api-key", default=os.environ.get("HETC_API_KEY"), help="require 'Authorization: Bearer KEY'")
     sv.add_argument("--served-model-name", default=None, help="the model id clients send (default: the dir's name)")
-    sv.add_argument("--nnodes", type=_positive_int, default=None,
-                    help="hosts serving the plan; its cluster nodes are split over them in order (default 1; under "
-                         "torchrun, torchrun's)")
-    sv.add_argument("--node-rank", type=int, default=None,
-                    help="this host (0 runs the HTTP server and the frontend; default 0; under torchrun, torchrun's)")
+    sv.add_argument(
+        "--nnodes",
+        type=_positive_int,
+        default=None,
+        help="hosts serving the plan; its cluster nodes are split over them in order (default 1; under torchrun, torchrun's)",
+    )
+    sv.add_argument("--node-rank", type=int, default=None, help="this host (0 runs the HTTP server and the frontend; default 0; under torchrun, torchrun's)")
     sv.add_argument("--master-addr", default=None, help="node rank 0's address (with --nnodes > 1)")
     sv.add_argument("--master-port", type=_positive_int, default=None, help="a free port on node rank 0")
-    sv.add_argument("--max-num-seqs", type=_positive_int, default=None,
-                    help="sequences running at once (default: the plan's batch)")
-    sv.add_argument("--max-batched-tokens", type=_positive_int, default=PREFILL_CHUNK,
-                    help=f"prefill chunk (default {PREFILL_CHUNK})")
+    sv.add_argument("--max-num-seqs", type=_positive_int, default=None, help="sequences running at once (default: the plan's batch)")
+    sv.add_argument("--max-batched-tokens", type=_positive_int, default=PREFILL_CHUNK, help=f"prefill chunk (default {PREFILL_CHUNK})")
     sv.add_argument("--max-waiting", type=_positive_int, default=MAX_WAITING, help="wait-queue bound; beyond it 429")
-    sv.add_argument("--max-queue-wait", type=_nonneg, default=30.0, metavar="SECONDS",
-                    help="refuse (429, Retry-After) a request predicted to wait longer for its first token")
+    sv.add_argument(
+        "--max-queue-wait",
+        type=_nonneg,
+        default=30.0,
+        metavar="SECONDS",
+        help="refuse (429, Retry-After) a request predicted to wait longer for its first token",
+    )
     sv.add_argument("--max-body-bytes", type=_positive_int, default=1 << 20, help="larger request bodies get 413")
-    sv.add_argument("--idle-timeout", type=_nonneg, default=5.0, metavar="SECONDS",
-                    help="close keep-alive connections idle this long")
+    sv.add_argument("--idle-timeout", type=_nonneg, default=5.0, metavar="SECONDS", help="close keep-alive connections idle this long")
     sv.add_argument("--num-kv-blocks", type=_positive_int, default=None, help="cap each lane's KV blocks")
     sv.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     sv.add_argument("--timeout", type=_nonneg, default=60.0, metavar="SECONDS", help="transport receive timeout")
-    sv.add_argument("--executor", choices=["auto", "torch"], default="auto",
-                    help="auto: under --emulate each stage runs its vendor's CPU lowering (Intel: OpenVINO, AMD: IREE "
-                         "llvm-cpu, NVIDIA: Inductor; cpu and Gaudi stages: torch eager, the fastest measured here); "
-                         "torch: eager everywhere")
-    sv.add_argument("--artifacts", default=None, metavar="DIR",
-                    help="load compiled stages from this `hetc compile` folder (default: build them at start, cached)")
-    sv.add_argument("--max-restarts", type=int, default=3, metavar="N",
-                    help="restart attempts of a pipeline whose worker died before it stays down (default 3; 0: never)")
-    sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS",
-                    help="on SIGTERM, how long open requests may take to finish (default 30)")
-    sv.add_argument("--no-cuda-graphs", action="store_true",
-                    help="run cuda stages' decode steps eagerly (default: replayed from CUDA graphs captured at start)")
+    sv.add_argument(
+        "--executor",
+        choices=["auto", "torch"],
+        default="auto",
+        help="auto: under --emulate each stage runs its vendor's CPU lowering (Intel: OpenVINO, AMD: IREE "
+        "llvm-cpu, NVIDIA: Inductor; cpu and Gaudi stages: torch eager, the fastest measured here); "
+        "torch: eager everywhere",
+    )
+    sv.add_argument(
+        "--artifacts", default=None, metavar="DIR", help="load compiled stages from this `hetc compile` folder (default: build them at start, cached)"
+    )
+    sv.add_argument(
+        "--max-restarts", type=int, default=3, metavar="N", help="restart attempts of a pipeline whose worker died before it stays down (default 3; 0: never)"
+    )
+    sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS", help="on SIGTERM, how long open requests may take to finish (default 30)")
+    sv.add_argument(
+        "--no-cuda-graphs", action="store_true", help="run cuda stages' decode steps eagerly (default: replayed from CUDA graphs captured at start)"
+    )
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
-    pr.add_argument("-o", "--output", default=None, metavar="profile.yaml",
-                    help="where to write the fitted profile (default profile.yaml; with --validate: not written)")
-    pr.add_argument("--validate", action="store_true",
-                    help="compare predictions with held-out measurements made in a separate process")
-    pr.add_argument("--profile", default=None, metavar="profile.yaml",
-                    help="with --validate: the profile to check (default: fit one first)")
+    pr.add_argument(
+        "-o", "--output", default=None, metavar="profile.yaml", help="where to write the fitted profile (default profile.yaml; with --validate: not written)"
+    )
+    pr.add_argument("--validate", action="store_true", help="compare predictions with held-out measurements made in a separate process")
+    pr.add_argument("--profile", default=None, metavar="profile.yaml", help="with --validate: the profile to check (default: fit one first)")
     pr.add_argument("--quick", action="store_true", help="a reduced set of shapes (seconds; coarser)")
-    pr.add_argument("--threads", type=_positive_int, default=None,
-                    help="torch threads to measure with (default: all cores; --validate: the profile's)")
+    pr.add_argument("--threads", type=_positive_int, default=None, help="torch threads to measure with (default: all cores; --validate: the profile's)")
     pr.add_argument("--name", default=None, help="the fitted profile's name (default local-cpu)")
-    pr.add_argument("--executor", choices=["auto", "openvino", "torch"], default="auto",
-                    help="what runs the measured kernels (default auto: OpenVINO, which serves cpu stages; torch: "
-                         "eager, for plans served with --executor torch)")
+    pr.add_argument(
+        "--executor",
+        choices=["auto", "openvino", "torch"],
+        default="auto",
+        help="what runs the measured kernels (default auto: OpenVINO, which serves cpu stages; torch: eager, for plans served with --executor torch)",
+    )
     pr.add_argument("--json", action="store_true", help="print the fit details / fidelity report as JSON on stdout")
 
     co = sub.add_parser("compile", help="lower every stage of a plan with its vendor's toolchain; manifest.json")
@@ -170,42 +198,46 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--model-dir", default=None, help="Hugging Face model dir with safetensors (default: the plan's)")
     co.add_argument("--random-weights", action="store_true", help="random weights instead of the model's")
     co.add_argument("--no-check", action="store_true", help="skip running the CPU lowerings against torch eager")
-    co.add_argument("--only", default="", metavar="LIST",
-                    help="comma-separated toolchains (openvino,onnx,iree,inductor,hpu); each must build (else exit 2)")
+    co.add_argument("--only", default="", metavar="LIST", help="comma-separated toolchains (openvino,onnx,iree,inductor,hpu); each must build (else exit 2)")
 
     by = sub.add_parser("buy", help="the cheapest fleet from a catalog that serves a rate within SLOs, and its plan")
     by.add_argument("model", metavar="MODEL")
     b = lambda name: default(BuyRequest, name)  # noqa: E731
     by.add_argument("--catalog", required=True, metavar="CATALOG.yaml", help="what can be bought (docs/capacity.md)")
     by.add_argument("--rate", required=True, type=float, metavar="REQ_S", help="requests per second to sustain")
-    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS",
-                    help="time to first token the requests must meet (default none)")
-    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS",
-                    help="time per output token the requests must meet (default none)")
-    by.add_argument("--attainment", type=float, default=b("attainment"),
-                    help="the simulated check: the share of requests that must meet the SLOs (default 0.9)")
+    by.add_argument("--ttft-slo", type=_nonneg, default=b("ttft_slo_ms"), metavar="MS", help="time to first token the requests must meet (default none)")
+    by.add_argument("--tpot-slo", type=_nonneg, default=b("tpot_slo_ms"), metavar="MS", help="time per output token the requests must meet (default none)")
+    by.add_argument(
+        "--attainment", type=float, default=b("attainment"), help="the simulated check: the share of requests that must meet the SLOs (default 0.9)"
+    )
     by.add_argument("--requests", type=_positive_int, default=b("requests"), help="requests in the simulated check")
-    by.add_argument("--input-len", type=_positive_int, default=b("input_len"),
-                    help="prompt tokens per request (default %(default)s)")
-    by.add_argument("--output-len", type=_positive_int, default=b("output_len"),
-                    help="generated tokens per request (default %(default)s)")
+    by.add_argument("--input-len", type=_positive_int, default=b("input_len"), help="prompt tokens per request (default %(default)s)")
+    by.add_argument("--output-len", type=_positive_int, default=b("output_len"), help="generated tokens per request (default %(default)s)")
     by.add_argument("--dtype", choices=DTYPES, default=b("dtype"), help="the weights' dtype (default %(default)s)")
     by.add_argument("--kv-dtype", choices=DTYPES, default=b("kv_dtype"), help="the KV cache's dtype (default: --dtype)")
-    by.add_argument("--budget", type=_nonneg, default=b("budget_usd_h"), metavar="USD_H",
-                    help="instead of the cheapest fleet: the most output tok/s within this many USD per hour")
-    by.add_argument("--tp", choices=["auto", "1"], default=b("tp"),
-                    help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)")
-    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS",
-                    help="the solver's time per plan (default %(default)s)")
-    by.add_argument("-o", "--output", default="fleet.yaml",
-                    help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
+    by.add_argument(
+        "--budget",
+        type=_nonneg,
+        default=b("budget_usd_h"),
+        metavar="USD_H",
+        help="instead of the cheapest fleet: the most output tok/s within this many USD per hour",
+    )
+    by.add_argument(
+        "--tp", choices=["auto", "1"], default=b("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
+    )
+    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS", help="the solver's time per plan (default %(default)s)")
+    by.add_argument("-o", "--output", default="fleet.yaml", help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
 
     pa = sub.add_parser("pareto", help="output tok/s per device against tok/s per user: the frontier of plans")
     pa.add_argument("model", metavar="MODEL")
     pa.add_argument("--profiles", required=True, metavar="CLUSTER.yaml", help="cluster file")
-    pa.add_argument("--metric", choices=["tok_s_per_device", "usd_per_mtok", "joule_per_tok"],
-                    default="tok_s_per_device", help="the y axis (default output tok/s per device)")
+    pa.add_argument(
+        "--metric",
+        choices=["tok_s_per_device", "usd_per_mtok", "joule_per_tok"],
+        default="tok_s_per_device",
+        help="the y axis (default output tok/s per device)",
+    )
     pa.add_argument("--points", type=_positive_int, default=8, help="TPOT ceilings per series (default 8)")
     pa.add_argument("--input-len", type=_positive_int, default=1024)
     pa.add_argument("--output-len", type=_positive_int, default=256)
@@ -224,8 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
 
     sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side under one load (simulated)")
-    sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL",
-                    help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
+    sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL", help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
     sp.add_argument("--profiles", nargs="+", default=None, metavar="CLUSTER.yaml", help="clusters to plan MODEL on")
     d = lambda name: default(CompareRequest, name)  # noqa: E731
     sp.add_argument("--dtype", choices=DTYPES, default=d("dtype"))
@@ -245,22 +276,28 @@ def _load_args(p: argparse.ArgumentParser) -> None:
     ld = lambda name: default(LoadRequest, name)  # noqa: E731
     sl = lambda name: default(ServeLimits, name)  # noqa: E731
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--rate", type=float, default=ld("rate"), metavar="REQ_S",
-                   help="open loop: requests/s, Poisson (or gamma, --burstiness)")
-    g.add_argument("--concurrency", type=_positive_int, default=ld("concurrency"), metavar="C",
-                   help="closed loop: C clients, each sending its next request when its last one ends (default: as "
-                        "many as the plan's pipelines hold sequences)")
-    g.add_argument("--trace", default=ld("trace"), metavar="FILE.jsonl",
-                   help='requests as JSON lines {"arrival": s, "input_len": n, "output_len": n}')
+    g.add_argument("--rate", type=float, default=ld("rate"), metavar="REQ_S", help="open loop: requests/s, Poisson (or gamma, --burstiness)")
+    g.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=ld("concurrency"),
+        metavar="C",
+        help="closed loop: C clients, each sending its next request when its last one ends (default: as many as the plan's pipelines hold sequences)",
+    )
+    g.add_argument("--trace", default=ld("trace"), metavar="FILE.jsonl", help='requests as JSON lines {"arrival": s, "input_len": n, "output_len": n}')
     p.add_argument("--requests", type=_positive_int, default=ld("requests"), metavar="N", help="requests to send")
-    p.add_argument("--input-len-dist", default=ld("input_len_dist"), metavar="DIST",
-                   help="N, uniform:LO-HI, normal:MEAN,STD or lognormal:MEDIAN,SIGMA (default: the plan's input length)")
+    p.add_argument(
+        "--input-len-dist",
+        default=ld("input_len_dist"),
+        metavar="DIST",
+        help="N, uniform:LO-HI, normal:MEAN,STD or lognormal:MEDIAN,SIGMA (default: the plan's input length)",
+    )
     p.add_argument("--output-len-dist", default=ld("output_len_dist"), metavar="DIST", help="as --input-len-dist")
-    p.add_argument("--burstiness", type=float, default=ld("burstiness"),
-                   help="gamma shape of the arrivals (1: Poisson; < 1 burstier)")
+    p.add_argument("--burstiness", type=float, default=ld("burstiness"), help="gamma shape of the arrivals (1: Poisson; < 1 burstier)")
     p.add_argument("--seed", type=int, default=ld("seed"))
-    p.add_argument("--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"),
-                   help="as hetc serve: sequences running at once per lane (default: the plan's batch)")
+    p.add_argument(
+        "--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"), help="as hetc serve: sequences running at once per lane (default: the plan's batch)"
+    )
     p.add_argument("--max-batched-tokens", type=_positive_int, default=sl("max_batched_tokens"))
     p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
     p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
@@ -271,10 +308,10 @@ def _slo_args(p: argparse.ArgumentParser) -> None:
     d = lambda name: default(SloRequest, name)  # noqa: E731
     p.add_argument("--ttft-slo", type=_nonneg, default=d("ttft_slo_ms"), metavar="MS")
     p.add_argument("--tpot-slo", type=_nonneg, default=d("tpot_slo_ms"), metavar="MS")
-    p.add_argument("--attainment", type=float, default=d("attainment"),
-                   help="DistServe's goodput: the highest rate at which this share of requests meets the SLOs")
-    p.add_argument("--pue", type=float, default=default(EvaluateRequest, "pue"),
-                   help="facility watts per device watt (default 1.0)")
+    p.add_argument(
+        "--attainment", type=float, default=d("attainment"), help="DistServe's goodput: the highest rate at which this share of requests meets the SLOs"
+    )
+    p.add_argument("--pue", type=float, default=default(EvaluateRequest, "pue"), help="facility watts per device watt (default 1.0)")
 
 
 def _slo_of(a: argparse.Namespace) -> SloRequest:
@@ -282,11 +319,25 @@ def _slo_of(a: argparse.Namespace) -> SloRequest:
 
 
 def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
-    return (LoadRequest(rate=a.rate, concurrency=a.concurrency, trace=a.trace, requests=a.requests,
-                        input_len_dist=a.input_len_dist, output_len_dist=a.output_len_dist, burstiness=a.burstiness,
-                        seed=a.seed),
-            ServeLimits(max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
-                        max_queue_wait=a.max_queue_wait, num_kv_blocks=a.num_kv_blocks))
+    return (
+        LoadRequest(
+            rate=a.rate,
+            concurrency=a.concurrency,
+            trace=a.trace,
+            requests=a.requests,
+            input_len_dist=a.input_len_dist,
+            output_len_dist=a.output_len_dist,
+            burstiness=a.burstiness,
+            seed=a.seed,
+        ),
+        ServeLimits(
+            max_num_seqs=a.max_num_seqs,
+            max_batched_tokens=a.max_batched_tokens,
+            max_waiting=a.max_waiting,
+            max_queue_wait=a.max_queue_wait,
+            num_kv_blocks=a.num_kv_blocks,
+        ),
+    )
 
 
 @contextmanager
@@ -303,11 +354,25 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from hetc.plan import save_plan
     from hetc.report import print_plan
 
-    req = PlanRequest(model=a.model, profiles=a.profiles, dtype=a.dtype, kv_dtype=a.kv_dtype, input_len=a.input_len,
-                      output_len=a.output_len, objective=a.objective, min_tok_s=a.min_tok_s, ttft_slo_ms=a.ttft_slo,
-                      tpot_slo_ms=a.tpot_slo, disaggregate=a.disaggregate, tp=a.tp, time_limit=a.time_limit,
-                      power_budget_w=a.power_budget, placement=a.placement, batch=a.batch,
-                      max_num_seqs=a.max_num_seqs)
+    req = PlanRequest(
+        model=a.model,
+        profiles=a.profiles,
+        dtype=a.dtype,
+        kv_dtype=a.kv_dtype,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        objective=a.objective,
+        min_tok_s=a.min_tok_s,
+        ttft_slo_ms=a.ttft_slo,
+        tpot_slo_ms=a.tpot_slo,
+        disaggregate=a.disaggregate,
+        tp=a.tp,
+        time_limit=a.time_limit,
+        power_budget_w=a.power_budget,
+        placement=a.placement,
+        batch=a.batch,
+        max_num_seqs=a.max_num_seqs,
+    )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
     save_plan(plan, a.output)
@@ -331,9 +396,17 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         model = capture(a.model, dtype=a.dtype, kv_dtype=a.kv_dtype)
     rows, totals = inspect_rows(model, a.input_len, a.output_len)
     if a.json:
-        doc = {"model": model.ref, "dtype": model.dtype, "kv_dtype": model.kv_dtype, "num_layers": model.num_layers,
-               "params": model.num_params, "graph_hash": model.graph_hash, "notes": model.notes,
-               "units": rows, "totals": totals}
+        doc = {
+            "model": model.ref,
+            "dtype": model.dtype,
+            "kv_dtype": model.kv_dtype,
+            "num_layers": model.num_layers,
+            "params": model.num_params,
+            "graph_hash": model.graph_hash,
+            "notes": model.notes,
+            "units": rows,
+            "totals": totals,
+        }
         per_layer = kernels_per_layer(rows)
         if per_layer:
             doc["kernels_per_layer"] = {"eager": per_layer[0], "fused": per_layer[1]}
@@ -353,14 +426,34 @@ def cmd_devices(a: argparse.Namespace) -> int:
 def cmd_serve(a: argparse.Namespace) -> int:
     from hetc.runtime.launch import ServeOptions, serve
 
-    o = ServeOptions(plan=a.plan, model_dir=a.model_dir, random_weights=a.random_weights, emulate=a.emulate,
-                     host=a.host, port=a.port, api_key=a.api_key, served_model_name=a.served_model_name,
-                     nnodes=a.nnodes, node_rank=a.node_rank, master_addr=a.master_addr, master_port=a.master_port,
-                     max_num_seqs=a.max_num_seqs, max_batched_tokens=a.max_batched_tokens, max_waiting=a.max_waiting,
-                     num_kv_blocks=a.num_kv_blocks, threads=a.threads, timeout=a.timeout,
-                     max_restarts=a.max_restarts, drain_timeout=a.drain_timeout, executor=a.executor,
-                     artifacts=a.artifacts, max_queue_wait=a.max_queue_wait, max_body_bytes=a.max_body_bytes,
-                     idle_timeout=a.idle_timeout, cuda_graphs=not a.no_cuda_graphs)
+    o = ServeOptions(
+        plan=a.plan,
+        model_dir=a.model_dir,
+        random_weights=a.random_weights,
+        emulate=a.emulate,
+        host=a.host,
+        port=a.port,
+        api_key=a.api_key,
+        served_model_name=a.served_model_name,
+        nnodes=a.nnodes,
+        node_rank=a.node_rank,
+        master_addr=a.master_addr,
+        master_port=a.master_port,
+        max_num_seqs=a.max_num_seqs,
+        max_batched_tokens=a.max_batched_tokens,
+        max_waiting=a.max_waiting,
+        num_kv_blocks=a.num_kv_blocks,
+        threads=a.threads,
+        timeout=a.timeout,
+        max_restarts=a.max_restarts,
+        drain_timeout=a.drain_timeout,
+        executor=a.executor,
+        artifacts=a.artifacts,
+        max_queue_wait=a.max_queue_wait,
+        max_body_bytes=a.max_body_bytes,
+        idle_timeout=a.idle_timeout,
+        cuda_graphs=not a.no_cuda_graphs,
+    )
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 
 
@@ -371,8 +464,11 @@ def cmd_profile(a: argparse.Namespace) -> int:
 
     check_device(a.device)
     if a.profile and not a.validate:
-        raise BadInput("--profile names a profile to check: it goes with --validate.", field="--profile",
-                       fix="add --validate, or drop --profile to measure and fit a new profile.")
+        raise BadInput(
+            "--profile names a profile to check: it goes with --validate.",
+            field="--profile",
+            fix="add --validate, or drop --profile to measure and fit a new profile.",
+        )
     out: dict = {}
     if a.profile:
         prof = load_profile(a.profile)
@@ -380,8 +476,9 @@ def cmd_profile(a: argparse.Namespace) -> int:
         with _status("measuring (hetc profile)") as update:
             from hetc.runtime.serving_probe import measure_serving
 
-            cal = calibrate(a.device, quick=a.quick, threads=a.threads, name=a.name,
-                            executor=check_executor(a.executor), serving=measure_serving, progress=update)
+            cal = calibrate(
+                a.device, quick=a.quick, threads=a.threads, name=a.name, executor=check_executor(a.executor), serving=measure_serving, progress=update
+            )
         prof = cal.profile
         path = a.output or (None if a.validate else "profile.yaml")
         if path:
@@ -406,14 +503,20 @@ def cmd_compile(a: argparse.Namespace) -> int:
     from hetc.runtime.compile import CompileOptions, compile_plan
 
     with _status("compiling") as update:
-        manifest = compile_plan(CompileOptions(plan=a.plan, out_dir=a.output, model_dir=a.model_dir,
-                                               random_weights=a.random_weights, check=not a.no_check,
-                                               only=tuple(t for t in a.only.split(",") if t)),
-                                progress=update)
+        manifest = compile_plan(
+            CompileOptions(
+                plan=a.plan,
+                out_dir=a.output,
+                model_dir=a.model_dir,
+                random_weights=a.random_weights,
+                check=not a.no_check,
+                only=tuple(t for t in a.only.split(",") if t),
+            ),
+            progress=update,
+        )
     print_manifest(manifest, err)
     err.print(f"wrote {Path(a.output) / 'manifest.json'}")
-    failed = [f"{s['stage']}/{x['toolchain']}" for s in manifest["stages"] for x in s["artifacts"]
-              if x.get("check", {}).get("ok") is False]
+    failed = [f"{s['stage']}/{x['toolchain']}" for s in manifest["stages"] for x in s["artifacts"] if x.get("check", {}).get("ok") is False]
     if failed:
         err.print(f"hetc: numerical check failed for {', '.join(failed)} (see manifest.json)")
         return 1
@@ -426,9 +529,21 @@ def cmd_buy(a: argparse.Namespace) -> int:
     from hetc.catalog import load_catalog
     from hetc.report import print_plan
 
-    req = BuyRequest(model=a.model, rate=a.rate, input_len=a.input_len, output_len=a.output_len,
-                     ttft_slo_ms=a.ttft_slo, tpot_slo_ms=a.tpot_slo, dtype=a.dtype, kv_dtype=a.kv_dtype, tp=a.tp,
-                     time_limit=a.time_limit, budget_usd_h=a.budget, attainment=a.attainment, requests=a.requests)
+    req = BuyRequest(
+        model=a.model,
+        rate=a.rate,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        ttft_slo_ms=a.ttft_slo,
+        tpot_slo_ms=a.tpot_slo,
+        dtype=a.dtype,
+        kv_dtype=a.kv_dtype,
+        tp=a.tp,
+        time_limit=a.time_limit,
+        budget_usd_h=a.budget,
+        attainment=a.attainment,
+        requests=a.requests,
+    )
     catalog = load_catalog(a.catalog)
     plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
     with _status("choosing what to buy") as update:
@@ -451,8 +566,17 @@ def cmd_pareto(a: argparse.Namespace) -> int:
 
     metric = Metric(a.metric)
     with _status("sweeping plans") as update:
-        points = sweep(a.model, a.profiles, input_len=a.input_len, output_len=a.output_len, dtype=a.dtype,
-                       kv_dtype=a.kv_dtype, points=a.points, time_limit=a.time_limit, progress=update)
+        points = sweep(
+            a.model,
+            a.profiles,
+            input_len=a.input_len,
+            output_len=a.output_len,
+            dtype=a.dtype,
+            kv_dtype=a.kv_dtype,
+            points=a.points,
+            time_limit=a.time_limit,
+            progress=update,
+        )
     if not points:
         raise Infeasible("no plan fits this cluster at all; `hetc plan` says why.")
     front = frontier(points, metric)
@@ -500,9 +624,19 @@ def cmd_compare(a: argparse.Namespace) -> int:
         items = [profiles.pop()]  # `--profiles c1.yaml c2.yaml MODEL`: argparse hands MODEL to --profiles
     load, limits = _load_of(a)
     one_model = bool(profiles) and len(items) == 1
-    req = CompareRequest(plans=[] if one_model else items, model=items[0] if one_model else None,
-                         profiles=profiles, dtype=a.dtype, input_len=a.input_len, output_len=a.output_len,
-                         time_limit=a.time_limit, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
+    req = CompareRequest(
+        plans=[] if one_model else items,
+        model=items[0] if one_model else None,
+        profiles=profiles,
+        dtype=a.dtype,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        time_limit=a.time_limit,
+        load=load,
+        limits=limits,
+        slo=_slo_of(a),
+        pue=a.pue,
+    )
     with _status("comparing") as update:
         result = compare(req, progress=update)
     print_compare(result.rows, result.load, err)
@@ -522,9 +656,18 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    handler = {"plan": cmd_plan, "inspect": cmd_inspect, "devices": cmd_devices, "serve": cmd_serve,
-               "profile": cmd_profile, "buy": cmd_buy, "pareto": cmd_pareto,
-               "compile": cmd_compile, "compare": cmd_compare, "evaluate": cmd_evaluate}[a.command]
+    handler = {
+        "plan": cmd_plan,
+        "inspect": cmd_inspect,
+        "devices": cmd_devices,
+        "serve": cmd_serve,
+        "profile": cmd_profile,
+        "buy": cmd_buy,
+        "pareto": cmd_pareto,
+        "compile": cmd_compile,
+        "compare": cmd_compare,
+        "evaluate": cmd_evaluate,
+    }[a.command]
     try:
         return handler(a)
     except HetcError as e:
@@ -536,8 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # an internal error: say so, keep the traceback for HETC_DEBUG=1
         if os.environ.get("HETC_DEBUG"):
             raise
-        err.print(f"hetc: internal error: {type(e).__name__}: {e}. Rerun with HETC_DEBUG=1 for the traceback "
-                  "and report it.", markup=False)
+        err.print(f"hetc: internal error: {type(e).__name__}: {e}. Rerun with HETC_DEBUG=1 for the traceback and report it.", markup=False)
         return 1
 
 

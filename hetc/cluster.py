@@ -25,9 +25,26 @@ from hetc.execution import Execution, execution_for
 from hetc.quantity import Kind, format_quantity, parse_quantity
 from hetc.serving import ServingOverheads
 
-__all__ = ["Profile", "Efficiency", "EfficiencyCurves", "Curve1D", "Curve2D", "AttentionCurve", "GatherCurve", "Link", "Node",
-           "Device", "Cluster", "load_profile", "load_links", "load_cluster", "defaults_notes",
-           "profile_names", "PROFILE_DIR", "TP_SIZES"]
+__all__ = [
+    "Profile",
+    "Efficiency",
+    "EfficiencyCurves",
+    "Curve1D",
+    "Curve2D",
+    "AttentionCurve",
+    "GatherCurve",
+    "Link",
+    "Node",
+    "Device",
+    "Cluster",
+    "load_profile",
+    "load_links",
+    "load_cluster",
+    "defaults_notes",
+    "profile_names",
+    "PROFILE_DIR",
+    "TP_SIZES",
+]
 
 PROFILE_DIR = resources.files("hetc.hardware_profiles")
 TP_SIZES = (1, 2, 4, 8)  # the tensor-parallel group sizes a device kind may form (plans, placements, purchases)
@@ -144,8 +161,11 @@ class Profile(_Strict):
         implied = {"cpu": "CPU", "openvino": "GPU", "gaudi": "hpu"}.get(self.backend)
         if implied is None:
             example = "sm_90" if self.backend == "cuda" else "gfx942"
-            raise BadInput(f"profile {self.name} (backend {self.backend}) names no compile target.", field="target",
-                           fix=f"add `target: {example}` (the device's GPU architecture) to the profile.")
+            raise BadInput(
+                f"profile {self.name} (backend {self.backend}) names no compile target.",
+                field="target",
+                fix=f"add `target: {example}` (the device's GPU architecture) to the profile.",
+            )
         return implied
 
     @property
@@ -170,8 +190,9 @@ def _read_yaml(path: Path) -> Any:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise BadInput(f"YAML syntax error at {at}: {problem}.", file=str(path),
-                       fix="correct the YAML syntax at that position (indentation, colons, quotes).") from None
+        raise BadInput(
+            f"YAML syntax error at {at}: {problem}.", file=str(path), fix="correct the YAML syntax at that position (indentation, colons, quotes)."
+        ) from None
 
 
 def _known_fields(model: type[BaseModel], parts: list) -> list[str]:
@@ -182,9 +203,11 @@ def _known_fields(model: type[BaseModel], parts: list) -> list[str]:
         info = model.model_fields.get(str(p))
         if info is None:
             return []
-        nested = [t for t in (info.annotation, *get_args(info.annotation), *(a for t in get_args(info.annotation)
-                                                                             for a in get_args(t)))
-                  if isinstance(t, type) and issubclass(t, BaseModel)]
+        nested = [
+            t
+            for t in (info.annotation, *get_args(info.annotation), *(a for t in get_args(info.annotation) for a in get_args(t)))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
         if not nested:
             return []
         model = nested[0]
@@ -217,8 +240,7 @@ def _validation_error(e: ValidationError, file: str, prefix: str = "", model: ty
 def _unknown(kind: str, name: str, known: list[str], file: str, fld: str) -> BadInput:
     near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     fix = f"did you mean {', '.join(repr(n) for n in near)}?" if near else f"known {kind}s: {', '.join(sorted(known))}."
-    return BadInput(f"unknown {kind} {name!r}.", file=file, field=fld,
-                    fix=fix + f" A {kind} can also be given as a path to its YAML file" * (kind == "device"))
+    return BadInput(f"unknown {kind} {name!r}.", file=file, field=fld, fix=fix + f" A {kind} can also be given as a path to its YAML file" * (kind == "device"))
 
 
 # ---------------------------------------------------------------- profiles and links
@@ -256,8 +278,9 @@ def resolve_link(spec: Any, file: str, fld: str) -> Link:
             return Link.model_validate(spec)
         except ValidationError as e:
             raise _validation_error(e, file, fld, Link) from None
-    raise BadInput(f"expected a link name or {{bandwidth, latency}}, got {spec!r}.", file=file, field=fld,
-                   fix=f"use one of: {', '.join(sorted(load_links()))}.")
+    raise BadInput(
+        f"expected a link name or {{bandwidth, latency}}, got {spec!r}.", file=file, field=fld, fix=f"use one of: {', '.join(sorted(load_links()))}."
+    )
 
 
 def _profile_from_dict(raw: Any, file: str) -> Profile:
@@ -284,11 +307,12 @@ def defaults_notes(profiles: list[Profile] | list[dict]) -> list[str]:
         name, used = (p.get("name"), p.get("defaulted") or []) if isinstance(p, dict) else (p.name, p.defaulted)
         if not used:
             continue
-        affects = [what for k, what in (("price", "USD/M tokens"), ("power", "kW and J/token"),
-                                        ("launch_overhead", "predicted times"), ("reserved_memory", "memory fit"))
-                   if k in used]
-        notes.append(f"profile {name}: default {', '.join(used)} (see docs/profile.md, defaults)"
-                     + (f"; {', '.join(affects)} rest on them" if affects else ""))
+        affects = [
+            what
+            for k, what in (("price", "USD/M tokens"), ("power", "kW and J/token"), ("launch_overhead", "predicted times"), ("reserved_memory", "memory fit"))
+            if k in used
+        ]
+        notes.append(f"profile {name}: default {', '.join(used)} (see docs/profile.md, defaults)" + (f"; {', '.join(affects)} rest on them" if affects else ""))
     return notes
 
 
@@ -395,8 +419,7 @@ class _ClusterSpec(_Strict):
 
 def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None = None, stem: str = "cluster") -> Cluster:
     if not isinstance(raw, dict):
-        raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file,
-                       fix="see docs/cluster.md for the layout.")
+        raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file, fix="see docs/cluster.md for the layout.")
     try:
         spec = _ClusterSpec.model_validate(raw)
     except ValidationError as e:
@@ -406,11 +429,11 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
     for i, n in enumerate(spec.nodes):
         fld = f"nodes[{i}]"
         if n.name in seen:
-            raise BadInput(f"duplicate node name {n.name!r}.", file=file, field=f"{fld}.name",
-                           fix="give every node a unique name.")
+            raise BadInput(f"duplicate node name {n.name!r}.", file=file, field=f"{fld}.name", fix="give every node a unique name.")
         if ":" in n.name:
-            raise BadInput(f"node name {n.name!r} contains ':'.", file=file, field=f"{fld}.name",
-                           fix="use letters, digits, '-' or '_' (device ids are NODE:INDEX).")
+            raise BadInput(
+                f"node name {n.name!r} contains ':'.", file=file, field=f"{fld}.name", fix="use letters, digits, '-' or '_' (device ids are NODE:INDEX)."
+            )
         seen.add(n.name)
         if n.device in inline_profiles:
             prof = _profile_from_dict(inline_profiles[n.device], f"{file} (profiles.{n.device})")
@@ -426,8 +449,12 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
                 raise _unknown("device", n.device, profile_names(), file, f"{fld}.device") from None
         profiles_raw[prof.name] = prof
         if n.link is None and n.count > 1:
-            raise BadInput(f"node {n.name!r} has {n.count} devices but no `link` between them.", file=file,
-                           field=f"{fld}.link", fix=f"add e.g. `link: nvlink4` (names: {', '.join(sorted(load_links()))}).")
+            raise BadInput(
+                f"node {n.name!r} has {n.count} devices but no `link` between them.",
+                file=file,
+                field=f"{fld}.link",
+                fix=f"add e.g. `link: nvlink4` (names: {', '.join(sorted(load_links()))}).",
+            )
         link = resolve_link(n.link, file, f"{fld}.link") if n.link is not None else None
         nodes.append(Node(n.name, prof, n.count, link))
     network, pairs = None, {}
@@ -438,15 +465,27 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
                 if nn not in seen:
                     raise _unknown("node", nn, list(seen), file, f"network.pairs[{j}].nodes[{k}]")
             if p.nodes[0] == p.nodes[1]:
-                raise BadInput(f"a pair names node {p.nodes[0]!r} twice.", file=file, field=f"network.pairs[{j}].nodes",
-                               fix="name two different nodes; a node's own devices use its `link`.")
+                raise BadInput(
+                    f"a pair names node {p.nodes[0]!r} twice.",
+                    file=file,
+                    field=f"network.pairs[{j}].nodes",
+                    fix="name two different nodes; a node's own devices use its `link`.",
+                )
             if frozenset(p.nodes) in pairs:
-                raise BadInput(f"nodes {p.nodes[0]!r} and {p.nodes[1]!r} already have a link.", file=file,
-                               field=f"network.pairs[{j}]", fix="give each pair of nodes one entry.")
+                raise BadInput(
+                    f"nodes {p.nodes[0]!r} and {p.nodes[1]!r} already have a link.",
+                    file=file,
+                    field=f"network.pairs[{j}]",
+                    fix="give each pair of nodes one entry.",
+                )
             pairs[frozenset(p.nodes)] = resolve_link(p.link, file, f"network.pairs[{j}].link")
     elif len(nodes) > 1:
-        raise BadInput("a cluster with several nodes needs `network.default`.", file=file, field="network",
-                       fix="add `network: {default: roce-400g}` (a links.yaml name or {bandwidth, latency}).")
+        raise BadInput(
+            "a cluster with several nodes needs `network.default`.",
+            file=file,
+            field="network",
+            fix="add `network: {default: roce-400g}` (a links.yaml name or {bandwidth, latency}).",
+        )
     prices = {}
     for dev, text in spec.prices.items():
         if dev not in profiles_raw:
@@ -458,18 +497,26 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
 
     resolved = {
         "name": spec.name or stem,
-        "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)}
-                  for n in nodes],
-        "network": None if network is None else {
-            "default": _link_text(network), "per": spec.network.per if spec.network else "device",
+        "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)} for n in nodes],
+        "network": None
+        if network is None
+        else {
+            "default": _link_text(network),
+            "per": spec.network.per if spec.network else "device",
             "pairs": [{"nodes": sorted(k), "link": _link_text(v)} for k, v in pairs.items()],
         },
         "prices": dict(spec.prices),
         "profiles": {k: _profile_text(v) for k, v in profiles_raw.items()},
     }
-    return Cluster(name=spec.name or stem, nodes=nodes, network=network,
-                   network_per=spec.network.per if spec.network else "device",
-                   pairs=pairs, prices=prices, raw=resolved)
+    return Cluster(
+        name=spec.name or stem,
+        nodes=nodes,
+        network=network,
+        network_per=spec.network.per if spec.network else "device",
+        pairs=pairs,
+        prices=prices,
+        raw=resolved,
+    )
 
 
 def _link_text(link: Link | None) -> dict | None:
@@ -486,8 +533,7 @@ def _profile_text(prof: Profile) -> dict:
     """A profile rewritten with explicit units, so the embedded copy parses strictly again."""
     p = prof.model_dump(mode="json")
     out = dict(p)
-    for k, unit in (("memory", "B"), ("reserved_memory", "B"), ("memory_bandwidth", "B/s"), ("power", "W"),
-                    ("price", "USD/h")):
+    for k, unit in (("memory", "B"), ("reserved_memory", "B"), ("memory_bandwidth", "B/s"), ("power", "W"), ("price", "USD/h")):
         out[k] = f"{p[k]:.6g} {unit}"
     out["launch_overhead"] = f"{p['launch_overhead'] * 1e6:.6g} us"
     out["step_overhead"] = f"{p['step_overhead'] * 1e6:.6g} us"
@@ -498,8 +544,7 @@ def _profile_text(prof: Profile) -> dict:
     if curves is None:
         out.pop("efficiency_curves", None)
     else:
-        out["efficiency_curves"] = {**curves, **{k: f"{curves[k] * 1e6:.6g} us" for k in
-                                                 ("dispatch_overhead",) if curves.get(k) is not None}}
+        out["efficiency_curves"] = {**curves, **{k: f"{curves[k] * 1e6:.6g} us" for k in ("dispatch_overhead",) if curves.get(k) is not None}}
     if isinstance(prof.host_link, Link):
         out["host_link"] = _link_text(prof.host_link)
     return out

@@ -55,9 +55,9 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int = KV_BLOCK_TOKENS, reserved: int = 0):
         """Args:
-            num_blocks: blocks in every stage's pool of this lane (the smallest stage budget).
-            block_size: tokens per block.
-            reserved: blocks 0 .. reserved − 1 are never handed out (a lane reserves the padding block).
+        num_blocks: blocks in every stage's pool of this lane (the smallest stage budget).
+        block_size: tokens per block.
+        reserved: blocks 0 .. reserved − 1 are never handed out (a lane reserves the padding block).
         """
         if num_blocks - reserved < 1:
             raise ValueError(f"a KV pool needs at least one block besides its {reserved} reserved, got {num_blocks}")

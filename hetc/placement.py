@@ -76,12 +76,14 @@ def parse_placement(spec: str, cluster: Cluster, num_layers: int) -> list[GivenP
                 raise _bad(token, f"a tensor-parallel group of {tp} devices", "use 1, 2, 4 or 8 devices per stage")
             top = first + reps * tp
             if top > nodes[name].count:
-                raise _bad(token, f"devices {first}..{top - 1} of node {name} are needed ({reps} replica(s) of {tp}); "
-                                  f"it has {nodes[name].count}", "use fewer replicas or devices that exist")
+                raise _bad(
+                    token,
+                    f"devices {first}..{top - 1} of node {name} are needed ({reps} replica(s) of {tp}); it has {nodes[name].count}",
+                    "use fewer replicas or devices that exist",
+                )
             for d in range(first, top):
                 if (name, d) in used:
-                    raise _bad(token, f"device {name}:{d} is already used by {used[(name, d)]!r}",
-                               "give every stage devices of its own")
+                    raise _bad(token, f"device {name}:{d} is already used by {used[(name, d)]!r}", "give every stage devices of its own")
                 used[(name, d)] = token
             layers = int(s.group("layers")) if s.group("layers") else None
             stages.append(GivenStage(name, first, tp, layers))
@@ -90,7 +92,8 @@ def parse_placement(spec: str, cluster: Cluster, num_layers: int) -> list[GivenP
             if len(given) < len(stages):
                 raise _bad(text, "some stages give their layers and some do not", "give @L on every stage or none")
             if sum(given) != num_layers or 0 in given:
-                raise _bad(text, f"the stages' layers add up to {sum(given)}; the model has {num_layers}",
-                           f"make the @L values positive and sum to {num_layers}")
+                raise _bad(
+                    text, f"the stages' layers add up to {sum(given)}; the model has {num_layers}", f"make the @L values positive and sum to {num_layers}"
+                )
         out.append(GivenPipeline(tuple(stages), reps))
     return out

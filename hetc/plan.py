@@ -213,12 +213,12 @@ def load_plan(path: str | Path) -> Plan:
     except FileNotFoundError:
         raise BadInput("file not found.", file=str(path), fix="check the path, or make one with `hetc plan`.") from None
     except json.JSONDecodeError as e:
-        raise BadInput(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).", file=str(path),
-                       fix="regenerate it with `hetc plan`.") from None
+        raise BadInput(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).", file=str(path), fix="regenerate it with `hetc plan`.") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else None
-        raise BadInput(f"schema is {got!r}, this hetc reads {SCHEMA!r}.", file=str(path), field="schema",
-                       fix="regenerate the plan with this version of `hetc plan`.")
+        raise BadInput(
+            f"schema is {got!r}, this hetc reads {SCHEMA!r}.", file=str(path), field="schema", fix="regenerate the plan with this version of `hetc plan`."
+        )
     try:
         return Plan.model_validate(doc)
     except ValidationError as e:
@@ -227,5 +227,4 @@ def load_plan(path: str | Path) -> Plan:
         msg = err["msg"].removeprefix("Value error, ")
         if not loc and ": " in msg:  # a cross-field check names its field first
             loc, msg = msg.split(": ", 1)
-        raise BadInput(f"{msg}.", file=str(path), field=loc or None,
-                       fix="regenerate it with `hetc plan`; plans are not meant to be edited by hand.") from None
+        raise BadInput(f"{msg}.", file=str(path), field=loc or None, fix="regenerate it with `hetc plan`; plans are not meant to be edited by hand.") from None

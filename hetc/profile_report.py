@@ -36,8 +36,11 @@ def print_calibration(prof: Profile, details: dict, path: str | None, console: C
     t.add_row("step overhead", _us(prof.step_overhead), "per engine step (probe fit)")
     sv = prof.serving
     if sv.step or sv.row or sv.sample_logit:
-        t.add_row("serving host work", f"{_us(sv.step)} + {_us(sv.row)}/seq + {_us(sv.token)}/token",
-                  "a stage worker's per-step work around its forward (runtime functions, timed)")
+        t.add_row(
+            "serving host work",
+            f"{_us(sv.step)} + {_us(sv.row)}/seq + {_us(sv.token)}/token",
+            "a stage worker's per-step work around its forward (runtime functions, timed)",
+        )
         t.add_row("sampling", f"{sv.sample_logit * 1e9:.3g} ns/logit", "the last stage's sampler, per row × vocabulary")
     link = details.get("p2p_link")
     if link and "error" not in link:
@@ -47,25 +50,27 @@ def print_calibration(prof: Profile, details: dict, path: str | None, console: C
 
 def print_fidelity(report, console: Console) -> None:
     """Per case and per class: predicted vs measured, with the targets."""
-    t = Table(title=f"cost-model fidelity: profile {report.profile} on {report.machine.get('cpu')} "
-                    f"({report.machine.get('threads')} thread(s)), held-out shapes, measured in a separate process")
-    for col, just in (("class", "left"), ("case", "left"), ("predicted ms", "right"), ("measured ms", "right"),
-                      ("pred/meas", "right")):
+    t = Table(
+        title=f"cost-model fidelity: profile {report.profile} on {report.machine.get('cpu')} "
+        f"({report.machine.get('threads')} thread(s)), held-out shapes, measured in a separate process"
+    )
+    for col, just in (("class", "left"), ("case", "left"), ("predicted ms", "right"), ("measured ms", "right"), ("pred/meas", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in report.rows:
         style = "red" if r.error > (0.10 if r.cls.endswith("step") else 0.15) else None
-        t.add_row(r.cls, r.case, f"{r.predicted_s * 1e3:.4g}", f"{r.measured_s * 1e3:.4g}", f"{r.ratio:.3f}",
-                  style=style)
+        t.add_row(r.cls, r.case, f"{r.predicted_s * 1e3:.4g}", f"{r.measured_s * 1e3:.4g}", f"{r.ratio:.3f}", style=style)
     console.print(t)
     s = Table(title="median |predicted/measured − 1| per class")
-    for col, just in (("class", "left"), ("cases", "right"), ("median", "right"), ("max", "right"),
-                      ("target", "right"), ("", "left")):
+    for col, just in (("class", "left"), ("cases", "right"), ("median", "right"), ("max", "right"), ("target", "right"), ("", "left")):
         s.add_column(col, justify=just)  # type: ignore[arg-type]
     for cls, v in report.classes().items():
-        s.add_row(cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}",
-                  "[green]ok[/]" if v["ok"] else "[red]over[/]")
+        s.add_row(
+            cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}", "[green]ok[/]" if v["ok"] else "[red]over[/]"
+        )
     console.print(s)
     load = report.machine.get("foreign_load")
     if load is not None:
-        console.print(f"other processes used {load:.0%} of this machine's CPU time while it measured"
-                      + (" — timings from a busy machine are slower than the profile predicts" if load > 0.1 else ""))
+        console.print(
+            f"other processes used {load:.0%} of this machine's CPU time while it measured"
+            + (" — timings from a busy machine are slower than the profile predicts" if load > 0.1 else "")
+        )

@@ -85,9 +85,7 @@ def parse_quantity(value: object, kind: Kind) -> float:
         QuantityError: bare numbers, unknown units, units of another kind, negatives.
     """
     if isinstance(value, bool) or not isinstance(value, str):
-        raise QuantityError(
-            f"expected a {kind.value} with a unit, like {_examples(kind)}; got the bare value {value!r}"
-        )
+        raise QuantityError(f"expected a {kind.value} with a unit, like {_examples(kind)}; got the bare value {value!r}")
     m = _RE.match(value)
     if not m:
         raise QuantityError(f"expected a {kind.value} like {_examples(kind)}; got {value!r}")
@@ -101,9 +99,7 @@ def parse_quantity(value: object, kind: Kind) -> float:
         raise QuantityError(f"unknown unit {unit!r} in {value!r}{hint}; write it like {_examples(kind)}")
     got_kind, factor = UNITS[unit]
     if got_kind != kind:
-        raise QuantityError(
-            f"{value!r} is a {got_kind.value}, but this field needs a {kind.value}, like {_examples(kind)}"
-        )
+        raise QuantityError(f"{value!r} is a {got_kind.value}, but this field needs a {kind.value}, like {_examples(kind)}")
     if number < 0:
         raise QuantityError(f"{value!r} is negative; a {kind.value} must be ≥ 0, like {_examples(kind)}")
     if not math.isfinite(number * factor):  # "1e400 GB" parses as inf

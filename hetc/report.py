@@ -37,60 +37,79 @@ def _bar(frac: float, width: int = 12) -> str:
 
 def print_plan(plan: Plan, console: Console) -> None:
     m, pr, s = plan.model, plan.predicted, plan.solver
-    console.print(f"[bold]{escape(m.ref)}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
-                  f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster['name'])}[/] — "
-                  f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens")
+    console.print(
+        f"[bold]{escape(m.ref)}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
+        f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster['name'])}[/] — "
+        f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens"
+    )
     profiles = plan.cluster["profiles"]
     for p in plan.pipelines:
-        role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage",
-                Phase.DECODE: " — decode pool"}[p.phase]
-        t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches"
-                        + role, title_justify="left")
+        role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage", Phase.DECODE: " — decode pool"}[p.phase]
+        t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches" + role, title_justify="left")
         for col in ("stage", "devices", "profile", "layers", "units", "memory (GB)", "", "decode ms", "prefill ms"):
             t.add_column(col, justify="right" if col.endswith(("ms", ")")) else "left")
         for i, st in enumerate(p.stages):
             cap = float(profiles[st.profile]["memory"].split()[0])
-            t.add_row(str(i), _replica_devices(st.devices, p.replicas), st.profile, f"{st.layers[0]}–{st.layers[1]}",
-                      f"{st.units[0]}–{st.units[1]}", f"{_gb(st.memory_bytes.total)} / {_gb(cap)}",
-                      _bar(st.memory_bytes.total / cap), f"{st.predicted_ms.decode:.2f}", f"{st.predicted_ms.prefill:.1f}")
+            t.add_row(
+                str(i),
+                _replica_devices(st.devices, p.replicas),
+                st.profile,
+                f"{st.layers[0]}–{st.layers[1]}",
+                f"{st.units[0]}–{st.units[1]}",
+                f"{_gb(st.memory_bytes.total)} / {_gb(cap)}",
+                _bar(st.memory_bytes.total / cap),
+                f"{st.predicted_ms.decode:.2f}",
+                f"{st.predicted_ms.prefill:.1f}",
+            )
         console.print(t)
     for k in plan.kv_transfer:
-        console.print(f"KV: pipeline {k.from_pipeline} → {k.to_pipeline} over {k.link}, "
-                      f"{k.predicted_ms_per_seq:.1f} ms per prompt ({k.bytes_per_token / 1e3:,.0f} kB per token)")
-    console.print(f"predicted: [bold]{pr.output_tok_s:,.0f} output tok/s[/] ({pr.total_tok_s:,.0f} total), "
-                  f"TTFT {pr.ttft_ms:.0f} ms, TPOT {pr.tpot_ms:.1f} ms, {pr.usd_per_mtok:.3f} USD/M tok, "
-                  f"{pr.watts / 1e3:.1f} kW")
-    console.print(f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, "
-                  f"bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s")
+        console.print(
+            f"KV: pipeline {k.from_pipeline} → {k.to_pipeline} over {k.link}, "
+            f"{k.predicted_ms_per_seq:.1f} ms per prompt ({k.bytes_per_token / 1e3:,.0f} kB per token)"
+        )
+    console.print(
+        f"predicted: [bold]{pr.output_tok_s:,.0f} output tok/s[/] ({pr.total_tok_s:,.0f} total), "
+        f"TTFT {pr.ttft_ms:.0f} ms, TPOT {pr.tpot_ms:.1f} ms, {pr.usd_per_mtok:.3f} USD/M tok, "
+        f"{pr.watts / 1e3:.1f} kW"
+    )
+    console.print(
+        f"solver: {s.status}, {plan.objective.name} {s.objective:,.4g} {plan.objective.unit}, bound {s.bound:,.4g} (gap {s.gap:.1%}), {s.seconds:.2f} s"
+    )
     for note in getattr(s, "notes", None) or []:
         console.print(f"note: {note}", markup=False)
     for note in defaults_notes(list(profiles.values())):  # outputs that rest on a defaulted figure say so
         console.print(f"note: {note}", markup=False)
     if plan.baselines:
-        parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible"
-                 for k, v in plan.baselines.items()]
+        parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible" for k, v in plan.baselines.items()]
         console.print("baselines (output tok/s): " + ", ".join(parts))
 
 
 def print_manifest(manifest: dict, console: Console) -> None:
     """One row per stage and toolchain: built or why not, the target, and the check against eager."""
-    t = Table(title=f"hetc compile: {escape(manifest['model'])} ({manifest['dtype']}, weights {manifest['weights']})",
-              title_justify="left")
+    t = Table(title=f"hetc compile: {escape(manifest['model'])} ({manifest['dtype']}, weights {manifest['weights']})", title_justify="left")
     for col in ("stage", "devices", "backend", "toolchain", "target", "artifact", "max |Δ| vs eager"):
         t.add_column(col)
     for s in manifest["stages"]:
         for a in s["artifacts"]:
             if not a["built"]:
-                t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
-                          "[yellow]not built[/]", escape(a["reason"]))
+                t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"], "[yellow]not built[/]", escape(a["reason"]))
                 continue
             chk = a.get("check")
-            diff = "not runnable here" if chk is None else (
-                escape(chk["reason"]) if not chk["ran"] else
-                ("[green]" if chk["ok"] else "[red]") + f"{max(chk['max_abs_diff'].values()):.1e}[/]")
+            diff = (
+                "not runnable here"
+                if chk is None
+                else (escape(chk["reason"]) if not chk["ran"] else ("[green]" if chk["ok"] else "[red]") + f"{max(chk['max_abs_diff'].values()):.1e}[/]")
+            )
             size = sum(f["bytes"] for f in a["files"])
-            t.add_row(s["stage"], ", ".join(s["devices"]), s["backend"], a["toolchain"], a["target"],
-                      f"{', '.join(f['path'] for f in a['files'])} ({size / 1e6:.1f} MB)", diff)
+            t.add_row(
+                s["stage"],
+                ", ".join(s["devices"]),
+                s["backend"],
+                a["toolchain"],
+                a["target"],
+                f"{', '.join(f['path'] for f in a['files'])} ({size / 1e6:.1f} MB)",
+                diff,
+            )
     console.print(t)
 
 
@@ -126,10 +145,14 @@ def plot_plan(plan: Plan, path: str | BinaryIO) -> None:
     for y, (p, _, st) in enumerate(rows):
         vendor = plan.cluster["profiles"][st.profile]["vendor"]
         ax.barh(y, st.layers[1] - st.layers[0] + 1, left=st.layers[0], color=colors.get(vendor, "#555"))
-        ax.text(st.layers[1] + 1.2, y, f"{_replica_devices(st.devices, p.replicas)} {st.profile} · "
-                f"{st.memory_bytes.total / 1e9:.0f} GB · {st.predicted_ms.decode:.1f} ms", va="center", fontsize=7)
-    ax.set_yticks(range(len(rows)), [f"p{p.id} s{i}" + (f" ×{p.replicas}" if p.replicas > 1 else "")
-                                     for p, i, _ in rows], fontsize=7)
+        ax.text(
+            st.layers[1] + 1.2,
+            y,
+            f"{_replica_devices(st.devices, p.replicas)} {st.profile} · {st.memory_bytes.total / 1e9:.0f} GB · {st.predicted_ms.decode:.1f} ms",
+            va="center",
+            fontsize=7,
+        )
+    ax.set_yticks(range(len(rows)), [f"p{p.id} s{i}" + (f" ×{p.replicas}" if p.replicas > 1 else "") for p, i, _ in rows], fontsize=7)
     ax.set_xlim(0, plan.model.num_layers * 1.45)
     ax.invert_yaxis()
     ax.set_xlabel("layers")
@@ -145,17 +168,25 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
     dec_ctx = input_len + output_len / 2
     rows: list[dict[str, Any]] = []
     for u in model.units:
-        rows.append({
-            "index": u.index, "kind": u.kind, "layer": u.layer, "params": u.param_bytes / _wbytes(model),
-            "param_bytes": u.param_bytes,
-            "prefill_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * pre_ctx,
-            "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
-            "matmul_flops_per_token": u.matmul_flops.per_token, "attention_flops_per_ctx": u.attention_flops_per_ctx,
-            "act_bytes_per_token": u.act_bytes.per_token, "out_bytes_per_token": u.out_bytes_per_token,
-            "kv_bytes_per_token": u.kv_bytes_per_token, "kernels": u.kernels, "fused_kernels": u.fused_kernels,
-        })
-    keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token",
-            "kv_bytes_per_token", "kernels", "fused_kernels")
+        rows.append(
+            {
+                "index": u.index,
+                "kind": u.kind,
+                "layer": u.layer,
+                "params": u.param_bytes / _wbytes(model),
+                "param_bytes": u.param_bytes,
+                "prefill_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * pre_ctx,
+                "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
+                "matmul_flops_per_token": u.matmul_flops.per_token,
+                "attention_flops_per_ctx": u.attention_flops_per_ctx,
+                "act_bytes_per_token": u.act_bytes.per_token,
+                "out_bytes_per_token": u.out_bytes_per_token,
+                "kv_bytes_per_token": u.kv_bytes_per_token,
+                "kernels": u.kernels,
+                "fused_kernels": u.fused_kernels,
+            }
+        )
+    keys = ("param_bytes", "prefill_flops_per_token", "decode_flops_per_token", "act_bytes_per_token", "kv_bytes_per_token", "kernels", "fused_kernels")
     totals: dict[str, float] = {k: sum(r[k] for r in rows) for k in keys}
     totals["param_bytes"] = model.param_bytes  # tied weights once
     totals["params"] = model.num_params
@@ -182,25 +213,48 @@ def _wbytes(model: "CapturedModel") -> float:
 
 
 def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, console: Console) -> None:
-    t = Table(title=f"{model.ref}: {model.num_params / 1e9:.3f}B params, {model.num_layers} layers, "
-                    f"{len(rows)} units ({model.dtype}, KV {model.kv_dtype})", title_justify="left")
-    for col in ("unit", "kind", "layer", "params", "prefill FLOP/tok", "decode FLOP/tok", "act B/tok", "KV B/tok",
-                "out B/tok", "kernels", "fused"):
+    t = Table(
+        title=f"{model.ref}: {model.num_params / 1e9:.3f}B params, {model.num_layers} layers, {len(rows)} units ({model.dtype}, KV {model.kv_dtype})",
+        title_justify="left",
+    )
+    for col in ("unit", "kind", "layer", "params", "prefill FLOP/tok", "decode FLOP/tok", "act B/tok", "KV B/tok", "out B/tok", "kernels", "fused"):
         t.add_column(col, justify="left" if col in ("kind",) else "right")
     for r in rows:
-        t.add_row(str(r["index"]), r["kind"], str(r["layer"]), _si(r["params"]), _si(r["prefill_flops_per_token"]),
-                  _si(r["decode_flops_per_token"]), _si(r["act_bytes_per_token"]), _si(r["kv_bytes_per_token"]),
-                  _si(r["out_bytes_per_token"]), str(r["kernels"]), str(r["fused_kernels"]))
+        t.add_row(
+            str(r["index"]),
+            r["kind"],
+            str(r["layer"]),
+            _si(r["params"]),
+            _si(r["prefill_flops_per_token"]),
+            _si(r["decode_flops_per_token"]),
+            _si(r["act_bytes_per_token"]),
+            _si(r["kv_bytes_per_token"]),
+            _si(r["out_bytes_per_token"]),
+            str(r["kernels"]),
+            str(r["fused_kernels"]),
+        )
     t.add_section()
-    t.add_row("total", "", "", _si(totals["params"]), _si(totals["prefill_flops_per_token"]),
-              _si(totals["decode_flops_per_token"]), _si(totals["act_bytes_per_token"]),
-              _si(totals["kv_bytes_per_token"]), "", str(totals["kernels"]), str(totals["fused_kernels"]))
+    t.add_row(
+        "total",
+        "",
+        "",
+        _si(totals["params"]),
+        _si(totals["prefill_flops_per_token"]),
+        _si(totals["decode_flops_per_token"]),
+        _si(totals["act_bytes_per_token"]),
+        _si(totals["kv_bytes_per_token"]),
+        "",
+        str(totals["kernels"]),
+        str(totals["fused_kernels"]),
+    )
     console.print(t)
     per_layer = kernels_per_layer(rows)
     if per_layer:
         before, after = per_layer
-        console.print(f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
-                      "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/capture/fusion.py)")
+        console.print(
+            f"kernels per layer: {before} exported ops (torch eager: the cpu backend) → {after} after the fusion "
+            "serving engines perform (cuda, rocm, gaudi, openvino backends; partitioner/capture/fusion.py)"
+        )
     for n in model.notes:
         console.print(f"note: {n}", markup=False)
 
@@ -228,8 +282,15 @@ def print_devices(console: Console) -> None:
     for name in profile_names():
         prof = load_profile(name)
         peak = prof.peak_flops.get("bf16") or prof.peak_flops.get("fp16", 0.0)
-        k.add_row(name, prof.vendor, prof.backend, f"{prof.memory / 1e9:.0f} GB",
-                  f"{prof.memory_bandwidth / 1e12:.2f} TB/s", f"{peak / 1e12:.0f} TFLOP/s", f"{prof.price:.2f} USD/h")
+        k.add_row(
+            name,
+            prof.vendor,
+            prof.backend,
+            f"{prof.memory / 1e9:.0f} GB",
+            f"{prof.memory_bandwidth / 1e12:.2f} TB/s",
+            f"{peak / 1e12:.0f} TFLOP/s",
+            f"{prof.price:.2f} USD/h",
+        )
     console.print(k)
 
 

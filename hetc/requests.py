@@ -58,29 +58,37 @@ class PlanRequest:
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
-                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
-                               fix="give a positive number of tokens.")
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
         self.objective = _member(Objective, self.objective, "--objective")
         self.disaggregate = _member(Disaggregate, self.disaggregate, "--disaggregate")
         if self.batch is not None and (self.batch < 1 or not self.placement):
-            raise BadInput(f"--batch {self.batch} needs --placement and must be ≥ 1.", field="--batch",
-                           fix="give --placement SPEC with it (the solver chooses batches itself otherwise).")
+            raise BadInput(
+                f"--batch {self.batch} needs --placement and must be ≥ 1.",
+                field="--batch",
+                fix="give --placement SPEC with it (the solver chooses batches itself otherwise).",
+            )
         if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            raise BadInput(f"must be ≥ 1, got {self.max_num_seqs}.", field="--max-num-seqs",
-                           fix="give the most sequences one pipeline (engine) runs at once, e.g. vLLM's max_num_seqs 256.")
+            raise BadInput(
+                f"must be ≥ 1, got {self.max_num_seqs}.",
+                field="--max-num-seqs",
+                fix="give the most sequences one pipeline (engine) runs at once, e.g. vLLM's max_num_seqs 256.",
+            )
         if self.batch is not None and self.max_num_seqs is not None and self.batch > self.max_num_seqs:
-            raise BadInput(f"--batch {self.batch} is above --max-num-seqs {self.max_num_seqs}.", field="--batch",
-                           fix="give a batch at most the cap, or raise the cap.")
+            raise BadInput(
+                f"--batch {self.batch} is above --max-num-seqs {self.max_num_seqs}.", field="--batch", fix="give a batch at most the cap, or raise the cap."
+            )
         if self.power_budget_w is not None and not self.power_budget_w > 0:
-            raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget",
-                           fix="give the watts the plan's devices may draw together.")
+            raise BadInput(f"must be > 0 W, got {self.power_budget_w}.", field="--power-budget", fix="give the watts the plan's devices may draw together.")
         for name in ("min_tok_s", "ttft_slo_ms", "tpot_slo_ms", "time_limit"):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise BadInput(f"must be ≥ 0, got {v}.", field=f"--{name.replace('_', '-')}", fix="give a non-negative value.")
         if self.disaggregate == Disaggregate.ON and self.objective != Objective.THROUGHPUT:
-            raise BadInput(f"prefill/decode pools are planned for the throughput objective only, not {self.objective}.",
-                           field="--disaggregate", fix="use --objective throughput, or --disaggregate off.")
+            raise BadInput(
+                f"prefill/decode pools are planned for the throughput objective only, not {self.objective}.",
+                field="--disaggregate",
+                fix="use --objective throughput, or --disaggregate off.",
+            )
         if self.tp not in ("auto", "1"):
             raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
 
@@ -121,11 +129,9 @@ class LoadRequest:
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:
-            raise BadInput("--rate, --concurrency and --trace each define the arrivals; got more than one.",
-                           field="--rate", fix="give one of them.")
+            raise BadInput("--rate, --concurrency and --trace each define the arrivals; got more than one.", field="--rate", fix="give one of them.")
         if self.trace and (self.input_len_dist or self.output_len_dist):
-            raise BadInput("a trace gives every request's lengths.", field="--trace",
-                           fix="drop --input-len-dist/--output-len-dist, or the trace.")
+            raise BadInput("a trace gives every request's lengths.", field="--trace", fix="drop --input-len-dist/--output-len-dist, or the trace.")
         if self.rate is not None and not self.rate > 0:
             raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give requests per second.")
         if self.concurrency is not None and self.concurrency < 1:
@@ -133,8 +139,7 @@ class LoadRequest:
         if self.requests < 1:
             raise BadInput(f"must be ≥ 1, got {self.requests}.", field="--requests", fix="give a number of requests.")
         if not self.burstiness > 0:
-            raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness",
-                           fix="1 is Poisson; smaller is burstier, larger more even.")
+            raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness", fix="1 is Poisson; smaller is burstier, larger more even.")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -148,8 +153,9 @@ class SloRequest:
 
     def __post_init__(self) -> None:
         if not 0 < self.attainment <= 1:
-            raise BadInput(f"must be in (0, 1], got {self.attainment}.", field="--attainment",
-                           fix="give the share of requests that must meet the SLOs, e.g. 0.9.")
+            raise BadInput(
+                f"must be in (0, 1], got {self.attainment}.", field="--attainment", fix="give the share of requests that must meet the SLOs, e.g. 0.9."
+            )
         for name in ("ttft_slo_ms", "tpot_slo_ms"):
             v = getattr(self, name)
             if v is not None and not v > 0:
@@ -158,8 +164,7 @@ class SloRequest:
 
 def _check_pue(pue: float) -> None:
     if pue < 1:
-        raise BadInput(f"must be ≥ 1, got {pue}.", field="--pue",
-                       fix="1.0 counts the devices only; data centres report 1.1–1.6.")
+        raise BadInput(f"must be ≥ 1, got {pue}.", field="--pue", fix="1.0 counts the devices only; data centres report 1.1–1.6.")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -195,11 +200,11 @@ class CompareRequest:
     def __post_init__(self) -> None:
         _check_pue(self.pue)
         if self.profiles and (self.plans or not self.model):
-            raise BadInput(f"with --profiles, give one MODEL; got {' '.join(self.plans) or 'none'}.", field="MODEL",
-                           fix="hetc compare --profiles c1.yaml c2.yaml MODEL")
+            raise BadInput(
+                f"with --profiles, give one MODEL; got {' '.join(self.plans) or 'none'}.", field="MODEL", fix="hetc compare --profiles c1.yaml c2.yaml MODEL"
+            )
         if not self.profiles and not self.plans:
-            raise BadInput("nothing to compare.", field="PLAN.json",
-                           fix="hetc compare A.json B.json, or hetc compare --profiles c1.yaml c2.yaml MODEL")
+            raise BadInput("nothing to compare.", field="PLAN.json", fix="hetc compare A.json B.json, or hetc compare --profiles c1.yaml c2.yaml MODEL")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -228,8 +233,7 @@ class BuyRequest:
             raise BadInput(f"must be > 0, got {self.rate}.", field="--rate", fix="give the requests per second to serve.")
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
-                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}",
-                               fix="give a positive number of tokens.")
+                raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
 
     @property
     def output_tok_s(self) -> float:

@@ -51,8 +51,7 @@ if TYPE_CHECKING:
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "RunnableStage", "StageSignature", "TensorSpec",
-           "select_at", "stage_signature"]
+__all__ = ["CPU_EXECUTOR", "DYNAMIC_DIMS", "EXECUTORS", "AttentionForm", "RunnableStage", "StageSignature", "TensorSpec", "select_at", "stage_signature"]
 
 
 class AttentionForm(StrEnum):
@@ -124,13 +123,30 @@ class StageSignature:
     attention_layers: tuple[int, ...]
 
     def to_json(self) -> dict:
-        return {"form": str(self.form), "inputs": [t.to_json() for t in self.inputs],
-                "outputs": [t.to_json() for t in self.outputs], "dynamic_dims": list(DYNAMIC_DIMS[self.form]),
-                "block_size": KV_BLOCK_TOKENS, "attention_layers": list(self.attention_layers)}
+        return {
+            "form": str(self.form),
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+            "dynamic_dims": list(DYNAMIC_DIMS[self.form]),
+            "block_size": KV_BLOCK_TOKENS,
+            "attention_layers": list(self.attention_layers),
+        }
 
 
-def stage_signature(*, form: AttentionForm, first: bool, selects: bool, head: bool, attention_layers: list[int],
-                    hidden: int, vocab: int, kv_heads: int, head_dim: int, dtype: str, kv_dtype: str) -> StageSignature:
+def stage_signature(
+    *,
+    form: AttentionForm,
+    first: bool,
+    selects: bool,
+    head: bool,
+    attention_layers: list[int],
+    hidden: int,
+    vocab: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    kv_dtype: str,
+) -> StageSignature:
     """The signature of one stage.
 
     Args:
@@ -141,12 +157,20 @@ def stage_signature(*, form: AttentionForm, first: bool, selects: bool, head: bo
         attention_layers: the model layers whose attention the stage holds, in order.
     """
     if form is AttentionForm.PAGED:
-        return _paged_signature(first=first, selects=selects, head=head, attention_layers=attention_layers,
-                                hidden=hidden, vocab=vocab, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
-                                kv_dtype=kv_dtype)
+        return _paged_signature(
+            first=first,
+            selects=selects,
+            head=head,
+            attention_layers=attention_layers,
+            hidden=hidden,
+            vocab=vocab,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+        )
     x = TensorSpec("x", "int64", ("B", "T")) if first else TensorSpec("x", dtype, ("B", "T", hidden))
-    ins = [x, TensorSpec("positions", "int64", ("B", "T")), TensorSpec("past_lens", "int64", ("B",)),
-           TensorSpec("block_table", "int64", ("B", "MB"))]
+    ins = [x, TensorSpec("positions", "int64", ("B", "T")), TensorSpec("past_lens", "int64", ("B",)), TensorSpec("block_table", "int64", ("B", "MB"))]
     if selects:
         ins.append(TensorSpec("select", "int64", ("B",)))
     pool = ("NB", KV_BLOCK_TOKENS, kv_heads, head_dim)
@@ -158,17 +182,23 @@ def stage_signature(*, form: AttentionForm, first: bool, selects: bool, head: bo
         out = TensorSpec("out", dtype, ("B", hidden) if selects else ("B", "T", hidden))
     outs = [out]
     for layer in attention_layers:
-        outs += [TensorSpec(f"k_{layer}", kv_dtype, ("B", "T", kv_heads, head_dim)),
-                 TensorSpec(f"v_{layer}", kv_dtype, ("B", "T", kv_heads, head_dim))]
+        outs += [TensorSpec(f"k_{layer}", kv_dtype, ("B", "T", kv_heads, head_dim)), TensorSpec(f"v_{layer}", kv_dtype, ("B", "T", kv_heads, head_dim))]
     return StageSignature(form, tuple(ins), tuple(outs), tuple(attention_layers))
 
 
-def _paged_signature(*, first: bool, selects: bool, head: bool, attention_layers: list[int], hidden: int, vocab: int,
-                     kv_heads: int, head_dim: int, dtype: str, kv_dtype: str) -> StageSignature:
+def _paged_signature(
+    *, first: bool, selects: bool, head: bool, attention_layers: list[int], hidden: int, vocab: int, kv_heads: int, head_dim: int, dtype: str, kv_dtype: str
+) -> StageSignature:
     x = TensorSpec("x", "int64", ("T",)) if first else TensorSpec("x", dtype, ("T", hidden))
-    ins = [x, TensorSpec("positions", "int64", ("T",)), TensorSpec("past_lens", "int32", ("B",)),
-           TensorSpec("subsequence_begins", "int32", ("B+1",)), TensorSpec("block_indices", "int32", ("NBT",)),
-           TensorSpec("block_indices_begins", "int32", ("B+1",)), TensorSpec("max_context_len", "int32", ())]
+    ins = [
+        x,
+        TensorSpec("positions", "int64", ("T",)),
+        TensorSpec("past_lens", "int32", ("B",)),
+        TensorSpec("subsequence_begins", "int32", ("B+1",)),
+        TensorSpec("block_indices", "int32", ("NBT",)),
+        TensorSpec("block_indices_begins", "int32", ("B+1",)),
+        TensorSpec("max_context_len", "int32", ()),
+    ]
     if selects:
         ins.append(TensorSpec("select", "int64", ("S",)))
     for layer in attention_layers:

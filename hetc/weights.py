@@ -14,14 +14,34 @@ import torch
 
 from hetc.errors import BadInput
 
-__all__ = ["DATA_ALIGNMENT", "MetaWeights", "RandomWeights", "SafetensorsWeights", "WeightSpec", "has_weights", "mapped_weights",
-           "stage_weights", "write_safetensors"]
+__all__ = [
+    "DATA_ALIGNMENT",
+    "MetaWeights",
+    "RandomWeights",
+    "SafetensorsWeights",
+    "WeightSpec",
+    "has_weights",
+    "mapped_weights",
+    "stage_weights",
+    "write_safetensors",
+]
 
 WeightSpec = tuple[str, torch.Size, torch.dtype]  # a weight's model name, shape and the dtype a stage takes
 
-_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-              "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+_ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
 
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
@@ -31,8 +51,9 @@ _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 DATA_ALIGNMENT = 64
 
 
-def write_safetensors(path: str | Path, specs: Iterable[WeightSpec],
-                      make: Callable[[str, torch.Size, torch.dtype], torch.Tensor], *, align: int = DATA_ALIGNMENT) -> int:
+def write_safetensors(
+    path: str | Path, specs: Iterable[WeightSpec], make: Callable[[str, torch.Size, torch.dtype], torch.Tensor], *, align: int = DATA_ALIGNMENT
+) -> int:
     """Write a safetensors file one tensor at a time: only the tensor being written is in memory.
 
     Args:
@@ -78,15 +99,18 @@ class SafetensorsWeights:
 
     def __init__(self, model_dir: str | Path, aliases: dict[str, str] | None = None):
         """Args:
-            model_dir: directory with *.safetensors (and model.safetensors.index.json when sharded).
-            aliases: name → name to read instead when the first is absent (tied embeddings).
+        model_dir: directory with *.safetensors (and model.safetensors.index.json when sharded).
+        aliases: name → name to read instead when the first is absent (tied embeddings).
         """
         self.dir = Path(model_dir)
         self.aliases = aliases or {}
         files = sorted(self.dir.glob("*.safetensors"))
         if not files:
-            raise BadInput(f"no *.safetensors in {self.dir}.", field="--model-dir",
-                           fix="save the model with save_pretrained(safe_serialization=True), or pass --random-weights.")
+            raise BadInput(
+                f"no *.safetensors in {self.dir}.",
+                field="--model-dir",
+                fix="save the model with save_pretrained(safe_serialization=True), or pass --random-weights.",
+            )
         self._where: dict[str, tuple[Path, str, list[int], int, int]] = {}
         self._maps: dict[Path, mmap.mmap] = {}
         for f in files:
@@ -117,19 +141,24 @@ class SafetensorsWeights:
         starting at a multiple of `align` bytes (the map starts at a page: a file offset's alignment
         is the address's, up to the page size)."""
         where = self._where.get(self._key(name))
-        return (where is not None and _ST_DTYPES[where[1]] == dtype
-                and where[3] % max(dtype.itemsize, align) == 0)
+        return where is not None and _ST_DTYPES[where[1]] == dtype and where[3] % max(dtype.itemsize, align) == 0
 
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         """The tensor `name` as `dtype` (a view of the mapped file when the dtype matches)."""
         key = self._key(name)
         if key not in self._where:
-            raise BadInput(f"tensor {name!r} is not in the safetensors of {self.dir}.", field="--model-dir",
-                           fix="point --model-dir at the weights of the model the plan was made for.")
+            raise BadInput(
+                f"tensor {name!r} is not in the safetensors of {self.dir}.",
+                field="--model-dir",
+                fix="point --model-dir at the weights of the model the plan was made for.",
+            )
         f, st_dtype, st_shape, offset, nbytes = self._where[key]
         if tuple(st_shape) != tuple(shape):
-            raise BadInput(f"tensor {key!r} has shape {tuple(st_shape)} in {f.name}, the model config says "
-                           f"{tuple(shape)}.", field="--model-dir", fix="use the weights that go with config.json.")
+            raise BadInput(
+                f"tensor {key!r} has shape {tuple(st_shape)} in {f.name}, the model config says {tuple(shape)}.",
+                field="--model-dir",
+                fix="use the weights that go with config.json.",
+            )
         tdtype = _ST_DTYPES[st_dtype]
         count = nbytes // tdtype.itemsize
         try:

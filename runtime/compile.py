@@ -46,14 +46,14 @@ SCHEMA = "hetc.compile/1"
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (0.0, 3e-2), torch.float16: (0.0, 5e-3)}
 
 # the manifest's word on the `.pt2`'s weights
-_EXPORTED_WEIGHTS = (f"none: saved as meta tensors; its {WEIGHT_TABLE} names the model weights they are "
-                     "(hetc.backends.exported.load_with_weights fills them from the model)")
+_EXPORTED_WEIGHTS = (
+    f"none: saved as meta tensors; its {WEIGHT_TABLE} names the model weights they are (hetc.backends.exported.load_with_weights fills them from the model)"
+)
 
 # what a plan's dtype becomes in each toolchain ({w}: the stage's compute dtype: fp8 plans are lowered
 # with bf16 weights and math, as the runtime computes them — no toolchain here takes fp8 weights yet)
 _PRECISION = {
-    "openvino": "weights at {w} in the IR's .bin; the CPU plugin computes f32 (pinned: INFERENCE_PRECISION_HINT "
-                "f32), the GPU plugin at its own default (f16)",
+    "openvino": "weights at {w} in the IR's .bin; the CPU plugin computes f32 (pinned: INFERENCE_PRECISION_HINT f32), the GPU plugin at its own default (f16)",
     "onnx": "weights and math at {w}; ONNX Runtime's CPU provider has no bf16 kernels, its GPU providers do",
     "iree": "weights and math at {w} for the GPU target; the llvm-cpu twin emulates bf16 math where the CPU lacks it",
     "inductor": "weights and math at {w} (Triton on the GPU, C++ on the CPU twin)",
@@ -80,8 +80,7 @@ class CompileOptions:
     def __post_init__(self) -> None:
         unknown = [t for t in self.only if t not in TOOLCHAIN_NAMES]
         if unknown:
-            raise BadInput(f"unknown toolchain(s) {', '.join(unknown)}.", field="--only",
-                           fix=f"choose from {', '.join(TOOLCHAIN_NAMES)}.")
+            raise BadInput(f"unknown toolchain(s) {', '.join(unknown)}.", field="--only", fix=f"choose from {', '.join(TOOLCHAIN_NAMES)}.")
 
 
 def _sha256(path: Path) -> str:
@@ -135,24 +134,34 @@ def compile_plan(o: CompileOptions, progress: Callable[[str], None] | None = Non
                 align = DATA_ALIGNMENT if o.check and "iree" in names else 1
                 try:  # the stage's weights as views of a mapped file: file pages, not private memory
                     mapped = mapped_weights(weights, weight_specs(cfg, units, *st.units, dtype), scratch, align=align)  # type: ignore[arg-type]
-                    stages.append(_compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype,
-                                                 mapped, out, o.check, say, names, plan.model.dtype))
+                    stages.append(
+                        _compile_stage(stem, p, st, profiles[st.profile], cfg, units, dtype, kv_dtype, mapped, out, o.check, say, names, plan.model.dtype)
+                    )
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
-    manifest = {"schema": SCHEMA, "hetc_version": __version__, "torch": torch.__version__,
-                "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "plan": str(Path(o.plan).resolve()), "graph_hash": plan.model.graph_hash, "model": model_ref,
-                "weights": weights_dir if weights_dir and not o.random_weights else "random", "dtype": plan.model.dtype,
-                "stages": stages}
+    manifest = {
+        "schema": SCHEMA,
+        "hetc_version": __version__,
+        "torch": torch.__version__,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "plan": str(Path(o.plan).resolve()),
+        "graph_hash": plan.model.graph_hash,
+        "model": model_ref,
+        "weights": weights_dir if weights_dir and not o.random_weights else "random",
+        "dtype": plan.model.dtype,
+        "stages": stages,
+    }
     with tempfile.NamedTemporaryFile("w", dir=out, suffix=".tmp", delete=False) as f:
         json.dump(manifest, f, indent=2)
     os.replace(f.name, out / "manifest.json")
     missed = [(s["stage"], a) for s in stages for a in s["artifacts"] if not a["built"]]
     if o.only and missed:
         stage, a = missed[0]
-        raise BadInput(f"stage {stage}: {a['toolchain']} did not build ({a['reason']}).", field="--only",
-                       fix=f"install what it needs, or leave {a['toolchain']} out of --only "
-                           f"({len(missed)} artifact(s) missing in all; the manifest lists them).")
+        raise BadInput(
+            f"stage {stage}: {a['toolchain']} did not build ({a['reason']}).",
+            field="--only",
+            fix=f"install what it needs, or leave {a['toolchain']} out of --only ({len(missed)} artifact(s) missing in all; the manifest lists them).",
+        )
     return manifest
 
 
@@ -163,8 +172,22 @@ def _toolchains(backend: str, only: tuple[str, ...]) -> list[str]:
     return [n for n in names if not only or n in only]
 
 
-def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dtype, weights, out: Path, check: bool,
-                   say: Callable[[str], None], names: list[str], plan_dtype: str) -> dict:
+def _compile_stage(
+    stem: str,
+    p,
+    st,
+    profile: Profile,
+    cfg,
+    units,
+    dtype,
+    kv_dtype,
+    weights,
+    out: Path,
+    check: bool,
+    say: Callable[[str], None],
+    names: list[str],
+    plan_dtype: str,
+) -> dict:
     target = profile.compile_target
     forms: dict[AttentionForm, _Form] = {}
 
@@ -176,14 +199,23 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
 
     gather = form(AttentionForm.GATHER)
     save_without_weights(gather.program, out / f"{stem}.pt2", gather.weight_names)
-    entry = {"stage": stem, "pipeline": p.id, "replicas": p.replicas, "devices": st.devices, "profile": st.profile,
-             "backend": st.backend, "target": target, "tp": st.tp, "units": st.units, "layers": st.layers,
-             "signature": gather.signature.to_json(),
-             "exported": _files(out, [Path(f"{stem}.pt2")])[0] | {"weights": _EXPORTED_WEIGHTS},
-             "artifacts": []}
+    entry = {
+        "stage": stem,
+        "pipeline": p.id,
+        "replicas": p.replicas,
+        "devices": st.devices,
+        "profile": st.profile,
+        "backend": st.backend,
+        "target": target,
+        "tp": st.tp,
+        "units": st.units,
+        "layers": st.layers,
+        "signature": gather.signature.to_json(),
+        "exported": _files(out, [Path(f"{stem}.pt2")])[0] | {"weights": _EXPORTED_WEIGHTS},
+        "artifacts": [],
+    }
     if st.tp > 1:
-        entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not "
-                          "lowered yet"]
+        entry["notes"] = [f"tensor-parallel stage (tp={st.tp}): lowered unsharded; per-rank shards are not lowered yet"]
     for name in names:
         say(f"stage {stem}: {name}")
         try:
@@ -191,8 +223,9 @@ def _compile_stage(stem: str, p, st, profile: Profile, cfg, units, dtype, kv_dty
         except ToolchainUnavailable as e:
             entry["artifacts"].append({"toolchain": name, "built": False, "target": target, "reason": str(e)})
             continue
-        doc = _lower(name, f.program, out, target if name != "onnx" else "any", stem, f.cases if check else {},
-                     f.eager, dtype, kv_dtype, weights, f.weight_names)
+        doc = _lower(
+            name, f.program, out, target if name != "onnx" else "any", stem, f.cases if check else {}, f.eager, dtype, kv_dtype, weights, f.weight_names
+        )
         if f.signature.form is not AttentionForm.GATHER:
             doc["signature"] = f.signature.to_json()
         doc["precision"] = precision_note(name, plan_dtype)
@@ -211,20 +244,34 @@ class _Form:
 
 def _export_form(form: AttentionForm, stem: str, st, cfg, units, dtype, kv_dtype, weights) -> _Form:
     stage = stage_class(form)(cfg, units, st.units[0], st.units[1], dtype=dtype, weights=weights).eval()
-    sig = stage_signature(form=form, first=stage.first_stage, selects=stage.selects, head=stage.head,
-                          attention_layers=stage.attention_layers, hidden=cfg.hidden_size, vocab=cfg.vocab_size,
-                          kv_heads=stage.kv_heads, head_dim=stage.head_dim, dtype=str(dtype).removeprefix("torch."),
-                          kv_dtype=str(kv_dtype).removeprefix("torch."))
+    sig = stage_signature(
+        form=form,
+        first=stage.first_stage,
+        selects=stage.selects,
+        head=stage.head,
+        attention_layers=stage.attention_layers,
+        hidden=cfg.hidden_size,
+        vocab=cfg.vocab_size,
+        kv_heads=stage.kv_heads,
+        head_dim=stage.head_dim,
+        dtype=str(dtype).removeprefix("torch."),
+        kv_dtype=str(kv_dtype).removeprefix("torch."),
+    )
     try:
         with torch.no_grad():
             ep = export_stage(stage, hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype)
     except Exception as e:  # torch.export raises many types; all mean "this stage does not export"
-        raise BadInput(f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {first_line(e, 400)}",
-                       field="model", fix="serve it with --executor torch, or report the model to hetc") from None
+        raise BadInput(
+            f"stage {stem} (units {st.units[0]}–{st.units[1]}) does not export: {first_line(e, 400)}",
+            field="model",
+            fix="serve it with --executor torch, or report the model to hetc",
+        ) from None
     g = torch.Generator().manual_seed(0)
     common = dict(hidden=cfg.hidden_size, vocab=cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype, generator=g)
-    cases = {"prefill": example_inputs(stage, batch=2, new=7, past=[0, 0], num_blocks=5, **common),
-             "decode": example_inputs(stage, batch=3, new=1, past=[37, 5, 18], num_blocks=9, **common)}
+    cases = {
+        "prefill": example_inputs(stage, batch=2, new=7, past=[0, 0], num_blocks=5, **common),
+        "decode": example_inputs(stage, batch=3, new=1, past=[37, 5, 18], num_blocks=9, **common),
+    }
     with torch.no_grad():
         eager = {k: [t.float() for t in _outputs(stage(*_fresh(args)))] for k, args in cases.items()}
     return _Form(sig, ep, cases, eager, stage.weight_names)
@@ -239,9 +286,7 @@ def _outputs(out) -> tuple[torch.Tensor, ...]:
     return out if isinstance(out, (tuple, list)) else (out,)  # type: ignore[return-value]
 
 
-
-def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype,
-           weights, weight_names: dict[str, str]) -> dict:
+def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager: dict, dtype, kv_dtype, weights, weight_names: dict[str, str]) -> dict:
     work = out / f".{stem}.{name}.partial"  # built apart, moved in whole: nothing half-written looks complete
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -256,13 +301,19 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
         return {"toolchain": name, "built": False, "target": target, "reason": f"{name} failed: {first_line(e, 400)}"}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {"toolchain": name, "built": True, "version": art.version, "target": art.target,
-           "files": _files(out, art.files), "notes": art.notes, "runnable_here": art.runnable_here}
+    doc = {
+        "toolchain": name,
+        "built": True,
+        "version": art.version,
+        "target": art.target,
+        "files": _files(out, art.files),
+        "notes": art.notes,
+        "runnable_here": art.runnable_here,
+    }
     if art.runnable_here and cases:
         try:
             step = tc.load(art, out, kv_dtype=kv_dtype, weights=weights, lean=True)
-            worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*_fresh(args)), eager[k]))
-                     for k, args in cases.items()}
+            worst = {k: max(float((got.float() - want).abs().max()) for got, want in zip(step(*_fresh(args)), eager[k])) for k, args in cases.items()}
             scale = max(float(t.abs().max()) for ts in eager.values() for t in ts)
         except ToolchainUnavailable as e:
             doc["check"] = {"ran": False, "reason": str(e)}
@@ -271,8 +322,12 @@ def _lower(name: str, ep, out: Path, target: str, stem: str, cases: dict, eager:
         else:
             atol, rtol = _TOLERANCE[dtype]
             tol = atol + rtol * scale
-            doc["check"] = {"ran": True, "max_abs_diff": worst, "tolerance": tol, "max_abs_eager": scale,
-                            "ok": all(v <= tol for v in worst.values()),
-                            "inputs": "prefill of 7 tokens × 2 from an empty cache; decode × 3 at past 37/5/18; "
-                                      "random non-contiguous block tables"}
+            doc["check"] = {
+                "ran": True,
+                "max_abs_diff": worst,
+                "tolerance": tol,
+                "max_abs_eager": scale,
+                "ok": all(v <= tol for v in worst.values()),
+                "inputs": "prefill of 7 tokens × 2 from an empty cache; decode × 3 at past 37/5/18; random non-contiguous block tables",
+            }
     return doc

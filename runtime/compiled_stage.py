@@ -33,8 +33,7 @@ from hetc.runtime.kv_cache import AttnMeta, KVPool
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.stage import CPU_EXECUTOR, AttentionForm
 
-__all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain", "prebuild_stages",
-           "stage_artifact", "stage_executor"]
+__all__ = ["CompiledStage", "PagedCompiledStage", "build_compiled_stage", "emulation_toolchain", "prebuild_stages", "stage_artifact", "stage_executor"]
 
 
 _CACHE_LAYOUT = 3  # bumped when what an entry holds changes (2: IREE modules without their weights;
@@ -97,8 +96,12 @@ class PagedCompiledStage(CompiledStage):
     """A `paged`-form artifact: the packed micro-batch and this worker's KV blocks go in as they are."""
 
     @staticmethod
-    def step_meta(starts: list[int], n_new: list[int], block_tables: list[list[int]],  # type: ignore[override]
-                  sample: list[bool]) -> PagedMeta:
+    def step_meta(  # type: ignore[override]
+        starts: list[int],
+        n_new: list[int],
+        block_tables: list[list[int]],
+        sample: list[bool],
+    ) -> PagedMeta:
         return PagedMeta.build(starts, n_new, block_tables, sample)
 
     def __call__(self, x: torch.Tensor, meta: PagedMeta) -> torch.Tensor:  # type: ignore[override]
@@ -131,8 +134,9 @@ def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> st
     return CPU_EXECUTOR if backend == "cpu" else "torch"
 
 
-def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype, weights,
-                   name: str, graph_hash: str, model_dir: str | None, width: int) -> tuple[Artifact, Path]:
+def stage_artifact(
+    *, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype, weights, name: str, graph_hash: str, model_dir: str | None, width: int
+) -> tuple[Artifact, Path]:
     """Stage [first, last] lowered by toolchain `name`, from the stage cache (keyed by everything the
     artifact embeds), built now when missing. Built in a folder of its own and renamed into place:
     a concurrent or interrupted build never leaves a half-written entry.
@@ -141,8 +145,9 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
         The artifact and its folder.
     """
     tc = toolchain(name)
-    key = hashlib.sha256(json.dumps([_CACHE_LAYOUT, graph_hash, first, last, name, str(dtype), str(kv_dtype),
-                                     _weights_id(model_dir, width), tc.version()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        json.dumps([_CACHE_LAYOUT, graph_hash, first, last, name, str(dtype), str(kv_dtype), _weights_id(model_dir, width), tc.version()]).encode()
+    ).hexdigest()[:24]
     folder = _stage_cache() / key
     if not (folder / "artifact.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -152,13 +157,11 @@ def stage_artifact(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, 
             mapped = mapped_weights(weights, weight_specs(hf_cfg, units, first, last, dtype), scratch)
             stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=mapped).eval()
             with torch.no_grad():
-                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype,
-                                  kv_dtype=kv_dtype)
-            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage",
-                           weight_names=stage.weight_names)
-            (work / "artifact.json").write_text(json.dumps({
-                "toolchain": art.toolchain, "version": art.version, "target": art.target,
-                "files": [str(f) for f in art.files]}))
+                ep = export_stage(stage, hidden=hf_cfg.hidden_size, vocab=hf_cfg.vocab_size, dtype=dtype, kv_dtype=kv_dtype)
+            art = tc.build(ep, work, target="CPU" if name != "iree" else "gfx942", stem="stage", weight_names=stage.weight_names)
+            (work / "artifact.json").write_text(
+                json.dumps({"toolchain": art.toolchain, "version": art.version, "target": art.target, "files": [str(f) for f in art.files]})
+            )
             if folder.is_dir() and not (folder / "artifact.json").is_file():  # left by an interrupted older build
                 shutil.rmtree(folder, ignore_errors=True)
             os.replace(work, folder)
@@ -193,18 +196,40 @@ def prebuild_stages(c, log) -> None:
             continue
         done.add((name, *s.units))
         t0 = time.perf_counter()
-        _, folder = stage_artifact(hf_cfg=c.hf_cfg, units=c.units, first=s.units[0], last=s.units[1],
-                                   dtype=TORCH_DTYPES[c.plan.model.dtype], kv_dtype=TORCH_DTYPES[c.plan.model.kv_dtype],
-                                   weights=stage_weights(c.hf_cfg, c.model_dir if not c.o.random_weights else None),
-                                   name=name, graph_hash=c.plan.model.graph_hash,
-                                   model_dir=c.model_dir if not c.o.random_weights else None, width=c.width)
-        log(f"stage {s.lane}.{s.index} (units {s.units[0]}–{s.units[1]}): {name} artifact ready in "
-            f"{time.perf_counter() - t0:.1f} s ({folder})")
+        _, folder = stage_artifact(
+            hf_cfg=c.hf_cfg,
+            units=c.units,
+            first=s.units[0],
+            last=s.units[1],
+            dtype=TORCH_DTYPES[c.plan.model.dtype],
+            kv_dtype=TORCH_DTYPES[c.plan.model.kv_dtype],
+            weights=stage_weights(c.hf_cfg, c.model_dir if not c.o.random_weights else None),
+            name=name,
+            graph_hash=c.plan.model.graph_hash,
+            model_dir=c.model_dir if not c.o.random_weights else None,
+            width=c.width,
+        )
+        log(f"stage {s.lane}.{s.index} (units {s.units[0]}–{s.units[1]}): {name} artifact ready in {time.perf_counter() - t0:.1f} s ({folder})")
 
 
-def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.dtype, kv_dtype: torch.dtype,
-                         num_blocks: int, weights, name: str, graph_hash: str, model_dir: str | None, width: int,
-                         artifacts: str | None, stem: str, threads: int | None) -> CompiledStage:
+def build_compiled_stage(
+    *,
+    hf_cfg,
+    units,
+    first: int,
+    last: int,
+    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    num_blocks: int,
+    weights,
+    name: str,
+    graph_hash: str,
+    model_dir: str | None,
+    width: int,
+    artifacts: str | None,
+    stem: str,
+    threads: int | None,
+) -> CompiledStage:
     """Load stage [first, last] lowered by toolchain `name` (built into the stage cache if missing).
 
     Args:
@@ -215,14 +240,23 @@ def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.d
     if artifacts:
         art, folder = _from_manifest(Path(artifacts), stem, name, graph_hash, first, last)
     else:
-        art, folder = stage_artifact(hf_cfg=hf_cfg, units=units, first=first, last=last, dtype=dtype,
-                                     kv_dtype=kv_dtype, weights=weights, name=name, graph_hash=graph_hash,
-                                     model_dir=model_dir, width=width)
+        art, folder = stage_artifact(
+            hf_cfg=hf_cfg,
+            units=units,
+            first=first,
+            last=last,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            weights=weights,
+            name=name,
+            graph_hash=graph_hash,
+            model_dir=model_dir,
+            width=width,
+        )
     # its layout and parameter sizes only: the weights are the artifact's
     stage = stage_class(tc.form)(hf_cfg, units, first, last, dtype=dtype, weights=MetaWeights())
     paged = tc.form is AttentionForm.PAGED
-    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, stage.head_dim,
-                kv_dtype, paged=paged)
+    kv = KVPool(stage.attention_layers, num_blocks if stage.attention_layers else 0, stage.kv_heads, stage.head_dim, kv_dtype, paged=paged)
     n = sum(1 for _ in stage.parameters())
     pb = sum(p.numel() * p.element_size() for p in stage.parameters())
     step = tc.load(art, folder, threads=threads, kv_dtype=kv_dtype, weights=weights)
@@ -230,8 +264,7 @@ def build_compiled_stage(*, hf_cfg, units, first: int, last: int, dtype: torch.d
 
 
 def _artifact(d: dict) -> Artifact:
-    return Artifact(toolchain=d["toolchain"], version=d["version"], target=d["target"],
-                    files=[Path(f) for f in d["files"]], runnable_here=True)
+    return Artifact(toolchain=d["toolchain"], version=d["version"], target=d["target"], files=[Path(f) for f in d["files"]], runnable_here=True)
 
 
 def _stage_cache() -> Path:
@@ -246,16 +279,27 @@ def _from_manifest(folder: Path, stem: str, name: str, graph_hash: str, first: i
     except (OSError, ValueError) as e:
         raise BadInput(f"cannot read the manifest ({e}).", file=str(file), fix="run `hetc compile` into that folder.") from None
     if manifest.get("graph_hash") != graph_hash:
-        raise BadInput("the artifacts were compiled for another model or dtype (graph_hash differs).", file=str(file),
-                       field="graph_hash", fix="compile this plan again with `hetc compile`.")
+        raise BadInput(
+            "the artifacts were compiled for another model or dtype (graph_hash differs).",
+            file=str(file),
+            field="graph_hash",
+            fix="compile this plan again with `hetc compile`.",
+        )
     st = next((s for s in manifest["stages"] if s["stage"] == stem and s["units"] == [first, last]), None)
     a = next((a for a in (st or {}).get("artifacts", []) if a["toolchain"] == name and a["built"]), None)
     if a is None:
-        raise BadInput(f"stage {stem} has no built {name} artifact.", file=str(file), field="stages",
-                       fix="compile the plan again on a host with that toolchain, or serve with --executor torch.")
+        raise BadInput(
+            f"stage {stem} has no built {name} artifact.",
+            file=str(file),
+            field="stages",
+            fix="compile the plan again on a host with that toolchain, or serve with --executor torch.",
+        )
     for f in a["files"]:
         if hashlib.sha256((folder / f["path"]).read_bytes()).hexdigest() != f["sha256"]:
-            raise BadInput(f"{f['path']} does not match its sha256 in the manifest.", file=str(file),
-                           field=f"stages.{stem}", fix="compile the plan again; artifacts were changed.")
-    return Artifact(toolchain=name, version=a["version"], target=a["target"],
-                    files=[Path(f["path"]) for f in a["files"]], runnable_here=True), folder
+            raise BadInput(
+                f"{f['path']} does not match its sha256 in the manifest.",
+                file=str(file),
+                field=f"stages.{stem}",
+                fix="compile the plan again; artifacts were changed.",
+            )
+    return Artifact(toolchain=name, version=a["version"], target=a["target"], files=[Path(f["path"]) for f in a["files"]], runnable_here=True), folder

@@ -50,16 +50,15 @@ class DecodeGraphs:
 
     def __init__(self, model: Any, *, max_batch: int, max_context: int, hidden: int, dtype: torch.dtype):
         """Args:
-            model: the stage (runtime StageModel) on a CUDA device.
-            max_batch: the most sequences a decode step of its lane holds.
-            max_context: the longest context (tokens) a sequence may reach.
-            hidden, dtype: the residual stream's width and dtype (the input of a stage past the first).
+        model: the stage (runtime StageModel) on a CUDA device.
+        max_batch: the most sequences a decode step of its lane holds.
+        max_context: the longest context (tokens) a sequence may reach.
+        hidden, dtype: the residual stream's width and dtype (the input of a stage past the first).
         """
         self.model, self.sizes = model, graph_batches(max_batch)
         self.width = min(-(-max_context // KV_BLOCK_TOKENS), max(model.kv.num_blocks, 1))
         rows, dev = self.sizes[-1], model.kv_device
-        self.x = torch.zeros(rows, dtype=torch.long, device=dev) if model.first_stage else \
-            torch.zeros(rows, hidden, dtype=dtype, device=dev)
+        self.x = torch.zeros(rows, dtype=torch.long, device=dev) if model.first_stage else torch.zeros(rows, hidden, dtype=dtype, device=dev)
         self.meta = DecodeMeta.build([], [], rows, self.width).to(dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.out: dict[int, torch.Tensor] = {}
@@ -85,8 +84,7 @@ class DecodeGraphs:
             self.graphs[n] = g
         torch.cuda.synchronize(self.model.kv_device)
 
-    def plan_step(self, starts: list[int], n_new: list[int], block_tables: list[list[int]],
-                  sample: list[bool]) -> GraphStep | None:
+    def plan_step(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> GraphStep | None:
         """The graph step for this micro-batch, or None when it must run eagerly (prompt tokens, a
         row not sampled, more sequences than the largest graph, a context past the buffers' width)."""
         n = len(starts)
@@ -118,8 +116,7 @@ class GraphedStage:
     def __getattr__(self, name: str) -> Any:  # executor, kv, param_names, param_bytes, tp_group
         return getattr(self.model, name)
 
-    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]],
-                  sample: list[bool]) -> Any:
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> Any:
         step = self.graphs.plan_step(starts, n_new, block_tables, sample)
         return step if step is not None else self.model.step_meta(starts, n_new, block_tables, sample)
 

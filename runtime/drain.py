@@ -35,8 +35,7 @@ def drain(engine, timeout: float, log: Callable[[str], None]) -> bool:
         log("drained: every open request finished")
         return True
     n = len(engine.requests)
-    engine.cancel_all(f"the server is shutting down and the request did not finish within the drain timeout "
-                      f"({timeout:g} s)")
+    engine.cancel_all(f"the server is shutting down and the request did not finish within the drain timeout ({timeout:g} s)")
     log(f"drain timeout ({timeout:g} s): ended {n} unfinished request(s) with an error")
     return False
 

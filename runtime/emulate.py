@@ -43,22 +43,27 @@ def fit_width(plan, cfg, local_workers, random_weights: bool, file: str):
     budget = max(WEIGHT_SHARE * avail / 2, WEIGHT_SHARE * avail - PROCESS_BYTES * len(local_workers))
     # the plan's bytes are at its dtype; this runtime holds fp8 weights as bf16
     scale = TORCH_DTYPES[plan.model.dtype].itemsize / DTYPE_BYTES[plan.model.dtype]
-    need = scale * sum(sum(u.param_bytes for u in plan.units[w.stage.units[0]: w.stage.units[1] + 1]) / w.stage.tp
-                       for w in local_workers)
+    need = scale * sum(sum(u.param_bytes for u in plan.units[w.stage.units[0] : w.stage.units[1] + 1]) / w.stage.tp for w in local_workers)
     if need <= budget:
         return 1, cfg
     if not random_weights:
-        raise BadInput(f"this host's stages hold {format_quantity(need, Kind.BYTES)} of weights; emulating them here allows "
-                       f"{format_quantity(budget, Kind.BYTES)}.", file=file, field="model",
-                       fix="pass --random-weights to emulate a width-shrunk copy (same layers and cuts), or serve "
-                           "on the plan's devices.")
+        raise BadInput(
+            f"this host's stages hold {format_quantity(need, Kind.BYTES)} of weights; emulating them here allows {format_quantity(budget, Kind.BYTES)}.",
+            file=file,
+            field="model",
+            fix="pass --random-weights to emulate a width-shrunk copy (same layers and cuts), or serve on the plan's devices.",
+        )
     full = param_count(cfg)
     for f in (2, 4, 8, 16, 32, 64, 128, 256):
         small = shrink_config(cfg, f)
         if need * param_count(small) / full <= budget:
             return f, small
-    raise BadInput(f"even a 1/256-width copy of the model does not fit this host ({format_quantity(avail, Kind.BYTES)} available).",
-                   file=file, field="model", fix="spread the plan over hosts with --nnodes.")
+    raise BadInput(
+        f"even a 1/256-width copy of the model does not fit this host ({format_quantity(avail, Kind.BYTES)} available).",
+        file=file,
+        field="model",
+        fix="spread the plan over hosts with --nnodes.",
+    )
 
 
 def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[int, int]) -> dict[int, int]:
@@ -72,7 +77,7 @@ def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[
     per = 2 * hd * KV_BLOCK_TOKENS * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
     per_lane: dict[int, float] = {}
     for w in local_workers:
-        layers = sum(1 for u in units[w.stage.units[0]: w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)
+        layers = sum(1 for u in units[w.stage.units[0] : w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)
         per_lane[w.stage.lane] = per_lane.get(w.stage.lane, 0.0) + layers * per * kvh / w.stage.tp
     total = sum(blocks[lane] * b for lane, b in per_lane.items())
     allowed = KV_SHARE * available_bytes()

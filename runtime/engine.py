@@ -65,19 +65,29 @@ class Request:
 class Engine:
     """All lanes of the plan behind one submit/abort interface."""
 
-    def __init__(self, lanes: list[Lane], blocks: dict[int, int], cfg: SchedulerConfig, metrics, *,
-                 transports: dict[int, Transport], units: list[tuple[int, ...]] | None = None,
-                 clock: Callable[[], float] = time.monotonic, heartbeat_s: float = 1.0, links=None):
+    def __init__(
+        self,
+        lanes: list[Lane],
+        blocks: dict[int, int],
+        cfg: SchedulerConfig,
+        metrics,
+        *,
+        transports: dict[int, Transport],
+        units: list[tuple[int, ...]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float = 1.0,
+        links=None,
+    ):
         """Args:
-            lanes: the plan's lanes (topology).
-            blocks: lane id → KV blocks of its block manager.
-            cfg: scheduler settings (n_stages is set per lane).
-            metrics: a runtime.metrics.Metrics.
-            transports: lane id → the transport of its unit's group.
-            units: lane ids per unit (groups.units); default: every lane its own unit.
-            clock: monotonic seconds (tests pass a fake).
-            heartbeat_s: idle interval between heartbeats (well below the transport timeout).
-            links: a disaggregated plan's kvlinks.KvLinks (its `on_ready` is set to this engine's).
+        lanes: the plan's lanes (topology).
+        blocks: lane id → KV blocks of its block manager.
+        cfg: scheduler settings (n_stages is set per lane).
+        metrics: a runtime.metrics.Metrics.
+        transports: lane id → the transport of its unit's group.
+        units: lane ids per unit (groups.units); default: every lane its own unit.
+        clock: monotonic seconds (tests pass a fake).
+        heartbeat_s: idle interval between heartbeats (well below the transport timeout).
+        links: a disaggregated plan's kvlinks.KvLinks (its `on_ready` is set to this engine's).
         """
         self.metrics, self.heartbeat_s, self.cfg, self.clock = metrics, heartbeat_s, cfg, clock
         self.blocks = blocks
@@ -98,16 +108,25 @@ class Engine:
         self.on_unit_failed: Callable[[int, str], None] | None = None  # the launcher's healer
 
     def _runner(self, lane: Lane, transport: Transport) -> LaneRunner:
-        cfg = SchedulerConfig(self.cfg.max_num_seqs, self.cfg.max_batched_tokens, self.cfg.max_waiting,
-                              len(lane.stages), handoff=lane.phase == Phase.PREFILL, max_queue_wait=self.cfg.max_queue_wait)
+        cfg = SchedulerConfig(
+            self.cfg.max_num_seqs,
+            self.cfg.max_batched_tokens,
+            self.cfg.max_waiting,
+            len(lane.stages),
+            handoff=lane.phase == Phase.PREFILL,
+            max_queue_wait=self.cfg.max_queue_wait,
+        )
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 
     @property
     def entry_lanes(self) -> list[LaneRunner]:
         """Lanes that take new requests: up, and prefilling (decode pools get them from prefill pools)
         with a decode lane that serves or will again."""
-        return [r for r in self.lanes if r.up and (r.lane.phase == Phase.BOTH or r.lane.phase == Phase.PREFILL and any(
-            self.unit_of[d] not in self.gone for d in r.lane.targets))]
+        return [
+            r
+            for r in self.lanes
+            if r.up and (r.lane.phase == Phase.BOTH or r.lane.phase == Phase.PREFILL and any(self.unit_of[d] not in self.gone for d in r.lane.targets))
+        ]
 
     @property
     def failed(self) -> str | None:
@@ -133,8 +152,7 @@ class Engine:
     def num_running(self) -> int:
         return sum(r.sched.num_running for r in self.lanes)
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams, eos: frozenset[int],
-               sink: Callable[[Event], None]) -> Request:
+    def submit(self, prompt_ids: list[int], params: SamplingParams, eos: frozenset[int], sink: Callable[[Event], None]) -> Request:
         """Queue a request on the least loaded working lane. Raises EngineDead (503) or QueueFull (429)."""
         if self.draining:
             raise EngineDead("the server is shutting down and takes no new requests")
@@ -169,9 +187,10 @@ class Engine:
         with lane.cond:  # not under self._lock: the receive loop takes lane.cond, then self._lock
             wait = lane.sched.predicted_wait(prompt_tokens)
         if wait > self.cfg.max_queue_wait:
-            raise QueueFull(f"the predicted wait for a first token is {wait:.1f} s, over the server's "
-                            f"--max-queue-wait of {self.cfg.max_queue_wait:g} s",
-                            retry_after=min(wait - self.cfg.max_queue_wait, 60.0) if wait != float("inf") else 60.0)
+            raise QueueFull(
+                f"the predicted wait for a first token is {wait:.1f} s, over the server's --max-queue-wait of {self.cfg.max_queue_wait:g} s",
+                retry_after=min(wait - self.cfg.max_queue_wait, 60.0) if wait != float("inf") else 60.0,
+            )
 
     def handoff(self, seq: Sequence, src: LaneRunner) -> None:
         """A prefill lane finished `seq`'s prompt: queue its KV for the least loaded decode lane
@@ -188,8 +207,7 @@ class Engine:
                 self._handoffs_pending -= 1
 
     def _route(self, t: Transfer) -> None:
-        ready = [(self.lanes[d], e) for d in t.src.lane.targets
-                 if self.lanes[d].up and (e := self._epoch(t.src.lane.id, d)) is not None]
+        ready = [(self.lanes[d], e) for d in t.src.lane.targets if self.lanes[d].up and (e := self._epoch(t.src.lane.id, d)) is not None]
         if not ready:
             with self._lock:
                 self.parked.append(t)
@@ -216,10 +234,13 @@ class Engine:
 
     def idle(self) -> bool:
         """Nothing queued, running or moving anywhere (a drained server may stop its workers)."""
-        return self._handoffs_pending == 0 and not self.parked and all(
-            not r.sched.has_unfinished() and not r.incoming
-            and not any(isinstance(i, InFlightTransfer) for i in r.inflight)
-            for r in self.lanes if r.up)
+        return (
+            self._handoffs_pending == 0
+            and not self.parked
+            and all(
+                not r.sched.has_unfinished() and not r.incoming and not any(isinstance(i, InFlightTransfer) for i in r.inflight) for r in self.lanes if r.up
+            )
+        )
 
     def requeue(self, seq: Sequence) -> None:
         """A decode lane preempted `seq` (its blocks are free): a prefill lane recomputes it.
@@ -276,7 +297,7 @@ class Engine:
                 if o.finished and self.requests.pop(o.seq.seq_id, None) is None:
                     continue  # ended meanwhile (failed, or finished by the other thread)
                 seq = o.seq
-                new = [] if o.error is not None else seq.token_ids[seq.num_prompt_tokens + req.delivered:]
+                new = [] if o.error is not None else seq.token_ids[seq.num_prompt_tokens + req.delivered :]
                 req.delivered += len(new)
                 for _ in new:
                     self.metrics.on_token(req, now)

@@ -68,14 +68,13 @@ class SampledTokens:
                     # valid id keeps this row's embedding in range, and its result is dropped
                     ids[off + j] = max(0, self._take((sid, start + j), timeout))
             off += n
-        packed[packed.numel() - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        packed[packed.numel() - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         return time.perf_counter() - t0
 
     def _take(self, key: tuple[int, int], timeout: float) -> int:
         with self._cond:
             if not self._cond.wait_for(lambda: key in self._tok or self.error, timeout):
-                raise RuntimeError(f"no token was sampled for sequence {key[0]} at position {key[1]} "
-                                   f"within {timeout:g} s")
+                raise RuntimeError(f"no token was sampled for sequence {key[0]} at position {key[1]} within {timeout:g} s")
             if self.error:
                 raise RuntimeError(f"the last stage's tokens stopped coming: {self.error}")
             return self._tok.pop(key)
@@ -102,7 +101,7 @@ def receive_tokens(transport: Transport, src: int, store: SampledTokens) -> thre
                     raise RuntimeError(f"unexpected message {msg.kind.name} from the last stage (rank {src})")
                 v = msg.meta.tolist()
                 n = len(v) // 3
-                store.put(v[:n], v[n:2 * n], v[2 * n:])
+                store.put(v[:n], v[n : 2 * n], v[2 * n :])
         except Exception as e:  # the last stage died or timed out: fail the step waiting for it
             store.fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 

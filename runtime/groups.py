@@ -23,8 +23,7 @@ from enum import StrEnum
 from hetc.runtime.topology import Lane, StageSpec
 from hetc.runtime.transport import GlooTransport
 
-__all__ = ["FORM_TIMEOUT_S", "Collectives", "compute_collectives", "form_group", "gloo_group", "group_ranks",
-           "stage_groups", "unit_of_lane", "units"]
+__all__ = ["FORM_TIMEOUT_S", "Collectives", "compute_collectives", "form_group", "gloo_group", "group_ranks", "stage_groups", "unit_of_lane", "units"]
 
 # the least time a group's members are given to join once every one of them loaded (loading
 # itself has no deadline while they live: loading.py); the job's store waits this long for a key
@@ -65,8 +64,7 @@ def _gloo(store, rank: int, size: int, timeout_s: float, bind: str | None):
     return dist.ProcessGroupGloo(store, rank, size, opts)
 
 
-def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, timeout_s: float,
-               bind: str | None = None) -> GlooTransport:
+def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, timeout_s: float, bind: str | None = None) -> GlooTransport:
     """Join `unit`'s group of `generation` as job-wide `rank`; returns once every member joined.
 
     Args:
@@ -82,16 +80,14 @@ def form_group(store, lanes: list[Lane], unit: int, generation: int, rank: int, 
     return gloo_group(store, _prefix(unit, generation), group_ranks(lanes, unit), rank, timeout_s, bind)
 
 
-def gloo_group(store, prefix: str, ranks: list[int], rank: int, timeout_s: float, bind: str | None = None
-               ) -> GlooTransport:
+def gloo_group(store, prefix: str, ranks: list[int], rank: int, timeout_s: float, bind: str | None = None) -> GlooTransport:
     """Join the group of job-wide `ranks` under the store's `prefix` as `rank`; returns once every
     member joined (they get at least FORM_TIMEOUT_S), as a transport whose sends and receives
     wait at most `timeout_s`."""
     import torch.distributed as dist
 
     # a connection of its own: a formation waits on the store, and other threads use it meanwhile
-    pg = _gloo(dist.PrefixStore(prefix, store.clone()), ranks.index(rank), len(ranks), max(timeout_s, FORM_TIMEOUT_S),
-               bind)
+    pg = _gloo(dist.PrefixStore(prefix, store.clone()), ranks.index(rank), len(ranks), max(timeout_s, FORM_TIMEOUT_S), bind)
     return GlooTransport(pg, ranks, timeout_s)
 
 
@@ -107,8 +103,7 @@ def compute_collectives(stage: StageSpec, emulate: bool) -> Collectives:
     return Collectives.NCCL if stage.tp > 1 and gpu else Collectives.GLOO
 
 
-def stage_groups(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float,
-                 bind: str | None = None, emulate: bool = False) -> tuple:
+def stage_groups(store, unit: int, generation: int, stage: StageSpec, tp_rank: int, timeout_s: float, bind: str | None = None, emulate: bool = False) -> tuple:
     """A tensor-parallel stage's own groups (its members, leader first): (control, compute). The
     control group (gloo) carries the leader's broadcast messages; the compute group runs the
     stage's all-reduces and all-gathers — the same gloo group, or NCCL (`compute_collectives`).

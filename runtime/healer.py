@@ -46,15 +46,14 @@ class UnitHealth:
 class Healer:
     """Watches node rank 0's workers and restarts failed units."""
 
-    def __init__(self, pool, store, engine, *, max_restarts: int, log: Callable[[str], None],
-                 other_hosts: tuple[int, ...] = ()):
+    def __init__(self, pool, store, engine, *, max_restarts: int, log: Callable[[str], None], other_hosts: tuple[int, ...] = ()):
         """Args:
-            pool: the WorkerPool (workers.py).
-            store: the job's store.
-            engine: the Engine; its `on_unit_failed` is set to this healer.
-            max_restarts: attempts per failure before a unit stays down (0: never restart).
-            log: progress lines.
-            other_hosts: the node ranks of the other hosts (multi-host jobs).
+        pool: the WorkerPool (workers.py).
+        store: the job's store.
+        engine: the Engine; its `on_unit_failed` is set to this healer.
+        max_restarts: attempts per failure before a unit stays down (0: never restart).
+        log: progress lines.
+        other_hosts: the node ranks of the other hosts (multi-host jobs).
         """
         self.pool, self.store, self.engine, self.log = pool, store, engine, log
         self.max_restarts = max_restarts
@@ -82,8 +81,7 @@ class Healer:
                 if gone:
                     w, code = min(gone, key=lambda d: d[1] == EXIT_PEER_LOST)  # the one that died first
                     runner = self.engine.lanes[w.stage.lane]
-                    what = (f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) "
-                            f"exited with code {code}")
+                    what = f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) exited with code {code}"
                     if code == EXIT_PEER_LOST:  # not the cause: _restart looks for it
                         what = f"pipeline lane {w.stage.lane} lost a stage worker ({what}: it lost a peer)"
                     self.engine.lane_failed(runner, what)
@@ -140,8 +138,7 @@ class Healer:
         if not dead:
             return None  # only workers that lost a peer: the dead one is on another host
         w, code = min(dead, key=lambda d: d[1] >= 0)  # killed by a signal first
-        return (f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) exited "
-                f"with code {code}")
+        return f"the worker for device {w.device} (rank {w.rank}, stage {w.stage.lane}.{w.stage.index}) exited with code {code}"
 
     def _restart(self, unit: int) -> None:
         h = self.units[unit]
@@ -154,8 +151,7 @@ class Healer:
         self.pool.stop_unit(unit)
         gone = self.gone_hosts(unit)
         if gone:
-            return self._give_up(unit, f"{', '.join(gone)} went away (no beat for {HOST_STALE_S:g} s); its workers "
-                                       f"cannot be restarted from here")
+            return self._give_up(unit, f"{', '.join(gone)} went away (no beat for {HOST_STALE_S:g} s); its workers cannot be restarted from here")
         last = h.reason
         for attempt in range(1, self.max_restarts + 1):
             if self.stopping.is_set() or self.engine.draining:
@@ -173,11 +169,9 @@ class Healer:
                 continue
             h.state, h.generation, h.restarts = UnitState.SERVING, gen, h.restarts + 1
             self.engine.revive(unit, transports)
-            self.log(f"pipeline unit {unit} serves again (generation {gen}, "
-                     f"{time.monotonic() - h.since:.1f} s after the failure)")
+            self.log(f"pipeline unit {unit} serves again (generation {gen}, {time.monotonic() - h.since:.1f} s after the failure)")
             return
-        self._give_up(unit, f"{h.reason}; gave up after {self.max_restarts} restart attempt(s)"
-                            + (f", the last: {last}" if self.max_restarts else ""))
+        self._give_up(unit, f"{h.reason}; gave up after {self.max_restarts} restart attempt(s)" + (f", the last: {last}" if self.max_restarts else ""))
 
     def _give_up(self, unit: int, why: str) -> None:
         h = self.units[unit]
@@ -189,10 +183,18 @@ class Healer:
     def health(self) -> list[dict]:
         """Per unit: its lanes, state, generation, restarts, the last failure and, while a restart
         waits for its workers to load, how far they are."""
-        return [{"unit": u, "lanes": list(self.pool.units[u]), "state": str(h.state), "generation": h.generation,
-                 "restarts": h.restarts, **({"reason": h.reason} if h.reason else {}),
-                 **({"loading": self.pool.loading[u]} if u in self.pool.loading else {})}
-                for u, h in enumerate(self.units)]
+        return [
+            {
+                "unit": u,
+                "lanes": list(self.pool.units[u]),
+                "state": str(h.state),
+                "generation": h.generation,
+                "restarts": h.restarts,
+                **({"reason": h.reason} if h.reason else {}),
+                **({"loading": self.pool.loading[u]} if u in self.pool.loading else {}),
+            }
+            for u, h in enumerate(self.units)
+        ]
 
 
 def beat(store, node_rank: int, stop: threading.Event) -> None:

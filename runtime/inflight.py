@@ -18,8 +18,7 @@ from hetc.sequence import Sequence
 if TYPE_CHECKING:
     from hetc.runtime.lane import LaneRunner
 
-__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightScrub", "InFlightTransfer", "Transfer",
-           "TransferLeg"]
+__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightScrub", "InFlightTransfer", "Transfer", "TransferLeg"]
 
 
 @dataclass(eq=False, slots=True)

@@ -39,19 +39,19 @@ class AttnMeta:
         """The same metadata on `device` (built on the host; a no-op there)."""
         if device.type == "cpu":
             return self
+
         def move(t: Any) -> Any:
             return None if t is None else t.to(device, non_blocking=True)
 
         return AttnMeta(*(move(getattr(self, f)) for f in self.__slots__))
 
     @staticmethod
-    def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool],
-              block_size: int = KV_BLOCK_TOKENS) -> "AttnMeta":
+    def build(starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool], block_size: int = KV_BLOCK_TOKENS) -> "AttnMeta":
         """Args:
-            starts: per sequence, position of its first new token (= tokens already cached).
-            n_new: per sequence, new tokens this step.
-            block_tables: per sequence, its KV block ids (covering start + n_new tokens).
-            sample: per sequence, whether its last new token's next token is sampled.
+        starts: per sequence, position of its first new token (= tokens already cached).
+        n_new: per sequence, new tokens this step.
+        block_tables: per sequence, its KV block ids (covering start + n_new tokens).
+        sample: per sequence, whether its last new token's next token is sampled.
         """
         # plain lists, then one tensor per field: an 8-sequence decode step's meta took 0.6 ms as
         # tensor ops per sequence, 0.25 ms so (worker, 1 thread, reference host)
@@ -79,8 +79,7 @@ class AttnMeta:
             # padded query rows attend key 0 only, so softmax stays finite; their outputs are dropped
             mask |= (~q_valid)[:, :, None] & (j == 0)[None, None, :]
         sample_rows = None if len(ends) == len(pos) else torch.tensor(ends, dtype=torch.long)
-        return AttnMeta(torch.tensor(pos), torch.tensor(slots), torch.tensor(blocks, dtype=torch.long), mask[:, None],
-                        q_index, q_valid, sample_rows)
+        return AttnMeta(torch.tensor(pos), torch.tensor(slots), torch.tensor(blocks, dtype=torch.long), mask[:, None], q_index, q_valid, sample_rows)
 
 
 @dataclass(slots=True)
@@ -95,12 +94,11 @@ class DecodeMeta:
     context_lens: torch.Tensor  # [B] int32 tokens it attends (its new one included)
 
     @staticmethod
-    def build(starts: list[int], block_tables: list[list[int]], rows: int, width: int,
-              block_size: int = KV_BLOCK_TOKENS) -> "DecodeMeta":
+    def build(starts: list[int], block_tables: list[list[int]], rows: int, width: int, block_size: int = KV_BLOCK_TOKENS) -> "DecodeMeta":
         """Args:
-            starts: per sequence, its cached tokens (= its new token's position).
-            block_tables: per sequence, its KV blocks (covering the new token).
-            rows: the padded batch (≥ len(starts)); width: MB, blocks per row (≥ every table's need).
+        starts: per sequence, its cached tokens (= its new token's position).
+        block_tables: per sequence, its KV blocks (covering the new token).
+        rows: the padded batch (≥ len(starts)); width: MB, blocks per row (≥ every table's need).
         """
         # numpy, then one tensor per field: per-row tensor writes took 0.7 ms for 32 rows of 641 blocks
         n = len(starts)
@@ -113,8 +111,7 @@ class DecodeMeta:
         positions, slots, lens = (np.zeros(rows, dtype=np.int64) for _ in range(3))
         positions[:n], slots[:n], lens[:n] = start, last * block_size + start % block_size, start + 1
         lens[n:] = 1  # padding rows attend their own (padding-block) slot only
-        return DecodeMeta(torch.from_numpy(positions), torch.from_numpy(slots), torch.from_numpy(table),
-                          torch.from_numpy(lens.astype(np.int32)))
+        return DecodeMeta(torch.from_numpy(positions), torch.from_numpy(slots), torch.from_numpy(table), torch.from_numpy(lens.astype(np.int32)))
 
     def copy_(self, other: "DecodeMeta") -> None:
         """Fill these (static, device) buffers with `other`'s values."""
@@ -132,14 +129,23 @@ class KVPool:
     `gather` form), or blocks [NB, KVH, BS, D] (`paged`: what OpenVINO's paged attention reads).
     """
 
-    def __init__(self, layers: list[int], num_blocks: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu", block_size: int = KV_BLOCK_TOKENS, paged: bool = False):
+    def __init__(
+        self,
+        layers: list[int],
+        num_blocks: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+        block_size: int = KV_BLOCK_TOKENS,
+        paged: bool = False,
+    ):
         """Args:
-            layers: model layer indices whose attention runs on this stage.
-            num_blocks: blocks per layer (the lane's block count).
-            kv_heads, head_dim: K/V shape per token.
-            dtype: KV storage dtype.
-            paged: the blocks layout (else flat slots).
+        layers: model layer indices whose attention runs on this stage.
+        num_blocks: blocks per layer (the lane's block count).
+        kv_heads, head_dim: K/V shape per token.
+        dtype: KV storage dtype.
+        paged: the blocks layout (else flat slots).
         """
         if paged:
             shape: tuple[int, ...] = (num_blocks, kv_heads, block_size, head_dim)
@@ -171,8 +177,7 @@ class KVPool:
             self.v[layer].index_copy_(0, slots, kv[1])
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: AttnMeta,
-                    scale: float) -> torch.Tensor:
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: AttnMeta, scale: float) -> torch.Tensor:
     """Write the new K/V into the pool, attend each query to its own sequence's context.
 
     Args:
@@ -194,14 +199,14 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVP
     keys, vals = keys.to(q.dtype).transpose(1, 2), vals.to(q.dtype).transpose(1, 2)  # [B, KVH, L, Dh]
     qb = q.view(b, q_max, *q.shape[1:]) if meta.q_index is None else q[meta.q_index]
     qb = qb.transpose(1, 2)  # [B, H, Q, Dh]
-    o = F.scaled_dot_product_attention(qb, keys, vals, attn_mask=meta.mask, scale=scale,
-                                       enable_gqa=qb.shape[1] != keys.shape[1]).transpose(1, 2)  # [B, Q, H, Dh]
+    o = F.scaled_dot_product_attention(qb, keys, vals, attn_mask=meta.mask, scale=scale, enable_gqa=qb.shape[1] != keys.shape[1]).transpose(
+        1, 2
+    )  # [B, Q, H, Dh]
     o = o.reshape(-1, *o.shape[2:]) if meta.q_valid is None else o[meta.q_valid]  # [T, H, Dh]
     return o.reshape(o.shape[0], -1)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta,
-                     scale: float) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, scale: float) -> torch.Tensor:
     """A decode step's attention: write each sequence's new K/V into the pool, attend its context.
 
     On CUDA the context is read where it lies, block by block (backends/cuda/paged_decode.py);
@@ -222,8 +227,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KV
     return gather_decode(q, kc, vc, meta, scale, pool.block_size).flatten(1)
 
 
-def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, meta: DecodeMeta, scale: float,
-                  block_size: int) -> torch.Tensor:
+def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, meta: DecodeMeta, scale: float, block_size: int) -> torch.Tensor:
     """[B, H, Dh]: each query over its row's MB blocks gathered from the pools, masked past its length
     (the reference the CUDA kernel is checked against, and the CPU form)."""
     b, width = meta.block_table.shape
@@ -233,6 +237,7 @@ def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, m
     vals = v_pool.view(by_block).index_select(0, flat).view(b, width * block_size, *v_pool.shape[1:]).transpose(1, 2)
     j = torch.arange(width * block_size, device=q.device)
     mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
-    o = F.scaled_dot_product_attention(q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), attn_mask=mask, scale=scale,
-                                       enable_gqa=q.shape[1] != keys.shape[1])  # [B, H, 1, Dh]
+    o = F.scaled_dot_product_attention(
+        q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != keys.shape[1]
+    )  # [B, H, 1, Dh]
     return o[:, :, 0]

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
-from hetc.runtime.inflight import (Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer,
-                                   TransferLeg)
+from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
@@ -36,8 +35,7 @@ class LaneRunner:
     def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig, transport: Transport):
         self.engine, self.lane, self.tp = engine, lane, transport
         # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
-        self.sched = Scheduler(BlockManager(num_blocks, reserved=PADDING_BLOCKS), cfg,
-                               on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
+        self.sched = Scheduler(BlockManager(num_blocks, reserved=PADDING_BLOCKS), cfg, on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
         self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
         self.inflight: deque[InFlight] = deque()
@@ -57,8 +55,10 @@ class LaneRunner:
         return self.down is None
 
     def start(self) -> None:
-        self.threads = [threading.Thread(target=self._guard, args=(fn,), name=f"lane{self.lane.id}-{name}", daemon=True)
-                        for name, fn in (("send", self._send_loop), ("recv", self._recv_loop))]
+        self.threads = [
+            threading.Thread(target=self._guard, args=(fn,), name=f"lane{self.lane.id}-{name}", daemon=True)
+            for name, fn in (("send", self._send_loop), ("recv", self._recv_loop))
+        ]
         for t in self.threads:
             t.start()
 
@@ -68,8 +68,7 @@ class LaneRunner:
         except Exception as e:  # a transport error: a peer died or timed out
             devices = ", ".join(s.device for s in self.lane.stages)
             text = str(e).splitlines()[0] if str(e) else type(e).__name__
-            self.engine.lane_failed(self, f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: "
-                                          f"{text[:240]}")
+            self.engine.lane_failed(self, f"pipeline lane {self.lane.id} ({devices}) lost a stage worker: {text[:240]}")
 
     def _live(self) -> bool:
         return self.down is None and not self.engine.failed
@@ -188,18 +187,19 @@ class LaneRunner:
 
     def _step_message(self, batch: MicroBatch) -> Message:
         items = batch.items
-        meta = StepMeta(seq_ids=[i.seq.seq_id for i in items], starts=[i.start for i in items],
-                        n_new=[i.n_new for i in items], sample=[i.sample for i in items],
-                        block_tables=[list(i.seq.block_table) for i in items],
-                        # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
-                        token_ids=[t for i in items for t in ([-1] if i.ahead else
-                                                              i.seq.token_ids[i.start:i.start + i.n_new])],
-                        sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k,
-                                   i.seq.params.seed) for i in items])
+        meta = StepMeta(
+            seq_ids=[i.seq.seq_id for i in items],
+            starts=[i.start for i in items],
+            n_new=[i.n_new for i in items],
+            sample=[i.sample for i in items],
+            block_tables=[list(i.seq.block_table) for i in items],
+            # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
+            token_ids=[t for i in items for t in ([-1] if i.ahead else i.seq.token_ids[i.start : i.start + i.n_new])],
+            sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k, i.seq.params.seed) for i in items],
+        )
         m, s = meta.encode()
         # per stage its compute seconds, then per stage 1.0 where the step replayed a CUDA graph
-        return Message(Kind.STEP, batch.step_id, meta=m, samp=s,
-                       times=torch.zeros(2 * len(self.lane.stages), dtype=torch.float64))
+        return Message(Kind.STEP, batch.step_id, meta=m, samp=s, times=torch.zeros(2 * len(self.lane.stages), dtype=torch.float64))
 
     # ---- receiving -------------------------------------------------------------------------
     def _recv_loop(self) -> None:

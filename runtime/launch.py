@@ -59,14 +59,11 @@ class ServeOptions:
         if self.executor not in ("auto", "torch"):
             raise BadInput(f"unknown executor {self.executor!r}.", field="--executor", fix="use auto or torch.")
         if self.artifacts and not (Path(self.artifacts) / "manifest.json").is_file():
-            raise BadInput(f"{self.artifacts} has no manifest.json.", field="--artifacts",
-                           fix="give the folder `hetc compile plan.json -o DIR` wrote.")
+            raise BadInput(f"{self.artifacts} has no manifest.json.", field="--artifacts", fix="give the folder `hetc compile plan.json -o DIR` wrote.")
         if self.max_restarts < 0:
-            raise BadInput(f"--max-restarts is {self.max_restarts}.", field="--max-restarts",
-                           fix="pass 0 (never restart) or more.")
+            raise BadInput(f"--max-restarts is {self.max_restarts}.", field="--max-restarts", fix="pass 0 (never restart) or more.")
         if self.drain_timeout < 0:
-            raise BadInput(f"--drain-timeout is {self.drain_timeout}.", field="--drain-timeout",
-                           fix="pass 0 or more seconds.")
+            raise BadInput(f"--drain-timeout is {self.drain_timeout}.", field="--drain-timeout", fix="pass 0 or more seconds.")
 
 
 def _wait_policy(threads: int) -> dict[str, str]:
@@ -87,16 +84,16 @@ def resolve_model(plan, model_dir: str | None, random_weights: bool) -> tuple[st
         if not (d / "config.json").is_file():
             raise BadInput(f"{d} has no config.json.", field="--model-dir", fix="point it at a Hugging Face model dir.")
         if not random_weights and not has_weights(d):
-            raise BadInput(f"{d} has no *.safetensors weights.", field="--model-dir",
-                           fix="save the model with safetensors, or pass --random-weights.")
+            raise BadInput(f"{d} has no *.safetensors weights.", field="--model-dir", fix="save the model with safetensors, or pass --random-weights.")
         return str(d), str(d)
     ref = plan.model.ref
     if Path(ref).is_dir() and (has_weights(ref) or random_weights):
         return ref, ref
     if random_weights:
         return ref, None
-    raise BadInput(f"the plan's model {ref!r} has no weights here.", field="--model-dir",
-                   fix="pass --model-dir DIR with the model's safetensors, or --random-weights.")
+    raise BadInput(
+        f"the plan's model {ref!r} has no weights here.", field="--model-dir", fix="pass --model-dir DIR with the model's safetensors, or --random-weights."
+    )
 
 
 def check_hash(plan, model_ref: str, file: str) -> None:
@@ -104,11 +101,14 @@ def check_hash(plan, model_ref: str, file: str) -> None:
 
     got = capture(model_ref, dtype=plan.model.dtype, kv_dtype=plan.model.kv_dtype).graph_hash
     if got != plan.model.graph_hash:
-        raise BadInput(f"model.graph_hash is {plan.model.graph_hash[:16]}…, but {model_ref} ({plan.model.dtype}, "
-                       f"kv {plan.model.kv_dtype}) hashes to {got[:16]}…: the plan was made for another model, dtype "
-                       "or unit table.", file=file, field="model.graph_hash",
-                       fix=f"re-plan with `hetc plan {model_ref} --dtype {plan.model.dtype}`, or serve the model the "
-                           "plan was made for.")
+        raise BadInput(
+            f"model.graph_hash is {plan.model.graph_hash[:16]}…, but {model_ref} ({plan.model.dtype}, "
+            f"kv {plan.model.kv_dtype}) hashes to {got[:16]}…: the plan was made for another model, dtype "
+            "or unit table.",
+            file=file,
+            field="model.graph_hash",
+            fix=f"re-plan with `hetc plan {model_ref} --dtype {plan.model.dtype}`, or serve the model the plan was made for.",
+        )
 
 
 def _check_devices(lanes, file: str, local: set[int]) -> None:
@@ -123,11 +123,12 @@ def _check_devices(lanes, file: str, local: set[int]) -> None:
             get_backend(s.backend).device_info(w.device_index)
         except BackendUnavailable as e:
             pipeline = lanes[s.lane].pipeline
-            raise BadInput(f"stage {s.index} of pipeline {pipeline} runs on {w.device} ({s.profile}, backend "
-                           f"{s.backend}), which this host cannot provide: {e}", file=file,
-                           field=f"pipelines.{pipeline}.stages.{s.index}",
-                           fix="run on a host with that device, or pass --emulate to run every device of the "
-                               "plan as a CPU process.") from None
+            raise BadInput(
+                f"stage {s.index} of pipeline {pipeline} runs on {w.device} ({s.profile}, backend {s.backend}), which this host cannot provide: {e}",
+                file=file,
+                field=f"pipelines.{pipeline}.stages.{s.index}",
+                fix="run on a host with that device, or pass --emulate to run every device of the plan as a CPU process.",
+            ) from None
 
 
 @dataclass(kw_only=True)
@@ -176,8 +177,7 @@ def validate(o: ServeOptions) -> Checked:
     rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
     plan = load_plan(o.plan)
     if not plan.units:
-        raise BadInput("the plan has no unit table.", file=o.plan, field="units",
-                       fix="regenerate it with this version of `hetc plan`.")
+        raise BadInput("the plan has no unit table.", file=o.plan, field="units", fix="regenerate it with this version of `hetc plan`.")
     lanes = build_topology(plan, o.plan)
     host_of = hosts_of_nodes(plan, rdzv.nnodes, o.plan)
     local = frozenset(w.rank for w in workers(lanes) if host_of[w.stage.node] == rdzv.node_rank)
@@ -188,12 +188,10 @@ def validate(o: ServeOptions) -> Checked:
     check_supported(hf_cfg, units, o.plan)
     for lane in lanes:
         for s in lane.stages:
-            check_tp(hf_cfg, units[s.units[0]: s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp",
-                     o.plan)
+            check_tp(hf_cfg, units[s.units[0] : s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
     if not o.emulate:
         _check_devices(lanes, o.plan, local)  # type: ignore[arg-type]
-    c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref,
-                model_dir=model_dir, hf_cfg=hf_cfg, units=units)
+    c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref, model_dir=model_dir, hf_cfg=hf_cfg, units=units)
     if o.emulate:  # emulated devices share this host's memory
         c.width, c.hf_cfg = fit_width(plan, hf_cfg, c.mine, o.random_weights, o.plan)
     n_here = max(1, len(local))
@@ -222,16 +220,17 @@ def size_kv(c: Checked) -> None:
     c.max_context = max_len
     useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + PADDING_BLOCKS if max_len else None
     for lane in lanes:
-        attn = {s.index: sum(1 for u in c.units[s.units[0]: s.units[1] + 1] if u.kind == UnitKind.ATTENTION)
-                for s in lane.stages}
+        attn = {s.index: sum(1 for u in c.units[s.units[0] : s.units[1] + 1] if u.kind == UnitKind.ATTENTION) for s in lane.stages}
         caps = [stage_blocks(s.kv_budget, s.tp, attn[s.index] * per_token_layer) for s in lane.stages]
         n = lane_blocks(caps)  # the padding block on top of the plan's budget
         if n < 1:
             s = lane.stages[caps.index(min(x for x in caps if x is not None))]
-            raise BadInput(f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than "
-                           f"one block of {KV_BLOCK_TOKENS} tokens.", file=o.plan,
-                           field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
-                           fix="re-plan with a larger --input-len/--output-len or more memory.")
+            raise BadInput(
+                f"stage {s.index} ({s.device}) has a KV budget of {s.kv_budget:.0f} bytes, less than one block of {KV_BLOCK_TOKENS} tokens.",
+                file=o.plan,
+                field=f"pipelines.{lane.pipeline}.stages.{s.index}.memory_bytes.kv",
+                fix="re-plan with a larger --input-len/--output-len or more memory.",
+            )
         c.blocks[lane.id] = min(n, o.num_kv_blocks or n, useful or n)
     if o.emulate:
         c.blocks = cap_kv_blocks(c.plan, c.hf_cfg, c.units, c.mine, c.blocks)
@@ -258,19 +257,36 @@ def start_workers(c: Checked, tmp: str, log=print):
     # gloo listens on loopback on one host, on --master-addr on node rank 0 of several (the store
     # itself listens on every interface: a torch TCPStore limit, README "Running it in production")
     bind = "127.0.0.1" if r.nnodes == 1 else addr if r.node_rank == 0 else None
-    cfg = WorkerConfig(plan=str(Path(o.plan).resolve()), model_ref=c.model_ref, model_dir=c.model_dir,
-                       random_weights=o.random_weights, emulate=o.emulate, master_addr=addr, master_port=port,
-                       agent_store=r.agent_store, timeout_s=o.timeout,
-                       kv_blocks={str(k): v for k, v in c.blocks.items()}, threads=c.threads, width=c.width,
-                       bind=bind, executor=o.executor,
-                       artifacts=str(Path(o.artifacts).resolve()) if o.artifacts else None,
-                       cuda_graphs=o.cuda_graphs, max_seqs=c.max_seqs, max_context=c.max_context)
+    cfg = WorkerConfig(
+        plan=str(Path(o.plan).resolve()),
+        model_ref=c.model_ref,
+        model_dir=c.model_dir,
+        random_weights=o.random_weights,
+        emulate=o.emulate,
+        master_addr=addr,
+        master_port=port,
+        agent_store=r.agent_store,
+        timeout_s=o.timeout,
+        kv_blocks={str(k): v for k, v in c.blocks.items()},
+        threads=c.threads,
+        width=c.width,
+        bind=bind,
+        executor=o.executor,
+        artifacts=str(Path(o.artifacts).resolve()) if o.artifacts else None,
+        cuda_graphs=o.cuda_graphs,
+        max_seqs=c.max_seqs,
+        max_context=c.max_context,
+    )
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)
-    env = {**_wait_policy(c.threads * len(c.local)), **os.environ, "OMP_NUM_THREADS": str(c.threads),
-           "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout,
-                                                      bind=bind), log=log)
+    env = {
+        **_wait_policy(c.threads * len(c.local)),
+        **os.environ,
+        "OMP_NUM_THREADS": str(c.threads),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    pool = WorkerPool(c.lanes, c.host_of, WorkerSetup(spec=spec, env=env, local=c.local, timeout_s=o.timeout, bind=bind), log=log)
     for u in range(len(pool.units)):
         pool.spawn(u, 1)
     transports: dict = {}
@@ -292,8 +308,10 @@ def _serve_workers_only(c: Checked, tmp: str, log) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pool, store, _ = start_workers(c, tmp, log)
-    log(f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
-        f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}")
+    log(
+        f"node rank {c.rdzv.node_rank}: running workers for {', '.join(w.device for w in c.mine) or 'no device'}; "
+        f"frontend at {c.rdzv.master_addr}:{c.rdzv.master_port}"
+    )
     return run_worker_host(pool, store, c.rdzv.node_rank, stop, log)
 
 
@@ -328,8 +346,7 @@ def serve(o: ServeOptions, log=print) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent gone (e.g. killed): stop as on SIGTERM
         from hetc.runtime.worker import watch_parent
 
-        threading.Thread(target=watch_parent, args=(lambda: os.kill(os.getpid(), signal.SIGTERM),),
-                         daemon=True).start()
+        threading.Thread(target=watch_parent, args=(lambda: os.kill(os.getpid(), signal.SIGTERM),), daemon=True).start()
     if c.rdzv.node_rank != 0:
         with tmp:
             return _serve_workers_only(c, tmp.name, log)
@@ -343,39 +360,47 @@ def serve(o: ServeOptions, log=print) -> int:
         raise BadInput(f"{e}.", field="--model-dir", fix="serve a model dir with a tokenizer.") from None
     if tokenizer.eos_token_id is not None:
         eos_ids |= {tokenizer.eos_token_id}
-    sched_cfg = SchedulerConfig(max_num_seqs=c.max_seqs, max_batched_tokens=o.max_batched_tokens,
-                                max_waiting=o.max_waiting, max_queue_wait=o.max_queue_wait)
+    sched_cfg = SchedulerConfig(max_num_seqs=c.max_seqs, max_batched_tokens=o.max_batched_tokens, max_waiting=o.max_waiting, max_queue_wait=o.max_queue_wait)
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in c.lanes]
     n_workers = sum(s.tp for l in c.lanes for s in l.stages)
-    log(f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(c.lanes)} lane(s) of {n_stages} stages, "
+    log(
+        f"serving {plan.model.ref} ({plan.model.dtype}) as '{name}': {len(c.lanes)} lane(s) of {n_stages} stages, "
         f"{n_workers} workers{' (emulated on the host CPU)' if o.emulate else ''}"
         f"{f', a 1/{c.width}-width copy of the model' if c.width > 1 else ''}, KV blocks per lane "
-        f"{list(c.blocks.values())} × {KV_BLOCK_TOKENS} tokens")
+        f"{list(c.blocks.values())} × {KV_BLOCK_TOKENS} tokens"
+    )
     pool = None
     try:
         pool, store, transports = start_workers(c, tmp.name, log)
         links = KvLinks(store, c.lanes, on_ready=lambda pair: None, log=log) if link_pairs(c.lanes) else None
-        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes),
-                        links=links)
-        healer = Healer(pool, store, engine, max_restarts=o.max_restarts, log=log,
-                        other_hosts=tuple(range(1, c.rdzv.nnodes)))
+        engine = Engine(c.lanes, c.blocks, sched_cfg, metrics, transports=transports, units=units(c.lanes), links=links)
+        healer = Healer(pool, store, engine, max_restarts=o.max_restarts, log=log, other_hosts=tuple(range(1, c.rdzv.nnodes)))
         for lane in c.lanes:
             metrics.register_lane(lane.id, c.blocks[lane.id])
             for s in lane.stages:
                 metrics.register_stage(lane.id, s.index, s.device, s.predicted_ms)
                 for rank, dev in zip(s.ranks, s.devices):
                     w = pool.info[rank]
-                    metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"],
-                                            w["executor"])
+                    metrics.register_worker(lane.id, s.index, dev, w["param_bytes"], s.weight_bytes, w["kv_bytes"], w["executor"])
         engine.start()
         healer.start()
         max_len = min(int(getattr(cfg, "max_position_embeddings", 1 << 30)), engine.max_tokens_per_seq)
-        info = {"root": plan.model.ref, "dtype": plan.model.dtype, "tokenizer": tokenizer.kind,
-                "vocab_size": cfg.vocab_size, "emulated": o.emulate, "random_weights": o.random_weights,
-                "lanes": len(c.lanes), "stages": n_stages,
-                "executors": [{"stage": f"{lane.id}.{s.index}", "backend": s.backend, "devices": list(s.devices),
-                               "executor": pool.info[s.ranks[0]]["executor"]} for lane in c.lanes for s in lane.stages]}
+        info = {
+            "root": plan.model.ref,
+            "dtype": plan.model.dtype,
+            "tokenizer": tokenizer.kind,
+            "vocab_size": cfg.vocab_size,
+            "emulated": o.emulate,
+            "random_weights": o.random_weights,
+            "lanes": len(c.lanes),
+            "stages": n_stages,
+            "executors": [
+                {"stage": f"{lane.id}.{s.index}", "backend": s.backend, "devices": list(s.devices), "executor": pool.info[s.ranks[0]]["executor"]}
+                for lane in c.lanes
+                for s in lane.stages
+            ],
+        }
         if o.executor == "auto" and any(s.tp > 1 for lane in c.lanes for s in lane.stages):
             info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
         if o.executor == "auto" and not o.emulate:
@@ -383,8 +408,7 @@ def serve(o: ServeOptions, log=print) -> int:
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
         if c.width > 1:
-            info["emulated_width"] = (f"1/{c.width}: a width-shrunk copy (heads, hidden and MLP), same layers, units "
-                                      "and cuts; outputs are not the model's")
+            info["emulated_width"] = f"1/{c.width}: a width-shrunk copy (heads, hidden and MLP), same layers, units and cuts; outputs are not the model's"
 
         def health() -> dict:
             # a worker on another host: alive as far as its unit's transport knows
@@ -394,23 +418,44 @@ def serve(o: ServeOptions, log=print) -> int:
                 p = pool.procs.get(r)
                 unit = engine.unit_of[int(w["stage"].split(".")[0])]
                 workers.append({**w, "alive": p.poll() is None if p is not None else unit not in down})
-            out = {"workers": workers, "units": healer.health(), "running": engine.num_running(),
-                   "waiting": engine.num_waiting()}
+            out = {"workers": workers, "units": healer.health(), "running": engine.num_running(), "waiting": engine.num_waiting()}
             if engine.draining:
                 out["down"] = "the server is draining (SIGTERM) and takes no new requests"
             elif down:
                 out["down"] = "; ".join(f"pipeline unit {u}: {why}" for u, why in sorted(down.items()))
             return out
 
-        st = ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len,
-                         eos_token_ids=eos_ids, metrics=metrics, api_key=o.api_key, model_info=info,
-                         health_info=health, max_body_bytes=o.max_body_bytes)
-        server = DrainingServer(uvicorn.Config(create_app(st), host=o.host, port=o.port, log_level="warning",
-                                               timeout_graceful_shutdown=5, access_log=False,
-                                               timeout_keep_alive=o.idle_timeout),  # type: ignore[arg-type]
-                                engine=engine, drain_timeout=o.drain_timeout, log=log)
-        where = ("this machine only; --host 0.0.0.0 accepts other machines" if o.host in ("127.0.0.1", "localhost", "::1")
-                 else "reachable from other machines" + ("" if o.api_key else ", with no --api-key"))
+        st = ServerState(
+            engine=engine,
+            tokenizer=tokenizer,
+            model_name=name,
+            max_model_len=max_len,
+            eos_token_ids=eos_ids,
+            metrics=metrics,
+            api_key=o.api_key,
+            model_info=info,
+            health_info=health,
+            max_body_bytes=o.max_body_bytes,
+        )
+        server = DrainingServer(
+            uvicorn.Config(
+                create_app(st),
+                host=o.host,
+                port=o.port,
+                log_level="warning",
+                timeout_graceful_shutdown=5,
+                access_log=False,
+                timeout_keep_alive=o.idle_timeout,  # type: ignore[arg-type]
+            ),
+            engine=engine,
+            drain_timeout=o.drain_timeout,
+            log=log,
+        )
+        where = (
+            "this machine only; --host 0.0.0.0 accepts other machines"
+            if o.host in ("127.0.0.1", "localhost", "::1")
+            else "reachable from other machines" + ("" if o.api_key else ", with no --api-key")
+        )
         log(f"listening on http://{o.host}:{o.port}/v1 ({where}; max context {max_len} tokens)")
         server.run()  # returns once the drain (SIGTERM/SIGINT) is over, or on a second signal
         healer.stop()

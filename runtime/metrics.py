@@ -19,56 +19,53 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         lbl = ["model"]
         self.model = model
-        self.ttft = Histogram("hetc_time_to_first_token_seconds", "Arrival to first generated token.", lbl,
-                              buckets=_LAT, registry=r)
-        self.itl = Histogram("hetc_inter_token_latency_seconds", "Between consecutive generated tokens of a request.",
-                             lbl, buckets=_LAT, registry=r)
+        self.ttft = Histogram("hetc_time_to_first_token_seconds", "Arrival to first generated token.", lbl, buckets=_LAT, registry=r)
+        self.itl = Histogram("hetc_inter_token_latency_seconds", "Between consecutive generated tokens of a request.", lbl, buckets=_LAT, registry=r)
         self.e2e = Histogram("hetc_e2e_request_latency_seconds", "Arrival to last token.", lbl, buckets=_LAT, registry=r)
-        self.queue = Histogram("hetc_request_queue_time_seconds", "Arrival to first scheduled.", lbl, buckets=_LAT,
-                               registry=r)
+        self.queue = Histogram("hetc_request_queue_time_seconds", "Arrival to first scheduled.", lbl, buckets=_LAT, registry=r)
         self.running = Gauge("hetc_num_requests_running", "Sequences holding KV now.", lbl, registry=r)
         self.waiting = Gauge("hetc_num_requests_waiting", "Sequences in the wait queue now.", lbl, registry=r)
-        self.peak_running = Gauge("hetc_num_requests_running_peak", "Most sequences running at once so far.", lbl,
-                                  registry=r)
-        self.batch_seqs = Histogram("hetc_micro_batch_sequences", "Sequences per micro-batch sent.", lbl,
-                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.peak_running = Gauge("hetc_num_requests_running_peak", "Most sequences running at once so far.", lbl, registry=r)
+        self.batch_seqs = Histogram(
+            "hetc_micro_batch_sequences", "Sequences per micro-batch sent.", lbl, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r
+        )
         self.gen_tokens = Counter("hetc_generation_tokens", "Generated tokens.", lbl, registry=r)
-        self.prompt_tokens = Counter("hetc_prompt_tokens", "Tokens prefilled (prompts, and recomputation after preemption).", lbl,
-                                     registry=r)
-        self.requests = Counter("hetc_request_success", "Finished requests by reason.", ["model", "finished_reason"],
-                                registry=r)
-        self.preemptions = Gauge("hetc_num_preemptions", "Sequences preempted (KV freed, recomputed) so far.", lbl,
-                                 registry=r)
+        self.prompt_tokens = Counter("hetc_prompt_tokens", "Tokens prefilled (prompts, and recomputation after preemption).", lbl, registry=r)
+        self.requests = Counter("hetc_request_success", "Finished requests by reason.", ["model", "finished_reason"], registry=r)
+        self.preemptions = Gauge("hetc_num_preemptions", "Sequences preempted (KV freed, recomputed) so far.", lbl, registry=r)
         self.kv_used = Gauge("hetc_kv_blocks_used", "KV blocks in use.", ["model", "lane"], registry=r)
         self.kv_total = Gauge("hetc_kv_blocks_total", "KV blocks of the lane's pool.", ["model", "lane"], registry=r)
         st = ["model", "stage", "device"]
         self.stage_params = Gauge("hetc_stage_parameter_bytes", "Parameter bytes a stage worker (one device) holds.", st, registry=r)
-        self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for one device of the stage.", st,
-                                       registry=r)
+        self.stage_plan_params = Gauge("hetc_stage_planned_weight_bytes", "The plan's weight bytes for one device of the stage.", st, registry=r)
         self.stage_kv_bytes = Gauge("hetc_stage_kv_pool_bytes", "Bytes of the stage's KV pool.", st, registry=r)
-        self.stage_executor = Gauge("hetc_stage_executor_info", "1 for what runs each stage's device: torch eager "
-                                    "or a toolchain's lowering.", ["model", "stage", "device", "executor"], registry=r)
-        self.stage_step = Histogram("hetc_stage_step_seconds", "Measured compute time of one micro-batch on a stage.",
-                                    [*st, "phase"], buckets=_STEP, registry=r)
-        self.stage_pred = Gauge("hetc_stage_predicted_step_seconds",
-                                "The plan's step time for the stage at its operating point.", [*st, "phase"], registry=r)
+        self.stage_executor = Gauge(
+            "hetc_stage_executor_info",
+            "1 for what runs each stage's device: torch eager or a toolchain's lowering.",
+            ["model", "stage", "device", "executor"],
+            registry=r,
+        )
+        self.stage_step = Histogram(
+            "hetc_stage_step_seconds", "Measured compute time of one micro-batch on a stage.", [*st, "phase"], buckets=_STEP, registry=r
+        )
+        self.stage_pred = Gauge("hetc_stage_predicted_step_seconds", "The plan's step time for the stage at its operating point.", [*st, "phase"], registry=r)
         self.stage_busy = Counter("hetc_stage_busy_seconds", "Compute time summed over micro-batches.", st, registry=r)
-        self.graph_steps = Counter("hetc_stage_cuda_graph_steps", "Decode micro-batches a stage replayed from a CUDA "
-                                   "graph (the rest of its hetc_stage_step_seconds count ran eagerly).", st, registry=r)
-        self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.",
-                                  lbl, buckets=_STEP, registry=r)
-        self.kv_sent = Counter("hetc_kv_transfer_bytes", "KV bytes sent from prefill to decode pools.", lbl,
-                               registry=r)
-        self.kv_sent_tokens = Counter("hetc_kv_transfer_tokens", "Token positions whose KV was sent between pools.",
-                                      lbl, registry=r)
+        self.graph_steps = Counter(
+            "hetc_stage_cuda_graph_steps",
+            "Decode micro-batches a stage replayed from a CUDA graph (the rest of its hetc_stage_step_seconds count ran eagerly).",
+            st,
+            registry=r,
+        )
+        self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.", lbl, buckets=_STEP, registry=r)
+        self.kv_sent = Counter("hetc_kv_transfer_bytes", "KV bytes sent from prefill to decode pools.", lbl, registry=r)
+        self.kv_sent_tokens = Counter("hetc_kv_transfer_tokens", "Token positions whose KV was sent between pools.", lbl, registry=r)
         self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
         self.up.labels(model).set(1)
         self._peak = 0
         self._lock = threading.Lock()
         self._stage_labels: dict[tuple[int, int], tuple[str, str]] = {}
 
-    def register_worker(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float,
-                        kv_bytes: int, executor: str = "torch") -> None:
+    def register_worker(self, lane: int, index: int, device: str, param_bytes: int, plan_weights: float, kv_bytes: int, executor: str = "torch") -> None:
         """One device of a stage (a tp stage has several)."""
         key = (f"{lane}.{index}", device)
         self.stage_executor.labels(self.model, *key, executor).set(1)
@@ -94,8 +91,7 @@ class Metrics:
         eng = runner.engine
         self.batch_seqs.labels(self.model).observe(len(batch.items))
         # prefill work: every token but single decode tokens (recomputation after preemption included)
-        self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items
-                                                      if i.n_new > 1 or i.start < i.seq.num_prompt_tokens))
+        self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items if i.n_new > 1 or i.start < i.seq.num_prompt_tokens))
         running = eng.num_running()
         with self._lock:
             self._peak = max(self._peak, running)
@@ -107,7 +103,7 @@ class Metrics:
 
     def on_step(self, runner, batch, stage_times: list[float], rtt: float) -> None:  # lane lock held
         """Args:
-            stage_times: per stage its compute seconds, then per stage 1.0 where it replayed a CUDA graph.
+        stage_times: per stage its compute seconds, then per stage 1.0 where it replayed a CUDA graph.
         """
         phase = "prefill" if batch.has_prefill else "decode"
         n = len(runner.lane.stages)

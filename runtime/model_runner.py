@@ -22,8 +22,7 @@ from hetc.partitioner.capture.graph import TORCH_DTYPES
 from hetc.plan import PlanUnit, UnitKind
 from hetc.runtime.kv_cache import AttnMeta, DecodeMeta, KVPool, decode_attention, paged_attention
 
-__all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layout", "param_count",
-           "shrink_config"]
+__all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layout", "param_count", "shrink_config"]
 
 
 def shrink_config(cfg, f: int):
@@ -60,14 +59,14 @@ def check_tp(cfg, units: list[PlanUnit], tp: int, where: str, file: str = "plan.
     if tp == 1:
         return
     kvh, _ = kv_layout(cfg)
-    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh,
-             "intermediate size": cfg.intermediate_size, "vocabulary": cfg.vocab_size}
+    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh, "intermediate size": cfg.intermediate_size, "vocabulary": cfg.vocab_size}
     bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
     if any(u.kind == UnitKind.MOE for u in units):
         bad.append("MoE experts (not split by this runtime yet)")
     if bad:
-        raise BadInput(f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} "
-                       "ways.", file=file, field=where, fix="plan with `--tp 1`.")
+        raise BadInput(
+            f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} ways.", file=file, field=where, fix="plan with `--tp 1`."
+        )
 
 
 def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
@@ -78,10 +77,10 @@ def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
     cols = (".o_proj.weight", ".down_proj.weight")
     if any(r in name for r in rows):
         n = t.shape[0] // k
-        return t[rank * n:(rank + 1) * n]
+        return t[rank * n : (rank + 1) * n]
     if any(name.endswith(c) for c in cols):
         n = t.shape[1] // k
-        return t[:, rank * n:(rank + 1) * n].contiguous()
+        return t[:, rank * n : (rank + 1) * n].contiguous()
     if name.endswith((".o_proj.bias", ".down_proj.bias")):  # added once, after the all-reduce sums the parts
         return t if rank == 0 else torch.zeros_like(t)
     return t  # norms: replicated
@@ -93,21 +92,34 @@ class StageModel(DecoderStage):
 
     executor = "torch"
 
-    def __init__(self, cfg, units: list[PlanUnit], first: int, last: int, *, dtype: torch.dtype,
-                 kv_dtype: torch.dtype, num_blocks: int, weights, device: torch.device | str = "cpu",
-                 tp_rank: int = 0, tp_size: int = 1, fuse: bool = False):
+    def __init__(
+        self,
+        cfg,
+        units: list[PlanUnit],
+        first: int,
+        last: int,
+        *,
+        dtype: torch.dtype,
+        kv_dtype: torch.dtype,
+        num_blocks: int,
+        weights,
+        device: torch.device | str = "cpu",
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        fuse: bool = False,
+    ):
         """Args:
-            cfg: the transformers config of the model.
-            units: the whole unit table (every stage sees the same one).
-            first, last: this stage's units, inclusive.
-            dtype: compute/weight dtype; kv_dtype: KV storage dtype.
-            num_blocks: KV blocks per attention layer (the lane's block manager's count).
-            weights: a SafetensorsWeights or RandomWeights (`.get(name, shape, dtype)`).
-            tp_rank, tp_size: this device's place in a tensor-parallel stage; set `tp_group`
-                (a torch.distributed group) before running when tp_size > 1.
-            fuse: q/k/v and gate/up as one GEMM each (DecoderStage.fuse_projections).
+        cfg: the transformers config of the model.
+        units: the whole unit table (every stage sees the same one).
+        first, last: this stage's units, inclusive.
+        dtype: compute/weight dtype; kv_dtype: KV storage dtype.
+        num_blocks: KV blocks per attention layer (the lane's block manager's count).
+        weights: a SafetensorsWeights or RandomWeights (`.get(name, shape, dtype)`).
+        tp_rank, tp_size: this device's place in a tensor-parallel stage; set `tp_group`
+            (a torch.distributed group) before running when tp_size > 1.
+        fuse: q/k/v and gate/up as one GEMM each (DecoderStage.fuse_projections).
         """
-        check_tp(cfg, units[first: last + 1], tp_size, "stage")
+        check_tp(cfg, units[first : last + 1], tp_size, "stage")
 
         def load(name: str, shape: torch.Size) -> torch.Tensor:
             return _shard(name, weights.get(name, shape, dtype), tp_rank, tp_size).to(device)
@@ -133,8 +145,7 @@ class StageModel(DecoderStage):
                 total += p.numel() * p.element_size()
         return total
 
-    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]],
-                  sample: list[bool]) -> AttnMeta:
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> AttnMeta:
         """One micro-batch's attention metadata, on this stage's device (args: AttnMeta.build)."""
         return AttnMeta.build(starts, n_new, block_tables, sample).to(self.kv_device)
 
@@ -151,6 +162,7 @@ class StageModel(DecoderStage):
             fp32 logits after the head.
         """
         if isinstance(meta, DecodeMeta):
+
             def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
                 q, k, v = self.qkv(layer, h, cos, sin)
                 o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))

@@ -17,8 +17,16 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers or {}
@@ -61,8 +69,9 @@ def _get(body: dict, key: str, kind: str, default: Any = None) -> Any:
     v = body.get(key, default)
     if v is None:
         return default
-    ok = {"int": _is_int, "num": _is_num, "bool": lambda x: isinstance(x, bool), "str": lambda x: isinstance(x, str),
-          "dict": lambda x: isinstance(x, dict)}[kind](v)
+    ok = {"int": _is_int, "num": _is_num, "bool": lambda x: isinstance(x, bool), "str": lambda x: isinstance(x, str), "dict": lambda x: isinstance(x, dict)}[
+        kind
+    ](v)
     if not ok:
         name = {"int": "an integer", "num": "a number", "bool": "a boolean", "str": "a string", "dict": "an object"}[kind]
         raise bad(f"'{key}' must be {name}, got {type(v).__name__} {v!r}"[:300] + ".", key)
@@ -100,10 +109,8 @@ def _common(body: Any, max_tokens_keys: tuple[str, ...], default_max: int | None
         stop = []
     elif isinstance(stop, str):
         stop = [stop]
-    if (not isinstance(stop, list) or len(stop) > MAX_STOP
-            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
-        raise bad(f"'stop' must be a string or a list of up to {MAX_STOP} strings, each of 1 to {MAX_STOP_CHARS} "
-                  "characters.", "stop")
+    if not isinstance(stop, list) or len(stop) > MAX_STOP or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop):
+        raise bad(f"'stop' must be a string or a list of up to {MAX_STOP} strings, each of 1 to {MAX_STOP_CHARS} characters.", "stop")
     stream = _get(body, "stream", "bool", False)
     so = _get(body, "stream_options", "dict")
     if so is not None and not stream:
@@ -119,10 +126,19 @@ def _common(body: Any, max_tokens_keys: tuple[str, ...], default_max: int | None
             raise bad(f"'{key}' is not supported by this server (only 0).", key)
     if body.get("logprobs") is not None and body.get("logprobs") is not False:  # 0 == False: not a boolean
         raise bad("'logprobs' is not supported by this server.", "logprobs")
-    return GenOptions(model=model, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                      top_k=max(0, top_k), seed=seed, stop=stop, stream=stream, include_usage=include_usage,
-                      ignore_eos=_get(body, "ignore_eos", "bool", False),
-                      return_token_ids=_get(body, "return_token_ids", "bool", False))
+    return GenOptions(
+        model=model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=max(0, top_k),
+        seed=seed,
+        stop=stop,
+        stream=stream,
+        include_usage=include_usage,
+        ignore_eos=_get(body, "ignore_eos", "bool", False),
+        return_token_ids=_get(body, "return_token_ids", "bool", False),
+    )
 
 
 def parse_completion(body: Any) -> tuple[GenOptions, str | list[int]]:
@@ -138,8 +154,7 @@ def parse_completion(body: Any) -> tuple[GenOptions, str | list[int]]:
     elif isinstance(p, list) and p and all(_is_int(t) and t >= 0 for t in p):
         prompt = [int(t) for t in p]
     else:
-        raise bad("'prompt' must be a string or a non-empty list of token ids (batches of several prompts are "
-                  "not supported).", "prompt")
+        raise bad("'prompt' must be a string or a non-empty list of token ids (batches of several prompts are not supported).", "prompt")
     if _get(body, "echo", "bool", False):
         raise bad("'echo' is not supported by this server.", "echo")
     if body.get("suffix") is not None:
@@ -164,8 +179,7 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
         c = m.get("content")
         if isinstance(c, list):  # content parts: text only
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in c):
-                raise bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}; this model reads "
-                          "text only.", f"messages.{i}.content")
+                raise bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}; this model reads text only.", f"messages.{i}.content")
             c = "".join(p["text"] for p in c)
         elif c is None:
             c = ""

@@ -38,35 +38,46 @@ class Rendezvous:
 def _from_torchrun(env: Mapping[str, str]) -> Rendezvous:
     local = int(env.get("LOCAL_WORLD_SIZE", "1"))
     if local != 1:
-        raise BadInput(f"torchrun started {local} processes on this host (LOCAL_WORLD_SIZE={local}), but `hetc serve` "
-                       "launches one worker per plan device itself and wants one process per host.",
-                       field="--nproc-per-node", fix="run torchrun with --nproc-per-node 1.")
-    return Rendezvous(nnodes=int(env.get("GROUP_WORLD_SIZE") or env["WORLD_SIZE"]),
-                      node_rank=int(env.get("GROUP_RANK") or env["RANK"]), master_addr=env["MASTER_ADDR"],
-                      master_port=int(env["MASTER_PORT"]),
-                      agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+        raise BadInput(
+            f"torchrun started {local} processes on this host (LOCAL_WORLD_SIZE={local}), but `hetc serve` "
+            "launches one worker per plan device itself and wants one process per host.",
+            field="--nproc-per-node",
+            fix="run torchrun with --nproc-per-node 1.",
+        )
+    return Rendezvous(
+        nnodes=int(env.get("GROUP_WORLD_SIZE") or env["WORLD_SIZE"]),
+        node_rank=int(env.get("GROUP_RANK") or env["RANK"]),
+        master_addr=env["MASTER_ADDR"],
+        master_port=int(env["MASTER_PORT"]),
+        agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+    )
 
 
 def _check_agrees(flags: list[tuple[str, object, object]]) -> None:
     """Each (flag, the value given or None, torchrun's value)."""
     for flag, value, theirs in flags:
         if value is not None and value != theirs:
-            raise BadInput(f"{flag} {value} disagrees with torchrun's {theirs}.", field=flag,
-                           fix=f"drop {flag} (under torchrun `hetc serve` takes it from torchrun), or give torchrun "
-                               "the same value.")
+            raise BadInput(
+                f"{flag} {value} disagrees with torchrun's {theirs}.",
+                field=flag,
+                fix=f"drop {flag} (under torchrun `hetc serve` takes it from torchrun), or give torchrun the same value.",
+            )
 
 
 def _check_hosts(r: Rendezvous) -> None:
     if r.nnodes > 1 and not (r.master_addr and r.master_port):
-        raise BadInput(f"--nnodes {r.nnodes} needs --master-addr and --master-port (node rank 0's address and a "
-                       "free port there).", field="--master-addr", fix="pass the same both to every host.")
+        raise BadInput(
+            f"--nnodes {r.nnodes} needs --master-addr and --master-port (node rank 0's address and a free port there).",
+            field="--master-addr",
+            fix="pass the same both to every host.",
+        )
     if not 0 <= r.node_rank < r.nnodes:
-        raise BadInput(f"--node-rank {r.node_rank} is not in 0..{r.nnodes - 1}.", field="--node-rank",
-                       fix="number the hosts 0 to nnodes − 1; rank 0 serves HTTP.")
+        raise BadInput(
+            f"--node-rank {r.node_rank} is not in 0..{r.nnodes - 1}.", field="--node-rank", fix="number the hosts 0 to nnodes − 1; rank 0 serves HTTP."
+        )
 
 
-def rendezvous(nnodes: int | None, node_rank: int | None, master_addr: str | None, master_port: int | None,
-               env: Mapping[str, str] = os.environ) -> Rendezvous:
+def rendezvous(nnodes: int | None, node_rank: int | None, master_addr: str | None, master_port: int | None, env: Mapping[str, str] = os.environ) -> Rendezvous:
     """This host's place in the job, from the command line or, under torchrun, from its environment.
 
     Args:
@@ -82,11 +93,16 @@ def rendezvous(nnodes: int | None, node_rank: int | None, master_addr: str | Non
     """
     if env.get("TORCHELASTIC_RUN_ID"):
         r = _from_torchrun(env)
-        _check_agrees([("--nnodes", nnodes, r.nnodes), ("--node-rank", node_rank, r.node_rank),
-                       ("--master-addr", master_addr, r.master_addr), ("--master-port", master_port, r.master_port)])
+        _check_agrees(
+            [
+                ("--nnodes", nnodes, r.nnodes),
+                ("--node-rank", node_rank, r.node_rank),
+                ("--master-addr", master_addr, r.master_addr),
+                ("--master-port", master_port, r.master_port),
+            ]
+        )
     else:
-        r = Rendezvous(nnodes=nnodes or 1, node_rank=node_rank or 0, master_addr=master_addr,
-                       master_port=master_port, agent_store=False)
+        r = Rendezvous(nnodes=nnodes or 1, node_rank=node_rank or 0, master_addr=master_addr, master_port=master_port, agent_store=False)
     _check_hosts(r)
     return r
 
@@ -105,6 +121,5 @@ def open_store(addr: str, port: int, is_master: bool, timeout_s: float, agent_st
     import torch.distributed as dist
 
     timeout = dt.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(addr, port, is_master=is_master and not agent_store, timeout=timeout,
-                          wait_for_workers=False)
+    store = dist.TCPStore(addr, port, is_master=is_master and not agent_store, timeout=timeout, wait_for_workers=False)
     return dist.PrefixStore(STORE_PREFIX, store)

@@ -43,8 +43,7 @@ def sample(logits: torch.Tensor, params: list[tuple[float, float, int, int]], po
             try:
                 out[i] = _draw(logits[i] - top[i], temp, top_p, top_k, seed, positions[i])
             except Exception as e:  # noqa: BLE001 — this row's request fails, not the worker
-                print(f"[hetc sampler] row {i} (temperature {temp}, top_p {top_p}, top_k {top_k}): {type(e).__name__}: {e}",
-                      file=sys.stderr, flush=True)
+                print(f"[hetc sampler] row {i} (temperature {temp}, top_p {top_p}, top_k {top_k}): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
                 out[i] = SAMPLER_ERROR
     return out
 

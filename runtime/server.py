@@ -67,18 +67,26 @@ class _Generation:
         self.finish_reason: str | None = None
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        params = SamplingParams(temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k,
-                                seed=opts.seed if opts.seed is not None else random.getrandbits(31),
-                                max_tokens=opts.max_tokens, ignore_eos=opts.ignore_eos)
+        params = SamplingParams(
+            temperature=opts.temperature,
+            top_p=opts.top_p,
+            top_k=opts.top_k,
+            seed=opts.seed if opts.seed is not None else random.getrandbits(31),
+            max_tokens=opts.max_tokens,
+            ignore_eos=opts.ignore_eos,
+        )
         try:
-            self.req = st.engine.submit(prompt_ids, params, st.eos_token_ids,
-                                        lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
+            self.req = st.engine.submit(prompt_ids, params, st.eos_token_ids, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
         except QueueFull as e:
-            raise APIError(429, f"the server is at capacity: {e}. Retry later.", type="rate_limit_error",
-                           code="queue_full", headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
+            raise APIError(
+                429,
+                f"the server is at capacity: {e}. Retry later.",
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
+            ) from None
         except EngineDead as e:
-            raise APIError(503, f"the model is unavailable: {e}.", type="server_error",
-                           code="service_unavailable") from None
+            raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
 
     async def deltas(self) -> AsyncIterator[str]:
         """Text deltas until the request finishes (finish_reason set at the end)."""
@@ -88,8 +96,9 @@ class _Generation:
                 ev = await self.queue.get()
                 if ev.error:
                     self.finish_reason = "error"
-                    raise APIError(ev.status, f"the request failed: {ev.error}", type="server_error",
-                                   code="worker_failed" if ev.status == 503 else "sampling_failed")
+                    raise APIError(
+                        ev.status, f"the request failed: {ev.error}", type="server_error", code="worker_failed" if ev.status == 503 else "sampling_failed"
+                    )
                 text = ""
                 if ev.token is not None:
                     self.token_ids.append(ev.token)
@@ -101,7 +110,7 @@ class _Generation:
                 if self.opts.stop:
                     hit = min(((self.held.find(s), s) for s in self.opts.stop if s in self.held), default=None)
                     if hit is not None:
-                        out, self.held = self.held[:hit[0]], ""
+                        out, self.held = self.held[: hit[0]], ""
                         self.finish_reason = "stop"
                         self.st.engine.abort(self.req)
                         if out:
@@ -112,7 +121,7 @@ class _Generation:
                     out, self.held = self.held, ""
                 else:  # hold back what could still become a stop string
                     cut = len(self.held) - keep if keep else len(self.held)
-                    out, self.held = self.held[:max(0, cut)], self.held[max(0, cut):]
+                    out, self.held = self.held[: max(0, cut)], self.held[max(0, cut) :]
                 if out or ev.token is not None:  # one yield per token, even when its text is not complete yet
                     yield out
         finally:
@@ -120,8 +129,7 @@ class _Generation:
                 self.st.engine.abort(self.req)
 
     def usage(self) -> dict:
-        return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.token_ids),
-                "total_tokens": len(self.prompt_ids) + len(self.token_ids)}
+        return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.token_ids), "total_tokens": len(self.prompt_ids) + len(self.token_ids)}
 
 
 def create_app(st: ServerState) -> FastAPI:
@@ -140,8 +148,7 @@ def create_app(st: ServerState) -> FastAPI:
     async def _http(request: Request, e: StarletteHTTPException):
         kind = {404: "not_found_error", 405: "invalid_request_error"}.get(e.status_code, "invalid_request_error")
         # e.headers: a 405's Allow
-        return _err(APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}.", type=kind,
-                             headers=dict(e.headers or {})))
+        return _err(APIError(e.status_code, f"{request.method} {request.url.path}: {e.detail}.", type=kind, headers=dict(e.headers or {})))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, e: Exception):
@@ -153,13 +160,11 @@ def create_app(st: ServerState) -> FastAPI:
         got = request.headers.get("authorization", "")
         # constant time: the comparison does not reveal how much of a guessed key is right
         if not hmac.compare_digest(got.encode(), f"Bearer {st.api_key}".encode()):
-            raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'.",
-                           code="invalid_api_key")
+            raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'.", code="invalid_api_key")
 
     async def _body(request: Request):
         _auth(request)
-        too_big = APIError(413, f"the request body is over this server's limit of {st.max_body_bytes} bytes.",
-                           code="request_too_large")
+        too_big = APIError(413, f"the request body is over this server's limit of {st.max_body_bytes} bytes.", code="request_too_large")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > st.max_body_bytes:
             raise too_big
@@ -175,8 +180,13 @@ def create_app(st: ServerState) -> FastAPI:
 
     def _check_model(opts: GenOptions) -> None:
         if opts.model != st.model_name:
-            raise APIError(404, f"the model '{opts.model}' does not exist; this server serves '{st.model_name}'.",
-                           type="not_found_error", param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model '{opts.model}' does not exist; this server serves '{st.model_name}'.",
+                type="not_found_error",
+                param="model",
+                code="model_not_found",
+            )
 
     def _fit(opts: GenOptions, prompt_ids: list[int], param: str) -> None:
         if not prompt_ids:
@@ -188,16 +198,25 @@ def create_app(st: ServerState) -> FastAPI:
         if opts.max_tokens is None:
             opts.max_tokens = room
         elif opts.max_tokens > room:
-            raise bad(f"this model's maximum context length is {st.max_model_len} tokens; you requested "
-                      f"{n + opts.max_tokens} ({n} in the prompt, {opts.max_tokens} in the completion).", "max_tokens")
+            raise bad(
+                f"this model's maximum context length is {st.max_model_len} tokens; you requested "
+                f"{n + opts.max_tokens} ({n} in the prompt, {opts.max_tokens} in the completion).",
+                "max_tokens",
+            )
         vocab = st.model_info.get("vocab_size")
         if vocab and any(t >= vocab for t in prompt_ids):
             raise bad(f"the prompt has token ids outside the vocabulary (size {vocab}).", param)
 
-    schema = openapi_document(OpenAPILimits(
-        model_name=st.model_name, max_model_len=st.max_model_len, vocab_size=st.model_info.get("vocab_size", 1 << 30),
-        chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
-        api_key=st.api_key is not None), __version__)
+    schema = openapi_document(
+        OpenAPILimits(
+            model_name=st.model_name,
+            max_model_len=st.max_model_len,
+            vocab_size=st.model_info.get("vocab_size", 1 << 30),
+            chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
+            api_key=st.api_key is not None,
+        ),
+        __version__,
+    )
 
     @app.get("/openapi.json")
     async def openapi():
@@ -210,9 +229,20 @@ def create_app(st: ServerState) -> FastAPI:
         reason = st.engine.failed or info.pop("down", None)
         if reason:
             status = "unavailable" if st.engine.failed else "degraded"
-            return JSONResponse({"status": status, "reason": reason, **info, **APIError(
-                503, f"a worker is down: {reason}" if st.engine.failed else reason, type="server_error",
-                code="worker_failed" if st.engine.failed else "degraded").body()}, status_code=503)
+            return JSONResponse(
+                {
+                    "status": status,
+                    "reason": reason,
+                    **info,
+                    **APIError(
+                        503,
+                        f"a worker is down: {reason}" if st.engine.failed else reason,
+                        type="server_error",
+                        code="worker_failed" if st.engine.failed else "degraded",
+                    ).body(),
+                },
+                status_code=503,
+            )
         return {"status": "ok", **info}
 
     @app.get("/metrics")
@@ -222,8 +252,12 @@ def create_app(st: ServerState) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request):
         _auth(request)
-        return {"object": "list", "data": [{"id": st.model_name, "object": "model", "created": int(time.time()),
-                                            "owned_by": "hetc", "max_model_len": st.max_model_len, **st.model_info}]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": st.model_name, "object": "model", "created": int(time.time()), "owned_by": "hetc", "max_model_len": st.max_model_len, **st.model_info}
+            ],
+        }
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -252,8 +286,7 @@ def create_app(st: ServerState) -> FastAPI:
             choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
             if opts.return_token_ids:
                 choice["token_ids"] = gen.token_ids
-            out = {"id": rid, "object": obj, "created": created, "model": st.model_name, "choices": [choice],
-                   "usage": gen.usage()}
+            out = {"id": rid, "object": obj, "created": created, "model": st.model_name, "choices": [choice], "usage": gen.usage()}
             if opts.return_token_ids:
                 out["prompt_token_ids"] = ids
             return out
@@ -267,8 +300,7 @@ def create_app(st: ServerState) -> FastAPI:
                 c["text"] = delta or ""
             if tokens is not None:
                 c["token_ids"] = tokens
-            o = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-                 "model": st.model_name, "choices": [c]}
+            o = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created, "model": st.model_name, "choices": [c]}
             if opts.include_usage:
                 o["usage"] = None
             return _sse(o)
@@ -286,13 +318,20 @@ def create_app(st: ServerState) -> FastAPI:
                     yield chunk(d, None, tokens=new)
                 yield chunk(None, gen.finish_reason, tokens=gen.token_ids[sent:] if opts.return_token_ids else None)
                 if opts.include_usage:
-                    yield _sse({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                                "created": created, "model": st.model_name, "choices": [], "usage": gen.usage()})
+                    yield _sse(
+                        {
+                            "id": rid,
+                            "object": "chat.completion.chunk" if chat else "text_completion",
+                            "created": created,
+                            "model": st.model_name,
+                            "choices": [],
+                            "usage": gen.usage(),
+                        }
+                    )
             except APIError as e:
                 yield _sse(e.body())
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return app

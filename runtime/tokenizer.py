@@ -49,8 +49,7 @@ def load_tokenizer(model_dir: str | None, vocab_size: int, eos_token_id: int | N
         vocab_size: the model's vocabulary (the fallback needs ≥ 256).
         eos_token_id: from the model config, for the fallback.
     """
-    if model_dir and any((Path(model_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer.model",
-                                                                      "tokenizer_config.json")):
+    if model_dir and any((Path(model_dir) / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         from transformers import AutoTokenizer
 
         return HFTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
@@ -82,12 +81,12 @@ class Detokenizer:
         full = self.tok.decode(self.ids)
         if full.endswith("\ufffd"):
             return ""
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text = full if full.startswith(self.text) else self.text
         return delta
 
     def flush(self) -> str:
         full = self.tok.decode(self.ids)
-        delta = full[len(self.text):] if full.startswith(self.text) else ""
+        delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text = full if full.startswith(self.text) else self.text
         return delta

@@ -17,8 +17,7 @@ from hetc.errors import BadInput
 from hetc.plan import Plan
 from hetc.scheduling import Phase
 
-__all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "tp_groups",
-           "worker_of_device", "workers"]
+__all__ = ["Lane", "StageSpec", "WorkerSpec", "attention_owners", "build_topology", "hosts_of_nodes", "tp_groups", "worker_of_device", "workers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +96,7 @@ def attention_owners(lane: Lane, kinds: list[tuple[str, int]]) -> dict[int, int]
     """
     out = {}
     for s in lane.stages:
-        for kind, layer in kinds[s.units[0]: s.units[1] + 1]:
+        for kind, layer in kinds[s.units[0] : s.units[1] + 1]:
             if kind == "attention":
                 out[layer] = s.rank
     return out
@@ -112,14 +111,20 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
     phases = {p.phase for p in plan.pipelines}
     if phases & {Phase.PREFILL, Phase.DECODE}:
         if not {Phase.PREFILL, Phase.DECODE} <= phases:
-            raise BadInput(f"the plan has {' and '.join(sorted(phases))} pipelines; a disaggregated plan needs "
-                           "both a prefill and a decode pool.", file=file, field="pipelines",
-                           fix="regenerate the plan with `hetc plan`.")
+            raise BadInput(
+                f"the plan has {' and '.join(sorted(phases))} pipelines; a disaggregated plan needs both a prefill and a decode pool.",
+                file=file,
+                field="pipelines",
+                fix="regenerate the plan with `hetc plan`.",
+            )
         for p in plan.pipelines:
             if p.phase != Phase.BOTH and any(s.tp != 1 for s in p.stages):
-                raise BadInput(f"pipeline {p.id} ({p.phase} pool) has a tensor-parallel stage; this version of "
-                               "`hetc serve` moves KV between pools of tp=1 stages only.", file=file,
-                               field=f"pipelines.{p.id}", fix="plan with `--tp 1`.")
+                raise BadInput(
+                    f"pipeline {p.id} ({p.phase} pool) has a tensor-parallel stage; this version of `hetc serve` moves KV between pools of tp=1 stages only.",
+                    file=file,
+                    field=f"pipelines.{p.id}",
+                    fix="plan with `--tp 1`.",
+                )
     lanes: list[Any]
     seen: dict[Any, Any]
     lanes, rank, seen = [], 1, {}
@@ -132,22 +137,37 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
                 devs = tuple(f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp))
                 for d in devs:
                     if d in seen:
-                        raise BadInput(f"device {d} is used by two stages ({seen[d]} and pipeline {p.id} replica {r} "
-                                       f"stage {i}).", file=file, field="pipelines",
-                                       fix="regenerate the plan with `hetc plan`.")
+                        raise BadInput(
+                            f"device {d} is used by two stages ({seen[d]} and pipeline {p.id} replica {r} stage {i}).",
+                            file=file,
+                            field="pipelines",
+                            fix="regenerate the plan with `hetc plan`.",
+                        )
                     seen[d] = f"pipeline {p.id} replica {r} stage {i}"
                 dev_lists.append(devs)
                 first_ranks.append(rank)
                 rank += s.tp
             specs = []
             for i, s in enumerate(p.stages):
-                specs.append(StageSpec(
-                    lane=len(lanes), index=i, n_stages=n, devices=dev_lists[i],
-                    ranks=tuple(range(first_ranks[i], first_ranks[i] + s.tp)),
-                    prev_rank=0 if i == 0 else first_ranks[i - 1], next_rank=0 if i == n - 1 else first_ranks[i + 1],
-                    backend=s.backend, profile=s.profile, node=s.node, units=tuple(s.units), layers=tuple(s.layers),  # type: ignore[arg-type]  # [first, last] pairs
-                    kv_budget=s.memory_bytes.kv, weight_bytes=s.memory_bytes.weights,
-                    predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode)))
+                specs.append(
+                    StageSpec(
+                        lane=len(lanes),
+                        index=i,
+                        n_stages=n,
+                        devices=dev_lists[i],
+                        ranks=tuple(range(first_ranks[i], first_ranks[i] + s.tp)),
+                        prev_rank=0 if i == 0 else first_ranks[i - 1],
+                        next_rank=0 if i == n - 1 else first_ranks[i + 1],
+                        backend=s.backend,
+                        profile=s.profile,
+                        node=s.node,
+                        units=tuple(s.units),  # type: ignore[arg-type]  # [first, last] pairs
+                        layers=tuple(s.layers),  # type: ignore[arg-type]
+                        kv_budget=s.memory_bytes.kv,
+                        weight_bytes=s.memory_bytes.weights,
+                        predicted_ms=(s.predicted_ms.prefill, s.predicted_ms.decode),
+                    )
+                )
             lanes.append(Lane(len(lanes), p.id, r, p.batch, tuple(specs), p.phase))
     decode = [l for l in lanes if l.phase == Phase.DECODE]
     out = []
@@ -156,8 +176,12 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
             named = {t.to_pipeline for t in plan.kv_transfer if t.from_pipeline == l.pipeline}
             targets = tuple(d.id for d in decode if not named or d.pipeline in named)
             if not targets:
-                raise BadInput(f"pipeline {l.pipeline} (prefill) sends its KV to no decode pipeline of the plan.",
-                               file=file, field="kv_transfer", fix="regenerate the plan with `hetc plan`.")
+                raise BadInput(
+                    f"pipeline {l.pipeline} (prefill) sends its KV to no decode pipeline of the plan.",
+                    file=file,
+                    field="kv_transfer",
+                    fix="regenerate the plan with `hetc plan`.",
+                )
             l = Lane(l.id, l.pipeline, l.replica, l.batch, l.stages, l.phase, targets)
         out.append(l)
     return out
@@ -170,8 +194,12 @@ def hosts_of_nodes(plan: Plan, nnodes: int, file: str = "plan.json") -> dict[str
     used = {s.node for p in plan.pipelines for s in p.stages}
     names += sorted(used - set(names))
     if nnodes > len(names):
-        raise BadInput(f"--nnodes {nnodes} but the plan's cluster has {len(names)} node(s); each host runs at least "
-                       "one plan node.", file=file, field="cluster.nodes", fix=f"use --nnodes ≤ {len(names)}.")
+        raise BadInput(
+            f"--nnodes {nnodes} but the plan's cluster has {len(names)} node(s); each host runs at least one plan node.",
+            file=file,
+            field="cluster.nodes",
+            fix=f"use --nnodes ≤ {len(names)}.",
+        )
     return {name: i * nnodes // len(names) for i, name in enumerate(names)}
 
 

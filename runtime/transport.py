@@ -62,8 +62,10 @@ class Message:
         if p is None:
             p = torch.zeros(0, 0, dtype=torch.float32)
         p2 = p if p.dim() == 2 else p.reshape(-1, 1)
-        header = torch.tensor([int(self.kind), self.step_id, self.meta.numel(), self.samp.numel(), p2.shape[0],
-                               p2.shape[1], _DTYPES.index(p2.dtype), self.times.numel()], dtype=torch.long)
+        header = torch.tensor(
+            [int(self.kind), self.step_id, self.meta.numel(), self.samp.numel(), p2.shape[0], p2.shape[1], _DTYPES.index(p2.dtype), self.times.numel()],
+            dtype=torch.long,
+        )
         parts = [self.meta.contiguous(), self.samp.contiguous(), self.times.contiguous(), p2.contiguous()]
         body = torch.cat([t.reshape(-1).view(torch.uint8) for t in parts])
         return header, body
@@ -86,8 +88,7 @@ class StepMeta:
         width = max((len(t) for t in self.block_tables), default=0)
         tables = [t + [0] * (width - len(t)) for t in self.block_tables]
         # the tokens last: the first stage fills in looked-ahead ones in place (meta[-T:])
-        flat = [b, width, *self.seq_ids, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []),
-                *self.token_ids]
+        flat = [b, width, *self.seq_ids, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []), *self.token_ids]
         samp = [v for s in self.sampling for v in (s[0], s[1], float(s[2]), float(s[3]))]
         return torch.tensor(flat, dtype=torch.long), torch.tensor(samp, dtype=torch.float64)
 
@@ -96,10 +97,10 @@ class StepMeta:
         v = meta.tolist()
         b, width = v[0], v[1]
         o = 2
-        seq_ids, starts, n_new = v[o:o + b], v[o + b:o + 2 * b], v[o + 2 * b:o + 3 * b]
-        sample = [bool(x) for x in v[o + 3 * b:o + 4 * b]]
+        seq_ids, starts, n_new = v[o : o + b], v[o + b : o + 2 * b], v[o + 2 * b : o + 3 * b]
+        sample = [bool(x) for x in v[o + 3 * b : o + 4 * b]]
         o += 4 * b
-        tables = [v[o + i * width:o + (i + 1) * width] for i in range(b)]
+        tables = [v[o + i * width : o + (i + 1) * width] for i in range(b)]
         o += b * width
         s = samp.tolist()
         sampling = [(s[4 * i], s[4 * i + 1], int(s[4 * i + 2]), int(s[4 * i + 3])) for i in range(b)]
@@ -116,8 +117,7 @@ def _decode(header: torch.Tensor, body: torch.Tensor) -> Message:
     kind, step, _, _, rows, cols, _, _ = header.tolist()
     sizes, dtype = _sizes(header)
     meta, samp, times, pay = torch.split(body, sizes)
-    return Message(Kind(kind), step, meta.view(torch.long), samp.view(torch.float64), pay.view(dtype).view(rows, cols),
-                   times.view(torch.float64).clone())
+    return Message(Kind(kind), step, meta.view(torch.long), samp.view(torch.float64), pay.view(dtype).view(rows, cols), times.view(torch.float64).clone())
 
 
 class Transport(Protocol):
@@ -147,11 +147,11 @@ class GlooTransport:
 
     def __init__(self, pg, ranks: Sequence[int], timeout_s: float | None = None, depth: int = 4):
         """Args:
-            pg: a torch.distributed ProcessGroup (gloo) this process belongs to.
-            ranks: job-wide rank of each group rank.
-            timeout_s: the longest wait of a send or receive (None: the group's own timeout,
-                which may be longer: it also bounds the group's formation).
-            depth: outstanding sends per destination before `send` waits.
+        pg: a torch.distributed ProcessGroup (gloo) this process belongs to.
+        ranks: job-wide rank of each group rank.
+        timeout_s: the longest wait of a send or receive (None: the group's own timeout,
+            which may be longer: it also bounds the group's formation).
+        depth: outstanding sends per destination before `send` waits.
         """
         self.pg, self.ranks = pg, tuple(ranks)
         self.timeout = dt.timedelta(seconds=timeout_s) if timeout_s is not None else None

@@ -98,25 +98,50 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
     if name != "torch":
         lane = next(l for l in lanes if l.id == spec.lane)
-        model: Any = build_compiled_stage(hf_cfg=hf_cfg, units=plan.units, first=spec.units[0], last=spec.units[1],
-                                     dtype=dtype, kv_dtype=kv_dtype, num_blocks=num_blocks, weights=weights, name=name,
-                                     graph_hash=plan.model.graph_hash, model_dir=cfg.model_dir, width=cfg.width,
-                                     artifacts=cfg.artifacts, stem=f"p{lane.pipeline}s{spec.index}", threads=cfg.threads)
+        model: Any = build_compiled_stage(
+            hf_cfg=hf_cfg,
+            units=plan.units,
+            first=spec.units[0],
+            last=spec.units[1],
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            num_blocks=num_blocks,
+            weights=weights,
+            name=name,
+            graph_hash=plan.model.graph_hash,
+            model_dir=cfg.model_dir,
+            width=cfg.width,
+            artifacts=cfg.artifacts,
+            stem=f"p{lane.pipeline}s{spec.index}",
+            threads=cfg.threads,
+        )
     else:
         device = backend.torch_device(index)
         if device.type == "cuda":
             torch.cuda.set_device(device)  # what an NCCL group of the stage binds to
         # one GEMM for q/k/v and one for gate/up where launches cost (GPUs); CPU stages keep theirs
-        model = StageModel(hf_cfg, plan.units, spec.units[0], spec.units[1], dtype=dtype, kv_dtype=kv_dtype,
-                           num_blocks=num_blocks, weights=weights, device=device, tp_rank=w.tp_rank, tp_size=spec.tp,
-                           fuse=device.type == "cuda")
+        model = StageModel(
+            hf_cfg,
+            plan.units,
+            spec.units[0],
+            spec.units[1],
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            num_blocks=num_blocks,
+            weights=weights,
+            device=device,
+            tp_rank=w.tp_rank,
+            tp_size=spec.tp,
+            fuse=device.type == "cuda",
+        )
     stage: Any = backend.prepare_stage(model, index, threads=cfg.threads)
     # MoE blocks route tokens with data-dependent shapes, which a CUDA graph cannot hold: they run eagerly
     if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1 and not stage.moe_layers:
         from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
 
-        graphs = DecodeGraphs(stage, max_batch=cfg.max_seqs, hidden=hf_cfg.hidden_size, dtype=dtype,
-                              max_context=cfg.max_context or num_blocks * KV_BLOCK_TOKENS)
+        graphs = DecodeGraphs(
+            stage, max_batch=cfg.max_seqs, hidden=hf_cfg.hidden_size, dtype=dtype, max_context=cfg.max_context or num_blocks * KV_BLOCK_TOKENS
+        )
         graphs.capture()
         stage = GraphedStage(stage, graphs)
     return stage, backend
@@ -171,8 +196,7 @@ def scrub_kv(kv, blocks: list[int]) -> None:
         pool.view(-1, kv.block_size, *pool.shape[1:]).index_fill_(0, ids.to(pool.device), 0)
 
 
-def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0,
-                owners: dict | None = None, links=None) -> None:
+def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
@@ -241,8 +265,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 tokens[rows] = torch.tensor(picked, dtype=torch.long)
                 reply = Message(Kind.RESULT, msg.step_id, payload=tokens, times=msg.times)
             else:
-                reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y),
-                                times=msg.times)
+                reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y), times=msg.times)
             backend.synchronize(dev_index)
             msg.times[spec.index] = time.perf_counter() - t0
             if getattr(model, "replayed", False) and msg.times.numel() > spec.n_stages:
@@ -300,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         w = worker_of_device(lanes, a.device)
         spec = w.stage
         tag = f"[hetc worker {a.device} rank {w.rank} stage {spec.lane}.{spec.index}]"
-        store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S),
-                           cfg.agent_store)
+        store = open_store(cfg.master_addr, cfg.master_port, False, max(cfg.timeout_s, FORM_TIMEOUT_S), cfg.agent_store)
         unit = unit_of_lane(lanes)[spec.lane]
         # the frontend waits while this beats, however long loading takes (loading.py)
         loading = Loading(store, unit, a.generation, w.rank)
@@ -312,22 +334,19 @@ def main(argv: list[str] | None = None) -> int:
         kinds = [(str(u.kind), u.layer) for u in plan.units]
         control = None
         if spec.tp > 1:
-            control, model.tp_group = stage_groups(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind,
-                                                   cfg.emulate)
+            control, model.tp_group = stage_groups(store, unit, a.generation, spec, w.tp_rank, cfg.timeout_s, cfg.bind, cfg.emulate)
         from hetc.runtime.kvlinks import LinkTable
         from hetc.stage import EXECUTORS
 
         # before READY: epochs the frontend opens from then on are this worker's to join
         links = LinkTable(store, lanes, spec.lane, w.rank, cfg.timeout_s, cfg.bind)
         executor = EXECUTORS.index(model.executor)
-        ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(),
-                              model.kv.nbytes, executor], dtype=torch.long)
+        ready = torch.tensor([model.param_bytes, len(model.param_names), model.kv.num_blocks, os.getpid(), model.kv.nbytes, executor], dtype=torch.long)
         tp.send(Message(Kind.READY, w.rank, payload=ready), 0)
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control,
-                    0 if cfg.emulate else w.device_index, owners, links)
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links)
         tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why

@@ -47,13 +47,12 @@ class WorkerSetup:
 class WorkerPool:
     """This host's worker processes, by rank; the frontend's group of each unit."""
 
-    def __init__(self, lanes: list[Lane], host_of: dict[str, int], setup: WorkerSetup,
-                 log: Callable[[str], None] = lambda _: None):
+    def __init__(self, lanes: list[Lane], host_of: dict[str, int], setup: WorkerSetup, log: Callable[[str], None] = lambda _: None):
         """Args:
-            lanes: the plan's lanes (topology).
-            host_of: plan node → node rank.
-            setup: how this host starts workers.
-            log: progress lines (a unit's loading, every PROGRESS_S).
+        lanes: the plan's lanes (topology).
+        host_of: plan node → node rank.
+        setup: how this host starts workers.
+        log: progress lines (a unit's loading, every PROGRESS_S).
         """
         from hetc.runtime.groups import units
 
@@ -77,15 +76,14 @@ class WorkerPool:
             for w in self.workers_of(unit):
                 if w.rank in self.setup.local:
                     self.procs[w.rank] = subprocess.Popen(
-                        [*self.setup.command, "--spec", self.setup.spec, "--device", w.device,
-                         "--generation", str(generation)], env=self.setup.env)
+                        [*self.setup.command, "--spec", self.setup.spec, "--device", w.device, "--generation", str(generation)], env=self.setup.env
+                    )
 
     def dead(self, unit: int | None = None) -> list[tuple[WorkerSpec, int]]:
         """(worker, exit code) of this host's exited workers (of `unit`, or of every unit)."""
         ws = self.workers_of(unit) if unit is not None else workers(self.lanes)
         with self._lock:
-            return [(w, self.procs[w.rank].returncode) for w in ws
-                    if w.rank in self.procs and self.procs[w.rank].poll() is not None]
+            return [(w, self.procs[w.rank].returncode) for w in ws if w.rank in self.procs and self.procs[w.rank].poll() is not None]
 
     def join(self, store, unit: int, generation: int, give_up: threading.Event | None = None) -> dict:
         """The frontend joins `unit`'s group of `generation` and takes each worker's READY.
@@ -102,8 +100,7 @@ class WorkerPool:
         from hetc.runtime.transport import Kind
 
         ws = self.workers_of(unit)
-        watch = LoadWatch(store, unit, generation, {w.rank: _describe(w) for w in ws},
-                          remote=[w.rank for w in ws if w.rank not in self.setup.local])
+        watch = LoadWatch(store, unit, generation, {w.rank: _describe(w) for w in ws}, remote=[w.rank for w in ws if w.rank not in self.setup.local])
         try:
             self._await_loaded(unit, watch, give_up)
         finally:
@@ -134,10 +131,21 @@ class WorkerPool:
                 raise HetcError(f"worker {w.device} sent {msg.kind.name} before READY")
             pb, n_params, blocks, pid, kv_bytes, executor = msg.payload.reshape(-1).tolist()
             s = w.stage
-            self.info[w.rank] = {"rank": w.rank, "device": w.device, "stage": f"{s.lane}.{s.index}",
-                                 "tp_rank": w.tp_rank, "node_rank": self.host_of[s.node], "units": list(s.units),
-                                 "pid": pid, "param_bytes": pb, "param_tensors": n_params, "kv_blocks": blocks,
-                                 "kv_bytes": kv_bytes, "generation": generation, "executor": EXECUTORS[executor]}
+            self.info[w.rank] = {
+                "rank": w.rank,
+                "device": w.device,
+                "stage": f"{s.lane}.{s.index}",
+                "tp_rank": w.tp_rank,
+                "node_rank": self.host_of[s.node],
+                "units": list(s.units),
+                "pid": pid,
+                "param_bytes": pb,
+                "param_tensors": n_params,
+                "kv_blocks": blocks,
+                "kv_bytes": kv_bytes,
+                "generation": generation,
+                "executor": EXECUTORS[executor],
+            }
         return {lane: tp for lane in self.units[unit]}
 
     def _await_loaded(self, unit: int, watch, give_up: threading.Event | None) -> None:
@@ -161,8 +169,7 @@ class WorkerPool:
         """Raise when one of this host's workers of `unit` exited (with its reason) or the server stops."""
         for w, code in self.dead(unit):
             why = watch.reason(w.rank)
-            raise HetcError(f"{_describe(w)} exited with code {code} while starting"
-                            + (f": {why}" if why else "; its message is above."))
+            raise HetcError(f"{_describe(w)} exited with code {code} while starting" + (f": {why}" if why else "; its message is above."))
         if give_up is not None and give_up.is_set():
             raise HetcError("the server is stopping")
 

@@ -37,13 +37,13 @@ def _slots(cluster: Cluster, tp: bool) -> list[tuple]:
     """Single devices, and with `tp` each aligned group of 2, 4, 8 of a node with a link."""
     out = [((n, i),) for n in cluster.nodes for i in range(n.count)]
     if tp:
-        out += [tuple((n, i) for i in range(first, first + k)) for n in cluster.nodes if n.link
-                for k in (2, 4, 8) for first in range(0, n.count - k + 1, k)]
+        out += [tuple((n, i) for i in range(first, first + k)) for n in cluster.nodes if n.link for k in (2, 4, 8) for first in range(0, n.count - k + 1, k)]
     return out
 
 
-def options(units: list[Unit], cluster: Cluster, wl: Workload, *, tp: bool = False,
-            phases: tuple[Phase, ...] = (Phase.BOTH,), max_num_seqs: int | None = None) -> Iterator[Option]:
+def options(
+    units: list[Unit], cluster: Cluster, wl: Workload, *, tp: bool = False, phases: tuple[Phase, ...] = (Phase.BOTH,), max_num_seqs: int | None = None
+) -> Iterator[Option]:
     """Every pipeline: chains of disjoint slots, splits, phases (pools: one device a stage) and
     batches (each integer up to what memory admits and `max_num_seqs`)."""
     slots = _slots(cluster, tp)
@@ -71,8 +71,7 @@ def options(units: list[Unit], cluster: Cluster, wl: Workload, *, tp: bool = Fal
                         batch += 1
 
 
-def best_per_set(opts: Iterator[Option], value: Callable[[Option], float] = lambda o: o.estimate.output_tok_s
-                 ) -> dict[tuple[Devices, Phase], Option]:
+def best_per_set(opts: Iterator[Option], value: Callable[[Option], float] = lambda o: o.estimate.output_tok_s) -> dict[tuple[Devices, Phase], Option]:
     """The option of largest `value` for each device set and phase."""
     best: dict[tuple[Devices, Phase], Option] = {}
     for o in opts:

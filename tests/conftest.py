@@ -26,8 +26,7 @@ os.environ["HETC_CACHE_DIR"] = tempfile.mkdtemp(prefix="hetc-capture-")
 # atomically and keyed by the weights' files and mtimes): a stage of the serve tests' shared model
 # (tests/fixtures/serving.py `built`) is compiled once in the run, not once per worker
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-os.environ["HETC_STAGE_CACHE"] = (str(Path(tempfile.gettempdir()) / f"hetc-stages-{_RUN}") if _RUN
-                                  else tempfile.mkdtemp(prefix="hetc-stages-"))
+os.environ["HETC_STAGE_CACHE"] = str(Path(tempfile.gettempdir()) / f"hetc-stages-{_RUN}") if _RUN else tempfile.mkdtemp(prefix="hetc-stages-")
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +67,8 @@ sources: ["made up for a test"]
 
 def two_type_cluster(tmp_path: Path, a_memory: str, b_memory: str, a_count: int = 2):
     """Node a: `a_count` fast devices on PCIe (tp groups possible); node b: one big slow device."""
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda",
-                                                       memory=a_memory, bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm",
-                                                      memory=b_memory, bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory=a_memory, bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory=b_memory, bw="10 GB/s", flops="0.5 TFLOP/s"))
     (tmp_path / "c.yaml").write_text(f"""nodes:
   - {{name: a, device: ./fast.yaml, count: {a_count}, link: pcie4}}
   - {{name: b, device: ./big.yaml, count: 1}}
@@ -105,8 +102,7 @@ def falling_cluster(tmp_path: Path, memory: str = "2 MB"):
     """two_type_cluster's layout with node a's devices on a fitted profile whose efficiency falls
     as a step grows (so a pipeline's throughput can fall with its batch)."""
     (tmp_path / "fitted.yaml").write_text(FALLING.format(memory=memory))
-    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm",
-                                                      memory="4 MB", bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory="4 MB", bw="10 GB/s", flops="0.5 TFLOP/s"))
     (tmp_path / "c.yaml").write_text("""nodes:
   - {name: a, device: ./fitted.yaml, count: 2, link: pcie4}
   - {name: b, device: ./big.yaml, count: 1}

@@ -23,11 +23,12 @@ class CudaBackend(CudaApiBackend):
     def check(self) -> None:
         if torch.version.cuda is None or getattr(torch.version, "hip", None):
             build = "a ROCm" if getattr(torch.version, "hip", None) else "a CPU-only"
-            raise BackendUnavailable(f"cuda: this torch ({torch.__version__}) is {build} build; the cuda backend "
-                                     f"needs {self.requires}.")
+            raise BackendUnavailable(f"cuda: this torch ({torch.__version__}) is {build} build; the cuda backend needs {self.requires}.")
         if not torch.cuda.is_available():
-            raise BackendUnavailable(f"cuda: torch {torch.__version__} sees no NVIDIA GPU (driver missing, or "
-                                     f"CUDA_VISIBLE_DEVICES hides them); the cuda backend needs {self.requires}.")
+            raise BackendUnavailable(
+                f"cuda: torch {torch.__version__} sees no NVIDIA GPU (driver missing, or "
+                f"CUDA_VISIBLE_DEVICES hides them); the cuda backend needs {self.requires}."
+            )
 
 
 BACKEND = CudaBackend()

@@ -22,8 +22,7 @@ __all__ = ["paged_decode"]
 
 
 @triton.jit
-def _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks, stride_kh,
-                  D: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr):
+def _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks, stride_kh, D: tl.constexpr, BS: tl.constexpr, PRECISION: tl.constexpr):
     """One block of the context: the online softmax's running max, sum and output updated."""
     offs = tl.arange(0, BS)
     block = tl.load(table_row + i).to(tl.int64)
@@ -40,10 +39,29 @@ def _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, str
 
 
 @triton.jit
-def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, scale,
-                         stride_qb, stride_qh, stride_ks, stride_kh, stride_tb, stride_ob, stride_oh,
-                         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                         MAX_BLOCKS: tl.constexpr, LOOP_TO_LENGTH: tl.constexpr, PRECISION: tl.constexpr):
+def _paged_decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    table_ptr,
+    lens_ptr,
+    o_ptr,
+    scale,
+    stride_qb,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_tb,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    D: tl.constexpr,
+    BS: tl.constexpr,
+    MAX_BLOCKS: tl.constexpr,
+    LOOP_TO_LENGTH: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     b = tl.program_id(0)
     g = tl.program_id(1)
     rows = tl.arange(0, GROUP_PAD)
@@ -58,19 +76,17 @@ def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr, o_ptr, scale,
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
     if LOOP_TO_LENGTH:  # the sequence's own blocks
         for i in range(0, tl.cdiv(n, BS)):
-            m_i, l_i, acc = _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks,
-                                          stride_kh, D, BS, PRECISION)
+            m_i, l_i, acc = _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks, stride_kh, D, BS, PRECISION)
     else:  # Triton's CPU interpreter cannot loop to a loaded bound: every row walks the table, masked past its length
         for i in range(0, MAX_BLOCKS):
-            m_i, l_i, acc = _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks,
-                                          stride_kh, D, BS, PRECISION)
+            m_i, l_i, acc = _attend_block(i, q, m_i, l_i, acc, k_ptr, v_ptr, table_row, n, g, scale, stride_ks, stride_kh, D, BS, PRECISION)
     out = acc / l_i[:, None]
-    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + dims[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=real[:, None])
+    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + dims[None, :], out.to(o_ptr.dtype.element_ty), mask=real[:, None])
 
 
-def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor,
-                 context_lens: torch.Tensor, scale: float, block_size: int) -> torch.Tensor:
+def paged_decode(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor, scale: float, block_size: int
+) -> torch.Tensor:
     """Each sequence's one query attends to its context, read from the pools through its blocks.
 
     Args:
@@ -88,9 +104,27 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
     q = q.contiguous()
     out = torch.empty_like(q)
     # tl.dot takes ≥ 16 rows: a group of query heads is padded to 16 (a 4-head GQA group wastes rows, not bytes)
-    _paged_decode_kernel[(b, kvh)](q, k_pool, v_pool, block_table, context_lens, out, scale,
-                                   q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), block_table.stride(0),
-                                   out.stride(0), out.stride(1), GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
-                                   D=d, BS=block_size, MAX_BLOCKS=block_table.shape[1], LOOP_TO_LENGTH=os.environ.get("TRITON_INTERPRET") != "1",
-                                   PRECISION="ieee" if q.dtype == torch.float32 else "tf32")  # fp32 stays fp32
+    _paged_decode_kernel[(b, kvh)](
+        q,
+        k_pool,
+        v_pool,
+        block_table,
+        context_lens,
+        out,
+        scale,
+        q.stride(0),
+        q.stride(1),
+        k_pool.stride(0),
+        k_pool.stride(1),
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        D=d,
+        BS=block_size,
+        MAX_BLOCKS=block_table.shape[1],
+        LOOP_TO_LENGTH=os.environ.get("TRITON_INTERPRET") != "1",
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )  # fp32 stays fp32
     return out

@@ -25,11 +25,9 @@ class GaudiBackend(Backend):
         try:
             import habana_frameworks.torch.hpu as hpu  # noqa: PLC0415 — optional vendor library
         except ImportError:
-            raise BackendUnavailable(f"gaudi: habana_frameworks.torch is not installed; the gaudi backend needs "
-                                     f"{self.requires}.") from None
+            raise BackendUnavailable(f"gaudi: habana_frameworks.torch is not installed; the gaudi backend needs {self.requires}.") from None
         if not hpu.is_available():
-            raise BackendUnavailable(f"gaudi: the HPU bridge is installed but sees no Gaudi device; the gaudi "
-                                     f"backend needs {self.requires}.")
+            raise BackendUnavailable(f"gaudi: the HPU bridge is installed but sees no Gaudi device; the gaudi backend needs {self.requires}.")
         return hpu
 
     def detect(self) -> list[DeviceInfo]:

@@ -39,21 +39,32 @@ class OnnxToolchain:
             raise ToolchainUnavailable("the ONNX exporter needs onnx and onnxscript: pip install 'hetc[compile]'.") from None
         return f"onnxruntime {_ort().__version__}, torch.onnx {torch.__version__.split('+')[0]}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
-              weight_names: dict[str, str] | None = None) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str, weight_names: dict[str, str] | None = None) -> Artifact:
         self.version()
         logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # one line per op set it skips
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # and it prints its progress
             warnings.simplefilter("ignore")
             torch.onnx.export(program, (), str(out_dir / f"{stem}.onnx"), dynamo=True, external_data=True)
         files = [Path(f"{stem}.onnx")] + ([Path(f"{stem}.onnx.data")] if (out_dir / f"{stem}.onnx.data").exists() else [])
-        return Artifact(toolchain=self.name, version=self.version(), target=target, files=files, runnable_here=True,
-                        notes=["provider-neutral ONNX; checked here with CPUExecutionProvider",
-                               "weights: ONNX external data beside the graph (.onnx.data): no 2 GB limit"])
+        return Artifact(
+            toolchain=self.name,
+            version=self.version(),
+            target=target,
+            files=files,
+            runnable_here=True,
+            notes=["provider-neutral ONNX; checked here with CPUExecutionProvider", "weights: ONNX external data beside the graph (.onnx.data): no 2 GB limit"],
+        )
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
-             lean: bool = False) -> CompiledStep:
+    def load(
+        self,
+        artifact: Artifact,
+        out_dir: Path,
+        *,
+        threads: int | None = None,
+        kv_dtype: torch.dtype = torch.float32,
+        weights: WeightSource | None = None,
+        lean: bool = False,
+    ) -> CompiledStep:
         ort = _ort()
         opts = ort.SessionOptions()
         if threads:

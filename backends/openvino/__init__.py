@@ -27,8 +27,7 @@ class OpenVinoBackend(Backend):
         try:
             import openvino as ov  # noqa: PLC0415 — optional vendor library
         except ImportError:
-            raise BackendUnavailable(f"openvino: the openvino package is not installed; the openvino backend needs "
-                                     f"{self.requires}.") from None
+            raise BackendUnavailable(f"openvino: the openvino package is not installed; the openvino backend needs {self.requires}.") from None
         return ov.Core()
 
     def detect(self) -> list[DeviceInfo]:
@@ -59,15 +58,19 @@ class OpenVinoBackend(Backend):
         # one Intel GPU is listed as plain "GPU"
         if name in seen or (index == 0 and "GPU" in seen):
             return name if name in seen else "GPU"
-        raise BackendUnavailable(f"openvino: plan device {index} is OpenVINO's {name}, and this host's OpenVINO "
-                                 f"devices are {', '.join(seen) or 'none'}; the openvino backend needs {self.requires} "
-                                 "(or serve with --emulate, which runs the stage on the CPU plugin).")
+        raise BackendUnavailable(
+            f"openvino: plan device {index} is OpenVINO's {name}, and this host's OpenVINO "
+            f"devices are {', '.join(seen) or 'none'}; the openvino backend needs {self.requires} "
+            "(or serve with --emulate, which runs the stage on the CPU plugin)."
+        )
 
     def prepare_stage(self, stage: RunnableStage, index: int, *, threads: int | None = None) -> RunnableStage:
         device = self.device_name(index)
-        raise BackendUnavailable(f"openvino: serving a stage on {device} needs its KV blocks as GPU remote tensors "
-                                 "written in place by OpenVINO's paged attention, which this version of hetc does not "
-                                 "do; serve the plan with --emulate (the same IR on the CPU plugin).")
+        raise BackendUnavailable(
+            f"openvino: serving a stage on {device} needs its KV blocks as GPU remote tensors "
+            "written in place by OpenVINO's paged attention, which this version of hetc does not "
+            "do; serve the plan with --emulate (the same IR on the CPU plugin)."
+        )
 
 
 BACKEND = OpenVinoBackend()

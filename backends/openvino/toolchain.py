@@ -26,17 +26,26 @@ __all__ = ["TOOLCHAIN", "OpenVinoToolchain", "cpu_config"]
 
 # PagedAttentionExtension's inputs after the nine the stage gives and its scale (OpenVINO 2026.4:
 # 28 in all); each (name, numpy dtype, shape, value): off or empty = the feature unused
-_PA_UNUSED = [("sliding_window", np.int32, (), 0), ("alibi_slopes", np.float32, (0,), None),
-              ("max_context_len", None, None, None), ("score_aggregation_window", np.int32, (0,), None),
-              ("rotated_block_indices", np.int32, (0,), None), ("rotation_deltas", np.int32, (0,), None),
-              ("rotation_trig_lut", np.float32, (0,), None), ("xattention_threshold", np.float32, (0,), None),
-              ("xattention_block_size", np.int32, (), 0), ("xattention_stride", np.int32, (), 0),
-              ("sinks", np.float32, (0,), None), ("adaptive_rkv_start_size", np.int32, (), 0),
-              ("adaptive_rkv_evictable_sizes", np.int32, (0,), None),
-              ("adaptive_rkv_diversity_block_set_indices", np.int32, (0,), None),
-              ("adaptive_rkv_diversity_block_set_indices_begins", np.int32, (0,), None),
-              ("token_type_ids", np.int32, (0,), None), ("qq_bias", np.uint8, (0,), None),
-              ("qq_bias_begins", np.int32, (0,), None)]
+_PA_UNUSED = [
+    ("sliding_window", np.int32, (), 0),
+    ("alibi_slopes", np.float32, (0,), None),
+    ("max_context_len", None, None, None),
+    ("score_aggregation_window", np.int32, (0,), None),
+    ("rotated_block_indices", np.int32, (0,), None),
+    ("rotation_deltas", np.int32, (0,), None),
+    ("rotation_trig_lut", np.float32, (0,), None),
+    ("xattention_threshold", np.float32, (0,), None),
+    ("xattention_block_size", np.int32, (), 0),
+    ("xattention_stride", np.int32, (), 0),
+    ("sinks", np.float32, (0,), None),
+    ("adaptive_rkv_start_size", np.int32, (), 0),
+    ("adaptive_rkv_evictable_sizes", np.int32, (0,), None),
+    ("adaptive_rkv_diversity_block_set_indices", np.int32, (0,), None),
+    ("adaptive_rkv_diversity_block_set_indices_begins", np.int32, (0,), None),
+    ("token_type_ids", np.int32, (0,), None),
+    ("qq_bias", np.uint8, (0,), None),
+    ("qq_bias_begins", np.int32, (0,), None),
+]
 
 
 def _ov():
@@ -84,9 +93,11 @@ _HETC_OP = None
 def _paged_attention(ctx) -> list:
     """hetc::paged_attention(q, k, v, k_cache, v_cache, past_lens, subsequence_begins, block_indices,
     block_indices_begins, max_context_len, scale, kv_heads, head_size) → `HetcPagedAttention`."""
-    attrs = {"scale": float(ctx.get_values_from_const_input(10, None, float)),
-             "kv_heads": int(ctx.get_values_from_const_input(11, None, int)),
-             "head_size": int(ctx.get_values_from_const_input(12, None, int))}
+    attrs = {
+        "scale": float(ctx.get_values_from_const_input(10, None, float)),
+        "kv_heads": int(ctx.get_values_from_const_input(11, None, int)),
+        "head_size": int(ctx.get_values_from_const_input(12, None, int)),
+    }
     return _hetc_op()([ctx.get_input(i) for i in range(10)], attrs).outputs()
 
 
@@ -97,13 +108,20 @@ def _to_openvino_op(node) -> None:
 
     attrs = node.get_attributes()
     given = [node.input_value(i) for i in range(10)]
-    const = [ops.constant(np.full(shape, value, dtype) if value is not None else np.zeros(shape, dtype)).output(0)
-             for name, dtype, shape, value in _PA_UNUSED if name != "max_context_len"]
+    const = [
+        ops.constant(np.full(shape, value, dtype) if value is not None else np.zeros(shape, dtype)).output(0)
+        for name, dtype, shape, value in _PA_UNUSED
+        if name != "max_context_len"
+    ]
     scale = ops.constant(np.float32(attrs["scale"])).output(0)
     pa = _PagedAttentionExtension([*given[:9], scale, *const[:2], given[9], *const[2:]])
     rt = pa.get_rt_info()  # the CPU plugin reads the head layout from here
-    for key, value in (("k_head_size", attrs["head_size"]), ("num_k_heads", attrs["kv_heads"]),
-                       ("v_head_size", attrs["head_size"]), ("num_v_heads", attrs["kv_heads"])):
+    for key, value in (
+        ("k_head_size", attrs["head_size"]),
+        ("num_k_heads", attrs["kv_heads"]),
+        ("v_head_size", attrs["head_size"]),
+        ("num_v_heads", attrs["kv_heads"]),
+    ):
         rt[key] = int(value)
     pa.set_friendly_name(node.get_friendly_name())
     node.output(0).replace(pa.output(0))
@@ -112,8 +130,13 @@ def _to_openvino_op(node) -> None:
 def cpu_config(*, threads: int | None, kv_dtype: torch.dtype) -> dict[str, str]:
     """The CPU plugin's configuration for a served stage: f32 math for an fp32 stage, the KV cache
     kept in the runtime's dtype (so it is shared, not converted), one stream, no pinning."""
-    config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": IR_ELEMENT_TYPES[kv_dtype], "NUM_STREAMS": "1",
-              "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": "NO"}
+    config = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "KV_CACHE_PRECISION": IR_ELEMENT_TYPES[kv_dtype],
+        "NUM_STREAMS": "1",
+        "PERFORMANCE_HINT": "LATENCY",
+        "ENABLE_CPU_PINNING": "NO",
+    }
     if threads:
         config["INFERENCE_NUM_THREADS"] = str(threads)
     return config
@@ -126,22 +149,34 @@ class OpenVinoToolchain:
     def version(self) -> str:
         return _ov().__version__.split("-")[0]
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
-              weight_names: dict[str, str] | None = None) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str, weight_names: dict[str, str] | None = None) -> Artifact:
         ov = _ov()
         from openvino.frontend.pytorch import ConversionExtension
 
-        model = ov.convert_model(program, extension=[ConversionExtension("hetc.paged_attention.default",
-                                                                         _paged_attention)])
+        model = ov.convert_model(program, extension=[ConversionExtension("hetc.paged_attention.default", _paged_attention)])
         ov.save_model(model, out_dir / f"{stem}.xml", compress_to_fp16=False)  # keep the weights' own precision
-        return Artifact(toolchain=self.name, version=self.version(), target=target,
-                        files=[Path(f"{stem}.xml"), Path(f"{stem}.bin")], runnable_here=True,
-                        notes=[f"IR for OpenVINO device {target} with OpenVINO's PagedAttention op; checked here on "
-                               "the CPU plugin at f32", "weights: the IR's own .bin beside the .xml"])
+        return Artifact(
+            toolchain=self.name,
+            version=self.version(),
+            target=target,
+            files=[Path(f"{stem}.xml"), Path(f"{stem}.bin")],
+            runnable_here=True,
+            notes=[
+                f"IR for OpenVINO device {target} with OpenVINO's PagedAttention op; checked here on the CPU plugin at f32",
+                "weights: the IR's own .bin beside the .xml",
+            ],
+        )
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
-             lean: bool = False) -> CompiledStep:
+    def load(
+        self,
+        artifact: Artifact,
+        out_dir: Path,
+        *,
+        threads: int | None = None,
+        kv_dtype: torch.dtype = torch.float32,
+        weights: WeightSource | None = None,
+        lean: bool = False,
+    ) -> CompiledStep:
         ov = _ov()
         core = ov.Core()
         core.add_extension(ov.OpExtension(_hetc_op()))

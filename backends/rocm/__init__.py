@@ -20,11 +20,11 @@ class RocmBackend(CudaApiBackend):
 
     def check(self) -> None:
         if not getattr(torch.version, "hip", None):
-            raise BackendUnavailable(f"rocm: this torch ({torch.__version__}) is not a ROCm build; the rocm backend "
-                                     f"needs {self.requires}.")
+            raise BackendUnavailable(f"rocm: this torch ({torch.__version__}) is not a ROCm build; the rocm backend needs {self.requires}.")
         if not torch.cuda.is_available():
-            raise BackendUnavailable(f"rocm: torch {torch.__version__} sees no AMD GPU (driver missing, or "
-                                     f"HIP_VISIBLE_DEVICES hides them); the rocm backend needs {self.requires}.")
+            raise BackendUnavailable(
+                f"rocm: torch {torch.__version__} sees no AMD GPU (driver missing, or HIP_VISIBLE_DEVICES hides them); the rocm backend needs {self.requires}."
+            )
 
 
 BACKEND = RocmBackend()

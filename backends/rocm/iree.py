@@ -17,13 +17,11 @@ import torch
 
 from hetc.stage import AttentionForm
 from hetc.backends.rocm.iree_params import PARAMETER_SCOPE
-from hetc.backends.toolchain import (Artifact, CompiledStep, ToolchainUnavailable, WeightSource, read_weight_table,
-                                     write_weight_table)
+from hetc.backends.toolchain import Artifact, CompiledStep, ToolchainUnavailable, WeightSource, read_weight_table, write_weight_table
 
 __all__ = ["TOOLCHAIN", "IreeToolchain"]
 
-_CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-        "--iree-llvmcpu-target-cpu=host"]
+_CPU = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
 
 
 def _device_flags(target: str) -> list[str]:
@@ -33,10 +31,10 @@ def _device_flags(target: str) -> list[str]:
     if m and int(m.group(1)) < 90:
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={target}"]
     if m:
-        raise ToolchainUnavailable(f"IREE 3.13 has no CUDA target {target} (iree-org/iree#22147: sm_90 and newer "
-                                   "are missing); use the Inductor toolchain for this device.")
-    raise ToolchainUnavailable(f"IREE builds for AMD gfx targets (gfx942, gfx90a) and NVIDIA sm_80; "
-                               f"{target!r} is neither.")
+        raise ToolchainUnavailable(
+            f"IREE 3.13 has no CUDA target {target} (iree-org/iree#22147: sm_90 and newer are missing); use the Inductor toolchain for this device."
+        )
+    raise ToolchainUnavailable(f"IREE builds for AMD gfx targets (gfx942, gfx90a) and NVIDIA sm_80; {target!r} is neither.")
 
 
 class IreeToolchain:
@@ -49,12 +47,12 @@ class IreeToolchain:
             import torch_mlir  # noqa: F401
             from importlib.metadata import version
         except ImportError:
-            raise ToolchainUnavailable("IREE needs iree-base-compiler, iree-base-runtime and torch-mlir: "
-                                       "`make setup` installs them (torch-mlir with --no-deps).") from None
+            raise ToolchainUnavailable(
+                "IREE needs iree-base-compiler, iree-base-runtime and torch-mlir: `make setup` installs them (torch-mlir with --no-deps)."
+            ) from None
         return f"iree {version('iree-base-compiler')}, torch-mlir {version('torch-mlir')}"
 
-    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str,
-              weight_names: dict[str, str] | None = None) -> Artifact:
+    def build(self, program: torch.export.ExportedProgram, out_dir: Path, *, target: str, stem: str, weight_names: dict[str, str] | None = None) -> Artifact:
         ver = self.version()
         flags = _device_flags(target)
         import iree.compiler as ic
@@ -74,15 +72,28 @@ class IreeToolchain:
                 why = next((ln for ln in str(e).splitlines() if "error:" in ln), str(e).splitlines()[0])
                 raise ToolchainUnavailable(f"iree-compile failed for {name}: {why.strip()[:300]}") from None
             files.append(Path(out.name))
-        return Artifact(toolchain=self.name, version=ver, target=target, files=files, runnable_here=True,
-                        notes=[f"{files[2]} for {target} ({' '.join(flags)}); {files[3]} from the same import "
-                               "runs here (llvm-cpu) for the check",
-                               f"weights: none in the modules (IREE parameters, scope {PARAMETER_SCOPE!r}); "
-                               f"{table.name} names the model weights they load at start"])
+        return Artifact(
+            toolchain=self.name,
+            version=ver,
+            target=target,
+            files=files,
+            runnable_here=True,
+            notes=[
+                f"{files[2]} for {target} ({' '.join(flags)}); {files[3]} from the same import runs here (llvm-cpu) for the check",
+                f"weights: none in the modules (IREE parameters, scope {PARAMETER_SCOPE!r}); {table.name} names the model weights they load at start",
+            ],
+        )
 
-    def load(self, artifact: Artifact, out_dir: Path, *, threads: int | None = None,
-             kv_dtype: torch.dtype = torch.float32, weights: WeightSource | None = None,
-             lean: bool = False) -> CompiledStep:
+    def load(
+        self,
+        artifact: Artifact,
+        out_dir: Path,
+        *,
+        threads: int | None = None,
+        kv_dtype: torch.dtype = torch.float32,
+        weights: WeightSource | None = None,
+        lean: bool = False,
+    ) -> CompiledStep:
         import iree.runtime as rt
 
         from hetc.backends.rocm.iree_params import parameters_module
@@ -93,8 +104,10 @@ class IreeToolchain:
         table = next(f for f in artifact.files if f.name.endswith(".iree-weights.json"))
         config = rt.Config("local-task" if threads != 1 else "local-sync")
         params, arrays = parameters_module(config.vm_instance, read_weight_table(out_dir / table), weights)
-        ctx = rt.SystemContext(vm_modules=[params, rt.create_hal_module(config.vm_instance, config.device),
-                                           rt.VmModule.mmap(config.vm_instance, str(out_dir / cpu))], config=config)
+        ctx = rt.SystemContext(
+            vm_modules=[params, rt.create_hal_module(config.vm_instance, config.device), rt.VmModule.mmap(config.vm_instance, str(out_dir / cpu))],
+            config=config,
+        )
         main = ctx.modules.module["main"]
 
         def step(*tensors: torch.Tensor, _weights=arrays) -> list[torch.Tensor]:

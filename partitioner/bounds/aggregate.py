@@ -39,6 +39,7 @@ NEAR = 0.9  # a key that can't give a cell this share of its best bound so far i
 PER_OCTAVE = 1  # batch intervals per octave (batches.octaves): exact wherever memory admits the top; SPLITS covers the rest
 SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
+
 class Key(NamedTuple):
     """An operating point that covers a class of pipelines: costs and rate at `top` sequences in
     flight with `m` micro-batches, memory at `batch` sequences (batches.py: valid for every batch
@@ -96,8 +97,7 @@ def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[i
     wl = costs.tables.wl
     blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     cols = [case.P[g] for g in gs if np.isfinite(case.P[g, -1])]
-    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * blocks * u.kv_bytes_per_token
-                                                 for u in units])]))
+    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * blocks * u.kv_bytes_per_token for u in units])]))
     cols.append(np.arange(len(units) + 1, dtype=float))
     for kind in sorted({u.kind for u in units}):
         ind = np.array([u.kind == kind for u in units], dtype=float)
@@ -186,8 +186,7 @@ class FirstPass:
         costs, space, G = self.costs, self.space, self.G
         out = np.zeros(len(space))
         batch, lo, hi = key.batch, key.lo, key.hi
-        usable = np.array([any(np.isfinite(costs.memory(self.phase, batch).P[g, -1]) for g in self.kinds
-                               if costs.group[g] == k) for k in range(G)])
+        usable = np.array([any(np.isfinite(costs.memory(self.phase, batch).P[g, -1]) for g in self.kinds if costs.group[g] == k) for k in range(G)])
         sel = (space.total >= lo) & ((self.s_min <= hi) if self.tp_mode else (space.total <= hi))
         sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
         sel &= self.most >= batch
@@ -195,8 +194,9 @@ class FirstPass:
         if self.phase == Phase.PREFILL or key.top == batch:
             tops = np.full(len(idx), key.top)
         else:
-            ends = np.unique(np.minimum(key.top, np.ceil(batch * 2.0 ** (np.arange(1, SPLITS + 1) * np.log2((key.top + 1) / batch)
-                                                                        / SPLITS)) - 1)).astype(np.int64)
+            ends = np.unique(np.minimum(key.top, np.ceil(batch * 2.0 ** (np.arange(1, SPLITS + 1) * np.log2((key.top + 1) / batch) / SPLITS)) - 1)).astype(
+                np.int64
+            )
             ends = ends[ends >= batch]
             tops = ends[np.searchsorted(ends, np.minimum(key.top, self.most[idx]))]
         for top in np.unique(tops):
@@ -266,8 +266,9 @@ class FirstPass:
         return out
 
 
-def first_pass(costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int,
-               ceiling: int, regimes: Regimes | None = None) -> tuple[list[Key], np.ndarray]:
+def first_pass(
+    costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None
+) -> tuple[list[Key], np.ndarray]:
     """The keys of `phase` and V [keys, cells] (FirstPass.row of each, keys from the largest batch
     down, so that later keys can skip cells far below the bound so far)."""
     fp = FirstPass(costs, space, phase)

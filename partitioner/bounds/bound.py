@@ -91,8 +91,7 @@ def _balances(signature: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
-               ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
+def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float], ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
     """Lower bound on USD per hour per output tok/s over all plans (module docstring).
 
     Args:
@@ -132,8 +131,7 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
             f, big_g = solver.NumVar(0, inf, ""), solver.NumVar(0, inf, "")
             y = [solver.NumVar(0, inf, "") for _ in rep]
             row(-inf, 0, [(f, over), (big_g, -key.top), *((v, float(cost[j])) for j, v in zip(rep, y))])
-            row(-inf, 0, [(f, -1.0), *((v, (w + key.batch * k) / (g.tp * g.profile.usable_memory))
-                                       for w, k, v in zip(weights, kv, y))])
+            row(-inf, 0, [(f, -1.0), *((v, (w + key.batch * k) / (g.tp * g.profile.usable_memory)) for w, k, v in zip(weights, kv, y))])
             row(0, inf, [(f, -1.0), *((v, 1.0) for v in y)])  # every stage holds a unit
             for a, b, lo, hi in balances:  # contiguous ranges: c_a − c_b within [lo, hi] per stage
                 row(0, inf, [(y[a], 1.0), (y[b], -1.0), (f, -float(lo))])

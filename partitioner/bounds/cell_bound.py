@@ -47,9 +47,11 @@ TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
-METHOD = ("integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
-          "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
-          "(loop term and link choice relaxed; the loop term counted with a floor on cost or energy)")
+METHOD = (
+    "integer knapsack over device-count vectors of a per-pipeline upper bound: an order-free "
+    "relaxation (weighted unit coverage) refined by an exact chain DP on the cells the optimum uses "
+    "(loop term and link choice relaxed; the loop term counted with a floor on cost or energy)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +105,7 @@ class _Cells:
     """Per phase: each cell's first-pass bound per key, the pieces refinement split them into,
     and the best pipeline refinement found on it (a value it attains)."""
 
-    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int,
-                 loop: bool = False) -> None:
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, loop: bool = False) -> None:
         self.costs, self.space, self.phase, self.loop = costs, space, phase, loop
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
         self.regimes = Regimes(costs.tables.wl, phase, ceiling)
@@ -151,9 +152,18 @@ class _Cells:
         costs, phase = self.costs, self.phase
         rate = costs.tables.wl.output_len if phase == Phase.PREFILL else piece.top
         best = self.exact.get(c, (0.0, None))
-        got, work = best_chain(costs, phase, piece.top, piece.n, self.space.cells[c], self.tp_groups,
-                               below=rate / best[0] if best[0] else np.inf, fit=piece.fit,  # only a better chain matters
-                               above=rate / piece.ub, loop=self.loop)
+        got, work = best_chain(
+            costs,
+            phase,
+            piece.top,
+            piece.n,
+            self.space.cells[c],
+            self.tp_groups,
+            below=rate / best[0] if best[0] else np.inf,
+            fit=piece.fit,  # only a better chain matters
+            above=rate / piece.ub,
+            loop=self.loop,
+        )
         if got is None:
             return work
         R, chain = got
@@ -167,9 +177,19 @@ class _Cells:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
         return work + STEP
 
-def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
-               phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
-               progress: Callable[[str], None] | None = None) -> CellBound:
+
+def cell_bound(
+    tables: Tables,
+    kinds: list[Kind],
+    cluster: Cluster,
+    max_stages: int,
+    ceiling: int,
+    *,
+    phases: tuple[Phase, ...] = (Phase.BOTH,),
+    budget: float = 4e8,
+    demand: Demand | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CellBound:
     """The knapsack bound over pipelines of `phases` at any batch up to `ceiling`, refined within
     `budget` DP cells.
 
@@ -197,8 +217,9 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
         work += (len(phases) + 1) * space.closure_work
         K = {p: closure(space, table[p].ub) for p in phases}
         value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), K.get(Phase.PREFILL, zero))
-        items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases
-                 for c in decompose(space, table[p].ub, K[p], top)]
+        items = [
+            (p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, table[p].ub, K[p], top)
+        ]
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
         got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
         attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
@@ -208,8 +229,10 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
             items = [(Phase.BOTH, c) for c in decompose(space, table[Phase.BOTH].ub, K[Phase.BOTH], cheapest)]
             todo, done = sorted({(p, c) for p, c in items if not table[p].settled(c)}), False
         if progress:
-            progress(f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
-                     + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else ""))
+            progress(
+                f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
+                + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else "")
+            )
         if not todo or work >= budget or done:
             break
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
@@ -218,8 +241,7 @@ def cell_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: 
                     break
                 work += table[p].refine(c)
     # the optimum's refined pipelines first, then every other refined one, best first
-    refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe),
-                     key=lambda e: -e[0])
+    refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe), key=lambda e: -e[0])
     first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
     pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
     return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)

@@ -23,7 +23,7 @@ class CountSpace:
         self.devices = devices.astype(np.int64)
         self.dims = tuple(int(n) + 1 for n in self.devices)
         self.cells = np.indices(self.dims).reshape(len(self.dims), -1).T  # row-major: index = cells @ strides
-        self.strides = np.array([int(np.prod(self.dims[k + 1:])) for k in range(len(self.dims))], dtype=np.int64)
+        self.strides = np.array([int(np.prod(self.dims[k + 1 :])) for k in range(len(self.dims))], dtype=np.int64)
         self.total = self.cells.sum(axis=1)
         self.order = np.argsort(self.total, kind="stable")
         self.full = len(self.cells) - 1  # every device of the cluster

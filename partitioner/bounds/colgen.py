@@ -68,8 +68,9 @@ AHEAD = 1.3  # the last full pass is started where this many times its estimate 
 SHORT = 10.0  # cost master: tok/s short of the floor cost this many times all devices' spend over the floor
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 
-METHOD = ("column generation over pipelines: an LP over device counts per type with a Lagrangian bound from "
-          "exact chain pricing (loop term and link choice relaxed)")
+METHOD = (
+    "column generation over pipelines: an LP over device counts per type with a Lagrangian bound from exact chain pricing (loop term and link choice relaxed)"
+)
 
 
 @dataclass(slots=True)
@@ -84,8 +85,7 @@ class _Column:
     stages: np.ndarray  # per kind
 
 
-def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None,
-            floor: float = 0.0):
+def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None, floor: float = 0.0):
     """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`. With `spend` (per
     device of each type), the cost master: the least spend giving `floor` tok/s, short tok/s bought
     at a price no column beats (so it is feasible before any column); μ_d is then the floor row's dual λ."""
@@ -125,8 +125,7 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
     return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
 
 
-def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray,
-                 floor: float):
+def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray, floor: float):
     """The cost master over `_master`'s device and group rows: min Σ spend·devices·x + SHORT·short,
     Σ tok/s·x + short ≥ floor."""
     obj = s.Objective()
@@ -151,8 +150,9 @@ def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: floa
     kinds_ = list(chain[0])
     devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
     tokens = rate if phase == Phase.PREFILL else most
-    return _Column(Pipeline(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain)), devices,
-                   np.bincount(np.array(kinds_), minlength=n_kinds))
+    return _Column(
+        Pipeline(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain)), devices, np.bincount(np.array(kinds_), minlength=n_kinds)
+    )
 
 
 def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
@@ -160,19 +160,30 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
     class's shortest (n > lo); [key] when neither."""
     if not prefill and key.batch <= most < key.top:
         mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
-        rest: Any = [key._replace(batch=most + 1)] if mid <= most + 1 or mid >= key.top else \
-            [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
+        rest: Any = (
+            [key._replace(batch=most + 1)]
+            if mid <= most + 1 or mid >= key.top
+            else [key._replace(batch=most + 1, top=mid, m=min(key.lo, mid)), key._replace(batch=mid + 1)]
+        )
         return [key._replace(top=most, m=min(key.lo, most))] + rest
     if key.hi > key.lo and (n > key.lo if prefill else min(n, key.top) > key.m):
-        rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else \
-            key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
+        rest = key._replace(lo=key.lo + 1, batch=key.lo + 1, top=key.lo + 1) if prefill else key._replace(lo=key.lo + 1, m=min(key.lo + 1, key.top))
         return [key._replace(hi=key.lo), rest]
     return [key]
 
 
-def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages: int, ceiling: int, *,
-                 phases: tuple[Phase, ...] = (Phase.BOTH,), budget: float = 4e8, demand: Demand | None = None,
-                 progress: Callable[[str], None] | None = None) -> ColumnBound:
+def column_bound(
+    tables: Tables,
+    kinds: list[Kind],
+    cluster: Cluster,
+    max_stages: int,
+    ceiling: int,
+    *,
+    phases: tuple[Phase, ...] = (Phase.BOTH,),
+    budget: float = 4e8,
+    demand: Demand | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ColumnBound:
     """The bound over pipelines of `phases` at any batch up to `ceiling`, and the pipelines of the
     master's optimum, within `budget` pricing work (a last full pass always runs, so the bound
     is valid whatever the budget).
@@ -210,12 +221,10 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
     while True:
         it += 1
-        z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else \
-            (0.0, [], np.zeros(len(N)), {}, {})
+        z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {})
         if pools and not cols:
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
-        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]),
-                 np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
+        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]), np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
         # this pass would end past the budget (a full pass costs what the last one did, or before any,
         # what a key has cost so far per key; AHEAD times that): price every key, then stop
         final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
@@ -287,8 +296,9 @@ def column_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, max_stages
         cols += new
         if progress:
             spent_on = "" if spend is None else f", least spend {least:,.2f}"
-            progress(f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, "
-                     f"{len(todo)} keys, work {work / budget:.0%}")
+            progress(
+                f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, {len(todo)} keys, work {work / budget:.0%}"
+            )
         if full and (final or not new and not smooth):
             break
     if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them

@@ -26,8 +26,7 @@ __all__ = ["loop_round"]
 CHUNK = 1 << 22  # values of one min-plus step at most (32 MiB): rows of a large cell go in parts
 
 
-def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int,
-              kinds: list[int]) -> tuple[float, float]:
+def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> tuple[float, float]:
     """f(R) (module docstring; inf if no chain is feasible) and the work it took (states × units
     × units touched)."""
     T, U = len(costs.types), costs.u
@@ -46,7 +45,7 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
             np.minimum(row, np.where(ok[g][0], case.P[g] + case.over[g], np.inf), out=row)
     work = 0.0
     for s in range(1, n + 1):
-        E[:, :, U - (n - s) + 1:] = np.inf  # every stage still to come keeps a unit
+        E[:, :, U - (n - s) + 1 :] = np.inf  # every stage still to come keeps a unit
         if s == n:
             break
         F = np.full_like(E, np.inf)
@@ -72,8 +71,7 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
     return float(E[:, :, U].min()), work
 
 
-def loop_round(costs: StageCosts, case: Case, R0: float, cand: np.ndarray, counts: np.ndarray, n: int,
-               kinds: list[int], m: int) -> tuple[float, float]:
+def loop_round(costs: StageCosts, case: Case, R0: float, cand: np.ndarray, counts: np.ndarray, n: int, kinds: list[int], m: int) -> tuple[float, float]:
     """The least round any n-stage chain within `counts` can have, loop term included: min over
     candidates R ≥ R0 of max(R, f(R)/m), where R0 is the chain DP's bottleneck and `cand` the
     sorted values it can take (stage times, cheapest links); and the work it took."""

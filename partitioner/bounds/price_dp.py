@@ -88,8 +88,9 @@ def free_chain(u0: np.ndarray, pk: np.ndarray, kinds: np.ndarray, lo: int, hi: i
     return (tuple(reversed(chain)), tuple(reversed(cuts))), work
 
 
-def typed_dp(u0: np.ndarray, pk: np.ndarray, type_of: np.ndarray, T: int, link_ok: np.ndarray, lo: int, hi: int,
-             cap: np.ndarray | None = None, keep: bool = False):
+def typed_dp(
+    u0: np.ndarray, pk: np.ndarray, type_of: np.ndarray, T: int, link_ok: np.ndarray, lo: int, hi: int, cap: np.ndarray | None = None, keep: bool = False
+):
     """The exact DP (see the module) over chains of lo … hi stages: as free_dp, with link_ok [L, T', T]
     saying which type may feed which at each row; with `keep`, (layers [s][L, T, U+1], work)."""
     K, L, U1 = u0.shape
@@ -138,8 +139,9 @@ def typed_dp(u0: np.ndarray, pk: np.ndarray, type_of: np.ndarray, T: int, link_o
     return (layers, work) if keep else (best, best, work)
 
 
-def typed_chain(u0: np.ndarray, pk: np.ndarray, kinds: np.ndarray, type_of: np.ndarray, T: int,
-                link_ok: np.ndarray, lo: int, hi: int, f: float) -> tuple[tuple, float]:
+def typed_chain(
+    u0: np.ndarray, pk: np.ndarray, kinds: np.ndarray, type_of: np.ndarray, T: int, link_ok: np.ndarray, lo: int, hi: int, f: float
+) -> tuple[tuple, float]:
     """A chain (kinds, cuts) of lo … hi stages with price f, from one row of typed_dp (u0 [K, 1, U+1],
     link_ok [T', T]), and the work it took."""
     layers, work = typed_dp(u0, pk, type_of, T, link_ok[None], lo, hi, keep=True)

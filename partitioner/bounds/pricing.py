@@ -72,9 +72,9 @@ class KeyPricer:
         self.case: Any = costs.case(key.phase, key.top, key.m, fit=key.batch)  # a Case, or None: no kind holds the key
         case = self.case
         U = costs.u
-        self.kinds = np.array([] if case is None else
-                              [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)],
-                              dtype=np.int64)
+        self.kinds = np.array(
+            [] if case is None else [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)], dtype=np.int64
+        )
         if not len(self.kinds):
             self.cand = np.zeros(0)
             return
@@ -103,8 +103,7 @@ class KeyPricer:
         at = prices.tobytes()
         if self._weight[0] != at:
             finite = np.isfinite(self.unit)
-            self._weight = (at, float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0),
-                                               INF).min(axis=0).sum()))
+            self._weight = (at, float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0), INF).min(axis=0).sum()))
         return self._weight[1]
 
     def certificate(self, prices: np.ndarray, worth: float) -> float:
@@ -156,8 +155,9 @@ class KeyPricer:
             for i in pts:  # a point: some chain attains it (its bottleneck ≤ cand[i], price att)
                 if top / cand[i] - att[i] > found:
                     found, at = top / cand[i] - att[i], i
-            est = [(min(top / cand[a + 1] - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b)
-                   for a, b in zip(pts, pts[1:]) if b > a + 1]  # pts holds N − 1, and 0 or the last without a chain
+            est = [
+                (min(top / cand[a + 1] - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b) for a, b in zip(pts, pts[1:]) if b > a + 1
+            ]  # pts holds N − 1, and 0 or the last without a chain
             live = [(a, b) for e, a, b in est if e > max(found, beat) + tol]
             upper = max([found] + [e for e, _, _ in est])
             if not live:
@@ -236,8 +236,11 @@ class KeyPricer:
         low, best, work = np.zeros(len(Rs)), np.zeros(len(Rs)), 0.0
         for rows, typed in ((np.nonzero(free)[0], False), (np.nonzero(~free)[0], True)):
             if len(rows):
-                got = typed_dp(u0[:, rows], pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows]) if typed \
+                got = (
+                    typed_dp(u0[:, rows], pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows])
+                    if typed
                     else free_dp(u0[:, rows] if free.all() else u0[keep][:, rows], pk[keep], key.lo, hi, cap[rows])
+                )
                 low[rows], best[rows], w = got
                 work += w * (TYPED_CELL if typed else FREE_CELL)
         return low, best, work + REACH * u0.size

@@ -31,14 +31,13 @@ LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7
 CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
 
 
-def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int],
-           keep: bool = False):
+def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int], keep: bool = False):
     """Furthest unit reached by n-stage chains within `counts` (per layer, when `keep`), and the
     work it took (numpy steps and the states × kinds they touched)."""
     T, U = len(costs.types), costs.u
     dims = np.array([int(x) + 1 for x in counts])  # per device group
     size = int(np.prod(dims))
-    strides = np.array([int(np.prod(dims[k + 1:])) for k in range(len(dims))], dtype=np.int64)
+    strides = np.array([int(np.prod(dims[k + 1 :])) for k in range(len(dims))], dtype=np.int64)
     cells = np.indices(tuple(dims)).reshape(len(dims), -1).T
     kk = np.array(kinds)
     ty, gr, tp = costs.type_of[kk], costs.group[kk], costs.tp[kk]
@@ -59,7 +58,7 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
             at = E[t2, live]
             work += STEP + len(live) * len(kk)
             nxt = reach[:, at]  # [K, L]
-            ok = ((cells[live][:, gr].T + tp[:, None] < dims[gr][:, None]) & link_ok[t2, ty][:, None] & (nxt > at))
+            ok = (cells[live][:, gr].T + tp[:, None] < dims[gr][:, None]) & link_ok[t2, ty][:, None] & (nxt > at)
             dst = ty[:, None] * size + live[None, :] + (tp * strides[gr])[:, None]
             np.maximum.at(F, dst[ok], np.minimum(nxt[ok], U - n + 1 + s))
         E = F.reshape(T, size)
@@ -68,9 +67,18 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     return (E, layers, cells, strides, full) if keep else (E, work)
 
 
-def best_chain(costs: StageCosts, phase: Phase, batch: int, n: int, counts: np.ndarray,
-               tp_groups: bool, below: float = np.inf, fit: int | None = None,
-               above: float = 0.0, loop: bool = False) -> tuple[tuple[float, Chain] | None, float]:
+def best_chain(
+    costs: StageCosts,
+    phase: Phase,
+    batch: int,
+    n: int,
+    counts: np.ndarray,
+    tp_groups: bool,
+    below: float = np.inf,
+    fit: int | None = None,
+    above: float = 0.0,
+    loop: bool = False,
+) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per type, None if none fits within R ≤ `below`; and the work it took.
 

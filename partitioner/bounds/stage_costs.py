@@ -57,9 +57,11 @@ class StageCosts:
         self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
         self.group = self.type_of  # per kind: the device count it draws on
         self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
-        self.paths = {(a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else
-                      [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
-                      for a, ka in enumerate(first) for b, kb in enumerate(first)}
+        self.paths = {
+            (a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
+            for a, ka in enumerate(first)
+            for b, kb in enumerate(first)
+        }
         self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
         self.period = _period(tables.units)
         width = max(len(p) for p in self.paths.values())  # [T, T, paths]: each path's latency and 1/bandwidth summed

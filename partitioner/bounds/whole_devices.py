@@ -52,8 +52,7 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def whole_devices_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float],
-                        ceiling: int, floor: float) -> float:
+def whole_devices_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float], ceiling: int, floor: float) -> float:
     """Lower bound on (USD/h of any plan giving at least `floor` tok/s) / floor (module
     docstring): y/cap is at most the groups a real plan's stages take (a stage carries at most
     cap; a point inside the hull is a convex mix of vertices, Σλ ≤ 1); inf where no plan in the

@@ -35,10 +35,16 @@ if TYPE_CHECKING:  # torch loads only when a model is captured: a cached capture
 __all__ = ["CapturedModel", "capture", "catalog_names", "load_hf_config"]
 
 # config keys that make layers differ in ways a short export would not show
-_IRREGULAR = ("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
-              "interleave_moe_layer_step", "no_rope_layers", "n_dense_layers")
-_VOLATILE = ("transformers_version", "_name_or_path", "_hetc_source", "torch_dtype", "dtype", "architectures",
-             "auto_map", "_commit_hash")
+_IRREGULAR = (
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "interleave_moe_layer_step",
+    "no_rope_layers",
+    "n_dense_layers",
+)
+_VOLATILE = ("transformers_version", "_name_or_path", "_hetc_source", "torch_dtype", "dtype", "architectures", "auto_map", "_commit_hash")
 
 
 @dataclass(kw_only=True)
@@ -72,8 +78,7 @@ class CapturedModel:
     def graph_hash(self) -> str:
         cfg = {k: v for k, v in (self.config or {}).items() if k not in _VOLATILE}
         table = [(u.kind, u.layer, round(u.param_bytes), round(u.kv_bytes_per_token)) for u in self.units]
-        doc = json.dumps({"config": cfg, "dtype": self.dtype, "kv_dtype": self.kv_dtype, "units": table},
-                         sort_keys=True, default=str)
+        doc = json.dumps({"config": cfg, "dtype": self.dtype, "kv_dtype": self.kv_dtype, "units": table}, sort_keys=True, default=str)
         return hashlib.sha256(doc.encode()).hexdigest()
 
 
@@ -82,9 +87,12 @@ def catalog_names() -> list[str]:
 
 
 def _bad_model(ref: str, why: str) -> BadInput:
-    return BadInput(f"cannot use model {ref!r}: {why}", field="MODEL",
-                    fix=f"give a catalog name ({', '.join(catalog_names())}), a Hugging Face model dir with "
-                        "config.json, a Hugging Face id in the local cache, package.module:factory, or a .pt2 file.")
+    return BadInput(
+        f"cannot use model {ref!r}: {why}",
+        field="MODEL",
+        fix=f"give a catalog name ({', '.join(catalog_names())}), a Hugging Face model dir with "
+        "config.json, a Hugging Face id in the local cache, package.module:factory, or a .pt2 file.",
+    )
 
 
 def supported_torch() -> str | None:
@@ -109,10 +117,13 @@ def _export_failed(ref: str, e: Exception) -> BadInput:
 
     supported, here = supported_torch(), torch.__version__.split("+")[0]
     if supported and here not in SpecifierSet(supported):
-        return BadInput(f"cannot use model {ref!r}: torch.export rejected it under torch {torch.__version__}, while "
-                        f"hetc is built and tested against torch {supported}: {first_line(e)}", field="MODEL",
-                        fix=f"install torch{supported} (the CUDA or ROCm build on a GPU host), or capture where it is "
-                            "installed: plans and the capture cache (HETC_CACHE_DIR) carry the units.")
+        return BadInput(
+            f"cannot use model {ref!r}: torch.export rejected it under torch {torch.__version__}, while "
+            f"hetc is built and tested against torch {supported}: {first_line(e)}",
+            field="MODEL",
+            fix=f"install torch{supported} (the CUDA or ROCm build on a GPU host), or capture where it is "
+            "installed: plans and the capture cache (HETC_CACHE_DIR) carry the units.",
+        )
     return _bad_model(ref, f"torch.export rejected it: {first_line(e)}")
 
 
@@ -183,8 +194,10 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
             break
         except ValueError as e:
             if "not a" in str(e) or "Unrecognized configuration" in str(e):
-                raise _bad_model(ref, f"transformers has no causal-LM class for it ({str(e).splitlines()[0]}); "
-                                      "encoder-only and vision models go through package.module:factory.") from None
+                raise _bad_model(
+                    ref,
+                    f"transformers has no causal-LM class for it ({str(e).splitlines()[0]}); encoder-only and vision models go through package.module:factory.",
+                ) from None
             err = e
     if model is None:
         raise _bad_model(ref, f"transformers could not build it ({str(err).splitlines()[0]}).")
@@ -195,18 +208,14 @@ def _export_hf(cfg, dtype: str, ref: str) -> torch.export.ExportedProgram:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return export(model, (), {"input_ids": ids, "use_cache": False},
-                          dynamic_shapes={"input_ids": {1: tokens}, "use_cache": None}, strict=False)
+            return export(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes={"input_ids": {1: tokens}, "use_cache": None}, strict=False)
     except Exception as e:  # torch.export raises many types; all mean "this model does not export"
         raise _export_failed(ref, e) from None
 
 
-
 def _moe_info(cfg) -> dict | None:
-    e = next((getattr(cfg, k) for k in ("num_local_experts", "num_experts", "n_routed_experts")
-              if isinstance(getattr(cfg, k, None), int)), None)
-    k = next((getattr(cfg, k) for k in ("num_experts_per_tok", "top_k", "moe_topk")
-              if isinstance(getattr(cfg, k, None), int)), None)
+    e = next((getattr(cfg, k) for k in ("num_local_experts", "num_experts", "n_routed_experts") if isinstance(getattr(cfg, k, None), int)), None)
+    k = next((getattr(cfg, k) for k in ("num_experts_per_tok", "top_k", "moe_topk") if isinstance(getattr(cfg, k, None), int)), None)
     return {"num_experts": e, "top_k": k} if e and k else None
 
 
@@ -244,10 +253,19 @@ def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         if units is None:
             units = _unit_layers(cut_units(graph))
             notes.append("no attention found: one layer per unit")
-    return CapturedModel(ref=ref, kind=kind, dtype=dtype, kv_dtype=kv_dtype, units=_finish(units, dtype, kv_dtype),
-                         num_layers=max(u.layer for u in units) + 1, num_params=_count_params(units, dtype),
-                         config=cfg.to_dict(), exported_layers=exported if exported != n else None, notes=notes,
-                         graph=graph)
+    return CapturedModel(
+        ref=ref,
+        kind=kind,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        units=_finish(units, dtype, kv_dtype),
+        num_layers=max(u.layer for u in units) + 1,
+        num_params=_count_params(units, dtype),
+        config=cfg.to_dict(),
+        exported_layers=exported if exported != n else None,
+        notes=notes,
+        graph=graph,
+    )
 
 
 def _unit_layers(units: list[Unit]) -> list[Unit]:
@@ -270,9 +288,17 @@ def _capture_program(ep, ref: str, kind: str, dtype: str, kv_dtype: str) -> Capt
     if units is None:
         units = _unit_layers(cut_units(graph))
         notes.append("no attention found: one layer per unit")
-    return CapturedModel(ref=ref, kind=kind, dtype=dtype, kv_dtype=kv_dtype,
-                         units=_finish(units, dtype, kv_dtype), num_layers=max(u.layer for u in units) + 1,
-                         num_params=_count_params(units, dtype), notes=notes, graph=graph)
+    return CapturedModel(
+        ref=ref,
+        kind=kind,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        units=_finish(units, dtype, kv_dtype),
+        num_layers=max(u.layer for u in units) + 1,
+        num_params=_count_params(units, dtype),
+        notes=notes,
+        graph=graph,
+    )
 
 
 def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
@@ -295,8 +321,9 @@ def _capture_factory(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
     module.eval()
     # token ids [B, S]: the sequence is the token dimension; anything else: the batch
     tokens, batch = Dim("tokens", min=2, max=1 << 16), Dim("batch", min=2, max=1 << 16)
-    dyn = tuple(({1: tokens} if x.dim() == 2 and not x.is_floating_point() else {0: batch})
-                if isinstance(x, torch.Tensor) and x.dim() > 0 else None for x in example)
+    dyn = tuple(
+        ({1: tokens} if x.dim() == 2 and not x.is_floating_point() else {0: batch}) if isinstance(x, torch.Tensor) and x.dim() > 0 else None for x in example
+    )
     try:
         try:
             ep = export(module, example, dynamic_shapes=dyn, strict=False)

@@ -91,8 +91,15 @@ def cache_key(ref: str, dtype: str, kv_dtype: str) -> str | None:
         h.update(f.read_bytes())
     for name in _CODE:
         h.update((_HERE / name).read_bytes())
-    meta = {"schema": SCHEMA, "ref": ref, "dtype": dtype, "kv_dtype": kv_dtype, "hetc": hetc.__version__,
-            "torch": _version("torch"), "transformers": _version("transformers")}
+    meta = {
+        "schema": SCHEMA,
+        "ref": ref,
+        "dtype": dtype,
+        "kv_dtype": kv_dtype,
+        "hetc": hetc.__version__,
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+    }
     h.update(json.dumps(meta, sort_keys=True).encode())
     return h.hexdigest()
 

@@ -19,8 +19,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from hetc.partitioner.capture.terms import (ATTENTION_OPS, CONV_OPS, DTYPE_BYTES, MATMUL_OPS, VIEW_OPS, OpGraph, OpNode,
-                                     Terms)
+from hetc.partitioner.capture.terms import ATTENTION_OPS, CONV_OPS, DTYPE_BYTES, MATMUL_OPS, VIEW_OPS, OpGraph, OpNode, Terms
 
 __all__ = ["Terms", "OpNode", "OpGraph", "build_graph", "DTYPE_BYTES", "TORCH_DTYPES"]
 
@@ -166,9 +165,17 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
 
     gm = ep.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    syms = sorted({s for n in placeholders if n.name not in param_of and n.name not in buffers
-                   for d in getattr(n.meta.get("val"), "shape", ()) if isinstance(d, torch.SymInt)
-                   for s in d.node.expr.free_symbols}, key=str)
+    syms = sorted(
+        {
+            s
+            for n in placeholders
+            if n.name not in param_of and n.name not in buffers
+            for d in getattr(n.meta.get("val"), "shape", ())
+            if isinstance(d, torch.SymInt)
+            for s in d.node.expr.free_symbols
+        },
+        key=str,
+    )
     token = syms[0] if syms else None
     fixed = {s: max(1, int(ep.range_constraints[s].lower)) for s in syms[1:] if s in ep.range_constraints}
     poly = _Poly(token, fixed)
@@ -209,8 +216,7 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         out_bytes = sum((_numel(t) * t.element_size() for t in outs), sympy.Integer(0))
         if op in VIEW_OPS and ins and all(a.name in param_of or a in weight_views for a in ins):
             weight_views.add(n)
-        act_in: list[Any] = [a.meta.get("val") for a in ins
-                  if a.name not in param_of and a not in weight_views and isinstance(a.meta.get("val"), torch.Tensor)]
+        act_in: list[Any] = [a.meta.get("val") for a in ins if a.name not in param_of and a not in weight_views and isinstance(a.meta.get("val"), torch.Tensor)]
         in_bytes = sum((_numel(t) * t.element_size() for t in act_in), sympy.Integer(0))
         if op in VIEW_OPS or sub and not outs:
             on.is_view = True
@@ -229,8 +235,10 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
             on.act_bytes = poly.terms(out_bytes * 2)
             on.gather = True
         elif sub:
-            inner = sum((_numel(x.meta["val"]) for g in sub for x in g.graph.nodes
-                         if x.op == "call_function" and isinstance(x.meta.get("val"), torch.Tensor)), sympy.Integer(0))
+            inner = sum(
+                (_numel(x.meta["val"]) for g in sub for x in g.graph.nodes if x.op == "call_function" and isinstance(x.meta.get("val"), torch.Tensor)),
+                sympy.Integer(0),
+            )
             on.other_flops = poly.terms(inner)
             on.act_bytes = poly.terms(in_bytes + out_bytes)
         else:
@@ -245,9 +253,12 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
                 b = n.args[1] if op != "baddbmm" else n.args[2]
                 if isinstance(b, Node) and b.name not in param_of:
                     on.kv_bytes_per_token = _kv_source_bytes(b, poly)
-        if moe and ("grouped_mm" in op or any(
-                ep.state_dict[param_of[a.name]].dim() == 3 and ep.state_dict[param_of[a.name]].shape[0] == moe["num_experts"]
-                for a in ins if a.name in param_of)):
+        if moe and (
+            "grouped_mm" in op
+            or any(
+                ep.state_dict[param_of[a.name]].dim() == 3 and ep.state_dict[param_of[a.name]].shape[0] == moe["num_experts"] for a in ins if a.name in param_of
+            )
+        ):
             on.moe = dict(moe)
         index[n] = len(nodes)
         nodes.append(on)
@@ -268,5 +279,4 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
             on.params = ()
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     graph_outputs = {index[a] for a in out_node.all_input_nodes if a in index}
-    return OpGraph(nodes, inputs, outb, recomputable, uses_param, graph_outputs, param_bytes, aliases,
-                   str(token) if token is not None else None)
+    return OpGraph(nodes, inputs, outb, recomputable, uses_param, graph_outputs, param_bytes, aliases, str(token) if token is not None else None)

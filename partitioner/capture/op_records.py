@@ -17,13 +17,58 @@ from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, OpNode, Terms
 __all__ = ["OpRecord", "op_kind", "records_for", "aggregate_records", "NORM_OPS", "COPY_OPS"]
 
 # reductions over the hidden dimension (norms, softmax): memory-bound, one pass or two
-NORM_OPS = {"mean", "sum", "var", "var_mean", "layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm",
-            "softmax", "_softmax", "log_softmax", "group_norm", "native_group_norm", "batch_norm", "amax", "amin",
-            "max", "min", "norm", "linalg_vector_norm", "logsumexp", "cumsum"}
+NORM_OPS = {
+    "mean",
+    "sum",
+    "var",
+    "var_mean",
+    "layer_norm",
+    "native_layer_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+    "softmax",
+    "_softmax",
+    "log_softmax",
+    "group_norm",
+    "native_group_norm",
+    "batch_norm",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "norm",
+    "linalg_vector_norm",
+    "logsumexp",
+    "cumsum",
+}
 # ops that only move data
-COPY_OPS = {"cat", "clone", "contiguous", "to", "_to_copy", "copy_", "copy", "index_copy", "index_copy_",
-            "index_put_", "index_put", "stack", "repeat", "repeat_interleave", "pad", "constant_pad_nd", "roll",
-            "type_as", "new_zeros", "new_ones", "zeros_like", "ones_like", "empty_like", "full_like", "fill_"}
+COPY_OPS = {
+    "cat",
+    "clone",
+    "contiguous",
+    "to",
+    "_to_copy",
+    "copy_",
+    "copy",
+    "index_copy",
+    "index_copy_",
+    "index_put_",
+    "index_put",
+    "stack",
+    "repeat",
+    "repeat_interleave",
+    "pad",
+    "constant_pad_nd",
+    "roll",
+    "type_as",
+    "new_zeros",
+    "new_ones",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "fill_",
+}
 _MATMUL_LIKE = {"matmul", "conv"}
 _NAMED = {"elementwise", "norm", "copy", "gather"}  # kinds whose records keep the op name
 
@@ -114,13 +159,27 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
         name = n.op if kind in _NAMED else ""
         key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k, name)
         groups[key] = groups.get(key, 0) + 1
-    return tuple(OpRecord(kind=k[0], count=c, flops=k[1], other_flops=k[2], act_bytes=k[3], weight_bytes=k[4],
-                          nk=k[5], kv_bytes_per_token=k[6], experts=k[7], top_k=k[8], op=k[9])
-                 for k, c in groups.items())
+    return tuple(
+        OpRecord(
+            kind=k[0],
+            count=c,
+            flops=k[1],
+            other_flops=k[2],
+            act_bytes=k[3],
+            weight_bytes=k[4],
+            nk=k[5],
+            kv_bytes_per_token=k[6],
+            experts=k[7],
+            top_k=k[8],
+            op=k[9],
+        )
+        for k, c in groups.items()
+    )
 
 
-def aggregate_records(*, matmul_flops: Terms, other_flops: Terms, act_bytes: Terms, streamed_param_bytes: float,
-                      kv_bytes_per_token: float, moe: dict | None) -> tuple[OpRecord, ...]:
+def aggregate_records(
+    *, matmul_flops: Terms, other_flops: Terms, act_bytes: Terms, streamed_param_bytes: float, kv_bytes_per_token: float, moe: dict | None
+) -> tuple[OpRecord, ...]:
     """Records for a unit built without per-op data: one op per class from its totals.
 
     The matmul is taken as one GEMM (N·K = its FLOPs per token / 2), the most favourable
@@ -136,8 +195,7 @@ def aggregate_records(*, matmul_flops: Terms, other_flops: Terms, act_bytes: Ter
     if moe and expert_bytes > 0:
         # without per-op data the FLOPs cannot be split between router and experts: all go to the experts
         nk = dense.per_token / 2.0 / max(int(moe.get("top_k", 1)), 1)
-        out.append(OpRecord("moe", 1, dense, Terms(), Terms(), weight_bytes=expert_bytes, nk=nk,
-                            experts=int(moe["num_experts"]), top_k=int(moe["top_k"])))
+        out.append(OpRecord("moe", 1, dense, Terms(), Terms(), weight_bytes=expert_bytes, nk=nk, experts=int(moe["num_experts"]), top_k=int(moe["top_k"])))
         dense = Terms()
     if dense.per_token > 0 or dense.const > 0:
         out.append(OpRecord("matmul", 1, dense, Terms(), Terms(), weight_bytes=dense_w, nk=dense.per_token / 2.0))

@@ -15,15 +15,48 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 # Ops that only re-describe memory (no kernel, no traffic).
 VIEW_OPS = {
-    "view", "_unsafe_view", "reshape", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
-    "alias", "t", "detach", "unflatten", "flatten", "as_strided", "split", "chunk", "unbind", "narrow", "getitem",
-    "split_with_sizes", "lift_fresh_copy", "_assert_tensor_metadata", "sym_size", "sym_numel", "sym_stride",
-    "dropout", "view_as", "expand_as", "contiguous_noop",
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "transpose",
+    "permute",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "alias",
+    "t",
+    "detach",
+    "unflatten",
+    "flatten",
+    "as_strided",
+    "split",
+    "chunk",
+    "unbind",
+    "narrow",
+    "getitem",
+    "split_with_sizes",
+    "lift_fresh_copy",
+    "_assert_tensor_metadata",
+    "sym_size",
+    "sym_numel",
+    "sym_stride",
+    "dropout",
+    "view_as",
+    "expand_as",
+    "contiguous_noop",
 }
 MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm", "addbmm", "einsum"}
-ATTENTION_OPS = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                 "_flash_attention_forward", "_efficient_attention_forward", "flex_attention"}
+ATTENTION_OPS = {
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_flash_attention_forward",
+    "_efficient_attention_forward",
+    "flex_attention",
+}
 CONV_OPS = {"convolution", "conv1d", "conv2d", "conv3d", "_convolution", "conv_transpose1d", "conv_transpose2d"}
 
 

@@ -52,9 +52,17 @@ class Unit:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", UnitKind(self.kind))  # a cached capture stores the kind's name
-        key = (self.ops, self.fused, self.matmul_flops, self.other_flops, self.act_bytes, self.streamed_param_bytes,
-               self.kv_bytes_per_token, self.kernels,
-               tuple(sorted(self.moe.items())) if self.moe else None)
+        key = (
+            self.ops,
+            self.fused,
+            self.matmul_flops,
+            self.other_flops,
+            self.act_bytes,
+            self.streamed_param_bytes,
+            self.kv_bytes_per_token,
+            self.kernels,
+            tuple(sorted(self.moe.items())) if self.moe else None,
+        )
         object.__setattr__(self, "cost_key", _COST_KEYS.setdefault(key, len(_COST_KEYS)))
 
     @property
@@ -62,9 +70,14 @@ class Unit:
         """The per-op records, or records made from the totals for a unit built without them."""
         if self.ops:
             return self.ops
-        return aggregate_records(matmul_flops=self.matmul_flops, other_flops=self.other_flops,
-                                 act_bytes=self.act_bytes, streamed_param_bytes=self.streamed_param_bytes,
-                                 kv_bytes_per_token=self.kv_bytes_per_token, moe=self.moe)
+        return aggregate_records(
+            matmul_flops=self.matmul_flops,
+            other_flops=self.other_flops,
+            act_bytes=self.act_bytes,
+            streamed_param_bytes=self.streamed_param_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            moe=self.moe,
+        )
 
     @property
     def fused_records(self) -> tuple[OpRecord, ...]:
@@ -168,11 +181,23 @@ def _make_unit(g: OpGraph, idx: list[int], index: int, crossing: int) -> Unit:
     sig = "|".join(f"{x.op}:{x.matmul_flops.per_token:.6g}:{x.matmul_flops.per_token_ctx:.6g}" for x in nodes if not x.is_view)
     sig += "|" + ",".join(f"{v:.6g}" for v in params.values())
     return Unit(
-        index=index, kind=kind, layer=index, matmul_flops=mm, other_flops=other, act_bytes=act, params=params,
-        streamed_param_bytes=streamed, kv_bytes_per_token=sum(x.kv_bytes_per_token for x in nodes),
-        attention_flops_per_ctx=mm.per_token_ctx, out_bytes_per_token=out.per_token, out_bytes_const=out.const,
-        kernels=sum(1 for x in nodes if not x.is_view), moe=moe,
-        signature=hashlib.sha1(sig.encode()).hexdigest()[:16], ops=records_for(g, idx), fused=fused_records(g, idx),
+        index=index,
+        kind=kind,
+        layer=index,
+        matmul_flops=mm,
+        other_flops=other,
+        act_bytes=act,
+        params=params,
+        streamed_param_bytes=streamed,
+        kv_bytes_per_token=sum(x.kv_bytes_per_token for x in nodes),
+        attention_flops_per_ctx=mm.per_token_ctx,
+        out_bytes_per_token=out.per_token,
+        out_bytes_const=out.const,
+        kernels=sum(1 for x in nodes if not x.is_view),
+        moe=moe,
+        signature=hashlib.sha1(sig.encode()).hexdigest()[:16],
+        ops=records_for(g, idx),
+        fused=fused_records(g, idx),
     )
 
 
@@ -236,7 +261,7 @@ def replicate(units: list[Unit], period: int, num_layers: int) -> list[Unit] | N
     if end > len(units):
         return None
     starts = attn + [end]
-    layer_units = [units[starts[j]: starts[j + 1]] for j in range(3 * period)]
+    layer_units = [units[starts[j] : starts[j + 1]] for j in range(3 * period)]
     for j in range(period):
         mid, last = layer_units[period + j], layer_units[2 * period + j]
         if len(mid) != len(last) or [u.kind for u in mid] != [u.kind for u in last]:
@@ -252,8 +277,7 @@ def replicate(units: list[Unit], period: int, num_layers: int) -> list[Unit] | N
         else:
             src = layer_units[period + layer % period]
         for u in src:
-            out.append(replace(u, index=len(out), layer=layer,
-                               params={f"L{layer}/{k}": v for k, v in u.params.items()}))
+            out.append(replace(u, index=len(out), layer=layer, params={f"L{layer}/{k}": v for k, v in u.params.items()}))
     for u in units[end:]:
         out.append(replace(u, index=len(out), layer=num_layers - 1))
     return out

@@ -47,8 +47,7 @@ __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "uni
 
 # What runs where the device has no native unit for the dtype: fp8 weights are dequantized
 # to 16-bit (weight-only, as vLLM does on Ampere); bf16 and fp16 substitute for each other.
-_SUBSTITUTES = {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"),
-                "fp32": ("fp32",)}
+_SUBSTITUTES = {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"), "fp32": ("fp32",)}
 _MEMO_LIMIT = 200_000  # cached unit times per parameter set before the cache is dropped
 
 
@@ -83,8 +82,7 @@ class Step:
         return self.prefill is None and self.tokens <= self.seqs
 
     @staticmethod
-    def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float,
-              prefill_ctx: float) -> Step:
+    def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float, prefill_ctx: float) -> Step:
         """A step of `decode_seqs` one-token sequences plus `prefill_seqs` prompt chunks of
         `prefill_tokens` tokens together (either side may be empty)."""
         if not prefill_tokens:
@@ -159,15 +157,24 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
     at = curves.attention.get(cd) if curves else None
     ad = curves.attention_decode.get(cd) if curves else None
     cp = CostParams(
-        profile=profile, dtype=cd, tp=tp, peak=profile.peak_flops[cd], bandwidth=profile.memory_bandwidth,
-        eff_matmul=profile.efficiency.matmul_for(cd), eff_memory=profile.efficiency.memory,
-        overlap=profile.efficiency.overlap, launch=profile.launch_overhead, execution=profile.execution,
-        matmul=LogTable(mm) if mm else None, attention=LogTable(at) if at else None,
+        profile=profile,
+        dtype=cd,
+        tp=tp,
+        peak=profile.peak_flops[cd],
+        bandwidth=profile.memory_bandwidth,
+        eff_matmul=profile.efficiency.matmul_for(cd),
+        eff_memory=profile.efficiency.memory,
+        overlap=profile.efficiency.overlap,
+        launch=profile.launch_overhead,
+        execution=profile.execution,
+        matmul=LogTable(mm) if mm else None,
+        attention=LogTable(at) if at else None,
         attention_decode=LogTable(ad) if ad else None,
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
-        gather=LogTable(curves.gather) if curves and curves.gather else None)
+        gather=LogTable(curves.gather) if curves and curves.gather else None,
+    )
     _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
     return cp
 

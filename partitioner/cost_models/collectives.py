@@ -76,18 +76,80 @@ class MeasuredAllReduce:
         return math.exp(lt[i] + (lt[j] - lt[i]) * w)
 
 
-_POW2 = tuple(float(2 ** k) for k in range(3, 35))  # 8 B … 16 GiB, factor 2
+_POW2 = tuple(float(2**k) for k in range(3, 35))  # 8 B … 16 GiB, factor 2
 
 MEASURED_ALLREDUCE: dict[str, MeasuredAllReduce] = {
     "infinity-fabric": MeasuredAllReduce(
         ranks=8,
         sizes=_POW2,
-        eager_us=(16.61, 16.12, 16.56, 17.94, 22.94, 22.93, 22.91, 13.11, 13.09, 13.27, 13.30, 13.54, 13.31, 13.77,
-                  14.14, 16.87, 24.41, 27.42, 34.81, 51.72, 83.68, 148.8, 244.1, 429.1, 797.4, 1537.1, 3026.2,
-                  5970.6, 11891, 23680, 47278, 94254),
-        graph_us=(16.38, 15.75, 6.32, 6.00, 6.53, 6.77, 7.44, 7.47, 7.46, 7.61, 7.64, 8.71, 9.05, 9.14, 9.51, 10.26,
-                  14.26, 19.40, 35.03, 51.83, 83.74, 149.1, 243.4, 427.9, 795.3, 1534.4, 3024.0, 5961.9, 11880,
-                  23658, 47244, 94182),
+        eager_us=(
+            16.61,
+            16.12,
+            16.56,
+            17.94,
+            22.94,
+            22.93,
+            22.91,
+            13.11,
+            13.09,
+            13.27,
+            13.30,
+            13.54,
+            13.31,
+            13.77,
+            14.14,
+            16.87,
+            24.41,
+            27.42,
+            34.81,
+            51.72,
+            83.68,
+            148.8,
+            244.1,
+            429.1,
+            797.4,
+            1537.1,
+            3026.2,
+            5970.6,
+            11891,
+            23680,
+            47278,
+            94254,
+        ),
+        graph_us=(
+            16.38,
+            15.75,
+            6.32,
+            6.00,
+            6.53,
+            6.77,
+            7.44,
+            7.47,
+            7.46,
+            7.61,
+            7.64,
+            8.71,
+            9.05,
+            9.14,
+            9.51,
+            10.26,
+            14.26,
+            19.40,
+            35.03,
+            51.83,
+            83.74,
+            149.1,
+            243.4,
+            427.9,
+            795.3,
+            1534.4,
+            3024.0,
+            5961.9,
+            11880,
+            23658,
+            47244,
+            94182,
+        ),
         source=(
             "AMD, 'Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X' (ROCm blog, Kolla, "
             "Alizadeh, Lee, 2025-03-02; ROCm/rocm-blogs blogs/software-tools-optimization/mi300x-rccl-xgmi/README.md "
@@ -100,6 +162,7 @@ MEASURED_ALLREDUCE: dict[str, MeasuredAllReduce] = {
             "all-reduce (in-place; samuel-bohman/AI-benchmarking-guide, a fork of Azure/AI-benchmarking-guide, "
             "Azure_Results/ND_MI300X_v5_results.md @ 3de0c294) is "
             "lower still at 8–32 MiB (132–230 GB/s). ⚠ Applied to MI325X nodes too (same xGMI links, not measured "
-            "there); vLLM's custom all-reduce may beat RCCL below its size limit (8 MiB by default)"),
+            "there); vLLM's custom all-reduce may beat RCCL below its size limit (8 MiB by default)"
+        ),
     ),
 }

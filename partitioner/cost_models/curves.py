@@ -56,8 +56,15 @@ class LogTable:
     __slots__ = ("lm", "lnk", "eff")
 
     def __init__(self, c: Curve2D | AttentionCurve | DecodeAttentionCurve | GatherCurve):
-        rows, cols = ((c.m, c.nk) if isinstance(c, Curve2D) else (c.q, c.ctx) if isinstance(c, AttentionCurve)
-                      else (c.seqs, c.ctx) if isinstance(c, DecodeAttentionCurve) else (c.rows, c.row_bytes))
+        rows, cols = (
+            (c.m, c.nk)
+            if isinstance(c, Curve2D)
+            else (c.q, c.ctx)
+            if isinstance(c, AttentionCurve)
+            else (c.seqs, c.ctx)
+            if isinstance(c, DecodeAttentionCurve)
+            else (c.rows, c.row_bytes)
+        )
         self.lm = [math.log(x) for x in rows]
         self.lnk = [math.log(x) for x in cols]
         self.eff = [list(r) for r in c.eff]

@@ -48,9 +48,15 @@ def falling_curves(profile: Profile) -> list[str]:
     if c is None:
         return []
     out = [f"matmul[{d}]" for d, t in c.matmul.items() if _columns_rising(t.eff) != t.eff]
-    out += [name for name, curve in (("memory", c.memory), *((f"memory_kinds[{k}]", v) for k, v in c.memory_kinds.items()),
-                                     *((f"memory_ops[{k}]", v) for k, v in c.memory_ops.items()))
-            if curve is not None and _rising(curve.eff) != curve.eff]
+    out += [
+        name
+        for name, curve in (
+            ("memory", c.memory),
+            *((f"memory_kinds[{k}]", v) for k, v in c.memory_kinds.items()),
+            *((f"memory_ops[{k}]", v) for k, v in c.memory_ops.items()),
+        )
+        if curve is not None and _rising(curve.eff) != curve.eff
+    ]
     if c.gather is not None and _columns_rising(c.gather.eff) != c.gather.eff:
         out.append("gather")
     out += [f"attention_decode[{d}]" for d, t in c.attention_decode.items() if _columns_rising(t.eff) != t.eff]
@@ -68,12 +74,14 @@ def _envelope(profile: Profile, flat: bool = False) -> Profile:
     def table(t: Curve2D | GatherCurve | AttentionCurve | DecodeAttentionCurve):
         return t.model_copy(update={"eff": _columns_rising(t.eff, along)})
 
-    update = {"matmul": {d: table(t) for d, t in c.matmul.items()},
-              "memory": one(c.memory) if c.memory is not None else None,
-              "memory_kinds": {k: one(v) for k, v in c.memory_kinds.items()},
-              "memory_ops": {k: one(v) for k, v in c.memory_ops.items()},
-              "gather": table(c.gather) if c.gather is not None else None,
-              "attention_decode": {d: table(t) for d, t in c.attention_decode.items()}}
+    update = {
+        "matmul": {d: table(t) for d, t in c.matmul.items()},
+        "memory": one(c.memory) if c.memory is not None else None,
+        "memory_kinds": {k: one(v) for k, v in c.memory_kinds.items()},
+        "memory_ops": {k: one(v) for k, v in c.memory_ops.items()},
+        "gather": table(c.gather) if c.gather is not None else None,
+        "attention_decode": {d: table(t) for d, t in c.attention_decode.items()},
+    }
     if flat:  # prefill attention too, along its query tokens per sequence
         update["attention"] = {d: table(t) for d, t in c.attention.items()}
     return profile.model_copy(update={"efficiency_curves": c.model_copy(update=update)})
@@ -89,8 +97,7 @@ def bound_node(node: Node) -> Node:
     if got is None or got[0] is not node:
         if len(_NODES) > 256:
             _NODES.clear()
-        got = _NODES[id(node)] = (node, replace(node, profile=_envelope(node.profile)) if falling_curves(node.profile)
-                                  else node)
+        got = _NODES[id(node)] = (node, replace(node, profile=_envelope(node.profile)) if falling_curves(node.profile) else node)
     return got[1]
 
 

@@ -22,8 +22,7 @@ class StageMemory:
         return self.weights + self.kv + self.activations
 
 
-def stage_memory(units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1,
-                 logits_bytes_per_token: float = 0.0) -> StageMemory:
+def stage_memory(units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1, logits_bytes_per_token: float = 0.0) -> StageMemory:
     """Bytes one device of a stage holds.
 
     Args:

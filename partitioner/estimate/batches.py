@@ -118,7 +118,7 @@ class Regimes:
         """[b, top] cut where the regime of n-stage pipelines changes (none if top < b)."""
         if top < b:
             return []
-        code = self._of(n)[0][b: top + 1]
+        code = self._of(n)[0][b : top + 1]
         cuts = np.nonzero(code[1:] != code[:-1])[0] + 1
         edges = [0, *cuts.tolist(), len(code)]
         return [(b + x, b + y - 1) for x, y in zip(edges, edges[1:])]
@@ -126,11 +126,10 @@ class Regimes:
     def shared(self, lo: int, hi: int, b: int, top: int) -> bool:
         """Whether pipelines of lo … hi stages prefill in the same chunks at every batch of [b, top]
         (then a longer one's round costs at least a shorter one's)."""
-        return bool((self._of(lo)[1][b: top + 1] == self._of(hi)[1][b: top + 1]).all())
+        return bool((self._of(lo)[1][b : top + 1] == self._of(hi)[1][b : top + 1]).all())
 
 
-def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int,
-           hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:
+def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int, hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:
     """Batches worth running on one chain, with what `evaluate` gives for each (None: it does
     not fit). Every batch when the chain holds at most ALL_BATCHES; otherwise the powers of two,
     the largest batch that fits (memory only shrinks with the batch, so bisection finds it),

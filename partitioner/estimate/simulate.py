@@ -38,8 +38,18 @@ from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import PREFILL_CHUNK, Phase
 
-__all__ = ["Workload", "StagePlan", "StageEstimate", "PipelineEstimate", "Round", "estimate_pipeline", "max_batch", "prompts_per_step",
-           "stage_time", "unit_round_costs"]
+__all__ = [
+    "Workload",
+    "StagePlan",
+    "StageEstimate",
+    "PipelineEstimate",
+    "Round",
+    "estimate_pipeline",
+    "max_batch",
+    "prompts_per_step",
+    "stage_time",
+    "unit_round_costs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +84,7 @@ def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
         graphs = node.profile.execution.replays(step.decode_only)
-        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs)
-                 for u in units if u.params)
+        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs) for u in units if u.params)
     return t
 
 
@@ -166,8 +175,7 @@ def cost_signature(u: Unit) -> tuple:
     return u.cost_key, u.out_bytes_per_token, bool(u.params)
 
 
-def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round,
-                     steps: dict | None = None) -> tuple[list[float], float]:
+def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round, steps: dict | None = None) -> tuple[list[float], float]:
     """Per-unit busy seconds of one stage per round `r`, and the stage's fixed overhead per round.
 
     Additive over units: a stage's busy time per round is the sum over its units plus the fixed part.
@@ -212,12 +220,10 @@ class PipelineEstimate:
     tpot_s: float  # a decoding sequence's time between tokens (the round less its prefill and waiting share)
 
 
-def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool,
-                  phase: Phase = Phase.BOTH) -> StageMemory:
+def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool, phase: Phase = Phase.BOTH) -> StageMemory:
     logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
     context = wl.input_len if phase == Phase.PREFILL else wl.context
-    return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len),
-                        tp=sp.tp, logits_bytes_per_token=logits)
+    return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len), tp=sp.tp, logits_bytes_per_token=logits)
 
 
 def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], wl: Workload) -> float:
@@ -225,8 +231,9 @@ def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], 
     return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead) for k, step in steps)
 
 
-def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload,
-                      batch: int, phase: Phase = Phase.BOTH) -> PipelineEstimate | None:
+def estimate_pipeline(
+    units: list[Unit], stages: list[StagePlan], cluster: Cluster, wl: Workload, batch: int, phase: Phase = Phase.BOTH
+) -> PipelineEstimate | None:
     """Throughput and latency of one pipeline at `batch`; None if a stage runs out of memory.
 
     Args:
@@ -239,11 +246,11 @@ def estimate_pipeline(units: list[Unit], stages: list[StagePlan], cluster: Clust
     r = Round.of(wl, batch, m, phase)
     b = batch / m
     chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-    alone = (r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),))
+    alone = r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),)
     scale = prompts_per_step(wl) if phase == Phase.PREFILL else 1  # a packed step finishes all its prompts at once
     ests = []
     for i, sp in enumerate(stages):
-        us = units[sp.first: sp.last + 1]
+        us = units[sp.first : sp.last + 1]
         mem = _stage_memory(us, sp, batch, wl, i == n - 1, phase)
         if mem.total > sp.node.profile.usable_memory:
             return None
@@ -269,7 +276,8 @@ def max_batch(units: list[Unit], stages: list[StagePlan], wl: Workload, limit: i
     lo, hi = 0, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        ok = all(_stage_memory(units[s.first: s.last + 1], s, mid, wl, i == len(stages) - 1).total
-                 <= s.node.profile.usable_memory for i, s in enumerate(stages))
+        ok = all(
+            _stage_memory(units[s.first : s.last + 1], s, mid, wl, i == len(stages) - 1).total <= s.node.profile.usable_memory for i, s in enumerate(stages)
+        )
         lo, hi = (mid, hi) if ok else (lo, mid - 1)
     return lo

@@ -51,8 +51,7 @@ def score(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: floa
 EXHAUSTIVE = 120  # up to this many ways to split, every one is evaluated exactly
 
 
-def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int, phase: Phase) -> list[StagePlan] | None:
+def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, batch: int, phase: Phase) -> list[StagePlan] | None:
     """Every split with each slot non-empty, scored by the saturation model itself."""
     best, best_x = None, -1.0
     for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
@@ -64,8 +63,9 @@ def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Work
     return best
 
 
-def split_chain(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                batch: int, phase: Phase = Phase.BOTH, memo: dict | None = None) -> list[StagePlan] | None:
+def split_chain(
+    units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, batch: int, phase: Phase = Phase.BOTH, memo: dict | None = None
+) -> list[StagePlan] | None:
     """Contiguous unit ranges over `chain` minimising the busiest stage at `batch` (for a
     prefill pool: per prompt, one prompt per stage in flight); None if none fits.
 
@@ -163,10 +163,18 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     return out
 
 
-def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload,
-                  split: Callable[[int], list[StagePlan] | None] | None = None, phase: Phase = Phase.BOTH,
-                  memo: dict | None = None, ceiling: int = MAX_BATCH, objective: str = Objective.THROUGHPUT,
-                  hints: tuple[int, ...] = ()) -> list[Found]:
+def batch_options(
+    units: list[Unit],
+    chain: list[Slot],
+    cluster: Cluster,
+    wl: Workload,
+    split: Callable[[int], list[StagePlan] | None] | None = None,
+    phase: Phase = Phase.BOTH,
+    memo: dict | None = None,
+    ceiling: int = MAX_BATCH,
+    objective: str = Objective.THROUGHPUT,
+    hints: tuple[int, ...] = (),
+) -> list[Found]:
     """Batches up to `ceiling` that fit, each with its best split (batches.search says which are
     tried); a prefill pool has one option: a prompt per stage, if the ceiling allows that many.
 
@@ -187,22 +195,30 @@ def batch_options(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Wo
     if phase == Phase.PREFILL:
         one = evaluate(1) if len(chain) <= ceiling else None
         return [one] if one else []
-    return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0),
-                                 ceiling, hints)]
+    return [f for _, f in search(evaluate, lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), ceiling, hints)]
 
 
 def slo_filter(ttft_slo_s: float | None, tpot_slo_s: float | None) -> Callable[[Found], bool]:
     """Whether a pipeline at its batch keeps the TTFT and TPOT limits (None: no limit)."""
+
     def within(f: Found) -> bool:
         e = f.estimate
         return not ((ttft_slo_s and e.ttft_s > ttft_slo_s) or (tpot_slo_s and e.tpot_s > tpot_slo_s))
+
     return within
 
 
-def best_batch(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, objective: str,
-               *, split: Callable[[int], list[StagePlan] | None] | None = None, ceiling: int = MAX_BATCH,
-               admits: Callable[[Found], bool] | None = None) -> Found | None:
+def best_batch(
+    units: list[Unit],
+    chain: list[Slot],
+    cluster: Cluster,
+    wl: Workload,
+    objective: str,
+    *,
+    split: Callable[[int], list[StagePlan] | None] | None = None,
+    ceiling: int = MAX_BATCH,
+    admits: Callable[[Found], bool] | None = None,
+) -> Found | None:
     """The batch best for `objective` on this chain, with no floors, among those `admits` (e.g. the SLOs)."""
-    opts = [f for f in batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective)
-            if admits is None or admits(f)]
+    opts = [f for f in batch_options(units, chain, cluster, wl, split, ceiling=ceiling, objective=objective) if admits is None or admits(f)]
     return max(opts, key=lambda f: score(objective, f.estimate.output_tok_s, f.estimate.tpot_s, 1.0), default=None)

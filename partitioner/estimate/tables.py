@@ -111,7 +111,7 @@ class Tables:
         act = np.array([x.act_bytes.per_token for x in self.units])
         amax = np.zeros((u + 1, u + 1))
         for s in range(u):
-            amax[s, 1: u - s + 1] = np.maximum.accumulate(act[s:])
+            amax[s, 1 : u - s + 1] = np.maximum.accumulate(act[s:])
         weights = w[i + k] - w[i]
         full = {}  # the whole model: tied weights once
         for x in self.units:

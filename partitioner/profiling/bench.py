@@ -19,8 +19,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Case", "run_cases", "CpuInfo", "cpu_info", "cpu_peak_flops", "set_threads", "sync_for", "evict_bytes",
-           "warm_allocator", "ForeignLoad"]
+__all__ = ["Case", "run_cases", "CpuInfo", "cpu_info", "cpu_peak_flops", "set_threads", "sync_for", "evict_bytes", "warm_allocator", "ForeignLoad"]
 
 
 @dataclass
@@ -58,8 +57,9 @@ def sync_for(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def run_cases(cases: list[Case], *, rounds: int = 3, sync: Callable[[], None] = lambda: None,
-              budget_s: float | None = None, progress: Callable[[str], None] | None = None) -> list[Case]:
+def run_cases(
+    cases: list[Case], *, rounds: int = 3, sync: Callable[[], None] = lambda: None, budget_s: float | None = None, progress: Callable[[str], None] | None = None
+) -> list[Case]:
     """Time every case (see the module docstring); sets and returns `case.seconds`.
 
     Args:
@@ -177,11 +177,13 @@ def cpu_info() -> CpuInfo:
         m = re.fullmatch(r"(\d+)([KMG]?)", size)
         if m:
             l3 = max(l3, int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)])
-    return CpuInfo(model=model.group(1).strip() if model else platform.processor() or "unknown CPU",
-                   cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-                   mhz=float(mhz.group(1)) if mhz else 0.0,
-                   flags=frozenset(flags.group(1).split()) if flags else frozenset(),
-                   l3_bytes=l3 or 32 * (1 << 20))
+    return CpuInfo(
+        model=model.group(1).strip() if model else platform.processor() or "unknown CPU",
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        mhz=float(mhz.group(1)) if mhz else 0.0,
+        flags=frozenset(flags.group(1).split()) if flags else frozenset(),
+        l3_bytes=l3 or 32 * (1 << 20),
+    )
 
 
 def cpu_peak_flops(info: CpuInfo, threads: int) -> tuple[dict[str, float], str]:
@@ -198,10 +200,11 @@ def cpu_peak_flops(info: CpuInfo, threads: int) -> tuple[dict[str, float], str]:
     ghz = (info.mhz or 2000.0) / 1e3
     fp32 = threads * per_cycle * ghz * 1e9
     bf16 = threads * 1024 * ghz * 1e9 if "amx_bf16" in f else fp32 * 2 if "avx512_bf16" in f else fp32
-    how = (f"nominal: {threads} core(s) × {per_cycle} fp32 FLOP/cycle ({'AVX-512' if lanes == 16 else 'AVX2+FMA' if lanes == 8 else 'SSE'}, "
-           f"2 FMA pipes assumed) × {ghz:.3f} GHz (/proc/cpuinfo); bf16 "
-           + ("AMX 1024 FLOP/cycle" if "amx_bf16" in f else "AVX512-BF16 2× fp32" if "avx512_bf16" in f
-              else "has no native unit here: fp32 rate"))
+    how = (
+        f"nominal: {threads} core(s) × {per_cycle} fp32 FLOP/cycle ({'AVX-512' if lanes == 16 else 'AVX2+FMA' if lanes == 8 else 'SSE'}, "
+        f"2 FMA pipes assumed) × {ghz:.3f} GHz (/proc/cpuinfo); bf16 "
+        + ("AMX 1024 FLOP/cycle" if "amx_bf16" in f else "AVX512-BF16 2× fp32" if "avx512_bf16" in f else "has no native unit here: fp32 rate")
+    )
     return {"fp32": fp32, "bf16": bf16}, how
 
 

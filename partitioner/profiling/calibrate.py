@@ -29,7 +29,7 @@ _GB = 1e9
 # hardware_profiles/cpu.yaml models a 112-core server (power) sold as a 192-vCPU instance (price):
 # a local CPU's defaults are those figures per core, labelled as such
 _CATALOG_CPU_CORES, _CATALOG_CPU_VCPUS = 112, 192
-_MEM_GRID = [4.0 ** i for i in range(5, 15)]  # 1 KiB … 256 MiB per op
+_MEM_GRID = [4.0**i for i in range(5, 15)]  # 1 KiB … 256 MiB per op
 
 
 @dataclass
@@ -43,25 +43,32 @@ class Calibration:
 
 def check_device(device: str) -> None:
     """Exit-2 errors for devices this machine does not have, or that cannot be profiled yet."""
-    probes = {"cuda": lambda: torch.cuda.is_available(),
-              "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available(),
-              "hpu": lambda: hasattr(torch, "hpu") and torch.hpu.is_available()}
+    probes = {
+        "cuda": lambda: torch.cuda.is_available(),
+        "xpu": lambda: hasattr(torch, "xpu") and torch.xpu.is_available(),
+        "hpu": lambda: hasattr(torch, "hpu") and torch.hpu.is_available(),
+    }
     if device == "cpu":
         return
-    names = {"cuda": "an NVIDIA/AMD GPU (torch.cuda)", "xpu": "an Intel GPU (torch.xpu)",
-             "hpu": "an Intel Gaudi (torch.hpu, habana_frameworks)"}
+    names = {"cuda": "an NVIDIA/AMD GPU (torch.cuda)", "xpu": "an Intel GPU (torch.xpu)", "hpu": "an Intel Gaudi (torch.hpu, habana_frameworks)"}
     try:
         present = probes[device]()
     except Exception:  # a half-installed vendor stack is the same as no device
         present = False
     if not present:
-        raise BadInput(f"no {device} device is visible to PyTorch on this machine, so it cannot be profiled.",
-                       field="--device", fix=f"run `hetc profile --device {device}` on a machine with {names[device]} "
-                       "and its PyTorch build, or profile this machine's CPU with `--device cpu`.")
-    raise BadInput(f"measuring {device} devices is not available in this version of hetc.", field="--device",
-                   fix=f"use the catalog profile for your {device} device (`hetc devices`; on an NVIDIA GPU, "
-                       "`python benchmarks/gpu_measure.py measure` then `compare` times it against that profile), "
-                       "or `--device cpu`.")
+        raise BadInput(
+            f"no {device} device is visible to PyTorch on this machine, so it cannot be profiled.",
+            field="--device",
+            fix=f"run `hetc profile --device {device}` on a machine with {names[device]} "
+            "and its PyTorch build, or profile this machine's CPU with `--device cpu`.",
+        )
+    raise BadInput(
+        f"measuring {device} devices is not available in this version of hetc.",
+        field="--device",
+        fix=f"use the catalog profile for your {device} device (`hetc devices`; on an NVIDIA GPU, "
+        "`python benchmarks/gpu_measure.py measure` then `compare` times it against that profile), "
+        "or `--device cpu`.",
+    )
 
 
 def _q(v: float, unit: str) -> str:
@@ -96,16 +103,27 @@ def check_executor(executor: str) -> str:
         try:
             toolchain("openvino").version()
         except ToolchainUnavailable as e:
-            raise BadInput(f"the OpenVINO executor, which serves cpu stages, cannot run here: {e}", field="--executor",
-                           fix="install it (`make setup`), or measure torch eager with `--executor torch` and serve "
-                               "with `--executor torch`.") from None
+            raise BadInput(
+                f"the OpenVINO executor, which serves cpu stages, cannot run here: {e}",
+                field="--executor",
+                fix="install it (`make setup`), or measure torch eager with `--executor torch` and serve with `--executor torch`.",
+            ) from None
     return executor
 
 
-def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None = None, name: str | None = None,
-              power: float | None = None, price: float | None = None, transfers: bool | None = None,
-              executor: str = "torch", serving: Callable[..., dict] | None = None,
-              progress: Callable[[str], None] | None = None) -> Calibration:
+def calibrate(
+    device: str = "cpu",
+    *,
+    quick: bool = False,
+    threads: int | None = None,
+    name: str | None = None,
+    power: float | None = None,
+    price: float | None = None,
+    transfers: bool | None = None,
+    executor: str = "torch",
+    serving: Callable[..., dict] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
     """Measure the local device and fit a profile.
 
     Args:
@@ -145,14 +163,19 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
     on: dict[str, Any] = dict(executor=executor, threads=threads)
     # OpenVINO serves an fp32 profile's stages at fp32; bf16 weights are widened on CPUs without bf16 math
     bf16 = [] if executor == "openvino" else shapes.matmul_bf16
-    mm = run(microbench.matmul_cases(shapes.matmul, dtype="fp32", device=device, evict=evict, **on)
-             + microbench.matmul_cases(bf16, dtype="bf16", device=device, evict=evict))
+    mm = run(
+        microbench.matmul_cases(shapes.matmul, dtype="fp32", device=device, evict=evict, **on)
+        + microbench.matmul_cases(bf16, dtype="bf16", device=device, evict=evict)
+    )
     matmul = {}
     for dtype in ("fp32", "bf16"):
         cs = [c for c in mm if c.meta["dtype"] == dtype]
         if cs:
-            matmul[dtype] = fit.table_2d([c.meta["m"] for c in cs], [c.meta["n"] * c.meta["k"] for c in cs],
-                                         [fit.efficiency(c.meta["flops"], c.seconds, peaks[dtype], dispatch) for c in cs])
+            matmul[dtype] = fit.table_2d(
+                [c.meta["m"] for c in cs],
+                [c.meta["n"] * c.meta["k"] for c in cs],
+                [fit.efficiency(c.meta["flops"], c.seconds, peaks[dtype], dispatch) for c in cs],
+            )
     for dtype, table in matmul.items():
         # a CPU that boosts above its reported clock beats the nominal peak: the best measured
         # rate becomes the peak, so efficiencies stay fractions
@@ -163,42 +186,61 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
             peak_how += f"; {dtype} raised ×{best:.3f} to the fastest measured matmul (clock above the reported one)"
     say("timing attention")
     at = run(microbench.attention_cases(shapes.attention, dtype="fp32", device=device, evict=evict, **on))
-    attention = fit.table_2d([c.meta["shape"].q for c in at], [c.meta["shape"].mean_ctx for c in at],
-                             [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in at])
+    attention = fit.table_2d(
+        [c.meta["shape"].q for c in at],
+        [c.meta["shape"].mean_ctx for c in at],
+        [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in at],
+    )
     attention = {"q": attention["m"], "ctx": attention["nk"], "eff": attention["eff"]}
     dec = [c for c in at if c.meta["shape"].q == 1 and not c.meta["shape"].causal]
-    decode = fit.table_2d([c.meta["shape"].batch for c in dec], [c.meta["shape"].mean_ctx for c in dec],
-                          [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in dec]) if dec else None
+    decode = (
+        fit.table_2d(
+            [c.meta["shape"].batch for c in dec],
+            [c.meta["shape"].mean_ctx for c in dec],
+            [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in dec],
+        )
+        if dec
+        else None
+    )
     say("timing element-wise ops")
     me = run(microbench.memory_cases(shapes.memory, dtype="fp32", device=device))
-    samples = [{"op": c.meta["graph_op"], "kind": c.meta["kind"], "bytes": c.meta["bytes"], "seconds": c.seconds,
-                "rows": c.meta["step"].tokens} for c in me]
+    samples = [{"op": c.meta["graph_op"], "kind": c.meta["kind"], "bytes": c.meta["bytes"], "seconds": c.seconds, "rows": c.meta["step"].tokens} for c in me]
     gather = fit.fit_gather([s for s in samples if s["kind"] == "gather"], bandwidth, dispatch)
-    memory, memory_kinds, memory_ops = fit.fit_memory([s for s in samples if s["kind"] != "gather"], bandwidth,
-                                                      dispatch, _MEM_GRID, info.l3_bytes)
+    memory, memory_kinds, memory_ops = fit.fit_memory([s for s in samples if s["kind"] != "gather"], bandwidth, dispatch, _MEM_GRID, info.l3_bytes)
 
     eff_matmul = min(1.0, max(max(r) for r in matmul["fp32"]["eff"]))
-    curves = {"source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
-                        "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
-                        "per sequence and mean context; attention_decode: by sequences and context; memory, "
-                        "memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, per kind, "
-                        "per op; gather: by rows and bytes per row), dispatch subtracted",
-              "threads": threads, "executor": executor, "dispatch_overhead": _q(dispatch, "us"),
-              "matmul": matmul, "attention": {"fp32": attention},
-              "attention_decode": {"fp32": {"seqs": decode["m"], "ctx": decode["nk"], "eff": decode["eff"]}} if decode else {},
-              "memory": memory,
-              "memory_kinds": memory_kinds, "memory_ops": memory_ops, "gather": gather}
+    curves = {
+        "source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
+        "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
+        "per sequence and mean context; attention_decode: by sequences and context; memory, "
+        "memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, per kind, "
+        "per op; gather: by rows and bytes per row), dispatch subtracted",
+        "threads": threads,
+        "executor": executor,
+        "dispatch_overhead": _q(dispatch, "us"),
+        "matmul": matmul,
+        "attention": {"fp32": attention},
+        "attention_decode": {"fp32": {"seqs": decode["m"], "ctx": decode["nk"], "eff": decode["eff"]}} if decode else {},
+        "memory": memory,
+        "memory_kinds": memory_kinds,
+        "memory_ops": memory_ops,
+        "gather": gather,
+    }
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem_total = _mem_total()
     catalog = load_profile("cpu")
     doc: dict[str, Any] = {
-        "name": name or "local-cpu", "vendor": "cpu", "backend": "cpu",
-        "memory": _q(mem_total, "GB"), "reserved_memory": _q(2 * _GB + 0.1 * mem_total, "GB"),
+        "name": name or "local-cpu",
+        "vendor": "cpu",
+        "backend": "cpu",
+        "memory": _q(mem_total, "GB"),
+        "reserved_memory": _q(2 * _GB + 0.1 * mem_total, "GB"),
         "memory_bandwidth": _q(bandwidth, "GB/s"),
         "peak_flops": {k: _q(v, "GFLOP/s") for k, v in peaks.items()},
         "efficiency": {"matmul": round(eff_matmul, 4), "memory": 1.0},
         "efficiency_curves": curves,
-        "launch_overhead": "0 us", "step_overhead": "0 us",
+        "launch_overhead": "0 us",
+        "step_overhead": "0 us",
         "host_link": {"bandwidth": _q(bandwidth / 2, "GB/s"), "latency": _q(dispatch, "us")},
         "power": _q(power if power is not None else catalog.power * threads / _CATALOG_CPU_CORES, "W"),
         "price": _q(price if price is not None else catalog.price * threads / _CATALOG_CPU_VCPUS, "USD/h"),
@@ -230,14 +272,21 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
 
     foreign = load.share()
     doc["sources"] = _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power, price)
-    doc["sources"].insert(1, f"executor measured: {executor} (matmuls, attention and the overhead probe run by it"
-                             + (": OpenVINO's FullyConnected and paged attention, what serves cpu stages)"
-                                if executor == "openvino" else ": torch eager)"))
+    doc["sources"].insert(
+        1,
+        f"executor measured: {executor} (matmuls, attention and the overhead probe run by it"
+        + (": OpenVINO's FullyConnected and paged attention, what serves cpu stages)" if executor == "openvino" else ": torch eager)"),
+    )
     if foreign is not None:
-        doc["sources"].insert(1, f"{'⚠ ' if foreign > 0.1 else ''}other processes used {foreign:.0%} of the "
-                                 "machine's CPU time while it was measured")
-    details = {"foreign_load": foreign, "dispatch_s": dispatch, "bandwidth": bandwidth, "probe": pf.points, "p2p_link": link,
-               "cases": {c.name: c.seconds for c in mm + at + me + pc}}
+        doc["sources"].insert(1, f"{'⚠ ' if foreign > 0.1 else ''}other processes used {foreign:.0%} of the machine's CPU time while it was measured")
+    details = {
+        "foreign_load": foreign,
+        "dispatch_s": dispatch,
+        "bandwidth": bandwidth,
+        "probe": pf.points,
+        "p2p_link": link,
+        "cases": {c.name: c.seconds for c in mm + at + me + pc},
+    }
     return Calibration(doc, _profile(doc), details)
 
 
@@ -255,22 +304,29 @@ def _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power,
         f"{PROBE_MODEL['hidden']}, at {', '.join(str(p['kernels']) for p in pf.points[::2])} kernels; one-token "
         "prefill and decode) as step + kernels × launch after subtracting the ops' modelled work",
         "host_link: a CPU's host is its own memory: half the copy bandwidth each way, dispatch latency",
-        ("power: given" if power is not None else f"⚠ power: not measured; hardware_profiles/cpu.yaml's figure per core "
-         f"({_CATALOG_CPU_CORES} cores) × {threads}") + "; " +
-        ("price: given" if price is not None else f"⚠ price: not measured; hardware_profiles/cpu.yaml's figure per "
-         f"vCPU ({_CATALOG_CPU_VCPUS}) × {threads}"),
+        (
+            "power: given"
+            if power is not None
+            else f"⚠ power: not measured; hardware_profiles/cpu.yaml's figure per core ({_CATALOG_CPU_CORES} cores) × {threads}"
+        )
+        + "; "
+        + ("price: given" if price is not None else f"⚠ price: not measured; hardware_profiles/cpu.yaml's figure per vCPU ({_CATALOG_CPU_VCPUS}) × {threads}"),
     ]
     if link and "error" in link:
         out.append(f"process-to-process transfer: not measured ({link['error']})")
     elif link:
-        out.append(f"process-to-process (torch.distributed gloo, localhost, ping-pong): {link['bandwidth']}, "
-                   f"{link['latency']} per message — use `link: {{bandwidth: {link['bandwidth']}, latency: "
-                   f"{link['latency']}}}` for a node of several CPU stage processes")
+        out.append(
+            f"process-to-process (torch.distributed gloo, localhost, ping-pong): {link['bandwidth']}, "
+            f"{link['latency']} per message — use `link: {{bandwidth: {link['bandwidth']}, latency: "
+            f"{link['latency']}}}` for a node of several CPU stage processes"
+        )
     return out
 
 
 def profile_yaml(doc: dict) -> str:
     """The profile document as YAML (curves as inline lists)."""
-    head = ("# Measured by `hetc profile`; every figure's origin is in `sources`.\n"
-            "# efficiency_curves are optional: a hand-written profile needs only the scalar `efficiency`.\n")
+    head = (
+        "# Measured by `hetc profile`; every figure's origin is in `sources`.\n"
+        "# efficiency_curves are optional: a hand-written profile needs only the scalar `efficiency`.\n"
+    )
     return head + yaml.safe_dump(doc, sort_keys=False, width=140, default_flow_style=None, allow_unicode=True)

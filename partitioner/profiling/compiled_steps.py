@@ -24,8 +24,8 @@ class OpenVinoLlama:
 
     def __init__(self, cfg: dict, *, units, threads: int | None):
         """Args:
-            units: the planner's units of `cfg` (capture_config).
-            threads: OpenVINO's threads.
+        units: the planner's units of `cfg` (capture_config).
+        threads: OpenVINO's threads.
         """
         from transformers import LlamaConfig
 
@@ -40,8 +40,7 @@ class OpenVinoLlama:
         tc = toolchain("openvino")
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            ep = export_stage(stage, hidden=conf.hidden_size, vocab=conf.vocab_size, dtype=torch.float32,
-                              kv_dtype=torch.float32)
+            ep = export_stage(stage, hidden=conf.hidden_size, vocab=conf.vocab_size, dtype=torch.float32, kv_dtype=torch.float32)
             art = tc.build(ep, Path(self._dir.name), target="CPU", stem="model")
         self.step = tc.load(art, Path(self._dir.name), threads=threads)
         self.vocab, self.block = conf.vocab_size, KV_BLOCK_TOKENS
@@ -52,17 +51,21 @@ class OpenVinoLlama:
         from hetc.backends.paged_attention import PagedMeta
 
         per = -(-(max(starts) + max(n_new)) // self.block)
-        paged = PagedMeta.build(starts, n_new, [list(range(b * per, (b + 1) * per)) for b in range(len(starts))],
-                                [True] * len(starts))
+        paged = PagedMeta.build(starts, n_new, [list(range(b * per, (b + 1) * per)) for b in range(len(starts))], [True] * len(starts))
         caches = [torch.zeros(len(starts) * per, *self.kv_shape) for _ in range(2 * self.layers)]
         args = [torch.randint(0, self.vocab, (sum(n_new),)), *paged.inputs(), paged.select, *caches]
         return Case(name, lambda: self.step(*args), reps=5, meta=meta)
 
     def prefill_case(self, batch: int, tokens: int) -> Case:
-        return self._case(f"prefill b{batch} t{tokens} openvino", [0] * batch, [tokens] * batch,
-                          {"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
+        return self._case(
+            f"prefill b{batch} t{tokens} openvino",
+            [0] * batch,
+            [tokens] * batch,
+            {"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)},
+        )
 
     def decode_case(self, batch: int, ctx: int) -> Case:
         """One token for each of `batch` sequences holding `ctx` (each call writes the same slot)."""
-        return self._case(f"decode b{batch} ctx{ctx} openvino", [ctx] * batch, [1] * batch,
-                          {"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)})
+        return self._case(
+            f"decode b{batch} ctx{ctx} openvino", [ctx] * batch, [1] * batch, {"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)}
+        )

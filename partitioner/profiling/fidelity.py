@@ -66,21 +66,27 @@ class FidelityReport:
             errs = [r.error for r in self.rows if r.cls == cls]
             target = TARGETS["step" if cls.endswith("step") else "op"]
             med = statistics.median(errs)
-            out[cls] = {"cases": len(errs), "median_error": med, "max_error": max(errs), "target": target,
-                        "ok": med <= target}
+            out[cls] = {"cases": len(errs), "median_error": med, "max_error": max(errs), "target": target, "ok": med <= target}
         return out
 
     def to_json(self) -> dict:
-        return {"profile": self.profile, "machine": self.machine, "model": self.model, "classes": self.classes(),
-                "rows": [{"class": r.cls, "case": r.case, "predicted_ms": r.predicted_s * 1e3,
-                          "measured_ms": r.measured_s * 1e3, "ratio": r.ratio} for r in self.rows]}
+        return {
+            "profile": self.profile,
+            "machine": self.machine,
+            "model": self.model,
+            "classes": self.classes(),
+            "rows": [
+                {"class": r.cls, "case": r.case, "predicted_ms": r.predicted_s * 1e3, "measured_ms": r.measured_s * 1e3, "ratio": r.ratio} for r in self.rows
+            ],
+        }
 
 
 def step_model_config(quick: bool = False) -> dict:
     """config.json of the report's whole-step model (a smaller one for `--quick`)."""
     m = STEP_MODEL_QUICK if quick else STEP_MODEL
-    return hf_steps.llama_config(hidden=m["hidden"], layers=m["layers"], heads=m["heads"], kv_heads=m["kv_heads"],
-                                 intermediate=m["intermediate"], vocab=m["vocab"])
+    return hf_steps.llama_config(
+        hidden=m["hidden"], layers=m["layers"], heads=m["heads"], kv_heads=m["kv_heads"], intermediate=m["intermediate"], vocab=m["vocab"]
+    )
 
 
 def _measure(spec: dict, timeout_s: float) -> dict:
@@ -88,8 +94,13 @@ def _measure(spec: dict, timeout_s: float) -> dict:
         spec_path, out_path = Path(d) / "spec.json", Path(d) / "out.json"
         spec_path.write_text(json.dumps(spec))
         env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"])} if spec.get("threads") else dict(os.environ)
-        proc = subprocess.run([sys.executable, "-m", "hetc.partitioner.profiling.fidelity_worker", str(spec_path),
-                               str(out_path)], capture_output=True, text=True, timeout=timeout_s, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "hetc.partitioner.profiling.fidelity_worker", str(spec_path), str(out_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
         if proc.returncode != 0 or not out_path.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             raise HetcError(f"the measuring process failed (exit {proc.returncode}): {' | '.join(tail)}")
@@ -128,8 +139,7 @@ def sampled_step_time(units, profile: Profile, step: Step) -> float:
     """
     cut = select_at([u.kind for u in units])
     kw: dict[str, Any] = {"dtype": "fp32", "kv_dtype": "fp32"}
-    return (units_time(units[:cut], profile, step, **kw) + units_time(units[cut:], profile, Step(step.seqs, step.seqs, 0.0), **kw)
-            + profile.step_overhead)
+    return units_time(units[:cut], profile, step, **kw) + units_time(units[cut:], profile, Step(step.seqs, step.seqs, 0.0), **kw) + profile.step_overhead
 
 
 def _step_rows(profile: Profile, quick: bool, measured: dict[str, float], units) -> list[Row]:
@@ -144,8 +154,15 @@ def _step_rows(profile: Profile, quick: bool, measured: dict[str, float], units)
     return rows
 
 
-def validate(profile: Profile, *, quick: bool = False, threads: int | None = None, rounds: int | None = None,
-             timeout_s: float = 1800.0, progress: Callable[[str], None] | None = None) -> FidelityReport:
+def validate(
+    profile: Profile,
+    *,
+    quick: bool = False,
+    threads: int | None = None,
+    rounds: int | None = None,
+    timeout_s: float = 1800.0,
+    progress: Callable[[str], None] | None = None,
+) -> FidelityReport:
     """Measure the held-out cases in a separate process and compare them with `profile`'s predictions.
 
     Args:
@@ -161,8 +178,7 @@ def validate(profile: Profile, *, quick: bool = False, threads: int | None = Non
     curves = profile.efficiency_curves
     threads = threads or (curves.threads if curves and curves.threads else None)
     cfg = step_model_config(quick)
-    spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5),
-            "executor": curves.executor if curves else None}
+    spec = {"threads": threads, "quick": quick, "model": cfg, "rounds": rounds or (2 if quick else 5), "executor": curves.executor if curves else None}
     say("measuring held-out ops and steps in a separate process")
     load = ForeignLoad()
     out = _measure(spec, timeout_s)
@@ -172,6 +188,5 @@ def validate(profile: Profile, *, quick: bool = False, threads: int | None = Non
     ops = dict((n, s) for n, s in out["ops"])
     steps = dict((n, s) for n, s in out["steps"])
     rows = _op_rows(profile, quick, ops) + _step_rows(profile, quick, steps, units)
-    model = {k: cfg[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                 "intermediate_size", "vocab_size")}
+    model = {k: cfg[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")}
     return FidelityReport(profile.name, out["machine"], rows, model)

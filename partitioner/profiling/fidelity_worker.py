@@ -29,9 +29,11 @@ def measure(spec: dict) -> dict:
     rounds = int(spec.get("rounds", 3))
     evict = bench.evict_bytes(info)
     on: dict[str, Any] = {"executor": spec.get("executor") or "torch", "threads": threads}  # what the profile measured
-    ops = (microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
-           + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
-           + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu"))
+    ops = (
+        microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
+        + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
+        + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu")
+    )
     bench.run_cases(ops, rounds=rounds)
     op_times = [[c.name.removesuffix(" openvino"), c.seconds] for c in ops]
     del ops  # the weight pools are large; free them before the model is built
@@ -42,13 +44,15 @@ def measure(spec: dict) -> dict:
         model = OpenVinoLlama(spec["model"], units=capture_config(spec["model"]), threads=threads)
     else:
         model = hf_steps.build_llama(spec["model"])
-    steps = ([model.prefill_case(b, t) if on["executor"] == "openvino" else hf_steps.prefill_case(model, b, t)
-              for b, t in shapes.prefill_steps]
-             + [model.decode_case(b, c) if on["executor"] == "openvino" else hf_steps.decode_case(model, b, c)
-                for b, c in shapes.decode_steps])
+    steps = [model.prefill_case(b, t) if on["executor"] == "openvino" else hf_steps.prefill_case(model, b, t) for b, t in shapes.prefill_steps] + [
+        model.decode_case(b, c) if on["executor"] == "openvino" else hf_steps.decode_case(model, b, c) for b, c in shapes.decode_steps
+    ]
     bench.run_cases(steps, rounds=rounds)
-    return {"ops": op_times, "steps": [[c.name.removesuffix(" openvino"), c.seconds] for c in steps],
-            "machine": {"cpu": info.model, "cores": info.cores, "threads": threads, "torch": torch.__version__}}
+    return {
+        "ops": op_times,
+        "steps": [[c.name.removesuffix(" openvino"), c.seconds] for c in steps],
+        "machine": {"cpu": info.model, "cores": info.cores, "threads": threads, "torch": torch.__version__},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

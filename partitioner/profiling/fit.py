@@ -14,8 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["efficiency", "table_1d", "table_2d", "eval_1d", "fit_memory", "fit_gather", "fit_line", "fit_overheads",
-           "fit_alpha_beta"]
+__all__ = ["efficiency", "table_1d", "table_2d", "eval_1d", "fit_memory", "fit_gather", "fit_line", "fit_overheads", "fit_alpha_beta"]
 
 _MIN_WORK_SHARE = 0.1  # an op timed at no more than its dispatch still did some work: keep ≥ 10% of its time
 _ARITHMETIC_BOUND = 1.25  # an op slower than its kind's bytes explain by this factor is bound by something else
@@ -56,8 +55,7 @@ def table_1d(xs: Iterable[float], effs: Iterable[float], grid: Sequence[float] |
         groups[_log_bin(x, pts)].append((x, e))
     if not groups:
         raise ValueError("no samples to fit")
-    out = sorted((math.exp(float(np.mean([math.log(x) for x, _ in g]))), float(np.median([e for _, e in g])))
-                 for g in groups.values())
+    out = sorted((math.exp(float(np.mean([math.log(x) for x, _ in g]))), float(np.median([e for _, e in g]))) for g in groups.values())
     return {"x": [x for x, _ in out], "eff": [e for _, e in out]}
 
 
@@ -74,8 +72,7 @@ def table_2d(ms: Iterable[float], nks: Iterable[float], effs: Iterable[float]) -
         raise ValueError("no samples to fit")
     mgrid = sorted({m for m, _ in groups})
     nkgrid = sorted({nk for _, nk in groups})
-    table: list[list[float | None]] = [[float(np.median(groups[(m, nk)])) if (m, nk) in groups else None
-                                        for nk in nkgrid] for m in mgrid]
+    table: list[list[float | None]] = [[float(np.median(groups[(m, nk)])) if (m, nk) in groups else None for nk in nkgrid] for m in mgrid]
     for row in table:
         have = [j for j, v in enumerate(row) if v is not None]
         for j, v in enumerate(row):
@@ -95,8 +92,9 @@ def eval_1d(table: dict, x: float) -> float:
     return float(np.interp(math.log(x), np.log(table["x"]), table["eff"]))
 
 
-def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid: Sequence[float],
-               cache_bytes: float) -> tuple[dict, dict[str, dict], dict[str, dict]]:
+def fit_memory(
+    samples: Sequence[dict], bandwidth: float, dispatch: float, grid: Sequence[float], cache_bytes: float
+) -> tuple[dict, dict[str, dict], dict[str, dict]]:
     """Memory curves: one per op, one per kind of op, and a default, for ops bound by bytes.
 
     Every measured op gets a curve of its own samples (its fixed cost and its speed per
@@ -119,8 +117,7 @@ def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid:
         raise ValueError("no samples to fit")
 
     def curve(ss):
-        return table_1d([s["bytes"] for s in ss], [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch)
-                                                   for s in ss], grid)
+        return table_1d([s["bytes"] for s in ss], [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in ss], grid)
 
     def kind_curves(ss):
         return {k: curve([s for s in ss if s["kind"] == k]) for k in dict.fromkeys(s["kind"] for s in ss)}
@@ -132,8 +129,7 @@ def fit_memory(samples: Sequence[dict], bandwidth: float, dispatch: float, grid:
     slow = set()
     for op, ss in by_op.items():
         mid = [s for s in ss if _LARGE_OP_BYTES <= s["bytes"] <= cache_bytes / 2]
-        ratio = [s["seconds"] / (dispatch + s["bytes"] / (bandwidth * eval_1d(first[s["kind"]], s["bytes"])))
-                 for s in mid]
+        ratio = [s["seconds"] / (dispatch + s["bytes"] / (bandwidth * eval_1d(first[s["kind"]], s["bytes"]))) for s in mid]
         if ratio and np.median(ratio) > _ARITHMETIC_BOUND:
             slow.add(op)
     typical = [s for s in samples if s["op"] not in slow] or list(samples)
@@ -167,8 +163,7 @@ def fit_gather(samples: Sequence[dict], bandwidth: float, dispatch: float) -> di
     for prev, s in zip(use, use[1:]):  # per row size, from the most rows down
         if s["row_bytes"] == prev["row_bytes"]:
             s["seconds"] = min(s["seconds"], prev["seconds"])
-    t = table_2d([s["rows"] for s in use], [s["row_bytes"] for s in use],
-                 [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in use])
+    t = table_2d([s["rows"] for s in use], [s["row_bytes"] for s in use], [efficiency(s["bytes"], s["seconds"], bandwidth, dispatch) for s in use])
     return {"rows": t["m"], "row_bytes": t["nk"], "eff": t["eff"]}
 
 

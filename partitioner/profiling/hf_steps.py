@@ -20,13 +20,22 @@ from hetc.partitioner.profiling.bench import Case
 __all__ = ["llama_config", "build_llama", "prefill_case", "decode_case", "prefill_step", "decode_step"]
 
 
-def llama_config(*, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int,
-                 max_positions: int = 4096) -> dict:
+def llama_config(*, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, max_positions: int = 4096) -> dict:
     """A LlamaConfig as a config.json dict (what `capture` reads)."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-            "intermediate_size": intermediate, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-            "num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": max_positions,
-            "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "torch_dtype": "float32"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_positions,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
 
 
 def build_llama(cfg: dict, *, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0):
@@ -59,8 +68,8 @@ def prefill_case(model, batch: int, tokens: int, *, device: str = "cpu") -> Case
     def fn():  # the final norm and LM head on each prompt's last token only, as every executor runs them
         with torch.inference_mode():
             return model(input_ids=ids, use_cache=False, logits_to_keep=1)
-    return Case(f"prefill b{batch} t{tokens}", fn, reps=3,
-                meta={"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
+
+    return Case(f"prefill b{batch} t{tokens}", fn, reps=3, meta={"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
 
 
 def decode_case(model, batch: int, ctx: int, *, device: str = "cpu") -> Case:
@@ -79,5 +88,5 @@ def decode_case(model, batch: int, ctx: int, *, device: str = "cpu") -> Case:
     def fn():
         with torch.inference_mode():
             return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True)
-    return Case(f"decode b{batch} ctx{ctx}", fn, reset=rewind, reps=5,
-                meta={"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)})
+
+    return Case(f"decode b{batch} ctx{ctx}", fn, reset=rewind, reps=5, meta={"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)})

@@ -26,8 +26,19 @@ from hetc.partitioner.capture.graph import TORCH_DTYPES as GRAPH_DTYPES
 from hetc.partitioner.capture.graph import Terms
 from hetc.partitioner.capture.op_records import OpRecord
 
-__all__ = ["AttnShape", "matmul_cases", "attention_cases", "memory_cases", "dispatch_cases", "copy_case",
-           "matmul_record", "attention_record", "memory_record", "MEMORY_OPS", "TORCH_DTYPES"]
+__all__ = [
+    "AttnShape",
+    "matmul_cases",
+    "attention_cases",
+    "memory_cases",
+    "dispatch_cases",
+    "copy_case",
+    "matmul_record",
+    "attention_record",
+    "memory_record",
+    "MEMORY_OPS",
+    "TORCH_DTYPES",
+]
 
 TORCH_DTYPES = {d: t for d, t in GRAPH_DTYPES.items() if d != "fp8"}  # the dtypes timed as themselves
 
@@ -55,7 +66,7 @@ class _Arena:
 
     def pool(self, shape: tuple[int, ...], evict: float) -> list[torch.Tensor]:
         numel = torch.Size(shape).numel()
-        return [self.buf[i * numel:(i + 1) * numel].view(shape) for i in range(self._count(shape, evict))]
+        return [self.buf[i * numel : (i + 1) * numel].view(shape) for i in range(self._count(shape, evict))]
 
 
 class _Evict:
@@ -88,6 +99,7 @@ def _cycle(items: list):
     def nxt():
         state["i"] = (state["i"] + 1) % len(items)
         return items[state["i"]]
+
     return nxt
 
 
@@ -98,13 +110,13 @@ def _size(dtype: str) -> int:
 def matmul_record(m: int, n: int, k: int, dtype: str) -> tuple[OpRecord, Step]:
     """The record and step the cost model prices `y = x·Wᵀ` with x [M, K] and W [N, K] by."""
     es = _size(dtype)
-    rec = OpRecord("matmul", 1, Terms(0.0, 2.0 * n * k, 0.0), Terms(), Terms(0.0, (k + n) * es, 0.0),
-                   weight_bytes=float(n * k * es), nk=float(n * k))
+    rec = OpRecord("matmul", 1, Terms(0.0, 2.0 * n * k, 0.0), Terms(), Terms(0.0, (k + n) * es, 0.0), weight_bytes=float(n * k * es), nk=float(n * k))
     return rec, Step(m, 1, 1)
 
 
-def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float,
-                 executor: str = "torch", threads: int | None = None) -> list[Case]:
+def matmul_cases(
+    shapes: list[tuple[int, int, int]], *, dtype: str, device: str, evict: float, executor: str = "torch", threads: int | None = None
+) -> list[Case]:
     """`y = x·Wᵀ` (a linear layer) for each (M, N, K), the weight read from memory each call.
 
     Args:
@@ -123,19 +135,22 @@ def matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, device: str,
         nxt = _cycle(pool)
         rec, step = matmul_record(m, n, k, dtype)
         small = device == "cpu" and len(pool) * n * k * arena.es <= evict
-        cases.append(Case(f"matmul {m}x{n}x{k} {dtype}", lambda x=x, nxt=nxt: F.linear(x, nxt()),  # type: ignore[misc]
-                          reset=flush if small else None,
-                          reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
-                          meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
-                                "record": rec, "step": step}))
+        cases.append(
+            Case(
+                f"matmul {m}x{n}x{k} {dtype}",
+                lambda x=x, nxt=nxt: F.linear(x, nxt()),  # type: ignore[misc]
+                reset=flush if small else None,
+                reps=1 if 2 * m * n * k > 1e10 else 3 if 2 * m * n * k > 2e9 else 5,
+                meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k, "record": rec, "step": step},
+            )
+        )
     return cases
 
 
 _CHAIN_BYTES = 128 << 20  # weights per FullyConnected chain (a 134 MB weight alone is one kernel of ~11 ms)
 
 
-def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, evict: float,
-                           threads: int | None) -> list[Case]:
+def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, evict: float, threads: int | None) -> list[Case]:
     """One OpenVINO model per weight shape holding up to `_CHAIN_BYTES` of weights; a call runs them
     all on one input (Case.per_call: the time is per matmul), after evicting the caches. The chain
     shares the inference's fixed cost among its kernels; its size bounds the profile's memory
@@ -151,15 +166,20 @@ def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, ev
     for m, n, k in shapes:
         if (n, k) not in steps:
             count = max(1, min(64, _CHAIN_BYTES // (n * k * 4)))
-            steps[(n, k)] = (linear_step([_rand((n, k), torch.float32, "cpu") for _ in range(count)],
-                                         threads=threads), count)
+            steps[(n, k)] = (linear_step([_rand((n, k), torch.float32, "cpu") for _ in range(count)], threads=threads), count)
         step, count = steps[(n, k)]
         x = _rand((m, k), torch.float32, "cpu")
         rec, st = matmul_record(m, n, k, dtype)
-        cases.append(Case(f"matmul {m}x{n}x{k} {dtype} openvino", lambda step=step, x=x: step(x), per_call=count,  # type: ignore[misc]
-                          reset=flush, reps=1 if 2 * m * n * k * count > 1e10 else 3,
-                          meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k,
-                                "record": rec, "step": st}))
+        cases.append(
+            Case(
+                f"matmul {m}x{n}x{k} {dtype} openvino",
+                lambda step=step, x=x: step(x),  # type: ignore[misc]
+                per_call=count,
+                reset=flush,
+                reps=1 if 2 * m * n * k * count > 1e10 else 3,
+                meta={"m": m, "n": n, "k": k, "dtype": dtype, "flops": 2.0 * m * n * k, "record": rec, "step": st},
+            )
+        )
     return cases
 
 
@@ -190,13 +210,11 @@ def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
     es = _size(dtype)
     per_tok_ctx = 2.0 * s.heads * 2 * s.head_dim  # q·kᵀ and weights·v
     kv = 2.0 * s.kv_heads * s.head_dim * es
-    rec = OpRecord("attention", 1, Terms(0.0, 0.0, per_tok_ctx), Terms(),
-                   Terms(0.0, 2.0 * s.heads * s.head_dim * es, 0.0), kv_bytes_per_token=kv)
+    rec = OpRecord("attention", 1, Terms(0.0, 0.0, per_tok_ctx), Terms(), Terms(0.0, 2.0 * s.heads * s.head_dim * es, 0.0), kv_bytes_per_token=kv)
     return rec, Step(s.batch * s.q, s.batch, s.mean_ctx), kv
 
 
-def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float, executor: str = "torch",
-                    threads: int | None = None) -> list[Case]:
+def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float, executor: str = "torch", threads: int | None = None) -> list[Case]:
     """SDPA (GQA without head expansion), or OpenVINO's paged attention (`executor`); K/V rotate
     out of cache for decode."""
     if executor == "openvino":
@@ -207,6 +225,7 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
     def kv_shape(s: AttnShape) -> tuple[tuple[int, ...], float]:
         # K and V as one [2, ...] tensor per pool entry; a prompt's own K/V are fresh (in cache)
         return (2, s.batch, s.kv_heads, s.kv, s.head_dim), 0.0 if s.causal else evict
+
     arena = _Arena([kv_shape(s) for s in shapes], td, device)
     for s in shapes:
         q = _rand((s.batch, s.heads, s.q, s.head_dim), td, device)
@@ -223,15 +242,21 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
                 k, v = nxt()
                 return F.scaled_dot_product_attention(qp, k, v, attn_mask=mask)
         else:
+
             def fn(q=q, nxt=nxt, causal=s.causal, gqa=gqa):  # type: ignore[misc]
                 k, v = nxt()
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
         rec, step, kv = attention_record(s, dtype)
         flops = rec.flops.at(step.tokens, step.ctx)
-        cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}",
-                          fn, reps=3 if flops > 2e9 else 5,
-                          meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": step,
-                                "kv_bytes_per_token": kv}))
+        cases.append(
+            Case(
+                f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}",
+                fn,
+                reps=3 if flops > 2e9 else 5,
+                meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": step, "kv_bytes_per_token": kv},
+            )
+        )
     return cases
 
 
@@ -239,8 +264,7 @@ _ATTN_CHAIN_FLOPS = 1e9  # work per inference (up to 64 nodes): its fixed cost, 
 _ATTN_CACHE_BYTES = 256 << 20  # the chain's caches, at most (a memory-bound node then takes ~25 ms a call)
 
 
-def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: float,
-                              threads: int | None) -> list[Case]:
+def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: float, threads: int | None) -> list[Case]:
     """OpenVINO's paged attention over KV blocks, a chain of nodes with a cache each (a stage's layers)
     run in one inference (Case.per_call: the time is per node): a decode step's sequences hold kv − 1
     tokens and bring one, the chain's caches together larger than `evict` so each node reads its blocks
@@ -257,21 +281,25 @@ def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: flo
         flops = rec.flops.at(st.tokens, st.ctx)
         count = max(math.ceil(_ATTN_CHAIN_FLOPS / flops), 0 if s.causal else int(evict // cache_bytes) + 1)
         count = max(1, min(64, count, _ATTN_CACHE_BYTES // cache_bytes))
-        caches = [(_rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"),
-                   _rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu")) for _ in range(count)]
-        step = paged_attention_step(heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim,
-                                    scale=s.head_dim ** -0.5, caches=caches, threads=threads)
+        caches = [
+            (_rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"), _rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"))
+            for _ in range(count)
+        ]
+        step = paged_attention_step(heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim, scale=s.head_dim**-0.5, caches=caches, threads=threads)
         past, new = (0, s.q) if s.causal else (s.kv - 1, 1)
-        meta = PagedMeta.build([past] * s.batch, [new] * s.batch,
-                               [list(range(b * per, (b + 1) * per)) for b in range(s.batch)], [True] * s.batch).inputs()[1:]
+        meta = PagedMeta.build([past] * s.batch, [new] * s.batch, [list(range(b * per, (b + 1) * per)) for b in range(s.batch)], [True] * s.batch).inputs()[1:]
         t = s.batch * new
         q = _rand((t, s.heads * s.head_dim), torch.float32, "cpu")
         kv = [_rand((t, s.kv_heads * s.head_dim), torch.float32, "cpu") for _ in range(2)]
-        cases.append(Case(f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''}"
-                          " openvino", lambda step=step, q=q, kv=kv, meta=meta: step(q, *kv, *meta), per_call=count,  # type: ignore[misc]
-                          reps=3 if flops * count > 2e9 else 5,
-                          meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": st,
-                                "kv_bytes_per_token": kvb}))
+        cases.append(
+            Case(
+                f"attention b{s.batch} h{s.heads}/{s.kv_heads} q{s.q} kv{s.kv}{' causal' if s.causal else ''} openvino",
+                lambda step=step, q=q, kv=kv, meta=meta: step(q, *kv, *meta),  # type: ignore[misc]
+                per_call=count,
+                reps=3 if flops * count > 2e9 else 5,
+                meta={"shape": s, "dtype": dtype, "flops": flops, "record": rec, "step": st, "kv_bytes_per_token": kvb},
+            )
+        )
     return cases
 
 
@@ -325,17 +353,17 @@ def memory_cases(shapes: list[tuple[str, int, int]], *, dtype: str, device: str)
         if name == "gather":
             table = flat[: _table_rows(width, dtype) * width].view(-1, width)
             ids = torch.randint(0, table.shape[0], (rows,), device=device)
-            fn = (lambda ids=ids, table=table: F.embedding(ids, table))
+            fn = lambda ids=ids, table=table: F.embedding(ids, table)
         else:
             work = MEMORY_OPS[name][1]
             if (rows, width) not in acts:
                 acts[(rows, width)] = (_rand((rows, width), td, device), _rand((rows, width), td, device))
             x, y = acts[(rows, width)]
-            fn = (lambda work=work, x=x, y=y: work(x, y))  # type: ignore[misc]
+            fn = lambda work=work, x=x, y=y: work(x, y)  # type: ignore[misc]
         rec, step, nbytes = memory_record(name, rows, width, dtype)
-        cases.append(Case(f"{name} {rows}x{width}", fn, reps=9,
-                          meta={"op": name, "graph_op": rec.op, "kind": rec.kind, "bytes": nbytes,
-                                "record": rec, "step": step}))
+        cases.append(
+            Case(f"{name} {rows}x{width}", fn, reps=9, meta={"op": name, "graph_op": rec.op, "kind": rec.kind, "bytes": nbytes, "record": rec, "step": step})
+        )
     return cases
 
 
@@ -343,8 +371,7 @@ def dispatch_cases(device: str) -> list[Case]:
     """Ops on one-element tensors: what one op costs when it does no work (framework dispatch)."""
     a = torch.ones(1, device=device)
     b = torch.ones(1, device=device)
-    return [Case(f"dispatch {n}", fn, reps=201) for n, fn in
-            (("add", lambda: a + b), ("mul", lambda: a * b), ("neg", lambda: -a), ("silu", lambda: F.silu(a)))]
+    return [Case(f"dispatch {n}", fn, reps=201) for n, fn in (("add", lambda: a + b), ("mul", lambda: a * b), ("neg", lambda: -a), ("silu", lambda: F.silu(a)))]
 
 
 def copy_case(nbytes: float, *, device: str) -> Case:

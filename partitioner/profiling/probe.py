@@ -36,14 +36,20 @@ def capture_config(cfg: dict, dtype: str = "fp32") -> list[Unit]:
         return capture(d, dtype=dtype).units
 
 
-def probe_cases(depths: list[int], shape: dict, *, device: str = "cpu", executor: str = "torch",
-                threads: int | None = None) -> list[Case]:
+def probe_cases(depths: list[int], shape: dict, *, device: str = "cpu", executor: str = "torch", threads: int | None = None) -> list[Case]:
     """Prefill of one token and decode of one sequence for the probe Llama at each depth, run by
     `executor` (torch eager: transformers' model; openvino: the model compiled as a served stage)."""
     cases = []
     for depth in depths:
-        cfg = llama_config(hidden=shape["hidden"], layers=depth, heads=shape["heads"], kv_heads=shape["kv_heads"],
-                           intermediate=shape["intermediate"], vocab=shape["vocab"], max_positions=512)
+        cfg = llama_config(
+            hidden=shape["hidden"],
+            layers=depth,
+            heads=shape["heads"],
+            kv_heads=shape["kv_heads"],
+            intermediate=shape["intermediate"],
+            vocab=shape["vocab"],
+            max_positions=512,
+        )
         units = capture_config(cfg)
         if executor == "openvino":
             from hetc.partitioner.profiling.compiled_steps import OpenVinoLlama
@@ -80,7 +86,6 @@ def fit_probe(cases: list[Case], work_profile: Profile, dtype: str = "fp32") -> 
     for c in cases:
         step = c.meta["step"]
         work = units_time(c.meta["units"], work_profile, step, dtype=dtype, kv_dtype=dtype)
-        points.append({"name": c.name, "kernels": c.meta["kernels"], "measured_s": c.seconds, "work_s": work,
-                       "residual_s": c.seconds - work})
+        points.append({"name": c.name, "kernels": c.meta["kernels"], "measured_s": c.seconds, "work_s": work, "residual_s": c.seconds - work})
     launch, per_step = fit_overheads([p["kernels"] for p in points], [p["residual_s"] for p in points])
     return ProbeFit(launch, per_step, points)

@@ -33,8 +33,7 @@ class ShapeSet:
 
 _MM_M = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 _MM_NK = [(512, 512), (1024, 1024), (2048, 1024), (2048, 2048), (4096, 2048), (8192, 2048), (32768, 1024)]
-_MEM_OPS = ["add", "mul", "sub", "silu", "exp", "neg", "pow", "mean", "sum", "softmax", "cat", "clone",
-            "transpose_copy"]
+_MEM_OPS = ["add", "mul", "sub", "silu", "exp", "neg", "pow", "mean", "sum", "softmax", "cat", "clone", "transpose_copy"]
 
 
 def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
@@ -54,16 +53,13 @@ def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
     mm_bf16 = [(m, n, k) for m in (1, 16, 256) for n, k in ((1024, 1024), (2048, 2048))]
     attn = [AttnShape(1, h, kvh, 64, t, t, True) for h, kvh in ((8, 2), (16, 8)) for t in (16, 32, 64, 128, 256, 512, 1024)]
     # decode at the step sizes engines run: the kernel's efficiency moves with the sequences in a step
-    attn += [AttnShape(b, h, kvh, 64, 1, L, False) for h, kvh in ((8, 2), (16, 8)) for b in (1, 4, 16, 64)
-             for L in (32, 128, 512, 2048) if b * L <= 64 * 512]
-    mem = [(op, r, w) for op in _MEM_OPS for w in (1024, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096)
-           if r * w <= 1 << 24]
+    attn += [AttnShape(b, h, kvh, 64, 1, L, False) for h, kvh in ((8, 2), (16, 8)) for b in (1, 4, 16, 64) for L in (32, 128, 512, 2048) if b * L <= 64 * 512]
+    mem = [(op, r, w) for op in _MEM_OPS for w in (1024, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096) if r * w <= 1 << 24]
     # gathers at the hidden sizes models use: a row's size sets its cost, not monotonically
     # (rows that straddle more pages cost more); every power of two of rows, as the cost bends
     # where the output leaves the caches and jumps at single sizes (on the 2-core VM 4096 rows of
     # 8 KiB, 32 MiB out, took 18 ms; 2048 rows 1.5 ms)
-    mem += [("gather", 2**i, w) for w in (512, 768, 1024, 1536, 2048, 3072, 4096) for i in range(13)
-            if 2**i * w <= 1 << 24]
+    mem += [("gather", 2**i, w) for w in (512, 768, 1024, 1536, 2048, 3072, 4096) for i in range(13) if 2**i * w <= 1 << 24]
     return ShapeSet(mm, mm_bf16, attn, mem, [1, 2, 4])
 
 
@@ -74,22 +70,57 @@ def held_out_shapes(quick: bool = False) -> ShapeSet:
             matmul=[(3, 768, 768), (48, 1536, 768), (200, 768, 2048)],
             attention=[AttnShape(1, 12, 4, 64, 96, 96, True), AttnShape(3, 12, 4, 64, 1, 700, False)],
             memory=[("mul", 24, 768), ("silu", 200, 2048), ("mean", 700, 768), ("gather", 60, 768)],
-            prefill_steps=[(1, 48)], decode_steps=[(2, 300)])
-    mm = [(1, 768, 768), (3, 3072, 768), (6, 768, 3072), (12, 1536, 1536), (24, 2304, 768), (48, 768, 2048),
-          (96, 3072, 768), (200, 768, 768), (384, 2048, 768), (768, 1536, 1024), (2, 16000, 768),
-          (160, 12000, 768), (640, 768, 3072)]
-    attn = [AttnShape(b, 12, 4, 64, t, t, True) for b, t in ((1, 24), (1, 48), (1, 96), (1, 200), (1, 400), (1, 800),
-                                                            (2, 150))]
-    attn += [AttnShape(b, 12, 4, 64, 1, L, False) for b, L in ((1, 100), (1, 1500), (3, 700), (8, 300), (8, 1500),
-                                                              (24, 700), (2, 3000))]
-    mem = [("add", 3, 768), ("mul", 24, 768), ("silu", 200, 2048), ("neg", 700, 768), ("pow", 3000, 768),
-           ("sub", 150, 3072), ("exp", 600, 2048),
-           ("mean", 96, 768), ("softmax", 400, 3072), ("mean", 2000, 2048), ("sum", 12, 3072), ("sum", 700, 768),
-           ("cat", 48, 2048), ("cat", 500, 768), ("cat", 3000, 2048), ("clone", 300, 3072), ("clone", 6, 768),
-           ("transpose_copy", 1500, 768), ("transpose_copy", 100, 2048),
-           ("gather", 5, 768), ("gather", 60, 768), ("gather", 700, 768), ("gather", 3000, 2048),
-           ("gather", 30, 3072), ("gather", 300, 1536)]
+            prefill_steps=[(1, 48)],
+            decode_steps=[(2, 300)],
+        )
+    mm = [
+        (1, 768, 768),
+        (3, 3072, 768),
+        (6, 768, 3072),
+        (12, 1536, 1536),
+        (24, 2304, 768),
+        (48, 768, 2048),
+        (96, 3072, 768),
+        (200, 768, 768),
+        (384, 2048, 768),
+        (768, 1536, 1024),
+        (2, 16000, 768),
+        (160, 12000, 768),
+        (640, 768, 3072),
+    ]
+    attn = [AttnShape(b, 12, 4, 64, t, t, True) for b, t in ((1, 24), (1, 48), (1, 96), (1, 200), (1, 400), (1, 800), (2, 150))]
+    attn += [AttnShape(b, 12, 4, 64, 1, L, False) for b, L in ((1, 100), (1, 1500), (3, 700), (8, 300), (8, 1500), (24, 700), (2, 3000))]
+    mem = [
+        ("add", 3, 768),
+        ("mul", 24, 768),
+        ("silu", 200, 2048),
+        ("neg", 700, 768),
+        ("pow", 3000, 768),
+        ("sub", 150, 3072),
+        ("exp", 600, 2048),
+        ("mean", 96, 768),
+        ("softmax", 400, 3072),
+        ("mean", 2000, 2048),
+        ("sum", 12, 3072),
+        ("sum", 700, 768),
+        ("cat", 48, 2048),
+        ("cat", 500, 768),
+        ("cat", 3000, 2048),
+        ("clone", 300, 3072),
+        ("clone", 6, 768),
+        ("transpose_copy", 1500, 768),
+        ("transpose_copy", 100, 2048),
+        ("gather", 5, 768),
+        ("gather", 60, 768),
+        ("gather", 700, 768),
+        ("gather", 3000, 2048),
+        ("gather", 30, 3072),
+        ("gather", 300, 1536),
+    ]
     return ShapeSet(
-        matmul=mm, attention=attn, memory=mem,
+        matmul=mm,
+        attention=attn,
+        memory=mem,
         prefill_steps=[(1, 24), (1, 96), (1, 200), (2, 128), (1, 400), (4, 48)],
-        decode_steps=[(1, 100), (1, 1000), (4, 300), (8, 600), (16, 150), (24, 1200), (32, 500)])
+        decode_steps=[(1, 100), (1, 1000), (4, 300), (8, 600), (16, 150), (24, 1200), (32, 500)],
+    )

@@ -60,8 +60,12 @@ def measure_p2p(sizes: list[int], reps: int = 10, timeout_s: float = 120.0) -> l
     with tempfile.TemporaryDirectory() as d:
         out = str(Path(d) / "p2p.json")
         args = [json.dumps(sizes), str(reps), out]
-        procs = [subprocess.Popen([sys.executable, "-m", "hetc.partitioner.profiling.transfer", str(r), str(port),
-                                   *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in (0, 1)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "hetc.partitioner.profiling.transfer", str(r), str(port), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            for r in (0, 1)
+        ]
         try:
             for p in procs:
                 p.wait(timeout=timeout_s)

@@ -38,23 +38,39 @@ def _entry(found, replicas: int = 1) -> dict:
     if found is None:
         return {"feasible": False, "output_tok_s": 0.0}
     e = found.estimate
-    return {"feasible": True, "output_tok_s": e.output_tok_s * replicas, "batch": e.batch,
-            "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3, "stages": len(found.stages) * replicas}
+    return {
+        "feasible": True,
+        "output_tok_s": e.output_tok_s * replicas,
+        "batch": e.batch,
+        "ttft_ms": e.ttft_s * 1e3,
+        "tpot_ms": e.tpot_s * 1e3,
+        "stages": len(found.stages) * replicas,
+    }
 
 
-def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: str, ceiling: int,
-                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> dict[str, dict]:
+def run_baselines(
+    units: list[Unit], cluster: Cluster, wl: Workload, objective: str, ceiling: int, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None
+) -> dict[str, dict]:
     """Each baseline at its best batch up to `ceiling` sequences per pipeline within the SLOs the plan
     was given (a baseline over them would be compared with a plan held to them)."""
     nodes = [n for n in cluster.nodes for _ in range(n.count)]
     chain = [Slot(n) for n in nodes]
     within = slo_filter(ttft_slo_s, tpot_slo_s)
     out = {}
-    for name, weights in (("uniform", [1.0] * len(nodes)),
-                          ("memory_proportional", [n.profile.usable_memory for n in nodes])):
+    for name, weights in (("uniform", [1.0] * len(nodes)), ("memory_proportional", [n.profile.usable_memory for n in nodes])):
         stages = _split_by_weight(units, nodes, weights)
-        out[name] = _entry(best_batch(units, chain, cluster, wl, objective, split=lambda _b, s=stages: s, ceiling=ceiling,  # type: ignore[misc]
-                                      admits=within))
+        out[name] = _entry(
+            best_batch(
+                units,
+                chain,
+                cluster,
+                wl,
+                objective,
+                split=lambda _b, s=stages: s,  # type: ignore[misc]
+                ceiling=ceiling,
+                admits=within,
+            )
+        )
     out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective, ceiling=ceiling, admits=within))
     homo: dict = {}
     by_type: dict[tuple, list[Node]] = {}
@@ -64,8 +80,7 @@ def run_baselines(units: list[Unit], cluster: Cluster, wl: Workload, objective: 
         count = sum(n.count for n in nodes_of_type)
         pool = [n for n in nodes_of_type for _ in range(n.count)]
         for r in (d for d in range(1, count + 1) if count % d == 0):
-            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling,
-                                  admits=within), r)
+            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling, admits=within), r)
             if e["feasible"] and e["output_tok_s"] > homo.get("output_tok_s", -1):
                 homo = {**e, "device": nodes_of_type[0].profile.name, "replicas": r}
     out["best_homogeneous"] = homo or {"feasible": False, "output_tok_s": 0.0}

@@ -29,8 +29,9 @@ def _layer_split(units: list[Unit], p: GivenPipeline, cluster: Cluster) -> list[
     return [StagePlan(s.node, s.first, e, s.tp) for s, e in zip(out, ends)]
 
 
-def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given: list[GivenPipeline],
-                       batch: int | None = None, ceiling: int = MAX_BATCH) -> Solution:
+def evaluate_placement(
+    units: list[Unit], cluster: Cluster, wl: Workload, given: list[GivenPipeline], batch: int | None = None, ceiling: int = MAX_BATCH
+) -> Solution:
     """Predict a given placement: each pipeline at `batch` (default: its best batch up to `ceiling`),
     with its stages' layers as given (default: the best split over its devices, as the solver would
     cut them).
@@ -56,9 +57,11 @@ def evaluate_placement(units: list[Unit], cluster: Cluster, wl: Workload, given:
             stages, est = (best.stages, best.estimate) if best else (None, None)
         if est is None:
             at = f" at --batch {batch}" if batch else ""
-            raise Infeasible(f"pipeline {i} of --placement does not fit its devices{at}: its stages' weights, KV "
-                             "and activations exceed their memory. Give it more devices or layers elsewhere, or a "
-                             "smaller --batch.")
+            raise Infeasible(
+                f"pipeline {i} of --placement does not fit its devices{at}: its stages' weights, KV "
+                "and activations exceed their memory. Give it more devices or layers elsewhere, or a "
+                "smaller --batch."
+            )
         cands.append(Candidate(stages, p.replicas, est, [s.first for s in p.stages], "given", Phase.BOTH))  # type: ignore[arg-type]
     tok = sum(c.estimate.output_tok_s * c.replicas for c in cands)
     return Solution(cands, tok, time.perf_counter() - t0, bound=0.0, bound_method="", status="GIVEN", batch_ceiling=ceiling)

@@ -58,14 +58,12 @@ class Caps:
 
     def spend(self, stages: list[StagePlan], cluster: Cluster) -> tuple[float, float]:
         """(watts, USD/h) of one replica of a pipeline over `stages`."""
-        return (sum(s.node.profile.power * s.tp for s in stages),
-                sum(cluster.price(s.node.profile) * s.tp for s in stages))
+        return (sum(s.node.profile.power * s.tp for s in stages), sum(cluster.price(s.node.profile) * s.tp for s in stages))
 
     def most_replicas(self, stages: list[StagePlan], cluster: Cluster) -> float:
         """How many replicas of one pipeline the caps allow on their own."""
         w, usd = self.spend(stages, cluster)
-        return min(self.watts / w if self.watts and w else float("inf"),
-                   self.usd_h / usd if self.usd_h and usd else float("inf"))
+        return min(self.watts / w if self.watts and w else float("inf"), self.usd_h / usd if self.usd_h and usd else float("inf"))
 
 
 NO_CAPS = Caps()
@@ -144,8 +142,7 @@ def _rate(o: Option, down: bool = False) -> int:
     return math.floor(x) if down else round(x)
 
 
-def choose_replicas(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float,
-                    caps: Caps = Caps()) -> dict[int, int]:
+def choose_replicas(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps()) -> dict[int, int]:
     """Replicas per option maximising tok/s within the nodes and caps, at least `min_tok_s`
     (decode pools produce no more than the prefill pools feed); {} if none is found."""
     mm = _model(opts, cluster, caps)
@@ -185,8 +182,7 @@ def _undominated(opts: list[Option], key: Callable[[Option], tuple]) -> list[Opt
     return out
 
 
-def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float,
-             caps: Caps) -> dict[int, int]:
+def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps) -> dict[int, int]:
     """Latency: the least T* whose options (TPOT ≤ T*) meet the floor, then their most tok/s."""
     order = sorted(range(len(opts)), key=lambda j: opts[j].found.estimate.tpot_s)
     tpots = sorted({opts[j].found.estimate.tpot_s for j in order})
@@ -204,8 +200,7 @@ def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit:
             return any(most[j] for j in js)
         if sum(opts[j].found.estimate.output_tok_s * most[j] for j in js) < min_tok_s:
             return False  # every option there at its most replicas is short: no CP-SAT needed
-        if any(math.floor(opts[j].found.estimate.output_tok_s * SCALE) * most[j] >= math.ceil(min_tok_s * SCALE)
-               for j in js):
+        if any(math.floor(opts[j].found.estimate.output_tok_s * SCALE) * most[j] >= math.ceil(min_tok_s * SCALE) for j in js):
             return True  # one option replicated meets it
         return bool(choose_replicas([opts[j] for j in js], cluster, min_tok_s, time_limit / calls, caps))
 
@@ -220,8 +215,7 @@ def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit:
     return {js[i]: k for i, k in got.items()}
 
 
-def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps,
-              of: int) -> dict[int, int]:
+def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps, of: int) -> dict[int, int]:
     """Cost (of=1: USD/h) or energy (of=0: watts) with a floor: the least spend meeting it, then
     the most tok/s at that spend."""
     mm = _model(opts, cluster, caps)
@@ -243,8 +237,7 @@ def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit
     return _solve(m, r, time_limit / 2) or first
 
 
-def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float,
-           caps: Caps = Caps()) -> list[tuple[Option, int]]:
+def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps()) -> list[tuple[Option, int]]:
     """The replicas of each option that are best for `objective` (module docstring); [] if no
     fleet meets the floor within the nodes and caps.
 
@@ -262,16 +255,14 @@ def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s
         got = choose_replicas(pool, cluster, min_tok_s, time_limit, caps)
         return [(pool[j], k) for j, k in sorted(got.items())]
     if objective == Objective.LATENCY:
-        pool = _undominated(opts, lambda o: (o.found.estimate.tpot_s, -o.found.estimate.output_tok_s,
-                                             *caps.spend(o.found.stages, cluster)))
+        pool = _undominated(opts, lambda o: (o.found.estimate.tpot_s, -o.found.estimate.output_tok_s, *caps.spend(o.found.stages, cluster)))
         got = _fastest(pool, cluster, min_tok_s, time_limit, caps)
         return [(pool[j], k) for j, k in sorted(got.items())]
     of = 0 if objective == Objective.ENERGY else 1
     if not min_tok_s:  # Σc/Σt ≥ min c/t: one pipeline of the best ratio, if the caps let one run
         slots = slots_of(cluster)
         fits = [o for o in opts if _most(o, slot_use(usage(o.template)), slots, cluster, caps) >= 1]
-        one = min(fits, default=None, key=lambda o: (caps.spend(o.found.stages, cluster)[of] / o.found.estimate.output_tok_s,
-                                                     -o.found.estimate.output_tok_s))
+        one = min(fits, default=None, key=lambda o: (caps.spend(o.found.stages, cluster)[of] / o.found.estimate.output_tok_s, -o.found.estimate.output_tok_s))
         return [] if one is None else [(one, 1)]
     pool = _undominated(opts, lambda o: (-o.found.estimate.output_tok_s, *caps.spend(o.found.stages, cluster)))
     got = _cheapest(pool, cluster, min_tok_s, time_limit, caps, of)

@@ -46,8 +46,12 @@ __all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]  # Caps: mix.
 
 PHASES = {Disaggregate.OFF: (Phase.BOTH,), Disaggregate.ON: (Phase.PREFILL, Phase.DECODE), Disaggregate.AUTO: tuple(Phase)}
 
-OBJECTIVES = {Objective.THROUGHPUT: ("max", "output tok/s"), Objective.LATENCY: ("min", "ms TPOT"),
-              Objective.COST: ("min", "USD per M output tokens"), Objective.ENERGY: ("max", "output tokens per J")}
+OBJECTIVES = {
+    Objective.THROUGHPUT: ("max", "output tok/s"),
+    Objective.LATENCY: ("min", "ms TPOT"),
+    Objective.COST: ("min", "USD per M output tokens"),
+    Objective.ENERGY: ("max", "output tokens per J"),
+}
 
 
 @dataclass(slots=True)
@@ -97,8 +101,7 @@ def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> 
     """
     both = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == Phase.BOTH)
     decode = sum(c.estimate.output_tok_s * c.replicas for c in cands if c.phase == Phase.DECODE)
-    feed = sum(min(c.estimate.output_tok_s, (feed_cap or {}).get(i, float("inf"))) * c.replicas
-               for i, c in enumerate(cands) if c.phase == Phase.PREFILL)
+    feed = sum(min(c.estimate.output_tok_s, (feed_cap or {}).get(i, float("inf"))) * c.replicas for i, c in enumerate(cands) if c.phase == Phase.PREFILL)
     return both + min(decode, feed)
 
 
@@ -108,8 +111,7 @@ EVALUATION_WORK = 100.0
 COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work counted); templates get a sixth
 
 
-def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Cluster,
-              wl: Workload) -> tuple[list[Candidate], list[str]]:
+def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Cluster, wl: Workload) -> tuple[list[Candidate], list[str]]:
     """Real devices for every replica's stages: largest groups first, each on the node of its type
     with the most room (a replica's stage beside the previous replica's where it fits), which
     never fails for a choice within `mix.slots_of`; replicas placed alike make one candidate."""
@@ -117,15 +119,13 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
     used = {n.name: 0 for n in cluster.nodes}
-    jobs = sorted(((-sp.tp, j, s, r) for j, (opt, want) in enumerate(choice)
-                   for s, sp in enumerate(opt.found.stages) for r in range(want)))
+    jobs = sorted(((-sp.tp, j, s, r) for j, (opt, want) in enumerate(choice) for s, sp in enumerate(opt.found.stages) for r in range(want)))
     where: dict[tuple, tuple[Node, int]] = {}
     notes = []
     for neg_tp, j, s, r in jobs:
         tp, nodes = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)]
         prev = where.get((j, s, r - 1))
-        node = prev[0] if prev and prev[0].count - used[prev[0].name] >= tp else \
-            max(nodes, key=lambda nd: nd.count - used[nd.name])
+        node = prev[0] if prev and prev[0].count - used[prev[0].name] >= tp else max(nodes, key=lambda nd: nd.count - used[nd.name])
         if node.count - used[node.name] < tp:
             notes.append(f"a replica of {choice[j][0].template.label} found no devices left")
             continue
@@ -139,8 +139,7 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
             if None in spots:
                 continue
             last = out[-1] if out and out[-1][0] == j else None
-            if last and all(nd.name == pn.name and first == f0 + last[2] * sp.tp
-                            for (nd, first), (pn, f0), sp in zip(spots, last[1], stages)):
+            if last and all(nd.name == pn.name and first == f0 + last[2] * sp.tp for (nd, first), (pn, f0), sp in zip(spots, last[1], stages)):
                 last[2] += 1  # one more replica in the same blocks
             else:
                 out.append([j, spots, 1])
@@ -149,15 +148,26 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
         opt = choice[j][0]
         stages = [replace(sp, node=nd) for sp, (nd, _) in zip(opt.found.stages, spots)]
         est = estimate_pipeline(units, stages, cluster, wl, opt.found.estimate.batch, opt.template.phase)
-        cands.append(Candidate(stages, reps, est or opt.found.estimate, [f for _, f in spots], opt.template.label,
-                               opt.template.phase))
+        cands.append(Candidate(stages, reps, est or opt.found.estimate, [f for _, f in spots], opt.template.label, opt.template.phase))
     return cands, notes
 
 
-def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objective = Objective.THROUGHPUT,
-          min_tok_s: float = 0.0, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-          tp: str = "auto", disaggregate: Disaggregate = Disaggregate.AUTO, time_limit: float = 30.0, caps: Caps = NO_CAPS,
-          max_num_seqs: int | None = None, progress: Callable[[str], None] | None = None) -> Solution:
+def solve(
+    units: list[Unit],
+    cluster: Cluster,
+    wl: Workload,
+    *,
+    objective: Objective = Objective.THROUGHPUT,
+    min_tok_s: float = 0.0,
+    ttft_slo_s: float | None = None,
+    tpot_slo_s: float | None = None,
+    tp: str = "auto",
+    disaggregate: Disaggregate = Disaggregate.AUTO,
+    time_limit: float = 30.0,
+    caps: Caps = NO_CAPS,
+    max_num_seqs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Solution:
     """Search placements and return the best for `objective`.
 
     Args:
@@ -186,14 +196,15 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     # column generation has no unbudgeted first pass: it gets COLUMN_SHARE of the limit where the cell bound gets half
     # cost / energy with a floor: the cheapest devices giving it (cell_bound.Demand), or the cheapest pipelines (colgen)
     spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
-    demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) \
-        if objective in spends and min_tok_s else None
+    demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) if objective in spends and min_tok_s else None
     if few:
-        bound = cell_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                           budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress)
+        bound = cell_bound(
+            tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress
+        )
     else:
-        bound = column_bound(tables, kinds, cluster, max_stages, ceiling, phases=phases,
-                             budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, demand=demand, progress=progress)
+        bound = column_bound(
+            tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, demand=demand, progress=progress
+        )
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
@@ -206,9 +217,11 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     notes: list[str] = []
     for name, curves in {n.profile.name: falling_curves(n.profile) for n in cluster.nodes}.items():
         if curves:
-            notes.append(f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
-                         "each curve's running maximum (valid for every batch, looser than the profile)")
-    uneven = bound.pipelines[:bound.used] if demand is not None and isinstance(bound, ColumnBound) else None
+            notes.append(
+                f"profile {name}: efficiency falls with size in {', '.join(curves)}; the bound costs it with "
+                "each curve's running maximum (valid for every batch, looser than the profile)"
+            )
+    uneven = bound.pipelines[: bound.used] if demand is not None and isinstance(bound, ColumnBound) else None
     templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
@@ -219,8 +232,10 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
         if work >= budget and opts:  # work, not seconds: the same templates on any machine; never none
-            notes.append(f"the last {len(templates) - i} of {len(templates)} templates (the widest mixes of device types) "
-                         "were not evaluated within --time-limit; a longer limit tries them")
+            notes.append(
+                f"the last {len(templates) - i} of {len(templates)} templates (the widest mixes of device types) "
+                "were not evaluated within --time-limit; a longer limit tries them"
+            )
             break
         if progress:
             progress(f"templates {i + 1}/{len(templates)}: {t.label}")
@@ -232,8 +247,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
             evaluations += 1
             return split_chain(units, chain, cluster, wl, batch, phase, memo)
 
-        found = batch_options(units, chain, cluster, wl, split, phase=t.phase, ceiling=ceiling, objective=objective,
-                              hints=t.batches)
+        found = batch_options(units, chain, cluster, wl, split, phase=t.phase, ceiling=ceiling, objective=objective, hints=t.batches)
         work += evaluations * EVALUATION_WORK * (len(units) + 20 * len(chain))
         splits.append((t, split))
         opts += [Option(t, f) for f in found if within_slos(f)]
@@ -243,8 +257,7 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
         progress(f"CP-SAT over {len(opts)} options ({len(templates)} templates × batches)")
     picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
     if objective == Objective.LATENCY and min_tok_s and picks:
-        picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s,
-                              time_limit, caps)
+        picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s, time_limit, caps)
     if not picks:
         if caps.watts or caps.usd_h:
             raise Infeasible(_over_caps(opts, cluster, caps))
@@ -263,18 +276,38 @@ def solve(units: list[Unit], cluster: Cluster, wl: Workload, *, objective: Objec
     notes += more
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
-    return Solution(cands, tok_s, time.perf_counter() - t0, bound_value, method, status,
-                    explored=len(templates), notes=notes, kv_transfers=kv, batch_ceiling=ceiling,
-                    cpu_seconds=time.process_time() - cpu0, least_spend=bound.least_spend)
+    return Solution(
+        cands,
+        tok_s,
+        time.perf_counter() - t0,
+        bound_value,
+        method,
+        status,
+        explored=len(templates),
+        notes=notes,
+        kv_transfers=kv,
+        batch_ceiling=ceiling,
+        cpu_seconds=time.process_time() - cpu0,
+        least_spend=bound.least_spend,
+    )
 
 
 FILL_ROUNDS = 3  # latency with a floor: rounds of every batch below the fleet's TPOT, then CP-SAT again
 
 
-def _fill_batches(picks: list[tuple[Option, int]], opts: list[Option],
-                  splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]], units: list[Unit],
-                  cluster: Cluster, wl: Workload, ceiling: int, keep: Callable[[Found], bool], min_tok_s: float,
-                  time_limit: float, caps: Caps) -> list[tuple[Option, int]]:
+def _fill_batches(
+    picks: list[tuple[Option, int]],
+    opts: list[Option],
+    splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]],
+    units: list[Unit],
+    cluster: Cluster,
+    wl: Workload,
+    ceiling: int,
+    keep: Callable[[Found], bool],
+    min_tok_s: float,
+    time_limit: float,
+    caps: Caps,
+) -> list[tuple[Option, int]]:
     """Latency with a floor: the search tried a few batches per template (batches.search), but the
     fleet's TPOT is set by the batch at which each pipeline reaches it. Each round tries every
     batch of every template whose TPOT stays below the fleet's (from 1 up, until one exceeds it),
@@ -343,14 +376,15 @@ def _over_caps(opts: list[Option], cluster: Cluster, caps: Caps) -> str:
     """What the cheapest and the least power-hungry pipelines need, against the caps."""
     watts = min(caps.spend(o.found.stages, cluster)[0] for o in opts)
     usd_h = min(caps.spend(o.found.stages, cluster)[1] for o in opts)
-    parts = ([f"the least power-hungry pipeline draws {watts:,.0f} W (--power-budget {caps.watts:,.0f} W)"]
-             if caps.watts else []) \
-        + ([f"the cheapest costs {usd_h:,.2f} USD/h (--budget {caps.usd_h:,.2f} USD/h)"] if caps.usd_h else [])
+    parts = ([f"the least power-hungry pipeline draws {watts:,.0f} W (--power-budget {caps.watts:,.0f} W)"] if caps.watts else []) + (
+        [f"the cheapest costs {usd_h:,.2f} USD/h (--budget {caps.usd_h:,.2f} USD/h)"] if caps.usd_h else []
+    )
     return "no placement fits: " + "; ".join(parts) + " (with the floors and SLOs given). Raise the budget."
 
 
-def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s: float,
-                    ttft_slo_s: float | None, tpot_slo_s: float | None, pools_only: bool = False) -> str:
+def _why_infeasible(
+    units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s: float, ttft_slo_s: float | None, tpot_slo_s: float | None, pools_only: bool = False
+) -> str:
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
@@ -358,19 +392,24 @@ def _why_infeasible(units: list[Unit], cluster: Cluster, wl: Workload, min_tok_s
     free = sum(n.profile.usable_memory * n.count for n in cluster.nodes)
     one = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len))
     if one.total > free:
-        return (f"the model needs {format_quantity(one.total, Kind.BYTES)} at {wl.dtype} (weights {format_quantity(need, Kind.BYTES)} + KV and "
-                f"activations for one sequence of {wl.context} tokens); all devices together have "
-                f"{format_quantity(free, Kind.BYTES)} free after reserved memory — short by {format_quantity(one.total - free, Kind.BYTES)}. "
-                "Add devices, or use a smaller --dtype.")
+        return (
+            f"the model needs {format_quantity(one.total, Kind.BYTES)} at {wl.dtype} (weights {format_quantity(need, Kind.BYTES)} + KV and "
+            f"activations for one sequence of {wl.context} tokens); all devices together have "
+            f"{format_quantity(free, Kind.BYTES)} free after reserved memory — short by {format_quantity(one.total - free, Kind.BYTES)}. "
+            "Add devices, or use a smaller --dtype."
+        )
     if pools_only:
         devices = sum(n.count for n in cluster.nodes)
-        return (f"with --disaggregate on, a prefill pool and a decode pool run on separate devices and each holds "
-                f"the whole model ({format_quantity(need, Kind.BYTES)} of weights at {wl.dtype}, one device per stage); no such "
-                f"pair fits the {devices} device(s) with {format_quantity(free, Kind.BYTES)} free in all. Use --disaggregate auto "
-                "or off, or add devices.")
+        return (
+            f"with --disaggregate on, a prefill pool and a decode pool run on separate devices and each holds "
+            f"the whole model ({format_quantity(need, Kind.BYTES)} of weights at {wl.dtype}, one device per stage); no such "
+            f"pair fits the {devices} device(s) with {format_quantity(free, Kind.BYTES)} free in all. Use --disaggregate auto "
+            "or off, or add devices."
+        )
     if min_tok_s or ttft_slo_s or tpot_slo_s:
-        return ("no placement meets the floors/SLOs given (--min-tok-s, --ttft-slo, --tpot-slo); "
-                "relax them or add devices.")
+        return "no placement meets the floors/SLOs given (--min-tok-s, --ttft-slo, --tpot-slo); relax them or add devices."
     biggest = max(units, key=lambda u: u.param_bytes)
-    return (f"no placement fits: the largest unit needs {format_quantity(biggest.param_bytes, Kind.BYTES)} and the largest device "
-            f"has {format_quantity(max(n.profile.usable_memory for n in cluster.nodes), Kind.BYTES)} free.")
+    return (
+        f"no placement fits: the largest unit needs {format_quantity(biggest.param_bytes, Kind.BYTES)} and the largest device "
+        f"has {format_quantity(max(n.profile.usable_memory for n in cluster.nodes), Kind.BYTES)} free."
+    )

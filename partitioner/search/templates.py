@@ -50,8 +50,14 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
     return " + ".join(f"{a}×{k.name}" for k, a in parts if a)
 
 
-def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max_stages: int,
-             phases: tuple[Phase, ...] = (Phase.BOTH,), uneven: list[Pipeline] | None = None) -> list[Template]:
+def generate(
+    cluster: Cluster,
+    kinds: list[Kind],
+    pipelines: list[Pipeline],
+    max_stages: int,
+    phases: tuple[Phase, ...] = (Phase.BOTH,),
+    uneven: list[Pipeline] | None = None,
+) -> list[Template]:
     """Templates for each phase in `phases` (pools of a disaggregated plan: homogeneous
     one-device-stage chains and the cell bound's pools).
 
@@ -64,8 +70,7 @@ def generate(cluster: Cluster, kinds: list[Kind], pipelines: list[Pipeline], max
     """
     out: dict[tuple, Template] = {}
 
-    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0,
-                  early: bool = False) -> None:
+    def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0, early: bool = False) -> None:
         key = (phase, *((type_key(s.node), s.tp) for s in chain))
         name = label or " → ".join(s.node.profile.name for s in chain)
         t = out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))

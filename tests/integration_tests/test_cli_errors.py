@@ -27,8 +27,7 @@ CATALOG = sorted(p.stem for p in (REPO / "hardware_profiles" / "models").glob("*
 
 def hetc(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HETC_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def assert_clean_failure(r: subprocess.CompletedProcess, code: int) -> str:
@@ -48,21 +47,26 @@ def _norm(text: str) -> str:
 
 
 def _profile_without(field: str) -> str:
-    return "\n".join(l for l in H100_YAML.read_text().splitlines() if not l.startswith(f"{field}:")).replace(
-        "name: h100-sxm", "name: half-chip") + "\n"
+    return "\n".join(l for l in H100_YAML.read_text().splitlines() if not l.startswith(f"{field}:")).replace("name: h100-sxm", "name: half-chip") + "\n"
 
 
 BAD_CLUSTERS = {
     # id: (cluster text, extra files {relpath: text}, file named in the message, field, other text expected)
-    "unknown-device": ("nodes:\n  - {name: a, device: h100-sxn, count: 1}\n", {}, "cluster.yaml",
-                       "nodes[0].device", "h100-sxm"),
+    "unknown-device": ("nodes:\n  - {name: a, device: h100-sxn, count: 1}\n", {}, "cluster.yaml", "nodes[0].device", "h100-sxm"),
     "bare-number-inline-link": (
-        "nodes:\n  - {name: a, device: h100-sxm, count: 2, link: {bandwidth: 100, latency: 3 us}}\n", {},
-        "cluster.yaml", "nodes[0].link.bandwidth", "TB/s"),
+        "nodes:\n  - {name: a, device: h100-sxm, count: 2, link: {bandwidth: 100, latency: 3 us}}\n",
+        {},
+        "cluster.yaml",
+        "nodes[0].link.bandwidth",
+        "TB/s",
+    ),
     "profile-path-missing-field": (
         "nodes:\n  - {name: a, device: profiles/half-chip.yaml, count: 1}\n",
-        {"profiles/half-chip.yaml": _profile_without("memory_bandwidth")}, "profiles/half-chip.yaml",
-        "memory_bandwidth", "missing"),
+        {"profiles/half-chip.yaml": _profile_without("memory_bandwidth")},
+        "profiles/half-chip.yaml",
+        "memory_bandwidth",
+        "missing",
+    ),
 }
 
 
@@ -157,8 +161,7 @@ def test_plan_succeeds_and_prints_json(planned):
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     doc = json.loads(r.stdout)  # stdout is only the plan: human output goes to stderr
-    for key in ("schema", "model", "cluster", "workload", "objective", "pipelines", "kv_transfer", "predicted",
-                "solver", "baselines"):
+    for key in ("schema", "model", "cluster", "workload", "objective", "pipelines", "kv_transfer", "predicted", "solver", "baselines"):
         assert key in doc, key
     assert doc["schema"] == SCHEMA
     assert doc["workload"] == {"input_len": 1024, "output_len": 256, "max_num_seqs": None}  # the documented defaults

@@ -44,21 +44,52 @@ def test_report_opens_and_shows_its_charts(tmp_path):
     save_plan(make_plan(PlanRequest(**kw)), tmp_path / "best.json")
     save_plan(make_plan(PlanRequest(**kw, placement="b:0")), tmp_path / "slow.json")
     page = tmp_path / "report.html"
-    r = subprocess.run([sys.executable, "-m", "hetc.cli", "compare", str(tmp_path / "best.json"),
-                        str(tmp_path / "slow.json"), "--rate", "200", "--requests", "100", "--html", str(page)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "compare",
+            str(tmp_path / "best.json"),
+            str(tmp_path / "slow.json"),
+            "--rate",
+            "200",
+            "--requests",
+            "100",
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     shot = tmp_path / "shot.png"
     # no network for the page: every request other than the file itself fails
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,2600",
-                    "--host-resolver-rules=MAP * ~NOTFOUND", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,2600",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     img = np.asarray(Image.open(shot).convert("RGB"))
     assert img.shape[0] >= 2000 and img.shape[1] >= 1300
     assert _near(img, BLUE) > 500 and _near(img, ORANGE) > 500, "the charts are not on the screenshot"
     (tmp_path / "blank.html").write_text("<html><body><table><tr><td>x</td></tr></table></body></html>")
     blank = tmp_path / "blank.png"
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,2600",
-                    f"--screenshot={blank}", (tmp_path / "blank.html").as_uri()], capture_output=True, timeout=120,
-                   check=True)
+    subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,2600", f"--screenshot={blank}", (tmp_path / "blank.html").as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     assert _near(np.asarray(Image.open(blank).convert("RGB")), BLUE) == 0  # the check can fail: a page without charts

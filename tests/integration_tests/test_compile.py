@@ -23,8 +23,16 @@ from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import SafetensorsWeights
 from tests.fixtures.stages import WEIGHT_FILES, assert_no_matrix_bytes, llama_units
 
-CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
-           num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
+CFG = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.1,
+)
 CUTS = [(0, 3), (4, 5), (6, 8)]  # the second stage starts at an MLP half
 
 
@@ -35,8 +43,10 @@ def model(tmp_path_factory):
     m = LlamaForCausalLM(cfg).eval()
     d = tmp_path_factory.mktemp("tiny")
     m.save_pretrained(d)
-    stages = {cls.form: [cls(cfg, llama_units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval()
-                         for a, b in CUTS] for cls in (FunctionalStage, PagedStage)}
+    stages = {
+        cls.form: [cls(cfg, llama_units(3), a, b, dtype=torch.float32, weights=SafetensorsWeights(d)).eval() for a, b in CUTS]
+        for cls in (FunctionalStage, PagedStage)
+    }
     return d, cfg, m, stages
 
 
@@ -117,8 +127,7 @@ def test_paged_stages_give_the_models_logits(model):
 # twice over the same toolchain calls: test_compiled_stage.py (a stage < 1e-4 of the model's logits on
 # 4 packed micro-batches, no weight bytes in the package) and test_serve.py (a middle stage starting at an
 # MLP half, served token-identical to HF generate)
-@pytest.mark.parametrize("name,which", [("openvino", (0, 2)), ("onnx", (0, 2)), ("iree", (2,)),
-                                        pytest.param("inductor", (1,), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name,which", [("openvino", (0, 2)), ("onnx", (0, 2)), ("iree", (2,)), pytest.param("inductor", (1,), marks=pytest.mark.slow)])
 def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which):
     d, cfg, _, forms = model
     g = torch.Generator().manual_seed(2)
@@ -143,7 +152,7 @@ def test_one_artifact_matches_eager_at_every_shape(model, tmp_path, name, which)
             assert max(float((x - y).abs().max()) for x, y in zip(got, want)) < 1e-4
             if tc.form is AttentionForm.PAGED:  # the rows it wrote, at the slots the reference wrote
                 n = 2 * len(st.attention_layers)
-                for ref, out, old in zip(args[len(args) - n:], mine[len(args) - n:], before[len(args) - n:]):
+                for ref, out, old in zip(args[len(args) - n :], mine[len(args) - n :], before[len(args) - n :]):
                     written = ref != old
                     assert written.any() and float((out[written] - ref[written]).abs().max()) < 1e-5
 
@@ -179,16 +188,14 @@ def test_the_exported_program_is_saved_without_its_weights(model, tmp_path, whic
     view = weights.get(st.weight_names[some], loaded.state_dict[some].shape, torch.float32)
     assert loaded.state_dict[some].untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
     g = torch.Generator().manual_seed(3)
-    args = example_inputs(st, batch=3, new=2, past=[37, 5, 18], num_blocks=9, hidden=64, vocab=300,
-                          dtype=torch.float32, kv_dtype=torch.float32, generator=g)
+    args = example_inputs(st, batch=3, new=2, past=[37, 5, 18], num_blocks=9, hidden=64, vocab=300, dtype=torch.float32, kv_dtype=torch.float32, generator=g)
     with torch.no_grad():
         want, got = st(*args), loaded.module()(*args)
     assert len(got) == len(want) and max(float((x - y).abs().max()) for x, y in zip(got, want)) < 1e-6
 
 
 def _profiles(d, memory="0.7 MB", nv_target="sm_90"):
-    for name, vendor, backend, target in (("intel", "intel", "openvino", "GPU"), ("amd", "amd", "rocm", "gfx942"),
-                                          ("nv", "nvidia", "cuda", nv_target)):
+    for name, vendor, backend, target in (("intel", "intel", "openvino", "GPU"), ("amd", "amd", "rocm", "gfx942"), ("nv", "nvidia", "cuda", nv_target)):
         line = f"target: {target}\n" if target else ""
         (d / f"{name}.yaml").write_text(f"""name: {name}
 vendor: {vendor}
@@ -221,11 +228,26 @@ def test_compile_a_three_vendor_plan(model, tmp_path):
     d = model[0]
     _profiles(tmp_path)
     plan = tmp_path / "plan.json"
-    r = _hetc("plan", "--profiles", str(tmp_path / "c.yaml"), str(d), "--dtype", "fp32", "--input-len", "32",
-              "--output-len", "16", "--disaggregate", "off", "--time-limit", "2", "-o", str(plan))
+    r = _hetc(
+        "plan",
+        "--profiles",
+        str(tmp_path / "c.yaml"),
+        str(d),
+        "--dtype",
+        "fp32",
+        "--input-len",
+        "32",
+        "--output-len",
+        "16",
+        "--disaggregate",
+        "off",
+        "--time-limit",
+        "2",
+        "-o",
+        str(plan),
+    )
     assert r.returncode == 0, r.stderr
-    assert {s["backend"] for p in json.loads(plan.read_text())["pipelines"] for s in p["stages"]} == \
-           {"openvino", "rocm", "cuda"}
+    assert {s["backend"] for p in json.loads(plan.read_text())["pipelines"] for s in p["stages"]} == {"openvino", "rocm", "cuda"}
     out = tmp_path / "art"
     r = _hetc("compile", str(plan), "-o", str(out))
     assert r.returncode == 0, r.stderr
@@ -256,8 +278,14 @@ def test_compile_bad_input(model, tmp_path):
     _profiles(tmp_path, memory="8 MB", nv_target=None)
     (tmp_path / "nv-only.yaml").write_text("nodes:\n  - {name: c, device: ./nv.yaml, count: 1}\n")
     plan = tmp_path / "plan.json"
-    save_plan(make_plan(PlanRequest(model=str(model[0]), profiles=str(tmp_path / "nv-only.yaml"), dtype="fp32", input_len=32,
-                                    output_len=16, disaggregate="off", time_limit=2)), plan)
+    save_plan(
+        make_plan(
+            PlanRequest(
+                model=str(model[0]), profiles=str(tmp_path / "nv-only.yaml"), dtype="fp32", input_len=32, output_len=16, disaggregate="off", time_limit=2
+            )
+        ),
+        plan,
+    )
     assert {s["backend"] for p in json.loads(plan.read_text())["pipelines"] for s in p["stages"]} == {"cuda"}
     r = _hetc("compile", str(plan), "-o", str(tmp_path / "a"))
     assert r.returncode == 2 and "target" in r.stderr and "sm_90" in r.stderr

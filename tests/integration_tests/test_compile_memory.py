@@ -31,8 +31,17 @@ compile_memory = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compile_memory)  # type: ignore[union-attr]
 
 # 6 layers × 1536, vocab 4096: 624 MiB of fp32 weights in one stage; its largest tensor 24 MiB
-CFG = dict(vocab_size=4096, hidden_size=1536, intermediate_size=4096, num_hidden_layers=6, num_attention_heads=12,
-           num_key_value_heads=4, max_position_embeddings=512, initializer_range=0.05, tie_word_embeddings=False)
+CFG = dict(
+    vocab_size=4096,
+    hidden_size=1536,
+    intermediate_size=4096,
+    num_hidden_layers=6,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    max_position_embeddings=512,
+    initializer_range=0.05,
+    tie_word_embeddings=False,
+)
 # IREE and AOTInductor compile code by the layer: 2 layers × 1536, vocab 32000: 576 MiB in one stage whose
 # largest tensors are the 188 MiB embedding and head
 WIDE_VOCAB = CFG | dict(vocab_size=32000, num_hidden_layers=2)
@@ -78,13 +87,10 @@ def _peak_anon_growth(args: list[str]) -> tuple[int, int, str]:
 
 def _one_stage_plan(d: Path, model: Path, weight_bytes: int, vendor: str, backend: str, target: str) -> Path:
     """A plan of the model on one device of `vendor` (room for 4x its weights): one stage."""
-    profile = PROFILE.format(name=vendor, vendor=vendor, backend=backend, memory=f"{weight_bytes * 4} B",
-                             bw="400 GB/s", flops="20 TFLOP/s")
+    profile = PROFILE.format(name=vendor, vendor=vendor, backend=backend, memory=f"{weight_bytes * 4} B", bw="400 GB/s", flops="20 TFLOP/s")
     (d / f"{vendor}.yaml").write_text(profile.replace(f"backend: {backend}\n", f"backend: {backend}\ntarget: {target}\n"))
-    (d / "c.yaml").write_text(f"nodes:\n  - {{name: a, device: ./{vendor}.yaml, count: 1}}\n"
-                              "network: {default: ethernet-10g}\n")
-    plan = make_plan(PlanRequest(model=str(model), profiles=str(d / "c.yaml"), dtype="fp32", input_len=64,
-                                 output_len=16, disaggregate="off", time_limit=5))
+    (d / "c.yaml").write_text(f"nodes:\n  - {{name: a, device: ./{vendor}.yaml, count: 1}}\nnetwork: {{default: ethernet-10g}}\n")
+    plan = make_plan(PlanRequest(model=str(model), profiles=str(d / "c.yaml"), dtype="fp32", input_len=64, output_len=16, disaggregate="off", time_limit=5))
     assert [len(p.stages) for p in plan.pipelines] == [1]
     save_plan(plan, d / "plan.json")
     return d / "plan.json"
@@ -102,15 +108,13 @@ def test_compiling_a_stage_does_not_hold_its_weights_in_private_memory(tmp_path,
         write_safetensors(model / "model.safetensors", specs, RandomWeights(std=0.05).get)
     plan = _one_stage_plan(tmp_path, model, weight_bytes, "intel", "openvino", "GPU")
     out = tmp_path / "art"
-    _, growth, stdout = _peak_anon_growth([str(plan), str(out), str(model), "1" if source == "random" else "0",
-                                           "openvino,onnx"])
+    _, growth, stdout = _peak_anon_growth([str(plan), str(out), str(model), "1" if source == "random" else "0", "openvino,onnx"])
     assert json.loads(stdout.split("BUILT", 1)[1]) == [True, True]
     assert growth * 1024 < GROWTH * weight_bytes, f"+{growth / 1024:.0f} MiB for {weight_bytes / 2**20:.0f} MiB"
     # the weight files hold what serve takes: its seeded random weights, or the stored ones at fp32
     weights = stage_weights(cfg, None if source == "random" else str(model))
     manifest = json.loads((out / "manifest.json").read_text())
-    files = [out / f["path"] for a in manifest["stages"][0]["artifacts"] for f in a["files"]
-             if f["path"].endswith((".bin", ".onnx.data"))]
+    files = [out / f["path"] for a in manifest["stages"][0]["artifacts"] for f in a["files"] if f["path"].endswith((".bin", ".onnx.data"))]
     assert len(files) == 2
     for f in files:
         with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
@@ -120,8 +124,7 @@ def test_compiling_a_stage_does_not_hold_its_weights_in_private_memory(tmp_path,
                     assert data.find(head) >= 0, f"{name} not in {f.name}"
 
 
-@pytest.mark.parametrize("name,vendor,backend,target", [("iree", "amd", "rocm", "gfx942"),
-                                                        ("inductor", "nvidia", "cuda", "sm_90")])
+@pytest.mark.parametrize("name,vendor,backend,target", [("iree", "amd", "rocm", "gfx942"), ("inductor", "nvidia", "cuda", "sm_90")])
 def test_iree_and_inductor_compile_without_a_stages_weights_in_private_memory(tmp_path, name, vendor, backend, target):
     cfg = LlamaConfig(**WIDE_VOCAB)
     model = tmp_path / "model"

@@ -11,8 +11,16 @@ from hetc.runtime.compiled_stage import build_compiled_stage
 from hetc.weights import SafetensorsWeights
 from tests.fixtures.stages import WEIGHT_FILES, assert_no_matrix_bytes, llama_units
 
-CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
-           num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
+CFG = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.1,
+)
 CUTS = [(0, 3), (4, 5), (6, 8)]
 
 
@@ -24,10 +32,26 @@ def test_three_toolchains_chained_give_the_models_logits(tmp_path, monkeypatch, 
     ref = LlamaForCausalLM(cfg).eval()
     ref.save_pretrained(tmp_path / "m")
     w = SafetensorsWeights(tmp_path / "m")
-    stages = [build_compiled_stage(hf_cfg=cfg, units=llama_units(3), first=a, last=b, dtype=torch.float32,
-                                   kv_dtype=torch.float32, num_blocks=16, weights=w, name=n, graph_hash="h",
-                                   model_dir=str(tmp_path / "m"), width=1, artifacts=None, stem=f"s{i}", threads=1)
-              for i, ((a, b), n) in enumerate(zip(CUTS, names))]
+    stages = [
+        build_compiled_stage(
+            hf_cfg=cfg,
+            units=llama_units(3),
+            first=a,
+            last=b,
+            dtype=torch.float32,
+            kv_dtype=torch.float32,
+            num_blocks=16,
+            weights=w,
+            name=n,
+            graph_hash="h",
+            model_dir=str(tmp_path / "m"),
+            width=1,
+            artifacts=None,
+            stem=f"s{i}",
+            threads=1,
+        )
+        for i, ((a, b), n) in enumerate(zip(CUTS, names))
+    ]
     assert [s.executor for s in stages] == list(names)
     # no weight matrix of the model in an artifact's code files: they load the model's weights at start
     # (test_compile.py checks each toolchain's own build; Inductor's there is in the slow suite)
@@ -43,7 +67,7 @@ def test_three_toolchains_chained_give_the_models_logits(tmp_path, monkeypatch, 
 
     def step(items):
         args = ([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items], [i[3] for i in items])
-        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
+        x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st : st + n]])
         with torch.no_grad():
             for s in stages:  # each stage's own metadata form (paged or gather)
                 x = s(x, s.step_meta(*args))

@@ -16,9 +16,26 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_overload_every_request_is_answered(tmp_path):
     out = tmp_path / "o.json"
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "overload.py"), "--duration", "6", "--measure", "4",
-                        "--max-queue-wait", "1", "--timeout", "60", "--json", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=START_S + 300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "overload.py"),
+            "--duration",
+            "6",
+            "--measure",
+            "4",
+            "--max-queue-wait",
+            "1",
+            "--timeout",
+            "60",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=START_S + 300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     assert set(res["counts"]) <= {"200", "429", "503"} and res["counts"].get("200", 0) > 0

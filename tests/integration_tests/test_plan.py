@@ -17,8 +17,7 @@ MIXED = str(EXAMPLES / "mixed-rack.yaml")
 SMALL = str(EXAMPLES / "small-mixed.yaml")
 
 FIELDS = {
-    "": ["schema", "hetc_version", "created", "model", "cluster", "workload", "objective", "pipelines", "kv_transfer",
-         "predicted", "solver", "baselines"],
+    "": ["schema", "hetc_version", "created", "model", "cluster", "workload", "objective", "pipelines", "kv_transfer", "predicted", "solver", "baselines"],
     "model": ["ref", "dtype", "kv_dtype", "num_layers", "params", "graph_hash"],
     "workload": ["input_len", "output_len"],
     "objective": ["name", "sense", "unit"],
@@ -33,8 +32,7 @@ def check_plan(doc: dict) -> None:
     for section, keys in FIELDS.items():
         obj = doc[section] if section else doc
         assert set(keys) <= set(obj), (section, set(keys) - set(obj))
-    usable = {name: float(p["memory"].split()[0]) - float(p["reserved_memory"].split()[0])
-              for name, p in doc["cluster"]["profiles"].items()}
+    usable = {name: float(p["memory"].split()[0]) - float(p["reserved_memory"].split()[0]) for name, p in doc["cluster"]["profiles"].items()}
     seen = set()
     for p in doc["pipelines"]:
         assert set(PIPELINE) <= set(p)
@@ -67,8 +65,7 @@ def test_every_catalog_model_plans_on_three_vendors(name):
     assert doc["predicted"]["output_tok_s"] >= best_baseline * 0.999
 
 
-@pytest.mark.parametrize("name", ["phi-3-mini", "gemma-2-2b", "gpt2", "opt-125m", "tiny-mixtral", "tiny-qwen2",
-                                  "tiny-mistral"])
+@pytest.mark.parametrize("name", ["phi-3-mini", "gemma-2-2b", "gpt2", "opt-125m", "tiny-mixtral", "tiny-qwen2", "tiny-mistral"])
 def test_config_only_dirs_plan(name):
     check_plan(json.loads(make_plan(PlanRequest(model=str(FIXTURES / name), profiles=SMALL)).to_json()))
 
@@ -132,8 +129,7 @@ def test_infeasible_names_the_shortfall(tmp_path):
 
 def test_slo_and_floor_are_respected():
     base = make_plan(PlanRequest(model="llama-3.1-8b", profiles=SMALL))
-    fast = make_plan(PlanRequest(model="llama-3.1-8b", profiles=SMALL, objective="latency",
-                                 min_tok_s=base.predicted.output_tok_s * 0.1))
+    fast = make_plan(PlanRequest(model="llama-3.1-8b", profiles=SMALL, objective="latency", min_tok_s=base.predicted.output_tok_s * 0.1))
     assert fast.predicted.tpot_ms <= base.predicted.tpot_ms
     assert fast.predicted.output_tok_s >= base.predicted.output_tok_s * 0.1
     slo = fast.predicted.tpot_ms * 1.5

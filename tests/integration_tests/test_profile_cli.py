@@ -29,8 +29,7 @@ TINY = str(REPO / "tests" / "fixtures" / "configs" / "tiny-llama")
 
 def hetc(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HETC_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 # the quick profile is fitted and checked by wall-clock timings: `make test` runs these alone, after
@@ -124,11 +123,13 @@ def test_full_profile_and_fidelity_report_meet_the_targets(tmp_path):
     18 ms, where 2048 such rows take 1.5 ms and 4096 rows of 12 KiB 4.6 ms), so their class
     medians move between runs by more than the target (gather 8–50% over this project's runs).
     """
-    r = hetc("profile", "--device", "cpu", "--threads", "1", "--validate", "-o", str(tmp_path / "p.yaml"), "--json",
-             timeout=1200)
+    r = hetc("profile", "--device", "cpu", "--threads", "1", "--validate", "-o", str(tmp_path / "p.yaml"), "--json", timeout=1200)
     assert r.returncode == 0, r.stderr
     classes = json.loads(r.stdout)["fidelity"]["classes"]
     small = ("elementwise", "norm", "copy", "gather")
-    over = {cls: f"{v['median_error']:.1%} > {v['target'] * (2 if cls in small else 1):.0%}"
-            for cls, v in classes.items() if v["median_error"] > v["target"] * (2 if cls in small else 1)}
+    over = {
+        cls: f"{v['median_error']:.1%} > {v['target'] * (2 if cls in small else 1):.0%}"
+        for cls, v in classes.items()
+        if v["median_error"] > v["target"] * (2 if cls in small else 1)
+    }
     assert not over, over

@@ -35,9 +35,23 @@ def server(built, tmp_path_factory):
     _, plan, _ = built
     # a 16-token prefill chunk and 8 KV blocks (7 besides the padding block: 224 tokens for 8 sequences):
     # chunked prefill and preemption happen
-    served = start_serve(plan, "--emulate", "--api-key", KEY, "--served-model-name", NAME, "--max-batched-tokens",
-                         "16", "--num-kv-blocks", "8", "--max-waiting", "32", "--timeout", "30",
-                         log=tmp_path_factory.mktemp("log") / "serve.log")
+    served = start_serve(
+        plan,
+        "--emulate",
+        "--api-key",
+        KEY,
+        "--served-model-name",
+        NAME,
+        "--max-batched-tokens",
+        "16",
+        "--num-kv-blocks",
+        "8",
+        "--max-waiting",
+        "32",
+        "--timeout",
+        "30",
+        log=tmp_path_factory.mktemp("log") / "serve.log",
+    )
     yield served.url, served.proc
     served.stop(30)
 
@@ -53,8 +67,7 @@ def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
     c = client(url)
 
     def complete(p):
-        return c.completions.create(model=NAME, prompt=p, max_tokens=24, temperature=0,
-                                    extra_body={"return_token_ids": True})
+        return c.completions.create(model=NAME, prompt=p, max_tokens=24, temperature=0, extra_body={"return_token_ids": True})
 
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
         results = list(ex.map(complete, prompts))
@@ -64,8 +77,7 @@ def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
         ids = tok(p).input_ids if isinstance(p, str) else p
         assert r.model_extra["prompt_token_ids"] == ids
         x = torch.tensor([ids])
-        want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=24, do_sample=False,
-                           pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=24, do_sample=False, pad_token_id=tok.eos_token_id)[0, len(ids) :].tolist()
         got = r.choices[0].model_extra["token_ids"]
         assert got == want, f"prompt of {len(ids)} tokens"
         assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == len(got)
@@ -81,9 +93,17 @@ def test_concurrent_streams_complete_with_continuous_batching(server):
     c = client(url)
 
     def stream(i: int):
-        s = c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": f"stream {i}: {TEXTS[i % 4]}"}],
-                                      max_tokens=12, temperature=0.8, top_p=0.95, seed=i, stream=True,
-                                      stream_options={"include_usage": True}, extra_body={"top_k": 50})
+        s = c.chat.completions.create(
+            model=NAME,
+            messages=[{"role": "user", "content": f"stream {i}: {TEXTS[i % 4]}"}],
+            max_tokens=12,
+            temperature=0.8,
+            top_p=0.95,
+            seed=i,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"top_k": 50},
+        )
         text, finish, usage = "", None, None
         for ch in s:
             if ch.choices:
@@ -101,9 +121,13 @@ def test_concurrent_streams_complete_with_continuous_batching(server):
     assert metric(url, "hetc_num_requests_running_peak")[0][1] > 1
     sizes = dict(metric(url, "hetc_micro_batch_sequences"))
     assert sizes['hetc_micro_batch_sequences_sum{model="tiny"}'] > sizes['hetc_micro_batch_sequences_count{model="tiny"}']
-    for name in ("hetc_time_to_first_token_seconds_count", "hetc_inter_token_latency_seconds_count",
-                 "hetc_e2e_request_latency_seconds_count", "hetc_request_queue_time_seconds_count",
-                 "hetc_generation_tokens_total"):
+    for name in (
+        "hetc_time_to_first_token_seconds_count",
+        "hetc_inter_token_latency_seconds_count",
+        "hetc_e2e_request_latency_seconds_count",
+        "hetc_request_queue_time_seconds_count",
+        "hetc_generation_tokens_total",
+    ):
         assert metric(url, name)[0][1] > 0, name
     steps = metric(url, "hetc_stage_step_seconds_count")
     assert {k.split('stage="')[1][:3] for k, v in steps if v > 0} == {"0.0", "0.1", "0.2"}
@@ -124,7 +148,7 @@ def test_each_worker_holds_only_its_stage(built, server):
     for w, s in zip(workers, stages):
         a, b = s["units"]
         assert w["units"] == [a, b]
-        assert w["param_bytes"] == sum(u["param_bytes"] for u in units[a:b + 1]) == s["memory_bytes"]["weights"]
+        assert w["param_bytes"] == sum(u["param_bytes"] for u in units[a : b + 1]) == s["memory_bytes"]["weights"]
     assert sum(w["param_bytes"] for w in workers) == total
     gauges = metric(url, "hetc_stage_parameter_bytes")
     assert sorted(v for _, v in gauges) == sorted(w["param_bytes"] for w in workers)
@@ -134,8 +158,11 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(server):
     url, _ = server
     h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     cases = [
-        ("{not json", 400, None), ('["a list"]', 400, None), ('{"prompt": "hi"}', 400, "model"),
-        ('{"model": "tiny"}', 400, "prompt"), ('{"model": "tiny", "prompt": 5}', 400, "prompt"),
+        ("{not json", 400, None),
+        ('["a list"]', 400, None),
+        ('{"prompt": "hi"}', 400, "model"),
+        ('{"model": "tiny"}', 400, "prompt"),
+        ('{"model": "tiny", "prompt": 5}', 400, "prompt"),
         ('{"model": "tiny", "prompt": "hi", "max_tokens": -3}', 400, "max_tokens"),
         ('{"model": "tiny", "prompt": "hi", "max_tokens": 100000}', 400, "max_tokens"),
         ('{"model": "tiny", "prompt": "hi", "max_tokens": "ten"}', 400, "max_tokens"),
@@ -151,8 +178,7 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(server):
     r = httpx.post(f"{url}/v1/chat/completions", content='{"model": "tiny", "messages": "hi"}', headers=h)
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     for key in ("wrong", None):
-        r = httpx.post(f"{url}/v1/completions", content='{"model": "tiny", "prompt": "hi"}',
-                       headers={"Authorization": f"Bearer {key}"} if key else {})
+        r = httpx.post(f"{url}/v1/completions", content='{"model": "tiny", "prompt": "hi"}', headers={"Authorization": f"Bearer {key}"} if key else {})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         client(url, "wrong").models.list()
@@ -179,8 +205,7 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(server):
     assert [m.id for m in models] == [NAME] and models[0].model_extra["tokenizer"] == "hf"
     r = client(url).completions.create(model=NAME, prompt="hello world", max_tokens=4, temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length")
-    chat = client(url).chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}],
-                                               max_tokens=5, temperature=0)
+    chat = client(url).chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0)
     assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1
     assert httpx.get(f"{url}/health").status_code == 200
 
@@ -194,8 +219,7 @@ def test_killed_worker_fails_in_flight_requests_then_its_pipeline_is_restarted(s
 
     def long_stream():
         try:
-            for _ in c.completions.create(model=NAME, prompt="hello", max_tokens=200, temperature=0, stream=True,
-                                          extra_body={"ignore_eos": True}):
+            for _ in c.completions.create(model=NAME, prompt="hello", max_tokens=200, temperature=0, stream=True, extra_body={"ignore_eos": True}):
                 pass
             results.append(("finished", time.monotonic()))
         except openai.APIError as e:

@@ -25,28 +25,49 @@ SIGNS = {"inductor": "aotinductor", "iree": "iree", "openvino": "libopenvino"}
 def test_three_toolchains_serve_like_hf_generate(tmp_path):
     model = tmp_path / "tiny"
     build_model(model)
-    for name, vendor, backend, target in (("va", "nvidia", "cuda", "sm_90"), ("vb", "amd", "rocm", "gfx942"),
-                                          ("vc", "intel", "openvino", "GPU")):
+    for name, vendor, backend, target in (("va", "nvidia", "cuda", "sm_90"), ("vb", "amd", "rocm", "gfx942"), ("vc", "intel", "openvino", "GPU")):
         text = PROFILE.format(name=name, vendor=vendor, backend=backend)
-        (tmp_path / f"{name}.yaml").write_text(text.replace(f"backend: {backend}\n",
-                                                            f"backend: {backend}\ntarget: {target}\n"))
-    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./va.yaml, count: 1}\n"
-                                     "  - {name: b, device: ./vb.yaml, count: 1}\n"
-                                     "  - {name: c, device: ./vc.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n")
-    plan = make_plan(PlanRequest(model=str(model), profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=64,
-                                 output_len=32, disaggregate="off", time_limit=5))
+        (tmp_path / f"{name}.yaml").write_text(text.replace(f"backend: {backend}\n", f"backend: {backend}\ntarget: {target}\n"))
+    (tmp_path / "c.yaml").write_text(
+        "nodes:\n  - {name: a, device: ./va.yaml, count: 1}\n"
+        "  - {name: b, device: ./vb.yaml, count: 1}\n"
+        "  - {name: c, device: ./vc.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n"
+    )
+    plan = make_plan(
+        PlanRequest(model=str(model), profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=64, output_len=32, disaggregate="off", time_limit=5)
+    )
     assert {s.backend for p in plan.pipelines for s in p.stages} == {"cuda", "rocm", "openvino"}
     save_plan(plan, tmp_path / "plan.json")
     art = tmp_path / "art"
-    r = subprocess.run([sys.executable, "-m", "hetc.cli", "compile", str(tmp_path / "plan.json"), "-o", str(art)],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([sys.executable, "-m", "hetc.cli", "compile", str(tmp_path / "plan.json"), "-o", str(art)], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     port = free_port()
     log = open(tmp_path / "serve.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), "--emulate",
-                             "--artifacts", str(art), "--port", str(port), "--api-key", "k", "--served-model-name",
-                             "tiny", "--max-batched-tokens", "16", "--timeout", "30"],
-                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "serve",
+            str(tmp_path / "plan.json"),
+            "--emulate",
+            "--artifacts",
+            str(art),
+            "--port",
+            str(port),
+            "--api-key",
+            "k",
+            "--served-model-name",
+            "tiny",
+            "--max-batched-tokens",
+            "16",
+            "--timeout",
+            "30",
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])
@@ -64,8 +85,7 @@ def test_three_toolchains_serve_like_hf_generate(tmp_path):
         c = client(url, "k")
 
         def complete(p):
-            return c.completions.create(model="tiny", prompt=p, max_tokens=16, temperature=0,
-                                        extra_body={"return_token_ids": True})
+            return c.completions.create(model="tiny", prompt=p, max_tokens=16, temperature=0, extra_body={"return_token_ids": True})
 
         with cf.ThreadPoolExecutor(len(prompts)) as ex:
             results = list(ex.map(complete, prompts))
@@ -74,8 +94,7 @@ def test_three_toolchains_serve_like_hf_generate(tmp_path):
         hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         for p, res in zip(prompts, results):
             x = torch.tensor([p])
-            want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False,
-                               pad_token_id=1)[0, len(p):].tolist()
+            want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False, pad_token_id=1)[0, len(p) :].tolist()
             assert res.choices[0].model_extra["token_ids"] == want, f"prompt of {len(p)} tokens"
     finally:
         proc.send_signal(signal.SIGTERM)

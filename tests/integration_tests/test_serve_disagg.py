@@ -37,9 +37,28 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
     assert [t["from_pipeline"] for t in doc["kv_transfer"]] == [pre["id"]]
     assert [t["to_pipeline"] for t in doc["kv_transfer"]] == [dec["id"]]
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "dis.json"), *PATIENT, "--emulate",
-                             "--model-dir", str(model), "--port", str(port), "--served-model-name", NAME,
-                             "--api-key", KEY, "--max-batched-tokens", "16"], cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "serve",
+            str(tmp_path / "dis.json"),
+            *PATIENT,
+            "--emulate",
+            "--model-dir",
+            str(model),
+            "--port",
+            str(port),
+            "--served-model-name",
+            NAME,
+            "--api-key",
+            KEY,
+            "--max-batched-tokens",
+            "16",
+        ],
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])
@@ -48,8 +67,7 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
         prompts = [torch.randint(2, 300, (k,), generator=g).tolist() for k in (1, 9, 17, 33, 50)]
 
         def run(ids):
-            r = c.completions.create(model=NAME, prompt=ids, max_tokens=12, temperature=0,
-                                     extra_body={"return_token_ids": True})
+            r = c.completions.create(model=NAME, prompt=ids, max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
             return r.choices[0].model_extra["token_ids"]
 
         with cf.ThreadPoolExecutor(len(prompts)) as ex:
@@ -57,7 +75,7 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
         hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
         for ids, toks in zip(prompts, got):
             x = torch.tensor([ids])
-            want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False)[0, len(ids):]
+            want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False)[0, len(ids) :]
             assert toks == want.tolist(), f"prompt of {len(ids)} tokens"
         sent = metric(url, "hetc_kv_transfer_bytes_total")[0][1]
         tokens = metric(url, "hetc_kv_transfer_tokens_total")[0][1]
@@ -67,7 +85,8 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
         workers = httpx.get(f"{url}/health").json()["workers"]
         lanes = sorted(doc["pipelines"], key=lambda p: p["id"])
         assert [(w["stage"], w["device"]) for w in workers] == [
-            (f"{lane}.{i}", s["devices"][0]) for lane, p in enumerate(lanes) for i, s in enumerate(p["stages"])]
+            (f"{lane}.{i}", s["devices"][0]) for lane, p in enumerate(lanes) for i, s in enumerate(p["stages"])
+        ]
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0

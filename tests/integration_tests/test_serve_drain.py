@@ -26,11 +26,35 @@ def test_sigterm_refuses_new_requests_finishes_or_times_out_open_ones_and_exits_
     port = free_port()
     log = open(tmp_path / "serve.log", "w+")
     # one sequence at a time: the long requests queue behind each other and outlive a 1.5 s drain
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(plan_path), "--emulate", "--model-dir",
-                             str(model), "--port", str(port), "--served-model-name", NAME, "--api-key", KEY,
-                             "--max-num-seqs", "1", "--drain-timeout", "1.5",
-                             "--max-queue-wait", "600", "--executor", "torch"], cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "serve",
+            str(plan_path),
+            "--emulate",
+            "--model-dir",
+            str(model),
+            "--port",
+            str(port),
+            "--served-model-name",
+            NAME,
+            "--api-key",
+            KEY,
+            "--max-num-seqs",
+            "1",
+            "--drain-timeout",
+            "1.5",
+            "--max-queue-wait",
+            "600",
+            "--executor",
+            "torch",
+        ],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])
@@ -40,9 +64,15 @@ def test_sigterm_refuses_new_requests_finishes_or_times_out_open_ones_and_exits_
         def run(max_tokens: int):
             try:
                 n = 0
-                for chunk in c.completions.create(model=NAME, prompt="drain", max_tokens=max_tokens, temperature=0,
-                                                  stream=True, stream_options={"include_usage": True},
-                                                  extra_body={"ignore_eos": True}):
+                for chunk in c.completions.create(
+                    model=NAME,
+                    prompt="drain",
+                    max_tokens=max_tokens,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body={"ignore_eos": True},
+                ):
                     started.set()
                     if chunk.usage is not None:
                         n = chunk.usage.completion_tokens

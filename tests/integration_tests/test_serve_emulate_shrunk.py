@@ -37,16 +37,31 @@ sources: ["made up for a test"]
 def test_too_big_model_runs_width_shrunk(tmp_path):
     (tmp_path / "dev.yaml").write_text(DEVICE)
     (tmp_path / "c.yaml").write_text("nodes:\n  - {name: g, device: ./dev.yaml, count: 2, link: pcie4}\n")
-    plan = make_plan(PlanRequest(model="llama-3.1-8b", profiles=str(tmp_path / "c.yaml"), tp="1", input_len=128,
-                                 output_len=64, time_limit=5))
+    plan = make_plan(PlanRequest(model="llama-3.1-8b", profiles=str(tmp_path / "c.yaml"), tp="1", input_len=128, output_len=64, time_limit=5))
     assert len(plan.pipelines[0].stages) == 2
     save_plan(plan, tmp_path / "plan.json")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hetc.cli", "serve", str(tmp_path / "plan.json"), *PATIENT, "--emulate",
-                             "--random-weights", "--port", str(port), "--num-kv-blocks", "64",
-                             # the widths are what this test checks: eager stages (with --executor auto each
-                             # worker lowered a 2B-parameter stage through AOTInductor: still loading after 570 s)
-                             "--executor", "torch"], cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "serve",
+            str(tmp_path / "plan.json"),
+            *PATIENT,
+            "--emulate",
+            "--random-weights",
+            "--port",
+            str(port),
+            "--num-kv-blocks",
+            "64",
+            # the widths are what this test checks: eager stages (with --executor auto each
+            # worker lowered a 2B-parameter stage through AOTInductor: still loading after 570 s)
+            "--executor",
+            "torch",
+        ],
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])
@@ -54,8 +69,7 @@ def test_too_big_model_runs_width_shrunk(tmp_path):
         assert info["emulated_width"].startswith("1/") and info["tokenizer"] == "byte-level fallback"
         workers = httpx.get(f"{url}/health").json()["workers"]
         assert [w["units"] for w in workers] == [list(s.units) for s in plan.pipelines[0].stages]  # same cuts
-        r = httpx.post(f"{url}/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 4,
-                                                      "temperature": 0}, timeout=120)
+        r = httpx.post(f"{url}/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hi", "max_tokens": 4, "temperature": 0}, timeout=120)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -46,8 +46,24 @@ def two_lanes_with_tp(plan: dict) -> dict:
 
 
 def _start(plan_path, model, *extra) -> Served:
-    return start_serve(plan_path, "--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY,
-                       "--threads", "1", "--timeout", "30", "--executor", "torch", *extra, log=str(plan_path) + ".log")
+    return start_serve(
+        plan_path,
+        "--emulate",
+        "--model-dir",
+        model,
+        "--served-model-name",
+        NAME,
+        "--api-key",
+        KEY,
+        "--threads",
+        "1",
+        "--timeout",
+        "30",
+        "--executor",
+        "torch",
+        *extra,
+        log=str(plan_path) + ".log",
+    )
 
 
 def _stream(c, max_tokens: int = 120, started=None):
@@ -55,9 +71,15 @@ def _stream(c, max_tokens: int = 120, started=None):
     first chunk."""
     n = 0
     try:
-        for chunk in c.completions.create(model=NAME, prompt="hello", max_tokens=max_tokens, temperature=0,
-                                          stream=True, stream_options={"include_usage": True},
-                                          extra_body={"ignore_eos": True}):
+        for chunk in c.completions.create(
+            model=NAME,
+            prompt="hello",
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        ):
             if started is not None:
                 started.set()
             if chunk.usage is not None:
@@ -125,8 +147,9 @@ def _stream_ids(c, max_tokens: int, started=None):
     """('finished', end time, token ids) or ('error', end time, message) of a greedy stream."""
     ids: list[int] = []
     try:
-        for chunk in c.completions.create(model=NAME, prompt="hello", max_tokens=max_tokens, temperature=0,
-                                          stream=True, extra_body={"ignore_eos": True, "return_token_ids": True}):
+        for chunk in c.completions.create(
+            model=NAME, prompt="hello", max_tokens=max_tokens, temperature=0, stream=True, extra_body={"ignore_eos": True, "return_token_ids": True}
+        ):
             ids += chunk.choices[0].model_extra.get("token_ids") or []
             if started is not None and len(ids) >= 3:
                 started.set()
@@ -216,8 +239,7 @@ def _nan_requests_fail_alone(url: str, bad: int) -> None:
         for stream in (False, True):
             for temperature in (0.0, 0.8):
                 with pytest.raises(openai.APIError) as e:
-                    out = c.completions.create(model=NAME, prompt=[bad, *range(2, 20)], max_tokens=8,
-                                               temperature=temperature, stream=stream)
+                    out = c.completions.create(model=NAME, prompt=[bad, *range(2, 20)], max_tokens=8, temperature=temperature, stream=stream)
                     if stream:
                         list(out)
                 assert "not finite" in str(e.value)

@@ -84,8 +84,7 @@ def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subp
     by_node = {w["device"]: w["node_rank"] for w in workers}
     assert by_node == {"a:0": 0, "b:0": 0, "c:0": 1}
     c = OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=60)
-    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0,
-                             extra_body={"return_token_ids": True})
+    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -101,8 +100,7 @@ def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subp
         time.sleep(0.1)
     wait_healthy(url, [node0, node1], timeout=60)
     assert all(w["generation"] == 2 for w in httpx.get(f"{url}/health").json()["workers"])
-    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0,
-                             extra_body={"return_token_ids": True})
+    r = c.completions.create(model=NAME, prompt=[5, 6, 7, 8, 9], max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
     assert r.choices[0].model_extra["token_ids"] == want
     _kill(_tree(node1.pid))  # the whole second "host"
     deadline = time.monotonic() + 20
@@ -121,8 +119,7 @@ def _check_two_hosts(model: Path, url: str, node0: subprocess.Popen, node1: subp
 def test_two_hosts_serve_one_plan(built):
     model, plan, doc = built
     mport, port = free_port(), free_port()
-    common = [sys.executable, "-m", "hetc.cli", *_serve_args(plan), "--nnodes", "2", "--master-addr", "127.0.0.1",
-              "--master-port", str(mport)]
+    common = [sys.executable, "-m", "hetc.cli", *_serve_args(plan), "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(mport)]
     n0 = _start([*common, "--node-rank", "0", "--port", str(port)])
     n1 = _start([*common, "--node-rank", "1"])
     try:
@@ -135,8 +132,7 @@ def test_two_hosts_serve_one_plan_under_torchrun(built):
     model, plan, doc = built
     mport, port = free_port(), free_port()
     # torchrun's agent on node rank 0 serves the store on mport; hetc's processes join it as clients
-    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-              str(mport)]
+    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(mport)]
     n0 = _start([*common, "--node-rank", "0", "-m", "hetc.cli", *_serve_args(plan), "--port", str(port)])
     n1 = _start([*common, "--node-rank", "1", "-m", "hetc.cli", *_serve_args(plan)])
     try:
@@ -173,8 +169,7 @@ def test_killing_a_torchrun_agent_stops_its_hosts_server_and_workers(built):
     model, plan, doc = built
     mport, port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-              str(mport)]
+    common = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(mport)]
     n0 = _start([*common, "--node-rank", "0", "-m", "hetc.cli", *_serve_args(plan), "--port", str(port)])
     n1 = _start([*common, "--node-rank", "1", "-m", "hetc.cli", *_serve_args(plan)])
     seen: dict[int, int | None] = {}  # every process of both trees: start time

@@ -42,10 +42,31 @@ def _run(args: list[str], report: Path) -> list[dict]:
     # a generation without max_tokens runs to the 256-token context: on the shared 2-core host (load 6-10) that
     # took 10-12 s, past st's default 10 s request timeout ("Network Error") and the 10 s limit of the
     # max_response_time check that `--checks all` adds; this test is about the responses, not their latency
-    r = subprocess.run([ST, "run", *args, "-H", f"Authorization: Bearer {KEY}", "--seed", "1", "--workers", "1",
-                        "--request-timeout", "120", "--max-response-time", "120", "--report", "ndjson",
-                        "--report-ndjson-path", str(report)], capture_output=True, text=True,
-                       timeout=900, cwd=report.parent)  # its cache folder goes there, not into the repo
+    r = subprocess.run(
+        [
+            ST,
+            "run",
+            *args,
+            "-H",
+            f"Authorization: Bearer {KEY}",
+            "--seed",
+            "1",
+            "--workers",
+            "1",
+            "--request-timeout",
+            "120",
+            "--max-response-time",
+            "120",
+            "--report",
+            "ndjson",
+            "--report-ndjson-path",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=report.parent,
+    )  # its cache folder goes there, not into the repo
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     out = []
     for line in report.read_text().splitlines():
@@ -72,17 +93,57 @@ def _lengths_out(node):
 
 def test_schemathesis_finds_no_500_and_valid_requests_reach_the_engine(built, tmp_path):
     model, plan, _ = built
-    srv = start_serve(plan, "--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY,
-                      "--executor", "torch", "--max-queue-wait", "600", "--timeout", "30", log=tmp_path / "serve.log")
+    srv = start_serve(
+        plan,
+        "--emulate",
+        "--model-dir",
+        model,
+        "--served-model-name",
+        NAME,
+        "--api-key",
+        KEY,
+        "--executor",
+        "torch",
+        "--max-queue-wait",
+        "600",
+        "--timeout",
+        "30",
+        log=tmp_path / "serve.log",
+    )
     try:
         before = _finished(srv.url)
         doc = httpx.get(f"{srv.url}/openapi.json").json()
         (tmp_path / "structural.json").write_text(json.dumps(_lengths_out(doc)))
-        seen = _run([f"{srv.url}/openapi.json", "--checks", "all", "--exclude-checks", "negative_data_rejection",
-                     "--phases", "coverage,fuzzing", "--max-examples", "40"], tmp_path / "all.ndjson")
-        seen += _run([str(tmp_path / "structural.json"), "--url", srv.url, "--mode", "negative",
-                      "--checks", "not_a_server_error,negative_data_rejection,content_type_conformance",
-                      "--phases", "coverage,fuzzing", "--max-examples", "40"], tmp_path / "negative.ndjson")
+        seen = _run(
+            [
+                f"{srv.url}/openapi.json",
+                "--checks",
+                "all",
+                "--exclude-checks",
+                "negative_data_rejection",
+                "--phases",
+                "coverage,fuzzing",
+                "--max-examples",
+                "40",
+            ],
+            tmp_path / "all.ndjson",
+        )
+        seen += _run(
+            [
+                str(tmp_path / "structural.json"),
+                "--url",
+                srv.url,
+                "--mode",
+                "negative",
+                "--checks",
+                "not_a_server_error,negative_data_rejection,content_type_conformance",
+                "--phases",
+                "coverage,fuzzing",
+                "--max-examples",
+                "40",
+            ],
+            tmp_path / "negative.ndjson",
+        )
         statuses = [it["response"]["status_code"] for it in seen]
         assert 500 not in statuses and len(seen) > 200, statuses
         ok = 0

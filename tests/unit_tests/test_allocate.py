@@ -17,10 +17,11 @@ WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 
 @pytest.fixture
 def setup(tmp_path):
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="2 MB",
-                                                       bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./fast.yaml, count: 4, link: pcie4}\n"
-                                     "  - {name: b, device: ./fast.yaml, count: 4, link: pcie4}\nnetwork: {default: ethernet-10g}\n")
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="2 MB", bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "c.yaml").write_text(
+        "nodes:\n  - {name: a, device: ./fast.yaml, count: 4, link: pcie4}\n"
+        "  - {name: b, device: ./fast.yaml, count: 4, link: pcie4}\nnetwork: {default: ethernet-10g}\n"
+    )
     cluster = load_cluster(tmp_path / "c.yaml")
     units = capture(str(FIXTURES / "tiny-llama"), dtype="fp32").units
     node = cluster.nodes[0]

@@ -32,8 +32,9 @@ def test_cpu_backend_detects_and_runs_a_stage():
         cpu.device_info(3)
 
 
-@pytest.mark.parametrize("name,needs", [("cuda", "CUDA build of torch"), ("rocm", "ROCm build of torch"),
-                                        ("gaudi", "habana_frameworks.torch"), ("openvino", "openvino")])
+@pytest.mark.parametrize(
+    "name,needs", [("cuda", "CUDA build of torch"), ("rocm", "ROCm build of torch"), ("gaudi", "habana_frameworks.torch"), ("openvino", "openvino")]
+)
 def test_vendor_backends_fail_clearly_when_absent(name, needs):
     b = get_backend(name)
     try:
@@ -77,8 +78,10 @@ def test_unknown_backend():
 
 
 def test_backends_import_neither_partitioner_nor_runtime():
-    code = ("import sys, hetc.backends as b\n"
-            f"for n in {list(BACKENDS)!r}: b.get_backend(n)\n"
-            "bad = [m for m in sys.modules if m.startswith(('hetc.partitioner', 'hetc.runtime'))]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, hetc.backends as b\n"
+        f"for n in {list(BACKENDS)!r}: b.get_backend(n)\n"
+        "bad = [m for m in sys.modules if m.startswith(('hetc.partitioner', 'hetc.runtime'))]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -86,8 +86,9 @@ def test_a_fitted_profile_whose_curves_fall_is_bounded_through_its_envelope(tmp_
     _check_per_sequence(tiny32.units, env, 1, Phase.BOTH, wl)
     for tokens in (1, 3, 4, 5, 6, 17, 64, 500):  # and it never costs more than the profile
         step = Step(tokens, tokens, 20)
-        assert units_time(tiny32.units, env.profile, step, dtype="fp32", kv_dtype="fp32") <= \
-            units_time(tiny32.units, node.profile, step, dtype="fp32", kv_dtype="fp32") * (1 + 1e-12)
+        assert units_time(tiny32.units, env.profile, step, dtype="fp32", kv_dtype="fp32") <= units_time(
+            tiny32.units, node.profile, step, dtype="fp32", kv_dtype="fp32"
+        ) * (1 + 1e-12)
 
 
 def test_decode_attention_that_falls_with_sequences_is_bounded_through_its_envelope(tmp_path):
@@ -97,10 +98,12 @@ def test_decode_attention_that_falls_with_sequences_is_bounded_through_its_envel
     tiny32 = capture(str(FIXTURES / "tiny-llama"), dtype="fp32")
     wl = Workload(32, 3000, "fp32", "fp32", prefill_chunk=32)
     base = falling_cluster(tmp_path).nodes[0]
-    curves = {"matmul": {}, "memory": None, "attention_decode": {"fp32": DecodeAttentionCurve(
-        seqs=[1, 8, 64], ctx=[32, 4096], eff=[[0.01, 0.01], [0.5, 0.5], [0.05, 0.05]])}}
-    node = replace(base, profile=base.profile.model_copy(
-        update={"efficiency_curves": base.profile.efficiency_curves.model_copy(update=curves)}))
+    curves = {
+        "matmul": {},
+        "memory": None,
+        "attention_decode": {"fp32": DecodeAttentionCurve(seqs=[1, 8, 64], ctx=[32, 4096], eff=[[0.01, 0.01], [0.5, 0.5], [0.05, 0.05]])},
+    }
+    node = replace(base, profile=base.profile.model_copy(update={"efficiency_curves": base.profile.efficiency_curves.model_copy(update=curves)}))
     assert falling_curves(node.profile) == ["attention_decode[fp32]"]
     with pytest.raises(AssertionError):
         _check_per_sequence(tiny32.units, node, 1, Phase.DECODE, wl)
@@ -113,9 +116,11 @@ def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny)
     cluster = two_type_cluster(tmp_path, "1 GB", "1 GB", a_count=2)
     a, b = cluster.nodes
     units = tiny.units
-    for stages in ([StagePlan(a, 0, len(units) - 1)],
-                   [StagePlan(a, 0, 3), StagePlan(b, 4, len(units) - 1)],
-                   [StagePlan(a, 0, 1), StagePlan(b, 2, 5), StagePlan(a, 6, len(units) - 1)]):
+    for stages in (
+        [StagePlan(a, 0, len(units) - 1)],
+        [StagePlan(a, 0, 3), StagePlan(b, 4, len(units) - 1)],
+        [StagePlan(a, 0, 1), StagePlan(b, 2, 5), StagePlan(a, 6, len(units) - 1)],
+    ):
         for phase in (Phase.BOTH, Phase.DECODE):
             for lo, hi in Regimes(WL, phase, 300).runs(len(stages), 1, 300):
                 prev = 0.0
@@ -157,6 +162,7 @@ def test_ceiling_is_the_cap_or_what_memory_admits(tmp_path, tiny):
 
 def test_search_finds_the_largest_batch_that_fits_and_the_best():
     """A made-up chain that fits up to 700 sequences and is best at 523."""
+
     def evaluate(b):
         return None if b > 700 else -abs(b - 523)
 
@@ -171,6 +177,7 @@ def test_search_finds_the_largest_batch_that_fits_and_the_best():
 
 def test_search_tries_the_hints():
     """Best at 611 on a plateau the bisection can't see into: found only through the hint."""
+
     def evaluate(b):
         return None if b > 700 else (10 if b == 611 else 0)
 

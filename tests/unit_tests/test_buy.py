@@ -22,10 +22,8 @@ MODEL = str(FIXTURES / "tiny-llama")
 
 
 def _catalog(tmp_path, fast_max=2, big_max=2):
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="40 MB",
-                                                       bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory="400 MB",
-                                                      bw="10 GB/s", flops="0.5 TFLOP/s"))
+    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="40 MB", bw="40 GB/s", flops="4 TFLOP/s"))
+    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory="400 MB", bw="10 GB/s", flops="0.5 TFLOP/s"))
     (tmp_path / "catalog.yaml").write_text(f"""devices:
   - {{device: ./fast.yaml, max: {fast_max}, per_node: 2, link: pcie4, price: 3 USD/h}}
   - {{device: ./big.yaml, max: {big_max}, per_node: 1, price: 1 USD/h}}
@@ -70,8 +68,7 @@ def test_purchase_serves_the_rate_and_bound_is_below_every_fleet(tmp_path, rate)
 @pytest.mark.parametrize("budget", [1.0, 3.0, 5.0])
 def test_budget_buys_the_most_throughput_it_can(tmp_path, budget):
     cat = _catalog(tmp_path)
-    req = BuyRequest(model=MODEL, rate=1e6, input_len=64, output_len=32, dtype="fp32", time_limit=2,
-                     budget_usd_h=budget)
+    req = BuyRequest(model=MODEL, rate=1e6, input_len=64, output_len=32, dtype="fp32", time_limit=2, budget_usd_h=budget)
     p = buy(cat, req)
     assert p.usd_h <= budget
     model = capture(MODEL, dtype="fp32")
@@ -87,8 +84,7 @@ def test_budget_buys_the_most_throughput_it_can(tmp_path, budget):
 
 def test_more_load_never_buys_less(tmp_path):
     cat = _catalog(tmp_path, fast_max=4)
-    costs = [buy(cat, BuyRequest(model=MODEL, rate=r, input_len=64, output_len=32, dtype="fp32", time_limit=2)).usd_h
-             for r in (1.0, 1000.0, 3000.0)]
+    costs = [buy(cat, BuyRequest(model=MODEL, rate=r, input_len=64, output_len=32, dtype="fp32", time_limit=2)).usd_h for r in (1.0, 1000.0, 3000.0)]
     assert costs == sorted(costs)
 
 
@@ -111,10 +107,26 @@ def test_catalog_errors_name_the_field(tmp_path):
 def test_cli_writes_a_fleet_that_plans_and_refuses_the_impossible(tmp_path):
     _catalog(tmp_path)
     out = tmp_path / "fleet.yaml"
-    run = [sys.executable, "-m", "hetc.cli", "buy", "--catalog", str(tmp_path / "catalog.yaml"), MODEL,
-           "--input-len", "64", "--output-len", "32", "--dtype", "fp32", "--time-limit", "2", "-o", str(out)]
-    r = subprocess.run([*run, "--rate", "2", "--tpot-slo", "50", "--requests", "100", "--json"], capture_output=True,
-                       text=True)
+    run = [
+        sys.executable,
+        "-m",
+        "hetc.cli",
+        "buy",
+        "--catalog",
+        str(tmp_path / "catalog.yaml"),
+        MODEL,
+        "--input-len",
+        "64",
+        "--output-len",
+        "32",
+        "--dtype",
+        "fp32",
+        "--time-limit",
+        "2",
+        "-o",
+        str(out),
+    ]
+    r = subprocess.run([*run, "--rate", "2", "--tpot-slo", "50", "--requests", "100", "--json"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     sim = doc["simulated"]  # the fleet's plan served at the rate, simulated: the latency SLOs checked
@@ -139,19 +151,31 @@ def test_a_purchase_whose_simulation_misses_the_slos_is_bought_again_bigger(tmp_
     cat = _catalog(tmp_path)
     req = BuyRequest(model=MODEL, rate=1250.0, input_len=64, output_len=32, dtype="fp32", time_limit=2, tpot_slo_ms=50)
     said = iter([(0.4, 625.0), (0.95, 1300.0)])
-    monkeypatch.setattr(B, "check_slos", lambda plan, path, r: Evaluation(
-        name="fleet", load="stub", metrics=dict(zip(("slo_attainment", "distserve_goodput"), next(said))), stages=[],
-        overheads={}))
+    monkeypatch.setattr(
+        B,
+        "check_slos",
+        lambda plan, path, r: Evaluation(
+            name="fleet", load="stub", metrics=dict(zip(("slo_attainment", "distserve_goodput"), next(said))), stages=[], overheads={}
+        ),
+    )
     got = B.buy_checked(cat, req, tmp_path / "fleet.yaml", tmp_path / "fleet.plan.json")
     first, second = got.tries
     assert first.floor_tok_s == req.output_tok_s and second.floor_tok_s == pytest.approx(2 * req.output_tok_s)
     assert got.purchase.output_tok_s >= second.floor_tok_s and second.usd_h > first.usd_h and got.stopped is None
     assert (tmp_path / "fleet.plan.json").exists() and sum(got.purchase.counts.values()) == second.devices
-    monkeypatch.setattr(B, "check_slos", lambda plan, path, r: Evaluation(
-        name="fleet", load="stub", metrics={"slo_attainment": 0.5, "distserve_goodput": r.rate / 1.1}, stages=[],
-        overheads={}))
+    monkeypatch.setattr(
+        B,
+        "check_slos",
+        lambda plan, path, r: Evaluation(
+            name="fleet", load="stub", metrics={"slo_attainment": 0.5, "distserve_goodput": r.rate / 1.1}, stages=[], overheads={}
+        ),
+    )
     monkeypatch.setattr(B, "PURCHASES", 2)
-    got = B.buy_checked(cat, BuyRequest(model=MODEL, rate=40.0, input_len=64, output_len=32, dtype="fp32", time_limit=2,
-                                        tpot_slo_ms=50), tmp_path / "fleet.yaml", tmp_path / "fleet.plan.json")
+    got = B.buy_checked(
+        cat,
+        BuyRequest(model=MODEL, rate=40.0, input_len=64, output_len=32, dtype="fp32", time_limit=2, tpot_slo_ms=50),
+        tmp_path / "fleet.yaml",
+        tmp_path / "fleet.plan.json",
+    )
     assert len(got.tries) == 2 and got.stopped == "2 purchases tried"
     assert got.tries[1].floor_tok_s == pytest.approx(B.RAISE_AT_LEAST * got.tries[0].floor_tok_s)

@@ -30,8 +30,7 @@ def test_warm_capture_equals_cold_and_skips_export(tmp_path, cache, monkeypatch)
     assert warm.units == cold.units
     assert [u.cost_key for u in warm.units] == [u.cost_key for u in cold.units]
     assert warm.graph_hash == cold.graph_hash
-    assert (warm.num_layers, warm.num_params, warm.exported_layers, warm.notes) == \
-           (cold.num_layers, cold.num_params, cold.exported_layers, cold.notes)
+    assert (warm.num_layers, warm.num_params, warm.exported_layers, warm.notes) == (cold.num_layers, cold.num_params, cold.exported_layers, cold.notes)
     assert warm.graph == cold.graph and warm.config == cold.config
 
 
@@ -53,7 +52,7 @@ def test_damaged_entry_is_a_miss_and_is_rewritten(tmp_path, cache):
     model_dir = tiny_llama_with_layers(tmp_path, 2)
     cold = capture(str(model_dir), dtype="fp32")
     (entry,) = cache.glob("*.json")
-    entry.write_text(entry.read_text()[: 1000])
+    entry.write_text(entry.read_text()[:1000])
     assert capture(str(model_dir), dtype="fp32").units == cold.units
     assert json.loads(entry.read_text())["schema"] == capture_cache.SCHEMA
 

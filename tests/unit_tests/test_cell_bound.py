@@ -58,8 +58,7 @@ def _chains(costs: StageCosts, phase: str, batch: int, n: int, fit: int | None =
             yield ks, bd, counts.astype(int), R
 
 
-@pytest.mark.parametrize("phase,batch,fit", [("both", 4, 4), ("both", 64, 64), ("both", 64, 20), ("decode", 16, 16),
-                                             ("decode", 40, 9), ("prefill", 1, 1)])
+@pytest.mark.parametrize("phase,batch,fit", [("both", 4, 4), ("both", 64, 64), ("both", 64, 20), ("decode", 16, 16), ("decode", 40, 9), ("prefill", 1, 1)])
 def test_chain_dp_finds_the_best_chain(costs, phase, batch, fit):
     """Costed at `batch`, holding `fit` sequences: the least bottleneck over every chain and cut."""
     tp_groups = phase == "both"
@@ -78,8 +77,9 @@ def test_chain_dp_finds_the_best_chain(costs, phase, batch, fit):
             assert mine == pytest.approx(R, rel=1e-9)
 
 
-@pytest.mark.parametrize("phase,batch,fit,binds", [("both", 2, 2, True), ("both", 4, 4, True), ("both", 64, 20, False),
-                                                   ("decode", 4, 4, True), ("decode", 40, 9, False)])
+@pytest.mark.parametrize(
+    "phase,batch,fit,binds", [("both", 2, 2, True), ("both", 4, 4, True), ("both", 64, 20, False), ("decode", 4, 4, True), ("decode", 40, 9, False)]
+)
 def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, fit, binds, monkeypatch):
     """With the loop term: the least max(bottleneck, (Σ stages + Σ links at their cuts) / m) over
     every chain and cut, m = min(n, batch) (batch 2: fewer micro-batches than stages); at small
@@ -89,8 +89,7 @@ def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, 
     tp_groups = phase == "both"
     raised = 0
     for n in (1, 2, 3):
-        chains = [c for c in _chains(costs, phase, batch, n, fit, loop=True)
-                  if tp_groups or all(costs.tp[g] == 1 for g in c[0])]
+        chains = [c for c in _chains(costs, phase, batch, n, fit, loop=True) if tp_groups or all(costs.tp[g] == 1 for g in c[0])]
         for counts in itertools.product(*(range(int(d) + 1) for d in costs.devices)):
             counts = np.array(counts)
             want = min((R for _, _, c, R in chains if (c <= counts).all()), default=None)

@@ -16,10 +16,26 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 H100_YAML = REPO / "hardware_profiles" / "h100-sxm.yaml"
 
-PROFILES = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s", "l4", "t4", "mi300x", "mi325x", "mi250x",
-            "gaudi2", "gaudi3", "max-1550", "cpu"]
-LINKS = ["nvlink3", "nvlink4", "nvlink5", "infinity-fabric", "pcie3", "pcie4", "pcie5", "gaudi2-roce", "gaudi3-roce",
-         "ethernet-10g", "ethernet-25g", "ethernet-100g", "roce-100g", "roce-200g", "roce-400g", "ib-hdr", "ib-ndr"]
+PROFILES = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s", "l4", "t4", "mi300x", "mi325x", "mi250x", "gaudi2", "gaudi3", "max-1550", "cpu"]
+LINKS = [
+    "nvlink3",
+    "nvlink4",
+    "nvlink5",
+    "infinity-fabric",
+    "pcie3",
+    "pcie4",
+    "pcie5",
+    "gaudi2-roce",
+    "gaudi3-roce",
+    "ethernet-10g",
+    "ethernet-25g",
+    "ethernet-100g",
+    "roce-100g",
+    "roce-200g",
+    "roce-400g",
+    "ib-hdr",
+    "ib-ndr",
+]
 
 
 def _norm(text: str) -> str:
@@ -87,8 +103,7 @@ def test_each_catalog_profile_loads_and_is_sane(name):
     # the host link is a known link name (or an inline link)
     assert isinstance(p.host_link, Link) or p.host_link in load_links()
     # vendor and backend agree
-    assert (p.vendor, p.backend) in {("nvidia", "cuda"), ("amd", "rocm"), ("intel", "gaudi"), ("intel", "openvino"),
-                                     ("cpu", "cpu")}
+    assert (p.vendor, p.backend) in {("nvidia", "cuda"), ("amd", "rocm"), ("intel", "gaudi"), ("intel", "openvino"), ("cpu", "cpu")}
 
 
 def test_every_listed_profile_loads():
@@ -217,14 +232,17 @@ def test_single_device_node_needs_no_link_and_name_defaults_to_stem(tmp_path):
 
 
 def test_inline_links(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
 nodes:
   - {name: a, device: h100-sxm, count: 2, link: {bandwidth: 100 GB/s, latency: 3 us}}
   - {name: b, device: mi300x, count: 2, link: {bandwidth: 64 GB/s, latency: 2 us, scope: per_peer}}
 network:
   default: {bandwidth: 400 Gbit/s, latency: 5 us}
   per: node
-""")
+""",
+    )
     c = load_cluster(p)
     la = c.link_between("a", "a")
     assert la.bandwidth == pytest.approx(100e9)
@@ -243,8 +261,7 @@ def _custom_profile(tmp_path: Path) -> None:
 
 def test_profile_by_path_is_relative_to_the_cluster_file(tmp_path, monkeypatch):
     _custom_profile(tmp_path)
-    p = write(tmp_path, "nodes:\n  - {name: a, device: profiles/my-chip.yaml, count: 2, link: pcie5}\n",
-              "cluster-dir/cluster.yaml")
+    p = write(tmp_path, "nodes:\n  - {name: a, device: profiles/my-chip.yaml, count: 2, link: pcie5}\n", "cluster-dir/cluster.yaml")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # not the cluster file's folder
@@ -271,13 +288,16 @@ def test_profile_by_bare_file_name_next_to_the_cluster_file(tmp_path, monkeypatc
 
 
 def test_price_override(tmp_path):
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
 nodes:
   - {name: a, device: h100-sxm, count: 1}
   - {name: b, device: mi300x, count: 1}
 network: {default: roce-400g}
 prices: {h100-sxm: 1.25 USD/h}
-""")
+""",
+    )
     c = load_cluster(p)
     assert c.price(load_profile("h100-sxm")) == pytest.approx(1.25)
     assert c.price(load_profile("mi300x")) == pytest.approx(load_profile("mi300x").price)  # not overridden
@@ -325,7 +345,9 @@ def test_to_json_from_json_round_trips_examples(name):
 
 def test_round_trip_keeps_custom_profile_inline_links_and_prices(tmp_path):
     _custom_profile(tmp_path)
-    p = write(tmp_path, """
+    p = write(
+        tmp_path,
+        """
 nodes:
   - {name: a, device: profiles/my-chip.yaml, count: 2, link: {bandwidth: 100 GB/s, latency: 3 us, scope: per_peer}}
   - {name: b, device: h100-sxm, count: 1}
@@ -335,7 +357,9 @@ network:
   pairs:
     - {nodes: [b, a], link: ethernet-25g}
 prices: {my-chip: 0.75 USD/h, h100-sxm: 2 USD/h}
-""", "cluster-dir/custom.yaml")
+""",
+        "cluster-dir/custom.yaml",
+    )
     c = load_cluster(p)
     # the profile file is not needed to read the embedded copy back
     (tmp_path / "cluster-dir/profiles/my-chip.yaml").unlink()
@@ -353,8 +377,7 @@ prices: {my-chip: 0.75 USD/h, h100-sxm: 2 USD/h}
 ONE = "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n"
 
 
-@pytest.mark.parametrize(("device", "near"), [("h100", "h100-sxm"), ("h100-sxn", "h100-sxm"), ("gaudi", "gaudi2"),
-                                              ("mi300", "mi300x")])
+@pytest.mark.parametrize(("device", "near"), [("h100", "h100-sxm"), ("h100-sxn", "h100-sxm"), ("gaudi", "gaudi2"), ("mi300", "mi300x")])
 def test_unknown_device_names_field_and_suggests(tmp_path, device, near):
     e, p = bad(tmp_path, f"nodes:\n  - {{name: a, device: {device}, count: 1}}\n")
     assert_names(e, p, "nodes[0].device")
@@ -363,8 +386,7 @@ def test_unknown_device_names_field_and_suggests(tmp_path, device, near):
 
 
 def test_unknown_device_in_second_node_names_that_node(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n"
-                         "  - {name: b, device: h100-sxn, count: 1}\nnetwork: {default: roce-400g}\n")
+    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: h100-sxn, count: 1}\nnetwork: {default: roce-400g}\n")
     assert_names(e, p, "nodes[1].device")
     assert "'h100-sxm'" in str(e)
 
@@ -376,22 +398,27 @@ def test_unknown_node_link_suggests_the_nearest(tmp_path):
 
 
 def test_unknown_network_link_suggests_the_nearest(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
-                         "network: {default: roce-400G}\n")
+    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\nnetwork: {default: roce-400G}\n")
     assert_names(e, p, "network.default")
     assert "'roce-400g'" in str(e)
 
 
 def test_unknown_pair_link_names_the_pair(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
-                         "network:\n  default: roce-400g\n  pairs:\n    - {nodes: [a, b], link: ethernet-100}\n")
+    e, p = bad(
+        tmp_path,
+        "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
+        "network:\n  default: roce-400g\n  pairs:\n    - {nodes: [a, b], link: ethernet-100}\n",
+    )
     assert_names(e, p, "network.pairs[0].link")
     assert "'ethernet-100g'" in str(e)
 
 
 def test_pair_with_unknown_node(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
-                         "network:\n  default: roce-400g\n  pairs:\n    - {nodes: [a, x], link: roce-100g}\n")
+    e, p = bad(
+        tmp_path,
+        "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
+        "network:\n  default: roce-400g\n  pairs:\n    - {nodes: [a, x], link: roce-100g}\n",
+    )
     assert_names(e, p, "network.pairs[0].nodes[1]")
     assert "'x'" in str(e)
 
@@ -417,8 +444,7 @@ def test_multi_device_node_without_link(tmp_path):
 
 @pytest.mark.parametrize(
     ("link", "field"),
-    [("{bandwidth: 100, latency: 3 us}", "bandwidth"), ("{bandwidth: 100 GB/s, latency: 3}", "latency"),
-     ("{bandwidth: '100', latency: 3 us}", "bandwidth")],
+    [("{bandwidth: 100, latency: 3 us}", "bandwidth"), ("{bandwidth: 100 GB/s, latency: 3}", "latency"), ("{bandwidth: '100', latency: 3 us}", "bandwidth")],
 )
 def test_inline_link_with_a_bare_number(tmp_path, link, field):
     e, p = bad(tmp_path, f"nodes:\n  - {{name: a, device: h100-sxm, count: 2, link: {link}}}\n")
@@ -427,8 +453,10 @@ def test_inline_link_with_a_bare_number(tmp_path, link, field):
 
 
 def test_inline_network_with_a_bare_number(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
-                         "network: {default: {bandwidth: 400, latency: 5 us}}\n")
+    e, p = bad(
+        tmp_path,
+        "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\nnetwork: {default: {bandwidth: 400, latency: 5 us}}\n",
+    )
     assert_names(e, p, "network.default.bandwidth")
 
 
@@ -460,8 +488,7 @@ def test_link_given_as_a_number_names_the_link_field(tmp_path):
 
 
 def test_duplicate_node_names(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: a, device: t4, count: 1}\n"
-                         "network: {default: roce-400g}\n")
+    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: a, device: t4, count: 1}\nnetwork: {default: roce-400g}\n")
     assert_names(e, p, "nodes[1].name")
     assert "duplicate" in str(e)
 
@@ -542,8 +569,7 @@ def test_multi_node_cluster_without_network(tmp_path):
 
 
 def test_bad_network_per(tmp_path):
-    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\n"
-                         "network: {default: roce-400g, per: rack}\n")
+    e, p = bad(tmp_path, "nodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: t4, count: 1}\nnetwork: {default: roce-400g, per: rack}\n")
     assert_names(e, p, "network.per")
 
 

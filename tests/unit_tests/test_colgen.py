@@ -26,8 +26,12 @@ from tests.conftest import PROFILE, two_type_cluster
 from tests.fixtures.fleets import disjoint_fleets, solution_spend, three_type_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-TYPES = [("fast", "nvidia", "cuda", "0.8 MB", "40 GB/s", "4 TFLOP/s"), ("big", "amd", "rocm", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
-         ("mid", "intel", "gaudi", "1.2 MB", "20 GB/s", "1 TFLOP/s"), ("slim", "nvidia", "cuda", "1 MB", "30 GB/s", "2 TFLOP/s")]
+TYPES = [
+    ("fast", "nvidia", "cuda", "0.8 MB", "40 GB/s", "4 TFLOP/s"),
+    ("big", "amd", "rocm", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
+    ("mid", "intel", "gaudi", "1.2 MB", "20 GB/s", "1 TFLOP/s"),
+    ("slim", "nvidia", "cuda", "1 MB", "30 GB/s", "2 TFLOP/s"),
+]
 
 
 def many_type_cluster(tmp_path, types: int, first_count: int = 2):
@@ -35,8 +39,7 @@ def many_type_cluster(tmp_path, types: int, first_count: int = 2):
     possible), the others one device each."""
     lines = []
     for i, (name, vendor, backend, memory, bw, flops) in enumerate(TYPES[:types]):
-        (tmp_path / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor=vendor, backend=backend, memory=memory,
-                                                              bw=bw, flops=flops))
+        (tmp_path / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor=vendor, backend=backend, memory=memory, bw=bw, flops=flops))
         link = ", link: pcie4" if i == 0 else ""
         lines.append(f"  - {{name: n{i}, device: ./{name}.yaml, count: {first_count if i == 0 else 1}{link}}}")
     (tmp_path / "c.yaml").write_text("nodes:\n" + "\n".join(lines) + "\nnetwork: {default: ethernet-10g}\n")
@@ -157,12 +160,13 @@ def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):
     cluster = many_type_cluster(tmp_path, 3, first_count=4)  # fast ×4 (tp1 and tp2 groups), big ×1, mid ×1
     kinds = kinds_of(cluster)
     at = {k.name: g for g, k in enumerate(kinds)}
-    runs = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0),
-            Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
+    runs = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0), Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
     other = Pipeline(Phase.BOTH, (at["mid"],), (0, 5), 4, 1.0)  # not run: mixed, not early
     name = {(k.type_key, k.tp): k.name for k in kinds}
-    mixes = {tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early
-             for t in generate(cluster, kinds, runs + [other], 10, uneven=runs)}
+    mixes = {
+        tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early
+        for t in generate(cluster, kinds, runs + [other], 10, uneven=runs)
+    }
     want = {}
     for a_name, b_name in itertools.combinations(["fast×tp2", "fast", "big", "mid"], 2):
         for a in range(1, 3):

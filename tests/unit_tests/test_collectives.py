@@ -23,10 +23,18 @@ def _alpha_beta(nbytes: float, tp: int, link) -> float:
     return share / link.bandwidth + 2 * (tp - 1) * link.latency
 
 
-@pytest.mark.parametrize("nbytes, graphs, us", [
-    (16 * MIB, False, 148.8), (64 * MIB, False, 429.1), (1024 * MIB, False, 5970.6), (4 * MIB, False, 51.72),
-    (MIB, True, 19.40), (16 * MIB, True, 149.1), (64 * 1024, True, 9.14),
-])
+@pytest.mark.parametrize(
+    "nbytes, graphs, us",
+    [
+        (16 * MIB, False, 148.8),
+        (64 * MIB, False, 429.1),
+        (1024 * MIB, False, 5970.6),
+        (4 * MIB, False, 51.72),
+        (MIB, True, 19.40),
+        (16 * MIB, True, 149.1),
+        (64 * 1024, True, 9.14),
+    ],
+)
 def test_eight_mi300x_all_reduce_is_amds_rccl_tests_figure(nbytes, graphs, us):
     """At the measured sizes the time is the blog's out-of-place figure (eager: plain run; graph: -G 1)."""
     assert allreduce_time(nbytes, 8, XGMI, graphs=graphs) == pytest.approx(us * 1e-6, rel=1e-9)
@@ -96,8 +104,8 @@ def test_stage_time_reads_the_graph_series_on_replayed_decode_steps(tiny):
     for step, graphs in ((Step(4, 4, 70.0), True), (Step(64, 1, 32.0), False)):
         assert node.profile.execution.replays(step.decode_only) is graphs
         device = units_time(tiny.units, node.profile, step, dtype="fp32", kv_dtype="fp32", tp=8)
-        want = sum(MEASURED_ALLREDUCE["infinity-fabric"].time(step.total_tokens * u.out_bytes_per_token, graphs)
-                   for u in with_params)
+        want = sum(MEASURED_ALLREDUCE["infinity-fabric"].time(step.total_tokens * u.out_bytes_per_token, graphs) for u in with_params)
         assert stage_time(tiny.units, node, 8, step, wl) - device == pytest.approx(want, rel=1e-9)
-        assert not math.isclose(want, sum(MEASURED_ALLREDUCE["infinity-fabric"].time(
-            step.total_tokens * u.out_bytes_per_token, not graphs) for u in with_params))
+        assert not math.isclose(
+            want, sum(MEASURED_ALLREDUCE["infinity-fabric"].time(step.total_tokens * u.out_bytes_per_token, not graphs) for u in with_params)
+        )

@@ -28,8 +28,17 @@ def test_plans_side_by_side_under_one_load(tmp_path):
     save_plan(best, tmp_path / "best.json")
     save_plan(slow, tmp_path / "slow.json")
     load = ["--rate", "200", "--requests", "150", "--ttft-slo", "20", "--tpot-slo", "5"]
-    r = _hetc("compare", str(tmp_path / "best.json"), str(tmp_path / "slow.json"), *load, "--json",
-              "--csv", str(tmp_path / "c.csv"), "--html", str(tmp_path / "r.html"))
+    r = _hetc(
+        "compare",
+        str(tmp_path / "best.json"),
+        str(tmp_path / "slow.json"),
+        *load,
+        "--json",
+        "--csv",
+        str(tmp_path / "c.csv"),
+        "--html",
+        str(tmp_path / "r.html"),
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert "Poisson at 200 req/s" in doc["load"]
@@ -50,8 +59,24 @@ def test_plans_side_by_side_under_one_load(tmp_path):
 def test_clusters_planned_once_each_and_bad_input(tmp_path):
     two_type_cluster(tmp_path, "0.6 MB", "2 MB", a_count=2)
     (tmp_path / "d.yaml").write_text((tmp_path / "c.yaml").read_text().replace("count: 2", "count: 1"))
-    r = _hetc("compare", "--profiles", str(tmp_path / "c.yaml"), str(tmp_path / "d.yaml"), MODEL, "--dtype", "fp32",
-              "--input-len", "32", "--output-len", "16", "--time-limit", "2", "--requests", "60", "--json")
+    r = _hetc(
+        "compare",
+        "--profiles",
+        str(tmp_path / "c.yaml"),
+        str(tmp_path / "d.yaml"),
+        MODEL,
+        "--dtype",
+        "fp32",
+        "--input-len",
+        "32",
+        "--output-len",
+        "16",
+        "--time-limit",
+        "2",
+        "--requests",
+        "60",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
     assert [x["name"] for x in rows] == ["c", "d"] and rows[0]["devices"] >= rows[1]["devices"]

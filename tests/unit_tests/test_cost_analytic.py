@@ -22,10 +22,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 
 BASE = {
-    "name": "test-chip", "vendor": "nvidia", "backend": "cuda", "memory": "80 GB", "reserved_memory": "6 GB",
-    "memory_bandwidth": "2 TB/s", "peak_flops": {"bf16": "1000 TFLOP/s", "fp32": "100 TFLOP/s"},
-    "efficiency": {"matmul": 0.5, "memory": 0.8}, "launch_overhead": "5 us", "host_link": "pcie5",
-    "power": "700 W", "price": "2 USD/h", "sources": ["test"],
+    "name": "test-chip",
+    "vendor": "nvidia",
+    "backend": "cuda",
+    "memory": "80 GB",
+    "reserved_memory": "6 GB",
+    "memory_bandwidth": "2 TB/s",
+    "peak_flops": {"bf16": "1000 TFLOP/s", "fp32": "100 TFLOP/s"},
+    "efficiency": {"matmul": 0.5, "memory": 0.8},
+    "launch_overhead": "5 us",
+    "host_link": "pcie5",
+    "power": "700 W",
+    "price": "2 USD/h",
+    "sources": ["test"],
     "execution": {"fusion": "none", "graphs": "none", "launch": "sync", "kernel_overhead": "0 us"},  # torch eager
 }
 
@@ -39,12 +48,23 @@ def prof(**over) -> Profile:
 
 def matmul_unit(n=4096, k=4096, kernels=1) -> Unit:
     """One linear layer of an N×K bf16 weight (2 bytes per element)."""
-    rec = OpRecord("matmul", 1, Terms(0, 2.0 * n * k, 0), Terms(), Terms(0, 2.0 * (n + k), 0),
-                   weight_bytes=2.0 * n * k, nk=float(n * k))
-    return Unit(index=0, kind="mlp", layer=0, matmul_flops=rec.flops, other_flops=Terms(), act_bytes=rec.act_bytes,
-                params={"w": 2.0 * n * k}, streamed_param_bytes=2.0 * n * k, kv_bytes_per_token=0.0,
-                attention_flops_per_ctx=0.0, out_bytes_per_token=2.0 * n, out_bytes_const=0.0, kernels=kernels,
-                ops=(rec,))
+    rec = OpRecord("matmul", 1, Terms(0, 2.0 * n * k, 0), Terms(), Terms(0, 2.0 * (n + k), 0), weight_bytes=2.0 * n * k, nk=float(n * k))
+    return Unit(
+        index=0,
+        kind="mlp",
+        layer=0,
+        matmul_flops=rec.flops,
+        other_flops=Terms(),
+        act_bytes=rec.act_bytes,
+        params={"w": 2.0 * n * k},
+        streamed_param_bytes=2.0 * n * k,
+        kv_bytes_per_token=0.0,
+        attention_flops_per_ctx=0.0,
+        out_bytes_per_token=2.0 * n,
+        out_bytes_const=0.0,
+        kernels=kernels,
+        ops=(rec,),
+    )
 
 
 def t_of(u, p, step, tp=1):
@@ -72,8 +92,7 @@ def test_every_efficiency_and_overhead_comes_from_the_profile():
     # compute-bound prefill follows efficiency.matmul and the peak
     work = t_of(u, base, prefill) - 5e-6
     assert t_of(u, prof(efficiency={"matmul": 0.25, "memory": 0.8}), prefill) - 5e-6 == pytest.approx(2 * work)
-    assert t_of(u, prof(peak_flops={"bf16": "500 TFLOP/s", "fp32": "100 TFLOP/s"}), prefill) - 5e-6 == \
-        pytest.approx(2 * work)
+    assert t_of(u, prof(peak_flops={"bf16": "500 TFLOP/s", "fp32": "100 TFLOP/s"}), prefill) - 5e-6 == pytest.approx(2 * work)
     # memory-bound decode follows efficiency.memory and the bandwidth
     work = t_of(u, base, decode) - 5e-6
     assert t_of(u, prof(efficiency={"matmul": 0.5, "memory": 0.4}), decode) - 5e-6 == pytest.approx(2 * work)
@@ -89,9 +108,10 @@ def test_every_efficiency_and_overhead_comes_from_the_profile():
 
 def test_efficiency_curves_override_the_scalars_by_shape():
     u = matmul_unit()
-    curves = {"matmul": {"bf16": {"m": [1, 64, 4096], "nk": [1e6, 1e8],
-                                  "eff": [[0.001, 0.001], [0.2, 0.2], [0.9, 0.9]]}},
-              "memory": {"x": [1e3, 1e9], "eff": [0.5, 0.5]}}
+    curves = {
+        "matmul": {"bf16": {"m": [1, 64, 4096], "nk": [1e6, 1e8], "eff": [[0.001, 0.001], [0.2, 0.2], [0.9, 0.9]]}},
+        "memory": {"x": [1e3, 1e9], "eff": [0.5, 0.5]},
+    }
     p = prof(efficiency_curves=curves)
     flops = 2.0 * 4096 * 4096
     # a skinny GEMM (M=1) at 0.1% of peak is slower than its weights take to stream
@@ -110,8 +130,7 @@ def test_efficiency_curves_override_the_scalars_by_shape():
 def test_analytic_model_has_no_efficiency_or_overhead_constants():
     """Only 0, 1, 2 (counting, halves, doubling FLOPs) and cache sizes may appear as numbers."""
     src = (ROOT / "partitioner" / "cost_models" / "analytic.py").read_text()
-    nums = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant)
-            and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)}
+    nums = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)}
     assert nums <= {0, 1, 2, 0.0, 1.0, 2.0, 64, 256, 200_000}, nums
 
 
@@ -143,8 +162,7 @@ def test_decode_attention_reads_the_real_context():
 
 
 def test_moe_streams_the_experts_a_batch_touches():
-    rec = OpRecord("moe", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=8 * 2.0 * 1024 * 1024,
-                   nk=1024.0 * 1024, experts=8, top_k=2)
+    rec = OpRecord("moe", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=8 * 2.0 * 1024 * 1024, nk=1024.0 * 1024, experts=8, top_k=2)
     cp = cost_params(prof(), "bf16")
     expert = 2.0 * 1024 * 1024
     # one token touches its 2 experts of 8; many tokens touch them all
@@ -191,18 +209,27 @@ def test_replicated_layers_carry_their_op_records(tmp_path):
 
 
 def test_a_profile_with_curves_travels_inside_plan_json():
-    curves = {"matmul": {"bf16": {"m": [1, 64], "nk": [1e6], "eff": [[0.1], [0.7]]}}, "dispatch_overhead": "2 us",
-              "gather": {"rows": [1, 64], "row_bytes": [6e3], "eff": [[0.3], [0.8]]}, "threads": 2, "memory": {"x": [1e3, 1e6], "eff": [0.5, 2.0]}}
+    curves = {
+        "matmul": {"bf16": {"m": [1, 64], "nk": [1e6], "eff": [[0.1], [0.7]]}},
+        "dispatch_overhead": "2 us",
+        "gather": {"rows": [1, 64], "row_bytes": [6e3], "eff": [[0.3], [0.8]]},
+        "threads": 2,
+        "memory": {"x": [1e3, 1e6], "eff": [0.5, 2.0]},
+    }
     p = prof(efficiency_curves=curves)
     from hetc.cluster import _profile_text  # the embedding plan.json carries
 
-    doc = {"nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}], "network": None,
-           "profiles": {"test-chip": json.loads(json.dumps(_profile_text(p)))}}
+    doc = {
+        "nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}],
+        "network": None,
+        "profiles": {"test-chip": json.loads(json.dumps(_profile_text(p)))},
+    }
     back = Cluster.from_json(doc).nodes[0].profile
     assert back.efficiency_curves == p.efficiency_curves
     step = Step(8, 8, 10)
-    assert units_time([matmul_unit()], back, step, dtype="bf16", kv_dtype="bf16") == \
-        pytest.approx(units_time([matmul_unit()], p, step, dtype="bf16", kv_dtype="bf16"))
+    assert units_time([matmul_unit()], back, step, dtype="bf16", kv_dtype="bf16") == pytest.approx(
+        units_time([matmul_unit()], p, step, dtype="bf16", kv_dtype="bf16")
+    )
     assert analytic.compute_dtype(back, "fp8") == "bf16"
 
 
@@ -273,13 +300,20 @@ def test_execution_defaults_come_from_the_backend_and_travel_in_plan_json():
     part = Profile.model_validate({**doc, "execution": {"graphs": "none"}})  # the rest from the backend
     assert part.execution.graphs == "none" and part.execution.fusion == "engine"
     assert set(BACKEND_EXECUTION) == set(BACKEND_EXECUTION_SOURCES) and all(BACKEND_EXECUTION_SOURCES.values())
-    back = Cluster.from_json({"nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}], "network": None,
-                              "profiles": {"test-chip": json.loads(json.dumps(_profile_text(part)))}})
+    back = Cluster.from_json(
+        {
+            "nodes": [{"name": "a", "device": "test-chip", "count": 1, "link": None}],
+            "network": None,
+            "profiles": {"test-chip": json.loads(json.dumps(_profile_text(part)))},
+        }
+    )
     assert back.nodes[0].profile.execution == part.execution
 
 
 def test_a_dtype_may_reach_its_own_share_of_peak():
     """FP8 GEMMs on H100 reach 70.9% of FP8 peak where BF16 reaches 80.3% (hardware.md)."""
-    p = prof(peak_flops={"bf16": "1000 TFLOP/s", "fp8": "2000 TFLOP/s", "fp32": "100 TFLOP/s"},
-             efficiency={"matmul": 0.8, "memory": 0.8, "matmul_by_dtype": {"fp8": 0.7}})
+    p = prof(
+        peak_flops={"bf16": "1000 TFLOP/s", "fp8": "2000 TFLOP/s", "fp32": "100 TFLOP/s"},
+        efficiency={"matmul": 0.8, "memory": 0.8, "matmul_by_dtype": {"fp8": 0.7}},
+    )
     assert cost_params(p, "fp8").eff_matmul == 0.7 and cost_params(p, "bf16").eff_matmul == 0.8

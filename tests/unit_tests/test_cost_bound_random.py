@@ -39,17 +39,21 @@ def _instance(seed: int, tmp_path, models):
     devices, PCIe or NVLink, the one most likely to hold a plan)."""
     rng = random.Random(seed)
     units = models[rng.choice(MODELS)]
-    wl = Workload(rng.choice([16, 32, 128, 384]), rng.choice([8, 16, 64]), "fp32", "fp32",
-                  prefill_chunk=rng.choice([16, 32, 64]))
+    wl = Workload(rng.choice([16, 32, 128, 384]), rng.choice([8, 16, 64]), "fp32", "fp32", prefill_chunk=rng.choice([16, 32, 64]))
     size = sum(u.param_bytes for u in units)
     names = ["p", "q", "r"][: rng.choice([2, 3])]
     lines = []
     for i, name in enumerate(names):
         share = rng.choice([1.5, 2.5, 4] if i == 0 else [0.3, 0.45, 0.6, 0.8, 1.1, 1.5, 2.5, 4])  # the first: a plan fits
         memory = f"{size * share / 1e6 + 0.01:.4f} MB"
-        text = PROFILE.format(name=name, vendor="nvidia", backend="cuda", memory=memory,
-                              bw=rng.choice(["5 GB/s", "10 GB/s", "20 GB/s", "40 GB/s"]),
-                              flops=rng.choice(["0.5 TFLOP/s", "2 TFLOP/s", "4 TFLOP/s"]))
+        text = PROFILE.format(
+            name=name,
+            vendor="nvidia",
+            backend="cuda",
+            memory=memory,
+            bw=rng.choice(["5 GB/s", "10 GB/s", "20 GB/s", "40 GB/s"]),
+            flops=rng.choice(["0.5 TFLOP/s", "2 TFLOP/s", "4 TFLOP/s"]),
+        )
         text = text.replace("price: 1 USD/h", f"price: {rng.choice([0.5, 1, 2, 3, 5])} USD/h")
         (tmp_path / f"{name}.yaml").write_text(text.replace("power: 100 W", f"power: {rng.choice([100, 250, 400])} W"))
         count = 2 if i == 0 else rng.choice([1, 1, 2]) if len(names) == 2 else 1
@@ -83,10 +87,11 @@ def test_cost_bounds_never_exceed_the_brute_force_optimum(tmp_path, models, monk
         for share in SHARES:
             floor = share * most
             want = min(sum(map(value, f)) for f in fleets if tok(f) >= floor)
-            got = {"LP": cost_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
-                   "whole devices": whole_devices_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
-                   "cell bound": cell_bound(tables, kinds, cluster, stages, ceiling, demand=Demand(spend, floor)).least_spend,
-                   "column generation": column_bound(tables, kinds, cluster, stages, ceiling,
-                                                     demand=Demand(spend, floor)).least_spend}
+            got = {
+                "LP": cost_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
+                "whole devices": whole_devices_bound(tables, kinds, stages, spend, ceiling, floor) * floor,
+                "cell bound": cell_bound(tables, kinds, cluster, stages, ceiling, demand=Demand(spend, floor)).least_spend,
+                "column generation": column_bound(tables, kinds, cluster, stages, ceiling, demand=Demand(spend, floor)).least_spend,
+            }
             for name, v in got.items():
                 assert v <= want * (1 + 1e-6), (name, of, share, v, want)

@@ -88,10 +88,14 @@ def _samples(op, kind, speed, sizes, dispatch=2e-6):
 
 def test_fit_memory_gives_slow_ops_their_own_curve_and_keeps_them_out_of_the_defaults():
     bw, d = 20e9, 2e-6
-    sizes = [4 ** i for i in range(6, 13)]
-    samples = (_samples("add", "elementwise", 40e9, sizes) + _samples("mul", "elementwise", 40e9, sizes)
-               + _samples("silu", "elementwise", 8e9, sizes) + _samples("mean", "norm", 30e9, sizes)
-               + _samples("clone", "copy", 20e9, sizes))
+    sizes = [4**i for i in range(6, 13)]
+    samples = (
+        _samples("add", "elementwise", 40e9, sizes)
+        + _samples("mul", "elementwise", 40e9, sizes)
+        + _samples("silu", "elementwise", 8e9, sizes)
+        + _samples("mean", "norm", 30e9, sizes)
+        + _samples("clone", "copy", 20e9, sizes)
+    )
     default, kinds, ops = fit.fit_memory(samples, bw, d, sizes, cache_bytes=32 * 2**20)
     # each op's own curve is its speed ÷ bandwidth
     assert fit.eval_1d(ops["silu"], 65536) == pytest.approx(0.4, rel=1e-6)
@@ -105,8 +109,7 @@ def test_fit_memory_gives_slow_ops_their_own_curve_and_keeps_them_out_of_the_def
 def test_fit_gather_tables_rows_and_bytes_per_row():
     d, bw = 2e-6, 20e9
     row_speed = {768: 16e9, 4096: 23e9}  # wider rows stream better
-    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + 2.0 * r * w * 4 / row_speed[w]}
-               for r in (4, 64, 1024) for w in (768, 4096)]
+    samples = [{"rows": r, "bytes": 2.0 * r * w * 4, "seconds": d + 2.0 * r * w * 4 / row_speed[w]} for r in (4, 64, 1024) for w in (768, 4096)]
     t = fit.fit_gather(samples, bw, d)
     GatherCurve.model_validate(t)
     assert t["rows"] == [4.0, 64.0, 1024.0] and t["row_bytes"] == pytest.approx([2 * 768 * 4, 2 * 4096 * 4])
@@ -143,8 +146,7 @@ def test_decode_attention_takes_its_efficiency_by_the_steps_sequences():
     attention = {"fp32": {"q": [1, 64], "ctx": [64, 1024], "eff": [[0.05, 0.05], [0.5, 0.5]]}}
     decode = {"fp32": {"seqs": [1, 16], "ctx": [64, 1024], "eff": [[0.001, 0.001], [0.01, 0.01]]}}
     plain = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate({"attention": attention})})
-    by_seqs = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate(
-        {"attention": attention, "attention_decode": decode})})
+    by_seqs = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate({"attention": attention, "attention_decode": decode})})
 
     def per_seq(profile, s: AttnShape) -> float:
         rec, step, kv = attention_record(s, "fp32")

@@ -18,10 +18,13 @@ from hetc.runtime.model_runner import StageModel
 from hetc.scheduling import KV_BLOCK_TOKENS as BS
 from hetc.weights import RandomWeights
 
-CFG = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256)
-UNITS = [PlanUnit(index=i, kind=k, layer=l) for i, (k, l) in enumerate(
-    [("embed", 0), ("attention", 0), ("mlp", 0), ("attention", 1), ("mlp", 1), ("norm", 1), ("head", 1)])]
+CFG = LlamaConfig(
+    vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256
+)
+UNITS = [
+    PlanUnit(index=i, kind=k, layer=l)
+    for i, (k, l) in enumerate([("embed", 0), ("attention", 0), ("mlp", 0), ("attention", 1), ("mlp", 1), ("norm", 1), ("head", 1)])
+]
 
 
 def test_graph_batches_cover_every_batch_up_to_the_lane_most():
@@ -43,7 +46,7 @@ class _FakeGraph:
 
     def replay(self) -> None:
         g = self.graphs
-        g.out[self.n].copy_(g.model(g.x[:self.n], g.view(self.n)))
+        g.out[self.n].copy_(g.model(g.x[: self.n], g.view(self.n)))
 
 
 def _graphed(model: StageModel, max_batch: int, max_context: int = 256) -> GraphedStage:
@@ -56,8 +59,10 @@ def _graphed(model: StageModel, max_batch: int, max_context: int = 256) -> Graph
 
 def _pair(fuse: bool = False):
     """Two stages over the same weights and KV layout: one eager, one through graphs."""
-    return [StageModel(CFG, UNITS, 0, len(UNITS) - 1, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=12,
-                       weights=RandomWeights(std=0.2), fuse=fuse) for _ in range(2)]
+    return [
+        StageModel(CFG, UNITS, 0, len(UNITS) - 1, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=12, weights=RandomWeights(std=0.2), fuse=fuse)
+        for _ in range(2)
+    ]
 
 
 def test_decode_steps_replay_padded_and_match_the_eager_step():
@@ -81,7 +86,7 @@ def test_decode_steps_replay_padded_and_match_the_eager_step():
         got = staged(ids, meta)
         assert staged.replayed and got.shape == want.shape == (len(seqs), 300)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        assert torch.all(staged.graphs.x[len(seqs):meta.size] == 0)  # padding rows zeroed
+        assert torch.all(staged.graphs.x[len(seqs) : meta.size] == 0)  # padding rows zeroed
         for s in seqs:
             lens[s] += 1
     # the padding rows wrote only the lane's padding block: every sequence's blocks hold the eager pool's K/V
@@ -125,8 +130,7 @@ def test_fused_projections_compute_the_same_step():
     assert plain.param_bytes == fused.param_bytes and plain.param_names == fused.param_names
     ids = torch.randint(0, 300, (9,), generator=torch.Generator().manual_seed(3))
     args = ([0, 0], [6, 3], [[1], [2]], [True, True])
-    torch.testing.assert_close(plain(ids, plain.step_meta(*args)), fused(ids, fused.step_meta(*args)), atol=1e-4,
-                               rtol=1e-4)
+    torch.testing.assert_close(plain(ids, plain.step_meta(*args)), fused(ids, fused.step_meta(*args)), atol=1e-4, rtol=1e-4)
 
 
 _KERNEL_CHECK = """
@@ -165,16 +169,16 @@ def test_metrics_count_the_steps_a_stage_replayed():
     for i in (0, 1):
         m.register_stage(0, i, f"a:{i}", (1.0, 1.0))
     eng = SimpleNamespace(num_running=lambda: 2, num_waiting=lambda: 0)
-    runner = SimpleNamespace(lane=SimpleNamespace(id=0, stages=[0, 1]), engine=eng,
-                             sched=SimpleNamespace(blocks=SimpleNamespace(num_used=3)))
+    runner = SimpleNamespace(lane=SimpleNamespace(id=0, stages=[0, 1]), engine=eng, sched=SimpleNamespace(blocks=SimpleNamespace(num_used=3)))
     decode = SimpleNamespace(has_prefill=False)
     m.on_step(runner, decode, [0.008, 0.009, 1.0, 0.0], 0.02)  # stage 0 replayed, stage 1 ran eagerly
     m.on_step(runner, decode, [0.008, 0.009, 1.0, 1.0], 0.02)
-    get = lambda stage: m.registry.get_sample_value("hetc_stage_cuda_graph_steps_total",  # noqa: E731
-                                                    {"model": "m", "stage": f"0.{stage}", "device": f"a:{stage}"})
+    get = lambda stage: m.registry.get_sample_value(
+        "hetc_stage_cuda_graph_steps_total",  # noqa: E731
+        {"model": "m", "stage": f"0.{stage}", "device": f"a:{stage}"},
+    )
     assert get(0) == 2 and get(1) == 1
-    steps = m.registry.get_sample_value("hetc_stage_step_seconds_count",
-                                        {"model": "m", "stage": "0.1", "device": "a:1", "phase": "decode"})
+    steps = m.registry.get_sample_value("hetc_stage_step_seconds_count", {"model": "m", "stage": "0.1", "device": "a:1", "phase": "decode"})
     assert steps == 2  # the flags are not taken for steps
 
 
@@ -197,9 +201,23 @@ def test_tensor_parallel_gpu_stages_take_nccl_for_their_collectives(monkeypatch)
     monkeypatch.setattr(dist, "PrefixStore", lambda prefix, store: store)
 
     def spec(backend: str, tp: int) -> StageSpec:
-        return StageSpec(lane=0, index=0, n_stages=1, devices=tuple(f"a:{i}" for i in range(tp)), ranks=tuple(range(1, tp + 1)),
-                         prev_rank=0, next_rank=0, backend=backend, profile="p", node="a", units=(0, 1), layers=(0, 0),
-                         kv_budget=0.0, weight_bytes=0.0, predicted_ms=(1.0, 1.0))
+        return StageSpec(
+            lane=0,
+            index=0,
+            n_stages=1,
+            devices=tuple(f"a:{i}" for i in range(tp)),
+            ranks=tuple(range(1, tp + 1)),
+            prev_rank=0,
+            next_rank=0,
+            backend=backend,
+            profile="p",
+            node="a",
+            units=(0, 1),
+            layers=(0, 0),
+            kv_budget=0.0,
+            weight_bytes=0.0,
+            predicted_ms=(1.0, 1.0),
+        )
 
     assert groups.stage_groups(Store(), 0, 1, spec("cuda", 2), 0, 1.0) == ("gloo-pg", "nccl-pg")
     assert groups.stage_groups(Store(), 0, 1, spec("rocm", 4), 1, 1.0) == ("gloo-pg", "nccl-pg")
@@ -214,8 +232,16 @@ def test_a_pipeline_of_graphed_stages_passes_hidden_states():
     """Two stages cut mid-model: the second's graphs take the residual stream, not ids."""
     cut = 2  # embed, attention 0 | mlp 0, attention 1, mlp 1, norm, head
     w = RandomWeights(std=0.2)
-    make = lambda a, b: StageModel(CFG, UNITS, a, b, dtype=torch.float32, kv_dtype=torch.float32,  # noqa: E731
-                                   num_blocks=8, weights=w)
+    make = lambda a, b: StageModel(
+        CFG,
+        UNITS,
+        a,
+        b,
+        dtype=torch.float32,
+        kv_dtype=torch.float32,  # noqa: E731
+        num_blocks=8,
+        weights=w,
+    )
     eager = [make(0, cut - 1), make(cut, len(UNITS) - 1)]
     staged = [_graphed(make(0, cut - 1), max_batch=4), _graphed(make(cut, len(UNITS) - 1), max_batch=4)]
     assert staged[1].graphs.x.dtype == torch.float32 and staged[1].graphs.x.shape == (4, 64)

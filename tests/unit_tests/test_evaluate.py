@@ -12,8 +12,13 @@ from hetc.plan import save_plan
 from tests.conftest import FIXTURES, two_type_cluster
 
 MODEL = str(FIXTURES / "tiny-llama")
-VLLM = ["request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-        *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99"))]
+VLLM = [
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "request_goodput",
+    *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p90", "p99")),
+]
 
 
 def _hetc(*args):
@@ -24,20 +29,43 @@ def _hetc(*args):
 def plan_file(tmp_path_factory):
     d = tmp_path_factory.mktemp("ev")
     two_type_cluster(d, "2 MB", "4 MB", a_count=2)
-    plan = make_plan(PlanRequest(model=MODEL, profiles=str(d / "c.yaml"), dtype="fp32", input_len=32, output_len=16,
-                                 time_limit=2, placement="a:0|b:0", batch=8))
+    plan = make_plan(
+        PlanRequest(model=MODEL, profiles=str(d / "c.yaml"), dtype="fp32", input_len=32, output_len=16, time_limit=2, placement="a:0|b:0", batch=8)
+    )
     save_plan(plan, d / "p.json")
     return d / "p.json"
 
 
 def test_figures_under_vllms_names(plan_file, tmp_path):
-    r = _hetc(str(plan_file), "--rate", "50", "--requests", "200", "--ttft-slo", "50", "--tpot-slo", "20", "--json",
-              "-o", str(tmp_path / "r.json"), "--output-len-dist", "uniform:8-24")
+    r = _hetc(
+        str(plan_file),
+        "--rate",
+        "50",
+        "--requests",
+        "200",
+        "--ttft-slo",
+        "50",
+        "--tpot-slo",
+        "20",
+        "--json",
+        "-o",
+        str(tmp_path / "r.json"),
+        "--output-len-dist",
+        "uniform:8-24",
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc == json.loads((tmp_path / "r.json").read_text())
-    for k in VLLM + ["output_throughput_per_device", "tok_s_per_user", "usd_per_mtok", "watts",
-                     "joule_per_output_token", "distserve_goodput", "saturates_first", "stages"]:
+    for k in VLLM + [
+        "output_throughput_per_device",
+        "tok_s_per_user",
+        "usd_per_mtok",
+        "watts",
+        "joule_per_output_token",
+        "distserve_goodput",
+        "saturates_first",
+        "stages",
+    ]:
         assert doc[k] is not None, k
     assert doc["completed"] == 200 and doc["devices"] == 2
     assert doc["tok_s_per_user"] == pytest.approx(1e3 / doc["median_tpot_ms"])
@@ -60,13 +88,16 @@ def test_hand_edited_plan_is_recomputed(plan_file, tmp_path):
     assert a["output_throughput"] == pytest.approx(b["output_throughput"]) and not a["notes"]
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--rate", "1", "--trace", "t.jsonl"], "not allowed with"),
-    (["--rate", "0"], "--rate"),
-    (["--input-len-dist", "zipf:2"], "--input-len-dist"),
-    (["--attainment", "1.5"], "--attainment"),
-    (["--trace", "missing.jsonl"], "--trace"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--rate", "1", "--trace", "t.jsonl"], "not allowed with"),
+        (["--rate", "0"], "--rate"),
+        (["--input-len-dist", "zipf:2"], "--input-len-dist"),
+        (["--attainment", "1.5"], "--attainment"),
+        (["--trace", "missing.jsonl"], "--trace"),
+    ],
+)
 def test_bad_input_exits_2(plan_file, args, field):
     r = _hetc(str(plan_file), *args)
     assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr

@@ -54,8 +54,7 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
     st = parse_placement(case.placement, cl, m.num_layers)[0].stages[0]
     node = next(n for n in cl.nodes if n.name == st.node)
-    est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl,
-                            Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
+    est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
     assert est is not None and sum(parts.values()) == pytest.approx(est.round_s, rel=1e-9)
     assert tok_s == pytest.approx(est.output_tok_s, rel=1e-9)
     assert all(v >= 0 for v in parts.values()) and any(k.endswith("GEMMs") for k in parts)

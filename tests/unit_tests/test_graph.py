@@ -55,8 +55,9 @@ def test_replicated_units_equal_full_export(tmp_path):
     cfg, _ = cap.load_hf_config(str(tmp_path))
     full = assign_layers(cut_units(build_graph(cap._export_hf(cfg, "bf16", "x"), weight_dtype="bf16")))
     assert short.exported_layers == 6  # period 2 (sliding/global) × 3
-    assert [(u.kind, u.layer, u.param_bytes, u.matmul_flops, u.kv_bytes_per_token) for u in short.units] == \
-           [(u.kind, u.layer, u.param_bytes, u.matmul_flops, u.kv_bytes_per_token) for u in full]
+    assert [(u.kind, u.layer, u.param_bytes, u.matmul_flops, u.kv_bytes_per_token) for u in short.units] == [
+        (u.kind, u.layer, u.param_bytes, u.matmul_flops, u.kv_bytes_per_token) for u in full
+    ]
 
 
 def _closed_form(cfg, tokens, active_params):

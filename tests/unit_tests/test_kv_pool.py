@@ -32,7 +32,7 @@ def test_paged_layout_is_what_the_attention_op_writes():
     n = BS + 3
     meta = PagedMeta.build([0], [n], [table], [True])
     q, k, v = torch.randn(n, 4 * 8, generator=g), torch.randn(n, 2 * 8, generator=g), torch.randn(n, 2 * 8, generator=g)
-    paged_attention(q, k, v, pool.k[0], pool.v[0], *meta.inputs()[1:], 8 ** -0.5, 2, 8)
+    paged_attention(q, k, v, pool.k[0], pool.v[0], *meta.inputs()[1:], 8**-0.5, 2, 8)
     pos = torch.arange(n)
     slots = torch.tensor(table)[pos // BS] * BS + pos % BS
     got = pool.read(0, slots)
@@ -40,17 +40,20 @@ def test_paged_layout_is_what_the_attention_op_writes():
     assert meta.block_indices.tolist() == table and meta.select.tolist() == [n - 1]
 
 
-@pytest.mark.parametrize("executor,backend,emulate,tp,want", [
-    ("auto", "cpu", False, 1, "openvino"),  # the fastest CPU executor serves cpu stages
-    ("auto", "cpu", True, 1, "openvino"),
-    ("auto", "gaudi", True, 1, "openvino"),
-    ("auto", "openvino", True, 1, "openvino"),
-    ("auto", "rocm", True, 1, "iree"),
-    ("auto", "cuda", True, 1, "inductor"),
-    ("auto", "cuda", False, 1, "torch"),  # a real accelerator: torch on its device
-    ("auto", "cpu", False, 2, "torch"),  # tensor parallel: no sharded lowering yet
-    ("torch", "cpu", False, 1, "torch"),
-])
+@pytest.mark.parametrize(
+    "executor,backend,emulate,tp,want",
+    [
+        ("auto", "cpu", False, 1, "openvino"),  # the fastest CPU executor serves cpu stages
+        ("auto", "cpu", True, 1, "openvino"),
+        ("auto", "gaudi", True, 1, "openvino"),
+        ("auto", "openvino", True, 1, "openvino"),
+        ("auto", "rocm", True, 1, "iree"),
+        ("auto", "cuda", True, 1, "inductor"),
+        ("auto", "cuda", False, 1, "torch"),  # a real accelerator: torch on its device
+        ("auto", "cpu", False, 2, "torch"),  # tensor parallel: no sharded lowering yet
+        ("torch", "cpu", False, 1, "torch"),
+    ],
+)
 def test_stage_executor(executor, backend, emulate, tp, want):
     assert stage_executor(executor, backend, emulate=emulate, tp=tp) == want
 
@@ -70,15 +73,31 @@ def test_a_lane_holds_its_plans_own_batch():
     batch, prompt, output, layers, kvh, hd = 8, 32, 64, 2, 2, 8
     per_seq = blocks_for(prompt + output)
     budget = batch * per_seq * BS * layers * 2 * kvh * hd * 4  # the planner's: batch × whole blocks, fp32
-    stage = StageSpec(lane=0, index=0, n_stages=1, devices=("h:0",), ranks=(1,), prev_rank=0, next_rank=0,
-                      backend="cpu", profile="p", node="h", units=(0, layers - 1), layers=(0, layers - 1),
-                      kv_budget=budget, weight_bytes=0.0, predicted_ms=(1.0, 1.0))
-    c = SimpleNamespace(o=SimpleNamespace(max_num_seqs=batch, num_kv_blocks=None, emulate=False, plan="plan.json"),
-                        lanes=[Lane(id=0, pipeline=0, replica=0, batch=batch, stages=(stage,))],
-                        units=[SimpleNamespace(kind="attention")] * layers, blocks={},
-                        hf_cfg=SimpleNamespace(num_attention_heads=kvh, num_key_value_heads=kvh, hidden_size=kvh * hd,
-                                               head_dim=hd, max_position_embeddings=512),
-                        plan=SimpleNamespace(model=SimpleNamespace(kv_dtype="fp32")))
+    stage = StageSpec(
+        lane=0,
+        index=0,
+        n_stages=1,
+        devices=("h:0",),
+        ranks=(1,),
+        prev_rank=0,
+        next_rank=0,
+        backend="cpu",
+        profile="p",
+        node="h",
+        units=(0, layers - 1),
+        layers=(0, layers - 1),
+        kv_budget=budget,
+        weight_bytes=0.0,
+        predicted_ms=(1.0, 1.0),
+    )
+    c = SimpleNamespace(
+        o=SimpleNamespace(max_num_seqs=batch, num_kv_blocks=None, emulate=False, plan="plan.json"),
+        lanes=[Lane(id=0, pipeline=0, replica=0, batch=batch, stages=(stage,))],
+        units=[SimpleNamespace(kind="attention")] * layers,
+        blocks={},
+        hf_cfg=SimpleNamespace(num_attention_heads=kvh, num_key_value_heads=kvh, hidden_size=kvh * hd, head_dim=hd, max_position_embeddings=512),
+        plan=SimpleNamespace(model=SimpleNamespace(kv_dtype="fp32")),
+    )
     size_kv(c)
     assert c.blocks[0] == batch * per_seq + PADDING_BLOCKS
     sched = Scheduler(BlockManager(c.blocks[0], reserved=PADDING_BLOCKS), SchedulerConfig(batch, 512, 64, 1))

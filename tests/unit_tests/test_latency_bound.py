@@ -16,8 +16,7 @@ from hetc.scheduling import Phase
 from tests.conftest import FIXTURES, falling_cluster
 
 BATCHES = list(range(1, 70)) + [127, 128, 129, 200, 511, 512, 513, 3000]
-WORKLOADS = [Workload(96, 40, "bf16", "bf16", prefill_chunk=64), Workload(1024, 256, "bf16", "bf16"),
-             Workload(8, 300, "bf16", "bf16", prefill_chunk=16)]
+WORKLOADS = [Workload(96, 40, "bf16", "bf16", prefill_chunk=64), Workload(1024, 256, "bf16", "bf16"), Workload(8, 300, "bf16", "bf16", prefill_chunk=16)]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,7 @@ def tiny():
 
 def _least_ratio(units, node, tp, wl, flat: bool = True) -> float:
     """min over units, steps of rounds, of (the step's time) / (latency_bound's least step's, flat)."""
-    (_, one), = least_step(wl).steps
+    ((_, one),) = least_step(wl).steps
     floor = [stage_time([u], flat_node(node) if flat else node, tp, one, wl) for u in units]
     least = float("inf")
     for n in (1, 2, 3, 8):
@@ -85,8 +84,12 @@ def _unrepresented(seats: _Seats, t: float) -> list[tuple[int, int]]:
     """(kind, k) of the stages ready at t (some pipeline through them within t) that no LP column
     usable at t stands for (a column of k' units stands for k units where a'/k' ≤ a/k)."""
     cols = [(g, a / k) for g, k, a, ready in seats.stages() if ready <= t]
-    return [(g, k) for g, (least, ready) in enumerate(zip(seats.least, seats.ready)) for k in range(1, len(least))
-            if ready[k] <= t and not any(h == g and per <= least[k] / k * (1 + 1e-12) for h, per in cols)]
+    return [
+        (g, k)
+        for g, (least, ready) in enumerate(zip(seats.least, seats.ready))
+        for k in range(1, len(least))
+        if ready[k] <= t and not any(h == g and per <= least[k] / k * (1 + 1e-12) for h, per in cols)
+    ]
 
 
 def test_every_stage_ready_at_t_has_a_usable_column():

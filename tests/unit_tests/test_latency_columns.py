@@ -82,7 +82,7 @@ def test_every_pipeline_within_t_is_relaxed_on_random_instances():
         least = []
         for _ in range(kinds):  # nondecreasing in k, some ranges fit no device
             a = np.concatenate([[np.inf], np.cumsum(rng.uniform(0.2, 2.0, u)) + rng.uniform(0, 2)])
-            a[1 + int(rng.integers(1, u + 1)) if rng.random() < 0.3 else u + 1:] = np.inf
+            a[1 + int(rng.integers(1, u + 1)) if rng.random() < 0.3 else u + 1 :] = np.inf
             least.append(a)
         finite = np.concatenate([x[np.isfinite(x)] for x in least])
         if not len(finite):
@@ -98,8 +98,7 @@ def test_a_pair_of_two_kinds_of_one_type_takes_both_kinds_devices():
     tp1 + tp2 need 3 devices), and the columns within 2 devices give at most the tp2 group's 2/3
     tok/s and the pair's; counting only the pair's second kind's devices gave 1."""
     inf = np.inf
-    cluster = Cluster(name="c", nodes=[Node("a", load_profile("h100-sxm"), 2, resolve_link("nvlink4", "t", "l"))],
-                      network=None)
+    cluster = Cluster(name="c", nodes=[Node("a", load_profile("h100-sxm"), 2, resolve_link("nvlink4", "t", "l"))], network=None)
     kinds = kinds_of(cluster, (1, 2))
     assert [g.tp for g in kinds] == [1, 2]
     least = [np.array([inf, 1.0, inf, inf]), np.array([inf, 0.5, 1.0, inf])]

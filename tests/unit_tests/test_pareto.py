@@ -15,21 +15,34 @@ MODEL = str(FIXTURES / "tiny-llama")
 
 
 def _point(user: float, per_device: float, usd: float) -> Point:
-    return Point(series="aggregated", tpot_ceiling_ms=1.0, output_tok_s=per_device, devices=1,
-                 tok_s_per_device=per_device, tok_s_per_user=user, ttft_ms=1.0, tpot_ms=1e3 / user,
-                 usd_per_mtok=usd, joule_per_tok=1.0, placement="")
+    return Point(
+        series="aggregated",
+        tpot_ceiling_ms=1.0,
+        output_tok_s=per_device,
+        devices=1,
+        tok_s_per_device=per_device,
+        tok_s_per_user=user,
+        ttft_ms=1.0,
+        tpot_ms=1e3 / user,
+        usd_per_mtok=usd,
+        joule_per_tok=1.0,
+        placement="",
+    )
 
 
 def _dominated(p: Point, others: list[Point], metric: Metric) -> bool:
-    return any(q.tok_s_per_user >= p.tok_s_per_user and q.value(metric) >= p.value(metric)
-               and (q.tok_s_per_user, q.value(metric)) != (p.tok_s_per_user, p.value(metric)) for q in others)
+    return any(
+        q.tok_s_per_user >= p.tok_s_per_user
+        and q.value(metric) >= p.value(metric)
+        and (q.tok_s_per_user, q.value(metric)) != (p.tok_s_per_user, p.value(metric))
+        for q in others
+    )
 
 
 def test_frontier_is_the_undominated_set():
     rng = random.Random(7)
     for metric in (Metric.PER_DEVICE, Metric.USD):
-        points = [_point(rng.choice(range(1, 20)), rng.choice(range(1, 50)), rng.choice(range(1, 9)))
-                  for _ in range(60)]
+        points = [_point(rng.choice(range(1, 20)), rng.choice(range(1, 50)), rng.choice(range(1, 9))) for _ in range(60)]
         front = frontier(points, metric)
         assert front, "a non-empty set has a frontier"
         assert not any(_dominated(p, points, metric) for p in front)
@@ -42,8 +55,7 @@ def test_frontier_is_the_undominated_set():
 
 def test_sweep_keeps_ceilings_and_the_unconstrained_plan_is_fastest_in_tokens(tmp_path):
     two_type_cluster(tmp_path, "40 MB", "400 MB")
-    points = sweep(MODEL, str(tmp_path / "c.yaml"), input_len=64, output_len=32, dtype="fp32", points=4,
-                   time_limit=2)
+    points = sweep(MODEL, str(tmp_path / "c.yaml"), input_len=64, output_len=32, dtype="fp32", points=4, time_limit=2)
     assert {p.series for p in points} == {"aggregated", "disaggregated", "batch caps"}
     for p in points:
         if p.tpot_ceiling_ms is not None:
@@ -61,10 +73,33 @@ def test_sweep_keeps_ceilings_and_the_unconstrained_plan_is_fastest_in_tokens(tm
 
 def test_cli_writes_csv_and_png(tmp_path):
     two_type_cluster(tmp_path, "40 MB", "400 MB")
-    r = subprocess.run([sys.executable, "-m", "hetc.cli", "pareto", "--profiles", str(tmp_path / "c.yaml"), MODEL,
-                        "--input-len", "64", "--output-len", "32", "--dtype", "fp32", "--points", "3",
-                        "--time-limit", "2", "--csv", str(tmp_path / "p.csv"), "--png", str(tmp_path / "p.png")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hetc.cli",
+            "pareto",
+            "--profiles",
+            str(tmp_path / "c.yaml"),
+            MODEL,
+            "--input-len",
+            "64",
+            "--output-len",
+            "32",
+            "--dtype",
+            "fp32",
+            "--points",
+            "3",
+            "--time-limit",
+            "2",
+            "--csv",
+            str(tmp_path / "p.csv"),
+            "--png",
+            str(tmp_path / "p.png"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(open(tmp_path / "p.csv")))
     assert rows and any(row["on_frontier"] == "True" for row in rows)

@@ -13,8 +13,7 @@ MODEL = str(FIXTURES / "tiny-llama")
 
 
 def _req(tmp_path, **kw):
-    return PlanRequest(model=MODEL, profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=32, output_len=16,
-                       disaggregate="off", time_limit=2, **kw)
+    return PlanRequest(model=MODEL, profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=32, output_len=16, disaggregate="off", time_limit=2, **kw)
 
 
 def test_parse_good_specs(tmp_path):
@@ -27,10 +26,21 @@ def test_parse_good_specs(tmp_path):
     assert [len(p.stages) for p in ps] == [1, 2]
 
 
-@pytest.mark.parametrize("spec,words", [
-    ("", "empty"), ("q:0", "no node 'q'"), ("a:0-2", "3 devices"), ("a:3-4", "has 4"), ("a:0|a:0", "already used"),
-    ("a:0-1 x3", "has 4"), ("a:0@2|b:0", "some stages"), ("a:0@2|b:0@2", "add up to 4"), ("a0", "NODE:FIRST"),
-    ("b:0 x0", "at least one replica")])
+@pytest.mark.parametrize(
+    "spec,words",
+    [
+        ("", "empty"),
+        ("q:0", "no node 'q'"),
+        ("a:0-2", "3 devices"),
+        ("a:3-4", "has 4"),
+        ("a:0|a:0", "already used"),
+        ("a:0-1 x3", "has 4"),
+        ("a:0@2|b:0", "some stages"),
+        ("a:0@2|b:0@2", "add up to 4"),
+        ("a0", "NODE:FIRST"),
+        ("b:0 x0", "at least one replica"),
+    ],
+)
 def test_bad_specs_name_the_token(tmp_path, spec, words):
     cluster = two_type_cluster(tmp_path, "2 MB", "4 MB", a_count=4)
     with pytest.raises(BadInput) as e:
@@ -42,9 +52,10 @@ def test_the_solvers_own_plan_round_trips(tmp_path):
     two_type_cluster(tmp_path, "2 MB", "2 MB", a_count=2)
     solved = make_plan(_req(tmp_path, tp="1"))
     assert len({p.batch for p in solved.pipelines}) == 1  # --batch gives every pipeline one batch
-    spec = "; ".join("|".join(s.devices[0] + (f"-{s.devices[-1].split(':')[1]}" if s.tp > 1 else "")
-                              for s in p.stages)
-                     + (f" x{p.replicas}" if p.replicas > 1 else "") for p in solved.pipelines)
+    spec = "; ".join(
+        "|".join(s.devices[0] + (f"-{s.devices[-1].split(':')[1]}" if s.tp > 1 else "") for s in p.stages) + (f" x{p.replicas}" if p.replicas > 1 else "")
+        for p in solved.pipelines
+    )
     given = make_plan(_req(tmp_path, tp="1", placement=spec, batch=solved.pipelines[0].batch))
     assert given.predicted.output_tok_s == pytest.approx(solved.predicted.output_tok_s, rel=1e-6)
     assert given.solver.status == "GIVEN" and given.solver.bound == pytest.approx(solved.solver.bound)

@@ -55,8 +55,7 @@ def test_infeasible_message_prints_quantities_at_their_scale(tmp_path):
     from hetc.partitioner.planner import PlanRequest, make_plan
     from tests.conftest import PROFILE
 
-    (tmp_path / "small.yaml").write_text(PROFILE.format(name="small", vendor="cpu", backend="cpu", memory="110 kB",
-                                                        bw="10 GB/s", flops="1 TFLOP/s"))
+    (tmp_path / "small.yaml").write_text(PROFILE.format(name="small", vendor="cpu", backend="cpu", memory="110 kB", bw="10 GB/s", flops="1 TFLOP/s"))
     (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./small.yaml, count: 1}\n")
     load_cluster(tmp_path / "c.yaml")
     with pytest.raises(Infeasible) as e:

@@ -42,7 +42,7 @@ def test_free_dp_is_the_padded_exact_dp(tmp_path, tiny, types, phase):
         for row, R in enumerate(Rs):
             if not np.isfinite(got[row]) or not (pricer.case.cheapest <= R * (1 + SLACK)).all():
                 continue
-            (ks, cuts), _ = free_chain(u0[:, row: row + 1], pk, pricer.kinds, key.lo, hi, got[row])
+            (ks, cuts), _ = free_chain(u0[:, row : row + 1], pk, pricer.kinds, key.lo, hi, got[row])
             assert 1 <= len(ks) <= hi and cuts[0] == 0 and cuts[-1] == costs.u and all(a < b for a, b in zip(cuts, cuts[1:]))
             price = sum(pk[list(pricer.kinds).index(g)] for g in ks)
             assert price <= got[row] * (1 + 1e-12)
@@ -59,13 +59,17 @@ def _dominated_pair_cluster(tmp_path):
     from hetc.cluster import load_cluster
     from tests.conftest import PROFILE
 
-    for name, memory, bw, flops in (("fast", "0.8 MB", "40 GB/s", "4 TFLOP/s"), ("fastplus", "1.2 MB", "50 GB/s", "4 TFLOP/s"),
-                                    ("big", "2 MB", "10 GB/s", "0.5 TFLOP/s")):
-        (tmp_path / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor="nvidia", backend="cuda", memory=memory,
-                                                              bw=bw, flops=flops))
-    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./fast.yaml, count: 2, link: pcie4}\n"
-                                     "  - {name: p, device: ./fastplus.yaml, count: 1}\n  - {name: b, device: ./big.yaml, count: 1}\n"
-                                     "network: {default: ethernet-10g}\n")
+    for name, memory, bw, flops in (
+        ("fast", "0.8 MB", "40 GB/s", "4 TFLOP/s"),
+        ("fastplus", "1.2 MB", "50 GB/s", "4 TFLOP/s"),
+        ("big", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
+    ):
+        (tmp_path / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor="nvidia", backend="cuda", memory=memory, bw=bw, flops=flops))
+    (tmp_path / "c.yaml").write_text(
+        "nodes:\n  - {name: a, device: ./fast.yaml, count: 2, link: pcie4}\n"
+        "  - {name: p, device: ./fastplus.yaml, count: 1}\n  - {name: b, device: ./big.yaml, count: 1}\n"
+        "network: {default: ethernet-10g}\n"
+    )
     return load_cluster(tmp_path / "c.yaml")
 
 

@@ -45,12 +45,16 @@ def test_catalog_profiles_take_no_defaults():
     assert load_profile("h100-sxm").defaulted == []
 
 
-@pytest.mark.parametrize("typo,fix", [("memory_bandwith", "memory_bandwidth"), ("pwer", "power"),
-                                      ("efficency", "efficiency")])
+@pytest.mark.parametrize("typo,fix", [("memory_bandwith", "memory_bandwidth"), ("pwer", "power"), ("efficency", "efficiency")])
 def test_unknown_key_did_you_mean(tmp_path, typo, fix):
     f = tmp_path / "p.yaml"
-    f.write_text(MINIMAL.replace("memory_bandwidth", typo) if typo == "memory_bandwith" else
-                 MINIMAL.replace("efficiency", typo) if typo == "efficency" else MINIMAL + f"{typo}: 10 W\n")
+    f.write_text(
+        MINIMAL.replace("memory_bandwidth", typo)
+        if typo == "memory_bandwith"
+        else MINIMAL.replace("efficiency", typo)
+        if typo == "efficency"
+        else MINIMAL + f"{typo}: 10 W\n"
+    )
     with pytest.raises(BadInput) as e:
         load_profile(str(f))
     assert e.value.field == typo and f"did you mean `{fix}`" in e.value.fix

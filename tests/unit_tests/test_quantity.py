@@ -127,8 +127,7 @@ def test_unit_of_another_kind_is_rejected(text, kind, example):
 
 @pytest.mark.parametrize(
     ("text", "kind"),
-    [("-80 GB", Kind.BYTES), ("-1 GB/s", Kind.BANDWIDTH), ("-5 us", Kind.TIME), ("-2.95 USD/h", Kind.PRICE),
-     ("-1e3 W", Kind.POWER)],
+    [("-80 GB", Kind.BYTES), ("-1 GB/s", Kind.BANDWIDTH), ("-5 us", Kind.TIME), ("-2.95 USD/h", Kind.PRICE), ("-1e3 W", Kind.POWER)],
 )
 def test_negative_values_are_rejected(text, kind):
     with pytest.raises(QuantityError) as ei:

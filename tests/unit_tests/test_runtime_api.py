@@ -50,9 +50,16 @@ class ScriptedEngine:
 @pytest.fixture
 def app_client():
     eng = ScriptedEngine("Hello, wörld! Bye.")
-    st = ServerState(engine=eng, tokenizer=ByteTokenizer(), model_name="m", max_model_len=64,
-                     eos_token_ids=frozenset({3}), metrics=Metrics("m"), api_key="k",
-                     model_info={"tokenizer": "byte-level fallback", "vocab_size": 256})
+    st = ServerState(
+        engine=eng,
+        tokenizer=ByteTokenizer(),
+        model_name="m",
+        max_model_len=64,
+        eos_token_ids=frozenset({3}),
+        metrics=Metrics("m"),
+        api_key="k",
+        model_info={"tokenizer": "byte-level fallback", "vocab_size": 256},
+    )
     return TestClient(create_app(st), headers={"Authorization": "Bearer k"}), eng
 
 
@@ -65,8 +72,7 @@ def test_completion_and_chat_bodies(app_client):
     r = c.post("/v1/completions", json={"model": "m", "prompt": [104, 105], "max_tokens": 5}).json()
     assert r["choices"][0]["text"] == "Hello" and r["choices"][0]["finish_reason"] == "length"
     r = c.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}).json()
-    assert r["object"] == "chat.completion" and r["choices"][0]["message"] == {"role": "assistant",
-                                                                               "content": "Hello, wörld! Bye."}
+    assert r["object"] == "chat.completion" and r["choices"][0]["message"] == {"role": "assistant", "content": "Hello, wörld! Bye."}
     models = c.get("/v1/models").json()["data"]
     assert models[0]["id"] == "m" and models[0]["tokenizer"] == "byte-level fallback"
 
@@ -88,9 +94,11 @@ def _events(resp) -> list:
 
 def test_sse_streams_with_usage(app_client):
     c, _ = app_client
-    with c.stream("POST", "/v1/chat/completions", json={
-            "model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "stop": "Bye",
-            "stream_options": {"include_usage": True}}) as resp:
+    with c.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "stop": "Bye", "stream_options": {"include_usage": True}},
+    ) as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         ev = _events(resp)
     assert ev[-1] == "[DONE]"
@@ -118,13 +126,20 @@ def test_engine_states_map_to_429_and_503(app_client):
     assert r.status_code == 404 and "error" in r.json()
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"model": "m", "prompt": "x", "n": 2}, "n"), ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
-    ({"model": "m", "prompt": "x", "stop": [""]}, "stop"), ({"model": "m", "prompt": "x", "logprobs": 2}, "logprobs"),
-    ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
-    ({"model": "m", "prompt": ["a", "b"]}, "prompt"), ({"model": "m", "prompt": [1, -2]}, "prompt"),
-    ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"), ({"model": 3, "prompt": "x"}, "model"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"model": "m", "prompt": "x", "n": 2}, "n"),
+        ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
+        ({"model": "m", "prompt": "x", "stop": [""]}, "stop"),
+        ({"model": "m", "prompt": "x", "logprobs": 2}, "logprobs"),
+        ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "m", "prompt": [1, -2]}, "prompt"),
+        ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
+        ({"model": 3, "prompt": "x"}, "model"),
+    ],
+)
 def test_completion_validation(body, param):
     with pytest.raises(APIError) as e:
         parse_completion(body)
@@ -132,9 +147,9 @@ def test_completion_validation(body, param):
 
 
 def test_chat_validation_and_parts():
-    opts, msgs = parse_chat({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                                                      {"type": "text", "text": "b"}]}],
-                             "max_completion_tokens": 7})
+    opts, msgs = parse_chat(
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "max_completion_tokens": 7}
+    )
     assert msgs == [{"role": "user", "content": "ab"}] and opts.max_tokens == 7
     for bad in ([], [{"role": "wizard", "content": "x"}], [{"role": "user", "content": 5}], "hi"):
         with pytest.raises(APIError):
@@ -148,4 +163,3 @@ def test_byte_tokenizer_and_incremental_decoding():
     pieces = [d.add(i) for i in ids]
     assert pieces == ["a", "", "ñ", "b", "", "", "€"]  # partial UTF-8 held back until complete
     assert apply_chat(tok, [{"role": "user", "content": "hi"}]) == tok.encode("user: hi\nassistant:")
-

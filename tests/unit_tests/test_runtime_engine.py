@@ -22,11 +22,26 @@ import torch
 
 
 def _lane(lane_id: int, first_rank: int, n_stages: int = 2) -> Lane:
-    stages = tuple(StageSpec(lane=lane_id, index=i, n_stages=n_stages, devices=(f"n{lane_id}:{i}",),
-                             ranks=(first_rank + i,), prev_rank=0 if i == 0 else first_rank + i - 1,
-                             next_rank=0 if i == n_stages - 1 else first_rank + i + 1, backend="cpu", profile="p",
-                             node=f"n{lane_id}", units=(i, i), layers=(i, i), kv_budget=1e6, weight_bytes=1.0,
-                             predicted_ms=(1.0, 1.0)) for i in range(n_stages))
+    stages = tuple(
+        StageSpec(
+            lane=lane_id,
+            index=i,
+            n_stages=n_stages,
+            devices=(f"n{lane_id}:{i}",),
+            ranks=(first_rank + i,),
+            prev_rank=0 if i == 0 else first_rank + i - 1,
+            next_rank=0 if i == n_stages - 1 else first_rank + i + 1,
+            backend="cpu",
+            profile="p",
+            node=f"n{lane_id}",
+            units=(i, i),
+            layers=(i, i),
+            kv_budget=1e6,
+            weight_bytes=1.0,
+            predicted_ms=(1.0, 1.0),
+        )
+        for i in range(n_stages)
+    )
     return Lane(lane_id, lane_id, 0, 4, stages)
 
 
@@ -43,8 +58,7 @@ class FakePipeline:
     (a kind) as such a message is sent, so a test can stop a pipeline at a known point however the
     threads are scheduled."""
 
-    def __init__(self, last_rank: int, stall_when: Callable[[Counter[int]], bool] | None = None,
-                 hold_from: Kind | None = None):
+    def __init__(self, last_rank: int, stall_when: Callable[[Counter[int]], bool] | None = None, hold_from: Kind | None = None):
         self.last_rank, self.out = last_rank, queue.Queue()
         self.hold = threading.Event()
         self.stall_when, self.received, self.hold_from = stall_when, Counter[int](), hold_from
@@ -63,10 +77,11 @@ class FakePipeline:
         if msg.kind is Kind.STEP:
             meta = StepMeta.decode(msg.meta, msg.samp)
             self._sampled[msg.step_id] = [s for s, smp in zip(meta.seq_ids, meta.sample) if smp]
-            toks = [(NOT_FINITE if (s, st + n) in self.unsampleable else token_at(s, st + n)) if smp else -1
-                    for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)]
-            self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long),
-                                 times=msg.times))
+            toks = [
+                (NOT_FINITE if (s, st + n) in self.unsampleable else token_at(s, st + n)) if smp else -1
+                for s, st, n, smp in zip(meta.seq_ids, meta.starts, meta.n_new, meta.sample)
+            ]
+            self.out.put(Message(Kind.RESULT, msg.step_id, payload=torch.tensor(toks, dtype=torch.long), times=msg.times))
         else:
             self.out.put(Message(msg.kind, msg.step_id, times=msg.times))
 
@@ -136,8 +151,9 @@ def _stop_engines():
 def _engine(n_lanes: int = 2, clock=time.monotonic):
     lanes = [_lane(i, 1 + 2 * i) for i in range(n_lanes)]
     pipes = {l.id: FakePipeline(l.stages[-1].rank) for l in lanes}
-    eng = Engine(lanes, {l.id: 64 for l in lanes}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16),
-                 Metrics("m"), transports=pipes, clock=clock, heartbeat_s=0.05)
+    eng = Engine(
+        lanes, {l.id: 64 for l in lanes}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"), transports=pipes, clock=clock, heartbeat_s=0.05
+    )
     failed: list[tuple[int, str]] = []
     eng.on_unit_failed = lambda unit, why: failed.append((unit, why))
     eng.start()
@@ -147,8 +163,7 @@ def _engine(n_lanes: int = 2, clock=time.monotonic):
 
 def _submit(eng, prompt, max_tokens):
     sink = Sink()
-    req = eng.submit(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
-                     frozenset(), sink)
+    req = eng.submit(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True), frozenset(), sink)
     return req, sink
 
 
@@ -297,8 +312,9 @@ def test_a_dead_decode_pool_sends_its_sequences_back_to_prefill_and_they_complet
     # the decode lane stops once each of the three sequences has 3 decode tokens, whatever the load
     pipes = {0: FakePipeline(2), 1: FakePipeline(4, stall_when=lambda n: len(n) == 3 and min(n.values()) >= 3)}
     links = FakeLinks()
-    eng = Engine([pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"),
-                 transports=pipes, heartbeat_s=0.05, links=links)
+    eng = Engine(
+        [pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"), transports=pipes, heartbeat_s=0.05, links=links
+    )
     failed: list[int] = []
     eng.on_unit_failed = lambda unit, why: failed.append(unit)
     eng.start()
@@ -338,8 +354,9 @@ def test_a_kv_transfer_in_flight_does_not_hold_back_the_next_prompt():
     pre = dataclasses.replace(_lane(0, 1, n_stages=1), phase="prefill", targets=(1,))
     dec = dataclasses.replace(_lane(1, 2), phase="decode")
     pipes = {0: FakePipeline(1, hold_from=Kind.TRANSFER_OUT), 1: FakePipeline(3)}
-    eng = Engine([pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"),
-                 transports=pipes, heartbeat_s=0.05, links=FakeLinks())
+    eng = Engine(
+        [pre, dec], {0: 64, 1: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"), transports=pipes, heartbeat_s=0.05, links=FakeLinks()
+    )
     eng.on_unit_failed = lambda unit, why: None
     eng.start()
     _ENGINES.append(eng)
@@ -359,8 +376,7 @@ def test_a_dead_prefill_pool_fails_its_own_sequences_and_the_decode_pool_serves_
     pre = [dataclasses.replace(_lane(i, 1 + 2 * i), phase="prefill", targets=(2,)) for i in (0, 1)]
     dec = dataclasses.replace(_lane(2, 5), phase="decode")
     pipes = {0: FakePipeline(2), 1: FakePipeline(4), 2: FakePipeline(6)}
-    eng = Engine([*pre, dec], {0: 64, 1: 64, 2: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16),
-                 Metrics("m"), transports=pipes, heartbeat_s=0.05)
+    eng = Engine([*pre, dec], {0: 64, 1: 64, 2: 64}, SchedulerConfig(max_num_seqs=8, max_batched_tokens=16), Metrics("m"), transports=pipes, heartbeat_s=0.05)
     eng.on_unit_failed = lambda unit, why: None
     eng.start()
     _ENGINES.append(eng)

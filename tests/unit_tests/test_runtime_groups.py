@@ -18,9 +18,23 @@ TIMEOUT = 20.0
 
 def _lanes() -> list[Lane]:
     def lane(i: int, rank: int) -> Lane:
-        s = StageSpec(lane=i, index=0, n_stages=1, devices=(f"n:{i}",), ranks=(rank,), prev_rank=0, next_rank=0,
-                      backend="cpu", profile="p", node="n", units=(0, 0), layers=(0, 0), kv_budget=1.0,
-                      weight_bytes=1.0, predicted_ms=(1.0, 1.0))
+        s = StageSpec(
+            lane=i,
+            index=0,
+            n_stages=1,
+            devices=(f"n:{i}",),
+            ranks=(rank,),
+            prev_rank=0,
+            next_rank=0,
+            backend="cpu",
+            profile="p",
+            node="n",
+            units=(0, 0),
+            layers=(0, 0),
+            kv_budget=1.0,
+            weight_bytes=1.0,
+            predicted_ms=(1.0, 1.0),
+        )
         return Lane(i, i, 0, 1, (s,))
 
     return [lane(0, 1), lane(1, 2)]

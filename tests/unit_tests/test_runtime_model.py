@@ -14,8 +14,16 @@ from hetc.runtime.transport import Message, StepMeta
 from hetc.weights import RandomWeights, SafetensorsWeights
 from tests.fixtures.stages import llama_units
 
-CFG = dict(vocab_size=300, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
-           num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.3)
+CFG = dict(
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.3,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +42,13 @@ CUTS = [(0, 3), (4, 5), (6, 8)]
 
 def _stages(cfg, weights, blocks=16):
     units = llama_units(cfg.num_hidden_layers)
-    return [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks,
-                       weights=weights) for a, b in CUTS]
+    return [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=blocks, weights=weights) for a, b in CUTS]
 
 
 def _step(stages, seqs: dict, tables: dict, items: list[tuple]):
     """One step through `stages` of the sequences' tokens; items are (seq, start, n, sample)."""
-    meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items],
-                          [i[3] for i in items])
-    x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st:st + n]])
+    meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items], [i[3] for i in items])
+    x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st : st + n]])
     for stage in stages:
         x = stage(x, meta)
     return x
@@ -96,12 +102,16 @@ def test_each_stage_holds_only_its_units(model_dir):
     d, cfg, _ = model_dir
     stages = _stages(cfg, SafetensorsWeights(d))
     names = [set(s.param_names) for s in stages]
-    assert names[0] == {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
-                        *(f"model.layers.{l}.{m}" for l in (0, 1) for m in (
-                            "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                            "self_attn.v_proj.weight", "self_attn.o_proj.weight")),
-                        *(f"model.layers.0.{m}" for m in ("post_attention_layernorm.weight", "mlp.gate_proj.weight",
-                                                          "mlp.up_proj.weight", "mlp.down_proj.weight"))}
+    assert names[0] == {
+        "model.embed_tokens.weight",
+        "model.layers.0.input_layernorm.weight",
+        *(
+            f"model.layers.{l}.{m}"
+            for l in (0, 1)
+            for m in ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight")
+        ),
+        *(f"model.layers.0.{m}" for m in ("post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")),
+    }
     assert "model.layers.1.mlp.up_proj.weight" in names[1] and "model.layers.2.self_attn.q_proj.weight" in names[1]
     assert names[2] >= {"model.norm.weight", "lm_head.weight"} and "model.embed_tokens.weight" not in names[2]
     assert not (names[0] & names[1]) and not (names[1] & names[2])
@@ -122,18 +132,25 @@ def test_safetensors_are_memory_mapped(model_dir):
 def test_random_weights_are_deterministic():
     r = RandomWeights(std=0.02)
     a = r.get("model.layers.3.mlp.up_proj.weight", torch.Size([8, 4]), torch.float32)
-    assert torch.equal(a, RandomWeights(std=0.02).get("model.layers.3.mlp.up_proj.weight", torch.Size([8, 4]),
-                                                      torch.float32))
+    assert torch.equal(a, RandomWeights(std=0.02).get("model.layers.3.mlp.up_proj.weight", torch.Size([8, 4]), torch.float32))
     assert not torch.equal(a, r.get("model.layers.2.mlp.up_proj.weight", torch.Size([8, 4]), torch.float32))
     assert torch.equal(r.get("model.norm.weight", torch.Size([4]), torch.float32), torch.ones(4))
 
 
 def test_step_meta_and_message_round_trip():
-    m = StepMeta(seq_ids=[3, 8], starts=[0, 7], n_new=[3, 1], sample=[False, True], block_tables=[[4, 2], [9]],
-                 token_ids=[5, 6, 7, -1], sampling=[(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    m = StepMeta(
+        seq_ids=[3, 8],
+        starts=[0, 7],
+        n_new=[3, 1],
+        sample=[False, True],
+        block_tables=[[4, 2], [9]],
+        token_ids=[5, 6, 7, -1],
+        sampling=[(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)],
+    )
     meta, samp = m.encode()
-    assert StepMeta.decode(meta, samp) == StepMeta([3, 8], [0, 7], [3, 1], [False, True], [[4, 2], [9, 0]],
-                                                   [5, 6, 7, -1], [(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)])
+    assert StepMeta.decode(meta, samp) == StepMeta(
+        [3, 8], [0, 7], [3, 1], [False, True], [[4, 2], [9, 0]], [5, 6, 7, -1], [(0.0, 1.0, 0, 11), (0.7, 0.9, 40, 12)]
+    )
     assert meta[-4:].tolist() == [5, 6, 7, -1]  # the tokens last: a looked-ahead one is filled in place
     store = SampledTokens()
     with pytest.raises(RuntimeError, match="sequence 8 at position 7"):
@@ -141,8 +158,7 @@ def test_step_meta_and_message_round_trip():
     store.put([8, 3], [7, 3], [42, 9])  # what the last stage sampled for sequence 8 at position 7
     store.fill(m, meta, timeout=0.01)
     assert m.token_ids == [5, 6, 7, 42] and StepMeta.decode(meta, samp).token_ids == [5, 6, 7, 42]
-    header, body = Message(1, 3, meta=meta, samp=samp, payload=torch.ones(3, 5, dtype=torch.bfloat16),
-                           times=torch.zeros(2, dtype=torch.float64)).encode()
+    header, body = Message(1, 3, meta=meta, samp=samp, payload=torch.ones(3, 5, dtype=torch.bfloat16), times=torch.zeros(2, dtype=torch.float64)).encode()
     assert header.tolist()[:7] == [1, 3, meta.numel(), samp.numel(), 3, 5, 1]
     assert body.numel() == meta.numel() * 8 + samp.numel() * 8 + 2 * 8 + 3 * 5 * 2
 
@@ -167,8 +183,10 @@ def _tp_rank(rank: int, init: str, model_dir: str, out: str) -> None:
     cfg = AutoConfig.from_pretrained(model_dir)
     units = llama_units(cfg.num_hidden_layers)
     # two pipeline stages, each split 2 ways
-    stages = [StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=8,
-                         weights=SafetensorsWeights(model_dir), tp_rank=rank, tp_size=2) for a, b in ((0, 3), (4, 8))]
+    stages = [
+        StageModel(cfg, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=8, weights=SafetensorsWeights(model_dir), tp_rank=rank, tp_size=2)
+        for a, b in ((0, 3), (4, 8))
+    ]
     for s in stages:
         s.tp_group = dist.group.WORLD
     g = torch.Generator().manual_seed(2)
@@ -198,24 +216,24 @@ def test_tensor_parallel_stages_match_unpartitioned_logits(model_dir, tmp_path):
     assert (x2[0] - rb[3]).abs().max() < 1e-4 and (x2[1] - ra[20]).abs().max() < 1e-4
     assert torch.equal(r0["outs"][1], r1["outs"][1])  # every member ends with the same logits
     norms = 3 * cfg.hidden_size * 4  # replicated norm gains (bytes): stage 0 holds 3, the rest is halved
-    total0 = sum(p.numel() * 4 for n, p in ref.named_parameters()
-                 if n.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1.input", "model.layers.1.self")))
+    total0 = sum(
+        p.numel() * 4
+        for n, p in ref.named_parameters()
+        if n.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1.input", "model.layers.1.self"))
+    )
     assert r0["param_bytes"][0] == r1["param_bytes"][0] == (total0 - norms) // 2 + norms
 
 
 def test_width_shrunk_copy_keeps_layers_and_cuts():
     from hetc.runtime.model_runner import param_count, shrink_config
 
-    cfg = LlamaConfig(**{**CFG, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
-                         "num_key_value_heads": 4})
+    cfg = LlamaConfig(**{**CFG, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 4})
     small = shrink_config(cfg, 4)
     assert (small.num_hidden_layers, small.vocab_size, small.head_dim) == (3, 300, 32)
-    assert (small.num_attention_heads, small.num_key_value_heads, small.hidden_size, small.intermediate_size) == \
-        (2, 1, 64, 128)
+    assert (small.num_attention_heads, small.num_key_value_heads, small.hidden_size, small.intermediate_size) == (2, 1, 64, 128)
     assert param_count(small) < param_count(cfg) / 3
     units = llama_units(3)  # the same unit table runs, cut at the same places
-    stages = [StageModel(small, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=4,
-                         weights=RandomWeights()) for a, b in CUTS]
+    stages = [StageModel(small, units, a, b, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=4, weights=RandomWeights()) for a, b in CUTS]
     meta = AttnMeta.build([0], [5], [[0]], [True])
     x = torch.arange(5)
     for s in stages:

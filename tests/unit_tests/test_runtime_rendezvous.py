@@ -9,9 +9,17 @@ from hetc.cli import main as hetc_main
 from hetc.errors import BadInput
 from hetc.runtime.rendezvous import Rendezvous, rendezvous
 
-TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True", "GROUP_WORLD_SIZE": "2",
-            "WORLD_SIZE": "2", "GROUP_RANK": "1", "RANK": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "10.0.0.1",
-            "MASTER_PORT": "29500"}
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "none",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "GROUP_WORLD_SIZE": "2",
+    "WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "RANK": "1",
+    "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
 
 
 @pytest.fixture
@@ -23,10 +31,8 @@ def torchrun(monkeypatch):
 
 def test_without_torchrun_the_flags_and_their_defaults(monkeypatch):
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
-    assert rendezvous(None, None, None, None) == Rendezvous(nnodes=1, node_rank=0, master_addr=None,
-                                                            master_port=None, agent_store=False)
-    assert rendezvous(2, 1, "h0", 1234) == Rendezvous(nnodes=2, node_rank=1, master_addr="h0", master_port=1234,
-                                                      agent_store=False)
+    assert rendezvous(None, None, None, None) == Rendezvous(nnodes=1, node_rank=0, master_addr=None, master_port=None, agent_store=False)
+    assert rendezvous(2, 1, "h0", 1234) == Rendezvous(nnodes=2, node_rank=1, master_addr="h0", master_port=1234, agent_store=False)
     with pytest.raises(BadInput, match="--master-addr"):
         rendezvous(2, 1, None, None)
     with pytest.raises(BadInput, match="--node-rank 2 is not in 0..1"):
@@ -48,9 +54,15 @@ def test_under_torchrun_one_process_per_host(torchrun):
     assert e.value.field == "--nproc-per-node" and e.value.exit_code == 2
 
 
-@pytest.mark.parametrize(("given", "flag"), [((3, None, None, None), "--nnodes"), ((None, 0, None, None), "--node-rank"),
-                                             ((None, None, "10.0.0.2", None), "--master-addr"),
-                                             ((None, None, None, 29501), "--master-port")])
+@pytest.mark.parametrize(
+    ("given", "flag"),
+    [
+        ((3, None, None, None), "--nnodes"),
+        ((None, 0, None, None), "--node-rank"),
+        ((None, None, "10.0.0.2", None), "--master-addr"),
+        ((None, None, None, 29501), "--master-port"),
+    ],
+)
 def test_under_torchrun_a_disagreeing_flag_is_bad_input(torchrun, given, flag):
     with pytest.raises(BadInput, match="disagrees with torchrun") as e:
         rendezvous(*given)

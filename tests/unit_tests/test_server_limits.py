@@ -24,8 +24,9 @@ from tests.unit_tests.test_runtime_api import ScriptedEngine
 
 
 def _client(engine, **kw) -> TestClient:
-    st = ServerState(engine=engine, tokenizer=ByteTokenizer(), model_name="m", max_model_len=64,
-                     eos_token_ids=frozenset({3}), metrics=Metrics("m"), api_key="k", **kw)
+    st = ServerState(
+        engine=engine, tokenizer=ByteTokenizer(), model_name="m", max_model_len=64, eos_token_ids=frozenset({3}), metrics=Metrics("m"), api_key="k", **kw
+    )
     return TestClient(create_app(st), headers={"Authorization": "Bearer k"})
 
 
@@ -45,18 +46,32 @@ def test_body_over_the_limit_is_413_declared_or_chunked():
     assert r.status_code == 200  # under the limit
 
 
-@pytest.mark.parametrize("extra,param", [({"max_tokens": 60}, "max_tokens"), ({"prompt": "y" * 64}, "prompt"),
-                                         ({"stop": ["a"] * 17}, "stop"), ({"stop": "s" * 257}, "stop"), ({"n": 2}, "n"),
-                                         ({"seed": 2**63}, "seed"), ({"top_k": 2**31}, "top_k"),
-                                         ({"logprobs": 0}, "logprobs")])
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"max_tokens": 60}, "max_tokens"),
+        ({"prompt": "y" * 64}, "prompt"),
+        ({"stop": ["a"] * 17}, "stop"),
+        ({"stop": "s" * 257}, "stop"),
+        ({"n": 2}, "n"),
+        ({"seed": 2**63}, "seed"),
+        ({"top_k": 2**31}, "top_k"),
+        ({"logprobs": 0}, "logprobs"),
+    ],
+)
 def test_request_costs_over_the_limits_are_400(extra, param):
     r = _client(ScriptedEngine("hi")).post("/v1/completions", json={"model": "m", "prompt": "x" * 10, **extra})
     assert r.status_code == 400 and r.json()["error"]["param"] == param
 
 
-@pytest.mark.parametrize("body", ['{"model": "m", "prompt": "x", "max_tokens": ' + "1" * 5000 + "}",  # int over 4300 digits
-                                  "[" * 100_000 + "]" * 100_000,  # nesting deeper than the JSON decoder's recursion
-                                  b'{"model": "m", "prompt": "\xff"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model": "m", "prompt": "x", "max_tokens": ' + "1" * 5000 + "}",  # int over 4300 digits
+        "[" * 100_000 + "]" * 100_000,  # nesting deeper than the JSON decoder's recursion
+        b'{"model": "m", "prompt": "\xff"}',
+    ],
+)
 def test_bodies_the_json_decoder_chokes_on_are_400_not_500(body):
     r = _client(ScriptedEngine("hi")).post("/v1/completions", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
@@ -83,8 +98,7 @@ def test_api_key_compared_in_constant_time(monkeypatch):
     real = hmac.compare_digest
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))
     c = _client(ScriptedEngine("hi"))
-    assert c.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1},
-                  headers={"Authorization": "Bearer kk"}).status_code == 401
+    assert c.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}, headers={"Authorization": "Bearer kk"}).status_code == 401
     assert calls and calls[-1] == (b"Bearer kk", b"Bearer k")
     assert c.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}).status_code == 200
 
@@ -128,8 +142,7 @@ def test_disconnected_stream_is_aborted_and_its_kv_freed():
     import uvicorn
 
     eng = _SlowEngine()
-    st = ServerState(engine=eng, tokenizer=ByteTokenizer(), model_name="m", max_model_len=1024,
-                     eos_token_ids=frozenset({3}), metrics=Metrics("m"))
+    st = ServerState(engine=eng, tokenizer=ByteTokenizer(), model_name="m", max_model_len=1024, eos_token_ids=frozenset({3}), metrics=Metrics("m"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -141,8 +154,9 @@ def test_disconnected_stream_is_aborted_and_its_kv_freed():
                 break
             time.sleep(0.02)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("POST", "/v1/completions", body='{"model": "m", "prompt": "hello", "max_tokens": 500, '
-                     '"stream": true}', headers={"content-type": "application/json"})
+        conn.request(
+            "POST", "/v1/completions", body='{"model": "m", "prompt": "hello", "max_tokens": 500, "stream": true}', headers={"content-type": "application/json"}
+        )
         r = conn.getresponse()
         assert r.status == 200 and r.readline().startswith(b"data: ")
         assert eng.blocks.num_free < 8  # the sequence holds KV while it streams

@@ -13,14 +13,14 @@ from tests.conftest import two_type_cluster
 
 def test_fit_recovers_a_known_host_work_model():
     step, row, token, logit = 180e-6, 4e-6, 0.3e-6, 2.5e-9
-    cases = [Case("s", lambda: None, meta={"seqs": b, "tokens": b * t}, seconds=step + row * b + token * b * t)
-             for b, t in _DECODE + _PREFILL]
+    cases = [Case("s", lambda: None, meta={"seqs": b, "tokens": b * t}, seconds=step + row * b + token * b * t) for b, t in _DECODE + _PREFILL]
     cases += [Case("x", lambda: None, meta={"logits": r * v}, seconds=logit * r * v) for r, v in _SAMPLE]
     fit = fit_serving(cases)
     assert fit == pytest.approx({"step": step, "row": row, "token": token, "sample_logit": logit}, rel=1e-6)
     # a negative coefficient in the data (host work shrinking with tokens) is dropped, not recorded
-    cases = [Case("s", lambda: None, meta={"seqs": b, "tokens": b * t}, seconds=step + row * b - 1e-9 * b * t)
-             for b, t in _DECODE + _PREFILL] + cases[-len(_SAMPLE):]
+    cases = [Case("s", lambda: None, meta={"seqs": b, "tokens": b * t}, seconds=step + row * b - 1e-9 * b * t) for b, t in _DECODE + _PREFILL] + cases[
+        -len(_SAMPLE) :
+    ]
     fit = fit_serving(cases)
     assert fit["token"] == 0.0 and fit["step"] > 0 and fit["row"] > 0
 
@@ -41,8 +41,7 @@ def test_the_cases_run_the_runtimes_functions(executor):
 def test_the_block_round_trips_through_a_plans_cluster(tmp_path):
     two_type_cluster(tmp_path, "2 MB", "4 MB")
     text = (tmp_path / "fast.yaml").read_text()
-    (tmp_path / "fast.yaml").write_text(text + "serving: {step: 250 us, row: 3 us, token: 0.2 us, sample_logit: 0.002 us, "
-                                               "message: 60 us, source: measured}\n")
+    (tmp_path / "fast.yaml").write_text(text + "serving: {step: 250 us, row: 3 us, token: 0.2 us, sample_logit: 0.002 us, message: 60 us, source: measured}\n")
     c = load_cluster(tmp_path / "c.yaml")
     fast = c.node("a").profile.serving
     assert (fast.step, fast.row, fast.message) == pytest.approx((250e-6, 3e-6, 60e-6))

@@ -40,7 +40,7 @@ def test_prefill_pool_packs_whole_prompts_and_finishes_them_per_busiest_stage(se
     assert pre.batch == len(stages) * per_step  # one packed step in flight per stage
     # a stage's work per prompt: a quarter of one step over four prompts (and of its overhead)
     for sp, e in zip(stages, pre.stages):
-        us = units[sp.first: sp.last + 1]
+        us = units[sp.first : sp.last + 1]
         packed = stage_time(us, sp.node, sp.tp, Step(per_step * wl.input_len, per_step, wl.input_len / 2), wl)
         assert e.busy_s == pytest.approx((packed + sp.node.profile.step_overhead) / per_step)
         assert e.prefill_s == pytest.approx(packed + sp.node.profile.step_overhead)  # its prompts finish together

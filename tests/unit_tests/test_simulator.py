@@ -32,9 +32,11 @@ def plans(tmp_path_factory):
     d = tmp_path_factory.mktemp("sim")
     two_type_cluster(d, "2 MB", "4 MB", a_count=4)
     kw = dict(model=MODEL, profiles=str(d / "c.yaml"), dtype="fp32", input_len=32, output_len=16, time_limit=2, tp="1")
-    return {"one": make_plan(PlanRequest(**kw, placement="a:0", batch=8)),
-            "two": make_plan(PlanRequest(**kw, placement="a:0 x2", batch=8)),
-            "pools": make_plan(PlanRequest(**{**kw, "input_len": 48}, disaggregate="on"))}
+    return {
+        "one": make_plan(PlanRequest(**kw, placement="a:0", batch=8)),
+        "two": make_plan(PlanRequest(**kw, placement="a:0 x2", batch=8)),
+        "pools": make_plan(PlanRequest(**{**kw, "input_len": 48}, disaggregate="on")),
+    }
 
 
 def _lanes(plan, limits=None):
@@ -56,8 +58,7 @@ def test_one_at_a_time_is_an_md1_queue(plans):
     lanes, cluster = _lanes(plans["one"])
     lane = lanes[0]
     prompt = 32
-    s = lane.overheads.message_in + lane.step_time(0, StepShape(Step(prompt, 1, (prompt + 1) / 2), 1, 1, prompt)) \
-        + lane.overheads.message_out
+    s = lane.overheads.message_in + lane.step_time(0, StepShape(Step(prompt, 1, (prompt + 1) / 2), 1, 1, prompt)) + lane.overheads.message_out
     for rho in (0.3, 0.8):
         load = Load.open(rho / s, 3000, _fixed(prompt), _fixed(1), seed=3)
         o = simulate(lanes, cluster, load, ServeLimits(max_num_seqs=1))
@@ -187,9 +188,12 @@ def test_the_simulator_runs_the_runtimes_policy_without_importing_the_runtime():
     import hetc.batching
     import hetc.capacity.simulator
     import hetc.runtime.lane
+
     assert hetc.runtime.lane.Scheduler is hetc.capacity.simulator.Scheduler is hetc.batching.Scheduler
-    code = ("import sys, hetc.capacity.evaluate, hetc.capacity.compare, hetc.capacity.pareto, hetc.capacity.buy; "
-            "bad = [m for m in sys.modules if m.startswith('hetc.runtime')]; assert not bad, bad")
+    code = (
+        "import sys, hetc.capacity.evaluate, hetc.capacity.compare, hetc.capacity.pareto, hetc.capacity.buy; "
+        "bad = [m for m in sys.modules if m.startswith('hetc.runtime')]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -240,8 +244,7 @@ def test_serving_host_work_from_the_profile_is_charged(plans):
     cluster = _with_serving(plan, **sv)
     o = simulate([lane], cluster, Load.closed(1, 1, _fixed(32), _fixed(16)))
     gaps = np.diff(o.requests[0].token_times)
-    assert np.mean(gaps) == pytest.approx(np.mean([lane.step_time(0, StepShape(Step(1, 1, 32 + k), 1, 1, 1))
-                                                   for k in range(1, 16)]), rel=0.02)
+    assert np.mean(gaps) == pytest.approx(np.mean([lane.step_time(0, StepShape(Step(1, 1, 32 + k), 1, 1, 1)) for k in range(1, 16)]), rel=0.02)
 
 
 def test_norm_and_head_run_over_the_sampled_rows_only(plans):
@@ -253,18 +256,18 @@ def test_norm_and_head_run_over_the_sampled_rows_only(plans):
     plan = plans["one"]
     lane = _lanes(plan)[0][0]
     st = lane.stages[0]
-    assert [u.kind for u in st.units[st.cut:]] == ["norm", "head"] and st.cut == len(st.units) - 2
+    assert [u.kind for u in st.units[st.cut :]] == ["norm", "head"] and st.cut == len(st.units) - 2
 
     def before_cut(tokens):
-        return stage_time(st.units[:st.cut], st.node, st.tp, Step(tokens, 1, (tokens + 1) / 2), lane.wl)
+        return stage_time(st.units[: st.cut], st.node, st.tp, Step(tokens, 1, (tokens + 1) / 2), lane.wl)
 
     def prompt(tokens, sampled=1):
         return lane.step_time(0, StepShape(Step(tokens, 1, (tokens + 1) / 2), sampled, 1, tokens))
 
     host = st.node.profile.serving.token * 32
     assert prompt(64) - prompt(32) == pytest.approx(before_cut(64) - before_cut(32) + host, rel=1e-9)
-    head_of_all_rows = stage_time(st.units[st.cut:], st.node, st.tp, Step(64, 1, 32.5), lane.wl)
-    head_of_one = stage_time(st.units[st.cut:], st.node, st.tp, Step(1, 1, 0.0), lane.wl)
+    head_of_all_rows = stage_time(st.units[st.cut :], st.node, st.tp, Step(64, 1, 32.5), lane.wl)
+    head_of_one = stage_time(st.units[st.cut :], st.node, st.tp, Step(1, 1, 0.0), lane.wl)
     assert head_of_one < head_of_all_rows
     assert prompt(64, sampled=0) == pytest.approx(prompt(64) - head_of_one - lane.overheads.sample_per_row, rel=1e-9)
 
@@ -300,19 +303,34 @@ def test_kv_hand_offs_do_not_take_a_prefill_pools_step_seats(tmp_path):
     pool under overload kept its busiest stage 50% busy and served 8.6k req/s of 15k offered; the
     pool's stages now stay busy (0.93 here) and the server gives 12.8k."""
     two_type_cluster(tmp_path, "8 MB", "4 MB", a_count=8)
-    kw = dict(model=MODEL, profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=96, output_len=4, time_limit=2,
-              tp="1", disaggregate="on")
+    kw = dict(model=MODEL, profiles=str(tmp_path / "c.yaml"), dtype="fp32", input_len=96, output_len=4, time_limit=2, tp="1", disaggregate="on")
     plan = make_plan(PlanRequest(**kw))
     model = model_of(plan, "plan.json")
     n = len(model.units)
 
     def pipeline(pid: int, phase: str, devices: list[int], batch: int) -> dict:  # even unit ranges on node a
         cuts = [round(i * n / len(devices)) for i in range(len(devices) + 1)]
-        return {"id": pid, "phase": phase, "replicas": 1, "batch": batch, "micro_batches": len(devices), "stages": [
-            {"devices": [f"a:{d}"], "profile": "fast", "backend": "cuda", "node": "a", "tp": 1,
-             "units": [lo, hi - 1], "layers": [model.units[lo].layer, model.units[hi - 1].layer],
-             "memory_bytes": {"weights": 0, "kv": 0, "activations": 0, "total": 0},  # rederived by evaluate_plan
-             "predicted_ms": {"prefill": 0, "decode": 0}} for d, lo, hi in zip(devices, cuts, cuts[1:])]}
+        return {
+            "id": pid,
+            "phase": phase,
+            "replicas": 1,
+            "batch": batch,
+            "micro_batches": len(devices),
+            "stages": [
+                {
+                    "devices": [f"a:{d}"],
+                    "profile": "fast",
+                    "backend": "cuda",
+                    "node": "a",
+                    "tp": 1,
+                    "units": [lo, hi - 1],
+                    "layers": [model.units[lo].layer, model.units[hi - 1].layer],
+                    "memory_bytes": {"weights": 0, "kv": 0, "activations": 0, "total": 0},  # rederived by evaluate_plan
+                    "predicted_ms": {"prefill": 0, "decode": 0},
+                }
+                for d, lo, hi in zip(devices, cuts, cuts[1:])
+            ],
+        }
 
     doc = plan.model_dump(by_alias=True)
     doc["pipelines"] = [pipeline(0, "prefill", [0, 1, 2, 3], 4), pipeline(1, "decode", [4, 5, 6, 7], 64)]

@@ -19,6 +19,7 @@ def _cluster(tmp_path, fast_w: str = "300 W", big_w: str = "100 W"):
         f = tmp_path / f"{name}.yaml"
         f.write_text(f.read_text().replace("power: 100 W", f"power: {w}"))
     from hetc.cluster import load_cluster
+
     return load_cluster(tmp_path / "c.yaml")
 
 
@@ -39,8 +40,18 @@ def test_energy_objective_matches_brute_force(tmp_path, tiny):
 
 def test_energy_bound_is_above_the_optimum(tmp_path, tiny):
     _cluster(tmp_path, fast_w="150 W", big_w="400 W")
-    tok_j = make_plan(PlanRequest(model=str(FIXTURES / "tiny-llama"), profiles=str(tmp_path / "c.yaml"), dtype="fp32",
-                                  input_len=32, output_len=16, objective="energy", tp="1", time_limit=2))
+    tok_j = make_plan(
+        PlanRequest(
+            model=str(FIXTURES / "tiny-llama"),
+            profiles=str(tmp_path / "c.yaml"),
+            dtype="fp32",
+            input_len=32,
+            output_len=16,
+            objective="energy",
+            tp="1",
+            time_limit=2,
+        )
+    )
     assert tok_j.solver.bound >= tok_j.solver.objective * (1 - 1e-9)
     assert tok_j.solver.objective == pytest.approx(tok_j.predicted.output_tok_s / tok_j.predicted.watts)
 

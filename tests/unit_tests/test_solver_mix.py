@@ -36,8 +36,7 @@ def test_latency_is_the_least_fleet_tpot_meeting_the_floor_then_the_most_tok_s(c
     floor = share * most
     # the least threshold T whose pipelines (TPOT ≤ T) can give the floor, and their most tok/s there
     for t in sorted({o.estimate.tpot_s for o in every}):
-        tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[
-            frozenset(all_devices(cluster))]
+        tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[frozenset(all_devices(cluster))]
         if tok >= floor and tok > 0:
             break
     sol = solve(tiny.units, cluster, WL, objective=Objective.LATENCY, min_tok_s=floor, tp="1")
@@ -92,8 +91,7 @@ def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, obj
     for f in disjoint_fleets(best_per_set(iter(every))):
         tok = sum(o.estimate.output_tok_s for o in f)
         if tok >= floor:
-            figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f),
-                                           sum(o.watts() for o in f), floor))
+            figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f), sum(o.watts() for o in f), floor))
     bound = _bound(tiny, cluster, WL, None, objective, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
     if objective == Objective.COST:  # measured: the optimum at every floor (without one: 0.95 before the LP
         assert 0.99 * min(figures) <= bound <= min(figures) * (1 + 1e-9)  # counted units per signature)
@@ -110,8 +108,7 @@ def test_latency_bound_holds_for_every_fleet_meeting_the_floor(case, share):
     every = list(options(tiny.units, cluster, WL, tp=True))
     floor = share * most
     for t in sorted({o.estimate.tpot_s for o in every}):  # the least threshold whose pipelines give the floor
-        tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[
-            frozenset(all_devices(cluster))]
+        tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[frozenset(all_devices(cluster))]
         if tok >= floor and tok > 0:
             break
     bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
@@ -130,8 +127,11 @@ def test_cell_bound_least_spend_holds_for_every_fleet_meeting_the_floor(case, ob
     every = list(options(tiny.units, cluster, WL, tp=True))
     floor = share * most
     of = 0 if objective == Objective.COST else 1
-    want = min(sum((o.usd_h(cluster), o.watts())[of] for o in f) for f in disjoint_fleets(best_per_set(iter(every)))
-               if sum(o.estimate.output_tok_s for o in f) >= floor)
+    want = min(
+        sum((o.usd_h(cluster), o.watts())[of] for o in f)
+        for f in disjoint_fleets(best_per_set(iter(every)))
+        if sum(o.estimate.output_tok_s for o in f) >= floor
+    )
     sol = solve(tiny.units, cluster, WL, objective=objective, min_tok_s=floor)
     assert want * (1 - 1e-9) <= sol.least_spend <= want * (1 + 1e-9)
 

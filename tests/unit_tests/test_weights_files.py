@@ -7,8 +7,7 @@ from safetensors.torch import load_file
 
 from hetc.weights import RandomWeights, SafetensorsWeights, mapped_weights, write_safetensors
 
-SPECS = [("a.weight", torch.Size([64, 48]), torch.float32), ("b.weight", torch.Size([48]), torch.float32),
-         ("c.weight", torch.Size([3, 40, 8]), torch.bfloat16)]
+SPECS = [("a.weight", torch.Size([64, 48]), torch.float32), ("b.weight", torch.Size([48]), torch.float32), ("c.weight", torch.Size([3, 40, 8]), torch.bfloat16)]
 
 
 def _file_mapped(t: torch.Tensor, path) -> bool:
