@@ -187,15 +187,9 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVP
     Returns:
         [T, H * Dh] attention output, packed like q.
     """
-    kc, vc = pool.k[layer], pool.v[layer]
-    kc.index_copy_(0, meta.slots, k.to(kc.dtype))
-    vc.index_copy_(0, meta.slots, v.to(vc.dtype))
+    kc, vc = _write_new(pool, layer, meta.slots, k, v)
     b, _, q_max, width = meta.mask.shape
-    # whole blocks (block_size contiguous slots) per sequence: B·NB row copies instead of B·L
-    # slot lookups (8 sequences, context 80: 110 instead of 165 µs per K or V, caches cold)
-    by_block = (-1, pool.block_size, *kc.shape[1:])
-    keys = kc.view(by_block).index_select(0, meta.blocks).view(b, width, *kc.shape[1:])
-    vals = vc.view(by_block).index_select(0, meta.blocks).view(b, width, *vc.shape[1:])
+    keys, vals = (_gather_blocks(c, meta.blocks, b, pool.block_size) for c in (kc, vc))  # [B, L, KVH, Dh]
     keys, vals = keys.to(q.dtype).transpose(1, 2), vals.to(q.dtype).transpose(1, 2)  # [B, KVH, L, Dh]
     qb = q.view(b, q_max, *q.shape[1:]) if meta.q_index is None else q[meta.q_index]
     qb = qb.transpose(1, 2)  # [B, H, Q, Dh]
@@ -217,9 +211,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KV
     Returns:
         [B, H * Dh].
     """
-    kc, vc = pool.k[layer], pool.v[layer]
-    kc.index_copy_(0, meta.slots, k.to(kc.dtype))
-    vc.index_copy_(0, meta.slots, v.to(vc.dtype))
+    kc, vc = _write_new(pool, layer, meta.slots, k, v)
     if q.is_cuda:
         from hetc.backends.cuda.paged_decode import paged_decode
 
@@ -231,13 +223,27 @@ def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, m
     """[B, H, Dh]: each query over its row's MB blocks gathered from the pools, masked past its length
     (the reference the CUDA kernel is checked against, and the CPU form)."""
     b, width = meta.block_table.shape
-    by_block = (-1, block_size, *k_pool.shape[1:])
     flat = meta.block_table.flatten().long()
-    keys = k_pool.view(by_block).index_select(0, flat).view(b, width * block_size, *k_pool.shape[1:]).transpose(1, 2)
-    vals = v_pool.view(by_block).index_select(0, flat).view(b, width * block_size, *v_pool.shape[1:]).transpose(1, 2)
+    keys, vals = (_gather_blocks(p, flat, b, block_size).transpose(1, 2) for p in (k_pool, v_pool))  # [B, KVH, L, Dh]
     j = torch.arange(width * block_size, device=q.device)
     mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
     o = F.scaled_dot_product_attention(
         q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != keys.shape[1]
     )  # [B, H, 1, Dh]
     return o[:, :, 0]
+
+
+def _write_new(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Store the new tokens' K and V at their flat slots of `layer`'s pools; returns the pools."""
+    kc, vc = pool.k[layer], pool.v[layer]
+    kc.index_copy_(0, slots, k.to(kc.dtype))
+    vc.index_copy_(0, slots, v.to(vc.dtype))
+    return kc, vc
+
+
+def _gather_blocks(pool: torch.Tensor, blocks: torch.Tensor, b: int, block_size: int) -> torch.Tensor:
+    """[B, L, KVH, Dh]: each of b sequences' blocks (`blocks`: [B · NB], row-major) from a flat pool.
+    Whole blocks (block_size contiguous slots) per sequence: B·NB row copies instead of B·L slot
+    lookups (8 sequences, context 80: 110 instead of 165 µs per K or V, caches cold)."""
+    rows = pool.view(-1, block_size, *pool.shape[1:]).index_select(0, blocks)
+    return rows.view(b, -1, *pool.shape[1:])
