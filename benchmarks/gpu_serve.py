@@ -397,7 +397,7 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
 
 def check_load(work: Path, out: Path, res: dict) -> dict:
     """One server with graphs: a single request's output tokens/s, then TTFT and TPOT under load."""
-    prof = next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
+    prof = _card_profile(res)
     g = random.Random(1)
     with Served(work / f"8b-{prof}-b32.json", "--random-weights", "--max-num-seqs", str(max(BATCHES)), log=out / "serve-8b-load.log") as srv:
         asyncio.run(_complete(srv, [[g.randrange(3, 128000) for _ in range(PROMPT)]], 4))  # warm-up
@@ -432,8 +432,13 @@ def _served_batches(srv: Served, plan_for, g: random.Random) -> list[dict]:
     return rows
 
 
+def _card_profile(res: dict) -> str:
+    """The catalog profile of the card `check env` found (the H100's when it found none)."""
+    return next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
+
+
 def check_8b(work: Path, out: Path, res: dict) -> dict:
-    prof = next((p for k, p in DEVICES.items() if k in res.get("env", {}).get("device", "")), "h100-sxm")
+    prof = _card_profile(res)
     plan_for = lambda b: work / f"8b-{prof}-b{b}.json"  # noqa: E731
     g = random.Random(0)
     doc: dict = {"profile": prof}
