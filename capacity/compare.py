@@ -64,7 +64,7 @@ def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
     bound = plan.solver.upper_bound
     return Row(
         name=name,
-        cluster=plan.cluster.get("name", "?"),
+        cluster=plan.cluster.name or "?",
         devices=int(m["devices"] or 0),
         output_throughput=m["output_throughput"] or 0.0,
         tok_s_per_device=m["output_throughput_per_device"] or 0.0,

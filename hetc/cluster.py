@@ -26,6 +26,7 @@ from hetc.quantity import Kind, format_quantity, parse_quantity
 from hetc.serving import ServingOverheads
 
 __all__ = [
+    "ClusterSpec",
     "Profile",
     "Efficiency",
     "EfficiencyCurves",
@@ -386,8 +387,10 @@ class Cluster:
         return self.raw
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any], file: str = "plan.json") -> "Cluster":
+    def from_json(cls, doc: ClusterSpec | dict[str, Any], file: str = "plan.json") -> "Cluster":
         """Rebuild from the document `to_json` wrote (profiles inline, links inline)."""
+        if isinstance(doc, ClusterSpec):
+            doc = doc.model_dump()
         return _build_cluster(doc, file, inline_profiles=doc.get("profiles", {}))
 
 
@@ -409,7 +412,10 @@ class _NetworkSpec(_Strict):
     pairs: list[_PairSpec] = []
 
 
-class _ClusterSpec(_Strict):
+class ClusterSpec(_Strict):
+    """A cluster document: cluster.yaml as written, or the resolved copy plan.json embeds (`Cluster.to_json`:
+    profiles and links inline, with units, so it parses strictly again)."""
+
     name: str | None = None
     nodes: list[_NodeSpec] = Field(min_length=1)
     network: _NetworkSpec | None = None
@@ -421,9 +427,9 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
     if not isinstance(raw, dict):
         raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file, fix="see docs/cluster.md for the layout.")
     try:
-        spec = _ClusterSpec.model_validate(raw)
+        spec = ClusterSpec.model_validate(raw)
     except ValidationError as e:
-        raise _validation_error(e, file, model=_ClusterSpec) from None
+        raise _validation_error(e, file, model=ClusterSpec) from None
     inline_profiles = inline_profiles or {}
     nodes, seen, profiles_raw = [], set(), {}
     for i, n in enumerate(spec.nodes):

@@ -18,12 +18,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hetc.cluster import ClusterSpec
 from hetc.errors import BadInput
 from hetc.scheduling import Objective, Phase
 
-SCHEMA = "hetc.plan/1"
+SCHEMA: Literal["hetc.plan/1"] = "hetc.plan/1"
 
-__all__ = ["SCHEMA", "Plan", "PlanUnit", "Pipeline", "Stage", "UnitKind", "load_plan", "save_plan"]
+__all__ = ["SCHEMA", "Baseline", "GivenPlacement", "Plan", "PlanUnit", "Pipeline", "Stage", "UnitKind", "load_plan", "save_plan"]
 
 
 class UnitKind(StrEnum):
@@ -39,7 +40,7 @@ class UnitKind(StrEnum):
 
 
 class _M(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")  # every key hetc writes is declared: a misspelt one is an error, not lost
 
 
 class ModelInfo(_M):
@@ -50,13 +51,15 @@ class ModelInfo(_M):
     num_units: int = Field(gt=0)
     params: int = Field(ge=0)
     graph_hash: str
+    kind: str = ""  # where the model came from: catalog | hf-dir | hf-cache | factory | pt2
+    notes: list[str] = []
 
 
 class PlanUnit(BaseModel):
     """One unit of the model's chain (an embedding, a layer's attention or MLP, a norm, the head): the
     runtime builds a stage from the units [first, last] of its plan stage."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
     index: int = Field(ge=0)
     kind: UnitKind  # the runtime refuses what it cannot run
     layer: int = Field(ge=0)
@@ -131,6 +134,12 @@ class SolverInfo(_M):
     gap: float = Field(ge=0)
     seconds: float = Field(ge=0)
     bound_method: str
+    templates: int = Field(0, ge=0)  # pipeline templates the search explored
+    batch_ceiling: int | None = Field(default=None, ge=1)
+    search: str = ""  # what was searched, in words
+    notes: list[str] = []
+    cpu_seconds: float | None = Field(default=None, ge=0)  # the solver's own CPU time: what a busy host does not stretch
+    command_seconds: float | None = Field(default=None, ge=0)  # capture + solve + baselines, wall time
 
 
 class ObjectiveInfo(_M):
@@ -145,22 +154,43 @@ class Workload(_M):
     max_num_seqs: int | None = Field(default=None, gt=0)  # the cap on sequences in flight per pipeline; None: memory's
 
 
+class Baseline(_M):
+    """A simple placement the plan is compared with (partitioner/search/baselines.py), at its best batch."""
+
+    feasible: bool
+    output_tok_s: float = Field(ge=0)
+    batch: int | None = Field(default=None, ge=1)
+    ttft_ms: float | None = Field(default=None, ge=0)
+    tpot_ms: float | None = Field(default=None, ge=0)
+    stages: int | None = Field(default=None, ge=1)
+    device: str | None = None  # best_homogeneous: the device type
+    replicas: int | None = Field(default=None, ge=1)  # best_homogeneous: its devices in this many equal pipelines
+
+
+class GivenPlacement(_M):
+    """`hetc plan --placement`: the placement the user gave, recorded beside the predictions."""
+
+    given: str
+    batch: int | None = Field(default=None, ge=1)
+
+
 class Plan(_M):
     schema_: Literal["hetc.plan/1"] = Field(alias="schema")
     hetc_version: str
     created: str
     model: ModelInfo
-    cluster: dict
+    cluster: ClusterSpec  # resolved: profiles and links inline, so the plan runs without the files it was made from
     workload: Workload
     objective: ObjectiveInfo
     pipelines: list[Pipeline] = Field(min_length=1)
     kv_transfer: list[KVTransfer] = []
     predicted: Predicted
     solver: SolverInfo
-    baselines: dict[str, dict] = {}
+    baselines: dict[str, Baseline] = {}
     units: list[PlanUnit] = []  # the unit table the stages' [first, last] refer to, unit i at position i
+    placement: GivenPlacement | None = None
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     @model_validator(mode="after")
     def _cover(self) -> "Plan":

@@ -39,10 +39,10 @@ def print_plan(plan: Plan, console: Console) -> None:
     m, pr, s = plan.model, plan.predicted, plan.solver
     console.print(
         f"[bold]{escape(m.ref)}[/] ({m.params / 1e9:.2f}B params, {m.num_layers} layers, {m.num_units} units, "
-        f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster['name'])}[/] — "
+        f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster.name or '?')}[/] — "
         f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens"
     )
-    profiles = plan.cluster["profiles"]
+    profiles = plan.cluster.profiles
     for p in plan.pipelines:
         role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage", Phase.DECODE: " — decode pool"}[p.phase]
         t = Table(title=f"pipeline {p.id}: {p.replicas} replica(s), batch {p.batch}, {p.micro_batches} micro-batches" + role, title_justify="left")
@@ -80,7 +80,7 @@ def print_plan(plan: Plan, console: Console) -> None:
     for note in defaults_notes(list(profiles.values())):  # outputs that rest on a defaulted figure say so
         console.print(f"note: {note}", markup=False)
     if plan.baselines:
-        parts = [f"{k} {v['output_tok_s']:,.0f}" if v.get("feasible") else f"{k} infeasible" for k, v in plan.baselines.items()]
+        parts = [f"{k} {v.output_tok_s:,.0f}" if v.feasible else f"{k} infeasible" for k, v in plan.baselines.items()]
         console.print("baselines (output tok/s): " + ", ".join(parts))
 
 
@@ -143,7 +143,7 @@ def plot_plan(plan: Plan, path: str | BinaryIO) -> None:
     rows = [(p, i, st) for p in plan.pipelines for i, st in enumerate(p.stages)]
     fig, ax = plt.subplots(figsize=(12, 0.4 * len(rows) + 1.5))
     for y, (p, _, st) in enumerate(rows):
-        vendor = plan.cluster["profiles"][st.profile]["vendor"]
+        vendor = plan.cluster.profiles[st.profile]["vendor"]
         ax.barh(y, st.layers[1] - st.layers[0] + 1, left=st.layers[0], color=colors.get(vendor, "#555"))
         ax.text(
             st.layers[1] + 1.2,

@@ -8,9 +8,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetc import __version__
-from hetc.cluster import TP_SIZES, Cluster, load_cluster
+from hetc.cluster import TP_SIZES, Cluster, ClusterSpec, load_cluster
 from hetc.errors import BadInput
-from hetc.plan import SCHEMA, Plan
+from hetc.plan import (
+    SCHEMA,
+    Baseline,
+    GivenPlacement,
+    KVTransfer,
+    MemoryBytes,
+    ModelInfo,
+    ObjectiveInfo,
+    Pipeline,
+    Plan,
+    PlanUnit,
+    Predicted,
+    SolverInfo,
+    Stage,
+    StageTimes,
+)
+from hetc.plan import Workload as PlanWorkload
 from hetc.partitioner.search.baselines import run_baselines
 from hetc.partitioner.capture.capture import CapturedModel, capture
 from hetc.partitioner.bounds.bound import cost_bound, least_holding
@@ -79,11 +95,10 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines)
-    if given is not None:  # recorded as given, beside the predictions
-        plan = Plan.model_validate({**plan.model_dump(by_alias=True), "placement": {"given": req.placement, "batch": req.batch}})
-    plan.solver.seconds = sol.seconds
-    plan.solver.cpu_seconds = searched.cpu_seconds  # type: ignore[attr-defined]  # an extra field; the solver's own CPU time: what a busy host does not stretch
-    plan.solver.command_seconds = time.perf_counter() - t0  # type: ignore[attr-defined]  # an extra field; capture + solve + baselines
+    if req.placement:  # recorded as given, beside the predictions
+        plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
+    plan.solver.cpu_seconds = searched.cpu_seconds
+    plan.solver.command_seconds = time.perf_counter() - t0
     return plan
 
 
@@ -143,109 +158,94 @@ def totals(sol: Solution, cluster: Cluster) -> Totals:
     )
 
 
-def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution, baselines: dict[str, dict]) -> Plan:
+def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution, baselines: dict[str, Baseline]) -> Plan:
+    """The plan.json document for a solution: its pipelines, predictions, bound and the inputs they rest on."""
     pipelines = []
     for pid, cand in enumerate(sol.pipelines):
         stages = []
         for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
             us = model.units[sp.first : sp.last + 1]
+            mem = est.memory
             stages.append(
-                {
-                    "devices": [f"{sp.node.name}:{i}" for i in range(first, first + sp.tp)],
-                    "profile": sp.node.profile.name,
-                    "backend": sp.node.profile.backend,
-                    "node": sp.node.name,
-                    "tp": sp.tp,
-                    "units": [sp.first, sp.last],
-                    "layers": [us[0].layer, us[-1].layer],
-                    "memory_bytes": {"weights": est.memory.weights, "kv": est.memory.kv, "activations": est.memory.activations, "total": est.memory.total},
-                    "predicted_ms": {"prefill": est.prefill_s * 1e3, "decode": est.decode_s * 1e3},
-                }
+                Stage(
+                    devices=[f"{sp.node.name}:{i}" for i in range(first, first + sp.tp)],
+                    profile=sp.node.profile.name,
+                    backend=sp.node.profile.backend,
+                    node=sp.node.name,
+                    tp=sp.tp,
+                    units=(sp.first, sp.last),
+                    layers=(us[0].layer, us[-1].layer),
+                    memory_bytes=MemoryBytes(weights=mem.weights, kv=mem.kv, activations=mem.activations, total=mem.total),
+                    predicted_ms=StageTimes(prefill=est.prefill_s * 1e3, decode=est.decode_s * 1e3),
+                )
             )
         pipelines.append(
-            {
-                "id": pid,
-                "phase": cand.phase,
-                "replicas": cand.replicas,
-                "batch": cand.estimate.batch,
-                "micro_batches": cand.estimate.micro_batches,
-                "stages": stages,
-            }
+            Pipeline(id=pid, phase=cand.phase, replicas=cand.replicas, batch=cand.estimate.batch, micro_batches=cand.estimate.micro_batches, stages=stages)
         )
     kv_transfer = [
-        {
-            "from_pipeline": k.source,
-            "to_pipeline": k.target,
-            "bytes_per_token": k.bytes_per_token,
-            "link": k.link,
-            "predicted_ms_per_seq": k.seconds_per_seq * 1e3,
-        }
+        KVTransfer(from_pipeline=k.source, to_pipeline=k.target, bytes_per_token=k.bytes_per_token, link=k.link, predicted_ms_per_seq=k.seconds_per_seq * 1e3)
         for k in sol.kv_transfers
     ]
     tok_s, t = sol.output_tok_s, totals(sol, cluster)
-    ttft, tpot, watts = t.ttft_s * 1e3, t.tpot_s * 1e3, t.watts
-    usd = t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0
     sense, unit = OBJECTIVES[req.objective]
     floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
-    value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, watts, floor)
+    value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, t.watts, floor)
     ceiling = sol.batch_ceiling
     bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
-    doc = {
-        "schema": SCHEMA,
-        "hetc_version": __version__,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": {
-            "ref": model.ref,
-            "dtype": model.dtype,
-            "kv_dtype": model.kv_dtype,
-            "num_layers": model.num_layers,
-            "num_units": len(model.units),
-            "params": model.num_params,
-            "graph_hash": model.graph_hash,
-            "kind": model.kind,
-            "notes": model.notes,
-        },
-        "cluster": cluster.to_json(),
-        "workload": {"input_len": wl.input_len, "output_len": wl.output_len, "max_num_seqs": req.max_num_seqs},
-        "objective": {"name": req.objective, "sense": sense, "unit": unit},
-        "pipelines": pipelines,
-        "kv_transfer": kv_transfer,
-        "predicted": {
-            "output_tok_s": tok_s,
-            "total_tok_s": tok_s * (wl.input_len + wl.output_len) / wl.output_len,
-            "ttft_ms": ttft,
-            "tpot_ms": tpot,
-            "usd_per_mtok": usd,
-            "watts": watts,
-        },
-        "solver": {
-            "status": sol.status,
-            "objective": value,
-            "bound": bound,
-            "upper_bound": sol.bound,
-            "gap": gap,
-            "seconds": sol.seconds,
-            "templates": sol.explored,
-            "bound_method": sol.bound_method,
-            "batch_ceiling": ceiling,
-            "search": "pipeline templates (homogeneous, even mixes, the cell bound's pipelines; prefill and "
+    return Plan(
+        schema=SCHEMA,
+        hetc_version=__version__,
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(
+            ref=model.ref,
+            dtype=model.dtype,
+            kv_dtype=model.kv_dtype,
+            num_layers=model.num_layers,
+            num_units=len(model.units),
+            params=model.num_params,
+            graph_hash=model.graph_hash,
+            kind=model.kind,
+            notes=model.notes,
+        ),
+        cluster=ClusterSpec.model_validate(cluster.to_json()),
+        workload=PlanWorkload(input_len=wl.input_len, output_len=wl.output_len, max_num_seqs=req.max_num_seqs),
+        objective=ObjectiveInfo(name=req.objective, sense=sense, unit=unit),
+        pipelines=pipelines,
+        kv_transfer=kv_transfer,
+        predicted=Predicted(
+            output_tok_s=tok_s,
+            total_tok_s=tok_s * (wl.input_len + wl.output_len) / wl.output_len,
+            ttft_ms=t.ttft_s * 1e3,
+            tpot_ms=t.tpot_s * 1e3,
+            usd_per_mtok=t.usd_h / (tok_s * 3600) * 1e6 if tok_s else 0.0,
+            watts=t.watts,
+        ),
+        solver=SolverInfo(
+            status=sol.status,
+            objective=value,
+            bound=bound,
+            upper_bound=sol.bound,
+            gap=gap,
+            seconds=sol.seconds,
+            templates=sol.explored,
+            bound_method=sol.bound_method,
+            batch_ceiling=ceiling,
+            search="pipeline templates (homogeneous, even mixes, the cell bound's pipelines; prefill and "
             f"decode pools with --disaggregate {req.disaggregate}) × best split × batch up to "
-            f"{ceiling} sequences; CP-SAT "
-            "chooses replicas",
-            "notes": sol.notes,
-        },
-        "baselines": baselines,
-        "units": [
-            {
-                "index": u.index,
-                "kind": u.kind,
-                "layer": u.layer,
-                "param_bytes": u.param_bytes,
-                "kv_bytes_per_token": u.kv_bytes_per_token,
-                "out_bytes_per_token": u.out_bytes_per_token,
-            }
+            f"{ceiling} sequences; CP-SAT chooses replicas",
+            notes=sol.notes,
+        ),
+        baselines=baselines,
+        units=[
+            PlanUnit(
+                index=u.index,
+                kind=u.kind,
+                layer=u.layer,
+                param_bytes=u.param_bytes,
+                kv_bytes_per_token=u.kv_bytes_per_token,
+                out_bytes_per_token=u.out_bytes_per_token,
+            )
             for u in model.units
         ],
-    }
-    return Plan.model_validate(doc)
+    )

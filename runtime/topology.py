@@ -190,7 +190,7 @@ def build_topology(plan: Plan, file: str = "plan.json") -> list[Lane]:
 def hosts_of_nodes(plan: Plan, nnodes: int, file: str = "plan.json") -> dict[str, int]:
     """Which host (node rank) runs each plan node: the cluster's nodes in order, in nnodes
     contiguous groups as even as possible (one host → everything)."""
-    names = [n["name"] for n in plan.cluster.get("nodes", [])]
+    names = [n.name for n in plan.cluster.nodes]
     used = {s.node for p in plan.pipelines for s in p.stages}
     names += sorted(used - set(names))
     if nnodes > len(names):

@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 from hetc.cluster import Cluster, Node
+from hetc.plan import Baseline
 from hetc.partitioner.estimate.simulate import StagePlan, Workload
 from hetc.partitioner.estimate.split import Slot, best_batch, slo_filter
 from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.capture.units import Unit
 
 __all__ = ["run_baselines"]
+
+INFEASIBLE = Baseline(feasible=False, output_tok_s=0.0)
 
 
 def _split_by_weight(units: list[Unit], chain: list[Node], weights: list[float]) -> list[StagePlan]:
@@ -34,23 +37,25 @@ def _split_by_weight(units: list[Unit], chain: list[Node], weights: list[float])
     return stages
 
 
-def _entry(found, replicas: int = 1) -> dict:
+def _entry(found, replicas: int = 1, device: str | None = None) -> Baseline:
     if found is None:
-        return {"feasible": False, "output_tok_s": 0.0}
+        return INFEASIBLE
     e = found.estimate
-    return {
-        "feasible": True,
-        "output_tok_s": e.output_tok_s * replicas,
-        "batch": e.batch,
-        "ttft_ms": e.ttft_s * 1e3,
-        "tpot_ms": e.tpot_s * 1e3,
-        "stages": len(found.stages) * replicas,
-    }
+    return Baseline(
+        feasible=True,
+        output_tok_s=e.output_tok_s * replicas,
+        batch=e.batch,
+        ttft_ms=e.ttft_s * 1e3,
+        tpot_ms=e.tpot_s * 1e3,
+        stages=len(found.stages) * replicas,
+        device=device,
+        replicas=replicas if device else None,
+    )
 
 
 def run_baselines(
     units: list[Unit], cluster: Cluster, wl: Workload, objective: str, ceiling: int, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None
-) -> dict[str, dict]:
+) -> dict[str, Baseline]:
     """Each baseline at its best batch up to `ceiling` sequences per pipeline within the SLOs the plan
     was given (a baseline over them would be compared with a plan held to them)."""
     nodes = [n for n in cluster.nodes for _ in range(n.count)]
@@ -72,7 +77,7 @@ def run_baselines(
             )
         )
     out["chain_dp"] = _entry(best_batch(units, chain, cluster, wl, objective, ceiling=ceiling, admits=within))
-    homo: dict = {}
+    homo = INFEASIBLE
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
@@ -80,8 +85,9 @@ def run_baselines(
         count = sum(n.count for n in nodes_of_type)
         pool = [n for n in nodes_of_type for _ in range(n.count)]
         for r in (d for d in range(1, count + 1) if count % d == 0):
-            e = _entry(best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling, admits=within), r)
-            if e["feasible"] and e["output_tok_s"] > homo.get("output_tok_s", -1):
-                homo = {**e, "device": nodes_of_type[0].profile.name, "replicas": r}
-    out["best_homogeneous"] = homo or {"feasible": False, "output_tok_s": 0.0}
+            found = best_batch(units, [Slot(n) for n in pool[: count // r]], cluster, wl, objective, ceiling=ceiling, admits=within)
+            e = _entry(found, r, nodes_of_type[0].profile.name)
+            if e.feasible and (not homo.feasible or e.output_tok_s > homo.output_tok_s):
+                homo = e
+    out["best_homogeneous"] = homo
     return out

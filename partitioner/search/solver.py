@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -46,7 +46,7 @@ __all__ = ["OBJECTIVES", "Candidate", "Caps", "Solution", "solve"]  # Caps: mix.
 
 PHASES = {Disaggregate.OFF: (Phase.BOTH,), Disaggregate.ON: (Phase.PREFILL, Phase.DECODE), Disaggregate.AUTO: tuple(Phase)}
 
-OBJECTIVES = {
+OBJECTIVES: dict[Objective, tuple[Literal["max", "min"], str]] = {
     Objective.THROUGHPUT: ("max", "output tok/s"),
     Objective.LATENCY: ("min", "ms TPOT"),
     Objective.COST: ("min", "USD per M output tokens"),

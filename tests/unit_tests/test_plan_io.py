@@ -72,7 +72,7 @@ def test_printed_plan_keeps_square_brackets_of_notes_and_names(plan):
 
     p = plan.model_copy(deep=True)
     p.solver.notes = ["profile x: efficiency falls with size in matmul[bf16], matmul[fp8]"]
-    p.cluster["name"] = "rack[2]"
+    p.cluster = p.cluster.model_copy(update={"name": "rack[2]"})
     console = Console(record=True, width=200)
     print_plan(p, console)
     text = console.export_text()

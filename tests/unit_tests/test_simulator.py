@@ -213,9 +213,7 @@ def test_lengths_and_trace_errors_name_the_flag(tmp_path):
 
 def _with_serving(plan, **serving):
     """The plan's cluster with every profile's measured serving host work set to `serving`."""
-    import copy
-
-    doc = copy.deepcopy(plan.cluster)
+    doc = plan.cluster.model_dump()
     for p in doc["profiles"].values():
         p["serving"] = {**serving, "source": "a test"}
     return Cluster.from_json(doc)
