@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "torch"],
         default="auto",
         help="auto: under --emulate each stage runs its vendor's CPU lowering (Intel: OpenVINO, AMD: IREE "
-        "llvm-cpu, NVIDIA: Inductor; cpu and Gaudi stages: torch eager, the fastest measured here); "
+        "llvm-cpu, NVIDIA: Inductor; cpu and Gaudi stages: OpenVINO, the fastest CPU executor measured here) "
+        "and a real cpu stage runs OpenVINO; "
         "torch: eager everywhere",
     )
     sv.add_argument(

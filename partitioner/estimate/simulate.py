@@ -1,4 +1,4 @@
-"""Saturation model: what a pipeline placement gives at a batch (DESIGN 'predicted.*').
+"""Saturation model: what a pipeline placement gives at a batch (plan.json's 'predicted.*', docs/plan-json.md).
 
 Steps are formed as the runtime's scheduler forms them (hetc/batching.py, as vLLM, SGLang
 and TensorRT-LLM do): a pipeline of n stages keeps m = min(n, batch) micro-batches in flight,

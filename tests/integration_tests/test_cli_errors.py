@@ -1,4 +1,4 @@
-"""The real `hetc` command on bad input (DESIGN.md "CLI contract"): exit 2 with one paragraph naming
+"""The real `hetc` command on bad input (docs/cluster.md "Errors"): exit 2 with one paragraph naming
 the file and the field, never a traceback; exit 3 when infeasible; exit 0 and a valid plan.json.
 
 Each `hetc plan` subprocess costs a few seconds of imports, so the calls are few; the many

@@ -1,4 +1,4 @@
-"""`hetc plan` end to end (in process): every DESIGN.md field, memory respected, deterministic."""
+"""`hetc plan` end to end (in process): every field docs/plan-json.md lists, memory respected, deterministic."""
 
 import json
 import math

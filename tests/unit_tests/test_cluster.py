@@ -1,5 +1,5 @@
-"""Hardware profiles, links.yaml and cluster.yaml (hetc/cluster.py; DESIGN.md "cluster.yaml",
-"links.yaml entries", "hardware profile")."""
+"""Hardware profiles, links.yaml and cluster.yaml (hetc/cluster.py; docs/cluster.md,
+docs/profile.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _norm(text: str) -> str:
 
 
 def assert_names(err: BadInput, file: Path | str, field: str) -> None:
-    """The message names the file and the field path (DESIGN.md: one paragraph, file, field, fix)."""
+    """The message names the file and the field path (one paragraph: file, field, fix)."""
     msg = str(err)
     assert str(file) in msg, f"file {file} not named in: {msg}"
     assert _norm(field) in _norm(msg), f"field {field} not named in: {msg}"

@@ -167,3 +167,14 @@ def test_the_file_check_catches_design_md():
     assert _missing_files("see DESIGN.md 'cluster.yaml'") == ["DESIGN.md"]
     assert _missing_files("see docs/nowhere.md") == ["docs/nowhere.md"]
     assert _missing_files("see docs/cluster.md; ROCm/rocm-blogs blogs/x/README.md; write plan.json") == []
+
+
+def test_shipped_yaml_comments_point_at_files_in_the_repository():
+    """The example clusters and the catalog's profiles are read by users: their comments cite docs that exist."""
+    bad = []
+    for path in sorted([*(ROOT / "examples").rglob("*.yaml"), *(ROOT / "hardware_profiles").rglob("*.yaml")]):
+        for line, text in enumerate(path.read_text().splitlines(), 1):
+            comment = text.partition("#")[2]
+            missing = _missing_files(comment) + (["DESIGN.md"] if "DESIGN" in comment else [])
+            bad += [f"{path.relative_to(ROOT)}:{line}: names {name}" for name in missing]
+    assert not bad, "\n".join(bad)

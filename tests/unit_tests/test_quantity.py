@@ -1,4 +1,4 @@
-"""Strict quantity parsing (hetc/quantity.py; DESIGN.md "cluster.yaml": quantities are strings
+"""Strict quantity parsing (hetc/quantity.py; docs/cluster.md "Quantities": quantities are strings
 with units, a bare number or an unknown unit is an error)."""
 
 from __future__ import annotations
