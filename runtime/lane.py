@@ -162,7 +162,7 @@ class LaneRunner:
                 if msg is None and heartbeat_ok:
                     self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
                 rec = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
-            if rec is not None and not rec.transfer.src.send_transfer_out(rec.transfer):
+            if msg is not None and isinstance(rec, InFlightTransfer) and not rec.transfer.src.send_transfer_out(rec.transfer):
                 # every transfer to this lane is issued here, OUT then IN, so each pair of workers
                 # sees its transfers in the same order on both sides; with no OUT, the workers
                 # answer the IN as failed (an epoch no link has) without waiting on the link
@@ -213,6 +213,7 @@ class LaneRunner:
                 rec = self.inflight.popleft()
                 if isinstance(rec, InFlightBatch):
                     _expect(msg, Kind.RESULT, rec)
+                    assert msg.payload is not None  # _expect checked the kind: a RESULT carries the sampled ids
                     outs = self.sched.on_result(rec.batch, msg.payload.reshape(-1).tolist())
                     self.engine.metrics.on_step(self, rec.batch, msg.times.tolist(), now - rec.sent_at)
                     handoffs, self.sched.handoffs = self.sched.handoffs, []

@@ -15,6 +15,7 @@ paged-attention kernel reads 32-token blocks (hetc.scheduling.KV_BLOCK_TOKENS).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,11 +26,11 @@ from hetc.stage import AttentionForm
 __all__ = ["TOOLCHAIN", "OpenVinoToolchain", "cpu_config"]
 
 # PagedAttentionExtension's inputs after the nine the stage gives and its scale (OpenVINO 2026.4:
-# 28 in all); each (name, numpy dtype, shape, value): off or empty = the feature unused
-_PA_UNUSED = [
+# 28 in all); each (name, numpy dtype, shape, value): off or empty = the feature unused. The stage's
+# max_context_len goes between the second and the third (see _to_openvino_op).
+_PA_UNUSED: list[tuple[str, type[np.number], tuple[int, ...], int | None]] = [
     ("sliding_window", np.int32, (), 0),
     ("alibi_slopes", np.float32, (0,), None),
-    ("max_context_len", None, None, None),
     ("score_aggregation_window", np.int32, (0,), None),
     ("rotated_block_indices", np.int32, (0,), None),
     ("rotation_deltas", np.int32, (0,), None),
@@ -48,7 +49,7 @@ _PA_UNUSED = [
 ]
 
 
-def _ov():
+def _ov() -> Any:
     try:
         import openvino
     except ImportError:
@@ -56,16 +57,19 @@ def _ov():
     return openvino
 
 
-def _hetc_op():
+_HETC_OP: type | None = None
+
+
+def _hetc_op() -> type:
     """`HetcPagedAttention`: how the IR stores a paged attention (its 10 tensor inputs, scale and
     head layout as attributes). OpenVINO's own op cannot be read back from an IR, so `load` swaps
     each of these for it; registering this class with the Core is what makes the IR readable."""
     global _HETC_OP
     if _HETC_OP is not None:
         return _HETC_OP
-    ov = _ov()
+    op_base: Any = _ov().Op  # OpenVINO's Python custom-op base class (untyped)
 
-    class HetcPagedAttention(ov.Op):
+    class HetcPagedAttention(op_base):
         def __init__(self, inputs=None, attrs=None):
             super().__init__(self)
             self.attrs = dict(attrs or {"scale": 1.0, "kv_heads": 1, "head_size": 1})
@@ -87,9 +91,6 @@ def _hetc_op():
     return _HETC_OP
 
 
-_HETC_OP = None
-
-
 def _paged_attention(ctx) -> list:
     """hetc::paged_attention(q, k, v, k_cache, v_cache, past_lens, subsequence_begins, block_indices,
     block_indices_begins, max_context_len, scale, kv_heads, head_size) → `HetcPagedAttention`."""
@@ -109,9 +110,8 @@ def _to_openvino_op(node) -> None:
     attrs = node.get_attributes()
     given = [node.input_value(i) for i in range(10)]
     const = [
-        ops.constant(np.full(shape, value, dtype) if value is not None else np.zeros(shape, dtype)).output(0)
-        for name, dtype, shape, value in _PA_UNUSED
-        if name != "max_context_len"
+        ops.constant(np.full(shape, value, dtype=dtype) if value is not None else np.zeros(shape, dtype=dtype)).output(0)
+        for _, dtype, shape, value in _PA_UNUSED
     ]
     scale = ops.constant(np.float32(attrs["scale"])).output(0)
     pa = _PagedAttentionExtension([*given[:9], scale, *const[:2], given[9], *const[2:]])
