@@ -151,20 +151,26 @@ def load_hf_config(ref: str):
     raise _bad_model(ref, "it is not a catalog name, a directory, a cached Hugging Face id, module:factory or .pt2.")
 
 
-def _layer_period(cfg) -> int | None:
-    """Smallest P such that every per-layer list in the config repeats with period P; None if irregular."""
+def _layer_pattern(cfg) -> tuple[int, int] | None:
+    """(prefix, P): after `prefix` leading layers of their own (DeepSeek's `first_k_dense_replace`
+    dense layers), every per-layer list in the config repeats with period P; None if irregular."""
     n = cfg.num_hidden_layers
     d = cfg.to_dict()
+    prefix = d.get("first_k_dense_replace") or 0
+    if not isinstance(prefix, int) or not 0 <= prefix < n:
+        return None
     for k in _IRREGULAR:
         v = d.get(k)
-        if v not in (None, 0, 1, [], False):
+        if k != "first_k_dense_replace" and v not in (None, 0, 1, [], False):
             return None
     period = 1
     for v in d.values():
         if isinstance(v, list) and len(v) == n and n > 1:
             p = next(p for p in range(1, n + 1) if all(v[i] == v[i % p] for i in range(n)))
             period = max(period, p)
-    return period
+    if prefix and period > 1:  # a per-layer list would have to repeat after the prefix, not from layer 0
+        return None
+    return prefix, period
 
 
 def _with_layers(cfg, k: int):
@@ -219,6 +225,21 @@ def _moe_info(cfg) -> dict | None:
     return {"num_experts": e, "top_k": k} if e and k else None
 
 
+def _latent_kv(graph: OpGraph, cfg) -> OpGraph:
+    """Multi-head latent attention (DeepSeek-V2/V3): what an engine caches per token and layer is the
+    compressed latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` elements (DeepSeek-V2
+    paper, §2.1; vLLM's and SGLang's MLA backends) — not the per-head K and V that transformers' attention
+    receives after the up-projection, `heads × (qk_nope + qk_rope + v_head_dim)`. Each attention node's
+    KV bytes are scaled from the second to the first; other models pass through."""
+    rank, rope = getattr(cfg, "kv_lora_rank", None), getattr(cfg, "qk_rope_head_dim", None)
+    if not (isinstance(rank, int) and isinstance(rope, int)):
+        return graph
+    expanded = cfg.num_attention_heads * (cfg.qk_nope_head_dim + rope + cfg.v_head_dim)
+    for node in graph.nodes:
+        node.kv_bytes_per_token *= (rank + rope) / expanded
+    return graph
+
+
 def _finish(units: list[Unit], dtype: str, kv_dtype: str) -> list[Unit]:
     """Rescale K/V bytes from the export's dtype to the KV-cache dtype."""
     from hetc.partitioner.capture.graph import TORCH_DTYPES
@@ -235,20 +256,21 @@ def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
     n = getattr(cfg, "num_hidden_layers", None)
     if not isinstance(n, int) or n < 1:
         raise _bad_model(ref, "its config has no num_hidden_layers.")
-    period = _layer_period(cfg)
+    pattern = _layer_pattern(cfg)
     moe = _moe_info(cfg)
     notes: list[str] = []
     units = None
     exported = n
-    if period is not None and n > 3 * period:
-        exported = 3 * period
-        graph = build_graph(_export_hf(_with_layers(cfg, exported), dtype, ref), weight_dtype=dtype, moe=moe)
-        units = replicate(cut_units(graph), period, n)
+    if pattern is not None and n > pattern[0] + 3 * pattern[1]:
+        prefix, period = pattern
+        exported = prefix + 3 * period
+        graph = _latent_kv(build_graph(_export_hf(_with_layers(cfg, exported), dtype, ref), weight_dtype=dtype, moe=moe), cfg)
+        units = replicate(cut_units(graph), period, n, prefix)
         if units is None:
             notes.append(f"a {exported}-layer export did not repeat as the config says; exported all {n} layers")
             exported = n
     if units is None:
-        graph = build_graph(_export_hf(cfg, dtype, ref), weight_dtype=dtype, moe=moe)
+        graph = _latent_kv(build_graph(_export_hf(cfg, dtype, ref), weight_dtype=dtype, moe=moe), cfg)
         units = assign_layers(cut_units(graph))
         if units is None:
             units = _unit_layers(cut_units(graph))

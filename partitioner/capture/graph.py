@@ -267,14 +267,15 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
         recomputable.append(not dep_param[n])
         uses_param.append(bool(my_params) or any(a.op == "placeholder" and a.name in param_of for a in ins))
 
-    # nodes like transpose(param) forward the parameter to the real consumer (grouped_mm)
+    # nodes like transpose(param) forward the parameter to the real consumer (grouped_mm), through
+    # chains of views (gpt-oss's sinks: reshape → expand → cat), each passing it on in turn
     for i, on in enumerate(nodes):
         if on.is_view and on.params:
             for j in range(i + 1, len(nodes)):
-                if i in inputs[j] and not nodes[j].is_view:
+                if i in inputs[j]:
                     nodes[j].params = tuple(dict.fromkeys(nodes[j].params + on.params))
                     nodes[j].moe = nodes[j].moe or on.moe
-                    if nodes[j].matmul_flops.per_token > 0 and not nodes[j].weight_nk:
+                    if not nodes[j].is_view and nodes[j].matmul_flops.per_token > 0 and not nodes[j].weight_nk:
                         nodes[j].weight_nk = _weight_nk(ep, list(on.params), nodes[j].moe)
             on.params = ()
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

@@ -245,37 +245,44 @@ def assign_layers(units: list[Unit]) -> list[Unit] | None:
     return out
 
 
-def replicate(units: list[Unit], period: int, num_layers: int) -> list[Unit] | None:
-    """Expand an export of 3·`period` layers to `num_layers` layers.
+def replicate(units: list[Unit], period: int, num_layers: int, prefix: int = 0) -> list[Unit] | None:
+    """Expand an export of `prefix` + 3·`period` layers to `num_layers` layers.
 
-    The first and last block may carry work from the model's ends (an embedding scale, a
-    final cast), so the middle block is the one repeated; it must match the last block
-    unit for unit. Parameters of each layer get their own names (`L{layer}/...`) so
+    The first `prefix` layers (DeepSeek's dense layers before the MoE ones) are kept as exported.
+    Of the regular part, the first and last block may carry work from the model's ends (an
+    embedding scale, a final cast), so the middle block is the one repeated; it must match the
+    last block unit for unit. Parameters of each layer get their own names (`L{layer}/...`) so
     memory adds up. None when the export does not have that shape.
     """
     attn = [i for i, u in enumerate(units) if u.kv_bytes_per_token > 0]
-    if len(attn) != 3 * period or num_layers % period:
+    if len(attn) != prefix + 3 * period or (num_layers - prefix) % period or num_layers - prefix < 2 * period:
         return None
-    block = attn[2 * period] - attn[period]
-    end = attn[2 * period] + block
+    reg = attn[prefix:]
+    block = reg[2 * period] - reg[period]
+    end = reg[2 * period] + block
     if end > len(units):
         return None
     starts = attn + [end]
-    layer_units = [units[starts[j] : starts[j + 1]] for j in range(3 * period)]
+    layer_units = [units[starts[j] : starts[j + 1]] for j in range(prefix + 3 * period)]
+    dense, regular = layer_units[:prefix], layer_units[prefix:]
     for j in range(period):
-        mid, last = layer_units[period + j], layer_units[2 * period + j]
+        mid, last = regular[period + j], regular[2 * period + j]
         if len(mid) != len(last) or [u.kind for u in mid] != [u.kind for u in last]:
             return None
         if [u.signature for u in mid[:-1]] != [u.signature for u in last[:-1]]:
             return None
     out = [replace(u, layer=0) for u in units[: attn[0]]]
+    n_regular = num_layers - prefix
     for layer in range(num_layers):
-        if layer < period:
-            src = layer_units[layer]
-        elif layer >= num_layers - period:
-            src = layer_units[2 * period + layer % period]
+        r = layer - prefix
+        if r < 0:
+            src = dense[layer]
+        elif r < period:
+            src = regular[r]
+        elif r >= n_regular - period:
+            src = regular[2 * period + r % period]
         else:
-            src = layer_units[period + layer % period]
+            src = regular[period + r % period]
         for u in src:
             out.append(replace(u, index=len(out), layer=layer, params={f"L{layer}/{k}": v for k, v in u.params.items()}))
     for u in units[end:]:

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 H100_YAML = REPO / "hardware_profiles" / "h100-sxm.yaml"
 
-PROFILES = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s", "l4", "t4", "mi300x", "mi325x", "mi250x", "gaudi2", "gaudi3", "max-1550", "cpu"]
+PROFILES = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s", "l4", "t4", "mi300x", "mi325x", "mi355x", "mi250x", "gaudi2", "gaudi3", "max-1550", "cpu"]
 LINKS = [
     "nvlink3",
     "nvlink4",
