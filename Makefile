@@ -43,9 +43,11 @@ test-slow: setup browser
 	$(PY) -m pytest -q -m "slow and serial"; serial=$$?; \
 	test $$parallel -eq 0 && test $$serial -eq 0
 
+# each script records its rows in benchmarks/results/*.json; tables.py redraws BENCHMARKS.md's tables from them
 bench: setup
-	$(PY) benchmarks/inspect_speed.py
-	$(PY) benchmarks/solver_scenarios.py
+	$(PY) benchmarks/inspect_speed.py --record
+	$(PY) benchmarks/solver_scenarios.py --record
+	$(PY) benchmarks/tables.py
 
 # Debian's chromium, for the slow suite's browser test of `hetc compare --html` (it fails under CI=true without it)
 browser:

@@ -7,8 +7,9 @@ baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh pr
 as wall time and as CPU time (a shared host stretches the first), and the 1-minute load
 average after the run.
 
-Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [-- EXTRA hetc plan ARGS]
-(e.g. `-- --disaggregate off` to plan without prefill/decode pools)
+Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [-- EXTRA hetc plan ARGS]
+(e.g. `-- --disaggregate off` to plan without prefill/decode pools). `--record` stores each row in
+benchmarks/results/solver.json, which BENCHMARKS.md's solver table is drawn from (tables.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from results import record
 
 SCENARIOS = [
     # name, cluster, model, extra args
@@ -67,6 +70,7 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
+    ap.add_argument("--record", action="store_true", help="store each row in benchmarks/results/solver.json (BENCHMARKS.md's table)")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
     head = (
@@ -119,6 +123,25 @@ def main() -> None:
             f"{os.getloadavg()[0]:.1f}",
         )
         print("| " + " | ".join(row) + " |", flush=True)
+        if a.record and not a.extra:  # the table's rows are the scenarios as listed
+            record(
+                "solver",
+                name,
+                {
+                    "types": len({n["device"] for n in plan["cluster"]["nodes"]}),
+                    "dtype": plan["model"]["dtype"],
+                    "objective": plan["objective"]["name"],
+                    "min_tok_s": float(extra[extra.index("--min-tok-s") + 1]) if "--min-tok-s" in extra else None,
+                    "unit": unit if unit != "ms" else "ms TPOT",
+                    "plan": value,
+                    "bound": bound,
+                    "plan_over_bound": close,
+                    "solver_s": plan["solver"]["seconds"],
+                    "solver_cpu_s": plan["solver"]["cpu_seconds"],
+                    "command_s": wall,
+                    "record": None,
+                },
+            )
 
 
 if __name__ == "__main__":

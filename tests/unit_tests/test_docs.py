@@ -178,3 +178,23 @@ def test_shipped_yaml_comments_point_at_files_in_the_repository():
             missing = _missing_files(comment) + (["DESIGN.md"] if "DESIGN" in comment else [])
             bad += [f"{path.relative_to(ROOT)}:{line}: names {name}" for name in missing]
     assert not bad, "\n".join(bad)
+
+
+def test_benchmarks_tables_are_drawn_from_the_recorded_results():
+    """BENCHMARKS.md's solver and planning tables are what benchmarks/results/*.json give (`make bench`
+    records, benchmarks/tables.py draws); a hand edit of either side is caught."""
+    import subprocess
+    import sys
+
+    tables = ROOT / "benchmarks" / "tables.py"
+    ok = subprocess.run([sys.executable, str(tables), "--check"], capture_output=True, text=True, cwd=tables.parent)
+    assert ok.returncode == 0, ok.stderr
+    sys.path.insert(0, str(tables.parent))
+    try:
+        import tables as drawn  # benchmarks/tables.py
+
+        text = (ROOT / "BENCHMARKS.md").read_text()
+        row = next(line for line in text.splitlines() if line.startswith("| 70b-24dev-bf16 |"))
+        assert drawn.render(text.replace(row, row.replace("0.999", "0.998"))) == text
+    finally:
+        sys.path.remove(str(tables.parent))
