@@ -120,6 +120,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=120.0, help="client timeout per request (no answer beyond)")
     ap.add_argument("--json", metavar="FILE", help="also write the results here")
+    ap.add_argument("--executor", choices=["auto", "torch"], default="auto", help="the server's --executor (torch: no stage builds before it serves)")
     a = ap.parse_args()
 
     from hetc.plan import load_plan
@@ -129,7 +130,9 @@ def main() -> int:
     plan = write_three_vendor_plan(root)
     batch = load_plan(plan).pipelines[0].batch
     try:
-        srv = start_serve(plan, "--emulate", "--served-model-name", "tiny", "--max-queue-wait", a.max_queue_wait, log=root / "serve.log")
+        srv = start_serve(
+            plan, "--emulate", "--executor", a.executor, "--served-model-name", "tiny", "--max-queue-wait", a.max_queue_wait, log=root / "serve.log"
+        )
     except AssertionError as e:
         print(e, file=sys.stderr)
         return 1
