@@ -85,8 +85,12 @@ class Generation:
         self.stops = st.eos_token_ids | params.stop_token_ids  # their text is not output
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
         loop = asyncio.get_running_loop()
+
+        def sink(ev: Event) -> None:  # called from engine threads
+            loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+
         try:
-            self.req = st.engine.submit(prompt.ids, params, st.eos_token_ids, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
+            self.req = st.engine.submit(prompt.ids, params, st.eos_token_ids, sink)
         except QueueFull as e:
             raise APIError(
                 429,
@@ -175,8 +179,9 @@ class _Shapes:
                 out["token_logprobs"].append(None)
                 out["top_logprobs"].append(None)
                 continue
-            top = {self.text(i): _finite(v) for i, v in lp.top[: self.k]}
-            top.setdefault(s, _finite(lp.logprob))
+            top: dict[str, float] = {}
+            for i, v in (*lp.top[: self.k], (t, lp.logprob)):  # tokens of the same text: the likelier one's
+                top.setdefault(self.text(i), _finite(v))
             out["token_logprobs"].append(_finite(lp.logprob))
             out["top_logprobs"].append(top)
         return out

@@ -66,7 +66,9 @@ class AttnMeta:
         # tensor ops per sequence, 0.25 ms so (worker, 1 thread, reference host)
         q_max = max(n_new)
         n_blocks = -(-max(s + n for s, n in zip(starts, n_new)) // block_size)
-        pos, slots, ends = [], [], []
+        pos: list[int] = []
+        slots: list[int] = []
+        ends: list[int] = []
         for i, (t, s, n, smp) in enumerate(zip(block_tables, starts, n_new, sample)):
             for p in range(s, s + n):
                 pos.append(p)

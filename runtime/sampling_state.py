@@ -214,8 +214,8 @@ def encode_logprobs(y: torch.Tensor, want: list[tuple[int, int, int, int, int]])
     ls = torch.log_softmax(y[torch.tensor([w[1] for w in want], dtype=torch.long, device=dev)].float(), dim=-1)  # [W, V]
     chosen = ls.gather(1, torch.tensor([[w[3]] for w in want], dtype=torch.long, device=dev))[:, 0].double().cpu().tolist()
     kmax = max(w[4] for w in want)
-    top_v, top_i = ls.topk(kmax, dim=-1) if kmax else (ls[:, :0], ls[:, :0].long())
-    top_v, top_i = top_v.double().cpu().tolist(), top_i.cpu().tolist()
+    values, indices = ls.topk(kmax, dim=-1) if kmax else (ls[:, :0], ls[:, :0].long())
+    top_v, top_i = values.double().cpu().tolist(), indices.cpu().tolist()
     meta: list[int] = []
     samp: list[float] = []
     for w, c, tv, ti in zip(want, chosen, top_v, top_i):

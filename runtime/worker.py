@@ -224,7 +224,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
     direct = lane.lookahead and spec.n_stages > 1 and leader
     feed_out = lane.stages[0].rank if direct and last else None  # where TOKENS go
     feed_in = receive_tokens(tp, lane.stages[-1].rank, sampled) if direct and first else None
-    states = SamplingStates() if last and leader else None  # per-sequence sampling state: penalties, bias, min_tokens
+    states: Any = SamplingStates() if last and leader else None  # per-sequence sampling state: penalties, bias, min_tokens
     while True:
         msg: Any = inbox.get() if leader else None
         meta: Any = None  # the step's StepMeta, decoded once the message is a STEP
