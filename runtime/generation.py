@@ -209,6 +209,9 @@ def _finite(v: float) -> float:
 def start(st: ServerState, opts: GenOptions, prompts: list[Prompt]) -> list[Generation]:
     """Every sequence of the request in the engine (choice order); if one cannot start, those
     started are aborted and the error raised."""
+    total, cap = len(prompts) * opts.n, getattr(getattr(st.engine, "cfg", None), "max_waiting", None)
+    if cap is not None and total > cap:
+        raise APIError(400, f"{len(prompts)} prompt(s) × n={opts.n} = {total} sequences are more than the queue holds ({cap}, --max-waiting).", param="n")
     gens: list[Generation] = []
     try:
         for p in prompts:
@@ -263,9 +266,10 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
             tokens, lps = g.token_ids, g.logprobs
             if opts.echo:
                 text = g.prompt.text + text
-                tokens, lps = g.prompt.ids + tokens, g.prompt_logprobs() + lps
             choice["text"] = text
             if opts.logprobs is not None:
+                if opts.echo:
+                    tokens, lps = g.prompt.ids + tokens, g.prompt_logprobs() + lps
                 choice["logprobs"] = shapes.completion(tokens, lps, 0)
         if opts.return_token_ids:
             choice["token_ids"] = g.token_ids
@@ -293,7 +297,7 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
     def chunk(g: Generation, delta: str | None, finish: str | None, first: bool = False, echo: bool = False) -> str:
         c: dict[str, Any] = {"index": g.index, "logprobs": None, "finish_reason": finish}
         if echo:
-            tokens, lps = g.prompt.ids, g.prompt_logprobs()
+            tokens, lps = g.prompt.ids, (g.prompt_logprobs() if opts.logprobs is not None else [])
         else:
             tokens, lps = g.token_ids[g.sent :], g.logprobs[g.sent :]
             g.sent = len(g.token_ids)

@@ -22,10 +22,13 @@ __all__ = [
     "GenOptions",
     "MAX_BIAS",
     "MAX_LOGPROBS",
-    "MAX_SEQS",
+    "MAX_N",
+    "MAX_PROMPTS",
     "MAX_STOP",
     "MAX_STOP_CHARS",
+    "MAX_REPETITION",
     "MAX_STOP_TOKEN_IDS",
+    "MIN_REPETITION",
     "NOT_YET",
     "ROLES",
     "detokenize_body",
@@ -39,7 +42,9 @@ MAX_STOP_CHARS = 256  # characters per stop string: every new token's text is se
 MAX_STOP_TOKEN_IDS = 64  # stop_token_ids per request
 MAX_LOGPROBS = 20  # top log-probabilities per token (vLLM's default max_logprobs)
 MAX_BIAS = 1024  # logit_bias entries per request
-MAX_SEQS = 128  # sequences one request may start: prompts × n
+MIN_REPETITION, MAX_REPETITION = 0.01, 100.0  # repetition_penalty: a logit divided by 1e-300 is infinite
+MAX_N = 16  # samples per prompt
+MAX_PROMPTS = 16  # prompts in one completions request (each its own sequence; MAX_PROMPTS × MAX_N fits the default queue)
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # fields both endpoints take (OpenAI's, and vLLM's sampling extensions this server implements)
@@ -222,6 +227,13 @@ def _ids(v: Any, key: str, most: int) -> list[int]:
     return [int(t) for t in v]
 
 
+def _repetition(body: dict) -> float:
+    r = float(_get(body, "repetition_penalty", "num", 1.0))
+    if not MIN_REPETITION <= r <= MAX_REPETITION:
+        raise bad(f"'repetition_penalty' must be from {MIN_REPETITION} to {MAX_REPETITION} (1: off), got {r}."[:300], "repetition_penalty")
+    return r
+
+
 def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: tuple[str, ...], default_max: int | None, least_max: int) -> GenOptions:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object.")
@@ -283,13 +295,13 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         include_usage=include_usage,
         ignore_eos=_get(body, "ignore_eos", "bool", False),
         return_token_ids=_get(body, "return_token_ids", "bool", False),
-        n=_ranged(body, "n", "int", 1, 1, MAX_SEQS, f"from 1 to {MAX_SEQS}"),
+        n=_ranged(body, "n", "int", 1, 1, MAX_N, f"from 1 to {MAX_N}"),
         presence_penalty=float(_ranged(body, "presence_penalty", "num", 0.0, -2, 2, "between -2 and 2")),
         frequency_penalty=float(_ranged(body, "frequency_penalty", "num", 0.0, -2, 2, "between -2 and 2")),
-        repetition_penalty=float(_ranged(body, "repetition_penalty", "num", 1.0, 1e-6, 100, "in (0, 100] (1: off)")),
+        repetition_penalty=_repetition(body),
         logit_bias=logit_bias,
         min_tokens=min_tokens,
-        stop_token_ids=_ids(body.get("stop_token_ids") or [], "stop_token_ids", MAX_STOP_TOKEN_IDS),
+        stop_token_ids=[] if body.get("stop_token_ids") is None else _ids(body["stop_token_ids"], "stop_token_ids", MAX_STOP_TOKEN_IDS),
         user=user,
     )
 
@@ -319,8 +331,8 @@ def parse_completion(body: Any) -> tuple[GenOptions, list[str | list[int]]]:
             prompts.append([int(t) for t in x])
         else:
             raise bad("'prompt' must be a string, a non-empty list of token ids, or a list of either.", "prompt")
-    if len(prompts) * opts.n > MAX_SEQS:
-        raise bad(f"{len(prompts)} prompts × n={opts.n} is over this server's {MAX_SEQS} sequences per request.", "prompt")
+    if len(prompts) > MAX_PROMPTS:
+        raise bad(f"'prompt' may list up to {MAX_PROMPTS} prompts, got {len(prompts)}.", "prompt")
     return opts, prompts
 
 
@@ -349,12 +361,12 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
             raise bad(f"messages[{i}] must be an object with a string 'role'.", f"messages.{i}")
         if m["role"] not in ROLES:
             raise bad(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}.", f"messages.{i}.role")
-        extra = sorted(k for k in set(m) - {"role", "content"} if m[k] is not None)
+        extra = sorted(set(m) - {"role", "content"})
         if extra:
             raise bad(f"messages[{i}] has field(s) {', '.join(map(repr, extra))} this server does not support yet."[:300], f"messages.{i}.{extra[0]}")
         c = m.get("content")
         if isinstance(c, list):  # content parts: text only
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in c):
+            if not all(isinstance(p, dict) and set(p) == {"type", "text"} and p["type"] == "text" and isinstance(p["text"], str) for p in c):
                 raise bad(f"messages[{i}].content parts must be {{'type': 'text', 'text': ...}}; this model reads text only.", f"messages.{i}.content")
             c = "".join(p["text"] for p in c)
         elif c is None:

@@ -149,6 +149,7 @@ def create_app(st: ServerState) -> FastAPI:
             vocab_size=st.model_info.get("vocab_size", 1 << 30),
             chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
             api_key=st.api_key is not None,
+            prompt_logprobs=prompt_logprobs_refusal is None,
         ),
         __version__,
     )

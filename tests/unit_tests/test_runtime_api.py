@@ -178,3 +178,39 @@ def test_byte_tokenizer_and_incremental_decoding():
     pieces = [d.add(i) for i in ids]
     assert pieces == ["a", "", "ñ", "b", "", "", "€"]  # partial UTF-8 held back until complete
     assert apply_chat(tok, [{"role": "user", "content": "hi"}]) == tok.encode("user: hi\nassistant:")
+
+
+def test_prompt_log_probabilities_are_refused_by_name_on_compiled_stages():
+    st = ServerState(
+        engine=ScriptedEngine("hi"),
+        tokenizer=ByteTokenizer(),
+        model_name="m",
+        max_model_len=64,
+        eos_token_ids=frozenset({3}),
+        metrics=Metrics("m"),
+        model_info={"vocab_size": 256, "executors": [{"stage": "0.0", "executor": "torch"}, {"stage": "0.1", "executor": "openvino"}]},
+    )
+    c = TestClient(create_app(st))
+    r = c.post("/v1/completions", json={"model": "m", "prompt": "hi", "echo": True, "logprobs": 1, "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo" and "openvino" in r.json()["error"]["message"]
+    # generated tokens' log-probabilities and echo alone need no prompt logits: served
+    assert c.post("/v1/completions", json={"model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 2}).status_code == 200
+    r = c.post("/v1/completions", json={"model": "m", "prompt": "hi", "echo": True, "max_tokens": 0}).json()
+    assert r["choices"][0]["text"] == "hi" and r["usage"]["completion_tokens"] == 0
+    rule = c.get("/openapi.json").json()["components"]["schemas"]["CompletionRequest"]["allOf"]
+    assert any(x.get("then", {}).get("properties", {}).get("echo") for x in rule)  # the document says so too
+
+
+def test_tokenize_detokenize_and_version():
+    c = TestClient(create_app(ServerState(ScriptedEngine("hi"), ByteTokenizer(), "m", 64, frozenset({3}), Metrics("m"), model_info={"vocab_size": 256})))
+    assert c.post("/tokenize", json={"prompt": "hé", "return_token_strs": True}).json() == {
+        "count": 3,
+        "max_model_len": 64,
+        "tokens": [104, 195, 169],
+        "token_strs": ["h", "\ufffd", "\ufffd"],
+    }
+    assert c.post("/tokenize", json={"messages": [{"role": "user", "content": "x"}]}).json()["tokens"] == list(b"user: x\nassistant:")
+    assert c.post("/tokenize", json={"prompt": "x", "messages": []}).json()["error"]["param"] == "prompt"  # not both
+    assert c.post("/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi"}
+    assert c.post("/detokenize", json={"tokens": [300]}).status_code == 400
+    assert c.get("/version").json()["version"]
