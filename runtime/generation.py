@@ -25,7 +25,7 @@ from fastapi.responses import StreamingResponse
 from hetc.runtime.engine import Event, EngineDead, QueueFull
 from hetc.runtime.protocol import APIError, GenOptions
 from hetc.runtime.sampling_state import Logprob
-from hetc.runtime.tokenizer import Detokenizer, token_text
+from hetc.runtime.tokenizer import Detokenizer, token_bytes, token_text
 from hetc.sequence import SamplingParams
 
 if TYPE_CHECKING:
@@ -190,8 +190,7 @@ class _Shapes:
         """{content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}] × k}]}."""
 
         def entry(t: int, v: float) -> dict:
-            s = self.text(t)
-            return {"token": s, "logprob": _finite(v), "bytes": list(s.encode("utf-8"))}
+            return {"token": self.text(t), "logprob": _finite(v), "bytes": list(token_bytes(self.tok, t))}
 
         content = [{**entry(t, lp.logprob), "top_logprobs": [entry(i, v) for i, v in lp.top[: self.k]]} for t, lp in zip(tokens, lps) if lp is not None]
         return {"content": content}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ByteTokenizer", "Detokenizer", "apply_chat", "load_tokenizer", "token_text"]
+__all__ = ["ByteTokenizer", "Detokenizer", "apply_chat", "load_tokenizer", "token_bytes", "token_text"]
 
 _FALLBACK_TEMPLATE = "{role}: {content}\n"
 
@@ -68,6 +68,37 @@ def apply_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = Tr
         return list(out)
     text = "".join(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"]) for m in messages) + ("assistant:" if add_generation_prompt else "")
     return tokenizer.encode(text)
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet inverted: the character a byte-level BPE piece uses → its byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, n = {b: b for b in printable}, 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = 256 + n
+            n += 1
+    return {chr(c): b for b, c in chars.items()}
+
+
+_BYTE_LEVEL = _byte_level_decoder()
+
+
+def token_bytes(tokenizer, token: int) -> bytes:
+    """One token's own bytes (a piece of a multi-byte character included), as chat log-probabilities'
+    `bytes` give them: byte-level BPE pieces and SentencePiece's <0xNN> byte tokens byte for byte,
+    other tokens as their text's UTF-8."""
+    if not isinstance(tokenizer, HFTokenizer):
+        return bytes([token]) if 0 <= token < 256 else b""
+    piece = tokenizer.tok.convert_ids_to_tokens(token)
+    if piece is None:
+        return b""
+    if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
+        return bytes([int(piece[3:5], 16)])
+    decoder = getattr(getattr(tokenizer.tok, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ == "ByteLevel" and all(c in _BYTE_LEVEL for c in piece):
+        return bytes(_BYTE_LEVEL[c] for c in piece)
+    return token_text(tokenizer, token).encode("utf-8")
 
 
 def token_text(tokenizer, token: int) -> str:

@@ -35,7 +35,7 @@ def _lm_eval(model: str, model_args: str, out: Path) -> tuple[list[dict], dict]:
         "TOKENIZERS_PARALLELISM": "false",
     }
     cmd = [sys.executable, "-m", "lm_eval", "run", "--model", model, "--model_args", model_args, "--tasks", TASK, "--include_path", str(TASKS)]
-    cmd += ["--log_samples", "--output_path", str(out), "--batch_size", "4", "--seed", "0"]
+    cmd += ["--log_samples", "--output_path", str(out), "--batch_size", "4", "--seed", "0", "--device", "cpu"]
     r = subprocess.run(cmd, cwd=TASKS, env=env, capture_output=True, text=True, timeout=900)  # the task's data file is relative to it
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     samples = [json.loads(l) for f in sorted(out.rglob(f"samples_{TASK}_*.jsonl")) for l in f.read_text().splitlines()]
@@ -54,11 +54,11 @@ def test_lm_eval_multiple_choice_through_hetc_matches_lm_evals_hf_model(built, t
         raise
     finally:
         served.stop(30)
-    via_hf, res_hf = _lm_eval("hf", f"pretrained={model_dir},dtype=float32,device=cpu", tmp_path / "hf")
+    via_hf, res_hf = _lm_eval("hf", f"pretrained={model_dir},dtype=float32", tmp_path / "hf")
     assert len(via_hetc) == len(via_hf) == 8
     for a, b in zip(via_hetc, via_hf):
-        got = [r[0][0] for r in a["resps"]]
-        want = [r[0][0] for r in b["resps"]]
+        got = [float(r[0][0]) for r in a["resps"]]  # lm-eval logs the API model's numpy floats as strings
+        want = [float(r[0][0]) for r in b["resps"]]
         assert got == pytest.approx(want, abs=1e-3), f"doc {a['doc_id']}"
         assert a["acc"] == b["acc"]
     assert res_hetc["acc,none"] == res_hf["acc,none"]

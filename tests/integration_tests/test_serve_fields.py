@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from hetc import __version__
+from tests.fixtures.sampling import hf_greedy
 from tests.fixtures.serving import KEY, NAME, TEXTS, client, start_serve
 
 TOL = 1e-4  # fp32
@@ -111,10 +112,13 @@ def test_chat_logprobs_equal_hf_streamed_and_not(server, hf):
     assert len(ch.logprobs.content) == len(gen)
     for i, (t, e) in enumerate(zip(gen, ch.logprobs.content)):
         row = ls[len(prompt) + i - 1]
-        assert e.token == _text(tok, t) and e.bytes == list(e.token.encode()) and abs(e.logprob - row[t].item()) < TOL
+        assert e.token == _text(tok, t) and abs(e.logprob - row[t].item()) < TOL
         top = row.topk(3)
         assert [x.token for x in e.top_logprobs] == [_text(tok, j) for j in top.indices.tolist()]
         assert all(abs(x.logprob - v) < TOL for x, v in zip(e.top_logprobs, top.values.tolist()))
+    # each token's own bytes (a piece of a character included): together, the answer's text
+    text = bytes(b for e, t in zip(ch.logprobs.content, gen) if t != tok.eos_token_id for b in e.bytes).decode()
+    assert text == ch.message.content
     streamed = [x for chunk in c.chat.completions.create(**kw, stream=True) for ch2 in chunk.choices if ch2.logprobs for x in ch2.logprobs.content]
     assert [(x.token, round(x.logprob, 4)) for x in streamed] == [(x.token, round(x.logprob, 4)) for x in ch.logprobs.content]
 
@@ -176,33 +180,6 @@ def test_n_samples_with_a_seed_are_reproducible(server):
     assert [streamed[i] for i in range(4)] == [ch.text for ch in a.choices]
 
 
-class _Penalties:
-    """OpenAI's presence and frequency penalties (over generated tokens) as a transformers logits processor."""
-
-    def __init__(self, n_prompt: int, presence: float, frequency: float):
-        self.n, self.presence, self.frequency = n_prompt, presence, frequency
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.clone()
-        gen = input_ids[0, self.n :]
-        counts = torch.bincount(gen, minlength=scores.shape[-1]).float() if gen.numel() else torch.zeros(scores.shape[-1])
-        scores[0] -= self.frequency * counts + self.presence * (counts > 0).float()
-        return scores
-
-
-class _Bias:
-    """logit_bias as a transformers logits processor."""
-
-    def __init__(self, bias: dict[int, float]):
-        self.bias = bias
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = scores.clone()
-        for t, v in self.bias.items():
-            scores[0, t] += v
-        return scores
-
-
 @pytest.mark.parametrize(
     "fields",
     [
@@ -214,25 +191,12 @@ class _Bias:
     ],
 )
 def test_penalties_bias_and_min_tokens_give_what_hf_generate_gives(server, hf, fields):
-    from transformers import LogitsProcessorList, MinNewTokensLengthLogitsProcessor, RepetitionPenaltyLogitsProcessor
-
     model, tok = hf
     prompt = _prompts()[1]
     c = client(server)
     r = c.completions.create(model=NAME, prompt=prompt, max_tokens=16, temperature=0, extra_body={**fields, "return_token_ids": True})
     got = r.choices[0].model_extra["token_ids"]
-    bias = {int(t): v for t, v in fields.get("logit_bias", {}).items()}
-    procs: list = [_Bias(bias)]  # vLLM's order: bias and min_tokens, then repetition, frequency, presence
-    if fields.get("min_tokens"):
-        procs.append(MinNewTokensLengthLogitsProcessor(len(prompt), fields["min_tokens"], [tok.eos_token_id]))
-    if fields.get("repetition_penalty"):
-        procs.append(RepetitionPenaltyLogitsProcessor(fields["repetition_penalty"]))
-    procs.append(_Penalties(len(prompt), fields.get("presence_penalty", 0), fields.get("frequency_penalty", 0)))
-    x = torch.tensor([prompt])
-    want = model.generate(
-        x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False, logits_processor=LogitsProcessorList(procs), pad_token_id=tok.eos_token_id
-    )[0, len(prompt) :].tolist()
-    assert got == want
+    assert got == hf_greedy(model, prompt, fields, 16, tok.eos_token_id)
     plain = c.completions.create(model=NAME, prompt=prompt, max_tokens=16, temperature=0, extra_body={"return_token_ids": True})
     assert plain.choices[0].model_extra["token_ids"] != got  # each field changed the output
 
