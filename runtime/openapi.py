@@ -183,7 +183,7 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
     ]
     if not lim.prompt_logprobs:
         echo_rules.append(_if_set("logprobs", {"properties": {"echo": {"not": {"const": True}}}}))
-    chat = {
+    chat: dict[str, Any] = {
         "type": "object",
         "required": ["model", "messages"],
         "properties": {
@@ -284,7 +284,7 @@ def _responses() -> dict[str, dict]:
             },
         }
     )
-    token = {
+    token: dict[str, Any] = {
         "type": "object",
         "required": ["token", "logprob", "bytes"],
         "properties": {"token": {"type": "string"}, "logprob": number, "bytes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}},

@@ -248,7 +248,8 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         if body.get(key) is not None:
             max_tokens = _get(body, key, "int")
             if max_tokens < least_max:
-                raise bad(f"'{key}' must be at least {least_max}, got {max_tokens}" + (" (0 only with 'echo')." if least_max == 1 else "."), key)
+                echo = " (0 only with 'echo')" if least_max == 1 and "echo" in fields else ""
+                raise bad(f"'{key}' must be at least {least_max}, got {max_tokens}{echo}.", key)
     temperature = float(_ranged(body, "temperature", "num", 1.0, 0, 2, "between 0 and 2"))
     top_p = float(_get(body, "top_p", "num", 1.0))
     if not 0 < top_p <= 1:

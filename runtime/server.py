@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,11 +35,11 @@ __all__ = ["ServerState", "create_app"]
 @dataclass
 class ServerState:
     engine: Engine
-    tokenizer: object
+    tokenizer: Any  # runtime.tokenizer's HFTokenizer or ByteTokenizer
     model_name: str
     max_model_len: int  # prompt + completion tokens one request may reach
     eos_token_ids: frozenset[int]
-    metrics: object
+    metrics: Any  # runtime.metrics.Metrics
     api_key: str | None = None
     model_info: dict = field(default_factory=dict)  # extra fields of /v1/models
     health_info: Callable[[], dict] = dict  # workers and their state
