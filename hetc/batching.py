@@ -357,7 +357,7 @@ class Scheduler:
                 continue
             seq.token_ids.append(tok)
             reason = None
-            if not seq.params.ignore_eos and tok in seq.eos_token_ids:
+            if not seq.params.ignore_eos and tok in seq.eos_token_ids or tok in seq.params.stop_token_ids:
                 reason = "stop"
             elif seq.num_generated >= seq.params.max_tokens:
                 reason = "length"

@@ -19,6 +19,20 @@ class SamplingParams:
     seed: int = 0  # always set: the frontend draws one when the request gives none
     max_tokens: int = 16
     ignore_eos: bool = False
+    # the rest: applied by the last stage's per-sequence sampling state (runtime/sampling_state.py)
+    presence_penalty: float = 0.0  # OpenAI's: minus this for every token generated so far
+    frequency_penalty: float = 0.0  # OpenAI's: minus this times each token's count among those generated
+    repetition_penalty: float = 1.0  # vLLM's: logits of prompt or generated tokens divided (> 0) or multiplied (< 0) by it
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
+    min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens were generated
+    stop_token_ids: frozenset[int] = frozenset()  # these end the sequence too (also with ignore_eos)
+    logprobs: int | None = None  # top log-probabilities returned per generated token (None: none)
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first
+
+    @property
+    def stateful(self) -> bool:
+        """Sampling needs the sequence's own state on the last stage (counts, bias, its length)."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.logit_bias or self.min_tokens)
 
 
 class SeqStatus(enum.Enum):

@@ -116,7 +116,9 @@ class GraphedStage:
     def __getattr__(self, name: str) -> Any:  # executor, kv, param_names, param_bytes, tp_group
         return getattr(self.model, name)
 
-    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> Any:
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool], keep_all: list[bool] | None = None) -> Any:
+        if keep_all is not None:  # rows past the sampled ones: not a captured shape
+            return self.model.step_meta(starts, n_new, block_tables, sample, keep_all)
         step = self.graphs.plan_step(starts, n_new, block_tables, sample)
         return step if step is not None else self.model.step_meta(starts, n_new, block_tables, sample)
 

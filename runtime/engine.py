@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
-from hetc.batching import SchedulerConfig, StepOutput
+from hetc.runtime.sampling_state import Logprob
+from hetc.batching import MicroBatch, SchedulerConfig, StepOutput
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
@@ -48,6 +49,7 @@ class Event:
     reason: str | None = None  # stop | length | abort | error
     error: str | None = None
     status: int = 503  # an error's HTTP status: 503 a worker failed, 500 this request's computation failed
+    logprob: Logprob | None = None  # the token's log-probabilities, when the request asked for them
 
 
 @dataclass(eq=False)
@@ -59,6 +61,7 @@ class Request:
     first_token_at: float | None = None
     last_token_at: float | None = None
     delivered: int = 0  # generated tokens sent to the sink (deliver)
+    logprobs: dict[int, Logprob] = field(default_factory=dict)  # position → log-probabilities (prompt ones stay; generated ones go with their token)
     lock: threading.Lock = field(default_factory=threading.Lock)  # deliver's, per request
 
 
@@ -282,6 +285,14 @@ class Engine:
         if done and self.requests.pop(req.seq.seq_id, None) is not None:
             self.metrics.on_finish(req, self.clock())  # in flight: counted when its result comes back
 
+    def record_logprobs(self, batch: MicroBatch, records: list[tuple[int, int, Logprob]]) -> None:
+        """A step's log-probabilities (item, position, values), kept on each sequence's request
+        until its tokens are delivered (before `deliver` of the same result)."""
+        for item, pos, lp in records:
+            req = self.requests.get(batch.items[item].seq.seq_id)
+            if req is not None:
+                req.logprobs[pos] = lp
+
     def deliver(self, outs: list[StepOutput]) -> None:
         """Stream what `outs` brought: each request gets its sequence's new tokens in order, once.
         Tokens are taken from the sequence (the schedulers append them in order), not from the
@@ -309,9 +320,10 @@ class Engine:
                 if o.error is not None:
                     req.sink(Event(None, True, "error", error=o.error, status=500))
                     continue
+                first = seq.num_prompt_tokens + req.delivered - len(new)  # the position of new[0]
                 for i, tok in enumerate(new):
                     last = o.finished and i == len(new) - 1
-                    req.sink(Event(tok, last, seq.finish_reason if last else None))
+                    req.sink(Event(tok, last, seq.finish_reason if last else None, logprob=req.logprobs.pop(first + i, None)))
                 if o.finished and not new:
                     req.sink(Event(None, True, seq.finish_reason))
 

@@ -19,6 +19,7 @@ import torch
 from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
 from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
+from hetc.runtime.sampling_state import LaneSampling, decode_logprobs
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
 from hetc.scheduling import Phase
@@ -49,6 +50,7 @@ class LaneRunner:
         self.threads: list[threading.Thread] = []
         # micro-batches in flight: looking ahead, each stage has one queued behind the one it runs
         self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
+        self.sampling = LaneSampling()  # which sequences have sampling state on the last stage
 
     @property
     def up(self) -> bool:
@@ -196,6 +198,7 @@ class LaneRunner:
             # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
             token_ids=[t for i in items for t in ([-1] if i.ahead else i.seq.token_ids[i.start : i.start + i.n_new])],
             sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k, i.seq.params.seed) for i in items],
+            extras=self.sampling.extras(items, self.sched.running),
         )
         m, s = meta.encode()
         # per stage its compute seconds, then per stage 1.0 where the step replayed a CUDA graph
@@ -215,6 +218,8 @@ class LaneRunner:
                     _expect(msg, Kind.RESULT, rec)
                     assert msg.payload is not None  # _expect checked the kind: a RESULT carries the sampled ids
                     outs = self.sched.on_result(rec.batch, msg.payload.reshape(-1).tolist())
+                    if msg.meta.numel():
+                        self.engine.record_logprobs(rec.batch, decode_logprobs(msg.meta, msg.samp))
                     self.engine.metrics.on_step(self, rec.batch, msg.times.tolist(), now - rec.sent_at)
                     handoffs, self.sched.handoffs = self.sched.handoffs, []
                     self.engine.handoffs_started(len(handoffs))

@@ -145,9 +145,9 @@ class StageModel(DecoderStage):
                 total += p.numel() * p.element_size()
         return total
 
-    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool]) -> AttnMeta:
+    def step_meta(self, starts: list[int], n_new: list[int], block_tables: list[list[int]], sample: list[bool], keep_all: list[bool] | None = None) -> AttnMeta:
         """One micro-batch's attention metadata, on this stage's device (args: AttnMeta.build)."""
-        return AttnMeta.build(starts, n_new, block_tables, sample).to(self.kv_device)
+        return AttnMeta.build(starts, n_new, block_tables, sample, keep_all=keep_all).to(self.kv_device)
 
     @torch.inference_mode()
     def forward(self, x: torch.Tensor, meta: AttnMeta | DecodeMeta) -> torch.Tensor:

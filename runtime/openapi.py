@@ -15,7 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hetc.runtime.protocol import MAX_STOP, MAX_STOP_CHARS, ROLES
+from hetc.runtime.protocol import (
+    MAX_BIAS,
+    MAX_LOGPROBS,
+    MAX_N,
+    MAX_PROMPTS,
+    MAX_STOP,
+    MAX_REPETITION,
+    MAX_STOP_CHARS,
+    MAX_STOP_TOKEN_IDS,
+    MIN_REPETITION,
+    ROLES,
+)
 
 __all__ = ["FITS", "OpenAPILimits", "openapi_document"]
 
@@ -36,6 +47,7 @@ class OpenAPILimits:
     vocab_size: int
     chat_overhead: int  # tokens the chat template adds for one empty message, generation prompt included
     api_key: bool  # requests need `Authorization: Bearer <key>`
+    prompt_logprobs: bool = True  # echo with logprobs is served (eager stages)
 
     def __post_init__(self) -> None:
         if self.max_model_len < 8:
@@ -61,12 +73,31 @@ def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-FITS = "a size whose tokens always fit; larger ones are accepted while prompt + max_tokens fit the context"
+FITS = "a bound that always holds"  # what every description of such a bound starts with
 
 
-def _fits(schema: dict) -> dict:
-    """`schema`'s maxLength, maxItems or maximum only promises a fit (FITS); the real limit is in tokens."""
-    return {**schema, "description": FITS}
+def _fits(schema: dict, larger: str = "larger ones are accepted while prompt + max_tokens fit the context") -> dict:
+    """`schema`'s maxLength, maxItems or maximum only promises a fit (FITS); the real limit (in
+    tokens, or against another field) is `larger`."""
+    return {**schema, "description": f"{FITS}; {larger}"}
+
+
+def _int_below(n: int) -> str:
+    """A regex of the decimal integers 0 .. n-1 (no leading zeros): token ids as JSON object keys."""
+    m = str(n - 1)
+    if len(m) == 1:
+        return f"^[0-{m}]$"
+    alts = ["0", f"[1-9][0-9]{{0,{len(m) - 2}}}"]  # fewer digits
+    for i, c in enumerate(m):  # as many digits: the first i as n-1's, the next smaller
+        lo, hi = (1 if i == 0 else 0), int(c) - 1
+        if hi >= lo:
+            alts.append(f"{m[:i]}[{lo}-{hi}][0-9]{{{len(m) - i - 1}}}")
+    alts.append(m)
+    return "^(" + "|".join(alts) + ")$"
+
+
+def _token_id(lim: OpenAPILimits) -> dict:
+    return {"type": "integer", "minimum": 0, "maximum": lim.vocab_size - 1}
 
 
 def _sampling(lim: OpenAPILimits) -> dict:
@@ -82,23 +113,35 @@ def _sampling(lim: OpenAPILimits) -> dict:
         "stop": _nullable({"anyOf": [stop_one, {"type": "array", "items": stop_one, "maxItems": MAX_STOP}]}),
         "stream": _nullable({"type": "boolean"}),
         "stream_options": {**_nullable(_ref("StreamOptions")), "description": "only with stream: true"},
-        "n": _nullable({"type": "integer", "enum": [1]}),
-        "best_of": _nullable({"type": "integer", "enum": [1]}),
-        "presence_penalty": _nullable({"type": "number", "enum": [0]}),
-        "frequency_penalty": _nullable({"type": "number", "enum": [0]}),
-        "logprobs": _nullable({"type": "boolean", "enum": [False]}),
+        "n": _nullable({"type": "integer", "minimum": 1, "maximum": MAX_N}),
+        "presence_penalty": _nullable({"type": "number", "minimum": -2, "maximum": 2}),
+        "frequency_penalty": _nullable({"type": "number", "minimum": -2, "maximum": 2}),
+        "repetition_penalty": {**_nullable({"type": "number", "minimum": MIN_REPETITION, "maximum": MAX_REPETITION}), "description": "vLLM's; 1: off"},
+        "logit_bias": _nullable(
+            {
+                "type": "object",
+                "maxProperties": MAX_BIAS,
+                "propertyNames": {"pattern": _int_below(lim.vocab_size)},
+                "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+            }
+        ),
+        "min_tokens": _nullable(_fits({"type": "integer", "minimum": 0, "maximum": 0}, "larger ones are accepted up to max_tokens")),
+        "stop_token_ids": _nullable({"type": "array", "maxItems": MAX_STOP_TOKEN_IDS, "items": _token_id(lim)}),
+        "user": _nullable({"type": "string"}),
         "ignore_eos": _nullable({"type": "boolean"}),
         "return_token_ids": _nullable({"type": "boolean"}),
     }
 
 
-def _stream_rule(schema: dict) -> dict:
-    """stream_options only when stream is true (JSON Schema's if/then)."""
-    return {
-        **schema,
-        "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
-        "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
-    }
+def _if_set(key: str, then: dict) -> dict:
+    """JSON Schema's if/then: when `key` is present and not null, `then` holds."""
+    return {"if": {"properties": {key: {"not": {"type": "null"}}}, "required": [key]}, "then": then}
+
+
+def _rules(schema: dict, *rules: dict) -> dict:
+    """`schema` closed to other fields, with stream_options only when stream is true, and `rules`."""
+    stream = _if_set("stream_options", {"properties": {"stream": {"const": True}}, "required": ["stream"]})
+    return {**schema, "additionalProperties": False, "allOf": [stream, *rules]}
 
 
 def _requests(lim: OpenAPILimits) -> dict[str, dict]:
@@ -108,11 +151,13 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
     ids = _fits({"type": "array", "minItems": 1, "maxItems": lim.prompt_tokens, "items": {"type": "integer", "minimum": 0, "maximum": lim.vocab_size - 1}})
     part = {
         "type": "object",
+        "additionalProperties": False,
         "required": ["type", "text"],
         "properties": {"type": {"type": "string", "enum": ["text"]}, "text": _fits({"type": "string", "maxLength": per_message // 2})},
     }
     message = {
         "type": "object",
+        "additionalProperties": False,
         "required": ["role"],
         "properties": {
             "role": {"type": "string", "enum": list(ROLES)},
@@ -125,28 +170,74 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
         "properties": {
             **_sampling(lim),
             "prompt": {
-                "anyOf": [text, ids, {"type": "array", "minItems": 1, "maxItems": 1, "items": {"anyOf": [text, ids]}}],
-                "description": "one prompt: text or token ids, or a batch of one of them (larger batches are not supported)",
+                "anyOf": [text, ids, {"type": "array", "minItems": 1, "maxItems": MAX_PROMPTS, "items": {"anyOf": [text, ids]}}],
+                "description": "a prompt (text or token ids) or a list of them: each its own sequence, answered in order",
             },
-            "echo": _nullable({"type": "boolean", "enum": [False]}),
-            "suffix": {"type": "null"},
+            "max_tokens": _nullable(_fits({"type": "integer", "minimum": 0, "maximum": lim.max_tokens})),
+            "echo": _nullable({"type": "boolean"}),
+            "logprobs": {**_nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}), "description": "top log-probabilities per token"},
         },
     }
-    chat = {
+    echo_rules = [  # max_tokens 0 only with echo; prompt log-probabilities only where the stages return every row
+        {"if": {"properties": {"echo": {"const": True}}, "required": ["echo"]}, "else": {"properties": {"max_tokens": {"minimum": 1}}}},
+    ]
+    if not lim.prompt_logprobs:
+        echo_rules.append(_if_set("logprobs", {"properties": {"echo": {"not": {"const": True}}}}))
+    chat: dict[str, Any] = {
         "type": "object",
         "required": ["model", "messages"],
         "properties": {
             **_sampling(lim),
             "max_completion_tokens": _sampling(lim)["max_tokens"],
             "messages": _fits({"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": _ref("ChatMessage")}),
-            "tools": _nullable({"type": "array", "maxItems": 0}),
+            "logprobs": _nullable({"type": "boolean"}),
+            "top_logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}),
+            "parallel_tool_calls": _nullable({"type": "boolean"}),
+            "metadata": _nullable({"type": "object"}),
+            "store": _nullable({"type": "boolean", "const": False}),
+            "modalities": _nullable({"type": "array", "minItems": 1, "maxItems": 1, "items": {"const": "text"}}),
         },
     }
+    top_needs_logprobs = _if_set("top_logprobs", {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]})
+    tokenize = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["prompt"],
+        "properties": {
+            "model": _nullable({"type": "string"}),
+            "prompt": {"type": "string"},
+            "add_special_tokens": _nullable({"type": "boolean"}),
+            "return_token_strs": _nullable({"type": "boolean"}),
+        },
+    }
+    tokenize_chat = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["messages"],
+        "properties": {
+            "model": _nullable({"type": "string"}),
+            "messages": chat["properties"]["messages"],
+            "add_generation_prompt": _nullable({"type": "boolean"}),
+            "return_token_strs": _nullable({"type": "boolean"}),
+        },
+    }
+    detokenize = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["tokens"],
+        "properties": {"model": _nullable({"type": "string"}), "tokens": {"type": "array", "items": _token_id(lim)}},
+    }
     return {
-        "CompletionRequest": _stream_rule(completion),
-        "ChatCompletionRequest": _stream_rule(chat),
+        "CompletionRequest": _rules(completion, *echo_rules),
+        "ChatCompletionRequest": _rules(chat, top_needs_logprobs),
+        "TokenizeRequest": {"oneOf": [tokenize, tokenize_chat]},
+        "DetokenizeRequest": detokenize,
         "ChatMessage": message,
-        "StreamOptions": {"type": "object", "properties": {"include_usage": _nullable({"type": "boolean"})}},
+        "StreamOptions": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"include_usage": _nullable({"type": "boolean"}), "continuous_usage_stats": _nullable({"type": "boolean", "const": False})},
+        },
     }
 
 
@@ -170,7 +261,6 @@ def _responses() -> dict[str, dict]:
                 "choices": {
                     "type": "array",
                     "minItems": 1,
-                    "maxItems": 1,
                     "items": {
                         "type": "object",
                         "required": ["index", "finish_reason", *choice],
@@ -181,6 +271,40 @@ def _responses() -> dict[str, dict]:
             },
         }
 
+    number = {"type": "number"}
+    completion_logprobs = _nullable(
+        {
+            "type": "object",
+            "required": ["tokens", "token_logprobs", "top_logprobs", "text_offset"],
+            "properties": {
+                "tokens": {"type": "array", "items": {"type": "string"}},
+                "token_logprobs": {"type": "array", "items": _nullable(number)},
+                "top_logprobs": {"type": "array", "items": _nullable({"type": "object", "additionalProperties": number})},
+                "text_offset": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            },
+        }
+    )
+    token: dict[str, Any] = {
+        "type": "object",
+        "required": ["token", "logprob", "bytes"],
+        "properties": {"token": {"type": "string"}, "logprob": number, "bytes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}},
+    }
+    chat_logprobs = _nullable(
+        {
+            "type": "object",
+            "required": ["content"],
+            "properties": {
+                "content": {
+                    "type": "array",
+                    "items": {
+                        **token,
+                        "required": [*token["required"], "top_logprobs"],
+                        "properties": {**token["properties"], "top_logprobs": {"type": "array", "items": token}},
+                    },
+                }
+            },
+        }
+    )
     message = {
         "type": "object",
         "required": ["role", "content"],
@@ -219,8 +343,20 @@ def _responses() -> dict[str, dict]:
         },
     }
     return {
-        "Completion": answer("text_completion", {"text": {"type": "string"}}),
-        "ChatCompletion": answer("chat.completion", {"message": message}),
+        "Completion": answer("text_completion", {"text": {"type": "string"}, "logprobs": completion_logprobs}),
+        "ChatCompletion": answer("chat.completion", {"message": message, "logprobs": chat_logprobs}),
+        "Tokens": {
+            "type": "object",
+            "required": ["count", "max_model_len", "tokens", "token_strs"],
+            "properties": {
+                "count": {"type": "integer", "minimum": 0},
+                "max_model_len": {"type": "integer"},
+                "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                "token_strs": _nullable({"type": "array", "items": {"type": "string"}}),
+            },
+        },
+        "Text": {"type": "object", "required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+        "Version": {"type": "object", "required": ["version"], "properties": {"version": {"type": "string"}}},
         "Error": error,
         "Health": health,
         "HealthDown": {"allOf": [health, error]},
@@ -268,6 +404,17 @@ def _generate(request: str, answer: str, summary: str, auth: bool) -> dict:
     }
 
 
+def _post(request: str, answer: str, summary: str, auth: bool) -> dict:
+    errors = {code: _json("Error", _ERRORS[code]) for code in ("400", "413", *(("401",) if auth else ()))}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
+            "responses": {"200": _json(answer, summary), **errors},
+        }
+    }
+
+
 def openapi_document(lim: OpenAPILimits, version: str) -> dict:
     """The OpenAPI 3.1 document of this server.
 
@@ -279,6 +426,9 @@ def openapi_document(lim: OpenAPILimits, version: str) -> dict:
     paths = {
         "/v1/completions": _generate("CompletionRequest", "Completion", "text completion", lim.api_key),
         "/v1/chat/completions": _generate("ChatCompletionRequest", "ChatCompletion", "chat completion", lim.api_key),
+        "/tokenize": _post("TokenizeRequest", "Tokens", "vLLM's /tokenize: a prompt's or chat's token ids", lim.api_key),
+        "/detokenize": _post("DetokenizeRequest", "Text", "vLLM's /detokenize: token ids' text", lim.api_key),
+        "/version": {"get": {"summary": "hetc's version", "security": [], "responses": {"200": _json("Version", "the version")}}},
         "/v1/models": {
             "get": {
                 "summary": "the served model",

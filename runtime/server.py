@@ -1,35 +1,33 @@
 """The OpenAI-compatible HTTP API (FastAPI), in the frontend process.
 
-Routes: /v1/completions, /v1/chat/completions (SSE streaming with
-stream_options.include_usage), /v1/models, /health, /metrics, and /openapi.json (openapi.py:
-the requests and responses as JSON Schema). Every error is OpenAI's error JSON with its
+Routes: /v1/completions, /v1/chat/completions (generation.py: SSE streaming with
+stream_options.include_usage), /v1/models, /tokenize, /detokenize and /version (vLLM's shapes),
+/health, /metrics, and /openapi.json (openapi.py: the requests and responses as JSON Schema). Every error is OpenAI's error JSON with its
 status; a bad request never stops the server.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import math
-import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hetc import __version__
-from hetc.runtime.engine import Engine, EngineDead, Event, QueueFull
+from hetc.runtime.engine import Engine
+from hetc.runtime.generation import Prompt, respond
 from hetc.runtime.openapi import OpenAPILimits, openapi_document
-from hetc.runtime.protocol import ROLES, APIError, GenOptions, bad, parse_chat, parse_completion
-from hetc.sequence import SamplingParams
-from hetc.runtime.tokenizer import Detokenizer, apply_chat
+from hetc.runtime.protocol import ROLES, APIError, GenOptions, bad, detokenize_body, parse_chat, parse_completion, tokenize_body
+from hetc.runtime.tokenizer import apply_chat, token_text
 
 __all__ = ["ServerState", "create_app"]
 
@@ -37,11 +35,11 @@ __all__ = ["ServerState", "create_app"]
 @dataclass
 class ServerState:
     engine: Engine
-    tokenizer: object
+    tokenizer: Any  # runtime.tokenizer's HFTokenizer or ByteTokenizer
     model_name: str
     max_model_len: int  # prompt + completion tokens one request may reach
     eos_token_ids: frozenset[int]
-    metrics: object
+    metrics: Any  # runtime.metrics.Metrics
     api_key: str | None = None
     model_info: dict = field(default_factory=dict)  # extra fields of /v1/models
     health_info: Callable[[], dict] = dict  # workers and their state
@@ -50,86 +48,6 @@ class ServerState:
 
 def _err(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
-
-
-def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
-class _Generation:
-    """One request in the engine: tokens in, text deltas out, stop strings applied."""
-
-    def __init__(self, st: ServerState, prompt_ids: list[int], opts: GenOptions):
-        self.st, self.opts, self.prompt_ids = st, opts, prompt_ids
-        self.detok = Detokenizer(st.tokenizer)
-        self.token_ids: list[int] = []
-        self.held = ""  # text not yet sent: might be the start of a stop string
-        self.finish_reason: str | None = None
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        params = SamplingParams(
-            temperature=opts.temperature,
-            top_p=opts.top_p,
-            top_k=opts.top_k,
-            seed=opts.seed if opts.seed is not None else random.getrandbits(31),
-            max_tokens=opts.max_tokens,
-            ignore_eos=opts.ignore_eos,
-        )
-        try:
-            self.req = st.engine.submit(prompt_ids, params, st.eos_token_ids, lambda ev: loop.call_soon_threadsafe(self.queue.put_nowait, ev))
-        except QueueFull as e:
-            raise APIError(
-                429,
-                f"the server is at capacity: {e}. Retry later.",
-                type="rate_limit_error",
-                code="queue_full",
-                headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
-            ) from None
-        except EngineDead as e:
-            raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
-
-    async def deltas(self) -> AsyncIterator[str]:
-        """Text deltas until the request finishes (finish_reason set at the end)."""
-        keep = max((len(s) for s in self.opts.stop), default=1) - 1
-        try:
-            while self.finish_reason is None:
-                ev = await self.queue.get()
-                if ev.error:
-                    self.finish_reason = "error"
-                    raise APIError(
-                        ev.status, f"the request failed: {ev.error}", type="server_error", code="worker_failed" if ev.status == 503 else "sampling_failed"
-                    )
-                text = ""
-                if ev.token is not None:
-                    self.token_ids.append(ev.token)
-                    if not (ev.reason == "stop" and ev.token in self.st.eos_token_ids):
-                        text = self.detok.add(ev.token)
-                if ev.finished:
-                    text += self.detok.flush()
-                self.held += text
-                if self.opts.stop:
-                    hit = min(((self.held.find(s), s) for s in self.opts.stop if s in self.held), default=None)
-                    if hit is not None:
-                        out, self.held = self.held[: hit[0]], ""
-                        self.finish_reason = "stop"
-                        self.st.engine.abort(self.req)
-                        if out:
-                            yield out
-                        return
-                if ev.finished:
-                    self.finish_reason = "stop" if ev.reason in ("stop", "abort") else "length"
-                    out, self.held = self.held, ""
-                else:  # hold back what could still become a stop string
-                    cut = len(self.held) - keep if keep else len(self.held)
-                    out, self.held = self.held[: max(0, cut)], self.held[max(0, cut) :]
-                if out or ev.token is not None:  # one yield per token, even when its text is not complete yet
-                    yield out
-        finally:
-            if self.finish_reason is None:  # the client went away: free the sequence
-                self.st.engine.abort(self.req)
-
-    def usage(self) -> dict:
-        return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.token_ids), "total_tokens": len(self.prompt_ids) + len(self.token_ids)}
 
 
 def create_app(st: ServerState) -> FastAPI:
@@ -188,16 +106,15 @@ def create_app(st: ServerState) -> FastAPI:
                 code="model_not_found",
             )
 
-    def _fit(opts: GenOptions, prompt_ids: list[int], param: str) -> None:
+    def _fit(opts: GenOptions, prompt_ids: list[int], param: str) -> int:
+        """The prompt's completion budget (max_tokens, or what the context leaves); refuses what does not fit."""
         if not prompt_ids:
             raise bad("the prompt is empty.", param)
         n = len(prompt_ids)
         if n >= st.max_model_len:
             raise bad(f"this model's maximum context length is {st.max_model_len} tokens; the prompt has {n}.", param)
         room = st.max_model_len - n
-        if opts.max_tokens is None:
-            opts.max_tokens = room
-        elif opts.max_tokens > room:
+        if opts.max_tokens is not None and opts.max_tokens > room:
             raise bad(
                 f"this model's maximum context length is {st.max_model_len} tokens; you requested "
                 f"{n + opts.max_tokens} ({n} in the prompt, {opts.max_tokens} in the completion).",
@@ -206,6 +123,25 @@ def create_app(st: ServerState) -> FastAPI:
         vocab = st.model_info.get("vocab_size")
         if vocab and any(t >= vocab for t in prompt_ids):
             raise bad(f"the prompt has token ids outside the vocabulary (size {vocab}).", param)
+        return room if opts.max_tokens is None else opts.max_tokens
+
+    def _check_tokens(opts: GenOptions) -> None:
+        """Token ids the request names (logit_bias, stop_token_ids) are in the vocabulary; prompt
+        log-probabilities only where every stage can return every row's logits."""
+        vocab = st.model_info.get("vocab_size")
+        for key, ids in (("logit_bias", opts.logit_bias), ("stop_token_ids", opts.stop_token_ids)):
+            if vocab and any(t >= vocab for t in ids):
+                raise bad(f"'{key}' names token ids outside the vocabulary (size {vocab}).", key)
+        if opts.echo and opts.logprobs is not None and prompt_logprobs_refusal:
+            raise bad(f"'echo' with 'logprobs' (prompt log-probabilities) is not available on this server: {prompt_logprobs_refusal}", "echo")
+
+    # compiled stages keep only each sequence's last row past the cut (their artifacts are built so)
+    compiled = sorted({e["executor"] for e in st.model_info.get("executors", []) if e.get("executor") != "torch"})
+    prompt_logprobs_refusal = (
+        f"stages run compiled ({', '.join(compiled)}), which return the logits of each sequence's last position only; serve with --executor torch for them."
+        if compiled
+        else None
+    )
 
     schema = openapi_document(
         OpenAPILimits(
@@ -214,6 +150,7 @@ def create_app(st: ServerState) -> FastAPI:
             vocab_size=st.model_info.get("vocab_size", 1 << 30),
             chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
             api_key=st.api_key is not None,
+            prompt_logprobs=prompt_logprobs_refusal is None,
         ),
         __version__,
     )
@@ -249,89 +186,63 @@ def create_app(st: ServerState) -> FastAPI:
     async def metrics():
         return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/version")
+    async def version():
+        return {"version": __version__}
+
     @app.get("/v1/models")
     async def models(request: Request):
         _auth(request)
-        return {
-            "object": "list",
-            "data": [
-                {"id": st.model_name, "object": "model", "created": int(time.time()), "owned_by": "hetc", "max_model_len": st.max_model_len, **st.model_info}
-            ],
+        created = int(time.time())
+        # vLLM's ModelCard (id, object, created, owned_by, root, parent, max_model_len, permission), then hetc's own fields
+        permission = {
+            "id": f"modelperm-{uuid.uuid4().hex}",
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
         }
+        card = {"id": st.model_name, "object": "model", "created": created, "owned_by": "hetc", "root": None, "parent": None, "max_model_len": st.max_model_len}
+        return {"object": "list", "data": [{**card, **st.model_info, "permission": [permission]}]}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await _body(request)
+        ids = tokenize_body(body, st.tokenizer)
+        out = {"count": len(ids), "max_model_len": st.max_model_len, "tokens": ids, "token_strs": None}
+        if body.get("return_token_strs"):
+            out["token_strs"] = [token_text(st.tokenizer, t) for t in ids]
+        return out
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        ids = detokenize_body(await _body(request), st.model_info.get("vocab_size"))
+        return {"prompt": st.tokenizer.decode(ids)}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        opts, prompt = parse_completion(await _body(request))
+        opts, prompts = parse_completion(await _body(request))
         _check_model(opts)
-        ids = st.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
-        _fit(opts, ids, "prompt")
-        return await _respond(opts, ids, chat=False)
+        _check_tokens(opts)
+        batch = []
+        for p in prompts:
+            ids = st.tokenizer.encode(p) if isinstance(p, str) else p
+            batch.append(Prompt(ids, p if isinstance(p, str) else st.tokenizer.decode(p), _fit(opts, ids, "prompt")))
+        return await respond(st, opts, batch, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         opts, messages = parse_chat(await _body(request))
         _check_model(opts)
+        _check_tokens(opts)
         ids = apply_chat(st.tokenizer, messages)
-        _fit(opts, ids, "messages")
-        return await _respond(opts, ids, chat=True)
-
-    async def _respond(opts: GenOptions, ids: list[int], chat: bool):
-        gen = _Generation(st, ids, opts)
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-        if not opts.stream:
-            text = "".join([d async for d in gen.deltas()])
-            choice = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": None}
-            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
-            if opts.return_token_ids:
-                choice["token_ids"] = gen.token_ids
-            out = {"id": rid, "object": obj, "created": created, "model": st.model_name, "choices": [choice], "usage": gen.usage()}
-            if opts.return_token_ids:
-                out["prompt_token_ids"] = ids
-            return out
-
-        def chunk(delta: str | None, finish: str | None, first: bool = False, tokens: list[int] | None = None):
-            c = {"index": 0, "logprobs": None, "finish_reason": finish}
-            if chat:
-                d = {"role": "assistant", "content": ""} if first else ({"content": delta} if delta else {})
-                c["delta"] = d
-            else:
-                c["text"] = delta or ""
-            if tokens is not None:
-                c["token_ids"] = tokens
-            o = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created, "model": st.model_name, "choices": [c]}
-            if opts.include_usage:
-                o["usage"] = None
-            return _sse(o)
-
-        async def events():
-            sent = 0
-            try:
-                if chat:
-                    yield chunk(None, None, first=True)
-                async for d in gen.deltas():
-                    if not d and not opts.return_token_ids:
-                        continue
-                    new = gen.token_ids[sent:] if opts.return_token_ids else None
-                    sent = len(gen.token_ids)
-                    yield chunk(d, None, tokens=new)
-                yield chunk(None, gen.finish_reason, tokens=gen.token_ids[sent:] if opts.return_token_ids else None)
-                if opts.include_usage:
-                    yield _sse(
-                        {
-                            "id": rid,
-                            "object": "chat.completion.chunk" if chat else "text_completion",
-                            "created": created,
-                            "model": st.model_name,
-                            "choices": [],
-                            "usage": gen.usage(),
-                        }
-                    )
-            except APIError as e:
-                yield _sse(e.body())
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await respond(st, opts, [Prompt(ids, "", _fit(opts, ids, "messages"))], chat=True)
 
     return app

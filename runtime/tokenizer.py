@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ByteTokenizer", "Detokenizer", "load_tokenizer"]
+__all__ = ["ByteTokenizer", "Detokenizer", "apply_chat", "load_tokenizer", "token_bytes", "token_text"]
 
 _FALLBACK_TEMPLATE = "{role}: {content}\n"
 
@@ -19,7 +19,7 @@ class ByteTokenizer:
     def __init__(self, eos_token_id: int | None = None):
         self.eos_token_id = eos_token_id
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
@@ -34,8 +34,8 @@ class HFTokenizer:
         self.eos_token_id = tok.eos_token_id
         self.chat_template = getattr(tok, "chat_template", None)
 
-    def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=True)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
@@ -58,15 +58,54 @@ def load_tokenizer(model_dir: str | None, vocab_size: int, eos_token_id: int | N
     return ByteTokenizer(eos_token_id if eos_token_id is not None and eos_token_id >= 256 else None)
 
 
-def apply_chat(tokenizer, messages: list[dict]) -> list[int]:
-    """Prompt ids for a chat: the tokenizer's template, or `role: content` lines ending in `assistant:`."""
+def apply_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    """Prompt ids for a chat: the tokenizer's template, or `role: content` lines ending in `assistant:`
+    (the generation prompt)."""
     if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        out = tokenizer.tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
         if isinstance(out, dict) or hasattr(out, "keys"):  # some versions return a BatchEncoding
             out = out["input_ids"]
         return list(out)
-    text = "".join(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"]) for m in messages) + "assistant:"
+    text = "".join(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"]) for m in messages) + ("assistant:" if add_generation_prompt else "")
     return tokenizer.encode(text)
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet inverted: the character a byte-level BPE piece uses → its byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, n = {b: b for b in printable}, 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = 256 + n
+            n += 1
+    return {chr(c): b for b, c in chars.items()}
+
+
+_BYTE_LEVEL = _byte_level_decoder()
+
+
+def token_bytes(tokenizer, token: int) -> bytes:
+    """One token's own bytes (a piece of a multi-byte character included), as chat log-probabilities'
+    `bytes` give them: byte-level BPE pieces and SentencePiece's <0xNN> byte tokens byte for byte,
+    other tokens as their text's UTF-8."""
+    if not isinstance(tokenizer, HFTokenizer):
+        return bytes([token]) if 0 <= token < 256 else b""
+    piece = tokenizer.tok.convert_ids_to_tokens(token)
+    if piece is None:
+        return b""
+    if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
+        return bytes([int(piece[3:5], 16)])
+    decoder = getattr(getattr(tokenizer.tok, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ == "ByteLevel" and all(c in _BYTE_LEVEL for c in piece):
+        return bytes(_BYTE_LEVEL[c] for c in piece)
+    return token_text(tokenizer, token).encode("utf-8")
+
+
+def token_text(tokenizer, token: int) -> str:
+    """One token's own text (special tokens included), as log-probabilities and /tokenize show it."""
+    if isinstance(tokenizer, HFTokenizer):
+        return tokenizer.tok.decode([token], skip_special_tokens=False)
+    return tokenizer.decode([token])
 
 
 class Detokenizer:

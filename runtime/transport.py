@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 import queue
 import threading
 from collections.abc import Sequence
@@ -82,21 +83,26 @@ class StepMeta:
     block_tables: list[list[int]]
     token_ids: list[int]  # the new tokens, packed (the first stage embeds them); -1: not sampled yet (lookahead)
     sampling: list[tuple[float, float, int, int]]  # per sequence: temperature, top_p, top_k, seed
+    # what only some steps need, as JSON (empty: nothing): log-probabilities and the last stage's
+    # per-sequence sampling state (runtime/sampling_state.py writes and reads it)
+    extras: dict = field(default_factory=dict)
 
     def encode(self) -> tuple[torch.Tensor, torch.Tensor]:
         b = len(self.starts)
         width = max((len(t) for t in self.block_tables), default=0)
         tables = [t + [0] * (width - len(t)) for t in self.block_tables]
+        words = _json_words(self.extras) if self.extras else []
         # the tokens last: the first stage fills in looked-ahead ones in place (meta[-T:])
-        flat = [b, width, *self.seq_ids, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []), *self.token_ids]
+        flat = [b, width, len(words), *words, *self.seq_ids, *self.starts, *self.n_new, *map(int, self.sample), *sum(tables, []), *self.token_ids]
         samp = [v for s in self.sampling for v in (s[0], s[1], float(s[2]), float(s[3]))]
         return torch.tensor(flat, dtype=torch.long), torch.tensor(samp, dtype=torch.float64)
 
     @staticmethod
     def decode(meta: torch.Tensor, samp: torch.Tensor) -> "StepMeta":
         v = meta.tolist()
-        b, width = v[0], v[1]
-        o = 2
+        b, width, n_words = v[0], v[1], v[2]
+        extras = _words_json(v[3 : 3 + n_words]) if n_words else {}
+        o = 3 + n_words
         seq_ids, starts, n_new = v[o : o + b], v[o + b : o + 2 * b], v[o + 2 * b : o + 3 * b]
         sample = [bool(x) for x in v[o + 3 * b : o + 4 * b]]
         o += 4 * b
@@ -104,7 +110,18 @@ class StepMeta:
         o += b * width
         s = samp.tolist()
         sampling = [(s[4 * i], s[4 * i + 1], int(s[4 * i + 2]), int(s[4 * i + 3])) for i in range(b)]
-        return StepMeta(seq_ids, starts, n_new, sample, tables, v[o:], sampling)
+        return StepMeta(seq_ids, starts, n_new, sample, tables, v[o:], sampling, extras)
+
+
+def _json_words(obj: dict) -> list[int]:
+    """`obj` as JSON in int64 words (zero-padded UTF-8)."""
+    raw = json.dumps(obj, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # trailing spaces: still the same JSON
+    return torch.frombuffer(bytearray(raw), dtype=torch.long).tolist()
+
+
+def _words_json(words: list[int]) -> dict:
+    return json.loads(torch.tensor(words, dtype=torch.long).view(torch.uint8).numpy().tobytes())
 
 
 def _sizes(header: torch.Tensor) -> tuple[list[int], torch.dtype]:

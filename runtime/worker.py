@@ -210,7 +210,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.sampler import GREEDY_TEMPERATURE, sample
+    from hetc.runtime.sampling_state import SamplingStates, sample_step
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
     spec = w.stage
@@ -224,6 +224,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
     direct = lane.lookahead and spec.n_stages > 1 and leader
     feed_out = lane.stages[0].rank if direct and last else None  # where TOKENS go
     feed_in = receive_tokens(tp, lane.stages[-1].rank, sampled) if direct and first else None
+    states: Any = SamplingStates() if last and leader else None  # per-sequence sampling state: penalties, bias, min_tokens
     while True:
         msg: Any = inbox.get() if leader else None
         meta: Any = None  # the step's StepMeta, decoded once the message is a STEP
@@ -237,7 +238,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         if not leader:  # a tp member: compute its share, the leader answers
             if msg.kind is Kind.STEP:
                 meta = StepMeta.decode(msg.meta, msg.samp)
-                attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+                attn = _step_meta(model, meta)
                 x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
                 model(backend.to_device(x, dev_index), attn)
             elif msg.kind is Kind.SCRUB:
@@ -246,16 +247,12 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 return
             continue
         if msg.kind is Kind.STEP:
-            attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+            attn = _step_meta(model, meta)
             x = torch.tensor(meta.token_ids, dtype=torch.long) if first else msg.payload
             y = model(backend.to_device(x, dev_index), attn)
             if last:
-                rows = [i for i, s in enumerate(meta.sample) if s]
-                positions = [meta.starts[i] + meta.n_new[i] for i in rows]
-                params = [meta.sampling[i] for i in rows]
-                # greedy rows need only each row's maximum: taken where the logits are, not copied [S, V] to the host
-                logits = y if all(p[0] <= GREEDY_TEMPERATURE for p in params) else backend.to_host(y)
-                picked = sample(logits, params, positions)
+                states.begin(meta)
+                rows, positions, picked, lp_meta, lp_samp = sample_step(y, meta, states, backend.to_host)
                 ids = [meta.seq_ids[i] for i in rows]
                 if first:
                     sampled.put(ids, positions, picked)
@@ -263,7 +260,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                     tp.send(tokens_message(msg.step_id, ids, positions, picked), feed_out)
                 tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
                 tokens[rows] = torch.tensor(picked, dtype=torch.long)
-                reply = Message(Kind.RESULT, msg.step_id, payload=tokens, times=msg.times)
+                reply = Message(Kind.RESULT, msg.step_id, meta=lp_meta, samp=lp_samp, payload=tokens, times=msg.times)
             else:
                 reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y), times=msg.times)
             backend.synchronize(dev_index)
@@ -297,6 +294,17 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             raise RuntimeError(f"unexpected message {msg.kind.name} from rank {spec.prev_rank}")
         if feed_out is not None and msg.kind is not Kind.STEP:  # keeps the first stage's receive within its timeout
             tp.send(Message(Kind.HEARTBEAT, msg.step_id), feed_out)
+
+
+def _step_meta(model, meta) -> Any:
+    """The stage's attention metadata of a step; every row of the items computing prompt
+    log-probabilities goes past the cut (eager stages only: the server refuses them otherwise)."""
+    from hetc.runtime.sampling_state import keep_all_rows
+
+    keep = keep_all_rows(meta)
+    if keep is None:
+        return model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample)
+    return model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample, keep_all=keep)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import pytest
 import torch
 from openai import OpenAI
 
+from tests.fixtures.sampling import hf_greedy
 from tests.fixtures.serving import KEY, NAME, PATIENT, REPO, free_port, metric, plan_pools, wait_healthy
 
 pytestmark = pytest.mark.slow
@@ -81,6 +82,16 @@ def test_planned_disaggregated_plan_serves_hf_greedy_tokens(built, tmp_path):
         tokens = metric(url, "hetc_kv_transfer_tokens_total")[0][1]
         per_token = doc["kv_transfer"][0]["bytes_per_token"]
         assert tokens == sum(len(p) for p in prompts)  # every prompt's KV moved once (no preemption here)
+        # the last stage's sampling state across pools: the prefill pool samples the first token, the
+        # decode pool's state starts from the history it is handed; log-probabilities from both
+        fields = {"frequency_penalty": 1.1, "repetition_penalty": 1.4, "logit_bias": {"20": 2.5}}
+        ids = prompts[3]
+        r = c.completions.create(model=NAME, prompt=ids, max_tokens=12, temperature=0, logprobs=2, extra_body={**fields, "return_token_ids": True})
+        toks = r.choices[0].model_extra["token_ids"]
+        assert toks == hf_greedy(hf, ids, fields, 12, hf.config.eos_token_id)
+        with torch.no_grad():
+            ls = torch.log_softmax(hf(torch.tensor([ids + toks])).logits[0], -1)
+        assert r.choices[0].logprobs.token_logprobs == pytest.approx([ls[len(ids) + i - 1, t].item() for i, t in enumerate(toks)], abs=1e-4)
         assert sent == per_token * tokens  # the plan's prediction, byte for byte
         workers = httpx.get(f"{url}/health").json()["workers"]
         lanes = sorted(doc["pipelines"], key=lambda p: p["id"])

@@ -129,13 +129,28 @@ def test_engine_states_map_to_429_and_503(app_client):
 @pytest.mark.parametrize(
     "body,param",
     [
-        ({"model": "m", "prompt": "x", "n": 2}, "n"),
+        ({"model": "m", "prompt": "x", "n": 0}, "n"),
+        ({"model": "m", "prompt": "x", "n": 2, "best_of": 3}, "best_of"),
         ({"model": "m", "prompt": "x", "top_p": 0}, "top_p"),
         ({"model": "m", "prompt": "x", "stop": [""]}, "stop"),
-        ({"model": "m", "prompt": "x", "logprobs": 2}, "logprobs"),
+        ({"model": "m", "prompt": "x", "logprobs": 21}, "logprobs"),
+        ({"model": "m", "prompt": "x", "logprobs": True}, "logprobs"),
         ({"model": "m", "prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
-        ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "m", "prompt": ["a", 3]}, "prompt"),
         ({"model": "m", "prompt": [1, -2]}, "prompt"),
+        ({"model": "m", "prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
+        ({"model": "m", "prompt": "x", "logit_bias": {"a": 1}}, "logit_bias"),
+        ({"model": "m", "prompt": "x", "presence_penalty": 2.5}, "presence_penalty"),
+        ({"model": "m", "prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"model": "m", "prompt": "x", "max_tokens": 4, "min_tokens": 5}, "min_tokens"),
+        ({"model": "m", "prompt": "x", "stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"model": "m", "prompt": "x", "user": 5}, "user"),
+        # unknown fields first, by name, before the rest is checked (top_p 0 is also wrong)
+        ({"model": "m", "prompt": "x", "top_p": 0, "temprature": 0.5}, "temprature"),
+        ({"model": "m", "prompt": "x", "suffix": "tail"}, "suffix"),
+        ({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+        ({"model": "m", "prompt": [["a"]] * 2}, "prompt"),
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"model": 3, "prompt": "x"}, "model"),
     ],
@@ -163,3 +178,39 @@ def test_byte_tokenizer_and_incremental_decoding():
     pieces = [d.add(i) for i in ids]
     assert pieces == ["a", "", "ñ", "b", "", "", "€"]  # partial UTF-8 held back until complete
     assert apply_chat(tok, [{"role": "user", "content": "hi"}]) == tok.encode("user: hi\nassistant:")
+
+
+def test_prompt_log_probabilities_are_refused_by_name_on_compiled_stages():
+    st = ServerState(
+        engine=ScriptedEngine("hi"),
+        tokenizer=ByteTokenizer(),
+        model_name="m",
+        max_model_len=64,
+        eos_token_ids=frozenset({3}),
+        metrics=Metrics("m"),
+        model_info={"vocab_size": 256, "executors": [{"stage": "0.0", "executor": "torch"}, {"stage": "0.1", "executor": "openvino"}]},
+    )
+    c = TestClient(create_app(st))
+    r = c.post("/v1/completions", json={"model": "m", "prompt": "hi", "echo": True, "logprobs": 1, "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo" and "openvino" in r.json()["error"]["message"]
+    # generated tokens' log-probabilities and echo alone need no prompt logits: served
+    assert c.post("/v1/completions", json={"model": "m", "prompt": "hi", "logprobs": 1, "max_tokens": 2}).status_code == 200
+    r = c.post("/v1/completions", json={"model": "m", "prompt": "hi", "echo": True, "max_tokens": 0}).json()
+    assert r["choices"][0]["text"] == "hi" and r["usage"]["completion_tokens"] == 0
+    rule = c.get("/openapi.json").json()["components"]["schemas"]["CompletionRequest"]["allOf"]
+    assert any(x.get("then", {}).get("properties", {}).get("echo") for x in rule)  # the document says so too
+
+
+def test_tokenize_detokenize_and_version():
+    c = TestClient(create_app(ServerState(ScriptedEngine("hi"), ByteTokenizer(), "m", 64, frozenset({3}), Metrics("m"), model_info={"vocab_size": 256})))
+    assert c.post("/tokenize", json={"prompt": "hé", "return_token_strs": True}).json() == {
+        "count": 3,
+        "max_model_len": 64,
+        "tokens": [104, 195, 169],
+        "token_strs": ["h", "\ufffd", "\ufffd"],
+    }
+    assert c.post("/tokenize", json={"messages": [{"role": "user", "content": "x"}]}).json()["tokens"] == list(b"user: x\nassistant:")
+    assert c.post("/tokenize", json={"prompt": "x", "messages": []}).json()["error"]["param"] == "prompt"  # not both
+    assert c.post("/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi"}
+    assert c.post("/detokenize", json={"tokens": [300]}).status_code == 400
+    assert c.get("/version").json()["version"]

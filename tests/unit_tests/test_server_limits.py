@@ -53,10 +53,11 @@ def test_body_over_the_limit_is_413_declared_or_chunked():
         ({"prompt": "y" * 64}, "prompt"),
         ({"stop": ["a"] * 17}, "stop"),
         ({"stop": "s" * 257}, "stop"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
+        ({"prompt": ["x"] * 17}, "prompt"),
         ({"seed": 2**63}, "seed"),
         ({"top_k": 2**31}, "top_k"),
-        ({"logprobs": 0}, "logprobs"),
+        ({"logprobs": 21}, "logprobs"),
     ],
 )
 def test_request_costs_over_the_limits_are_400(extra, param):
