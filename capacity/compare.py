@@ -23,6 +23,7 @@ import numpy as np
 from hetc.capacity.evaluate import Evaluation, evaluate_plan, load_for
 from hetc.capacity.metrics import SLO
 from hetc.capacity.pareto import undominated
+from hetc.capacity.window import Window
 from hetc.capacity_report import fmt_ms
 from hetc.plan import Plan, load_plan
 from hetc.requests import CompareRequest
@@ -54,6 +55,7 @@ class Row:
     saturation_output_tok_s: float
     plan_over_bound: float
     status: str
+    window: str  # which part of the simulated run the figures report
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +84,7 @@ def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
         saturation_output_tok_s=plan.predicted.output_tok_s,
         plan_over_bound=plan.predicted.output_tok_s / bound if bound else 0.0,
         status=plan.solver.status,
+        window=ev.window,
     )
 
 
@@ -98,6 +101,7 @@ class Comparison:
 
 def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) -> Comparison:
     """Every plan of `req` (or `req.model` planned on each cluster, captured once) under one load."""
+    window = Window.parse(req.load.warmup, req.load.cooldown)
     if req.profiles:
         assert req.model is not None
         plans = plan_clusters(
@@ -116,7 +120,7 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     for name, plan in plans.items():
         if progress:
             progress(f"simulating {name}")
-        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name)
+        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name, window=window)
         rows.append(_row(name, plan, ev))
         evals.append(ev)
     return Comparison(plans, rows, evals, evals[0].load)
@@ -249,7 +253,7 @@ def write_html(plans: dict[str, Plan], rows: list[Row], evals: list[Evaluation],
 padding:4px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
 <h1>hetc compare</h1><p>Every plan served under the same load, simulated: {html.escape(load)}. Goodput is DistServe's
 (the highest rate with the SLO attainment met); power is every used device at its profile's board power (an upper
-estimate); "saturation" is each plan's own prediction.</p>
+estimate); "saturation" is each plan's own prediction. Figures over: {"; ".join(html.escape(f"{r.name}: {r.window}") for r in rows)}.</p>
 <table><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>{body}</table>
 <h2>Latency</h2><img id="cdf" alt="latency CDFs" src="data:image/png;base64,{cdfs}">
 <h2>Pareto chart</h2><img id="pareto" alt="tok/s per device against tok/s per user" src="data:image/png;base64,{pareto}">

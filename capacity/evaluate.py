@@ -24,8 +24,9 @@ from hetc.requests import EvaluateRequest, LoadRequest, ServeLimits
 from hetc.scheduling import Phase
 from hetc.capacity.lanes import SimLane, lanes_of
 from hetc.capacity.load import Arrivals, LengthDist, Load
-from hetc.capacity.metrics import SLO, Latencies, serving_metrics
+from hetc.capacity.metrics import SLO, Latencies, serving_metrics, span_of
 from hetc.capacity.simulator import RequestRecord, simulate, simulate_until
+from hetc.capacity.window import WHOLE_RUN, Window
 
 __all__ = ["Evaluation", "StageUse", "evaluate", "evaluate_plan", "load_for", "model_of", "rederive"]
 
@@ -115,7 +116,9 @@ class Evaluation:
     stages: list[StageUse]
     overheads: dict[str, str]
     notes: list[str] = field(default_factory=list)
-    latencies: Latencies | None = None  # per request, for the CDFs
+    latencies: Latencies | None = None  # per request in the window, for the CDFs
+    window: str = ""  # which part of the run the figures report, in words
+    window_fields: dict = field(default_factory=dict)  # the same, for JSON
 
     @property
     def bottleneck(self) -> StageUse:
@@ -129,6 +132,7 @@ class Evaluation:
         return {
             "name": self.name,
             "load": self.load,
+            "window": self.window_fields,
             **self.metrics,
             "saturates_first": {"pipeline": b.pipeline, "replica": b.replica, "stage": b.stage, "devices": b.devices, "busy_share": b.busy_share},
             "stages": [asdict(s) for s in self.stages],
@@ -212,12 +216,15 @@ def evaluate_plan(
     attainment: float = 0.9,
     pue: float = 1.0,
     name: str | None = None,
+    window: Window = WHOLE_RUN,
 ) -> Evaluation:
     """Simulate serving `plan` under `load` and gather every figure `hetc evaluate` reports.
 
     Args:
         file: where the plan came from (named in errors and notes).
         limits: the server's settings.
+        window: the part of the run the serving figures report (stages: the whole run; DistServe's
+            goodput: its own runs, whole).
         slo: TTFT/TPOT limits for goodput; none: no goodput.
         attainment: DistServe's share of requests meeting the SLOs.
         pue: facility watts per device watt.
@@ -228,8 +235,10 @@ def evaluate_plan(
     plan, notes = rederive(plan, model, cluster, file)
     wl = Workload(plan.workload.input_len, plan.workload.output_len, plan.model.dtype, plan.model.kv_dtype)
     lanes = lanes_of(plan, model.units, cluster, wl, num_kv_blocks=limits.num_kv_blocks, file=file)
+    window.check(len(load.requests))
     o = simulate(lanes, cluster, load, limits)
-    m = serving_metrics(o, slo)
+    m = serving_metrics(o, slo, window)
+    span = span_of(o, window)
     devices = sum(l.devices for l in lanes)
     profiles = [(s.node.profile, s.tp) for l in lanes for s in l.stages]
     usd_h = sum(cluster.price(p) * k for p, k in profiles)
@@ -281,9 +290,17 @@ def evaluate_plan(
                     kv_peak_share=o.kv_peak[l.id],
                 )
             )
-    served = [r for r in o.requests if r.served]
+    served = [r for r in o.requests[span.first : span.stop] if r.served]
     return Evaluation(
-        name=name or file, load=_describe(load), metrics=m, stages=stages, overheads=lanes[0].overheads.listed(), notes=notes, latencies=Latencies.of(served)
+        name=name or file,
+        load=_describe(load),
+        metrics=m,
+        stages=stages,
+        overheads=lanes[0].overheads.listed(),
+        notes=notes,
+        latencies=Latencies.of(served),
+        window=window.describe(span),
+        window_fields=window.as_dict(span),
     )
 
 
@@ -300,4 +317,5 @@ def evaluate(req: EvaluateRequest, progress: Callable[[str], None] | None = None
         slo=SLO(req.slo.ttft_slo_ms, req.slo.tpot_slo_ms),
         attainment=req.slo.attainment,
         pue=req.pue,
+        window=Window.parse(req.load.warmup, req.load.cooldown),
     )

@@ -6,6 +6,11 @@ arrival. Throughputs divide by the run's duration: first arrival to last token. 
 the SLOs when its TTFT and TPOT are within them; `request_goodput` counts those per second at the
 offered load (vLLM's `--goodput`), `attainment` is their share of every request sent (refused
 ones miss), the quantity DistServe's goodput holds at 90%.
+
+A `Window` (capacity/window.py) leaves out the run's ends: every figure is then that of the
+requests sent inside it, the throughputs over its duration (its first request's arrival to its
+last one's last token), as genai-perf measures after its warm-up requests. With no window the
+figures are the whole run's.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetc.capacity.simulator import Outcome, RequestRecord
+from hetc.capacity.window import WHOLE_RUN, Span, Window
 
-__all__ = ["SLO", "Latencies", "serving_metrics"]
+__all__ = ["SLO", "Latencies", "serving_metrics", "span_of"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -61,20 +67,27 @@ def _stats(name: str, xs: np.ndarray) -> dict[str, float]:
     return out
 
 
-def serving_metrics(o: Outcome, slo: SLO = SLO()) -> dict[str, float | None]:
+def span_of(o: Outcome, window: Window = WHOLE_RUN) -> Span:
+    """The part of run `o` that `window` reports."""
+    return window.span([r.arrival for r in o.requests], [r.token_times[-1] if r.served and r.token_times else None for r in o.requests])
+
+
+def serving_metrics(o: Outcome, slo: SLO = SLO(), window: Window = WHOLE_RUN) -> dict[str, float | None]:
     """vLLM's figures for one simulated run, plus the HTTP outcomes (429 refused, 400 too long),
-    preemptions and the SLO attainment."""
-    served = [r for r in o.requests if r.served]
-    duration = max(o.end - o.start, 1e-12)
+    preemptions and the SLO attainment, over `window`'s part of it."""
+    w = span_of(o, window)
+    kept = o.requests[w.first : w.stop]
+    served = [r for r in kept if r.served]
+    duration = w.duration
     lat = Latencies.of(served)
+    good = sum(slo.met(t, 0.0 if np.isnan(p) else p) for t, p in zip(lat.ttft, lat.tpot))
     out_tok = sum(r.output_len for r in served)
     in_tok = sum(r.input_len for r in served)
-    good = sum(slo.met(t, 0.0 if np.isnan(p) else p) for t, p in zip(lat.ttft, lat.tpot))
     m = {
         "completed": len(served),
-        "refused_429": sum(r.status == 429 for r in o.requests),
-        "rejected_400": sum(r.status == 400 for r in o.requests),
-        "failed_503": sum(r.status == 503 for r in o.requests),
+        "refused_429": sum(r.status == 429 for r in kept),
+        "rejected_400": sum(r.status == 400 for r in kept),
+        "failed_503": sum(r.status == 503 for r in kept),
         "duration_s": duration,
         "total_input_tokens": in_tok,
         "total_output_tokens": out_tok,
@@ -82,7 +95,7 @@ def serving_metrics(o: Outcome, slo: SLO = SLO()) -> dict[str, float | None]:
         "request_goodput": good / duration if slo.given else None,
         "output_throughput": out_tok / duration,
         "total_token_throughput": (in_tok + out_tok) / duration,
-        "slo_attainment": good / len(o.requests) if slo.given and o.requests else None,
+        "slo_attainment": good / len(kept) if slo.given and kept else None,
         "preemptions": o.preemptions,
     }
     for name in ("ttft", "tpot", "itl", "e2el"):

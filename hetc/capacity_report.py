@@ -62,6 +62,8 @@ def print_compare(rows: list, load: str, console: Console) -> None:
             f"{r.plan_over_bound:.3f}",
         )
     console.print(t)
+    for r in rows:
+        console.print(f"{r.name}: figures over {r.window}", markup=False)
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -188,6 +190,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     """vLLM's serving figures, then per device/user, cost, energy, goodput and the stages."""
     m = ev.metrics
     console.print(f"[bold]{escape(ev.name)}[/] under {escape(ev.load)} (simulated)")
+    console.print(f"figures over {ev.window}; stages over the whole run", markup=False)
     console.print(
         f"completed {m['completed']}, refused 429 {m['refused_429']}, rejected 400 {m['rejected_400']}, "
         f"preemptions {m['preemptions']}, duration {m['duration_s']:.2f} s"

@@ -297,6 +297,13 @@ def _load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burstiness", type=float, default=ld("burstiness"), help="gamma shape of the arrivals (1: Poisson; < 1 burstier)")
     p.add_argument("--seed", type=int, default=ld("seed"))
     p.add_argument(
+        "--warmup",
+        default=ld("warmup"),
+        metavar="N|Ts|P%",
+        help="leave the run's start out of the figures: its first N requests, T seconds or P%% of the requests (default none, as vLLM's bench serve)",
+    )
+    p.add_argument("--cooldown", default=ld("cooldown"), metavar="N|Ts|P%", help="leave its end out: its last N requests, T seconds or P%% (default none)")
+    p.add_argument(
         "--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"), help="as hetc serve: sequences running at once per lane (default: the plan's batch)"
     )
     p.add_argument("--max-batched-tokens", type=_positive_int, default=sl("max_batched_tokens"))
@@ -330,6 +337,8 @@ def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
             output_len_dist=a.output_len_dist,
             burstiness=a.burstiness,
             seed=a.seed,
+            warmup=a.warmup,
+            cooldown=a.cooldown,
         ),
         ServeLimits(
             max_num_seqs=a.max_num_seqs,

@@ -126,6 +126,8 @@ class LoadRequest:
     output_len_dist: str | None = None
     burstiness: float = 1.0
     seed: int = 0
+    warmup: str | None = None  # left out of the figures at the start: N requests, Ts seconds or P% (capacity/window.py)
+    cooldown: str | None = None  # left out at the end, as warmup
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:

@@ -88,6 +88,27 @@ def test_hand_edited_plan_is_recomputed(plan_file, tmp_path):
     assert a["output_throughput"] == pytest.approx(b["output_throughput"]) and not a["notes"]
 
 
+def test_the_window_reported_is_said(plan_file):
+    """--warmup/--cooldown: the text names the requests and seconds the figures cover, the JSON the same;
+    without them the whole run (every request) is said to be reported."""
+    r = _hetc(str(plan_file), "--concurrency", "4", "--requests", "40", "--warmup", "4", "--cooldown", "10%", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["window"] | {"start_s": 0, "end_s": 0} == {
+        "warmup": "4 requests",
+        "cooldown": "10% of requests",
+        "first_request": 4,
+        "requests": 32,
+        "sent": 40,
+        "start_s": 0,
+        "end_s": 0,
+    }
+    assert doc["completed"] == 32 and 0 < doc["window"]["start_s"] < doc["window"]["end_s"]
+    assert "figures over requests 5–36 of 40 sent" in " ".join(r.stderr.split())
+    whole = _hetc(str(plan_file), "--concurrency", "4", "--requests", "40", "--json")
+    assert json.loads(whole.stdout)["window"]["requests"] == 40 and "figures over every request (40)" in " ".join(whole.stderr.split())
+
+
 @pytest.mark.parametrize(
     "args, field",
     [
@@ -96,6 +117,10 @@ def test_hand_edited_plan_is_recomputed(plan_file, tmp_path):
         (["--input-len-dist", "zipf:2"], "--input-len-dist"),
         (["--attainment", "1.5"], "--attainment"),
         (["--trace", "missing.jsonl"], "--trace"),
+        (["--warmup", "ten"], "--warmup"),
+        (["--cooldown", "100%"], "--cooldown"),
+        (["--requests", "20", "--warmup", "12", "--cooldown", "8"], "--warmup"),
+        (["--requests", "20", "--warmup", "1000s"], "--warmup"),
     ],
 )
 def test_bad_input_exits_2(plan_file, args, field):
