@@ -55,8 +55,10 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
     (pipelines, stages' devices and units, batch) by the planner's model, and what changed.
 
     Raises:
-        BadInput: a pipeline does not fit its devices at its batch.
+        BadInput: a pipeline does not fit its devices at its batch, or a device's profile names no
+            peak for the plan's dtype.
     """
+    cluster.require_flops(plan.model.dtype)
     wl = Workload(plan.workload.input_len, plan.workload.output_len, plan.model.dtype, plan.model.kv_dtype)
     doc = plan.model_dump(by_alias=True)
     notes = []

@@ -96,6 +96,11 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# What runs where the device has no peak of its own for a weight dtype: fp8 weights are dequantized
+# to 16-bit (weight-only, as vLLM does on Ampere); bf16 and fp16 substitute for each other.
+COMPUTE_SUBSTITUTES: dict[str, tuple[str, ...]] = {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"), "fp32": ("fp32",)}
+
+
 class Profile(_Strict):
     """One device model (hardware_profiles/NAME.yaml). Values in base units.
 
@@ -146,9 +151,14 @@ class Profile(_Strict):
     def _check(self) -> "Profile":
         if self.reserved_memory >= self.memory:
             raise ValueError(f"reserved_memory: must be smaller than memory ({format_quantity(self.memory, Kind.BYTES)})")
-        if not ({"bf16", "fp16"} & self.peak_flops.keys()) or "fp32" not in self.peak_flops:
-            raise ValueError("peak_flops: needs fp32 and at least one of bf16/fp16")
+        if not self.peak_flops:
+            raise ValueError("peak_flops: names no dtype; give the dense FLOP/s of each dtype the device runs, e.g. `{bf16: 989 TFLOP/s}`")
         return self
+
+    def compute_dtype(self, dtype: str) -> str | None:
+        """The dtype whose peak applies to weights of `dtype` here (itself or its substitute,
+        `COMPUTE_SUBSTITUTES`); None when the profile names neither."""
+        return next((d for d in COMPUTE_SUBSTITUTES.get(dtype, (dtype,)) if d in self.peak_flops), None)
 
     @property
     def compile_target(self) -> str:
@@ -327,6 +337,13 @@ def load_profile(ref: str) -> Profile:
     return _catalog_profile(ref)
 
 
+def _profile_file(ref: str, cluster_file: str) -> str:
+    """The file a node's `device` reads: a path (relative to the cluster file), or the catalog's."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        return str(Path(cluster_file).parent / ref) if not Path(ref).is_absolute() else ref
+    return str(PROFILE_DIR / f"{ref}.yaml")
+
+
 @cache
 def _catalog_profile(name: str) -> Profile:
     path = Path(str(PROFILE_DIR / f"{name}.yaml"))
@@ -344,6 +361,7 @@ class Node:
     profile: Profile
     count: int
     link: Link | None  # between devices of this node; None for a single-device node
+    profile_file: str = ""  # where the profile was read (named in errors about its figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +403,27 @@ class Cluster:
 
     def to_json(self) -> dict[str, Any]:
         return self.raw
+
+    def require_flops(self, dtype: str, flag: str = "--dtype") -> None:
+        """Every node's profile names a peak for weights of `dtype` (or its substitute): a plan asks
+        only for the dtypes it runs.
+
+        Raises:
+            BadInput: naming the first profile without one, the field and the two ways out.
+        """
+        for n in self.nodes:
+            if n.profile.compute_dtype(dtype) is not None:
+                continue
+            wanted = COMPUTE_SUBSTITUTES.get(dtype, (dtype,))
+            has = sorted(n.profile.peak_flops)
+            raise BadInput(
+                f"node {n.name}'s device {n.profile.name} names no peak for {dtype} weights"
+                + (f" (nor {' or '.join(wanted[1:])}, which would stand in)" if len(wanted) > 1 else "")
+                + f"; its peak_flops names {', '.join(has)}.",
+                file=n.profile_file or None,
+                field=f"peak_flops.{dtype}",
+                fix=f"add `{dtype}: <FLOP/s>` (the device's dense {dtype} rate, with its source) to peak_flops, or plan with {flag} {'/'.join(has)}.",
+            )
 
     @classmethod
     def from_json(cls, doc: ClusterSpec | dict[str, Any], file: str = "plan.json") -> "Cluster":
@@ -453,6 +492,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
                 if e.file:  # the profile file itself is bad
                     raise
                 raise _unknown("device", n.device, profile_names(), file, f"{fld}.device") from None
+        where = f"{file} (profiles.{n.device})" if n.device in inline_profiles else _profile_file(n.device, file)
         profiles_raw[prof.name] = prof
         if n.link is None and n.count > 1:
             raise BadInput(
@@ -462,7 +502,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
                 fix=f"add e.g. `link: nvlink4` (names: {', '.join(sorted(load_links()))}).",
             )
         link = resolve_link(n.link, file, f"{fld}.link") if n.link is not None else None
-        nodes.append(Node(n.name, prof, n.count, link))
+        nodes.append(Node(n.name, prof, n.count, link, where))
     network, pairs = None, {}
     if spec.network is not None:
         network = resolve_link(spec.network.default, file, "network.default")

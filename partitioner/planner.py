@@ -46,6 +46,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     """Run the whole planning flow for a request."""
     t0 = time.perf_counter()
     cluster = load_cluster(req.profiles)
+    cluster.require_flops(req.dtype)  # before the capture: the profile's figures, then the model
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)

@@ -45,9 +45,6 @@ from hetc.partitioner.capture.units import Unit
 
 __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
 
-# What runs where the device has no native unit for the dtype: fp8 weights are dequantized
-# to 16-bit (weight-only, as vLLM does on Ampere); bf16 and fp16 substitute for each other.
-_SUBSTITUTES = {"fp8": ("fp8", "bf16", "fp16"), "bf16": ("bf16", "fp16"), "fp16": ("fp16", "bf16"), "fp32": ("fp32",)}
 _MEMO_LIMIT = 200_000  # cached unit times per parameter set before the cache is dropped
 
 
@@ -109,11 +106,15 @@ def _at(terms: Terms, step: Step) -> float:
 
 
 def compute_dtype(profile: Profile, dtype: str) -> str:
-    """The dtype whose peak applies to `dtype` on this device (itself or its substitute)."""
-    for d in _SUBSTITUTES[dtype]:
-        if d in profile.peak_flops:
-            return d
-    raise KeyError(f"{profile.name} has no peak_flops for {dtype} or a substitute")
+    """The dtype whose peak applies to `dtype` on this device (itself or its substitute).
+
+    Raises:
+        KeyError: the profile names neither (`Cluster.require_flops` reports that as bad input first).
+    """
+    cd = profile.compute_dtype(dtype)
+    if cd is None:
+        raise KeyError(f"{profile.name} has no peak_flops for {dtype} or a substitute")
+    return cd
 
 
 @dataclass(slots=True)

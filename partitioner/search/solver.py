@@ -185,7 +185,9 @@ def solve(
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
+        BadInput: a device's profile names no peak for the weights' dtype.
     """
+    cluster.require_flops(wl.dtype)
     t0, cpu0 = time.perf_counter(), time.process_time()
     kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
     tables = Tables(units, wl)

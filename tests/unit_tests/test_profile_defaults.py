@@ -65,3 +65,56 @@ def test_unknown_nested_key_did_you_mean(tmp_path):
     with pytest.raises(BadInput) as e:
         load_cluster(tmp_path / "c.yaml")
     assert e.value.field == "nodes[0].cont" and "did you mean `count`" in e.value.fix
+
+
+def _bf16_only(tmp_path):
+    (tmp_path / "mychip.yaml").write_text(MINIMAL.replace("{fp32: 10 TFLOP/s, bf16: 60 TFLOP/s}", "{bf16: 60 TFLOP/s}"))
+    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: a, device: ./mychip.yaml, count: 2, link: pcie4}\n")
+    return tmp_path / "c.yaml"
+
+
+def _plan(cluster, *args):
+    import subprocess
+    import sys
+
+    from tests.conftest import FIXTURES
+
+    return subprocess.run(
+        [sys.executable, "-m", "hetc.cli", "plan", "--profiles", str(cluster), str(FIXTURES / "tiny-llama"), "--time-limit", "2", "--json", *args],
+        capture_output=True,
+        text=True,
+        cwd=cluster.parent,
+    )
+
+
+def test_a_bf16_only_profile_plans_bf16(tmp_path):
+    """A profile names the peaks its device has; a bf16 plan asks for bf16's only (and fp8 dequantizes to it)."""
+    from hetc.partitioner.planner import PlanRequest, make_plan
+    from tests.conftest import FIXTURES
+
+    c = _bf16_only(tmp_path)
+    cluster = load_cluster(c)
+    assert cluster.nodes[0].profile.peak_flops == {"bf16": pytest.approx(60e12)}
+    assert [cluster.nodes[0].profile.compute_dtype(d) for d in ("bf16", "fp16", "fp8", "fp32")] == ["bf16", "bf16", "bf16", None]
+    plan = make_plan(PlanRequest(model=str(FIXTURES / "tiny-llama"), profiles=str(c), dtype="bf16", time_limit=2))
+    assert plan.predicted.output_tok_s > 0 and plan.model.dtype == "bf16"
+
+
+def test_an_fp32_plan_on_it_names_the_missing_figure(tmp_path):
+    c = _bf16_only(tmp_path)
+    r = _plan(c, "--dtype", "fp32")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    text = " ".join(r.stderr.split())
+    assert "mychip.yaml" in text and "peak_flops.fp32" in text and "names no peak for fp32" in text
+    assert "add `fp32: <FLOP/s>`" in text and "--dtype bf16" in text
+    with pytest.raises(BadInput) as e:
+        load_cluster(c).require_flops("fp32")
+    assert e.value.field == "peak_flops.fp32" and e.value.file == str(tmp_path / "mychip.yaml")
+
+
+def test_a_profile_naming_no_peak_is_refused(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(MINIMAL.replace("{fp32: 10 TFLOP/s, bf16: 60 TFLOP/s}", "{}"))
+    with pytest.raises(BadInput) as e:
+        load_profile(str(f))
+    assert e.value.field == "peak_flops"
