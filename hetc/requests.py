@@ -102,6 +102,7 @@ class ServeLimits:
     max_waiting: int = MAX_WAITING
     max_queue_wait: float = 30.0  # seconds: a longer predicted wait for a first token is refused (429)
     num_kv_blocks: int | None = None  # cap on each lane's KV blocks
+    prefix_caching: bool = True  # reuse cached KV of shared prompt prefixes (--no-prefix-caching: off)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "max_waiting", "num_kv_blocks"):
