@@ -37,6 +37,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {v}")
+    return v
+
+
 def _nonneg(text: str) -> float:
     try:
         v = float(text)
@@ -174,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--no-cuda-graphs", action="store_true", help="run cuda stages' decode steps eagerly (default: replayed from CUDA graphs captured at start)"
     )
+    sv.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="prefill every prompt in full (default: reuse the KV of full blocks an earlier prompt with the same prefix computed)",
+    )
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
@@ -303,6 +318,15 @@ def _load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
     p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
     p.add_argument("--num-kv-blocks", type=_positive_int, default=sl("num_kv_blocks"))
+    p.add_argument("--no-prefix-caching", action="store_true", help="as hetc serve: prefill every prompt in full (default: cached prefixes are reused)")
+    p.add_argument(
+        "--prefix-len",
+        type=_nonneg_int,
+        default=ld("prefix_len"),
+        metavar="N",
+        help="the first N tokens of every prompt are one of --prefix-groups shared prefixes (default: the plan's; 0: none)",
+    )
+    p.add_argument("--prefix-groups", type=_positive_int, default=ld("prefix_groups"), metavar="G", help="distinct shared prefixes (default: the plan's, or 1)")
 
 
 def _slo_args(p: argparse.ArgumentParser) -> None:
@@ -330,6 +354,8 @@ def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
             output_len_dist=a.output_len_dist,
             burstiness=a.burstiness,
             seed=a.seed,
+            prefix_len=a.prefix_len,
+            prefix_groups=a.prefix_groups,
         ),
         ServeLimits(
             max_num_seqs=a.max_num_seqs,
@@ -337,6 +363,7 @@ def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
             max_waiting=a.max_waiting,
             max_queue_wait=a.max_queue_wait,
             num_kv_blocks=a.num_kv_blocks,
+            prefix_caching=not a.no_prefix_caching,
         ),
     )
 
@@ -454,6 +481,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         max_body_bytes=a.max_body_bytes,
         idle_timeout=a.idle_timeout,
         cuda_graphs=not a.no_cuda_graphs,
+        prefix_caching=not a.no_prefix_caching,
     )
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 

@@ -127,6 +127,8 @@ class LoadRequest:
     output_len_dist: str | None = None
     burstiness: float = 1.0
     seed: int = 0
+    prefix_len: int | None = None  # shared prompt prefix tokens (default: the plan's workload's)
+    prefix_groups: int | None = None  # distinct shared prefixes (default: the plan's workload's)
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:
@@ -141,6 +143,11 @@ class LoadRequest:
             raise BadInput(f"must be ≥ 1, got {self.requests}.", field="--requests", fix="give a number of requests.")
         if not self.burstiness > 0:
             raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness", fix="1 is Poisson; smaller is burstier, larger more even.")
+        _check_prefix(self.prefix_len, self.prefix_groups)
+        if self.trace and (self.prefix_len is not None or self.prefix_groups is not None):
+            raise BadInput(
+                "a trace gives every request's shared prefix (prefix_len, prefix_id).", field="--trace", fix="drop --prefix-len/--prefix-groups, or the trace."
+            )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -161,6 +168,13 @@ class SloRequest:
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
+
+
+def _check_prefix(length: int | None, groups: int | None) -> None:
+    if length is not None and length < 0:
+        raise BadInput(f"must be ≥ 0, got {length}.", field="--prefix-len", fix="give the shared prompt tokens (0: none).")
+    if groups is not None and groups < 1:
+        raise BadInput(f"must be ≥ 1, got {groups}.", field="--prefix-groups", fix="give how many distinct shared prefixes the prompts begin with.")
 
 
 def _check_pue(pue: float) -> None:
