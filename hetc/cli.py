@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="prompt tokens per request (default %(default)s)")
     pl.add_argument("--output-len", type=_positive_int, default=d("output_len"), help="generated tokens per request (default %(default)s)")
     pl.add_argument(
+        "--prefix-len",
+        type=_nonneg_int,
+        default=d("prefix_len"),
+        metavar="N",
+        help="the first N tokens of every prompt are one of --prefix-groups shared prefixes: prefill and KV priced with their prefix-cache hits (default 0)",
+    )
+    pl.add_argument("--prefix-groups", type=_positive_int, default=d("prefix_groups"), metavar="G", help="distinct shared prefixes (default 1)")
+    pl.add_argument(
         "--objective",
         choices=[o.value for o in Objective],
         default=d("objective"),
@@ -400,6 +408,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
         placement=a.placement,
         batch=a.batch,
         max_num_seqs=a.max_num_seqs,
+        prefix_len=a.prefix_len,
+        prefix_groups=a.prefix_groups,
     )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)

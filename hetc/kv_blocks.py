@@ -43,7 +43,7 @@ from collections import OrderedDict, deque
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.sequence import Sequence
 
-__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for", "lane_blocks", "prefix_hashes", "stage_blocks"]
+__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for", "cached_tokens", "lane_blocks", "prefix_hashes", "stage_blocks"]
 
 PADDING_BLOCKS = 1  # blocks a lane reserves: block 0 pads shorter sequences' block lists
 _ROOT = b""  # the key the first block chains from
@@ -66,6 +66,13 @@ def prefix_hashes(tokens: list[int], block_size: int = KV_BLOCK_TOKENS, parents:
         prev = out[-1] if out else _ROOT
         out.append(hashlib.sha256(prev + array("q", tokens[i * block_size : (i + 1) * block_size]).tobytes()).digest())
     return out
+
+
+def cached_tokens(input_len: int, prefix_len: int, block_size: int = KV_BLOCK_TOKENS) -> int:
+    """Prompt tokens the prefix cache serves a prompt of `input_len` tokens whose first `prefix_len`
+    are cached: the whole blocks of that prefix, short of the last prompt token (always recomputed:
+    `BlockManager.cached_prefix`). What the planner prices a shared prefix's hit at."""
+    return min(prefix_len, input_len - 1) // block_size * block_size
 
 
 def stage_blocks(kv_budget: float, tp: int, kv_bytes_per_token: float) -> int | None:

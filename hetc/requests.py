@@ -54,11 +54,14 @@ class PlanRequest:
     placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
     batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
     max_num_seqs: int | None = None  # most sequences in flight per pipeline, as engines cap it (default: what memory admits)
+    prefix_len: int = 0  # every prompt's first tokens are one of prefix_groups shared prefixes (priced as prefix-cache hits)
+    prefix_groups: int = 1
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
                 raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
+        _check_prefix(self.prefix_len, self.prefix_groups)
         self.objective = _member(Objective, self.objective, "--objective")
         self.disaggregate = _member(Disaggregate, self.disaggregate, "--disaggregate")
         if self.batch is not None and (self.batch < 1 or not self.placement):
