@@ -101,6 +101,10 @@ def load_for(req: LoadRequest, plan: Plan) -> Load:
         length, groups = plan.workload.prefix_len, req.prefix_groups or plan.workload.prefix_groups
     else:
         length, groups = req.prefix_len, req.prefix_groups or 1
+    if not length and req.prefix_groups is not None:
+        raise BadInput(
+            f"--prefix-groups {req.prefix_groups} without a shared prefix (the plan has none).", field="--prefix-groups", fix="give --prefix-len N too."
+        )
     prefixes = Prefixes(length, groups) if length else None
     if req.rate is not None:
         return Load.open(req.rate, req.requests, ins, outs, seed=req.seed, burstiness=req.burstiness, prefixes=prefixes)

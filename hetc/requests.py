@@ -62,6 +62,8 @@ class PlanRequest:
             if getattr(self, name) < 1:
                 raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
         _check_prefix(self.prefix_len, self.prefix_groups)
+        if self.prefix_groups > 1 and not self.prefix_len:
+            raise BadInput(f"--prefix-groups {self.prefix_groups} without a shared prefix.", field="--prefix-groups", fix="give --prefix-len N too.")
         self.objective = _member(Objective, self.objective, "--objective")
         self.disaggregate = _member(Disaggregate, self.disaggregate, "--disaggregate")
         if self.batch is not None and (self.batch < 1 or not self.placement):

@@ -96,6 +96,10 @@ def test_hand_edited_plan_is_recomputed(plan_file, tmp_path):
         (["--input-len-dist", "zipf:2"], "--input-len-dist"),
         (["--attainment", "1.5"], "--attainment"),
         (["--trace", "missing.jsonl"], "--trace"),
+        (["--prefix-len", "-1"], "--prefix-len"),
+        (["--prefix-groups", "0"], "--prefix-groups"),
+        (["--prefix-groups", "3"], "--prefix-groups"),  # and no prefix, neither given nor the plan's
+        (["--trace", "t.jsonl", "--prefix-len", "64"], "--trace"),
     ],
 )
 def test_bad_input_exits_2(plan_file, args, field):
