@@ -209,6 +209,16 @@ class Scheduler:
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
 
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """`child` (a copy of `parent`'s tokens so far, its own sampling parameters) runs beside
+        `parent` on this lane, sharing its blocks and computed KV until either writes a shared block
+        (copy-on-write: `BlockManager.fork`): the samples of one prompt (`n` > 1). Call it when
+        `parent` has no step in flight, e.g. with its prompt computed but for the last token, so
+        that each sample computes that token and samples its first token itself."""
+        self.blocks.fork(parent, child)
+        child.first_scheduled = parent.first_scheduled
+        self.admit_running(child)
+
     def reserve_incoming(self, seq: Sequence) -> bool:
         """A decode pool: give a prefilled sequence blocks for the KV already computed (a
         prefill pool sends it); False when they do not fit yet. It is in flight until `land`."""

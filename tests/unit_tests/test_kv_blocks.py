@@ -119,6 +119,30 @@ def test_fork_shares_every_block_and_copies_on_write():
     assert bm.num_used == 0
 
 
+def test_four_samples_of_one_prompt_share_its_blocks_through_the_scheduler():
+    """`n` = 4: the prompt computed but for its last token, three forks; each sample computes that
+    token into its own copy of the shared partial block (three copies) and samples on its own."""
+    bm = BlockManager(32, block_size=B, reserved=1)
+    s = Scheduler(bm, SchedulerConfig(max_num_seqs=8, max_batched_tokens=9))
+    parent = _seq(0, list(range(10)), max_tokens=3)
+    s.add(parent)
+    s.on_result(first := s.schedule(), [-1])  # 9 of 10 prompt tokens: nothing sampled yet
+    assert first.items[0].n_new == 9 and parent.num_computed == 9 and bm.num_used == 3
+    kids = [_seq(i, parent.token_ids, max_tokens=3) for i in (1, 2, 3)]
+    for k in kids:
+        s.fork(parent, k)
+    assert bm.num_used == 3 and all(bm.refs(b) == 4 for b in parent.block_table)
+    step = s.schedule()
+    assert sorted(it.seq.seq_id for it in step.items) == [0, 1, 2, 3] and all(it.n_new == 1 and it.sample for it in step.items)
+    assert len(step.copies) == 3  # the last writer keeps the original
+    assert bm.num_used == 2 + 4  # two full blocks shared by all four, a last block each (12 without sharing)
+    assert all(bm.refs(b) == 4 for b in parent.block_table[:2])
+    s.on_result(step, [11, 12, 13, 14])
+    while s.has_unfinished():
+        s.on_result(b := s.schedule(), [7] * len(b.items))
+    assert bm.num_used == 0 and all(x.num_generated == 3 for x in [parent, *kids])
+
+
 def test_fork_refuses_a_parent_in_flight_or_a_child_with_blocks():
     bm = BlockManager(16, block_size=B)
     parent = _seq(0, list(range(6)))
@@ -184,8 +208,7 @@ def _drive(ops, blocks: int, lookahead: bool, budget: int) -> None:
                     child = _seq(len(seqs), parent.token_ids, parent.params.max_tokens)
                     child.num_prompt_tokens = parent.num_prompt_tokens
                     seqs.append(child)
-                    bm.fork(parent, child)
-                    s.admit_running(child)
+                    s.fork(parent, child)
         while len(inflight) < 2 and (mb := s.schedule(lookahead)) is not None:
             inflight.append(mb)
         if not inflight:
