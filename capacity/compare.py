@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hetc.capacity.evaluate import Evaluation, evaluate_plan, load_for
+from hetc.capacity.evaluate import NO_CACHING, Evaluation, evaluate_plan, load_for
 from hetc.capacity.metrics import SLO
 from hetc.capacity.pareto import undominated
 from hetc.capacity.window import Window
@@ -46,6 +46,9 @@ class Row:
     median_tpot_ms: float
     p99_tpot_ms: float
     refused_429: int
+    prefix_cache_hit_rate: float | None  # prompt tokens served from the prefix cache (None: it was off or never asked)
+    no_caching_output_throughput: float | None  # the same load without the prefix cache (when the load shares prefixes)
+    no_caching_median_ttft_ms: float | None
     request_goodput: float | None
     distserve_goodput: float | None
     usd_per_mtok: float | None
@@ -76,6 +79,9 @@ def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
         median_tpot_ms=m["median_tpot_ms"] or 0.0,
         p99_tpot_ms=m["p99_tpot_ms"] or 0.0,
         refused_429=int(m["refused_429"] or 0),
+        prefix_cache_hit_rate=m["prefix_cache_hit_rate"],
+        no_caching_output_throughput=m.get(f"{NO_CACHING}output_throughput"),
+        no_caching_median_ttft_ms=m.get(f"{NO_CACHING}median_ttft_ms"),
         request_goodput=m["request_goodput"],
         distserve_goodput=m.get("distserve_goodput"),
         usd_per_mtok=m["usd_per_mtok"],
@@ -105,7 +111,17 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     if req.profiles:
         assert req.model is not None
         plans = plan_clusters(
-            req.model, req.profiles, dict(dtype=req.dtype, input_len=req.input_len, output_len=req.output_len, time_limit=req.time_limit), progress=progress
+            req.model,
+            req.profiles,
+            dict(
+                dtype=req.dtype,
+                input_len=req.input_len,
+                output_len=req.output_len,
+                time_limit=req.time_limit,
+                prefix_len=req.load.prefix_len or 0,
+                prefix_groups=req.load.prefix_groups or 1,
+            ),
+            progress=progress,
         )
         files = {n: f"{n} (planned)" for n in plans}
     else:

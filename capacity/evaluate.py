@@ -10,6 +10,7 @@ differences from the file are listed in the notes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,12 +24,15 @@ from hetc.plan import Plan, load_plan
 from hetc.requests import EvaluateRequest, LoadRequest, ServeLimits
 from hetc.scheduling import Phase
 from hetc.capacity.lanes import SimLane, lanes_of
-from hetc.capacity.load import Arrivals, LengthDist, Load
+from hetc.capacity.load import Arrivals, LengthDist, Load, Prefixes
 from hetc.capacity.metrics import SLO, Latencies, serving_metrics, span_of
 from hetc.capacity.simulator import RequestRecord, simulate, simulate_until
 from hetc.capacity.window import WHOLE_RUN, Window
 
-__all__ = ["Evaluation", "StageUse", "evaluate", "evaluate_plan", "load_for", "model_of", "rederive"]
+__all__ = ["NO_CACHING", "NO_CACHING_FIGURES", "Evaluation", "StageUse", "evaluate", "evaluate_plan", "load_for", "model_of", "rederive", "workload_of"]
+
+NO_CACHING = "no_prefix_caching_"  # the prefix of the figures of the same load simulated without the prefix cache
+NO_CACHING_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "preemptions")
 
 
 @cache
@@ -59,7 +63,7 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
             peak for the plan's dtype.
     """
     cluster.require_flops(plan.model.dtype)
-    wl = Workload(plan.workload.input_len, plan.workload.output_len, plan.model.dtype, plan.model.kv_dtype)
+    wl = workload_of(plan)
     doc = plan.model_dump(by_alias=True)
     notes = []
     for p, pd in zip(plan.pipelines, doc["pipelines"]):
@@ -84,16 +88,31 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
     return Plan.model_validate(doc), notes
 
 
+def workload_of(plan: Plan) -> Workload:
+    """The workload the plan was priced for (its shared prefix included)."""
+    w = plan.workload
+    return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups)
+
+
 def load_for(req: LoadRequest, plan: Plan) -> Load:
-    """The load `req` describes, with the plan's lengths where it gives none."""
+    """The load `req` describes, with the plan's lengths and shared prefix where it gives none."""
     if req.trace:
         return Load.trace(req.trace)
     ins = LengthDist.parse(req.input_len_dist or str(plan.workload.input_len), "--input-len-dist")
     outs = LengthDist.parse(req.output_len_dist or str(plan.workload.output_len), "--output-len-dist")
+    if req.prefix_len is None:  # the plan's shared prefix (its groups, unless the request gives them)
+        length, groups = plan.workload.prefix_len, req.prefix_groups or plan.workload.prefix_groups
+    else:
+        length, groups = req.prefix_len, req.prefix_groups or 1
+    if not length and req.prefix_groups is not None:
+        raise BadInput(
+            f"--prefix-groups {req.prefix_groups} without a shared prefix (the plan has none).", field="--prefix-groups", fix="give --prefix-len N too."
+        )
+    prefixes = Prefixes(length, groups) if length else None
     if req.rate is not None:
-        return Load.open(req.rate, req.requests, ins, outs, seed=req.seed, burstiness=req.burstiness)
+        return Load.open(req.rate, req.requests, ins, outs, seed=req.seed, burstiness=req.burstiness, prefixes=prefixes)
     clients = req.concurrency or sum(p.batch * p.replicas for p in plan.pipelines if p.phase != Phase.DECODE)
-    return Load.closed(clients, req.requests, ins, outs, seed=req.seed)
+    return Load.closed(clients, req.requests, ins, outs, seed=req.seed, prefixes=prefixes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +254,15 @@ def evaluate_plan(
     model = model_of(plan, file)
     cluster = Cluster.from_json(plan.cluster, file)
     plan, notes = rederive(plan, model, cluster, file)
-    wl = Workload(plan.workload.input_len, plan.workload.output_len, plan.model.dtype, plan.model.kv_dtype)
+    wl = workload_of(plan)
     lanes = lanes_of(plan, model.units, cluster, wl, num_kv_blocks=limits.num_kv_blocks, file=file)
     window.check(len(load.requests))
     o = simulate(lanes, cluster, load, limits)
     m = serving_metrics(o, slo, window)
     span = span_of(o, window)
+    if limits.prefix_caching and load.shares_prefixes:  # what the hits are worth: the same run without the cache
+        off = serving_metrics(simulate(lanes, cluster, load, dataclasses.replace(limits, prefix_caching=False)), slo, window)
+        m.update({f"{NO_CACHING}{k}": off[k] for k in NO_CACHING_FIGURES})
     devices = sum(l.devices for l in lanes)
     profiles = [(s.node.profile, s.tp) for l in lanes for s in l.stages]
     usd_h = sum(cluster.price(p) * k for p, k in profiles)

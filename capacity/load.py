@@ -6,10 +6,18 @@ Arrivals are open-loop (Poisson, or gamma with a burstiness: vLLM's `--request-r
 trace of `{"arrival": s, "input_len": n, "output_len": n}` lines. Lengths are drawn from a
 distribution (`LengthDist.parse`: `N`, `uniform:LO-HI`, `normal:MEAN,STD`, `lognormal:MEDIAN,SIGMA`),
 or come from the trace. Everything is drawn from one seeded generator: the same seed, the same load.
+
+Shared prefixes (chat system prompts, agent histories, RAG templates): with `Prefixes(length,
+groups)` the first `length` tokens of every prompt (all of it when shorter) are one of `groups`
+shared prefixes, drawn uniformly; a trace line says the same with `"prefix_len"` (its shared
+tokens) and `"prefix_id"` (which prefix; lines without one share a single prefix). The simulator
+gives each request token ids that follow this (`Request.token_ids`), so its prefix cache hits as
+the server's would.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -20,16 +28,47 @@ import numpy as np
 
 from hetc.errors import BadInput
 
-__all__ = ["Arrivals", "LengthDist", "Load", "Request", "read_trace", "write_trace"]
+__all__ = ["Arrivals", "LengthDist", "Load", "Prefixes", "Request", "read_trace", "write_trace"]
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of the load: when it arrives (s from the start; closed loop: 0) and its lengths."""
+    """One request of the load: when it arrives (s from the start; closed loop: 0), its lengths, and
+    the shared prefix its prompt begins with (`prefix_len` tokens of prefix `prefix_group`)."""
 
     arrival: float
     input_len: int
     output_len: int
+    prefix_len: int = 0
+    prefix_group: int = 0
+
+    def token_ids(self, uid: int) -> list[int]:
+        """Token ids standing for its prompt: its group's prefix (−1 − group, repeated), then ids
+        of its own (`uid` ≥ 0, repeated): equal exactly where prompts share a prefix (block keys
+        chain, so repeats within a prompt never collide)."""
+        shared = min(self.prefix_len, self.input_len)
+        return [-1 - self.prefix_group] * shared + [uid] * (self.input_len - shared)
+
+
+@dataclass(frozen=True, slots=True)
+class Prefixes:
+    """How the load's prompts share prefixes: the first `length` tokens are one of `groups` prefixes."""
+
+    length: int
+    groups: int = 1
+
+    def __post_init__(self) -> None:
+        if self.length < 0 or self.groups < 1:
+            raise BadInput(
+                f"--prefix-len {self.length}, --prefix-groups {self.groups}.", field="--prefix-len", fix="give a length ≥ 0 tokens and at least one group."
+            )
+
+    def assign(self, rng: np.random.Generator, requests: list[Request]) -> tuple[Request, ...]:
+        """`requests` with their prefixes (groups drawn uniformly, after everything else was drawn)."""
+        if self.length == 0:
+            return tuple(requests)
+        groups = rng.integers(0, self.groups, len(requests))
+        return tuple(dataclasses.replace(r, prefix_len=self.length, prefix_group=int(g)) for r, g in zip(requests, groups))
 
 
 class Shape(StrEnum):
@@ -115,8 +154,18 @@ class Load:
     rate: float = 0.0
 
     @staticmethod
-    def open(rate: float, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0, burstiness: float = 1.0, max_len: int = 1 << 20) -> Load:
-        """`n` requests at `rate` req/s: Poisson (burstiness 1) or gamma intervals."""
+    def open(
+        rate: float,
+        n: int,
+        input_len: LengthDist,
+        output_len: LengthDist,
+        *,
+        seed: int = 0,
+        burstiness: float = 1.0,
+        max_len: int = 1 << 20,
+        prefixes: Prefixes | None = None,
+    ) -> Load:
+        """`n` requests at `rate` req/s: Poisson (burstiness 1) or gamma intervals, sharing `prefixes`."""
         if not rate > 0 or not burstiness > 0 or n < 1:
             raise BadInput(
                 f"rate {rate}, burstiness {burstiness}, {n} requests.", field="--rate", fix="give a rate > 0, a burstiness > 0 and at least one request."
@@ -125,23 +174,28 @@ class Load:
         gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n)
         times = np.cumsum(gaps) - gaps[0]  # the first request at 0
         ins, outs = input_len.draw(rng, n, max_len), output_len.draw(rng, n, max_len)
-        return Load(tuple(Request(float(t), i, o) for t, i, o in zip(times, ins, outs)), Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
+        reqs = [Request(float(t), i, o) for t, i, o in zip(times, ins, outs)]
+        reqs_ = prefixes.assign(rng, reqs) if prefixes else tuple(reqs)
+        return Load(reqs_, Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
 
     @staticmethod
-    def closed(concurrency: int, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0, max_len: int = 1 << 20) -> Load:
-        """`n` requests from `concurrency` clients that each wait for their last answer."""
+    def closed(
+        concurrency: int, n: int, input_len: LengthDist, output_len: LengthDist, *, seed: int = 0, max_len: int = 1 << 20, prefixes: Prefixes | None = None
+    ) -> Load:
+        """`n` requests from `concurrency` clients that each wait for their last answer, sharing `prefixes`."""
         if concurrency < 1 or n < 1:
             raise BadInput(f"concurrency {concurrency}, {n} requests.", field="--concurrency", fix="give at least one client and one request.")
         rng = np.random.default_rng(seed)
         ins, outs = input_len.draw(rng, n, max_len), output_len.draw(rng, n, max_len)
-        return Load(tuple(Request(0.0, i, o) for i, o in zip(ins, outs)), Arrivals.CLOSED, concurrency=concurrency)
+        reqs = [Request(0.0, i, o) for i, o in zip(ins, outs)]
+        return Load(prefixes.assign(rng, reqs) if prefixes else tuple(reqs), Arrivals.CLOSED, concurrency=concurrency)
 
     @staticmethod
     def poisson(requests: tuple[Request, ...], rate: float, seed: int = 0) -> Load:
         """These requests' lengths arriving as a Poisson process at `rate` (the first at 0)."""
         gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(requests))
         times = np.cumsum(gaps) - gaps[0]
-        return Load(tuple(Request(float(t), r.input_len, r.output_len) for t, r in zip(times, requests)), Arrivals.POISSON, rate=rate)
+        return Load(tuple(dataclasses.replace(r, arrival=float(t)) for t, r in zip(times, requests)), Arrivals.POISSON, rate=rate)
 
     @staticmethod
     def trace(path: str | Path) -> Load:
@@ -155,13 +209,20 @@ class Load:
         if self.arrivals is Arrivals.CLOSED or not self.rate > 0:
             raise ValueError("only an open-loop load has a rate to change")
         k = self.rate / rate
-        return Load(tuple(Request(r.arrival * k, r.input_len, r.output_len) for r in self.requests), self.arrivals, rate=rate)
+        return Load(tuple(dataclasses.replace(r, arrival=r.arrival * k) for r in self.requests), self.arrivals, rate=rate)
+
+    @property
+    def shares_prefixes(self) -> bool:
+        return any(r.prefix_len for r in self.requests)
 
 
 def read_trace(path: str | Path) -> list[Request]:
-    """A JSONL trace: one `{"arrival": s, "input_len": n, "output_len": n}` per line, any order."""
+    """A JSONL trace: one `{"arrival": s, "input_len": n, "output_len": n}` per line, any order,
+    optionally with `"prefix_len": n` (its first n prompt tokens are shared) and `"prefix_id": x`
+    (which shared prefix; any JSON scalar; lines without one share one prefix)."""
     path = Path(path)
     out = []
+    groups: dict[str, int] = {}  # prefix id (as JSON text) → group number
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -171,20 +232,21 @@ def read_trace(path: str | Path) -> list[Request]:
             continue
         try:
             d = json.loads(line)
-            r = Request(float(d["arrival"]), int(d["input_len"]), int(d["output_len"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            group = groups.setdefault(json.dumps(d.get("prefix_id")), len(groups))
+            r = Request(float(d["arrival"]), int(d["input_len"]), int(d["output_len"]), int(d.get("prefix_len", 0)), group)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise BadInput(
                 f"line {no} is not a request ({type(e).__name__}: {e}).",
                 file=str(path),
                 field=f"line {no}",
-                fix='write one {"arrival": s, "input_len": n, "output_len": n} per line.',
+                fix='write one {"arrival": s, "input_len": n, "output_len": n} per line (optionally "prefix_len": n, "prefix_id": x).',
             ) from None
-        if r.arrival < 0 or r.input_len < 1 or r.output_len < 1 or not math.isfinite(r.arrival):
+        if r.arrival < 0 or r.input_len < 1 or r.output_len < 1 or r.prefix_len < 0 or not math.isfinite(r.arrival):
             raise BadInput(
-                f"line {no}: arrival {r.arrival}, input_len {r.input_len}, output_len {r.output_len}.",
+                f"line {no}: arrival {r.arrival}, input_len {r.input_len}, output_len {r.output_len}, prefix_len {r.prefix_len}.",
                 file=str(path),
                 field=f"line {no}",
-                fix="arrival ≥ 0 s, lengths ≥ 1 token.",
+                fix="arrival ≥ 0 s, lengths ≥ 1 token, prefix_len ≥ 0.",
             )
         out.append(r)
     if not out:
@@ -193,4 +255,10 @@ def read_trace(path: str | Path) -> list[Request]:
 
 
 def write_trace(requests: list[Request] | tuple[Request, ...], path: str | Path) -> None:
-    Path(path).write_text("".join(json.dumps({"arrival": round(r.arrival, 6), "input_len": r.input_len, "output_len": r.output_len}) + "\n" for r in requests))
+    def line(r: Request) -> dict:
+        d: dict = {"arrival": round(r.arrival, 6), "input_len": r.input_len, "output_len": r.output_len}
+        if r.prefix_len:
+            d.update(prefix_len=r.prefix_len, prefix_id=r.prefix_group)
+        return d
+
+    Path(path).write_text("".join(json.dumps(line(r)) + "\n" for r in requests))

@@ -97,6 +97,8 @@ def serving_metrics(o: Outcome, slo: SLO = SLO(), window: Window = WHOLE_RUN) ->
         "total_token_throughput": (in_tok + out_tok) / duration,
         "slo_attainment": good / len(kept) if slo.given and kept else None,
         "preemptions": o.preemptions,
+        # of the prompt tokens looked up on admission (recomputations included), the share found cached
+        "prefix_cache_hit_rate": o.prefix_hits / o.prefix_queried if o.prefix_queried else None,
     }
     for name in ("ttft", "tpot", "itl", "e2el"):
         m.update(_stats(name, getattr(lat, name)))

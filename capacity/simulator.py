@@ -10,8 +10,11 @@ What the server does, event by event, on a virtual clock:
   busy for its step time), every link between stages (FIFO, busy for the activations), and the
   result's message back; a looked-ahead item waits at the first stage for the token its
   sequence's previous micro-batch samples, sent over the link from the last stage;
-- a request arriving is refused (HTTP 429) as the engine refuses it: predicted wait on the least
-  loaded entry lane over `max_queue_wait`, or the bounded queue full (`hetc.batching.refusal`);
+- a request goes to the entry lane the engine routes it to (`hetc.batching.route`: the longest
+  cached prefix, unless that lane is much busier), whose prefix cache is the runtime's own
+  (hetc/kv_blocks.py: requests carry token ids that share exactly what the load says they share);
+- a request arriving is refused (HTTP 429) as the engine refuses it: predicted wait on its
+  lane over `max_queue_wait`, or the bounded queue full (`hetc.batching.refusal`);
   one longer than the lanes' KV pools hold is rejected (400, `hetc.batching.longest_request`);
 - each lane runs at most its own pipeline's batch of sequences (`lane_max_seqs`) unless the
   server's `max_num_seqs` says otherwise;
@@ -33,14 +36,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, longest_request, looks_ahead, refusal
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth, lane_config, lane_max_seqs, longest_request, looks_ahead, refusal, route
 from hetc.cluster import Cluster
-from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
+from hetc.kv_blocks import PADDING_BLOCKS, BlockManager, prefix_hashes
 from hetc.requests import ServeLimits
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.capacity.lanes import SimLane, kv_legs, link_time, step_of
-from hetc.capacity.load import Arrivals, Load
+from hetc.capacity.load import Arrivals, Load, Request
 
 __all__ = ["Outcome", "RequestRecord", "simulate", "simulate_until"]
 
@@ -54,6 +57,11 @@ class RequestRecord:
     # 503 (a decode pool preempted it and no prefill pool's KV holds it to recompute)
     token_times: list[float] = field(default_factory=list)  # when the frontend delivered each token
     preemptions: int = 0
+    prefix_len: int = 0  # its prompt's first tokens shared with the other requests of its prefix group
+    prefix_group: int = 0
+
+    def token_ids(self, uid: int) -> list[int]:
+        return Request(self.arrival, self.input_len, self.output_len, self.prefix_len, self.prefix_group).token_ids(uid)
 
     @property
     def done(self) -> bool:
@@ -76,6 +84,8 @@ class Outcome:
     kv_peak: dict[int, float]  # lane -> most of its KV blocks in use at once (fraction)
     preemptions: int
     steps: int
+    prefix_queried: int = 0  # prompt tokens the lanes' prefix caches were asked for, and found
+    prefix_hits: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -121,11 +131,13 @@ class _Sim:
         self.events: list = []
         self._seq = itertools.count()
         self.lanes, self.cluster = lanes, cluster
-        self.cfg = SchedulerConfig(max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting, max_queue_wait=cfg.max_queue_wait)
+        self.cfg = SchedulerConfig(
+            max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting, max_queue_wait=cfg.max_queue_wait, prefix_caching=cfg.prefix_caching
+        )
         clock = lambda: self.now  # noqa: E731
         self.sched = [
             Scheduler(
-                BlockManager(l.num_blocks, reserved=PADDING_BLOCKS),
+                BlockManager(l.num_blocks, reserved=PADDING_BLOCKS, caching=cfg.prefix_caching and l.phase != Phase.DECODE),
                 lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
                 on_preempt=self._requeue if l.phase == Phase.DECODE else None,
                 clock=clock,
@@ -176,13 +188,19 @@ class _Sim:
         if rec.input_len > self.max_prompt or rec.input_len + rec.output_len > self.max_len:
             rec.status = 400
             return 0.0
-        lane = min(self.entry, key=self.load)
+        uid = len(self.records)
+        tokens = rec.token_ids(uid)
+        keys = prefix_hashes(tokens) if self.cfg.prefix_caching and rec.prefix_len else []
+        cached = [self.sched[i].blocks.cached_blocks(keys) for i in self.entry]
+        pick = route([self.load(i) for i in self.entry], cached)
+        lane = self.entry[pick]
         waiting = sum(s.num_waiting for s in self.sched)
-        no = refusal(self.sched[lane].predicted_wait(rec.input_len), waiting, self.cfg)
+        hit = min(cached[pick], (rec.input_len - 1) // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+        no = refusal(self.sched[lane].predicted_wait(rec.input_len - hit), waiting, self.cfg)
         if no is not None:
             rec.status = 429
             return no.retry_after
-        seq = Sequence(len(self.records), [0] * rec.input_len, rec.input_len, SamplingParams(max_tokens=rec.output_len, ignore_eos=True), arrival=self.now)
+        seq = Sequence(uid, tokens, rec.input_len, SamplingParams(max_tokens=rec.output_len, ignore_eos=True), arrival=self.now, block_hashes=keys)
         self.records[seq.seq_id] = rec
         self.on_done[seq.seq_id] = on_done
         self.sched[lane].add(seq)
@@ -205,7 +223,7 @@ class _Sim:
 
     def _handoff(self, seq: Sequence, src: int) -> None:
         dst = min(self.lanes[src].targets, key=self.load)
-        blocks, seq.block_table = seq.block_table, []
+        blocks, seq.block_table, seq.num_keyed = seq.block_table, [], 0
         self.incoming[dst].append(_Transfer(seq, src, dst, seq.num_computed, blocks))
         self.dirty.add(dst)
 
@@ -301,7 +319,7 @@ class _Sim:
         if msg.transfer is not None:
             t = msg.transfer
             if msg.leg_out:  # the prompt's KV left every prefill stage: its blocks are free
-                sched.blocks.free_blocks(t.src_blocks)
+                sched.blocks.free_blocks(t.src_blocks[::-1])
                 t.src_blocks = []
             else:
                 sched.land(t.seq)
@@ -352,7 +370,7 @@ def simulate_until(
         def next_request(_: RequestRecord | None = None) -> None:
             r = next(todo, None)
             if r is not None:
-                rec = RequestRecord(sim.now, r.input_len, r.output_len)
+                rec = RequestRecord(sim.now, r.input_len, r.output_len, prefix_len=r.prefix_len, prefix_group=r.prefix_group)
                 records.append(rec)
                 retry = sim.submit(rec, next_request)
                 if retry is not None:  # refused: this client tries its next request after Retry-After
@@ -362,7 +380,7 @@ def simulate_until(
             sim.at(0.0, next_request)
     else:
         for r in load.requests:
-            rec = RequestRecord(r.arrival, r.input_len, r.output_len)
+            rec = RequestRecord(r.arrival, r.input_len, r.output_len, prefix_len=r.prefix_len, prefix_group=r.prefix_group)
             records.append(rec)
             sim.at(r.arrival, sim.submit, rec, _ignore)
     if not sim.run(None if stop is None else lambda now: stop(records, now)):
@@ -383,4 +401,6 @@ def simulate_until(
         dict(enumerate(sim.kv_peak)),
         sum(s.num_preemptions for s in sim.sched),
         sim.steps,
+        sum(s.blocks.queried_tokens for s in sim.sched),
+        sum(s.blocks.hit_tokens for s in sim.sched),
     )

@@ -10,6 +10,9 @@ and the token budget last. Long prompts are prefilled in chunks of at most
 `max_batched_tokens`. When a running sequence needs a block and none is free, the most
 recently admitted sequence not in flight is preempted: its blocks are freed and it goes
 back to the front of the queue, to be recomputed (prompt + what it generated so far).
+With prefix caching (hetc/kv_blocks.py) a sequence admitted takes the cached blocks of its
+longest known prefix and is prefilled from their end on; a preempted one usually finds its
+own blocks still cached. Blocks shared with other sequences stay theirs when one is freed.
 Micro-batches are kept small enough that `n_stages` of them can be in flight at once,
 so no stage idles while others work.
 
@@ -56,6 +59,7 @@ __all__ = [
     "longest_request",
     "looks_ahead",
     "refusal",
+    "route",
 ]
 
 
@@ -67,6 +71,7 @@ class SchedulerConfig:
     n_stages: int = 1  # micro-batches that may be in flight at once
     handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
     max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer is refused (HTTP 429)
+    prefix_caching: bool = True  # reuse the KV of full blocks earlier prompts computed (kv_blocks.py)
 
 
 @dataclass(slots=True)
@@ -83,6 +88,9 @@ class MicroBatch:
     step_id: int
     items: list[BatchItem] = field(default_factory=list)
     sent_at: float = 0.0
+    copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) KV blocks every stage copies first (copy-on-write)
+    prefix_queried: int = 0  # tokens of the sequences admitted by this batch looked up in the prefix cache
+    prefix_hits: int = 0  # of them, found (their prefill skipped)
 
     @property
     def num_tokens(self) -> int:
@@ -201,6 +209,16 @@ class Scheduler:
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
 
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """`child` (a copy of `parent`'s tokens so far, its own sampling parameters) runs beside
+        `parent` on this lane, sharing its blocks and computed KV until either writes a shared block
+        (copy-on-write: `BlockManager.fork`): the samples of one prompt (`n` > 1). Call it when
+        `parent` has no step in flight, e.g. with its prompt computed but for the last token, so
+        that each sample computes that token and samples its first token itself."""
+        self.blocks.fork(parent, child)
+        child.first_scheduled = parent.first_scheduled
+        self.admit_running(child)
+
     def reserve_incoming(self, seq: Sequence) -> bool:
         """A decode pool: give a prefilled sequence blocks for the KV already computed (a
         prefill pool sends it); False when they do not fit yet. It is in flight until `land`."""
@@ -272,7 +290,8 @@ class Scheduler:
             if seq.in_flight:
                 # the cheapest of _can_look_ahead's conditions first: most sequences in flight fail them
                 if lookahead and seq.in_flight == 1 and step - seq.last_step >= n_stages and self._can_look_ahead(seq):
-                    self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed)
+                    self.blocks.grow(seq, seq.num_tokens + 1 - seq.num_computed, start=seq.num_tokens)
+                    self.blocks.key_full(seq, seq.num_tokens)
                     seq.in_flight += 1
                     seq.last_step = batch.step_id
                     batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True))
@@ -290,10 +309,14 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            n = min(seq.remaining, budget)
-            if not self.blocks.can_grow(seq, n):
+            hit = self.blocks.cached_prefix(seq)  # its KV there is computed: prefill starts after it
+            n = min(seq.num_tokens - len(hit) * self.blocks.block_size, budget)
+            if not self.blocks.can_admit(seq, hit, n):
                 break  # first come first served: later arrivals do not overtake it
             self.waiting.popleft()
+            if self.blocks.caching:
+                batch.prefix_queried += seq.num_tokens
+            batch.prefix_hits += self.blocks.admit(seq, hit)
             seq.status = SeqStatus.RUNNING
             self.running.append(seq)
             if seq.first_scheduled is None:
@@ -302,6 +325,7 @@ class Scheduler:
             budget -= n
         if not batch.items:
             return None
+        batch.copies = self.blocks.take_copies()
         self._step += 1
         return batch
 
@@ -315,11 +339,12 @@ class Scheduler:
             and not self.cfg.handoff
             and self._step - seq.last_step >= self.cfg.n_stages
             and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
-            and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed)
+            and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed, start=seq.num_tokens)
         )
 
     def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
         self.blocks.grow(seq, n)
+        self.blocks.key_full(seq, seq.num_computed + n)
         seq.in_flight += 1
         seq.last_step = batch.step_id
         start = seq.num_computed
@@ -350,8 +375,7 @@ class Scheduler:
                 out.append(StepOutput(seq, None, False))
                 continue
             if tok < 0:  # its KV may hold NaN: its blocks are scrubbed before anyone gets them again
-                self.scrub += seq.block_table
-                seq.block_table = []
+                self.scrub += self.blocks.unkey(seq)
                 self._finish(seq, "error")
                 out.append(StepOutput(seq, None, True, error=SAMPLING_FAILURES.get(tok, f"the last stage sent token {tok}")))
                 continue
@@ -433,6 +457,23 @@ def longest_request(lanes: list[tuple[Phase, int]], block_tokens: int = KV_BLOCK
     prefill = [n for ph, n in lanes if ph != Phase.DECODE]
     decode = [n for ph, n in lanes if ph != Phase.PREFILL]
     return min(prefill) * block_tokens, min(decode) * block_tokens
+
+
+def route(loads: list[int], cached: list[int]) -> int:
+    """The lane a new request goes to (SGLang's cache-aware routing): the one holding the longest
+    cached prefix of its prompt, unless its queue is more than twice the shortest (then, as with
+    no hit anywhere, the least loaded). The shortest counts as at least 1, so an idle lane beside
+    a lane with one request does not break the affinity of a light load.
+
+    Args:
+        loads: per lane, sequences queued, running and arriving (`LaneRunner.load`).
+        cached: per lane, blocks of the prompt's prefix its cache holds.
+    """
+    least = min(range(len(loads)), key=loads.__getitem__)
+    best = max(range(len(loads)), key=lambda i: (cached[i], -loads[i]))
+    if cached[best] == 0 or loads[best] > 2 * max(loads[least], 1):
+        return least
+    return best
 
 
 @dataclass(frozen=True, slots=True)

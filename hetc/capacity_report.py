@@ -34,6 +34,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
         "TTFT p50/p99 ms",
         "TPOT p50/p99 ms",
         "429",
+        "prefix hits",
         "goodput req/s",
         "USD/M tok",
         "kW",
@@ -54,6 +55,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
             f"{fmt_ms(r.median_ttft_ms)} / {fmt_ms(r.p99_ttft_ms)}",
             f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}",
             str(r.refused_429),
+            _hits(r),
             _num(r.distserve_goodput, ",.2f"),
             _num(r.usd_per_mtok, ".3f"),
             f"{r.watts / 1e3:.1f}",
@@ -64,6 +66,15 @@ def print_compare(rows: list, load: str, console: Console) -> None:
     console.print(t)
     for r in rows:
         console.print(f"{r.name}: figures over {r.window}", markup=False)
+
+
+def _hits(r) -> str:
+    """The prefix-cache hit rate, and the throughput and TTFT p50 the same load gets without the cache."""
+    if r.prefix_cache_hit_rate is None:
+        return "—"
+    if r.no_caching_output_throughput is None:
+        return f"{r.prefix_cache_hit_rate:.0%}"
+    return f"{r.prefix_cache_hit_rate:.0%} (off: {r.no_caching_output_throughput:,.0f} tok/s, {fmt_ms(r.no_caching_median_ttft_ms)} ms)"
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -199,6 +210,17 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
         f"request_throughput {m['request_throughput']:,.2f} req/s, output_throughput "
         f"[bold]{m['output_throughput']:,.1f}[/] tok/s, total_token_throughput {m['total_token_throughput']:,.1f} tok/s"
     )
+    hit = m.get("prefix_cache_hit_rate")
+    if hit is not None:
+        line = f"prefix cache: {hit:.1%} of prompt tokens looked up were cached (their prefill skipped)"
+        from hetc.capacity.evaluate import NO_CACHING as off
+
+        if m.get(f"{off}output_throughput") is not None:
+            line += (
+                f"; without it: output_throughput {m[f'{off}output_throughput']:,.1f} tok/s, TTFT median/p99 "
+                f"{fmt_ms(m[f'{off}median_ttft_ms'])}/{fmt_ms(m[f'{off}p99_ttft_ms'])} ms, preemptions {m[f'{off}preemptions']}"
+            )
+        console.print(line)
     t = Table(title="latency (ms)", title_justify="left")
     for col in ("", "mean", "median", "p90", "p99"):
         t.add_column(col, justify="left" if not col else "right")

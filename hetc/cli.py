@@ -37,6 +37,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {v}")
+    return v
+
+
 def _nonneg(text: str) -> float:
     try:
         v = float(text)
@@ -65,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--kv-dtype", choices=DTYPES, default=d("kv_dtype"), help="the KV cache's dtype (default: --dtype)")
     pl.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="prompt tokens per request (default %(default)s)")
     pl.add_argument("--output-len", type=_positive_int, default=d("output_len"), help="generated tokens per request (default %(default)s)")
+    pl.add_argument(
+        "--prefix-len",
+        type=_nonneg_int,
+        default=d("prefix_len"),
+        metavar="N",
+        help="the first N tokens of every prompt are one of --prefix-groups shared prefixes: prefill and KV priced with their prefix-cache hits (default 0)",
+    )
+    pl.add_argument("--prefix-groups", type=_positive_int, default=d("prefix_groups"), metavar="G", help="distinct shared prefixes (default 1)")
     pl.add_argument(
         "--objective",
         choices=[o.value for o in Objective],
@@ -173,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--drain-timeout", type=_nonneg, default=30.0, metavar="SECONDS", help="on SIGTERM, how long open requests may take to finish (default 30)")
     sv.add_argument(
         "--no-cuda-graphs", action="store_true", help="run cuda stages' decode steps eagerly (default: replayed from CUDA graphs captured at start)"
+    )
+    sv.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="prefill every prompt in full (default: reuse the KV of full blocks an earlier prompt with the same prefix computed)",
     )
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
@@ -310,6 +333,15 @@ def _load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
     p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
     p.add_argument("--num-kv-blocks", type=_positive_int, default=sl("num_kv_blocks"))
+    p.add_argument("--no-prefix-caching", action="store_true", help="as hetc serve: prefill every prompt in full (default: cached prefixes are reused)")
+    p.add_argument(
+        "--prefix-len",
+        type=_nonneg_int,
+        default=ld("prefix_len"),
+        metavar="N",
+        help="the first N tokens of every prompt are one of --prefix-groups shared prefixes (default: the plan's; 0: none)",
+    )
+    p.add_argument("--prefix-groups", type=_positive_int, default=ld("prefix_groups"), metavar="G", help="distinct shared prefixes (default: the plan's, or 1)")
 
 
 def _slo_args(p: argparse.ArgumentParser) -> None:
@@ -339,6 +371,8 @@ def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
             seed=a.seed,
             warmup=a.warmup,
             cooldown=a.cooldown,
+            prefix_len=a.prefix_len,
+            prefix_groups=a.prefix_groups,
         ),
         ServeLimits(
             max_num_seqs=a.max_num_seqs,
@@ -346,6 +380,7 @@ def _load_of(a: argparse.Namespace) -> tuple[LoadRequest, ServeLimits]:
             max_waiting=a.max_waiting,
             max_queue_wait=a.max_queue_wait,
             num_kv_blocks=a.num_kv_blocks,
+            prefix_caching=not a.no_prefix_caching,
         ),
     )
 
@@ -382,6 +417,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
         placement=a.placement,
         batch=a.batch,
         max_num_seqs=a.max_num_seqs,
+        prefix_len=a.prefix_len,
+        prefix_groups=a.prefix_groups,
     )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
@@ -463,6 +500,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         max_body_bytes=a.max_body_bytes,
         idle_timeout=a.idle_timeout,
         cuda_graphs=not a.no_cuda_graphs,
+        prefix_caching=not a.no_prefix_caching,
     )
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 

@@ -152,6 +152,8 @@ class Workload(_M):
     input_len: int = Field(gt=0)
     output_len: int = Field(gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)  # the cap on sequences in flight per pipeline; None: memory's
+    prefix_len: int = Field(default=0, ge=0)  # every prompt's first tokens are one of prefix_groups shared prefixes
+    prefix_groups: int = Field(default=1, gt=0)
 
 
 class Baseline(_M):

@@ -54,11 +54,16 @@ class PlanRequest:
     placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
     batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
     max_num_seqs: int | None = None  # most sequences in flight per pipeline, as engines cap it (default: what memory admits)
+    prefix_len: int = 0  # every prompt's first tokens are one of prefix_groups shared prefixes (priced as prefix-cache hits)
+    prefix_groups: int = 1
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
                 raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
+        _check_prefix(self.prefix_len, self.prefix_groups)
+        if self.prefix_groups > 1 and not self.prefix_len:
+            raise BadInput(f"--prefix-groups {self.prefix_groups} without a shared prefix.", field="--prefix-groups", fix="give --prefix-len N too.")
         self.objective = _member(Objective, self.objective, "--objective")
         self.disaggregate = _member(Disaggregate, self.disaggregate, "--disaggregate")
         if self.batch is not None and (self.batch < 1 or not self.placement):
@@ -102,6 +107,7 @@ class ServeLimits:
     max_waiting: int = MAX_WAITING
     max_queue_wait: float = 30.0  # seconds: a longer predicted wait for a first token is refused (429)
     num_kv_blocks: int | None = None  # cap on each lane's KV blocks
+    prefix_caching: bool = True  # reuse cached KV of shared prompt prefixes (--no-prefix-caching: off)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_batched_tokens", "max_waiting", "num_kv_blocks"):
@@ -128,6 +134,8 @@ class LoadRequest:
     seed: int = 0
     warmup: str | None = None  # left out of the figures at the start: N requests, Ts seconds or P% (capacity/window.py)
     cooldown: str | None = None  # left out at the end, as warmup
+    prefix_len: int | None = None  # shared prompt prefix tokens (default: the plan's workload's)
+    prefix_groups: int | None = None  # distinct shared prefixes (default: the plan's workload's)
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.rate, self.concurrency, self.trace)) > 1:
@@ -142,6 +150,11 @@ class LoadRequest:
             raise BadInput(f"must be ≥ 1, got {self.requests}.", field="--requests", fix="give a number of requests.")
         if not self.burstiness > 0:
             raise BadInput(f"must be > 0, got {self.burstiness}.", field="--burstiness", fix="1 is Poisson; smaller is burstier, larger more even.")
+        _check_prefix(self.prefix_len, self.prefix_groups)
+        if self.trace and (self.prefix_len is not None or self.prefix_groups is not None):
+            raise BadInput(
+                "a trace gives every request's shared prefix (prefix_len, prefix_id).", field="--trace", fix="drop --prefix-len/--prefix-groups, or the trace."
+            )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -162,6 +175,13 @@ class SloRequest:
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise BadInput(f"must be > 0 ms, got {v}.", field=f"--{name[:4]}-slo", fix="give milliseconds.")
+
+
+def _check_prefix(length: int | None, groups: int | None) -> None:
+    if length is not None and length < 0:
+        raise BadInput(f"must be ≥ 0, got {length}.", field="--prefix-len", fix="give the shared prompt tokens (0: none).")
+    if groups is not None and groups < 1:
+        raise BadInput(f"must be ≥ 1, got {groups}.", field="--prefix-groups", fix="give how many distinct shared prefixes the prompts begin with.")
 
 
 def _check_pue(pue: float) -> None:

@@ -62,6 +62,8 @@ class Sequence:
     arrival: float = field(default_factory=time.monotonic)
     first_scheduled: float | None = None
     preemptions: int = 0
+    block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far (kv_blocks.prefix_hashes)
+    num_keyed: int = 0  # blocks of block_table the prefix cache has seen (keyed, or found keyed by another block)
 
     @property
     def num_tokens(self) -> int:

@@ -50,7 +50,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
-    wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype)
+    wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
         unknown = sorted({n.profile.name for n in cluster.nodes if n.profile.power <= 0})
@@ -210,7 +210,13 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
             notes=model.notes,
         ),
         cluster=ClusterSpec.model_validate(cluster.to_json()),
-        workload=PlanWorkload(input_len=wl.input_len, output_len=wl.output_len, max_num_seqs=req.max_num_seqs),
+        workload=PlanWorkload(
+            input_len=wl.input_len,
+            output_len=wl.output_len,
+            max_num_seqs=req.max_num_seqs,
+            prefix_len=req.prefix_len,
+            prefix_groups=req.prefix_groups,
+        ),
         objective=ObjectiveInfo(name=req.objective, sense=sense, unit=unit),
         pipelines=pipelines,
         kv_transfer=kv_transfer,

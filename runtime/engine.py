@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
 from hetc.runtime.sampling_state import Logprob
-from hetc.batching import MicroBatch, SchedulerConfig, StepOutput
+from hetc.batching import MicroBatch, SchedulerConfig, StepOutput, route
+from hetc.kv_blocks import prefix_hashes
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Transport
@@ -118,6 +119,7 @@ class Engine:
             len(lane.stages),
             handoff=lane.phase == Phase.PREFILL,
             max_queue_wait=self.cfg.max_queue_wait,
+            prefix_caching=self.cfg.prefix_caching,
         )
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 
@@ -159,15 +161,16 @@ class Engine:
         """Queue a request on the least loaded working lane. Raises EngineDead (503) or QueueFull (429)."""
         if self.draining:
             raise EngineDead("the server is shutting down and takes no new requests")
-        self._admit(len(prompt_ids))
+        keys = prefix_hashes(prompt_ids) if self.cfg.prefix_caching else []  # here, outside every lock
+        self._admit(len(prompt_ids), keys)
         with self._lock:
             entry = self.entry_lanes
             if not entry:
                 raise EngineDead(self.failed or "every pipeline is restarting")
             if self.num_waiting() >= self.cfg.max_waiting:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
-            lane = min(entry, key=LaneRunner.load)
-            seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos)
+            lane, _ = self._pick(entry, keys)
+            seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos, block_hashes=keys)
             req = Request(seq, lane, sink, arrival=self.clock())
             self.requests[seq.seq_id] = req
         with lane.cond:
@@ -180,15 +183,25 @@ class Engine:
         with self._lock:
             self._handoffs_pending += n
 
-    def _admit(self, prompt_tokens: int) -> None:
+    @staticmethod
+    def _pick(entry: list[LaneRunner], keys: list[bytes]) -> tuple[LaneRunner, int]:
+        """The lane a prompt with these prefix keys goes to (hetc.batching.route: its longest cached
+        prefix, unless that lane is much busier) and the prompt tokens its cache holds. The caches are
+        read without their lanes' locks (single dict look-ups): a routing hint, not a reservation."""
+        cached = [r.sched.blocks.cached_blocks(keys) for r in entry] if keys else [0] * len(entry)
+        i = route([r.load() for r in entry], cached)
+        return entry[i], cached[i] * KV_BLOCK_TOKENS
+
+    def _admit(self, prompt_tokens: int, keys: list[bytes]) -> None:
         """Refuse a request whose predicted wait for its first token, on the lane that would take
-        it, exceeds cfg.max_queue_wait (the prediction: scheduler.Rates, from measured steps)."""
+        it, exceeds cfg.max_queue_wait (the prediction: scheduler.Rates, from measured steps, over
+        the prompt tokens its prefix cache does not hold)."""
         entry = self.entry_lanes
         if not entry:
             return  # submit says why nothing can take it
-        lane = min(entry, key=LaneRunner.load)
+        lane, hit = self._pick(entry, keys)
         with lane.cond:  # not under self._lock: the receive loop takes lane.cond, then self._lock
-            wait = lane.sched.predicted_wait(prompt_tokens)
+            wait = lane.sched.predicted_wait(max(1, prompt_tokens - hit))
         if wait > self.cfg.max_queue_wait:
             raise QueueFull(
                 f"the predicted wait for a first token is {wait:.1f} s, over the server's --max-queue-wait of {self.cfg.max_queue_wait:g} s",
@@ -202,7 +215,7 @@ class Engine:
             with src.cond:
                 if seq.status is not SeqStatus.HANDOFF or not src.up:  # aborted or failed meanwhile
                     return
-                src_blocks, seq.block_table = seq.block_table, []
+                src_blocks, seq.block_table, seq.num_keyed = seq.block_table, [], 0
                 t = Transfer(seq, src, src, seq.num_computed, src_blocks)
             self._route(t)
         finally:
@@ -251,7 +264,7 @@ class Engine:
         entry = self.entry_lanes
         if not entry:
             return self._end(seq, "error", "no prefill pipeline serves to recompute the sequence (every one is down)")
-        lane = min(entry, key=LaneRunner.load)
+        lane, _ = self._pick(entry, prefix_hashes(seq.token_ids, parents=seq.block_hashes) if self.cfg.prefix_caching else [])
         req = self.requests.get(seq.seq_id)
         if req is not None:
             req.lane = lane

@@ -2,7 +2,7 @@
 
 The receiver takes the oldest record for each message that comes back from the last stage
 (stages keep the order), so the record says what the message answers: a micro-batch's
-result, a KV transfer that left or landed, a scrub of KV blocks, or a control message
+result, a KV transfer that left or landed, a scrub or copy of KV blocks, or a control message
 (heartbeat, shutdown).
 """
 
@@ -18,7 +18,7 @@ from hetc.sequence import Sequence
 if TYPE_CHECKING:
     from hetc.runtime.lane import LaneRunner
 
-__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightScrub", "InFlightTransfer", "Transfer", "TransferLeg"]
+__all__ = ["Control", "ControlKind", "InFlight", "InFlightBatch", "InFlightCopy", "InFlightScrub", "InFlightTransfer", "Transfer", "TransferLeg"]
 
 
 @dataclass(eq=False, slots=True)
@@ -59,6 +59,14 @@ class InFlightScrub:
     blocks: list[int]
 
 
+@dataclass(eq=False, slots=True)
+class InFlightCopy:
+    """Blocks every stage copies (src, dst) before the micro-batch sent right behind (copy-on-write
+    of blocks sequences shared: hetc/kv_blocks.py)."""
+
+    pairs: list[tuple[int, int]]
+
+
 class ControlKind(enum.Enum):
     HEARTBEAT = "heartbeat"
     SHUTDOWN = "shutdown"
@@ -69,4 +77,4 @@ class Control:
     kind: ControlKind
 
 
-InFlight = InFlightBatch | InFlightTransfer | InFlightScrub | Control
+InFlight = InFlightBatch | InFlightTransfer | InFlightScrub | InFlightCopy | Control

@@ -173,6 +173,26 @@ class KVPool:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for d in (self.k, self.v) for t in d.values())
 
+    def _blocks(self, pool: torch.Tensor) -> torch.Tensor:
+        """`pool` as [NB, ...]: one row per block, whichever the layout."""
+        return pool if self.paged else pool.view(-1, self.block_size, *pool.shape[1:])
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy each (src, dst) block's K and V in every layer (copy-on-write: hetc/kv_blocks.py)."""
+        if not pairs:
+            return
+        src = torch.tensor([s for s, _ in pairs], dtype=torch.long)
+        dst = torch.tensor([d for _, d in pairs], dtype=torch.long)
+        for pool in (*self.k.values(), *self.v.values()):
+            rows = self._blocks(pool)
+            rows.index_copy_(0, dst.to(pool.device), rows.index_select(0, src.to(pool.device)))
+
+    def zero_blocks(self, blocks: list[int]) -> None:
+        """Zero these blocks' K and V in every layer."""
+        ids = torch.tensor(blocks, dtype=torch.long)
+        for pool in (*self.k.values(), *self.v.values()):
+            self._blocks(pool).index_fill_(0, ids.to(pool.device), 0)
+
     def read(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
         """[2, n, KVH, D]: layer's K and V at flat slots (block · BS + offset)."""
         if self.paged:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
-from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
+from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightCopy, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.sampling_state import LaneSampling, decode_logprobs
 from hetc.runtime.topology import Lane
@@ -36,7 +36,9 @@ class LaneRunner:
     def __init__(self, engine: "Engine", lane: Lane, num_blocks: int, cfg: SchedulerConfig, transport: Transport):
         self.engine, self.lane, self.tp = engine, lane, transport
         # a decode pool runs no prefill: its preempted sequences are recomputed by a prefill pool
-        self.sched = Scheduler(BlockManager(num_blocks, reserved=PADDING_BLOCKS), cfg, on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
+        # a decode pool caches nothing: its prompts arrive computed (the prefill pool caches them)
+        blocks = BlockManager(num_blocks, reserved=PADDING_BLOCKS, caching=cfg.prefix_caching and lane.phase != Phase.DECODE)
+        self.sched = Scheduler(blocks, cfg, on_preempt=engine.requeue if lane.phase == Phase.DECODE else None)
         self.incoming: deque[Transfer] = deque()  # decode lanes: prefilled sequences waiting for blocks
         self.cond = threading.Condition()
         self.inflight: deque[InFlight] = deque()
@@ -47,6 +49,7 @@ class LaneRunner:
         self._last_send = engine.clock()
         self._send_lock = threading.Lock()
         self._dirty = True
+        self._then: Message | None = None  # a step to send right behind the message _next_message returned
         self.threads: list[threading.Thread] = []
         # micro-batches in flight: looking ahead, each stage has one queued behind the one it runs
         self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
@@ -103,9 +106,14 @@ class LaneRunner:
             if batch is not None:
                 msg = self._step_message(batch)
                 batch.sent_at = now  # the scheduler's measured rates time each round trip from here
-                self.inflight.append(InFlightBatch(batch, now))
                 self.engine.metrics.on_schedule(self, batch)
                 self._last_send = now
+                if batch.copies:  # copy-on-write: every stage copies the blocks before the step writes them
+                    self.inflight.append(InFlightCopy(batch.copies))
+                    self.inflight.append(InFlightBatch(batch, now))
+                    self._then = msg
+                    return Message(Kind.COPY, meta=torch.tensor([b for pair in batch.copies for b in pair], dtype=torch.long))
+                self.inflight.append(InFlightBatch(batch, now))
                 return msg
         if not heartbeat_ok or self.inflight:
             return None
@@ -151,7 +159,7 @@ class LaneRunner:
     def release(self, t: Transfer) -> None:
         """A prefill lane: the prompt's blocks are free again (its KV was sent, or is not needed)."""
         with self.cond:
-            self.sched.blocks.free_blocks(t.src_blocks)
+            self.sched.blocks.free_blocks(t.src_blocks[::-1])
             t.src_blocks = []
             self.poke()
 
@@ -161,6 +169,7 @@ class LaneRunner:
                 if not self._live():
                     return None
                 msg = self._next_message(heartbeat_ok)
+                then, self._then = self._then, None
                 if msg is None and heartbeat_ok:
                     self._dirty = False  # nothing to do until the next poke (or the heartbeat is due)
                 rec = self.inflight[-1] if msg is not None and msg.kind is Kind.TRANSFER_IN else None
@@ -171,6 +180,8 @@ class LaneRunner:
                 msg.meta[1] = -1
             if msg is not None:
                 self.tp.send(msg, self.first_rank)
+                if then is not None:
+                    self.tp.send(then, self.first_rank)
                 if msg.kind is Kind.SHUTDOWN:
                     self.tp.flush(self.first_rank)
             return msg
@@ -227,7 +238,7 @@ class LaneRunner:
                     _expect(msg, Kind.TRANSFER_OUT, rec)
                     t = done_out = rec.transfer
                     t.sent_bytes = float(msg.times.sum()) if bool((msg.times >= 0).all()) else 0.0
-                    self.sched.blocks.free_blocks(t.src_blocks)
+                    self.sched.blocks.free_blocks(t.src_blocks[::-1])
                     t.src_blocks = []
                 elif isinstance(rec, InFlightTransfer) and bool((msg.times < 0).any()):  # a stage did not get its KV
                     _expect(msg, Kind.TRANSFER_IN, rec)
@@ -239,7 +250,9 @@ class LaneRunner:
                     outs = [out] if out is not None else []
                 elif isinstance(rec, InFlightScrub):  # zero in every stage: free again
                     _expect(msg, Kind.SCRUB, rec)
-                    self.sched.blocks.free_blocks(rec.blocks)
+                    self.sched.blocks.reclaim(rec.blocks)
+                elif isinstance(rec, InFlightCopy):  # copied in every stage (the step behind it is recorded next)
+                    _expect(msg, Kind.COPY, rec)
                 else:
                     _expect(msg, Kind.SHUTDOWN if rec.kind is ControlKind.SHUTDOWN else Kind.HEARTBEAT, rec)
                 self.poke()

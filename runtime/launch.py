@@ -48,6 +48,7 @@ class ServeOptions:
     timeout: float = 60.0  # transport receive timeout, seconds
     drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
     max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer for its first token gets 429
+    prefix_caching: bool = True  # reuse the KV of prompt prefixes earlier requests computed (hetc/kv_blocks.py)
     max_body_bytes: int = 1 << 20  # a larger request body gets 413
     idle_timeout: float = 5.0  # seconds an idle keep-alive connection is held open (uvicorn)
     max_restarts: int = 3  # restart attempts of a failed pipeline unit before it stays down
@@ -360,7 +361,13 @@ def serve(o: ServeOptions, log=print) -> int:
         raise BadInput(f"{e}.", field="--model-dir", fix="serve a model dir with a tokenizer.") from None
     if tokenizer.eos_token_id is not None:
         eos_ids |= {tokenizer.eos_token_id}
-    sched_cfg = SchedulerConfig(max_num_seqs=c.max_seqs, max_batched_tokens=o.max_batched_tokens, max_waiting=o.max_waiting, max_queue_wait=o.max_queue_wait)
+    sched_cfg = SchedulerConfig(
+        max_num_seqs=c.max_seqs,
+        max_batched_tokens=o.max_batched_tokens,
+        max_waiting=o.max_waiting,
+        max_queue_wait=o.max_queue_wait,
+        prefix_caching=o.prefix_caching,
+    )
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in c.lanes]
     n_workers = sum(s.tp for l in c.lanes for s in l.stages)

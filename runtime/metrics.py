@@ -59,6 +59,14 @@ class Metrics:
         self.step_rtt = Histogram("hetc_pipeline_step_seconds", "Send to result of one micro-batch, whole pipeline.", lbl, buckets=_STEP, registry=r)
         self.kv_sent = Counter("hetc_kv_transfer_bytes", "KV bytes sent from prefill to decode pools.", lbl, registry=r)
         self.kv_sent_tokens = Counter("hetc_kv_transfer_tokens", "Token positions whose KV was sent between pools.", lbl, registry=r)
+        pc = "prompt tokens looked up in the prefix cache on admission (recomputation after preemption included)"
+        self.prefix_queries = Counter("hetc_prefix_cache_queries", f"Tokens: {pc}.", lbl, registry=r)
+        self.prefix_hits = Counter("hetc_prefix_cache_hits", "Tokens: of those looked up, found cached (their prefill skipped).", lbl, registry=r)
+        # vLLM's names and label, for dashboards and clients written against vLLM
+        self.vllm_prefix_queries = Counter("vllm:prefix_cache_queries", f"Tokens: {pc} (vLLM's name).", ["model_name"], registry=r)
+        self.vllm_prefix_hits = Counter("vllm:prefix_cache_hits", "Tokens found in the prefix cache (vLLM's name).", ["model_name"], registry=r)
+        for c in (self.prefix_queries, self.prefix_hits, self.vllm_prefix_queries, self.vllm_prefix_hits):
+            c.labels(model)  # shown at 0 from the start
         self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
         self.up.labels(model).set(1)
         self._peak = 0
@@ -92,6 +100,11 @@ class Metrics:
         self.batch_seqs.labels(self.model).observe(len(batch.items))
         # prefill work: every token but single decode tokens (recomputation after preemption included)
         self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items if i.n_new > 1 or i.start < i.seq.num_prompt_tokens))
+        if batch.prefix_queried:
+            self.prefix_queries.labels(self.model).inc(batch.prefix_queried)
+            self.prefix_hits.labels(self.model).inc(batch.prefix_hits)
+            self.vllm_prefix_queries.labels(self.model).inc(batch.prefix_queried)
+            self.vllm_prefix_hits.labels(self.model).inc(batch.prefix_hits)
         running = eng.num_running()
         with self._lock:
             self._peak = max(self._peak, running)

@@ -47,6 +47,7 @@ class Kind(enum.IntEnum):
     TRANSFER_IN = 7  # decode pool: receive it into these blocks (meta: prefill lane, tokens, blocks)
     TOKENS = 8  # last stage → first stage: what a step sampled (meta: seq ids | positions | tokens)
     SCRUB = 9  # zero these KV blocks in every stage (meta: block ids): a sequence's logits were not finite
+    COPY = 10  # copy KV blocks in every stage (meta: src, dst pairs) before the step behind it (copy-on-write)
 
 
 @dataclass(slots=True)

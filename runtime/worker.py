@@ -191,9 +191,14 @@ def scrub_kv(kv, blocks: list[int]) -> None:
     """Zero `blocks` in every layer of this stage's KV pool (kv_cache.KVPool): a sequence whose
     logits were not finite held them, and a NaN left there would reach their next owner's
     attention through its masked slots."""
-    ids = torch.tensor(blocks, dtype=torch.long)
-    for pool in (*kv.k.values(), *kv.v.values()):
-        pool.view(-1, kv.block_size, *pool.shape[1:]).index_fill_(0, ids.to(pool.device), 0)
+    kv.zero_blocks(blocks)
+
+
+def copy_kv(kv, meta: torch.Tensor) -> None:
+    """A COPY message's (src, dst) block pairs (meta: src0, dst0, src1, …) copied in this stage's
+    pool before the step that writes dst (copy-on-write of a shared block)."""
+    v = meta.tolist()
+    kv.copy_blocks(list(zip(v[0::2], v[1::2])))
 
 
 def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None) -> None:
@@ -243,6 +248,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
                 model(backend.to_device(x, dev_index), attn)
             elif msg.kind is Kind.SCRUB:
                 scrub_kv(model.kv, msg.meta.tolist())
+            elif msg.kind is Kind.COPY:
+                copy_kv(model.kv, msg.meta)
             elif msg.kind is Kind.SHUTDOWN:
                 return
             continue
@@ -272,9 +279,12 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             msg.times[spec.index] = move_kv(model, msg, owners or {}, sends, links)
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
-        elif msg.kind is Kind.SCRUB:
-            scrub_kv(model.kv, msg.meta.tolist())
-            tp.send(Message(Kind.SCRUB, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
+        elif msg.kind in (Kind.SCRUB, Kind.COPY):
+            if msg.kind is Kind.SCRUB:
+                scrub_kv(model.kv, msg.meta.tolist())
+            else:
+                copy_kv(model.kv, msg.meta)
+            tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
             if msg.kind is Kind.SHUTDOWN:

@@ -28,7 +28,7 @@ import numpy as np
 from hetc.partitioner.bounds.cells import CountSpace
 from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.estimate.batches import Regimes, octaves
-from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+from hetc.scheduling import Phase
 
 __all__ = ["FirstPass", "Key", "classes", "keys", "first_pass", "most_sequences"]
 
@@ -95,9 +95,9 @@ def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[i
     """Prefix sums [U+1, W] of each unit weighting."""
     units = costs.tables.units
     wl = costs.tables.wl
-    blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    kv_tokens = batch * wl.kv_tokens(Phase(phase)) + wl.shared_tokens(Phase(phase))
     cols = [case.P[g] for g in gs if np.isfinite(case.P[g, -1])]
-    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * blocks * u.kv_bytes_per_token for u in units])]))
+    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + kv_tokens * u.kv_bytes_per_token for u in units])]))
     cols.append(np.arange(len(units) + 1, dtype=float))
     for kind in sorted({u.kind for u in units}):
         ind = np.array([u.kind == kind for u in units], dtype=float)
@@ -152,15 +152,17 @@ def _caps_at(caps: list, R: np.ndarray, W: int) -> np.ndarray:
 
 def most_sequences(costs: StageCosts, space: CountSpace, phase: Phase) -> np.ndarray:
     """Per cell, the most sequences any pipeline on exactly its devices holds: their memory less one
-    copy of the weights, over one sequence's KV (prefill pools: no cap, their batch is their length)."""
-    units = costs.tables.units
-    per_seq = math.ceil(costs.tables.wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * sum(u.kv_bytes_per_token for u in units)
+    copy of the weights (and of the shared prefixes' KV), over one sequence's KV (prefill pools: no cap,
+    their batch is their length)."""
+    units, wl = costs.tables.units, costs.tables.wl
+    kv_token = sum(u.kv_bytes_per_token for u in units)
+    per_seq = wl.kv_tokens(phase) * kv_token
     if phase == Phase.PREFILL or per_seq <= 0:
         return np.full(len(space), np.inf)
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
-    return np.floor((space.cells @ costs.room - sum(params.values())) / per_seq)
+    return np.floor((space.cells @ costs.room - sum(params.values()) - wl.shared_tokens(phase) * kv_token) / per_seq)
 
 
 class FirstPass:

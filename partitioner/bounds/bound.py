@@ -102,7 +102,7 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
             (a ratio does not change with scale) and are left out.
     """
     wl = tables.wl
-    rep, n_of, weights, kv = _signatures(tables, wl.context)
+    rep, n_of, weights, kv = _signatures(tables, wl.kv_tokens())  # the shared prefixes' KV left out: still a lower bound
     balances = _balances(tables.signature, len(rep))
     solver = pywraplp.Solver.CreateSolver("GLOP")
     inf = solver.infinity()

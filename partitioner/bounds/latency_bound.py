@@ -158,8 +158,8 @@ def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
         edges.add(e)
         e *= S_RATIO
     out = wl.output_len
-    for r in range(1, wl.input_len + 1):
-        cut = (wl.prefill_chunk - wl.input_len / r) * (r + out - 1) / (out - 1) if out > 1 else 0.0
+    for r in range(1, wl.prefill_len + 1):
+        cut = (wl.prefill_chunk - wl.prefill_len / r) * (r + out - 1) / (out - 1) if out > 1 else 0.0
         if cut >= top:
             break
         if cut > 1:

@@ -22,7 +22,9 @@ class StageMemory:
         return self.weights + self.kv + self.activations
 
 
-def stage_memory(units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1, logits_bytes_per_token: float = 0.0) -> StageMemory:
+def stage_memory(
+    units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1, logits_bytes_per_token: float = 0.0, shared_tokens: int = 0
+) -> StageMemory:
     """Bytes one device of a stage holds.
 
     Args:
@@ -32,12 +34,13 @@ def stage_memory(units: list[Unit], *, batch: int, context: int, prefill_chunk: 
         prefill_chunk: most tokens one step processes (sizes the transient activations).
         tp: tensor-parallel degree (weights and KV split k ways).
         logits_bytes_per_token: extra per-token output kept by the last stage (fp32 logits).
+        shared_tokens: KV tokens held once for all sequences (shared prompt prefixes), in whole blocks.
     """
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    kv = batch * blocks * sum(u.kv_bytes_per_token for u in units)
+    kv = (batch * blocks + shared_tokens) * sum(u.kv_bytes_per_token for u in units)
     step_tokens = max(prefill_chunk, batch)
     act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
     return StageMemory(sum(params.values()) / tp, kv / tp, act)

@@ -35,7 +35,6 @@ and splits the interval there (cell_bound.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -44,7 +43,7 @@ import numpy as np
 from hetc.cluster import Cluster
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.capture.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+from hetc.scheduling import Phase
 
 __all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "Regimes", "search"]
 
@@ -60,8 +59,9 @@ def batch_ceiling(units: list[Unit], cluster: Cluster, wl: Workload, max_num_seq
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
-    free = sum(n.profile.usable_memory * n.count for n in cluster.nodes) - sum(params.values())
-    per_seq = math.ceil(wl.context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS * sum(u.kv_bytes_per_token for u in units)
+    kv_token = sum(u.kv_bytes_per_token for u in units)
+    free = sum(n.profile.usable_memory * n.count for n in cluster.nodes) - sum(params.values()) - wl.shared_kv * kv_token
+    per_seq = wl.kv_tokens() * kv_token
     admits = MAX_BATCH if per_seq <= 0 else int(min(MAX_BATCH, max(1.0, free / per_seq)))
     return max(1, min(admits, max_num_seqs or admits))
 
@@ -106,7 +106,7 @@ class Regimes:
 
     def _chunks(self, s: np.ndarray) -> np.ndarray:
         """simulate._seat_life's r at s seats per micro-step, for an array of s."""
-        inp, out, budget = self.wl.input_len, self.wl.output_len, self.wl.prefill_chunk
+        inp, out, budget = self.wl.prefill_len, self.wl.output_len, self.wl.prefill_chunk
         r, todo, t = np.zeros(len(s), dtype=np.int64), np.ones(len(s), dtype=bool), 1
         while todo.any():
             spare = budget - s * (out - 1) / (t + out - 1)

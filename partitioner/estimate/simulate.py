@@ -36,7 +36,8 @@ from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.capture.units import Unit
-from hetc.scheduling import PREFILL_CHUNK, Phase
+from hetc.kv_blocks import cached_tokens
+from hetc.scheduling import KV_BLOCK_TOKENS, PREFILL_CHUNK, Phase
 
 __all__ = [
     "Workload",
@@ -54,15 +55,50 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Workload:
+    """The requests a plan is priced for. With a shared prefix (`of`), every prompt's first
+    `cached_len` tokens come from the prefix cache in steady state (each group's first request
+    misses; not counted): prefill computes the rest (`prefill_len`) over the whole context, a
+    sequence holds KV of its own for the rest, and a pipeline that prefills holds the groups'
+    prefixes once (`shared_kv`, reserved so that the hits the price assumes stay cached). A decode
+    pool holds every prompt whole (its KV arrives from the prefill pool)."""
+
     input_len: int
     output_len: int
     dtype: str
     kv_dtype: str
     prefill_chunk: int = PREFILL_CHUNK
+    cached_len: int = 0  # prompt tokens per request the prefix cache serves (kv_blocks.cached_tokens)
+    shared_kv: int = 0  # KV tokens a prefilling pipeline holds once for the shared prefixes
+
+    @staticmethod
+    def of(input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1) -> "Workload":
+        """A workload whose prompts begin with one of `prefix_groups` shared prefixes of `prefix_len` tokens."""
+        cached = cached_tokens(input_len, prefix_len)
+        return Workload(input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups)
 
     @property
     def context(self) -> int:
         return self.input_len + self.output_len
+
+    @property
+    def prefill_len(self) -> int:
+        """Prompt tokens prefill computes per request."""
+        return self.input_len - self.cached_len
+
+    @property
+    def prefill_ctx(self) -> float:
+        """The mean context a computed prompt token attends (the cached prefix included)."""
+        return self.cached_len + self.prefill_len / 2
+
+    def kv_tokens(self, phase: Phase = Phase.BOTH) -> int:
+        """KV tokens one sequence holds of its own, in whole blocks: its prompt (a prefill pool) or
+        prompt + output, less the cached prefix it shares (not in a decode pool)."""
+        own = math.ceil((self.input_len if phase == Phase.PREFILL else self.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+        return own if phase == Phase.DECODE else own - self.cached_len
+
+    def shared_tokens(self, phase: Phase = Phase.BOTH) -> int:
+        """KV tokens a pipeline of `phase` holds once, for the shared prefixes."""
+        return 0 if phase == Phase.DECODE else self.shared_kv
 
     @property
     def decode_ctx(self) -> float:
@@ -115,9 +151,9 @@ class Round:
         d = b * (wl.output_len - 1) / life  # decode tokens per micro-step
         # sequences admitted together finish together, so freed seats refill in bursts: a step that
         # takes prompts fills the budget the decode tokens leave (and holds every seat not decoding)
-        mixed = min(1.0, max(q * wl.input_len / (wl.prefill_chunk - d), 1 - d / b))
+        mixed = min(1.0, max(q * wl.prefill_len / (wl.prefill_chunk - d), 1 - d / b))
         decode_seqs = (d - (1 - mixed) * b) / mixed  # the step's other seats prefill, or wait for the budget
-        step = Step.mixed(decode_seqs, dec_ctx, q * wl.input_len / mixed, q * chunks / mixed, wl.input_len / 2)
+        step = Step.mixed(decode_seqs, dec_ctx, q * wl.prefill_len / mixed, q * chunks / mixed, wl.prefill_ctx)
         # a pass of k micro-steps gives every seat one step, but only output_len of a seat's `life`
         # steps generate a token: a round (batch tokens) is life / output_len passes
         passes = life / wl.output_len
@@ -145,7 +181,7 @@ def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
     (ceil(input / (budget − decode tokens)) ≤ r, one chunk per round); the seat's life is r +
     output − 1 rounds, or longer where the prompts admitted per micro-step exceed that budget
     (seats then wait for it, prefilling nothing, and every step carries `prefill_chunk` tokens)."""
-    inp, out, budget = wl.input_len, wl.output_len, wl.prefill_chunk
+    inp, out, budget = wl.prefill_len, wl.output_len, wl.prefill_chunk
     r = 1
     while True:
         spare = budget - b * (out - 1) / (r + out - 1)
@@ -160,14 +196,14 @@ def _prefill_round(wl: Workload) -> Round:
     one prompt in equal chunks where it is longer than the budget."""
     per_step = prompts_per_step(wl)
     if per_step > 1:
-        return Round(((1 / per_step, Step(per_step * wl.input_len, per_step, wl.input_len / 2)),))
-    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-    return Round(((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),))
+        return Round(((1 / per_step, Step(per_step * wl.prefill_len, per_step, wl.prefill_ctx)),))
+    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk)
+    return Round(((chunks, Step(wl.prefill_len / chunks, 1, wl.prefill_ctx)),))
 
 
 def prompts_per_step(wl: Workload) -> int:
     """Whole prompts a prefill pool packs into one step (1 where a prompt needs the budget or more)."""
-    return max(1, wl.prefill_chunk // wl.input_len)
+    return max(1, wl.prefill_chunk // wl.prefill_len)
 
 
 def cost_signature(u: Unit) -> tuple:
@@ -222,8 +258,15 @@ class PipelineEstimate:
 
 def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool, phase: Phase = Phase.BOTH) -> StageMemory:
     logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
-    context = wl.input_len if phase == Phase.PREFILL else wl.context
-    return stage_memory(units, batch=batch, context=context, prefill_chunk=min(wl.prefill_chunk, wl.input_len), tp=sp.tp, logits_bytes_per_token=logits)
+    return stage_memory(
+        units,
+        batch=batch,
+        context=wl.kv_tokens(phase),
+        prefill_chunk=min(wl.prefill_chunk, wl.input_len),  # a group's first prompt misses the cache
+        tp=sp.tp,
+        logits_bytes_per_token=logits,
+        shared_tokens=wl.shared_tokens(phase),
+    )
 
 
 def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], wl: Workload) -> float:
@@ -245,8 +288,8 @@ def estimate_pipeline(
     m = max(1, min(n, batch))
     r = Round.of(wl, batch, m, phase)
     b = batch / m
-    chunks = math.ceil(wl.input_len / wl.prefill_chunk)
-    alone = r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.input_len / chunks, 1, wl.input_len / 2)),)
+    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk)
+    alone = r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.prefill_len / chunks, 1, wl.prefill_ctx)),)
     scale = prompts_per_step(wl) if phase == Phase.PREFILL else 1  # a packed step finishes all its prompts at once
     ests = []
     for i, sp in enumerate(stages):

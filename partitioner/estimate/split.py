@@ -20,7 +20,7 @@ from hetc.partitioner.estimate.batches import MAX_BATCH, search
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.estimate.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.capture.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS, Objective, Phase
+from hetc.scheduling import Objective, Phase
 
 __all__ = ["Slot", "Found", "split_chain", "batch_options", "best_batch", "score", "slo_filter"]
 
@@ -140,9 +140,9 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     none): weights and KV split over tp, activations at their peak (tied weights counted per
     unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
     pointers, a running sum and a sliding-window max."""
-    blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    kv_tokens = batch * wl.kv_tokens(Phase(phase)) + wl.shared_tokens(Phase(phase))
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
-    mem_of = [(u.param_bytes + batch * blocks * u.kv_bytes_per_token) / tp for u in units]
+    mem_of = [(u.param_bytes + kv_tokens * u.kv_bytes_per_token) / tp for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]
     peak: collections.deque[int] = collections.deque()  # indices, act decreasing
     n, out, hi, mem = len(units), [], -1, 0.0

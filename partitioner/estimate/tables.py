@@ -14,7 +14,6 @@ the per-unit costs and memory fits (stage_costs.py).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.capture.units import Unit
-from hetc.scheduling import KV_BLOCK_TOKENS, Phase
+from hetc.scheduling import Phase
 
 __all__ = ["Kind", "Tables", "kinds_of"]
 
@@ -166,9 +165,9 @@ class Tables:
         if key not in self._most:
             i, k, valid, weights, kv, amax, last, logits = self._ranges
             wl = self.wl
-            blocks = math.ceil((wl.input_len if phase == Phase.PREFILL else wl.context) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+            blocks = wl.kv_tokens(phase)
             chunk = min(wl.prefill_chunk, wl.input_len)
-            base, per_seq, act = weights / kind.tp, blocks * kv / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
+            base, per_seq, act = (weights + wl.shared_tokens(phase) * kv) / kind.tp, blocks * kv / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
             cap = kind.profile.usable_memory
 
             def mem(b: np.ndarray) -> np.ndarray:

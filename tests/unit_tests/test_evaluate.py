@@ -121,6 +121,10 @@ def test_the_window_reported_is_said(plan_file):
         (["--cooldown", "100%"], "--cooldown"),
         (["--requests", "20", "--warmup", "12", "--cooldown", "8"], "--warmup"),
         (["--requests", "20", "--warmup", "1000s"], "--warmup"),
+        (["--prefix-len", "-1"], "--prefix-len"),
+        (["--prefix-groups", "0"], "--prefix-groups"),
+        (["--prefix-groups", "3"], "--prefix-groups"),  # and no prefix, neither given nor the plan's
+        (["--trace", "t.jsonl", "--prefix-len", "64"], "--trace"),
     ],
 )
 def test_bad_input_exits_2(plan_file, args, field):

@@ -24,6 +24,27 @@ def test_both_layouts_read_back_what_was_written():
         assert not pool.read(4, other).any()
 
 
+def test_copy_and_zero_whole_blocks_in_both_layouts():
+    """Copy-on-write copies a block's every row in every layer; a scrub zeroes whole blocks, nothing else."""
+    g = torch.Generator().manual_seed(2)
+    all_slots = torch.arange(5 * BS)
+    for paged in (False, True):
+        pool = KVPool([0, 4], 5, 2, 8, torch.float32, paged=paged)
+        for layer in (0, 4):
+            pool.write(layer, all_slots, torch.randn(2, 5 * BS, 2, 8, generator=g))
+        before = {layer: pool.read(layer, all_slots).clone() for layer in (0, 4)}
+        pool.copy_blocks([(1, 3), (4, 0)])
+        for layer in (0, 4):
+            got = pool.read(layer, all_slots).view(2, 5, BS, 2, 8)
+            want = before[layer].view(2, 5, BS, 2, 8).clone()
+            want[:, 3], want[:, 0] = want[:, 1], want[:, 4]
+            assert torch.equal(got, want)
+        pool.zero_blocks([2])
+        for layer in (0, 4):
+            got = pool.read(layer, all_slots).view(2, 5, BS, 2, 8)
+            assert not got[:, 2].any() and got[:, [0, 1, 3, 4]].abs().sum() > 0
+
+
 def test_paged_layout_is_what_the_attention_op_writes():
     """Rows the op writes for a prompt are the rows KVPool.read returns at the sequence's slots."""
     g = torch.Generator().manual_seed(1)

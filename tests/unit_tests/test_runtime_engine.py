@@ -394,3 +394,29 @@ def test_a_dead_prefill_pool_fails_its_own_sequences_and_the_decode_pool_serves_
     assert sink_b.done.wait(5) and sink_b.events[-1].reason == "length"
     _, sink_c = _submit(eng, [7, 8], max_tokens=4)  # prefill lane 1 and the decode lane serve on
     assert sink_c.done.wait(5) and sink_c.events[-1].reason == "length"
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_requests_go_to_the_lane_caching_their_prefix_until_it_is_twice_as_busy(caching):
+    """SGLang's cache-aware routing: after a prompt ran on lane 0, prompts sharing its first two
+    blocks go there while its queue is at most twice the other's (an idle lane counting as 1); with
+    --no-prefix-caching, to the least loaded lane."""
+    lanes = [_lane(i, 1 + 2 * i) for i in range(2)]
+    pipes = {l.id: FakePipeline(l.stages[-1].rank) for l in lanes}
+    cfg = SchedulerConfig(max_num_seqs=8, max_batched_tokens=256, prefix_caching=caching)
+    eng = Engine(lanes, {l.id: 64 for l in lanes}, cfg, Metrics("m"), transports=pipes, heartbeat_s=0.05)
+    eng.start()
+    _ENGINES.append(eng)
+    shared = list(range(1, 65))  # two blocks of 32
+    first, sink = _submit(eng, [*shared, 900], max_tokens=2)
+    assert sink.done.wait(5) and first.lane is eng.lanes[0]
+    for p in pipes.values():
+        p.hold.set()  # nothing finishes from here: the queues only grow
+    got = [_submit(eng, [*shared, 1000 + i], max_tokens=4)[0] for i in range(4)]
+    lanes_of = [eng.lanes.index(r.lane) for r in got]
+    assert lanes_of == ([0, 0, 0, 1] if caching else [0, 1, 0, 1])
+    deadline = time.monotonic() + 5
+    while any(r.seq.first_scheduled is None for r in got) and time.monotonic() < deadline:  # the senders admit them
+        time.sleep(0.01)
+    assert eng.metrics.prefix_hits.labels("m")._value.get() == (3 * 64 if caching else 0)
+    assert eng.metrics.vllm_prefix_hits.labels("m")._value.get() == eng.metrics.prefix_hits.labels("m")._value.get()

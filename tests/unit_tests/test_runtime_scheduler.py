@@ -11,7 +11,8 @@ BLOCK = 16  # tokens per block in these tests' arithmetic (the policy takes the 
 
 
 def _seq(i: int, prompt: int, max_tokens: int = 4) -> Sequence:
-    return Sequence(i, list(range(1, prompt + 1)), prompt, SamplingParams(temperature=0, max_tokens=max_tokens), frozenset({0}))
+    # prompts of their own (1000·i + …): these tests are about one sequence's blocks, not the prefix cache's
+    return Sequence(i, [1000 * i + t for t in range(1, prompt + 1)], prompt, SamplingParams(temperature=0, max_tokens=max_tokens), frozenset({0}))
 
 
 def _run(s: Scheduler, batch, token: int = 7):

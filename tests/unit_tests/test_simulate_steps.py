@@ -36,7 +36,8 @@ CASES = [
 
 
 def reference(wl: Workload, batch: int, n_stages: int, steps: int) -> list[tuple[Step, int]]:
-    """(step, tokens sampled) of every micro-batch the scheduler forms after its first third."""
+    """(step, tokens sampled) of every micro-batch the scheduler forms after its first third (prompts of
+    their own: nothing for the prefix cache to share)."""
     sched = Scheduler(
         BlockManager(batch * blocks_for(wl.context)),
         SchedulerConfig(max_num_seqs=batch, max_batched_tokens=wl.prefill_chunk, n_stages=n_stages, max_waiting=10**9),
@@ -46,7 +47,7 @@ def reference(wl: Workload, batch: int, n_stages: int, steps: int) -> list[tuple
     next_id = 0
     while len(out) < steps:
         while sched.num_waiting < batch:  # offline: the queue never empties
-            sched.add(Sequence(next_id, [1] * wl.input_len, wl.input_len, SamplingParams(max_tokens=wl.output_len, ignore_eos=True)))
+            sched.add(Sequence(next_id, [next_id] * wl.input_len, wl.input_len, SamplingParams(max_tokens=wl.output_len, ignore_eos=True)))
             next_id += 1
         while len(inflight) < n_stages and (mb := sched.schedule()) is not None:
             inflight.append(mb)

@@ -1,0 +1,228 @@
+"""Prefix caching served and simulated: a shared-system-prompt workload (BENCHMARKS.md "Capacity
+planning and simulator fidelity").
+
+    python benchmarks/prefix_cache.py [--runs 3] [--requests 24] [--concurrency 4] [--profile out/profile-cpu.yaml]
+
+Model: a small Llama (hidden 256, 4 layers, 4 heads / 2 KV heads, MLP 688, vocab 32000, context
+2048; random fp32 weights), so that a 1,088-token prefill takes a few hundred ms on one thread.
+Plan: one worker process (`hetc plan --placement h:0 --batch C --input-len 1088 --output-len 32`
+on a cluster of one device of the host's measured 1-thread profile, as benchmarks/capacity_cpu.py;
+no prefix in the plan, so both settings serve the same KV pool).
+
+Workload: a closed loop of C clients, N requests; every prompt is one shared 1,024-token system
+prompt followed by 64 tokens of its own; 32 output tokens, EOS ignored (as vLLM's prefix-repetition
+benchmark shapes it). Each run uses a system prompt of its own, so every run starts with a cold
+cache, as the simulator does.
+
+Served: `hetc serve --emulate --threads 1` with prefix caching (the default) and with
+`--no-prefix-caching`, runs interleaved on and off (one server per setting, both up for the whole
+benchmark). Measured client side: TTFT p50 (request sent → first token) and output throughput
+(generated tokens / first send → last token). Simulated: `hetc evaluate PLAN --concurrency C
+--requests N --input-len-dist 1088 --output-len-dist 32 --prefix-len 1024 --prefix-groups 1`: its
+figures with the cache, and (the same command's `no_prefix_caching_*`) without it. Target: each
+prediction within 15% of the measured median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import runtime_cpu as rc  # noqa: E402  the profile, the cluster file, the quiet-host gating
+from serve_wait import wait_healthy  # noqa: E402
+
+MODEL = dict(
+    vocab_size=32000, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048
+)
+SHARED, OWN, OUTPUT = 1024, 64, 32
+TARGET = 0.15
+
+
+def build_model(d: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if (d / "model.safetensors").is_file():
+        return
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**MODEL)).eval().save_pretrained(d)
+
+
+def hetc(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"hetc {' '.join(args)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+class Server:
+    def __init__(self, plan: Path, model: Path, limits: list[str], caching: bool):
+        self.port = rc._port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        extra = [] if caching else ["--no-prefix-caching"]
+        cmd = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model), "--emulate", "--port", str(self.port)]
+        self.proc = subprocess.Popen([*cmd, "--threads", "1", *limits, *extra, "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> "Server":
+        if not wait_healthy(self.url, self.proc, 600):
+            raise RuntimeError("hetc serve did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int]) -> dict:
+    t0 = time.perf_counter()
+    times: list[float] = []
+    body = {"model": "m", "prompt": prompt, "max_tokens": OUTPUT, "temperature": 0, "stream": True, "ignore_eos": True, "return_token_ids": True}
+    async with ac.stream("POST", f"{url}/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return {"status": r.status_code, "sent": t0, "times": []}
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                times += [time.perf_counter()] * len(json.loads(line[6:])["choices"][0].get("token_ids") or [])
+    return {"status": 200, "sent": t0, "times": times}
+
+
+def closed_loop(url: str, prompts: list[list[int]], clients: int) -> dict[str, float]:
+    """C clients, each sending its next prompt when its last answer ended; TTFT p50 and output tok/s."""
+
+    async def go():
+        todo = list(prompts)
+        out: list[dict] = []
+        async with httpx.AsyncClient(timeout=600) as ac:
+            await _one(ac, url, [5, 6, 7])  # warm-up (not timed)
+
+            async def client():
+                while todo:
+                    out.append(await _one(ac, url, todo.pop(0)))
+
+            await asyncio.gather(*(client() for _ in range(clients)))
+        return out
+
+    res = asyncio.run(go())
+    ok = [r for r in res if r["status"] == 200 and r["times"]]
+    assert len(ok) == len(prompts), f"{len(prompts) - len(ok)} requests failed"
+    ttft = [(r["times"][0] - r["sent"]) * 1e3 for r in ok]
+    span = max(r["times"][-1] for r in ok) - min(r["sent"] for r in ok)
+    return {"median_ttft_ms": float(np.median(ttft)), "output_throughput": sum(len(r["times"]) for r in ok) / span}
+
+
+def workload(n: int, run: int) -> list[list[int]]:
+    """`n` prompts of one system prompt of this run's own (a cold cache per run) + 64 tokens each."""
+    rng = np.random.default_rng(1000 + run)
+    system = rng.integers(2, MODEL["vocab_size"], SHARED).tolist()
+    return [system + rng.integers(2, MODEL["vocab_size"], OWN).tolist() for _ in range(n)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3, help="runs per setting, interleaved on / off")
+    ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
+    a = ap.parse_args()
+    work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-prefix"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = work / "llama-256x4-ctx2048"
+    build_model(model)
+    profile = rc.ensure_profile(Path(a.profile))
+    cluster = rc.cluster_yaml(work, profile, 1)
+    plan = work / "plan.json"
+    c = str(a.concurrency)
+    prompt = str(SHARED + OWN)
+    hetc(
+        "plan",
+        str(model),
+        "--profiles",
+        str(cluster),
+        "-o",
+        str(plan),
+        "--dtype",
+        "fp32",
+        "--tp",
+        "1",
+        "--placement",
+        "h:0",
+        "--batch",
+        c,
+        "--input-len",
+        prompt,
+        "--output-len",
+        str(OUTPUT),
+    )
+    limits = ["--max-num-seqs", c]
+    load = ["--concurrency", c, "--requests", str(a.requests), "--input-len-dist", prompt, "--output-len-dist", str(OUTPUT)]
+    t0 = time.monotonic()
+    sim = json.loads(hetc("evaluate", str(plan), *load, "--prefix-len", str(SHARED), "--prefix-groups", "1", *limits, "--json"))
+    sim_s = time.monotonic() - t0
+    predicted = {
+        True: {k: sim[k] for k in ("median_ttft_ms", "output_throughput")},
+        False: {k: sim[f"no_prefix_caching_{k}"] for k in ("median_ttft_ms", "output_throughput")},
+    }
+    print(
+        f"model: Llama 256×4 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; {a.concurrency} clients, "
+        f"{a.requests} requests of {SHARED} shared + {OWN} own tokens, {OUTPUT} out; simulated hit rate "
+        f"{sim['prefix_cache_hit_rate']:.1%} ({sim_s:.1f} s for both simulations)",
+        flush=True,
+    )
+    measured: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    loads: list[float] = []
+    with Server(plan, model, limits, True) as on, Server(plan, model, limits, False) as off:
+        for run in range(a.runs):
+            for caching, srv in ((True, on), (False, off)):
+                since = (rc._cpu_ticks(), time.monotonic())
+                m = closed_loop(srv.url, workload(a.requests, run * 2 + caching), a.concurrency)
+                other, la = rc.others_share(since), os.getloadavg()[0]
+                loads.append(la)
+                measured[caching].append(m)
+                print(
+                    f"  run {run + 1} caching {'on ' if caching else 'off'}: TTFT p50 {m['median_ttft_ms']:.1f} ms, "
+                    f"output {m['output_throughput']:.1f} tok/s (other processes {other:.0%} of the host, load average {la:.1f})",
+                    flush=True,
+                )
+        hits = prefix_counts(on.url)
+    print(f"served hit rate (caching on, all runs): {hits['hits'] / max(hits['queries'], 1):.1%}")
+    print("\n| prefix caching | figure | measured (median of runs; each run) | hetc evaluate | evaluate / measured | target |\n|---|---|---:|---:|---:|---|")
+    for caching in (True, False):
+        for k in ("median_ttft_ms", "output_throughput"):
+            runs = [m[k] for m in measured[caching]]
+            med, pred = float(np.median(runs)), predicted[caching][k]
+            ok = "✓" if abs(pred / med - 1) <= TARGET else "✗"
+            each = ", ".join(f"{x:,.1f}" for x in runs)
+            setting = "on" if caching else "off"
+            print(f"| {setting} | {k} | {med:,.1f} ({each}) | {pred:,.1f} | {pred / med:.2f} | {ok} ±{TARGET:.0%} |")
+    on_m, off_m = (float(np.median([m["median_ttft_ms"] for m in measured[s]])) for s in (True, False))
+    print(f"\nTTFT p50 off / on: measured {off_m / on_m:.2f}×, predicted {predicted[False]['median_ttft_ms'] / predicted[True]['median_ttft_ms']:.2f}×")
+    print(f"load average during the runs: {min(loads):.1f}–{max(loads):.1f}")
+
+
+def prefix_counts(url: str) -> dict[str, float]:
+    """The server's prefix-cache counters so far (prompt tokens looked up, found)."""
+    text = httpx.get(f"{url}/metrics").text
+    out = {"queries": 0.0, "hits": 0.0}
+    for line in text.splitlines():
+        if line.startswith("hetc_prefix_cache_queries_total{"):
+            out["queries"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("hetc_prefix_cache_hits_total{"):
+            out["hits"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+if __name__ == "__main__":
+    main()
