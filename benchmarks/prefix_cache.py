@@ -171,6 +171,8 @@ def main() -> None:
     t0 = time.monotonic()
     sim = json.loads(hetc("evaluate", str(plan), *load, "--prefix-len", str(SHARED), "--prefix-groups", "1", *limits, "--json"))
     sim_s = time.monotonic() - t0
+    off_sim = json.loads(hetc("evaluate", str(plan), *load, "--prefix-len", str(SHARED), "--prefix-groups", "1", "--no-prefix-caching", *limits, "--json"))
+    step_ms = {True: sim["stages"][0]["step_ms"], False: off_sim["stages"][0]["step_ms"]}
     predicted = {
         True: {k: sim[k] for k in ("median_ttft_ms", "output_throughput")},
         False: {k: sim[f"no_prefix_caching_{k}"] for k in ("median_ttft_ms", "output_throughput")},
@@ -197,7 +199,11 @@ def main() -> None:
                     flush=True,
                 )
         hits = prefix_counts(on.url)
+        steps = {caching: stage_steps(srv.url) for caching, srv in ((True, on), (False, off))}
     print(f"served hit rate (caching on, all runs): {hits['hits'] / max(hits['queries'], 1):.1%}")
+    for caching in (True, False):
+        served = ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(steps[caching].items()))
+        print(f"mean stage step, caching {'on' if caching else 'off'}: served {served}; simulated (all steps) {step_ms[caching]:.1f} ms")
     print("\n| prefix caching | figure | measured (median of runs; each run) | hetc evaluate | evaluate / measured | target |\n|---|---|---:|---:|---:|---|")
     for caching in (True, False):
         for k in ("median_ttft_ms", "output_throughput"):
@@ -210,6 +216,18 @@ def main() -> None:
     on_m, off_m = (float(np.median([m["median_ttft_ms"] for m in measured[s]])) for s in (True, False))
     print(f"\nTTFT p50 off / on: measured {off_m / on_m:.2f}×, predicted {predicted[False]['median_ttft_ms'] / predicted[True]['median_ttft_ms']:.2f}×")
     print(f"load average during the runs: {min(loads):.1f}–{max(loads):.1f}")
+
+
+def stage_steps(url: str) -> dict[str, float]:
+    """Mean step (ms) of the served stage so far, per phase (micro-batches with a prompt chunk, and
+    decode-only ones), from the worker's own timing in /metrics."""
+    acc: dict[str, list[float]] = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        for i, suffix in enumerate(("_sum{", "_count{")):
+            if line.startswith("hetc_stage_step_seconds" + suffix):
+                phase = line.split('phase="')[1].split('"')[0]
+                acc.setdefault(phase, [0.0, 0.0])[i] += float(line.rsplit(" ", 1)[1])
+    return {k: v[0] / max(v[1], 1.0) * 1e3 for k, v in acc.items()}
 
 
 def prefix_counts(url: str) -> dict[str, float]:

@@ -175,8 +175,8 @@ class Load:
         times = np.cumsum(gaps) - gaps[0]  # the first request at 0
         ins, outs = input_len.draw(rng, n, max_len), output_len.draw(rng, n, max_len)
         reqs = [Request(float(t), i, o) for t, i, o in zip(times, ins, outs)]
-        reqs_ = prefixes.assign(rng, reqs) if prefixes else tuple(reqs)
-        return Load(reqs_, Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
+        shaped = prefixes.assign(rng, reqs) if prefixes else tuple(reqs)
+        return Load(shaped, Arrivals.POISSON if burstiness == 1.0 else Arrivals.GAMMA, rate=rate)
 
     @staticmethod
     def closed(
