@@ -164,7 +164,7 @@ def test_plan_succeeds_and_prints_json(planned):
     for key in ("schema", "model", "cluster", "workload", "objective", "pipelines", "kv_transfer", "predicted", "solver", "baselines"):
         assert key in doc, key
     assert doc["schema"] == SCHEMA
-    assert doc["workload"] == {"input_len": 1024, "output_len": 256, "max_num_seqs": None}  # the documented defaults
+    assert doc["workload"] == {"input_len": 1024, "output_len": 256, "max_num_seqs": None, "prefix_len": 0, "prefix_groups": 1}  # the documented defaults
     assert doc["objective"]["name"] == "throughput"
     assert doc["model"]["dtype"] == "bf16"
     # the written file is the same plan

@@ -188,16 +188,19 @@ def test_admission_refuses_a_predicted_wait_over_the_limit():
             self.sched, self.cond, self.incoming = sched, threading.Lock(), []
             self.up, self.lane = True, types.SimpleNamespace(phase="both")  # what Engine.entry_lanes reads
 
+        def load(self) -> int:  # what the router compares (LaneRunner.load)
+            return self.sched.num_running + self.sched.num_waiting
+
     sched = Scheduler(BlockManager(64), SchedulerConfig(max_batched_tokens=64, max_queue_wait=1.0))
     for i in range(1, 30):
         sched.rates.observe(100, 1, sent_at=i * 0.1 - 0.3, now=i * 0.1)  # 1000 tokens/s
     eng = Engine.__new__(Engine)
     eng.lanes, eng.cfg = [_Lane(sched)], sched.cfg
-    eng._admit(500)  # 0.5 s: admitted
+    eng._admit(500, [])  # 0.5 s: admitted (no prefix-cache keys)
     for i in range(3):
         sched.add(Sequence(i, [1] * 400, 400, None, frozenset()))  # 1200 tokens queued ahead
     with pytest.raises(QueueFull) as e:
-        eng._admit(500)  # 1.7 s > 1 s
+        eng._admit(500, [])  # 1.7 s > 1 s
     assert e.value.retry_after == pytest.approx(0.7, rel=0.1) and "1.7 s" in str(e.value)
 
 
