@@ -60,7 +60,7 @@ def test_the_solvers_own_plan_round_trips(tmp_path):
     assert given.predicted.output_tok_s == pytest.approx(solved.predicted.output_tok_s, rel=1e-6)
     assert given.solver.status == "GIVEN" and given.solver.bound == pytest.approx(solved.solver.bound)
     save_plan(given, tmp_path / "p.json")
-    assert load_plan(tmp_path / "p.json").model_extra["placement"]["given"] == spec
+    assert load_plan(tmp_path / "p.json").placement.given == spec
     worse = make_plan(_req(tmp_path, tp="1", placement="b:0"))  # everything on the slow device
     assert worse.predicted.output_tok_s < solved.predicted.output_tok_s
     assert worse.predicted.output_tok_s <= worse.solver.upper_bound

@@ -37,7 +37,7 @@ def test_every_baseline_suboptimal_and_solver_optimal(tmp_path, tiny):
     sol = solve(tiny.units, cluster, wl, tp="1", disaggregate="off")
     assert sol.output_tok_s == pytest.approx(want, rel=1e-9)
     for name, b in run_baselines(tiny.units, cluster, wl, "throughput", sol.batch_ceiling).items():
-        assert b["output_tok_s"] < want * 0.999, name
+        assert b.output_tok_s < want * 0.999, name
 
 
 def test_bound_is_above_every_plan_the_solver_sees(tmp_path, tiny):
@@ -83,9 +83,9 @@ def test_baselines_keep_the_slos_the_plan_keeps(tmp_path, tiny):
     cluster = _cluster(tmp_path, "1 MB", "3 MB", a_count=3)
     wl = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
     free = run_baselines(tiny.units, cluster, wl, "throughput", MAX_BATCH)
-    slo = 0.9 * max(b["tpot_ms"] for b in free.values() if b["feasible"]) / 1e3
+    slo = 0.9 * max(b.tpot_ms for b in free.values() if b.feasible) / 1e3
     sol = solve(tiny.units, cluster, wl, tpot_slo_s=slo, disaggregate="off")
     held = run_baselines(tiny.units, cluster, wl, "throughput", sol.batch_ceiling, tpot_slo_s=slo)
-    assert any(free[k]["feasible"] and free[k]["tpot_ms"] > slo * 1e3 for k in free)  # the limit binds one
+    assert any(free[k].feasible and free[k].tpot_ms > slo * 1e3 for k in free)  # the limit binds one
     for name, b in held.items():
-        assert not b["feasible"] or (b["tpot_ms"] <= slo * 1e3 and b["output_tok_s"] <= sol.output_tok_s * (1 + 1e-9)), name
+        assert not b.feasible or (b.tpot_ms <= slo * 1e3 and b.output_tok_s <= sol.output_tok_s * (1 + 1e-9)), name
