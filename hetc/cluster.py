@@ -337,11 +337,11 @@ def load_profile(ref: str) -> Profile:
     return _catalog_profile(ref)
 
 
-def _profile_file(ref: str, cluster_file: str) -> str:
-    """The file a node's `device` reads: a path (relative to the cluster file), or the catalog's."""
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        return str(Path(cluster_file).parent / ref) if not Path(ref).is_absolute() else ref
-    return str(PROFILE_DIR / f"{ref}.yaml")
+def _device_path(ref: str, cluster_file: str) -> str | None:
+    """The profile file a node's `device` names as a path (relative to the cluster file); None for a catalog name."""
+    if not (ref.endswith((".yaml", ".yml")) or "/" in ref):
+        return None
+    return ref if Path(ref).is_absolute() else str(Path(cluster_file).parent / ref)
 
 
 @cache
@@ -481,18 +481,17 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
             )
         seen.add(n.name)
         if n.device in inline_profiles:
-            prof = _profile_from_dict(inline_profiles[n.device], f"{file} (profiles.{n.device})")
+            where = f"{file} (profiles.{n.device})"
+            prof = _profile_from_dict(inline_profiles[n.device], where)
         else:
+            path = _device_path(n.device, file)
+            where = path or str(PROFILE_DIR / f"{n.device}.yaml")
             try:
-                ref = n.device
-                if ("/" in ref or ref.endswith((".yaml", ".yml"))) and not Path(ref).is_absolute():
-                    ref = str(Path(file).parent / ref)
-                prof = load_profile(ref)
+                prof = load_profile(path or n.device)
             except BadInput as e:
                 if e.file:  # the profile file itself is bad
                     raise
                 raise _unknown("device", n.device, profile_names(), file, f"{fld}.device") from None
-        where = f"{file} (profiles.{n.device})" if n.device in inline_profiles else _profile_file(n.device, file)
         profiles_raw[prof.name] = prof
         if n.link is None and n.count > 1:
             raise BadInput(
