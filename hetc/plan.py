@@ -21,10 +21,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from hetc.cluster import ClusterSpec
 from hetc.errors import BadInput
 from hetc.scheduling import Objective, Phase
+from hetc.speculation import MAX_SPECULATIVE_TOKENS, AcceptanceSource, SpeculationMethod, expected_tokens_per_round
 
 SCHEMA: Literal["hetc.plan/1"] = "hetc.plan/1"
 
-__all__ = ["SCHEMA", "Baseline", "GivenPlacement", "Plan", "PlanUnit", "Pipeline", "Stage", "UnitKind", "load_plan", "save_plan"]
+__all__ = [
+    "SCHEMA",
+    "Baseline",
+    "Drafter",
+    "GivenPlacement",
+    "Plan",
+    "PlanUnit",
+    "Pipeline",
+    "Speculation",
+    "Stage",
+    "UnitKind",
+    "load_plan",
+    "save_plan",
+]
 
 
 class UnitKind(StrEnum):
@@ -176,6 +190,39 @@ class GivenPlacement(_M):
     batch: int | None = Field(default=None, ge=1)
 
 
+class Drafter(_M):
+    """A draft model's placement: its own stages (usually one), on devices of their own or on a target
+    stage's devices (then `Stage.devices` repeat that stage's, and both share its memory)."""
+
+    model: ModelInfo
+    units: list[PlanUnit] = []
+    stages: list[Stage] = Field(min_length=1)
+    predicted_ms_per_token: float = Field(ge=0)  # one draft decode step at the plan's batch
+
+
+class Speculation(_M):
+    """How the plan speculates (hetc/speculation.py): K proposals per round, verified in one target step
+    of K+1 positions; α, and where it came from, recorded so a reader can judge the predictions."""
+
+    method: SpeculationMethod
+    num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS)
+    acceptance: float = Field(ge=0, le=1)
+    acceptance_source: AcceptanceSource
+    acceptance_from: str = ""  # the flag or the metrics file α was read from
+    expected_tokens_per_round: float = Field(ge=1)
+    exchange_ms: float = Field(0, ge=0)  # per round: K token ids to the verifier, the accepted count back
+    drafter: Drafter | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Speculation":
+        if (self.method is SpeculationMethod.DRAFT) != (self.drafter is not None):
+            raise ValueError("drafter: a draft-model plan places its drafter; n-gram lookup has none")
+        want = expected_tokens_per_round(self.acceptance, self.num_speculative_tokens)
+        if abs(self.expected_tokens_per_round - want) > 1e-6 * want:
+            raise ValueError(f"expected_tokens_per_round: {self.expected_tokens_per_round} is not (1 − α^(K+1)) / (1 − α) = {want}")
+        return self
+
+
 class Plan(_M):
     schema_: Literal["hetc.plan/1"] = Field(alias="schema")
     hetc_version: str
@@ -191,6 +238,7 @@ class Plan(_M):
     baselines: dict[str, Baseline] = {}
     units: list[PlanUnit] = []  # the unit table the stages' [first, last] refer to, unit i at position i
     placement: GivenPlacement | None = None
+    speculation: Speculation | None = None  # None: one token per decode step
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
