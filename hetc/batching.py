@@ -9,7 +9,8 @@ being prefilled), then waiting sequences admitted first-come-first-served while 
 and the token budget last. Long prompts are prefilled in chunks of at most
 `max_batched_tokens`. When a running sequence needs a block and none is free, the most
 recently admitted sequence not in flight is preempted: its blocks are freed and it goes
-back to the front of the queue, to be recomputed (prompt + what it generated so far).
+back to the front of the queue, to be recomputed (prompt + what it generated so far); a step
+that preempts admits no one, so the sequence just preempted does not take its blocks straight back.
 With prefix caching (hetc/kv_blocks.py) a sequence admitted takes the cached blocks of its
 longest known prefix and is prefilled from their end on; a preempted one usually finds its
 own blocks still cached. Blocks shared with other sequences stay theirs when one is freed.
@@ -282,6 +283,7 @@ class Scheduler:
         budget = self.cfg.max_batched_tokens
         batch = MicroBatch(self._step)
         step, n_stages = self._step, self.cfg.n_stages
+        preempted = False
         for seq in list(self.running):
             if budget == 0 or len(batch.items) >= seq_cap:
                 break
@@ -301,13 +303,16 @@ class Scheduler:
             while not self.blocks.can_grow(seq, n):
                 victim = next((s for s in reversed(self.running) if not s.in_flight and s is not seq), None)
                 self._preempt(victim or seq)
+                preempted = True
                 if victim is None:
                     break
             if seq.status is not SeqStatus.RUNNING:
                 continue
             self._add(batch, seq, n)
             budget -= n
-        while self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
+        # no admission in a step that preempted (vLLM's rule): the preempted sequence would come straight
+        # back, take the blocks just freed, and be preempted again next step — recomputing its prompt each time
+        while not preempted and self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
             hit = self.blocks.cached_prefix(seq)  # its KV there is computed: prefill starts after it
             n = min(seq.num_tokens - len(hit) * self.blocks.block_size, budget)

@@ -173,3 +173,26 @@ def test_lookahead_keeps_micro_batches_in_turn_through_the_stages():
     # a micro-batch's next step comes n_stages steps later: the first stage runs the other one meanwhile
     assert order == [{0, 1}, {2, 3}, {0, 1}, {2, 3}]
     assert s.schedule(lookahead=True) is None
+
+
+def test_a_step_that_preempts_admits_no_one():
+    """vLLM's rule: otherwise the sequence just preempted comes straight back into the blocks it freed
+    and is preempted again next step, its prompt recomputed each time (6 prompts of 4 blocks in 11)."""
+    s = Scheduler(BlockManager(12, block_size=BLOCK, reserved=1, caching=False), SchedulerConfig(max_batched_tokens=2 * BLOCK, n_stages=3))
+    seqs = [_seq(i, 4 * BLOCK - 4, max_tokens=12) for i in range(6)]
+    for q in seqs:
+        s.add(q)
+    in_flight: list = []
+    preempting_steps = 0
+    while not all(q.is_finished for q in seqs):
+        waiting, before = set(map(id, s.waiting)), s.num_preemptions
+        b = s.schedule(lookahead=True)
+        if s.num_preemptions > before:
+            preempting_steps += 1
+            assert b is None or not any(id(i.seq) in waiting or i.start == 0 for i in b.items)
+        in_flight.append(b)
+        if len(in_flight) == 3 or b is None:
+            done = in_flight.pop(0)
+            if done is not None:
+                _run(s, done)
+    assert preempting_steps > 0, "the scenario was meant to preempt"
