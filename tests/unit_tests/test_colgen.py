@@ -8,42 +8,20 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from hetc.cluster import load_cluster
 from hetc.partitioner.search import solver as solver_module
 from hetc.partitioner.bounds.aggregate import keys
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cell_bound import Pipeline
 from hetc.partitioner.bounds.colgen import column_bound
 from hetc.partitioner.bounds.pricing import KeyPricer
-from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.search.solver import solve
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.partitioner.search.templates import generate
 from hetc.scheduling import Objective, Phase
 from tests.brute_force import best_per_set, best_with_pools, options
-from tests.conftest import PROFILE, two_type_cluster
-from tests.fixtures.fleets import disjoint_fleets, solution_spend, three_type_cluster
-
-WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-TYPES = [
-    ("fast", "nvidia", "cuda", "0.8 MB", "40 GB/s", "4 TFLOP/s"),
-    ("big", "amd", "rocm", "2 MB", "10 GB/s", "0.5 TFLOP/s"),
-    ("mid", "intel", "gaudi", "1.2 MB", "20 GB/s", "1 TFLOP/s"),
-    ("slim", "nvidia", "cuda", "1 MB", "30 GB/s", "2 TFLOP/s"),
-]
-
-
-def many_type_cluster(tmp_path, types: int, first_count: int = 2):
-    """`types` device types, one node each: the first with `first_count` devices on PCIe (tp groups
-    possible), the others one device each."""
-    lines = []
-    for i, (name, vendor, backend, memory, bw, flops) in enumerate(TYPES[:types]):
-        (tmp_path / f"{name}.yaml").write_text(PROFILE.format(name=name, vendor=vendor, backend=backend, memory=memory, bw=bw, flops=flops))
-        link = ", link: pcie4" if i == 0 else ""
-        lines.append(f"  - {{name: n{i}, device: ./{name}.yaml, count: {first_count if i == 0 else 1}{link}}}")
-    (tmp_path / "c.yaml").write_text("nodes:\n" + "\n".join(lines) + "\nnetwork: {default: ethernet-10g}\n")
-    return load_cluster(tmp_path / "c.yaml")
+from tests.conftest import two_type_cluster
+from tests.fixtures.fleets import WL, disjoint_fleets, many_type_cluster, solution_spend, three_type_cluster
 
 
 def _brute_price(pricer: KeyPricer, prices: np.ndarray, worth: float, padded: bool = False) -> float:

@@ -4,7 +4,7 @@ import pytest
 
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.capture.terms import Terms
-from tests.unit_tests.test_cost_analytic import CONFIGS
+from tests.conftest import FIXTURES as CONFIGS
 
 
 @pytest.fixture(scope="module")

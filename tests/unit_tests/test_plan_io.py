@@ -9,7 +9,9 @@ import yaml
 
 from hetc.errors import BadInput
 from hetc.plan import load_plan, save_plan
-from tests.unit_tests.test_fuzz_inputs import TINY
+from tests.conftest import FIXTURES
+
+TINY = str(FIXTURES / "tiny-llama")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from hetc.partitioner.bounds.pricing import KeyPricer
 from hetc.partitioner.bounds.stage_costs import SLACK, StageCosts
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
-from tests.unit_tests.test_colgen import WL, many_type_cluster
+from tests.fixtures.fleets import WL, many_type_cluster
 
 
 def _priced_keys(costs: StageCosts, phase: Phase):

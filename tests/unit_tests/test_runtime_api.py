@@ -3,48 +3,16 @@ usage, stop strings (cut from the text, the sequence aborted), 429/503 mapping, 
 validation, and the byte-level tokenizer's incremental decoding."""
 
 import json
-import threading
 
 import pytest
 from starlette.testclient import TestClient
 
-from hetc.runtime.engine import EngineDead, Event, QueueFull
+from hetc.runtime.engine import EngineDead, QueueFull
 from hetc.runtime.metrics import Metrics
 from hetc.runtime.protocol import APIError, parse_chat, parse_completion
 from hetc.runtime.server import ServerState, create_app
 from hetc.runtime.tokenizer import ByteTokenizer, Detokenizer, apply_chat
-
-
-class ScriptedEngine:
-    """Answers every request with the bytes of `reply` (then EOS), from another thread."""
-
-    def __init__(self, reply: str, eos: int = 3):
-        self.reply, self.eos, self.aborted, self.failed, self.raise_on_submit = reply, eos, [], None, None
-
-    def submit(self, prompt_ids, params, eos, sink):
-        if self.raise_on_submit:
-            raise self.raise_on_submit
-        toks = list(self.reply.encode())[: params.max_tokens]
-        finish_eos = len(toks) < params.max_tokens
-        if finish_eos:
-            toks.append(self.eos)
-
-        def run():
-            for i, t in enumerate(toks):
-                last = i == len(toks) - 1
-                sink(Event(t, last, ("stop" if finish_eos else "length") if last else None))
-
-        threading.Thread(target=run).start()
-        return object()
-
-    def abort(self, req):
-        self.aborted.append(req)
-
-    def num_running(self):
-        return 0
-
-    def num_waiting(self):
-        return 0
+from tests.fixtures.scripted_engine import ScriptedEngine
 
 
 @pytest.fixture

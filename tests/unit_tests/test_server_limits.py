@@ -20,7 +20,7 @@ from hetc.batching import Rates, Scheduler, SchedulerConfig
 from hetc.sequence import Sequence
 from hetc.runtime.server import ServerState, create_app
 from hetc.runtime.tokenizer import ByteTokenizer
-from tests.unit_tests.test_runtime_api import ScriptedEngine
+from tests.fixtures.scripted_engine import ScriptedEngine
 
 
 def _client(engine, **kw) -> TestClient:

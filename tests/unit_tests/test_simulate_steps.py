@@ -18,7 +18,7 @@ from hetc.partitioner.estimate.simulate import Round, Workload
 from hetc.kv_blocks import BlockManager, blocks_for
 from hetc.batching import Scheduler, SchedulerConfig
 from hetc.sequence import SamplingParams, Sequence
-from tests.unit_tests.test_cost_analytic import CONFIGS
+from tests.conftest import FIXTURES as CONFIGS
 
 # (input, output, batch, stages, token budget): prompts in one step or in chunks, prompts that queue
 # for the budget, micro-batches over two stages, short outputs (many prompts per step)
