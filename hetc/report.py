@@ -173,7 +173,7 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
                 "index": u.index,
                 "kind": u.kind,
                 "layer": u.layer,
-                "params": u.param_bytes / _wbytes(model),
+                "params": model.count_params(u.params),
                 "param_bytes": u.param_bytes,
                 "prefill_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * pre_ctx,
                 "decode_flops_per_token": u.flops.per_token + u.attention_flops_per_ctx * dec_ctx,
@@ -204,12 +204,6 @@ def kernels_per_layer(rows: list[dict]) -> tuple[int, int] | None:
         return None
     mid = [(v[0], v[1]) for layer, v in layers.items() if 0 < layer < max(layers)]
     return max(set(mid), key=mid.count) if mid else None
-
-
-def _wbytes(model: "CapturedModel") -> float:
-    from hetc.partitioner.capture.graph import DTYPE_BYTES
-
-    return DTYPE_BYTES[model.dtype]
 
 
 def print_inspect(model: "CapturedModel", rows: list[dict], totals: dict, console: Console) -> None:

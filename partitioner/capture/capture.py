@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hetc.cluster import PROFILE_DIR
 from hetc.errors import BadInput, first_line
 from hetc.partitioner.capture import capture_cache
-from hetc.partitioner.capture.terms import DTYPE_BYTES, MODEL_DTYPES, OpGraph
+from hetc.partitioner.capture.terms import DTYPE_BYTES, MODEL_DTYPES, MXFP4_BYTES, OpGraph
 from hetc.partitioner.capture.units import Unit, assign_layers, cut_units, replicate
 
 if TYPE_CHECKING:  # torch loads only when a model is captured: a cached capture plans without it
@@ -62,6 +62,11 @@ class CapturedModel:
     exported_layers: int | None = None  # layers in the exported copy, when replicated
     notes: list[str] = field(default_factory=list)
     graph: OpGraph | None = None  # the exported sample's costed nodes
+    packed: dict[str, float] = field(default_factory=dict)  # parameter (canonical name) -> bytes per element, where not `dtype`'s
+
+    def count_params(self, params: dict[str, float]) -> int:
+        """Elements of `params` (name -> bytes, as units hold them)."""
+        return _count(params, self.dtype, self.packed)
 
     @property
     def param_bytes(self) -> float:
@@ -225,6 +230,14 @@ def _moe_info(cfg) -> dict | None:
     return {"num_experts": e, "top_k": k} if e and k else None
 
 
+def _expert_weight_bytes(cfg) -> float | None:
+    """Bytes per element of the experts' weights where the checkpoint packs them in a format of their
+    own (its quantization_config: gpt-oss's MXFP4, which engines serve as stored); None: `--dtype`'s."""
+    q = getattr(cfg, "quantization_config", None)
+    method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
+    return MXFP4_BYTES if method == "mxfp4" else None
+
+
 def _latent_kv(graph: OpGraph, cfg) -> OpGraph:
     """Multi-head latent attention (DeepSeek-V2/V3): what an engine caches per token and layer is the
     compressed latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` elements (DeepSeek-V2
@@ -259,18 +272,21 @@ def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
     pattern = _layer_pattern(cfg)
     moe = _moe_info(cfg)
     notes: list[str] = []
+    packed = _expert_weight_bytes(cfg) if moe else None
+    if packed is not None:
+        notes.append(f"experts stored as the checkpoint's MXFP4 ({packed * 8:.2f} bits per weight); the rest at {dtype}")
     units = None
     exported = n
     if pattern is not None and n > pattern[0] + 3 * pattern[1]:
         prefix, period = pattern
         exported = prefix + 3 * period
-        graph = _latent_kv(build_graph(_export_hf(_with_layers(cfg, exported), dtype, ref), weight_dtype=dtype, moe=moe), cfg)
+        graph = _latent_kv(build_graph(_export_hf(_with_layers(cfg, exported), dtype, ref), weight_dtype=dtype, moe=moe, expert_weight_bytes=packed), cfg)
         units = replicate(cut_units(graph), period, n, prefix)
         if units is None:
             notes.append(f"a {exported}-layer export did not repeat as the config says; exported all {n} layers")
             exported = n
     if units is None:
-        graph = _latent_kv(build_graph(_export_hf(cfg, dtype, ref), weight_dtype=dtype, moe=moe), cfg)
+        graph = _latent_kv(build_graph(_export_hf(cfg, dtype, ref), weight_dtype=dtype, moe=moe, expert_weight_bytes=packed), cfg)
         units = assign_layers(cut_units(graph))
         if units is None:
             units = _unit_layers(cut_units(graph))
@@ -282,11 +298,12 @@ def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         kv_dtype=kv_dtype,
         units=_finish(units, dtype, kv_dtype),
         num_layers=max(u.layer for u in units) + 1,
-        num_params=_count_params(units, dtype),
+        num_params=_count_params(units, dtype, graph.packed),
         config=cfg.to_dict(),
         exported_layers=exported if exported != n else None,
         notes=notes,
         graph=graph,
+        packed=graph.packed,
     )
 
 
@@ -294,11 +311,17 @@ def _unit_layers(units: list[Unit]) -> list[Unit]:
     return [replace(u, layer=u.index) for u in units]
 
 
-def _count_params(units: list[Unit], dtype: str) -> int:
+def _count(params: dict[str, float], dtype: str, packed: dict[str, float]) -> int:
+    """Elements of `params` (name -> bytes; replicated layers' names are `L{layer}/NAME`)."""
+    wbytes = DTYPE_BYTES[dtype]
+    return int(round(sum(b / packed.get(name.rsplit("/", 1)[-1], wbytes) for name, b in params.items())))
+
+
+def _count_params(units: list[Unit], dtype: str, packed: dict[str, float] | None = None) -> int:
     seen: dict[str, float] = {}
     for u in units:
         seen.update(u.params)
-    return int(round(sum(seen.values()) / DTYPE_BYTES[dtype]))
+    return _count(seen, dtype, packed or {})
 
 
 def _capture_program(ep, ref: str, kind: str, dtype: str, kv_dtype: str) -> CapturedModel:

@@ -145,13 +145,15 @@ def _is_noop(op: str, ins: list, outs: list) -> bool:
     return False
 
 
-def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = None) -> OpGraph:
+def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = None, expert_weight_bytes: float | None = None) -> OpGraph:
     """Annotate every node of `ep` with its cost terms.
 
     Args:
         ep: the exported program (meta tensors are fine).
         weight_dtype: dtype of the weights as they will be stored (sets parameter bytes).
         moe: `{num_experts, top_k}` from the model config, to tag expert nodes.
+        expert_weight_bytes: bytes per element of the stacked expert weights where the checkpoint
+            stores them in a format of their own (gpt-oss: MXFP4); None: the weight dtype's.
     """
     sig = ep.graph_signature
     param_of = cast("dict[str, str]", dict(sig.inputs_to_parameters))
@@ -181,10 +183,14 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
     poly = _Poly(token, fixed)
 
     param_bytes: dict[str, float] = {}
+    packed: dict[str, float] = {}
     for ph, fqn in param_of.items():
         t = ep.state_dict[fqn]
         canon = aliases.get(fqn, fqn)
-        param_bytes[canon] = t.numel() * (wbytes if t.is_floating_point() else t.element_size())
+        elem = wbytes if t.is_floating_point() else t.element_size()
+        if expert_weight_bytes is not None and moe and t.dim() == 3 and t.shape[0] == moe["num_experts"]:
+            elem = packed[canon] = expert_weight_bytes  # the experts' matrices, not their 2-D biases
+        param_bytes[canon] = t.numel() * elem
 
     index: dict[Node, int] = {}
     nodes: list[OpNode] = []
@@ -280,4 +286,4 @@ def build_graph(ep: ExportedProgram, *, weight_dtype: str, moe: dict | None = No
             on.params = ()
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     graph_outputs = {index[a] for a in out_node.all_input_nodes if a in index}
-    return OpGraph(nodes, inputs, outb, recomputable, uses_param, graph_outputs, param_bytes, aliases, str(token) if token is not None else None)
+    return OpGraph(nodes, inputs, outb, recomputable, uses_param, graph_outputs, param_bytes, aliases, str(token) if token is not None else None, packed)

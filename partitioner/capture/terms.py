@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MODEL_DTYPES", "Terms", "OpNode", "OpGraph", "DTYPE_BYTES", "VIEW_OPS", "MATMUL_OPS", "ATTENTION_OPS", "CONV_OPS"]
+__all__ = ["MODEL_DTYPES", "MXFP4_BYTES", "Terms", "OpNode", "OpGraph", "DTYPE_BYTES", "VIEW_OPS", "MATMUL_OPS", "ATTENTION_OPS", "CONV_OPS"]
 
 MODEL_DTYPES = ("bf16", "fp16", "fp8", "fp32")  # what --dtype / --kv-dtype accept
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+# OCP microscaling FP4 (gpt-oss's experts): 4-bit values and one 8-bit scale per block of 32
+MXFP4_BYTES = (4 * 32 + 8) / 8 / 32
 
 # Ops that only re-describe memory (no kernel, no traffic).
 VIEW_OPS = {
@@ -116,3 +118,4 @@ class OpGraph:
     param_bytes: dict[str, float]  # canonical name -> bytes at the weight dtype
     aliases: dict[str, str]  # parameter name -> canonical name (tied weights)
     token_symbol: str | None
+    packed: dict[str, float] = field(default_factory=dict)  # canonical name -> bytes per element, where not the weight dtype's

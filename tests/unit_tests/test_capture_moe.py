@@ -73,3 +73,36 @@ def test_catalog_moe_models_report_their_architectures_kv(name):
     if name == "deepseek-v3":
         assert m.kv_bytes_per_token == 35_136 and m.exported_layers == 6
         assert m.num_params == pytest.approx(671e9, rel=0.001)  # the paper's 671B
+    if name == "gpt-oss-20b":  # OpenAI's model card: 20.91B parameters, a 12.8 GiB checkpoint (MXFP4 experts, bf16 rest)
+        assert m.num_params == pytest.approx(20.91e9, rel=0.001)
+        assert capture(name, dtype="bf16", cache=False).param_bytes / 2**30 == pytest.approx(12.8, abs=0.05)
+
+
+def test_mxfp4_experts_are_stored_at_4_25_bits_and_counted_as_parameters(tmp_path):
+    """A checkpoint whose quantization_config says MXFP4 (gpt-oss's): the stacked expert matrices take
+    4.25 bits per weight (4-bit values, an 8-bit scale per 32), everything else — their biases too — the
+    dtype's bytes; the parameter count is unchanged."""
+    import json
+    import shutil
+
+    from hetc.partitioner.capture.terms import MXFP4_BYTES
+    from transformers import AutoModelForCausalLM
+
+    src = CONFIGS / "tiny-gpt-oss"
+    shutil.copytree(src, tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "config.json").read_text())
+    doc["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router"]}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(doc))
+    plain = capture(str(src), dtype="fp32", cache=False)
+    packed = capture(str(tmp_path / "m"), dtype="fp32", cache=False)
+    cfg, _ = load_hf_config(str(src))
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(cfg)
+    experts = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 3 and p.shape[0] == cfg.num_local_experts)
+    total = sum(p.numel() for p in model.parameters())
+    assert experts > 0
+    assert packed.num_params == plain.num_params == total
+    assert packed.param_bytes == pytest.approx((total - experts) * 4 + experts * MXFP4_BYTES)
+    assert MXFP4_BYTES * 8 == 4.25
+    assert any("MXFP4" in n for n in packed.notes) and not any("MXFP4" in n for n in plain.notes)

@@ -367,7 +367,8 @@ def test_a_kv_transfer_in_flight_does_not_hold_back_the_next_prompt():
     while pipes[0].sent.count(Kind.STEP) < 2:
         assert time.monotonic() < deadline, pipes[0].sent
         time.sleep(0.005)
-    assert pipes[0].sent == [Kind.STEP, Kind.TRANSFER_OUT, Kind.STEP]
+    # heartbeats (every 50 ms) fall between them as the host's load has it: the order of the work is the point
+    assert [k for k in pipes[0].sent if k is not Kind.HEARTBEAT] == [Kind.STEP, Kind.TRANSFER_OUT, Kind.STEP]
 
 
 def test_a_dead_prefill_pool_fails_its_own_sequences_and_the_decode_pool_serves_on():
