@@ -51,8 +51,11 @@ __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
 
 def least_step(wl: Workload) -> Round:
     """One decode step of one sequence, attending to the shorter of a decode's mean context and a
-    prompt chunk's (a mixed step's prompt part attends to the prompt's first half)."""
-    return Round(((1, Step(1, 1, min(wl.decode_ctx, wl.input_len / 2))),))
+    prompt chunk's (a mixed step's prompt part attends to the prompt's first half). Speculating,
+    a verify step of that sequence (K + 1 tokens; a draft unit's K draft steps), of which a
+    sequence's TPOT is the share 1 / spec_yield."""
+    rows = wl.decode_rows
+    return Round(((1, Step(rows, 1, min(wl.decode_ctx, wl.input_len / 2), spec=wl.spec_tokens)),), 1 / wl.spec_yield)
 
 
 def _links(tables: Tables, kinds: list[Kind], cluster: Cluster, r: Round) -> dict[float, np.ndarray]:
@@ -94,7 +97,7 @@ def tpot_bound(tables: Tables, kinds: list[Kind], cluster: Cluster) -> float:
                 best[i, gi] = float(np.min((prefix[ends] - prefix[i] + over + after[ends, gi])[ok]))
         if i:  # a stage ending before unit i sends unit i − 1's output to the next, of any kind h
             after[i] = np.min(links[tables.units[i - 1].out_bytes_per_token] + best[i][None, :], axis=1)
-    return float(best[0].min())
+    return float(best[0].min()) * r.tpot_share
 
 
 # With a floor: seats per micro-step are costed in intervals (s, s·S_RATIO] (each side of the
@@ -157,9 +160,9 @@ def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
     while e < top:
         edges.add(e)
         e *= S_RATIO
-    out = wl.output_len
+    dec = wl.decode_steps
     for r in range(1, wl.prefill_len + 1):
-        cut = (wl.prefill_chunk - wl.prefill_len / r) * (r + out - 1) / (out - 1) if out > 1 else 0.0
+        cut = (wl.prefill_chunk - wl.prefill_len / r) * (r + dec) / (wl.decode_rows * dec) if dec > 0 else 0.0
         if cut >= top:
             break
         if cut > 1:
