@@ -138,13 +138,21 @@ def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     """One step of a stage: its units on the device (1/tp of the work each) plus, for a
     tensor-parallel group, one all-reduce of the unit's output per unit holding weights (inside
     the recorded graph where the backend replays the step). A draft model's units (Unit.draft)
-    do the drafter's share of the step instead (`draft_steps`)."""
+    do the drafter's share of the step instead (`draft_steps`); its first unit also carries the
+    per-step overhead of the drafter's steps beyond one (so the bounds, additive over units, count it)."""
     target = [u for u in units if not u.draft]
     t = _step_time(target, node, tp, step, wl) if target else 0.0
     if len(target) < len(units):
         draft = [u for u in units if u.draft]
         t += sum(n * _step_time(draft, node, tp, s, wl) for n, s in draft_steps(step))
+        if any(u.index == 0 for u in draft):
+            t += (_engine_steps(step) - 1) * node.profile.step_overhead
     return t
+
+
+def _engine_steps(step: Step) -> int:
+    """Steps a drafter runs for one target step."""
+    return sum(n for n, _ in draft_steps(step))
 
 
 def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
@@ -314,14 +322,17 @@ def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, la
 
 
 def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], wl: Workload) -> float:
-    """Seconds a stage is busy for `steps` (how many of each), its per-step overhead included (a
-    stage holding draft units also pays it for the drafter's steps beyond the first)."""
-    target, drafts = any(not u.draft for u in us), any(u.draft for u in us)
+    """Seconds a stage is busy for `steps` (how many of each), its per-step overhead included: once
+    per step, and once per further draft step where it holds draft units but not the drafter's first
+    (stage_time charges those to that unit). A drafter beside a target stage proposes inside the
+    engine step that verified (as vLLM runs it): one overhead for both, then one per further draft step."""
+    drafts = [u for u in us if u.draft]
+    first = any(u.index == 0 for u in drafts)
 
-    def engine_steps(step: Step) -> int:
-        return (1 if target else 0) + (sum(n for n, _ in draft_steps(step)) if drafts else 0)
+    def overheads(step: Step) -> int:
+        return 1 + (_engine_steps(step) - 1 if drafts and not first else 0)
 
-    return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead * engine_steps(step)) for k, step in steps)
+    return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead * overheads(step)) for k, step in steps)
 
 
 def estimate_pipeline(

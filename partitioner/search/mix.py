@@ -49,10 +49,9 @@ class Caps:
 
     watts: float | None = None  # every used device at its profile's power
     usd_h: float | None = None
-    templates: int | None = None  # the most distinct pipelines (templates) the fleet mixes: a speculative plan runs one
 
     def __post_init__(self) -> None:
-        for name in ("watts", "usd_h", "templates"):
+        for name in ("watts", "usd_h"):
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"{name} cap must be > 0, got {v}")
@@ -126,12 +125,6 @@ def _model(opts: list[Option], cluster: Cluster, caps: Caps) -> _Model:
     for i, cap in enumerate((caps.watts, caps.usd_h)):
         if cap:  # rounded against the plan: a rounded plan never exceeds the cap
             m.Add(sum(math.ceil(s[i] * SCALE) * x for s, x in zip(spend, r)) <= math.floor(cap * SCALE))
-    if caps.templates:  # a template runs only where its indicator is on, and at most `templates` are
-        labels = sorted({o.template.label for o in opts})
-        on = {t: m.NewBoolVar(f"t{i}") for i, t in enumerate(labels)}
-        for j, o in enumerate(opts):
-            m.Add(r[j] <= most[j] * on[o.template.label])
-        m.Add(sum(on.values()) <= caps.templates)
     return _Model(m, r, most, spend)
 
 

@@ -5,8 +5,8 @@ A round proposes K tokens and the target verifies them in one step of K + 1 posi
 sequence (simulate.Workload's spec_tokens), gaining (1 − α^(K+1)) / (1 − α) tokens
 (hetc.speculation). With a draft model the solver places the chain draft → target
 (capture/draft.py): the draft's units on devices of their own or in the target's first stage, one
-drafter per pipeline replica. A speculative fleet runs one pipeline template (mix.Caps.templates),
-so every replica's drafter sits alike; prefill/decode pools are not combined with speculation.
+drafter per pipeline replica (plan.json: `speculation.drafter` and `drafters`, one per pipeline).
+Prefill/decode pools are not combined with speculation.
 """
 
 from __future__ import annotations
@@ -42,12 +42,10 @@ def solve_speculative(
         draft: the draft model's units; None for n-gram lookup (no model: the target chain alone).
         k: proposals per round.
         alpha: per-token acceptance.
-        caps: the power / price caps; a draft model adds one template (every replica's drafter alike).
+        caps: the power / price caps.
     """
     spec = speculative_workload(wl, k, alpha)
     chain = draft_chain(draft, target, k) if draft else target
-    if draft:
-        caps = replace(caps, templates=1)
     kw = {**kw, "disaggregate": Disaggregate.OFF}
     sol = solve(chain, cluster, spec, caps=caps, **kw)  # type: ignore[arg-type]  # solve's own keywords
     return sol, chain, spec
