@@ -68,8 +68,9 @@ DRAFTS = "vllm:spec_decode_num_drafts"  # rounds: draft tokens / drafts is the K
 
 def mean_accepted_share(alpha: float, k: int) -> float:
     """Accepted over drafted tokens when each proposal is accepted with probability α: the accepted
-    prefix has mean α(1 − α^K)/(1 − α) of K proposals (the round's own token not counted)."""
-    return (expected_tokens_per_round(alpha, k) - 1.0) / k
+    prefix has mean α + α² + … + α^K of K proposals (the round's own token not counted; summed, not
+    the closed form, which cancels near α = 1)."""
+    return sum(alpha**j for j in range(1, k + 1)) / k
 
 
 def alpha_from_share(share: float, k: int) -> float:

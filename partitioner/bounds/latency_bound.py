@@ -43,7 +43,7 @@ from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.cost_models.envelope import flat_node
 from hetc.partitioner.bounds.latency_columns import Block, columns
 from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.estimate.simulate import Round, Workload, unit_round_costs
+from hetc.partitioner.estimate.simulate import Round, Workload, decode_share_floor, unit_round_costs
 from hetc.partitioner.estimate.tables import Kind, Tables, devices_per_type
 
 __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
@@ -54,8 +54,14 @@ def least_step(wl: Workload) -> Round:
     prompt chunk's (a mixed step's prompt part attends to the prompt's first half). Speculating,
     a verify step of that sequence (K + 1 tokens; a draft unit's K draft steps), of which a
     sequence's TPOT is the share 1 / spec_yield."""
-    rows = wl.decode_rows
-    return Round(((1, Step(rows, 1, min(wl.decode_ctx, wl.input_len / 2), spec=wl.spec_tokens)),), 1 / wl.spec_yield)
+    ctx = min(wl.decode_ctx, wl.input_len / 2)
+    if not wl.spec_tokens:
+        return Round(((1, Step(1, 1, ctx)),))
+    # a step with a decode part verifies K + 1 rows of a sequence at least (the drafter's K steps); a
+    # prompt's step alone costs at least the plain one (the drafter prefills once): a seat's mean step
+    # is at least their mix at the least share of verify steps any round holds
+    w = decode_share_floor(wl)
+    return Round(((1 - w, Step(1, 1, ctx)), (w, Step(wl.decode_rows, 1, ctx, spec=wl.spec_tokens))), 1 / wl.spec_yield)
 
 
 def _links(tables: Tables, kinds: list[Kind], cluster: Cluster, r: Round) -> dict[float, np.ndarray]:

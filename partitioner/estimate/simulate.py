@@ -45,6 +45,8 @@ __all__ = [
     "StageEstimate",
     "PipelineEstimate",
     "Round",
+    "decode_share_floor",
+    "draft_steps",
     "estimate_pipeline",
     "max_batch",
     "prompts_per_step",
@@ -241,6 +243,14 @@ def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
             break
         r += 1
     return max(r + dec, b * (inp + rows * dec) / budget), r
+
+
+def decode_share_floor(wl: Workload) -> float:
+    """The least share of a seat's steps in which it decodes (verifies, speculating), over every
+    number of seats per micro-step a round holds (at most prefill_chunk / decode_rows): its decode
+    steps over its life, which grows with the seats (`_seat_life`). Every other step of a round
+    has a decode part too, or is a prompt's alone (Round.of)."""
+    return wl.decode_steps / _seat_life(wl, wl.prefill_chunk / wl.decode_rows)[0]
 
 
 def _prefill_round(wl: Workload) -> Round:
