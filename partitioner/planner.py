@@ -45,19 +45,21 @@ from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.scheduling import Objective, Phase
-from hetc.speculation import SpeculationMethod
+from hetc.speculation import AcceptanceSource, SpeculationMethod
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
-    """Run the whole planning flow for a request (with speculation: partitioner/speculative_plan.py's)."""
+    """Run the whole planning flow for a request (speculating: `with_speculation` after the plan without)."""
     t0 = time.perf_counter()
     cluster = load_cluster(req.profiles)
     cluster.require_flops(req.dtype)  # before the capture: the profile's figures, then the model
+    acceptance = req.spec.alpha() if req.spec.on else None  # a bad metrics file before any capture
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    draft = _draft(model, req, progress) if req.spec.method is SpeculationMethod.DRAFT else None
     wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
@@ -107,8 +109,8 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds
-    if req.spec.on:
-        plan = with_speculation(plan, model, cluster, wl, req, progress)
+    if acceptance is not None:
+        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress)
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
 
@@ -217,7 +219,8 @@ def build_plan(
     units = model.units if chain is None else chain
     pipelines = []
     for pid, cand in enumerate(sol.pipelines):
-        stages, drafted = [], []
+        stages: list[Stage] = []
+        drafted: list[Stage] = []
         for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
             for part, (lo, hi), offset in _parts(units, sp.first, sp.last):
                 us = units[lo : hi + 1]
@@ -324,28 +327,47 @@ def model_info(model: CapturedModel) -> ModelInfo:
     )
 
 
-def with_speculation(plan: Plan, model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, progress: Callable[[str], None] | None) -> Plan:
+def _draft(model: CapturedModel, req: PlanRequest, progress: Callable[[str], None] | None) -> CapturedModel:
+    """The draft model, captured as the target is, refused where its vocabulary is not the target's."""
+    ref = req.spec.draft
+    assert ref is not None  # SpecRequest checks it
+    if progress:
+        progress(f"capturing the draft {ref}")
+    draft = capture(ref, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    want, got = (vocab_size(m.config, m.units, DTYPE_BYTES[m.dtype]) for m in (model, draft))
+    if want != got:
+        raise BadInput(
+            f"the draft {ref} has a vocabulary of {got:,} tokens and the target {req.model} of {want:,}; a drafter must share the target's tokenizer.",
+            field="--draft",
+            fix="give a draft model of the target's family (e.g. llama-3.1-8b for llama-3.1-70b), or --speculate ngram.",
+        )
+    return draft
+
+
+def with_speculation(
+    plan: Plan,
+    model: CapturedModel,
+    draft: CapturedModel | None,
+    acceptance: tuple[float, AcceptanceSource, str],
+    cluster: Cluster,
+    wl: Workload,
+    req: PlanRequest,
+    progress: Callable[[str], None] | None,
+) -> Plan:
     """`plan` (without speculation) against the best speculative plan for the same objective: the
     better one, the other recorded as a baseline (`speculation` / `no_speculation`) and the predicted
     gain in the notes; the bound is the larger (the smaller, minimising) of the two searches', so it
-    holds over plans with and without a drafter."""
-    s = req.spec
+    holds over plans with and without a drafter.
+
+    Args:
+        draft: the draft model (None: n-gram lookup).
+        acceptance: (α, its source, where from), as SpecRequest.alpha gives them.
+    """
+    s, method = req.spec, req.spec.method
+    assert method is not None  # speculating
     k = s.num_speculative_tokens
-    alpha, source, source_from = s.alpha()
-    draft = None
-    if s.method is SpeculationMethod.DRAFT:
-        assert s.draft is not None  # SpecRequest checks it
-        if progress:
-            progress(f"capturing the draft {s.draft}")
-        draft = capture(s.draft, dtype=req.dtype, kv_dtype=req.kv_dtype)
-        want, got = (vocab_size(m.config, m.units, DTYPE_BYTES[m.dtype]) for m in (model, draft))
-        if want != got:
-            raise BadInput(
-                f"the draft {s.draft} has a vocabulary of {got:,} tokens and the target {req.model} of {want:,}; a drafter must share the target's tokenizer.",
-                field="--draft",
-                fix="give a draft model of the target's family (e.g. llama-3.1-8b for llama-3.1-70b), or --speculate ngram.",
-            )
-    label = f"{s.method.value}{f' {s.draft}' if draft else ''}, K={k}, α={alpha:g}"
+    alpha, source, source_from = acceptance
+    label = f"{method.value}{f' {s.draft}' if draft else ''}, K={k}, α={alpha:g}"
     try:
         sol, chain, swl = solve_speculative(
             model.units,
@@ -379,7 +401,7 @@ def with_speculation(plan: Plan, model: CapturedModel, cluster: Cluster, wl: Wor
         else []
     )
     spec.speculation = Speculation(
-        method=s.method,
+        method=method,
         num_speculative_tokens=k,
         acceptance=alpha,
         acceptance_source=source,
