@@ -655,6 +655,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
             kv_dtype=a.kv_dtype,
             points=a.points,
             time_limit=a.time_limit,
+            spec=_spec_of(a),
             progress=update,
         )
     if not points:

@@ -45,9 +45,9 @@ from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.scheduling import Objective, Phase
-from hetc.speculation import AcceptanceSource, SpeculationMethod
+from hetc.speculation import AcceptanceSource
 
-__all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
+__all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", "totals", "with_speculation"]
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
@@ -59,7 +59,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
-    draft = _draft(model, req, progress) if req.spec.method is SpeculationMethod.DRAFT else None
+    draft = capture_draft(model, req.spec.draft, progress) if req.spec.draft else None
     wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
@@ -327,17 +327,16 @@ def model_info(model: CapturedModel) -> ModelInfo:
     )
 
 
-def _draft(model: CapturedModel, req: PlanRequest, progress: Callable[[str], None] | None) -> CapturedModel:
-    """The draft model, captured as the target is, refused where its vocabulary is not the target's."""
-    ref = req.spec.draft
-    assert ref is not None  # SpecRequest checks it
+def capture_draft(model: CapturedModel, ref: str, progress: Callable[[str], None] | None = None) -> CapturedModel:
+    """The draft model `ref`, captured as the target `model` was (its dtypes), refused (BadInput, --draft)
+    where its vocabulary is not the target's."""
     if progress:
         progress(f"capturing the draft {ref}")
-    draft = capture(ref, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    draft = capture(ref, dtype=model.dtype, kv_dtype=model.kv_dtype)
     want, got = (vocab_size(m.config, m.units, DTYPE_BYTES[m.dtype]) for m in (model, draft))
     if want != got:
         raise BadInput(
-            f"the draft {ref} has a vocabulary of {got:,} tokens and the target {req.model} of {want:,}; a drafter must share the target's tokenizer.",
+            f"the draft {ref} has a vocabulary of {got:,} tokens and the target {model.ref} of {want:,}; a drafter must share the target's tokenizer.",
             field="--draft",
             fix="give a draft model of the target's family (e.g. llama-3.1-8b for llama-3.1-70b), or --speculate ngram.",
         )
