@@ -177,6 +177,20 @@ def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
     return list(zip(x, x[1:]))
 
 
+def _least_over_seats(tables: Tables, kinds: list[Kind], ceiling: int) -> float:
+    """Speculating, the one-sequence floor (`tpot_bound`) mixes plain and verify steps at the least
+    verify share of any round, which large rounds set; here each interval of seats per micro-step is
+    costed with its own round (`_times`, as the floor's LPs are) and the least chain of stages over
+    the intervals is the floor. Links relaxed."""
+    ranges, out = _Ranges.of(tables), float("inf")
+    for lo, hi in _seat_intervals(tables.wl, ceiling):
+        if lo > tables.wl.prefill_chunk / tables.wl.decode_rows:
+            break  # a micro-step holds no more seats than its token budget has rows for
+        _, times = _times(tables, kinds, ranges, lo, hi)
+        out = min(out, float(_chains(np.min(times, axis=0))[1][0]))
+    return out
+
+
 def _range_times(cost: np.ndarray, over: float, fits: np.ndarray, ranges: "_Ranges") -> np.ndarray:
     """[i, k]: the busy seconds of units [i, i + k) (inf where they do not fit)."""
     p = np.concatenate([[0.0], np.cumsum(cost)])
@@ -355,6 +369,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         ceiling: the most sequences a pipeline runs (batches.batch_ceiling).
     """
     least = tpot_bound(tables, kinds, cluster)
+    if tables.wl.spec_tokens:
+        least = max(least, _least_over_seats(tables, kinds, ceiling))
     if floor <= 0:
         return least
     u = len(tables.units)

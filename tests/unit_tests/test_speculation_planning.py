@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetc.partitioner.bounds.latency_bound import tpot_bound
+from hetc.partitioner.bounds.latency_bound import tpot_bound, tpot_floor_bound
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.capture.draft import DRAFT_PREFIX, TOKEN_ID_BYTES, draft_chain, target_part
 from hetc.partitioner.cost_models.analytic import Step
@@ -31,8 +31,8 @@ def chain(tiny, tmp_path_factory):
     return draft_chain(draft.units, tiny.units, K)
 
 
-def _wl(alpha: float = 0.6) -> Workload:
-    return speculative_workload(Workload(32, 16, "fp32", "fp32", prefill_chunk=32), K, alpha)
+def _wl(alpha: float = 0.6, input_len: int = 32) -> Workload:
+    return speculative_workload(Workload(input_len, 16, "fp32", "fp32", prefill_chunk=32), K, alpha)
 
 
 def test_the_workload_gains_the_formulas_tokens_per_round():
@@ -111,14 +111,16 @@ def test_solver_and_bound_against_brute_force(tmp_path, chain, a_memory, b_memor
     assert sol.output_tok_s == pytest.approx(want, rel=1e-6)
 
 
-@pytest.mark.parametrize("alpha", [0.3, 0.8])
-def test_latency_bound_against_brute_force(tmp_path, chain, alpha):
+@pytest.mark.parametrize(("alpha", "a_memory", "input_len"), [(0.3, "2 MB", 32), (0.8, "2 MB", 32), (0.6, "0.6 MB", 32), (0.7, "2 MB", 80)])
+def test_latency_bound_against_brute_force(tmp_path, chain, alpha, a_memory, input_len):
     """No pipeline of the chain, at any batch, has a TPOT below the latency bound."""
-    cluster = _cluster(tmp_path, "2 MB", "4 MB")
-    wl = _wl(alpha)
+    cluster = _cluster(tmp_path, a_memory, "4 MB")
+    wl = _wl(alpha, input_len)  # 80: prompts in three chunks, steps of a prompt alone
     least = min(o.estimate.tpot_s for o in options(chain, cluster, wl, max_num_seqs=6))
-    bound = tpot_bound(Tables(chain, wl), kinds_of(cluster, (1,)), cluster)
-    assert 0 < bound <= least * (1 + 1e-9)
+    tables, kinds = Tables(chain, wl), kinds_of(cluster, (1,))
+    one = tpot_bound(tables, kinds, cluster)
+    bound = tpot_floor_bound(tables, kinds, cluster, 0.0, 6)  # each interval of seats with its own round
+    assert 0 < one <= bound <= least * (1 + 1e-9)
 
 
 # -------------------------------------------------------------------- acceptance from a served run
