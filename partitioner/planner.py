@@ -164,7 +164,7 @@ def _parts(units: list[Unit], first: int, last: int) -> list[tuple[str | None, t
 
 
 def _part_memory(us: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool) -> StageMemory:
-    """A drafter's or a target's share of a stage's devices: its weights, its KV and the step's activations."""
+    """A drafter's or a target's share of the devices they share: its weights, its KV and the step's activations."""
     return stage_memory(
         us,
         batch=batch,
@@ -224,7 +224,8 @@ def build_plan(
         for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
             for part, (lo, hi), offset in _parts(units, sp.first, sp.last):
                 us = units[lo : hi + 1]
-                mem = est.memory if part is None else _part_memory(us, sp, cand.estimate.batch, wl, hi == len(units) - 1)
+                whole = (lo, hi) == (sp.first, sp.last)
+                mem = est.memory if whole else _part_memory(us, sp, cand.estimate.batch, wl, hi == len(units) - 1)
                 stage = Stage(
                     devices=[f"{sp.node.name}:{i}" for i in range(first, first + sp.tp)],
                     profile=sp.node.profile.name,

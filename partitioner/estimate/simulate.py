@@ -233,7 +233,7 @@ def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
     """Rounds a seat holds a sequence at `b` seats per micro-step, and the chunks its prompt is
     prefilled in: the fewest chunks r that fit the budget the decode tokens leave
     (ceil(input / (budget − decode tokens)) ≤ r, one chunk per round); the seat's life is r +
-    output − 1 rounds, or longer where the prompts admitted per micro-step exceed that budget
+    decode_steps rounds (output − 1 without speculation), or longer where the prompts admitted per micro-step exceed that budget
     (seats then wait for it, prefilling nothing, and every step carries `prefill_chunk` tokens)."""
     inp, dec, rows, budget = wl.prefill_len, wl.decode_steps, wl.decode_rows, wl.prefill_chunk
     r = 1
@@ -293,7 +293,7 @@ def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Ro
                     steps[(sig, step)] = stage_time([u], node, tp, step, wl)
             memo[sig] = sum(n * steps[(sig, step)] for n, step in r.steps)
         out.append(memo[sig])
-    return out, node.profile.step_overhead * r.messages  # (a drafter's further steps: estimate_pipeline's _busy)
+    return out, node.profile.step_overhead * r.messages
 
 
 @dataclass(frozen=True, slots=True)
