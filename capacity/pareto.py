@@ -10,6 +10,11 @@ unconstrained plan runs (the low end is the latency objective's plan), once with
 once without, so the chart shows what disaggregation buys at each speed. The frontier is the
 set of points no other point beats on both axes (or, with `metric="usd"` / `"joule"`, on tok/s
 per user and USD per million output tokens / joules per output token).
+
+With speculation (`spec`: a draft model or n-gram lookup, K and α as `hetc plan` takes them) a
+fourth series sweeps the same ceilings over speculative plans (partitioner/search/speculate.py: the
+drafter placed by the solver, its devices counted as the plan's), aggregated only; the frontier is
+then over both, and the chart draws the frontier without speculation beside it.
 """
 
 from __future__ import annotations
@@ -23,12 +28,17 @@ from typing import TypeVar
 from hetc.cluster import load_cluster
 from hetc.errors import Infeasible
 from hetc.partitioner.capture.capture import capture
-from hetc.partitioner.planner import totals
+from hetc.partitioner.planner import capture_draft, totals
+from hetc.partitioner.search.speculate import solve_speculative
 from hetc.partitioner.estimate.simulate import Workload, estimate_pipeline
+from hetc.partitioner.search.mix import NO_CAPS
 from hetc.partitioner.search.solver import Solution, solve
+from hetc.requests import SpecRequest
 from hetc.scheduling import Disaggregate, Objective
 
-__all__ = ["Metric", "Point", "sweep", "frontier", "undominated"]
+__all__ = ["SPECULATIVE", "Metric", "Point", "sweep", "frontier", "undominated"]
+
+SPECULATIVE = "speculative"  # the series of plans with a drafter (or n-gram lookup)
 
 
 class Metric(StrEnum):
@@ -41,7 +51,7 @@ class Metric(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    series: str  # "aggregated" | "disaggregated"
+    series: str  # "aggregated" | "disaggregated" | "batch caps" | SPECULATIVE
     tpot_ceiling_ms: float | None  # None: the unconstrained plan (what `hetc plan` picks)
     output_tok_s: float
     devices: int
@@ -81,16 +91,20 @@ def sweep(
     kv_dtype: str | None = None,
     points: int = 10,
     time_limit: float = 10.0,
+    spec: SpecRequest | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Point]:
-    """Plans along the TPOT ceiling, for aggregated and disaggregated serving.
+    """Plans along the TPOT ceiling, for aggregated and disaggregated serving (and speculative, with `spec`).
 
     Args:
         points: ceilings per series (geometric between the fastest and the unconstrained TPOT).
         time_limit: the solver's limit per plan.
+        spec: speculative decoding to sweep as its own series (None or off: none).
     """
     cluster = load_cluster(profiles)
+    alpha = spec.alpha()[0] if spec is not None and spec.on else None  # a bad metrics file before any capture
     model = capture(model_ref, dtype=dtype, kv_dtype=kv_dtype)
+    draft = capture_draft(model, spec.draft, progress) if spec is not None and spec.draft else None
     wl = Workload(input_len, output_len, dtype, model.kv_dtype)
     out: list[Point] = []
 
@@ -113,25 +127,34 @@ def sweep(
         )
 
     def plan(series: str, disaggregate: Disaggregate, ceiling_ms: float | None, objective: Objective = Objective.THROUGHPUT) -> Point | None:
+        slo = ceiling_ms / 1e3 if ceiling_ms else None
         try:
-            sol = solve(
-                model.units,
-                cluster,
-                wl,
-                objective=objective,
-                disaggregate=disaggregate,
-                time_limit=time_limit,
-                tpot_slo_s=ceiling_ms / 1e3 if ceiling_ms else None,
-            )
+            if series == SPECULATIVE:
+                assert spec is not None and alpha is not None
+                sol = solve_speculative(
+                    model.units,
+                    draft.units if draft else None,
+                    cluster,
+                    wl,
+                    spec.num_speculative_tokens,
+                    alpha,
+                    NO_CAPS,
+                    objective=objective,
+                    time_limit=time_limit,
+                    tpot_slo_s=slo,
+                )[0]
+            else:
+                sol = solve(model.units, cluster, wl, objective=objective, disaggregate=disaggregate, time_limit=time_limit, tpot_slo_s=slo)
         except Infeasible:
             return None
-        if ceiling_ms is None and disaggregate == Disaggregate.OFF:
+        if ceiling_ms is None and disaggregate == Disaggregate.OFF and series != SPECULATIVE:
             unconstrained.append(sol)
         return point(sol, series, ceiling_ms)
 
     unconstrained: list[Solution] = []
 
-    for series, dis in (("aggregated", Disaggregate.OFF), ("disaggregated", Disaggregate.AUTO)):
+    speculative = ((SPECULATIVE, Disaggregate.OFF),) if alpha is not None else ()
+    for series, dis in (("aggregated", Disaggregate.OFF), ("disaggregated", Disaggregate.AUTO), *speculative):
         if progress:
             progress(f"{series}: unconstrained plan")
         top = plan(series, dis, None)

@@ -167,12 +167,20 @@ def print_pareto(points: list[Point], front: list[Point], metric: Metric, consol
 
 
 def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: str, path: str) -> None:
-    """Every plan of the sweep by series, the frontier as a line, `hetc plan`'s choice circled."""
+    """Every plan of the sweep by series, the frontier as a line (and, with a speculative series, the
+    frontier without it), `hetc plan`'s choice circled."""
+    from hetc.capacity.pareto import SPECULATIVE, frontier
+
     plt = _pyplot("--png")
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728"), ("batch caps", "#2ca02c")):
+    for series, color in (("aggregated", "#1f77b4"), ("disaggregated", "#d62728"), ("batch caps", "#2ca02c"), (SPECULATIVE, "#9467bd")):
         ps = [p for p in points if p.series == series]
-        ax.scatter([p.tok_s_per_user for p in ps], [getattr(p, metric.value) for p in ps], color=color, label=series, alpha=0.7)
+        if ps:
+            ax.scatter([p.tok_s_per_user for p in ps], [getattr(p, metric.value) for p in ps], color=color, label=series, alpha=0.7)
+    plain = [p for p in points if p.series != SPECULATIVE]
+    if len(plain) < len(points):  # both frontiers in one picture: with speculation allowed, and without
+        without = frontier(plain, metric)
+        ax.plot([p.tok_s_per_user for p in without], [getattr(p, metric.value) for p in without], "k:", lw=1, label="frontier without speculation")
     ax.plot([p.tok_s_per_user for p in front], [getattr(p, metric.value) for p in front], "k--", lw=1, label="frontier")
     plans = [p for p in points if p.tpot_ceiling_ms is None and p.batch_cap is None]
     pick = [p for p in plans if p.series == "disaggregated"] or plans

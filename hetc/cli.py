@@ -14,8 +14,9 @@ from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
 from hetc.partitioner.capture.terms import MODEL_DTYPES
-from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, default
+from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, SpecRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
+from hetc.speculation import MAX_SPECULATIVE_TOKENS, SpeculationMethod
 
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 140)
 
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tp", choices=["auto", "1"], default=d("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
     )
     pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="the solver's time (default %(default)s)")
+    _spec_args(pl)
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
     ins.add_argument("model", metavar="MODEL")
@@ -271,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--png", metavar="FILE", help="draw the chart")
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
+    _spec_args(pa)
 
     ev = sub.add_parser("evaluate", help="simulate serving a plan under a load: vLLM's latency and throughput figures")
     ev.add_argument("plan", metavar="PLAN.json")
@@ -293,6 +296,34 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--csv", metavar="FILE")
     sp.add_argument("--html", metavar="FILE", help="a self-contained page: table, latency CDFs, Pareto chart, placements")
     return p
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding (docs/speculation.md): plan and pareto take the same flags."""
+    sd = lambda name: default(SpecRequest, name)  # noqa: E731
+    p.add_argument("--draft", metavar="MODEL", default=None, help="speculate with this draft model (the target's tokenizer); the solver places it")
+    p.add_argument(
+        "--speculate", choices=[m.value for m in SpeculationMethod], default=None, help="ngram: prompt lookup, no draft model (draft: needs --draft)"
+    )
+    p.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=sd("num_speculative_tokens"),
+        metavar="K",
+        help=f"proposals per round, 1 … {MAX_SPECULATIVE_TOKENS} (default %(default)s)",
+    )
+    p.add_argument("--acceptance", type=float, default=None, metavar="ALPHA", help="per-token acceptance α in [0, 1] (or --acceptance-from, when speculating)")
+    p.add_argument("--acceptance-from", default=None, metavar="METRICS", help="α from a served run's /metrics text (vLLM's accepted/draft token counters)")
+
+
+def _spec_of(a: argparse.Namespace) -> SpecRequest:
+    return SpecRequest(
+        method=a.speculate,
+        draft=a.draft,
+        num_speculative_tokens=a.num_speculative_tokens,
+        acceptance=a.acceptance,
+        acceptance_from=a.acceptance_from,
+    )
 
 
 def _load_args(p: argparse.ArgumentParser) -> None:
@@ -419,6 +450,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         max_num_seqs=a.max_num_seqs,
         prefix_len=a.prefix_len,
         prefix_groups=a.prefix_groups,
+        spec=_spec_of(a),
     )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
@@ -623,6 +655,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
             kv_dtype=a.kv_dtype,
             points=a.points,
             time_limit=a.time_limit,
+            spec=_spec_of(a),
             progress=update,
         )
     if not points:

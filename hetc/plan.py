@@ -198,6 +198,7 @@ class Drafter(_M):
     units: list[PlanUnit] = []
     stages: list[Stage] = Field(min_length=1)
     predicted_ms_per_token: float = Field(ge=0)  # one draft decode step at the plan's batch
+    pipeline: int = Field(0, ge=0)  # the pipeline it drafts for: each of its replicas runs one, on devices offset as the replica's
 
 
 class Speculation(_M):
@@ -212,11 +213,17 @@ class Speculation(_M):
     expected_tokens_per_round: float = Field(ge=1)
     exchange_ms: float = Field(0, ge=0)  # per round: K token ids to the verifier, the accepted count back
     drafter: Drafter | None = None
+    drafters: list[Drafter] = []  # the drafters of further pipelines (a plan's replicas placed on other devices), one each
 
     @model_validator(mode="after")
     def _check(self) -> "Speculation":
         if (self.method is SpeculationMethod.DRAFT) != (self.drafter is not None):
             raise ValueError("drafter: a draft-model plan places its drafter; n-gram lookup has none")
+        if self.drafters and self.drafter is None:
+            raise ValueError("drafters: further drafters need the first (`drafter`)")
+        seen = [d.pipeline for d in ([self.drafter] if self.drafter else []) + self.drafters]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"drafters: pipelines {seen} — one drafter per pipeline")
         want = expected_tokens_per_round(self.acceptance, self.num_speculative_tokens)
         if abs(self.expected_tokens_per_round - want) > 1e-6 * want:
             raise ValueError(f"expected_tokens_per_round: {self.expected_tokens_per_round} is not (1 − α^(K+1)) / (1 − α) = {want}")

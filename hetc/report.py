@@ -67,6 +67,16 @@ def print_plan(plan: Plan, console: Console) -> None:
             f"KV: pipeline {k.from_pipeline} → {k.to_pipeline} over {k.link}, "
             f"{k.predicted_ms_per_seq:.1f} ms per prompt ({k.bytes_per_token / 1e3:,.0f} kB per token)"
         )
+    sp = plan.speculation
+    if sp is not None:
+        console.print(
+            f"speculation: {sp.method.value}, K={sp.num_speculative_tokens}, α={sp.acceptance:.4g} ({sp.acceptance_source.value}: {sp.acceptance_from}), "
+            f"{sp.expected_tokens_per_round:.2f} tokens per round, exchange {sp.exchange_ms:.3f} ms",
+            markup=False,
+        )
+        for d in [sp.drafter, *sp.drafters] if sp.drafter else []:
+            where = "; ".join(f"{','.join(st.devices)} ({st.profile}, units {st.units[0]}–{st.units[1]})" for st in d.stages)
+            console.print(f"drafter of pipeline {d.pipeline}: {d.model.ref} on {where}, {d.predicted_ms_per_token:.2f} ms per draft step", markup=False)
     console.print(
         f"predicted: [bold]{pr.output_tok_s:,.0f} output tok/s[/] ({pr.total_tok_s:,.0f} total), "
         f"TTFT {pr.ttft_ms:.0f} ms, TPOT {pr.tpot_ms:.1f} ms, {pr.usd_per_mtok:.3f} USD/M tok, "

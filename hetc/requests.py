@@ -6,14 +6,16 @@ Light on purpose: the CLI imports this module to build its parser."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
+from hetc.speculation import MAX_SPECULATIVE_TOKENS, AcceptanceSource, SpeculationMethod, measured_acceptance
 
-__all__ = ["BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
+__all__ = ["SpecRequest", "BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -33,6 +35,69 @@ def default(request: type, name: str) -> Any:
                 raise KeyError(f"{request.__name__}.{name} has no default")
             return f.default
     raise KeyError(f"{request.__name__} has no field {name}")
+
+
+@dataclass(kw_only=True, slots=True)
+class SpecRequest:
+    """Speculative decoding to plan for (docs/speculation.md): a draft model (`draft`) or n-gram
+    prompt lookup, K proposals per round, and the per-token acceptance α, given or read from a served
+    run's /metrics (`acceptance_from`) — one of the two, never a default."""
+
+    method: SpeculationMethod | None = None  # --speculate; DRAFT when `draft` is given
+    draft: str | None = None  # --draft MODEL: a smaller model with the target's tokenizer
+    num_speculative_tokens: int = 4  # K (vLLM's examples use 2-5; it has no default)
+    acceptance: float | None = None
+    acceptance_from: str | None = None  # a Prometheus /metrics text file
+
+    def __post_init__(self) -> None:
+        if self.method is not None:
+            self.method = _member(SpeculationMethod, self.method, "--speculate")
+        if self.draft is not None:
+            if self.method is SpeculationMethod.NGRAM:
+                raise BadInput("--draft names a draft model, --speculate ngram asks for none.", field="--speculate", fix="give one of them.")
+            self.method = SpeculationMethod.DRAFT
+        if self.method is None:
+            return
+        if self.method is SpeculationMethod.DRAFT and self.draft is None:
+            raise BadInput("--speculate draft needs the draft model.", field="--draft", fix="give --draft MODEL (a smaller model with the target's tokenizer).")
+        if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise BadInput(
+                f"must be in 1 … {MAX_SPECULATIVE_TOKENS}, got {self.num_speculative_tokens}.",
+                field="--num-speculative-tokens",
+                fix=f"give the proposals per round K, at most {MAX_SPECULATIVE_TOKENS} (vLLM's examples use 2-5).",
+            )
+        if (self.acceptance is None) == (self.acceptance_from is None):
+            raise BadInput(
+                "speculation needs the per-token acceptance rate α, given once: "
+                + ("both --acceptance and --acceptance-from were given." if self.acceptance is not None else "neither was given (hetc assumes none)."),
+                field="--acceptance",
+                fix="give --acceptance 0.7 (α in [0, 1]) or --acceptance-from METRICS (a served run's /metrics text).",
+            )
+        if self.acceptance is not None and not 0.0 <= self.acceptance <= 1.0:
+            raise BadInput(f"must be in [0, 1], got {self.acceptance}.", field="--acceptance", fix="give the per-token acceptance α, e.g. 0.7.")
+
+    @property
+    def on(self) -> bool:
+        return self.method is not None
+
+    def alpha(self) -> tuple[float, AcceptanceSource, str]:
+        """(α, its source, where from): --acceptance as given, or a served run's /metrics read
+        (hetc.speculation.measured_acceptance: vLLM's accepted/drafted share turned into α).
+
+        Raises:
+            BadInput: the metrics file cannot be read or holds no speculation counters.
+        """
+        if self.acceptance is not None:
+            return self.acceptance, AcceptanceSource.GIVEN, "--acceptance"
+        path = Path(self.acceptance_from or "")
+        fix = "save /metrics of a run served with speculation (curl URL/metrics > FILE), or give --acceptance α."
+        try:
+            alpha, share, served_k = measured_acceptance(path.read_text(), self.num_speculative_tokens)
+        except OSError as e:
+            raise BadInput(f"cannot read it ({e.strerror}).", file=str(path), field="--acceptance-from", fix=fix) from None
+        except ValueError as e:
+            raise BadInput(f"{e}.", file=str(path), field="--acceptance-from", fix=fix) from None
+        return alpha, AcceptanceSource.MEASURED, f"{path} (accepted/drafted {share:.4f} over K={served_k}: α {alpha:.4f})"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -56,6 +121,7 @@ class PlanRequest:
     max_num_seqs: int | None = None  # most sequences in flight per pipeline, as engines cap it (default: what memory admits)
     prefix_len: int = 0  # every prompt's first tokens are one of prefix_groups shared prefixes (priced as prefix-cache hits)
     prefix_groups: int = 1
+    spec: SpecRequest = dataclasses.field(default_factory=SpecRequest)  # speculative decoding (off by default)
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len"):
@@ -96,6 +162,14 @@ class PlanRequest:
             )
         if self.tp not in ("auto", "1"):
             raise BadInput(f"unknown value {self.tp!r}.", field="--tp", fix="use auto or 1.")
+        if self.spec.on and self.disaggregate == Disaggregate.ON:
+            raise BadInput(
+                "speculative decoding is planned without prefill/decode pools in this version.",
+                field="--disaggregate",
+                fix="use --disaggregate auto (speculation then plans pools off) or off, or leave out --draft/--speculate.",
+            )
+        if self.spec.on and self.placement:
+            raise BadInput("a given --placement is evaluated without speculation in this version.", field="--placement", fix="leave out --draft/--speculate.")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["MAX_SPECULATIVE_TOKENS", "AcceptanceSource", "SpeculationMethod", "expected_tokens_per_round"]
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = [
+    "MAX_SPECULATIVE_TOKENS",
+    "AcceptanceSource",
+    "SpeculationMethod",
+    "alpha_from_share",
+    "expected_tokens_per_round",
+    "mean_accepted_share",
+    "measured_acceptance",
+]
 
 MAX_SPECULATIVE_TOKENS = 16  # proposals per round; past this the verify step's K+1 positions cost more than α^K returns
 
@@ -48,3 +58,66 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
     if alpha == 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+# vLLM's counters (its spec-decode metrics), which hetc's server exports beside its own names
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+DRAFTS = "vllm:spec_decode_num_drafts"  # rounds: draft tokens / drafts is the K the run served with
+
+
+def mean_accepted_share(alpha: float, k: int) -> float:
+    """Accepted over drafted tokens when each proposal is accepted with probability α: the accepted
+    prefix has mean α + α² + … + α^K of K proposals (the round's own token not counted; summed, not
+    the closed form, which cancels near α = 1)."""
+    return sum(alpha**j for j in range(1, k + 1)) / k
+
+
+def alpha_from_share(share: float, k: int) -> float:
+    """The per-token α whose accepted share of K proposals (`mean_accepted_share`) is `share`: the
+    share rises with α, so bisection inverts it (to 1e-12). At K = 1 the two are equal.
+
+    Args:
+        share: accepted / drafted tokens, in [0, 1].
+        k: proposals per round the run drafted, ≥ 1.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"accepted share must be in [0, 1], got {share}")
+    if k < 1:
+        raise ValueError(f"proposals per round must be ≥ 1, got {k}")
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_accepted_share(mid, k) < share else (lo, mid)
+    return (lo + hi) / 2
+
+
+def measured_acceptance(metrics_text: str, k: int) -> tuple[float, float, int]:
+    """(α, accepted share, K served) from a served run's Prometheus /metrics text.
+
+    The share is vLLM's accepted over draft tokens; K is draft tokens over drafts where the run
+    exports its rounds, else `k`. Summed over every label set (all lanes).
+
+    Args:
+        metrics_text: the /metrics page as text.
+        k: the K to assume where the run does not export its rounds.
+
+    Raises:
+        ValueError: a counter is missing, the text is not Prometheus', or no token was drafted.
+    """
+    totals: dict[str, float] = {}
+    names = (ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS)
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if name in names:
+                totals[name] = totals.get(name, 0.0) + sample.value
+    for need in (ACCEPTED_TOKENS, DRAFT_TOKENS):
+        if need not in totals:
+            raise ValueError(f"no {need} counter in the metrics")
+    drafted, accepted = totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS]
+    if drafted <= 0:
+        raise ValueError(f"{DRAFT_TOKENS} is 0: the run drafted nothing")
+    served_k = max(1, round(drafted / totals[DRAFTS]) if totals.get(DRAFTS) else k)
+    share = min(1.0, accepted / drafted)
+    return alpha_from_share(share, served_k), share, served_k

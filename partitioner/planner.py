@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from hetc import __version__
 from hetc.cluster import TP_SIZES, Cluster, ClusterSpec, load_cluster
-from hetc.errors import BadInput
+from hetc.errors import BadInput, Infeasible
 from hetc.plan import (
     SCHEMA,
     Baseline,
+    Drafter,
     GivenPlacement,
     KVTransfer,
     MemoryBytes,
@@ -23,33 +24,42 @@ from hetc.plan import (
     PlanUnit,
     Predicted,
     SolverInfo,
+    Speculation,
     Stage,
     StageTimes,
 )
 from hetc.plan import Workload as PlanWorkload
 from hetc.partitioner.search.baselines import run_baselines
 from hetc.partitioner.capture.capture import CapturedModel, capture
+from hetc.partitioner.capture.units import Unit
+from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.bounds.bound import cost_bound, least_holding
 from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
-from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.estimate.simulate import StagePlan, Workload
+from hetc.partitioner.capture.draft import vocab_size
+from hetc.partitioner.capture.terms import DTYPE_BYTES
+from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, solve_speculative
 from hetc.partitioner.search.given import evaluate_placement
 from hetc.partitioner.search.solver import OBJECTIVES, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.scheduling import Objective, Phase
+from hetc.speculation import AcceptanceSource
 
-__all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "totals"]
+__all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", "totals", "with_speculation"]
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
-    """Run the whole planning flow for a request."""
+    """Run the whole planning flow for a request (speculating: `with_speculation` after the plan without)."""
     t0 = time.perf_counter()
     cluster = load_cluster(req.profiles)
     cluster.require_flops(req.dtype)  # before the capture: the profile's figures, then the model
+    acceptance = req.spec.alpha() if req.spec.on else None  # a bad metrics file before any capture
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
+    draft = capture_draft(model, req.spec.draft, progress) if req.spec.draft else None
     wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
@@ -99,11 +109,13 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds
+    if acceptance is not None:
+        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress)
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
 
 
-def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution | None, objective: str, tp: str, ceiling: int, min_tok_s: float = 0.0) -> float:
+def _bound(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution | None, objective: str, tp: str, ceiling: int, min_tok_s: float = 0.0) -> float:
     """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT at
     which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost
     and energy: the LP relaxation (bound.py) of USD/h (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
@@ -111,16 +123,16 @@ def _bound(model: CapturedModel, cluster: Cluster, wl: Workload, sol: Solution |
     if objective == Objective.THROUGHPUT:
         return sol.bound  # type: ignore[union-attr]  # throughput always has a solution here
     kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
-    tables = Tables(model.units, wl)
+    tables = Tables(units, wl)
     if objective == Objective.LATENCY:
         return 1e3 * tpot_floor_bound(tables, kinds, cluster, min_tok_s, ceiling)
-    max_stages = min(len(model.units), sum(n.count for n in cluster.nodes))
+    max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
     least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
     if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do;
         # and at least the cell bound's least spend giving the floor (devices and pipelines whole; few types), or
         # column generation's (a Lagrangian bound over whole pipelines; past MAX_CELLS count vectors)
-        least = max(least, least_holding(model.units, wl, cluster, of) / min_tok_s, (sol.least_spend if sol else 0.0) / min_tok_s)
+        least = max(least, least_holding(units, wl, cluster, of) / min_tok_s, (sol.least_spend if sol else 0.0) / min_tok_s)
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
         return 1.0 / least if least > 0 else float("inf")
     return least / 3600 * 1e6
@@ -134,6 +146,34 @@ def objective_value(objective: str, tok_s: float, tpot_s: float, usd_h: float, w
     return {"throughput": tok_s, "latency": tpot_s * 1e3, "cost": usd_h / (served * 3600) * 1e6 if served else 0.0, "energy": served / watts if watts else 0.0}[
         objective
     ]
+
+
+def _parts(units: list[Unit], first: int, last: int) -> list[tuple[str | None, tuple[int, int], int]]:
+    """A stage's units [first, last] as (part, its chain range, the chain index of the part's unit 0):
+    part None where the chain is a model's own; "draft" and "target" where a drafter's units come
+    first (a stage holding both is two plan stages on the same devices, sharing their memory)."""
+    d = sum(1 for u in units if u.draft)
+    if not d:
+        return [(None, (first, last), 0)]
+    out: list[tuple[str | None, tuple[int, int], int]] = []
+    if first < d:
+        out.append(("draft", (first, min(last, d - 1)), 0))
+    if last >= d:
+        out.append(("target", (max(first, d), last), d))
+    return out
+
+
+def _part_memory(us: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool) -> StageMemory:
+    """A drafter's or a target's share of the devices they share: its weights, its KV and the step's activations."""
+    return stage_memory(
+        us,
+        batch=batch,
+        context=wl.kv_tokens(),
+        prefill_chunk=min(wl.prefill_chunk, wl.input_len),
+        tp=sp.tp,
+        logits_bytes_per_token=4.0 * us[-1].out_bytes_per_token / 2 if last else 0.0,
+        shared_tokens=wl.shared_tokens(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,27 +199,47 @@ def totals(sol: Solution, cluster: Cluster) -> Totals:
     )
 
 
-def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRequest, sol: Solution, baselines: dict[str, Baseline]) -> Plan:
-    """The plan.json document for a solution: its pipelines, predictions, bound and the inputs they rest on."""
+def build_plan(
+    model: CapturedModel,
+    cluster: Cluster,
+    wl: Workload,
+    req: PlanRequest,
+    sol: Solution,
+    baselines: dict[str, Baseline],
+    chain: list[Unit] | None = None,
+    drafters: list[list[Stage]] | None = None,
+) -> Plan:
+    """The plan.json document for a solution: its pipelines, predictions, bound and the inputs they rest on.
+
+    Args:
+        chain: the units the solution placed when they are not the model's own (speculation: a
+            draft model's units, then the target's; capture/draft.py).
+        drafters: filled, when given, with each pipeline's drafter stages (speculation).
+    """
+    units = model.units if chain is None else chain
     pipelines = []
     for pid, cand in enumerate(sol.pipelines):
-        stages = []
+        stages: list[Stage] = []
+        drafted: list[Stage] = []
         for sp, est, first in zip(cand.stages, cand.estimate.stages, cand.first_device):
-            us = model.units[sp.first : sp.last + 1]
-            mem = est.memory
-            stages.append(
-                Stage(
+            for part, (lo, hi), offset in _parts(units, sp.first, sp.last):
+                us = units[lo : hi + 1]
+                whole = (lo, hi) == (sp.first, sp.last)
+                mem = est.memory if whole else _part_memory(us, sp, cand.estimate.batch, wl, hi == len(units) - 1)
+                stage = Stage(
                     devices=[f"{sp.node.name}:{i}" for i in range(first, first + sp.tp)],
                     profile=sp.node.profile.name,
                     backend=sp.node.profile.backend,
                     node=sp.node.name,
                     tp=sp.tp,
-                    units=(sp.first, sp.last),
+                    units=(lo - offset, hi - offset),
                     layers=(us[0].layer, us[-1].layer),
                     memory_bytes=MemoryBytes(weights=mem.weights, kv=mem.kv, activations=mem.activations, total=mem.total),
                     predicted_ms=StageTimes(prefill=est.prefill_s * 1e3, decode=est.decode_s * 1e3),
                 )
-            )
+                (drafted if part == "draft" else stages).append(stage)
+        if drafters is not None:
+            drafters.append(drafted)
         pipelines.append(
             Pipeline(id=pid, phase=cand.phase, replicas=cand.replicas, batch=cand.estimate.batch, micro_batches=cand.estimate.micro_batches, stages=stages)
         )
@@ -192,23 +252,13 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
     floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
     value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, t.watts, floor)
     ceiling = sol.batch_ceiling
-    bound = _bound(model, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
+    bound = _bound(units, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     return Plan(
         schema=SCHEMA,
         hetc_version=__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        model=ModelInfo(
-            ref=model.ref,
-            dtype=model.dtype,
-            kv_dtype=model.kv_dtype,
-            num_layers=model.num_layers,
-            num_units=len(model.units),
-            params=model.num_params,
-            graph_hash=model.graph_hash,
-            kind=model.kind,
-            notes=model.notes,
-        ),
+        model=model_info(model),
         cluster=ClusterSpec.model_validate(cluster.to_json()),
         workload=PlanWorkload(
             input_len=wl.input_len,
@@ -244,15 +294,149 @@ def build_plan(model: CapturedModel, cluster: Cluster, wl: Workload, req: PlanRe
             notes=sol.notes,
         ),
         baselines=baselines,
-        units=[
-            PlanUnit(
-                index=u.index,
-                kind=u.kind,
-                layer=u.layer,
-                param_bytes=u.param_bytes,
-                kv_bytes_per_token=u.kv_bytes_per_token,
-                out_bytes_per_token=u.out_bytes_per_token,
-            )
-            for u in model.units
-        ],
+        units=plan_units(model.units),
     )
+
+
+def plan_units(units: list[Unit]) -> list[PlanUnit]:
+    """plan.json's unit table of a model's own units."""
+    return [
+        PlanUnit(
+            index=u.index,
+            kind=u.kind,
+            layer=u.layer,
+            param_bytes=u.param_bytes,
+            kv_bytes_per_token=u.kv_bytes_per_token,
+            out_bytes_per_token=u.out_bytes_per_token,
+        )
+        for u in units
+    ]
+
+
+def model_info(model: CapturedModel) -> ModelInfo:
+    """plan.json's record of a captured model."""
+    return ModelInfo(
+        ref=model.ref,
+        dtype=model.dtype,
+        kv_dtype=model.kv_dtype,
+        num_layers=model.num_layers,
+        num_units=len(model.units),
+        params=model.num_params,
+        graph_hash=model.graph_hash,
+        kind=model.kind,
+        notes=model.notes,
+    )
+
+
+def capture_draft(model: CapturedModel, ref: str, progress: Callable[[str], None] | None = None) -> CapturedModel:
+    """The draft model `ref`, captured as the target `model` was (its dtypes), refused (BadInput, --draft)
+    where its vocabulary is not the target's."""
+    if progress:
+        progress(f"capturing the draft {ref}")
+    draft = capture(ref, dtype=model.dtype, kv_dtype=model.kv_dtype)
+    want, got = (vocab_size(m.config, m.units, DTYPE_BYTES[m.dtype]) for m in (model, draft))
+    if want != got:
+        raise BadInput(
+            f"the draft {ref} has a vocabulary of {got:,} tokens and the target {model.ref} of {want:,}; a drafter must share the target's tokenizer.",
+            field="--draft",
+            fix="give a draft model of the target's family (e.g. llama-3.1-8b for llama-3.1-70b), or --speculate ngram.",
+        )
+    return draft
+
+
+def with_speculation(
+    plan: Plan,
+    model: CapturedModel,
+    draft: CapturedModel | None,
+    acceptance: tuple[float, AcceptanceSource, str],
+    cluster: Cluster,
+    wl: Workload,
+    req: PlanRequest,
+    progress: Callable[[str], None] | None,
+) -> Plan:
+    """`plan` (without speculation) against the best speculative plan for the same objective: the
+    better one, the other recorded as a baseline (`speculation` / `no_speculation`) and the predicted
+    gain in the notes; the bound is the larger (the smaller, minimising) of the two searches', so it
+    holds over plans with and without a drafter.
+
+    Args:
+        draft: the draft model (None: n-gram lookup).
+        acceptance: (α, its source, where from), as SpecRequest.alpha gives them.
+    """
+    s, method = req.spec, req.spec.method
+    assert method is not None  # speculating
+    k = s.num_speculative_tokens
+    alpha, source, source_from = acceptance
+    label = f"{method.value}{f' {s.draft}' if draft else ''}, K={k}, α={alpha:g}"
+    try:
+        sol, chain, swl = solve_speculative(
+            model.units,
+            draft.units if draft else None,
+            cluster,
+            wl,
+            k,
+            alpha,
+            Caps(watts=req.power_budget_w),
+            objective=req.objective,
+            min_tok_s=req.min_tok_s,
+            ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+            tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
+            tp=req.tp,
+            time_limit=req.time_limit,
+            max_num_seqs=req.max_num_seqs,
+            progress=(lambda m: progress(f"solving with speculation: {m}")) if progress else None,
+        )
+    except Infeasible as e:
+        plan.solver.notes.append(f"speculation ({label}): no plan ({e}); planned without it")
+        return plan
+    drafters: list[list[Stage]] = []
+    spec = build_plan(model, cluster, swl, req, sol, dict(plan.baselines), chain=chain, drafters=drafters)
+    per_draft_step = [draft_step_ms(c, chain, swl) for c in sol.pipelines]
+    placed = (
+        [
+            Drafter(model=model_info(draft), units=plan_units(draft.units), stages=st, predicted_ms_per_token=ms, pipeline=i)
+            for i, (st, ms) in enumerate(zip(drafters, per_draft_step))
+        ]
+        if draft
+        else []
+    )
+    spec.speculation = Speculation(
+        method=method,
+        num_speculative_tokens=k,
+        acceptance=alpha,
+        acceptance_source=source,
+        acceptance_from=source_from,
+        expected_tokens_per_round=swl.spec_yield,
+        exchange_ms=max(exchange_seconds(c, chain, cluster, swl) for c in sol.pipelines) * 1e3,
+        drafter=placed[0] if placed else None,
+        drafters=placed[1:],
+    )
+    sense = OBJECTIVES[req.objective][0]
+    pick = max if sense == "max" else min
+    better = pick((spec, plan), key=lambda p: p.solver.objective) if spec.solver.objective != plan.solver.objective else plan
+    other = plan if better is spec else spec
+    better.baselines["no_speculation" if better is spec else "speculation"] = Baseline(
+        feasible=True,
+        output_tok_s=other.predicted.output_tok_s,
+        batch=other.pipelines[0].batch,
+        ttft_ms=other.predicted.ttft_ms,
+        tpot_ms=other.predicted.tpot_ms,
+        stages=len(other.pipelines[0].stages),
+    )
+    sv, ov = better.solver, other.solver
+    sv.bound, sv.upper_bound = pick(sv.bound, ov.bound), max(sv.upper_bound, ov.upper_bound)
+    sv.gap = (
+        max(0.0, (sv.bound - sv.objective) / sv.bound if sense == "max" else (sv.objective - sv.bound) / sv.objective) if sv.bound and sv.objective else 0.0
+    )
+    sv.seconds += ov.seconds
+    sv.cpu_seconds = (plan.solver.cpu_seconds or 0.0) + sol.cpu_seconds
+    sv.bound_method += f"; the {'larger' if sense == 'max' else 'smaller'} of the bounds with and without speculation ({label})"
+    ps, pp = spec.predicted, plan.predicted
+    sv.notes.append(
+        f"speculation ({label}, {swl.spec_yield:.2f} tokens per round): {ps.output_tok_s:,.0f} output tok/s and "
+        f"{1e3 / ps.tpot_ms if ps.tpot_ms else 0:,.1f} tok/s per user against {pp.output_tok_s:,.0f} and "
+        f"{1e3 / pp.tpot_ms if pp.tpot_ms else 0:,.1f} without "
+        f"(predicted gain {ps.output_tok_s / pp.output_tok_s if pp.output_tok_s else 0:.2f}× output tok/s, "
+        f"{pp.tpot_ms / ps.tpot_ms if ps.tpot_ms else 0:.2f}× tok/s per user; {req.objective.value}: {'with' if better is spec else 'without'} speculation)"
+    )
+    return better

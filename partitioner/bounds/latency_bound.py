@@ -43,7 +43,7 @@ from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.cost_models.envelope import flat_node
 from hetc.partitioner.bounds.latency_columns import Block, columns
 from hetc.partitioner.cost_models.analytic import Step
-from hetc.partitioner.estimate.simulate import Round, Workload, unit_round_costs
+from hetc.partitioner.estimate.simulate import Round, Workload, decode_share_floor, unit_round_costs
 from hetc.partitioner.estimate.tables import Kind, Tables, devices_per_type
 
 __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
@@ -51,8 +51,17 @@ __all__ = ["least_step", "tpot_bound", "tpot_floor_bound"]
 
 def least_step(wl: Workload) -> Round:
     """One decode step of one sequence, attending to the shorter of a decode's mean context and a
-    prompt chunk's (a mixed step's prompt part attends to the prompt's first half)."""
-    return Round(((1, Step(1, 1, min(wl.decode_ctx, wl.input_len / 2))),))
+    prompt chunk's (a mixed step's prompt part attends to the prompt's first half). Speculating,
+    a verify step of that sequence (K + 1 tokens; a draft unit's K draft steps), of which a
+    sequence's TPOT is the share 1 / spec_yield."""
+    ctx = min(wl.decode_ctx, wl.input_len / 2)
+    if not wl.spec_tokens:
+        return Round(((1, Step(1, 1, ctx)),))
+    # a step with a decode part verifies K + 1 rows of a sequence at least (the drafter's K steps); a
+    # prompt's step alone costs at least the plain one (the drafter prefills once): a seat's mean step
+    # is at least their mix at the least share of verify steps any round holds
+    w = decode_share_floor(wl)
+    return Round(((1 - w, Step(1, 1, ctx)), (w, Step(wl.decode_rows, 1, ctx, spec=wl.spec_tokens))), 1 / wl.spec_yield)
 
 
 def _links(tables: Tables, kinds: list[Kind], cluster: Cluster, r: Round) -> dict[float, np.ndarray]:
@@ -94,7 +103,7 @@ def tpot_bound(tables: Tables, kinds: list[Kind], cluster: Cluster) -> float:
                 best[i, gi] = float(np.min((prefix[ends] - prefix[i] + over + after[ends, gi])[ok]))
         if i:  # a stage ending before unit i sends unit i − 1's output to the next, of any kind h
             after[i] = np.min(links[tables.units[i - 1].out_bytes_per_token] + best[i][None, :], axis=1)
-    return float(best[0].min())
+    return float(best[0].min()) * r.tpot_share
 
 
 # With a floor: seats per micro-step are costed in intervals (s, s·S_RATIO] (each side of the
@@ -157,15 +166,29 @@ def _seat_intervals(wl: Workload, ceiling: int) -> list[tuple[float, float]]:
     while e < top:
         edges.add(e)
         e *= S_RATIO
-    out = wl.output_len
+    dec = wl.decode_steps
     for r in range(1, wl.prefill_len + 1):
-        cut = (wl.prefill_chunk - wl.prefill_len / r) * (r + out - 1) / (out - 1) if out > 1 else 0.0
+        cut = (wl.prefill_chunk - wl.prefill_len / r) * (r + dec) / (wl.decode_rows * dec) if dec > 0 else 0.0
         if cut >= top:
             break
         if cut > 1:
             edges.add(cut)
     x = sorted(edges)
     return list(zip(x, x[1:]))
+
+
+def _least_over_seats(tables: Tables, kinds: list[Kind], ceiling: int) -> float:
+    """Speculating, the one-sequence floor (`tpot_bound`) mixes plain and verify steps at the least
+    verify share of any round, which large rounds set; here each interval of seats per micro-step is
+    costed with its own round (`_times`, as the floor's LPs are) and the least chain of stages over
+    the intervals is the floor. Links relaxed."""
+    ranges, out = _Ranges.of(tables), float("inf")
+    for lo, hi in _seat_intervals(tables.wl, ceiling):
+        if lo > tables.wl.prefill_chunk / tables.wl.decode_rows:
+            break  # a micro-step holds no more seats than its token budget has rows for
+        _, times = _times(tables, kinds, ranges, lo, hi)
+        out = min(out, float(_chains(np.min(times, axis=0))[1][0]))
+    return out
 
 
 def _range_times(cost: np.ndarray, over: float, fits: np.ndarray, ranges: "_Ranges") -> np.ndarray:
@@ -346,6 +369,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         ceiling: the most sequences a pipeline runs (batches.batch_ceiling).
     """
     least = tpot_bound(tables, kinds, cluster)
+    if tables.wl.spec_tokens:
+        least = max(least, _least_over_seats(tables, kinds, ceiling))
     if floor <= 0:
         return least
     u = len(tables.units)

@@ -160,7 +160,7 @@ class StageCosts:
 
 def _period(units: list) -> tuple[int, int, int]:
     """(a, b, p): units [a, b) repeat with period p (the longest such run, p ≤ 8); (0, 0, 1) if none."""
-    sig = [(u.cost_key, u.param_bytes, u.kv_bytes_per_token, u.kind, u.out_bytes_per_token) for u in units]
+    sig = [(u.cost_key, u.param_bytes, u.kv_bytes_per_token, u.kind, u.out_bytes_per_token, u.draft) for u in units]
     ids = np.array([{s: k for k, s in enumerate(dict.fromkeys(sig))}[s] for s in sig])
     best = (0, 0, 1)
     for p in range(1, min(8, len(ids) - 1) + 1):

@@ -47,6 +47,7 @@ class Unit:
     signature: str = ""
     ops: tuple[OpRecord, ...] = ()  # per-op records, identical ops grouped; () = only the totals above
     fused: tuple[OpRecord, ...] = ()  # the kernels after an engine's fusion (partitioner/capture/fusion.py); () = as `ops`
+    draft: bool = False  # a draft model's unit in a speculative chain (capture/draft.py): it runs the round's draft steps
     # small int naming everything the cost model reads: equal keys cost the same (set in __post_init__)
     cost_key: int = field(default=-1, init=False, repr=False, compare=False)
 

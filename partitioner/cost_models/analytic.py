@@ -62,12 +62,15 @@ class Step:
             of T tokens with causal attention this is ≈ T/2).
         prefill: a mixed step's prompt chunks (their tokens, sequences and token-weighted mean
             context); None for a step of one kind.
+        spec: a speculative verify step: the decode part checks `spec` proposals per sequence,
+            so it holds spec + 1 tokens of each (hetc/speculation.py); 0 otherwise.
     """
 
     tokens: float
     seqs: float
     ctx: float
     prefill: Step | None = None
+    spec: int = 0
 
     def __post_init__(self) -> None:
         if self.prefill is not None and self.prefill.prefill is not None:
@@ -75,17 +78,19 @@ class Step:
 
     @property
     def decode_only(self) -> bool:
-        """One new token per sequence and no prompt part: the steps engines replay as graphs."""
-        return self.prefill is None and self.tokens <= self.seqs
+        """One new token per sequence (spec + 1 in a verify step: the uniform query length vLLM
+        captures graphs for) and no prompt part: the steps engines replay as graphs."""
+        return self.prefill is None and self.tokens <= self.seqs * (1 + self.spec)
 
     @staticmethod
-    def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float, prefill_ctx: float) -> Step:
-        """A step of `decode_seqs` one-token sequences plus `prefill_seqs` prompt chunks of
-        `prefill_tokens` tokens together (either side may be empty)."""
+    def mixed(decode_seqs: float, decode_ctx: float, prefill_tokens: float, prefill_seqs: float, prefill_ctx: float, spec: int = 0) -> Step:
+        """A step of `decode_seqs` decoding sequences (spec + 1 tokens each: a verify step's)
+        plus `prefill_seqs` prompt chunks of `prefill_tokens` tokens together (either side may be empty)."""
+        rows = decode_seqs * (1 + spec) if spec else decode_seqs
         if not prefill_tokens:
-            return Step(decode_seqs, decode_seqs, decode_ctx)
+            return Step(rows, decode_seqs, decode_ctx, spec=spec)
         part = Step(prefill_tokens, prefill_seqs, prefill_ctx)
-        return Step(decode_seqs, decode_seqs, decode_ctx, part) if decode_seqs else part
+        return Step(rows, decode_seqs, decode_ctx, part, spec) if decode_seqs else part
 
     @property
     def parts(self) -> tuple[Step, ...]:

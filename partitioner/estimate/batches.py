@@ -84,7 +84,7 @@ def octaves(ceiling: int, per_octave: int = 1) -> list[tuple[int, int]]:
 class Regimes:
     """Where a pipeline's step regime changes with its batch (simulate.Round.of), the breaks the
     bound's batch intervals must not straddle: a pipeline of n stages at b sequences runs
-    k = max(min(n, b), ⌈b / prefill_chunk⌉) micro-steps per pass of s = b / k seats each, and
+    k = max(min(n, b), ⌈b · decode_rows / prefill_chunk⌉) micro-steps per pass of s = b / k seats each, and
     (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
     budget the decode tokens leave. While k (or s = 1, b ≤ n) and r stay put, a round's busy
     seconds per sequence never grow with b; where r differs between two lengths at one batch,
@@ -98,7 +98,7 @@ class Regimes:
         """(regime code, r) per batch 0 … ceiling for pipelines of n stages."""
         if n not in self._codes:
             b = np.arange(self.ceiling + 1)
-            k = np.maximum(np.minimum(n, b), np.ceil(b / self.wl.prefill_chunk)).astype(np.int64)
+            k = np.maximum(np.minimum(n, b), np.ceil(b * self.wl.decode_rows / self.wl.prefill_chunk)).astype(np.int64)
             r = self._chunks(b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
             k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
             self._codes[n] = (k * (1 << 24) + r, r)
@@ -106,10 +106,10 @@ class Regimes:
 
     def _chunks(self, s: np.ndarray) -> np.ndarray:
         """simulate._seat_life's r at s seats per micro-step, for an array of s."""
-        inp, out, budget = self.wl.prefill_len, self.wl.output_len, self.wl.prefill_chunk
+        inp, dec, rows, budget = self.wl.prefill_len, self.wl.decode_steps, self.wl.decode_rows, self.wl.prefill_chunk
         r, todo, t = np.zeros(len(s), dtype=np.int64), np.ones(len(s), dtype=bool), 1
         while todo.any():
-            spare = budget - s * (out - 1) / (t + out - 1)
+            spare = budget - s * rows * dec / (t + dec)
             ok = todo & (spare > 0) & (np.ceil(inp / np.where(spare > 0, spare, 1.0)) <= t)
             r[ok], todo, t = t, todo & ~ok, t + 1
         return r

@@ -45,6 +45,8 @@ __all__ = [
     "StageEstimate",
     "PipelineEstimate",
     "Round",
+    "decode_share_floor",
+    "draft_steps",
     "estimate_pipeline",
     "max_batch",
     "prompts_per_step",
@@ -69,6 +71,12 @@ class Workload:
     prefill_chunk: int = PREFILL_CHUNK
     cached_len: int = 0  # prompt tokens per request the prefix cache serves (kv_blocks.cached_tokens)
     shared_kv: int = 0  # KV tokens a prefilling pipeline holds once for the shared prefixes
+    spec_tokens: int = 0  # speculation: proposals per round K (0: none); a decode step verifies K + 1 tokens per sequence
+    spec_yield: float = 1.0  # tokens a sequence gains per verify step (hetc.speculation.expected_tokens_per_round)
+
+    def __post_init__(self) -> None:
+        if self.spec_tokens < 0 or not 1.0 <= self.spec_yield <= self.spec_tokens + 1:
+            raise ValueError(f"speculation: {self.spec_yield} tokens per round is outside [1, K + 1] for K = {self.spec_tokens}")
 
     @staticmethod
     def of(input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1) -> "Workload":
@@ -104,6 +112,21 @@ class Workload:
     def decode_ctx(self) -> float:
         return self.input_len + self.output_len / 2
 
+    @property
+    def decode_rows(self) -> int:
+        """Tokens a decoding sequence puts in a step: 1, or K + 1 in a verify step."""
+        return 1 + self.spec_tokens
+
+    @property
+    def decode_steps(self) -> float:
+        """Decode steps a sequence takes after its prompt's step gave the first token (expected,
+        with speculation: every verify step gains `spec_yield` tokens)."""
+        return (self.output_len - 1) / self.spec_yield
+
+    def decode_step(self, seqs: float) -> Step:
+        """A decode-only step of `seqs` sequences at the mean decode context."""
+        return Step(seqs * self.decode_rows, seqs, self.decode_ctx, spec=self.spec_tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class StagePlan:
@@ -116,12 +139,41 @@ class StagePlan:
 def stage_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
     """One step of a stage: its units on the device (1/tp of the work each) plus, for a
     tensor-parallel group, one all-reduce of the unit's output per unit holding weights (inside
-    the recorded graph where the backend replays the step)."""
+    the recorded graph where the backend replays the step). A draft model's units (Unit.draft)
+    do the drafter's share of the step instead (`draft_steps`); its first unit also carries the
+    per-step overhead of the drafter's steps beyond one (so the bounds, additive over units, count it)."""
+    target = [u for u in units if not u.draft]
+    t = _step_time(target, node, tp, step, wl) if target else 0.0
+    if len(target) < len(units):
+        draft = [u for u in units if u.draft]
+        t += sum(n * _step_time(draft, node, tp, s, wl) for n, s in draft_steps(step))
+        if any(u.index == 0 for u in draft):
+            t += (_engine_steps(step) - 1) * node.profile.step_overhead
+    return t
+
+
+def _engine_steps(step: Step) -> int:
+    """Steps a drafter runs for one target step."""
+    return sum(n for n, _ in draft_steps(step))
+
+
+def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
         graphs = node.profile.execution.replays(step.decode_only)
         t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs) for u in units if u.params)
     return t
+
+
+def draft_steps(step: Step) -> tuple[tuple[int, Step], ...]:
+    """The draft model's work for one target step: for a verify step of K proposals, K draft steps
+    of one token per decoding sequence, the first also prefilling the step's prompt chunks (a
+    drafter keeps its own KV of every prompt); for any other step, the same step."""
+    if not step.spec:
+        return ((1, step),)
+    one = Step(step.seqs, step.seqs, step.ctx)
+    first = Step(step.seqs, step.seqs, step.ctx, step.prefill) if step.prefill is not None else one
+    return ((1, first), (step.spec - 1, one)) if step.spec > 1 else ((1, first),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,24 +193,26 @@ class Round:
         """The round of a pipeline of `batch` sequences in `m` micro-batches (a prefill pool: per prompt)."""
         if phase == Phase.PREFILL:
             return _prefill_round(wl)
-        k = max(m, math.ceil(batch / wl.prefill_chunk))  # micro-steps per pass: each within the token budget
+        rows = wl.decode_rows  # tokens per decoding sequence in a step (K + 1 when speculating)
+        k = max(m, math.ceil(batch * rows / wl.prefill_chunk))  # micro-steps per pass: each within the token budget
         b, dec_ctx = batch / k, wl.decode_ctx
-        decode = Step(b, b, dec_ctx)
+        decode = wl.decode_step(b)
         if phase == Phase.DECODE:
-            return Round(((k, decode),))
+            return Round(((k, decode),), 1 / wl.spec_yield)
         life, chunks = _seat_life(wl, b)
         q = b / life  # prompts admitted per micro-step
-        d = b * (wl.output_len - 1) / life  # decode tokens per micro-step
+        d = b * wl.decode_steps / life  # decoding seats per micro-step
         # sequences admitted together finish together, so freed seats refill in bursts: a step that
         # takes prompts fills the budget the decode tokens leave (and holds every seat not decoding)
-        mixed = min(1.0, max(q * wl.prefill_len / (wl.prefill_chunk - d), 1 - d / b))
+        mixed = min(1.0, max(q * wl.prefill_len / (wl.prefill_chunk - d * rows), 1 - d / b))
         decode_seqs = (d - (1 - mixed) * b) / mixed  # the step's other seats prefill, or wait for the budget
-        step = Step.mixed(decode_seqs, dec_ctx, q * wl.prefill_len / mixed, q * chunks / mixed, wl.prefill_ctx)
-        # a pass of k micro-steps gives every seat one step, but only output_len of a seat's `life`
-        # steps generate a token: a round (batch tokens) is life / output_len passes
+        step = Step.mixed(decode_seqs, dec_ctx, q * wl.prefill_len / mixed, q * chunks / mixed, wl.prefill_ctx, wl.spec_tokens)
+        # a pass of k micro-steps gives every seat one step, but only 1 + decode_steps of a seat's
+        # `life` steps generate tokens (output_len in all): a round (batch tokens) is life / output_len
+        # passes, and a decoding seat gains spec_yield tokens per pass
         passes = life / wl.output_len
         mix = ((k * (1 - mixed) * passes, decode), (k * mixed * passes, step)) if mixed < 1 else ((k * passes, step),)
-        return Round(mix, 1 / passes)
+        return Round(mix, 1 / passes / wl.spec_yield)
 
     @property
     def messages(self) -> float:
@@ -179,16 +233,24 @@ def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
     """Rounds a seat holds a sequence at `b` seats per micro-step, and the chunks its prompt is
     prefilled in: the fewest chunks r that fit the budget the decode tokens leave
     (ceil(input / (budget − decode tokens)) ≤ r, one chunk per round); the seat's life is r +
-    output − 1 rounds, or longer where the prompts admitted per micro-step exceed that budget
+    decode_steps rounds (output − 1 without speculation), or longer where the prompts admitted per micro-step exceed that budget
     (seats then wait for it, prefilling nothing, and every step carries `prefill_chunk` tokens)."""
-    inp, out, budget = wl.prefill_len, wl.output_len, wl.prefill_chunk
+    inp, dec, rows, budget = wl.prefill_len, wl.decode_steps, wl.decode_rows, wl.prefill_chunk
     r = 1
     while True:
-        spare = budget - b * (out - 1) / (r + out - 1)
+        spare = budget - b * rows * dec / (r + dec)
         if spare > 0 and math.ceil(inp / spare) <= r:
             break
         r += 1
-    return max(r + out - 1.0, b * (inp + out - 1) / budget), r
+    return max(r + dec, b * (inp + rows * dec) / budget), r
+
+
+def decode_share_floor(wl: Workload) -> float:
+    """The least share of a seat's steps in which it decodes (verifies, speculating), over every
+    number of seats per micro-step a round holds (at most prefill_chunk / decode_rows): its decode
+    steps over its life, which grows with the seats (`_seat_life`). Every other step of a round
+    has a decode part too, or is a prompt's alone (Round.of)."""
+    return wl.decode_steps / _seat_life(wl, wl.prefill_chunk / wl.decode_rows)[0]
 
 
 def _prefill_round(wl: Workload) -> Round:
@@ -208,7 +270,7 @@ def prompts_per_step(wl: Workload) -> int:
 
 def cost_signature(u: Unit) -> tuple:
     """What stage_time reads of a unit: units with one signature cost the same."""
-    return u.cost_key, u.out_bytes_per_token, bool(u.params)
+    return (u.cost_key, u.out_bytes_per_token, bool(u.params), True) if u.draft else (u.cost_key, u.out_bytes_per_token, bool(u.params))
 
 
 def unit_round_costs(units: list[Unit], node: Node, tp: int, wl: Workload, r: Round, steps: dict | None = None) -> tuple[list[float], float]:
@@ -270,8 +332,17 @@ def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, la
 
 
 def _busy(us: list[Unit], sp: StagePlan, steps: tuple[tuple[float, Step], ...], wl: Workload) -> float:
-    """Seconds a stage is busy for `steps` (how many of each), its per-step overhead included."""
-    return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead) for k, step in steps)
+    """Seconds a stage is busy for `steps` (how many of each), its per-step overhead included: once
+    per step, and once per further draft step where it holds draft units but not the drafter's first
+    (stage_time charges those to that unit). A drafter beside a target stage proposes inside the
+    engine step that verified (as vLLM runs it): one overhead for both, then one per further draft step."""
+    drafts = [u for u in us if u.draft]
+    first = any(u.index == 0 for u in drafts)
+
+    def overheads(step: Step) -> int:
+        return 1 + (_engine_steps(step) - 1 if drafts and not first else 0)
+
+    return sum(k * (stage_time(us, sp.node, sp.tp, step, wl) + sp.node.profile.step_overhead * overheads(step)) for k, step in steps)
 
 
 def estimate_pipeline(
@@ -297,11 +368,11 @@ def estimate_pipeline(
         mem = _stage_memory(us, sp, batch, wl, i == n - 1, phase)
         if mem.total > sp.node.profile.usable_memory:
             return None
-        dec = _busy(us, sp, ((1, Step(b, b, wl.decode_ctx)),), wl)
+        dec = _busy(us, sp, ((1, wl.decode_step(b)),), wl)
         pre = _busy(us, sp, alone, wl) * scale
         path = hops(cluster, sp.node, stages[i + 1].node) if i + 1 < n else []
         out = us[-1].out_bytes_per_token
-        ld = transfer_time(b * out, path) if path else 0.0
+        ld = transfer_time(b * wl.decode_rows * out, path) if path else 0.0
         lp = sum(k * transfer_time(step.total_tokens * out, path) for k, step in alone) * scale if path else 0.0
         ests.append(StageEstimate(dec, pre, ld, lp, _busy(us, sp, r.steps, wl), r.link_time(out, path) if path else 0.0, mem))
     if phase == Phase.PREFILL:

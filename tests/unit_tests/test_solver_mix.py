@@ -75,7 +75,7 @@ def test_latency_bound_holds_for_every_pipeline_tp_groups_included(tmp_path, tin
     each unit on its fastest single device, 4.4×), and the bound is within 10% (here: 0.95)."""
     cluster = two_type_cluster(tmp_path, "0.6 MB", "2 MB") if link == "two types" else three_type_cluster(tmp_path, link)
     best = min(o.estimate.tpot_s for o in options(tiny.units, cluster, WL, tp=True))
-    bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL))
+    bound_ms = _bound(tiny.units, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL))
     assert best * 1e3 * 0.9 <= bound_ms <= best * 1e3 * (1 + 1e-9)  # valid, and within 10% of the best here
 
 
@@ -92,7 +92,7 @@ def test_cost_and_energy_bounds_hold_for_every_fleet_meeting_the_floor(case, obj
         tok = sum(o.estimate.output_tok_s for o in f)
         if tok >= floor:
             figures.append(objective_value(objective, tok, 0.0, sum(o.usd_h(cluster) for o in f), sum(o.watts() for o in f), floor))
-    bound = _bound(tiny, cluster, WL, None, objective, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
+    bound = _bound(tiny.units, cluster, WL, None, objective, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
     if objective == Objective.COST:  # measured: the optimum at every floor (without one: 0.95 before the LP
         assert 0.99 * min(figures) <= bound <= min(figures) * (1 + 1e-9)  # counted units per signature)
     else:
@@ -111,7 +111,7 @@ def test_latency_bound_holds_for_every_fleet_meeting_the_floor(case, share):
         tok = packings(best_per_set(o for o in every if o.estimate.tpot_s <= t), all_devices(cluster))[frozenset(all_devices(cluster))]
         if tok >= floor and tok > 0:
             break
-    bound_ms = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
+    bound_ms = _bound(tiny.units, cluster, WL, None, Objective.LATENCY, "auto", batch_ceiling(tiny.units, cluster, WL), floor)
     assert bound_ms <= t * 1e3 * (1 + 1e-9)
     if share <= 0.5:  # measured 0.95, 0.98, 0.82; at 75–95% 0.61–0.47: on 4 devices whole devices and
         assert bound_ms >= t * 1e3 * 0.8  # batches, which the LPs relax, decide the brute-force optimum
@@ -160,7 +160,7 @@ def test_a_latency_floor_lp_that_does_not_solve_lowers_the_bound_not_the_plan(ca
 
     tiny, cluster, _, most = case
     ceiling = batch_ceiling(tiny.units, cluster, WL)
-    floorless = _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling)
-    assert _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) > floorless
+    floorless = _bound(tiny.units, cluster, WL, None, Objective.LATENCY, "auto", ceiling)
+    assert _bound(tiny.units, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) > floorless
     monkeypatch.setattr(pywraplp.Solver, "Solve", lambda self: pywraplp.Solver.ABNORMAL)
-    assert _bound(tiny, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) == floorless
+    assert _bound(tiny.units, cluster, WL, None, Objective.LATENCY, "auto", ceiling, 0.5 * most) == floorless
