@@ -486,6 +486,13 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
         else:
             path = _device_path(n.device, file)
             where = path or str(PROFILE_DIR / f"{n.device}.yaml")
+            if path is not None and not Path(path).is_file():  # the cluster file's field is wrong, not a profile
+                raise BadInput(
+                    f"device {n.device!r} names the profile file {path}, which {'is not a file' if Path(path).exists() else 'does not exist'}.",
+                    file=file,
+                    field=f"{fld}.device",
+                    fix="give a profile YAML path (relative to this cluster file) or a catalog device name (`hetc devices` lists them).",
+                )
             try:
                 prof = load_profile(path or n.device)
             except BadInput as e:

@@ -541,10 +541,12 @@ def test_profile_path_missing_a_field(tmp_path):
     assert "missing" in str(e)
 
 
-def test_profile_path_that_does_not_exist(tmp_path):
-    e, _ = bad(tmp_path, "nodes:\n  - {name: a, device: profiles/nope.yaml, count: 1}\n")
-    assert "nope.yaml" in str(e)
-    assert "not found" in str(e)
+@pytest.mark.parametrize(("device", "what"), [("profiles/nope.yaml", "does not exist"), ("./0", "does not exist"), ("/", "is not a file")])
+def test_a_profile_path_that_names_no_file_is_the_cluster_files_error(tmp_path, device, what):
+    """The node's `device` field is what is wrong (found by the input fuzzer): the cluster file and field named."""
+    e, p = bad(tmp_path, f"nodes:\n  - {{name: a, device: {device}, count: 1}}\n")
+    assert_names(e, p, "nodes[0].device")
+    assert what in str(e) and "hetc devices" in str(e)
 
 
 def test_profile_path_with_bare_number(tmp_path):
