@@ -40,9 +40,11 @@ from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 # What the last stage sends in place of a token it could not sample (runtime/sampler.py)
 NOT_FINITE = -2  # the row's logits hold a NaN, or their maximum is infinite
 SAMPLER_ERROR = -3  # the draw raised (the worker's log says why)
+GRAMMAR_ERROR = -4  # the sequence's grammar (response_format, tools) cannot go on (the worker's log says why)
 SAMPLING_FAILURES = {
     NOT_FINITE: "the model's logits for this sequence are not finite (NaN or infinity): no token can be chosen",
     SAMPLER_ERROR: "sampling this sequence's next token failed (the last stage's log says why)",
+    GRAMMAR_ERROR: "the output grammar of this sequence (response_format or tools) cannot go on (the last stage's log says why)",
 }
 
 __all__ = [

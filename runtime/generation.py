@@ -25,6 +25,7 @@ from fastapi.responses import StreamingResponse
 from hetc.runtime.engine import Event, EngineDead, QueueFull
 from hetc.runtime.protocol import APIError, GenOptions
 from hetc.runtime.sampling_state import Logprob
+from hetc.runtime.structured import ToolChoice, tool_calls
 from hetc.runtime.tokenizer import Detokenizer, token_bytes, token_text
 from hetc.sequence import SamplingParams
 
@@ -68,6 +69,7 @@ def sampling_params(opts: GenOptions, seed: int, max_tokens: int, prompt_logprob
         stop_token_ids=frozenset(opts.stop_token_ids),
         logprobs=opts.logprobs,
         prompt_logprobs=opts.logprobs if prompt_logprobs else None,
+        grammar=opts.structured.grammar,
     )
 
 
@@ -258,7 +260,8 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
     for g, text in zip(gens, texts):
         choice: dict[str, Any] = {"index": g.index, "finish_reason": g.finish_reason, "logprobs": None}
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = _message(opts, g, text)
+            choice["finish_reason"] = g.finish_reason
             if opts.logprobs is not None:
                 choice["logprobs"] = shapes.chat(g.token_ids, g.logprobs)
         else:
@@ -287,13 +290,22 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
     return out
 
 
+def _message(opts: GenOptions, g: Generation, text: str) -> dict:
+    """A chat choice's message: its text, or the tool calls it holds (finish_reason tool_calls)."""
+    calls = tool_calls(text, opts.structured) if g.finish_reason == "stop" else None
+    if calls is None:
+        return {"role": "assistant", "content": text}
+    g.finish_reason = "tool_calls"
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
     """Server-sent events: each chunk one choice's delta, with the log-probabilities of the tokens
     it covers; each choice ends with its finish_reason; then usage (include_usage) and [DONE]."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     offsets = [0] * len(gens)  # completions' text_offset, across chunks
 
-    def chunk(g: Generation, delta: str | None, finish: str | None, first: bool = False, echo: bool = False) -> str:
+    def chunk(g: Generation, delta: str | dict | None, finish: str | None, first: bool = False, echo: bool = False) -> str:
         c: dict[str, Any] = {"index": g.index, "logprobs": None, "finish_reason": finish}
         if echo:
             tokens, lps = g.prompt.ids, (g.prompt_logprobs() if opts.logprobs is not None else [])
@@ -301,7 +313,7 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
             tokens, lps = g.token_ids[g.sent :], g.logprobs[g.sent :]
             g.sent = len(g.token_ids)
         if chat:
-            c["delta"] = {"role": "assistant", "content": ""} if first else ({"content": delta} if delta else {})
+            c["delta"] = {"role": "assistant", "content": ""} if first else (delta if isinstance(delta, dict) else {"content": delta} if delta else {})
             if opts.logprobs is not None and tokens and not first:
                 c["logprobs"] = shapes.chat(tokens, lps)
         else:
@@ -317,6 +329,8 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
         return sse(o)
 
     q: asyncio.Queue[tuple[Generation, str | APIError | None]] = asyncio.Queue()
+    # a forced tool call's text is held back and sent as tool_calls once whole (or as content if it is cut)
+    held = {g.index: "" for g in gens} if chat and opts.structured.choice is not ToolChoice.NONE else None
 
     async def pump(g: Generation) -> None:
         try:
@@ -343,7 +357,15 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
                 yield chunk(g, g.prompt.text, None, echo=True)
             if d is None:
                 left -= 1
+                if held is not None:
+                    text = held[g.index]
+                    message = _message(opts, g, text)
+                    calls = message.get("tool_calls")
+                    delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else text
+                    yield chunk(g, delta, None)
                 yield chunk(g, None, g.finish_reason)
+            elif held is not None:
+                held[g.index] += d
             elif d or opts.return_token_ids or opts.logprobs is not None:
                 yield chunk(g, d, None)
         if opts.include_usage:
