@@ -67,6 +67,7 @@ class Sequence:
     preemptions: int = 0
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far (kv_blocks.prefix_hashes)
     num_keyed: int = 0  # blocks of block_table the prefix cache has seen (keyed, or found keyed by another block)
+    forks: list[Sequence] = field(default_factory=list)  # its prompt's other samples (n > 1): they fork from it (batching.Scheduler)
 
     @property
     def num_tokens(self) -> int:

@@ -1,7 +1,9 @@
 """A completions or chat request's sequences in the engine, and its OpenAI answer.
 
 A request starts one sequence per prompt and sample (`n`): choice `index` = prompt × n + sample,
-answered in that order (streamed: each chunk names its choice). Each `Generation` turns its
+answered in that order (streamed: each chunk names its choice). A prompt's samples go to the
+engine together: they fork from its first sequence and share its KV blocks (`submit_samples`).
+A chat choice held to a forced tool call (structured.py) answers `tool_calls` instead of text. Each `Generation` turns its
 sequence's tokens into text deltas with stop strings applied; `respond` builds OpenAI's response
 or server-sent events, with log-probabilities in OpenAI's shapes (completions: tokens,
 token_logprobs, top_logprobs with the chosen token beside the top k, text_offset; chat:
@@ -74,10 +76,13 @@ def sampling_params(opts: GenOptions, seed: int, max_tokens: int, prompt_logprob
 
 
 class Generation:
-    """One sequence in the engine: tokens in, text deltas out, stop strings applied."""
+    """One sequence in the engine: tokens in, text deltas out, stop strings applied (`req`: set
+    when `start` submits it)."""
+
+    req: Any
 
     def __init__(self, st: ServerState, prompt: Prompt, opts: GenOptions, params: SamplingParams, index: int):
-        self.st, self.opts, self.prompt, self.index = st, opts, prompt, index
+        self.st, self.opts, self.prompt, self.index, self.params = st, opts, prompt, index, params
         self.detok = Detokenizer(st.tokenizer)
         self.token_ids: list[int] = []
         self.logprobs: list[Logprob | None] = []  # per token in token_ids
@@ -91,18 +96,7 @@ class Generation:
         def sink(ev: Event) -> None:  # called from engine threads
             loop.call_soon_threadsafe(self.queue.put_nowait, ev)
 
-        try:
-            self.req = st.engine.submit(prompt.ids, params, st.eos_token_ids, sink)
-        except QueueFull as e:
-            raise APIError(
-                429,
-                f"the server is at capacity: {e}. Retry later.",
-                type="rate_limit_error",
-                code="queue_full",
-                headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
-            ) from None
-        except EngineDead as e:
-            raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
+        self.sink = sink
 
     def abort(self) -> None:
         if self.finish_reason is None:
@@ -216,14 +210,32 @@ def start(st: ServerState, opts: GenOptions, prompts: list[Prompt]) -> list[Gene
     gens: list[Generation] = []
     try:
         for p in prompts:
+            mine = []
             for j in range(opts.n):
                 params = sampling_params(opts, sample_seed(opts.seed, j), p.max_tokens, opts.echo and opts.logprobs is not None)
-                gens.append(Generation(st, p, opts, params, len(gens)))
-    except APIError:
-        for g in gens:
-            g.abort()
-        raise
+                mine.append(Generation(st, p, opts, params, len(gens) + j))
+            # the prompt's samples go together: they share its KV blocks (engine.submit_samples)
+            for g, req in zip(mine, st.engine.submit_samples(p.ids, [(g.params, g.sink) for g in mine], st.eos_token_ids)):
+                g.req = req
+            gens += mine
+    except QueueFull as e:
+        _abort(gens)
+        raise APIError(
+            429,
+            f"the server is at capacity: {e}. Retry later.",
+            type="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
+        ) from None
+    except EngineDead as e:
+        _abort(gens)
+        raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
     return gens
+
+
+def _abort(gens: list[Generation]) -> None:
+    for g in gens:
+        g.abort()
 
 
 async def respond(st: ServerState, opts: GenOptions, prompts: list[Prompt], chat: bool) -> dict | StreamingResponse:

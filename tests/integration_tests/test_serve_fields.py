@@ -28,7 +28,8 @@ import torch
 
 from hetc import __version__
 from tests.fixtures.sampling import hf_greedy
-from tests.fixtures.serving import KEY, NAME, TEXTS, client, start_serve
+from hetc.runtime.generation import sample_seed
+from tests.fixtures.serving import KEY, NAME, TEXTS, client, metric, start_serve
 
 TOL = 1e-4  # fp32
 
@@ -185,6 +186,15 @@ def test_n_samples_with_a_seed_are_reproducible(server):
         for ch in chunk.choices:
             streamed[ch.index] = streamed.get(ch.index, "") + ch.text
     assert [streamed[i] for i in range(4)] == [ch.text for ch in a.choices]
+    # each sample is what a request of its seed gives alone (the seeding contract: generation.sample_seed)
+    for j, ch in enumerate(a.choices):
+        assert c.completions.create(**{**kw, "n": 1, "seed": sample_seed(11, j)}).choices[0].text == ch.text
+    # the samples fork from one sequence: the prompt is looked up in the prefix cache (and computed) once, not n times
+    prompt = torch.randint(2, 320, (37,), generator=torch.Generator().manual_seed(9)).tolist()
+    queried = lambda: sum(v for _, v in metric(server, "hetc_prefix_cache_queries_total"))  # noqa: E731
+    before = queried()
+    r = c.completions.create(model=NAME, prompt=prompt, max_tokens=3, n=4, seed=3, extra_body={"ignore_eos": True})
+    assert queried() - before == len(prompt) and all(ch.finish_reason == "length" for ch in r.choices)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,9 @@ class ScriptedEngine:
     def __init__(self, reply: str, eos: int = 3):
         self.reply, self.eos, self.aborted, self.failed, self.raise_on_submit = reply, eos, [], None, None
 
+    def submit_samples(self, prompt_ids, samples, eos):
+        return [self.submit(prompt_ids, p, eos, sink) for p, sink in samples]
+
     def submit(self, prompt_ids, params, eos, sink):
         if self.raise_on_submit:
             raise self.raise_on_submit
