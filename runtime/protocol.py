@@ -402,21 +402,30 @@ def _message_extras(m: dict, i: int) -> dict:
     if calls is not None:
         if not isinstance(calls, list):
             raise bad(f"messages[{i}].tool_calls must be a list.", f"messages.{i}.tool_calls")
-        out["tool_calls"] = []
-        for j, c in enumerate(calls):
-            f = c.get("function") if isinstance(c, dict) else None
-            ok = isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("arguments"), str) and c.get("type", "function") == "function"
-            try:
-                args = json.loads(f["arguments"]) if ok else None  # type: ignore[index]
-            except ValueError:
-                ok = False
-            if not ok:
-                raise bad(
-                    f"messages[{i}].tool_calls[{j}] must be {{'id', 'type': 'function', 'function': {{'name', 'arguments': a JSON string}}}}.",
-                    f"messages.{i}.tool_calls.{j}",
-                )
-            out["tool_calls"].append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})  # type: ignore[index]
+        out["tool_calls"] = [_tool_call(c, f"messages.{i}.tool_calls.{j}") for j, c in enumerate(calls)]
     return out
+
+
+def _tool_call(c: Any, param: str) -> dict:
+    """An assistant message's tool call as chat templates read it: arguments that are JSON as the
+    object they hold (vLLM does the same), other arguments as given."""
+    f = c.get("function") if isinstance(c, dict) else None
+    if not (
+        isinstance(c, dict)
+        and isinstance(f, dict)
+        and not set(c) - {"id", "type", "function"}
+        and not set(f) - {"name", "arguments"}
+        and isinstance(f.get("name"), str)
+        and isinstance(f.get("arguments"), str)
+        and c.get("type", "function") == "function"
+        and isinstance(c.get("id", ""), (str, type(None)))
+    ):
+        raise bad(f"{param} must be {{'id', 'type': 'function', 'function': {{'name', 'arguments': a string}}}}.", param)
+    try:
+        args = json.loads(f["arguments"])
+    except ValueError:
+        args = f["arguments"]
+    return {"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}}
 
 
 def tokenize_body(body: Any, tokenizer: Any) -> list[int]:

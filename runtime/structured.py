@@ -24,9 +24,10 @@ from typing import Any
 
 from hetc.runtime.grammar import GrammarError, check_grammar, json_schema_grammar
 
-__all__ = ["Structured", "ToolChoice", "parse_structured", "tool_calls"]
+__all__ = ["MAX_TOOLS", "NAME_PATTERN", "Structured", "ToolChoice", "parse_structured", "tool_calls"]
 
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's function and schema names
+NAME_PATTERN = "^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's function and schema names
+_NAME = re.compile(NAME_PATTERN[1:-1])  # fullmatch: Python's `$` also matches before a final newline
 MAX_TOOLS = 128  # OpenAI's limit
 
 
@@ -54,8 +55,8 @@ def _bad(message: str, param: str):
 
 def _grammar(schema: Any, param: str) -> str:
     """The grammar of JSON valid against `schema`, checked (a 400 naming `param` when it is not)."""
-    if not isinstance(schema, (dict, bool)):
-        raise _bad(f"'{param}' must be a JSON Schema (an object), got {type(schema).__name__}.", param)
+    if not isinstance(schema, dict):
+        raise _bad(f"'{param}' must be a JSON Schema object, got {type(schema).__name__}.", param)
     try:
         grammar = json_schema_grammar(schema)
         check_grammar(grammar)
@@ -84,7 +85,7 @@ def _response_format(v: Any) -> str | None:
     extra = sorted(set(js) - {"name", "schema", "strict", "description"})
     if extra:
         raise _bad(f"'response_format.json_schema' has unknown field(s) {', '.join(map(repr, extra))}.", f"response_format.json_schema.{extra[0]}")
-    if not isinstance(js.get("name"), str) or not _NAME.match(js["name"]):
+    if not isinstance(js.get("name"), str) or not _NAME.fullmatch(js["name"]):
         raise _bad("'response_format.json_schema.name' must be 1 to 64 letters, digits, '_' or '-'.", "response_format.json_schema.name")
     if js.get("strict") is not None and not isinstance(js["strict"], bool):
         raise _bad("'response_format.json_schema.strict' must be a boolean.", "response_format.json_schema.strict")
@@ -105,7 +106,7 @@ def _tools(v: Any) -> list[dict]:
         extra = sorted(set(f) - {"name", "description", "parameters", "strict"})
         if extra:
             raise _bad(f"tools[{i}].function has unknown field(s) {', '.join(map(repr, extra))}.", f"{p}.function.{extra[0]}")
-        if not isinstance(f.get("name"), str) or not _NAME.match(f["name"]):
+        if not isinstance(f.get("name"), str) or not _NAME.fullmatch(f["name"]):
             raise _bad(f"tools[{i}].function.name must be 1 to 64 letters, digits, '_' or '-'.", f"{p}.function.name")
         if f["name"] in names:
             raise _bad(f"tools[{i}].function.name {f['name']!r} is given twice.", f"{p}.function.name")

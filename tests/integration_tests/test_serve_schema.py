@@ -86,10 +86,11 @@ def _sequences(body: str) -> int:
 
 
 def _lengths_out(node):
-    """The document without the prompt and message lengths that only promise a fit (openapi.FITS)."""
+    """The document without the bounds that only promise acceptance (openapi.FITS): prompt and message
+    lengths, tools' count, the JSON Schema subset it describes for structured output."""
     if isinstance(node, dict):
         if str(node.get("description", "")).startswith(FITS):
-            for key in ("maxLength", "maxItems", "maximum"):
+            for key in ("maxLength", "maxItems", "maximum", "additionalProperties"):
                 node.pop(key, None)
         for v in node.values():
             _lengths_out(v)

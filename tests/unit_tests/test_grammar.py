@@ -198,6 +198,8 @@ TOOLS = [
         (_chat(response_format={"type": "xml"}), "response_format.type"),
         (_chat(response_format={"type": "json_schema"}), "response_format.json_schema"),
         (_chat(response_format={"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}), "response_format.json_schema.name"),
+        (_chat(response_format={"type": "json_schema", "json_schema": {"name": "a\n", "schema": {}}}), "response_format.json_schema.name"),
+        (_chat(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": True}}), "response_format.json_schema.schema"),
         (_chat(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "extra": 1}}), "response_format.json_schema.extra"),
         (_chat(response_format={"type": "json_object"}, ignore_eos=True), "ignore_eos"),
         (_chat(tools=TOOLS), "tool_choice"),  # "auto", the default with tools
@@ -207,7 +209,8 @@ TOOLS = [
         (_chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "wat"}}}], tool_choice="required"), "tools.0.function.parameters"),
         (_chat(tools=[TOOLS[0], TOOLS[0]], tool_choice="required"), "tools.1.function.name"),
         (_chat(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "response_format"),
-        (_chat(messages=[{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}]), "messages.0.tool_calls.0"),
+        (_chat(messages=[{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]), "messages.0.tool_calls.0"),
+        (_chat(messages=[{"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "f", "arguments": ""}}]}]), "messages.0.tool_calls.0"),
         (_chat(messages=[{"role": "user", "content": "x", "tool_call_id": "1"}]), "messages.0.tool_call_id"),
     ],
 )
