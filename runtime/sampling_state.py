@@ -124,6 +124,10 @@ class SeqState:
         if self.matcher is not None and self.failed is None:
             from hetc.runtime.grammar import mask_row
 
+            if self.stops and position - self.num_prompt < self.min_tokens and self.matcher.is_stopped():
+                self.failed = f"the grammar is complete after {position - self.num_prompt} tokens, before min_tokens ({self.min_tokens}): only EOS is left"
+                return
+
             if self.words is None:
                 self.words = torch.zeros((row.numel() + 31) // 32, dtype=torch.int32)
             mask_row(self.matcher, row, self.words)

@@ -254,3 +254,13 @@ def test_a_tool_loop_s_messages_reach_the_template_with_arguments_as_objects():
     _, out = parse_chat(_chat(messages=msgs))
     assert out[1]["tool_calls"][0]["function"]["arguments"] == {"city": "O"} and out[1]["content"] == ""
     assert out[2]["tool_call_id"] == "c1" and out[2]["name"] == "f"
+
+
+def test_a_grammar_complete_before_min_tokens_fails_its_sequence_by_name(tiny):
+    _, tok, grammars, eos = tiny
+    rec = {**SETUP, "n": 0, "hist": [], "min": 5, "stops": [eos], "grammar": json_schema_grammar({"const": 1}), "eos": [eos]}
+    st = SeqState.from_setup(rec, lambda e: grammars)
+    (one,) = tok.encode("1", add_special_tokens=False)
+    st.observe([one], 0)
+    st.apply(torch.zeros(tiny[0].config.vocab_size), 1)
+    assert st.failed is not None and "min_tokens" in st.failed
