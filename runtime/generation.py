@@ -3,8 +3,9 @@
 A request starts one sequence per prompt and sample (`n`): choice `index` = prompt × n + sample,
 answered in that order (streamed: each chunk names its choice). A prompt's samples go to the
 engine together: they fork from its first sequence and share its KV blocks (`submit_samples`).
-A chat choice held to a forced tool call (structured.py) answers `tool_calls` instead of text. Each `Generation` turns its
-sequence's tokens into text deltas with stop strings applied; `respond` builds OpenAI's response
+A chat choice held to a forced tool call (structured.py) answers `tool_calls` instead of text.
+Each `Generation` turns its sequence's tokens into text deltas with stop strings applied;
+`respond` builds OpenAI's response
 or server-sent events, with log-probabilities in OpenAI's shapes (completions: tokens,
 token_logprobs, top_logprobs with the chosen token beside the top k, text_offset; chat:
 content[{token, logprob, bytes, top_logprobs}]) and, with `echo`, the prompt first.

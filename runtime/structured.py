@@ -182,7 +182,12 @@ def tool_calls(text: str, s: Structured) -> list[dict] | None:
         value = json.loads(text)
     except ValueError:
         return None
-    calls = [(s.function, value)] if s.choice is ToolChoice.NAMED else [(c["name"], c["parameters"]) for c in value]
+    if s.choice is ToolChoice.NAMED:
+        calls = [(s.function, value)]
+    elif isinstance(value, list) and all(isinstance(c, dict) and set(c) == {"name", "parameters"} for c in value):
+        calls = [(c["name"], c["parameters"]) for c in value]
+    else:  # not the grammar's whole output (a stop string cut it)
+        return None
     return [
         {"id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}}
         for n, a in calls
