@@ -264,3 +264,47 @@ def test_a_grammar_complete_before_min_tokens_fails_its_sequence_by_name(tiny):
     st.observe([one], 0)
     st.apply(torch.zeros(tiny[0].config.vocab_size), 1)
     assert st.failed is not None and "min_tokens" in st.failed
+
+
+def test_a_constrained_sequence_through_the_frontend_setup_and_the_last_stage_steps(tiny):
+    """LaneSampling.extras carries the grammar; SamplingStates.begin feeds the matcher each step's
+    input (a looked-ahead token arrives as the next step's input, in order); sample_step masks, and
+    a sequence whose grammar cannot go on gets GRAMMAR_ERROR, the stage going on."""
+    from hetc.batching import GRAMMAR_ERROR, BatchItem
+    from hetc.runtime.sampling_state import LaneSampling, SamplingStates, sample_step
+    from hetc.runtime.transport import StepMeta
+    from hetc.sequence import SamplingParams, Sequence
+
+    _, tok, grammars, eos = tiny
+    vocab = tiny[0].config.vocab_size
+    target = tok.encode('{"ok":true}', add_special_tokens=False)
+    grammar = json_schema_grammar({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False})
+    seq = Sequence(4, [5, 6], 2, SamplingParams(temperature=0, grammar=grammar), frozenset({eos}))
+    states, lane = SamplingStates(lambda e: grammars), LaneSampling()
+    pos, inp = 0, [5, 6]
+    for want in [*target, eos]:
+        ex = lane.extras([BatchItem(seq, pos, len(inp), sample=True)], [seq])
+        meta = StepMeta(
+            [4],
+            [pos],
+            [len(inp)],
+            [True],
+            [[1]],
+            inp,
+            [(0.0, 1.0, 0, 0)],
+            StepMeta.decode(*StepMeta([4], [pos], [len(inp)], [True], [[1]], inp, [(0.0, 1.0, 0, 0)], ex).encode()).extras,
+        )
+        states.begin(meta)
+        y = torch.zeros(1, vocab)
+        y[0, want] = 3.0
+        y[0, eos if want != eos else 0] = 5.0  # likelier, but not allowed: only the mask makes `want` win
+        _, _, picked, _, _ = sample_step(y, meta, states, lambda t: t)
+        assert picked == [want]
+        pos, inp = pos + len(inp), [want]
+        seq.token_ids.append(want)
+    # a grammar the stage cannot build: that sequence fails alone
+    bad = Sequence(5, [5], 1, SamplingParams(temperature=0, grammar="not a grammar"), frozenset({eos}))
+    ex = lane.extras([BatchItem(bad, 0, 1, sample=True)], [bad])
+    meta = StepMeta([5], [0], [1], [True], [[2]], [5], [(0.0, 1.0, 0, 0)], ex)
+    states.begin(meta)
+    assert sample_step(torch.zeros(1, vocab), meta, states, lambda t: t)[2] == [GRAMMAR_ERROR]
