@@ -12,7 +12,8 @@ Python on the last stage, which a tiny model leaves nothing to hide behind.
 Load: a closed loop of `--concurrency` clients, `--requests` completions, prompt `TEXTS[i]`.
 - unconstrained: `max_tokens` `--tokens`, EOS ignored (every request decodes exactly that many);
 - constrained (this checkout only): `response_format` json_schema of an array of exactly
-  `--tokens // 3` integers 10..99 (each 2 digits and a comma: about `--tokens` tokens), seeded sampling.
+  `--tokens // 3` integers 10..99 (each 2 digits and a comma: about `--tokens` tokens), greedy
+  as the unconstrained ones: the difference between the two on this checkout is the grammar's.
 Figure: output tokens per second (completion tokens / wall time of the run). Each run's host load
 (load average, other processes' share of the CPUs) is printed beside it.
 """
@@ -71,7 +72,8 @@ def run(url: str, requests: int, concurrency: int, tokens: int, constrained: boo
     def one(i: int) -> int:
         body: dict = {"model": model, "prompt": TEXTS[i % len(TEXTS)], "max_tokens": tokens}
         if constrained:
-            body |= {"response_format": {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema}}, "max_tokens": 2 * tokens, "seed": i}
+            fmt = {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema}}
+            body |= {"response_format": fmt, "max_tokens": 2 * tokens, "temperature": 0}
         else:
             body |= {"ignore_eos": True, "temperature": 0}
         r = httpx.post(f"{url}/v1/completions", json=body, timeout=600)
@@ -94,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="hetc-structured-"))
     plan = write_three_vendor_plan(root)
-    base_dir = Path(subprocess.check_output([a.base_python, "-c", "import hetc, pathlib; print(pathlib.Path(hetc.__file__).parents[1])"], text=True).strip())
+    # run outside any checkout: a checkout's hetc/ folder on sys.path would shadow the python's own
+    where = "import hetc.batching, pathlib; print(pathlib.Path(hetc.batching.__file__).parents[1])"
+    base_dir = Path(subprocess.check_output([a.base_python, "-c", where], text=True, cwd="/").strip())
+    if base_dir == REPO:
+        raise SystemExit(f"{a.base_python} runs this checkout's hetc: give the python of another checkout")
     head = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True).strip()
     base = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=base_dir, text=True).strip()
     servers = {"before": start(a.base_python, base_dir, plan, root / "before.log"), "after": start(sys.executable, REPO, plan, root / "after.log")}
