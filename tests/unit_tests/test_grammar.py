@@ -308,3 +308,17 @@ def test_a_constrained_sequence_through_the_frontend_setup_and_the_last_stage_st
     meta = StepMeta([5], [0], [1], [True], [[2]], [5], [(0.0, 1.0, 0, 0)], ex)
     states.begin(meta)
     assert sample_step(torch.zeros(1, vocab), meta, states, lambda t: t)[2] == [GRAMMAR_ERROR]
+
+
+def test_tools_reach_the_chat_template_and_the_fallback_lists_them(tiny):
+    import copy
+
+    from hetc.runtime.tokenizer import HFTokenizer, apply_chat
+
+    hf = copy.deepcopy(tiny[1].tok)
+    hf.chat_template = "{% for t in tools or [] %}[{{ t['function']['name'] }}]{% endfor %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    got = hf.decode(apply_chat(HFTokenizer(hf), [{"role": "user", "content": "hi"}], tools=TOOLS))
+    assert got.startswith("[get_weather][now]") and got.endswith("hi")
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "now", "arguments": {}}}]}]
+    text = ByteTokenizer().decode(apply_chat(ByteTokenizer(), msgs, tools=TOOLS))
+    assert text.startswith("tools: " + json.dumps(TOOLS)) and 'assistant: [{"name": "now", "arguments": {}}]' in text
