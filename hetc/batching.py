@@ -41,9 +41,11 @@ from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 # What the last stage sends in place of a token it could not sample (runtime/sampler.py)
 NOT_FINITE = -2  # the row's logits hold a NaN, or their maximum is infinite
 SAMPLER_ERROR = -3  # the draw raised (the worker's log says why)
+GRAMMAR_ERROR = -4  # the sequence's grammar (response_format, tools) cannot go on (the worker's log says why)
 SAMPLING_FAILURES = {
     NOT_FINITE: "the model's logits for this sequence are not finite (NaN or infinity): no token can be chosen",
     SAMPLER_ERROR: "sampling this sequence's next token failed (the last stage's log says why)",
+    GRAMMAR_ERROR: "the output grammar of this sequence (response_format or tools) cannot go on (the last stage's log says why)",
 }
 
 __all__ = [
@@ -254,6 +256,10 @@ class Scheduler:
         return True
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        for child in seq.forks:  # its samples not forked yet go on as sequences of their own
+            if child.status is SeqStatus.WAITING:
+                self.add(child, front=True)
+        seq.forks = []
         if seq.status is SeqStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SeqStatus.WAITING and seq in self.waiting:
@@ -299,7 +305,7 @@ class Scheduler:
                     batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True))
                     budget -= 1
                 continue
-            n = min(seq.remaining, budget)
+            n = self._chunk(seq, min(seq.remaining, budget))
             while not self.blocks.can_grow(seq, n):
                 victim = next((s for s in reversed(self.running) if not s.in_flight and s is not seq), None)
                 self._preempt(victim or seq)
@@ -316,7 +322,8 @@ class Scheduler:
             seq = self.waiting[0]
             hit = self.blocks.cached_prefix(seq)  # its KV there is computed: prefill starts after it
             n = min(seq.num_tokens - len(hit) * self.blocks.block_size, budget)
-            if not self.blocks.can_admit(seq, hit, n):
+            n = n - 1 if seq.forks and n == seq.num_tokens - len(hit) * self.blocks.block_size else n
+            if not self.blocks.can_admit(seq, hit, max(n, 1)) or seq.forks and self.running and len(self.running) + 1 + len(seq.forks) > self.cfg.max_num_seqs:
                 break  # first come first served: later arrivals do not overtake it
             self.waiting.popleft()
             if self.blocks.caching:
@@ -326,6 +333,8 @@ class Scheduler:
             self.running.append(seq)
             if seq.first_scheduled is None:
                 seq.first_scheduled = self.clock()
+            if n == 0:  # its prompt is cached but for the last token: its samples fork now
+                n = self._chunk(seq, 1)
             self._add(batch, seq, n)
             budget -= n
         if not batch.items:
@@ -333,6 +342,20 @@ class Scheduler:
         batch.copies = self.blocks.take_copies()
         self._step += 1
         return batch
+
+    def _chunk(self, seq: Sequence, n: int) -> int:
+        """Tokens of `seq`'s next chunk (n asked for): a sequence with samples to fork stops one short
+        of its prompt's end; once there (and not in flight), they fork, and each computes the last
+        prompt token and samples its first token itself (`fork`)."""
+        if not seq.forks or n < seq.remaining:
+            return n
+        if seq.remaining > 1:
+            return n - 1
+        for child in seq.forks:
+            if child.status is SeqStatus.WAITING:  # not aborted meanwhile
+                self.fork(seq, child)
+        seq.forks = []
+        return n
 
     def _can_look_ahead(self, seq: Sequence) -> bool:
         """`seq`'s next step may go before its in-flight one comes back: n_stages micro-batches
@@ -420,8 +443,10 @@ class Scheduler:
     def fail_all(self) -> list[Sequence]:
         """Finish every sequence with an error (a dead stage); returns them."""
         seqs = [*self.running, *self.waiting, *self.handoffs]
+        seqs += [c for s in seqs for c in s.forks]
         self.handoffs.clear()
         for s in seqs:
+            s.forks = []
             self.blocks.free(s)
             s.status, s.finish_reason, s.in_flight = SeqStatus.FINISHED, "error", 0
         self.running.clear()

@@ -28,11 +28,14 @@ class SamplingParams:
     stop_token_ids: frozenset[int] = frozenset()  # these end the sequence too (also with ignore_eos)
     logprobs: int | None = None  # top log-probabilities returned per generated token (None: none)
     prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    grammar: str | None = None  # the output's grammar (runtime/grammar.py: llguidance's text), masking the logits
 
     @property
     def stateful(self) -> bool:
-        """Sampling needs the sequence's own state on the last stage (counts, bias, its length)."""
-        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.logit_bias or self.min_tokens)
+        """Sampling needs the sequence's own state on the last stage (counts, bias, its length, its grammar)."""
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0 or self.logit_bias or self.min_tokens or self.grammar is not None
+        )
 
 
 class SeqStatus(enum.Enum):
@@ -64,6 +67,7 @@ class Sequence:
     preemptions: int = 0
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far (kv_blocks.prefix_hashes)
     num_keyed: int = 0  # blocks of block_table the prefix cache has seen (keyed, or found keyed by another block)
+    forks: list[Sequence] = field(default_factory=list)  # its prompt's other samples (n > 1): they fork from it (batching.Scheduler)
 
     @property
     def num_tokens(self) -> int:

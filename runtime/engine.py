@@ -159,6 +159,14 @@ class Engine:
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, eos: frozenset[int], sink: Callable[[Event], None]) -> Request:
         """Queue a request on the least loaded working lane. Raises EngineDead (503) or QueueFull (429)."""
+        return self.submit_samples(prompt_ids, [(params, sink)], eos)[0]
+
+    def submit_samples(self, prompt_ids: list[int], samples: list[tuple[SamplingParams, Callable[[Event], None]]], eos: frozenset[int]) -> list[Request]:
+        """Queue the samples of one prompt (`n`), each with its parameters and sink, on one lane: the
+        first is the prompt's sequence, the others fork from it when its prompt is computed but for
+        the last token (hetc.batching.Scheduler: they share its KV blocks). More samples than the
+        lane runs sequences at once go as sequences of their own (the prefix cache shares their
+        prompt's full blocks). Raises EngineDead (503) or QueueFull (429)."""
         if self.draining:
             raise EngineDead("the server is shutting down and takes no new requests")
         keys = prefix_hashes(prompt_ids) if self.cfg.prefix_caching else []  # here, outside every lock
@@ -170,14 +178,19 @@ class Engine:
             if self.num_waiting() >= self.cfg.max_waiting:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
             lane, _ = self._pick(entry, keys)
-            seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos, block_hashes=keys)
-            req = Request(seq, lane, sink, arrival=self.clock())
-            self.requests[seq.seq_id] = req
+            seqs = [Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), p, eos, block_hashes=list(keys)) for p, _ in samples]
+            reqs = [Request(seq, lane, sink, arrival=self.clock()) for seq, (_, sink) in zip(seqs, samples)]
+            for r in reqs:
+                self.requests[r.seq.seq_id] = r
+        forked = len(seqs) <= lane.sched.cfg.max_num_seqs
         with lane.cond:
-            lane.sched.add(seq)
+            if forked:
+                seqs[0].forks = seqs[1:]
+            for seq in seqs if not forked else seqs[:1]:
+                lane.sched.add(seq)
             lane.poke()
         self.metrics.on_queue(self)
-        return req
+        return reqs
 
     def handoffs_started(self, n: int) -> None:
         with self._lock:

@@ -1,8 +1,11 @@
 """A completions or chat request's sequences in the engine, and its OpenAI answer.
 
 A request starts one sequence per prompt and sample (`n`): choice `index` = prompt × n + sample,
-answered in that order (streamed: each chunk names its choice). Each `Generation` turns its
-sequence's tokens into text deltas with stop strings applied; `respond` builds OpenAI's response
+answered in that order (streamed: each chunk names its choice). A prompt's samples go to the
+engine together: they fork from its first sequence and share its KV blocks (`submit_samples`).
+A chat choice held to a forced tool call (structured.py) answers `tool_calls` instead of text.
+Each `Generation` turns its sequence's tokens into text deltas with stop strings applied;
+`respond` builds OpenAI's response
 or server-sent events, with log-probabilities in OpenAI's shapes (completions: tokens,
 token_logprobs, top_logprobs with the chosen token beside the top k, text_offset; chat:
 content[{token, logprob, bytes, top_logprobs}]) and, with `echo`, the prompt first.
@@ -25,6 +28,7 @@ from fastapi.responses import StreamingResponse
 from hetc.runtime.engine import Event, EngineDead, QueueFull
 from hetc.runtime.protocol import APIError, GenOptions
 from hetc.runtime.sampling_state import Logprob
+from hetc.runtime.structured import ToolChoice, tool_calls
 from hetc.runtime.tokenizer import Detokenizer, token_bytes, token_text
 from hetc.sequence import SamplingParams
 
@@ -68,14 +72,18 @@ def sampling_params(opts: GenOptions, seed: int, max_tokens: int, prompt_logprob
         stop_token_ids=frozenset(opts.stop_token_ids),
         logprobs=opts.logprobs,
         prompt_logprobs=opts.logprobs if prompt_logprobs else None,
+        grammar=opts.structured.grammar,
     )
 
 
 class Generation:
-    """One sequence in the engine: tokens in, text deltas out, stop strings applied."""
+    """One sequence in the engine: tokens in, text deltas out, stop strings applied (`req`: set
+    when `start` submits it)."""
+
+    req: Any
 
     def __init__(self, st: ServerState, prompt: Prompt, opts: GenOptions, params: SamplingParams, index: int):
-        self.st, self.opts, self.prompt, self.index = st, opts, prompt, index
+        self.st, self.opts, self.prompt, self.index, self.params = st, opts, prompt, index, params
         self.detok = Detokenizer(st.tokenizer)
         self.token_ids: list[int] = []
         self.logprobs: list[Logprob | None] = []  # per token in token_ids
@@ -89,18 +97,7 @@ class Generation:
         def sink(ev: Event) -> None:  # called from engine threads
             loop.call_soon_threadsafe(self.queue.put_nowait, ev)
 
-        try:
-            self.req = st.engine.submit(prompt.ids, params, st.eos_token_ids, sink)
-        except QueueFull as e:
-            raise APIError(
-                429,
-                f"the server is at capacity: {e}. Retry later.",
-                type="rate_limit_error",
-                code="queue_full",
-                headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
-            ) from None
-        except EngineDead as e:
-            raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
+        self.sink = sink
 
     def abort(self) -> None:
         if self.finish_reason is None:
@@ -214,14 +211,32 @@ def start(st: ServerState, opts: GenOptions, prompts: list[Prompt]) -> list[Gene
     gens: list[Generation] = []
     try:
         for p in prompts:
+            mine = []
             for j in range(opts.n):
                 params = sampling_params(opts, sample_seed(opts.seed, j), p.max_tokens, opts.echo and opts.logprobs is not None)
-                gens.append(Generation(st, p, opts, params, len(gens)))
-    except APIError:
-        for g in gens:
-            g.abort()
-        raise
+                mine.append(Generation(st, p, opts, params, len(gens) + j))
+            # the prompt's samples go together: they share its KV blocks (engine.submit_samples)
+            for g, req in zip(mine, st.engine.submit_samples(p.ids, [(g.params, g.sink) for g in mine], st.eos_token_ids)):
+                g.req = req
+            gens += mine
+    except QueueFull as e:
+        _abort(gens)
+        raise APIError(
+            429,
+            f"the server is at capacity: {e}. Retry later.",
+            type="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))},
+        ) from None
+    except EngineDead as e:
+        _abort(gens)
+        raise APIError(503, f"the model is unavailable: {e}.", type="server_error", code="service_unavailable") from None
     return gens
+
+
+def _abort(gens: list[Generation]) -> None:
+    for g in gens:
+        g.abort()
 
 
 async def respond(st: ServerState, opts: GenOptions, prompts: list[Prompt], chat: bool) -> dict | StreamingResponse:
@@ -258,7 +273,8 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
     for g, text in zip(gens, texts):
         choice: dict[str, Any] = {"index": g.index, "finish_reason": g.finish_reason, "logprobs": None}
         if chat:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = _message(opts, g, text)
+            choice["finish_reason"] = g.finish_reason
             if opts.logprobs is not None:
                 choice["logprobs"] = shapes.chat(g.token_ids, g.logprobs)
         else:
@@ -287,13 +303,22 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
     return out
 
 
+def _message(opts: GenOptions, g: Generation, text: str) -> dict:
+    """A chat choice's message: its text, or the tool calls it holds (finish_reason tool_calls)."""
+    calls = tool_calls(text, opts.structured) if g.finish_reason == "stop" else None
+    if calls is None:
+        return {"role": "assistant", "content": text}
+    g.finish_reason = "tool_calls"
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
     """Server-sent events: each chunk one choice's delta, with the log-probabilities of the tokens
     it covers; each choice ends with its finish_reason; then usage (include_usage) and [DONE]."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     offsets = [0] * len(gens)  # completions' text_offset, across chunks
 
-    def chunk(g: Generation, delta: str | None, finish: str | None, first: bool = False, echo: bool = False) -> str:
+    def chunk(g: Generation, delta: str | dict | None, finish: str | None, first: bool = False, echo: bool = False) -> str:
         c: dict[str, Any] = {"index": g.index, "logprobs": None, "finish_reason": finish}
         if echo:
             tokens, lps = g.prompt.ids, (g.prompt_logprobs() if opts.logprobs is not None else [])
@@ -301,7 +326,7 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
             tokens, lps = g.token_ids[g.sent :], g.logprobs[g.sent :]
             g.sent = len(g.token_ids)
         if chat:
-            c["delta"] = {"role": "assistant", "content": ""} if first else ({"content": delta} if delta else {})
+            c["delta"] = {"role": "assistant", "content": ""} if first else (delta if isinstance(delta, dict) else {"content": delta} if delta else {})
             if opts.logprobs is not None and tokens and not first:
                 c["logprobs"] = shapes.chat(tokens, lps)
         else:
@@ -317,6 +342,8 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
         return sse(o)
 
     q: asyncio.Queue[tuple[Generation, str | APIError | None]] = asyncio.Queue()
+    # a forced tool call's text is held back and sent as tool_calls once whole (or as content if it is cut)
+    held = {g.index: "" for g in gens} if chat and opts.structured.choice is not ToolChoice.NONE else None
 
     async def pump(g: Generation) -> None:
         try:
@@ -343,7 +370,15 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
                 yield chunk(g, g.prompt.text, None, echo=True)
             if d is None:
                 left -= 1
+                if held is not None:
+                    text = held[g.index]
+                    message = _message(opts, g, text)
+                    calls = message.get("tool_calls")
+                    delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else text
+                    yield chunk(g, delta, None)
                 yield chunk(g, None, g.finish_reason)
+            elif held is not None:
+                held[g.index] += d
             elif d or opts.return_token_ids or opts.logprobs is not None:
                 yield chunk(g, d, None)
         if opts.include_usage:

@@ -27,6 +27,7 @@ from hetc.runtime.protocol import (
     MIN_REPETITION,
     ROLES,
 )
+from hetc.runtime.structured import MAX_TOOLS, NAME_PATTERN
 
 __all__ = ["FITS", "OpenAPILimits", "openapi_document"]
 
@@ -133,6 +134,59 @@ def _sampling(lim: OpenAPILimits) -> dict:
     }
 
 
+def _json_schema() -> dict:
+    """A JSON Schema an output is held to: the document describes one of a `type`, which always
+    compiles; the server takes any JSON Schema llguidance supports."""
+    kinds = ["object", "array", "string", "integer", "number", "boolean", "null"]
+    return _fits(
+        {"type": "object", "additionalProperties": False, "properties": {"type": {"enum": kinds}}},
+        "any JSON Schema object llguidance supports is accepted (an unsupported one gets a 400 naming it)",
+    )
+
+
+def _response_format() -> dict:
+    """`response_format` (structured.py): text, json_object, or json_schema."""
+    plain = {"type": "object", "additionalProperties": False, "required": ["type"], "properties": {"type": {"enum": ["text", "json_object"]}}}
+    spec = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": NAME_PATTERN},
+            "schema": _json_schema(),
+            "strict": _nullable({"type": "boolean"}),
+            "description": _nullable({"type": "string"}),
+        },
+    }
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["type", "json_schema"],
+        "properties": {"type": {"const": "json_schema"}, "json_schema": spec},
+    }
+    return _nullable({"oneOf": [plain, schema]})
+
+
+_FREE = {"anyOf": [{"type": "null"}, {"properties": {"type": {"const": "text"}}}]}  # a response_format that constrains nothing
+
+
+def _tools() -> dict:
+    function = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "pattern": NAME_PATTERN},
+            "description": _nullable({"type": "string"}),
+            "parameters": _nullable(_json_schema()),
+            "strict": _nullable({"type": "boolean"}),
+        },
+    }
+    tool = {"type": "object", "additionalProperties": False, "required": ["type", "function"]}
+    tool["properties"] = {"type": {"const": "function"}, "function": function}
+    return _nullable(_fits({"type": "array", "items": tool, "maxItems": 1}, f"up to {MAX_TOOLS} tools of distinct names are accepted"))
+
+
 def _if_set(key: str, then: dict) -> dict:
     """JSON Schema's if/then: when `key` is present and not null, `then` holds."""
     return {"if": {"properties": {key: {"not": {"type": "null"}}}, "required": [key]}, "then": then}
@@ -155,6 +209,21 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
         "required": ["type", "text"],
         "properties": {"type": {"type": "string", "enum": ["text"]}, "text": _fits({"type": "string", "maxLength": per_message // 2})},
     }
+    call = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["function"],
+        "properties": {
+            "id": _nullable({"type": "string"}),
+            "type": {"const": "function"},
+            "function": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "arguments"],
+                "properties": {"name": {"type": "string"}, "arguments": _fits({"type": "string", "maxLength": per_message})},
+            },
+        },
+    }
     message = {
         "type": "object",
         "additionalProperties": False,
@@ -162,7 +231,14 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
         "properties": {
             "role": {"type": "string", "enum": list(ROLES)},
             "content": _nullable({"anyOf": [_fits({"type": "string", "maxLength": per_message}), _fits({"type": "array", "items": part, "maxItems": 2})]}),
+            "name": _nullable({"type": "string"}),
+            "tool_calls": _nullable(_fits({"type": "array", "items": call, "maxItems": 1})),
+            "tool_call_id": _nullable({"type": "string"}),
         },
+        "allOf": [  # tool calls on assistant messages, a call's id on tool messages
+            {"if": {"properties": {"role": {"const": "assistant"}}}, "else": {"properties": {"tool_calls": False}}},
+            {"if": {"properties": {"role": {"const": "tool"}}}, "else": {"properties": {"tool_call_id": False}}},
+        ],
     }
     completion = {
         "type": "object",
@@ -176,6 +252,7 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
             "max_tokens": _nullable(_fits({"type": "integer", "minimum": 0, "maximum": lim.max_tokens})),
             "echo": _nullable({"type": "boolean"}),
             "logprobs": {**_nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}), "description": "top log-probabilities per token"},
+            "response_format": _response_format(),
         },
     }
     echo_rules = [  # max_tokens 0 only with echo; prompt log-probabilities only where the stages return every row
@@ -196,7 +273,30 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
             "metadata": _nullable({"type": "object"}),
             "store": _nullable({"type": "boolean", "const": False}),
             "modalities": _nullable({"type": "array", "minItems": 1, "maxItems": 1, "items": {"const": "text"}}),
+            "response_format": _response_format(),
+            "tools": _tools(),
+            "tool_choice": {
+                **_nullable({"type": "string", "enum": ["none", "required"]}),
+                "description": f"{FITS}; a named function of 'tools' ({{'type': 'function', 'function': {{'name'}}}}) is accepted too; "
+                "'auto', the default with tools, is refused (no tool-call parser)",
+            },
         },
+    }
+    # structured output (structured.py): tools need a tool_choice; "required" needs tools and no other
+    # response_format; ignore_eos goes with no grammar (the grammar ends the output with EOS)
+    tool_rules = [
+        {
+            "if": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+            "then": {"required": ["tool_choice"], "properties": {"tool_choice": {"type": "string"}}},
+        },
+        {
+            "if": {"properties": {"tool_choice": {"const": "required"}}, "required": ["tool_choice"]},
+            "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}, "response_format": _FREE}},
+        },
+    ]
+    eos_rule = {
+        "if": {"properties": {"ignore_eos": {"const": True}}, "required": ["ignore_eos"]},
+        "then": {"properties": {"response_format": _FREE, "tool_choice": {"not": {"const": "required"}}}},
     }
     top_needs_logprobs = _if_set("top_logprobs", {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]})
     tokenize = {
@@ -228,8 +328,8 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
         "properties": {"model": _nullable({"type": "string"}), "tokens": {"type": "array", "items": _token_id(lim)}},
     }
     return {
-        "CompletionRequest": _rules(completion, *echo_rules),
-        "ChatCompletionRequest": _rules(chat, top_needs_logprobs),
+        "CompletionRequest": _rules(completion, *echo_rules, eos_rule),
+        "ChatCompletionRequest": _rules(chat, top_needs_logprobs, *tool_rules, eos_rule),
         "TokenizeRequest": {"oneOf": [tokenize, tokenize_chat]},
         "DetokenizeRequest": detokenize,
         "ChatMessage": message,
@@ -247,7 +347,7 @@ def _responses() -> dict[str, dict]:
         "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
         "properties": {k: {"type": "integer", "minimum": 0} for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
     }
-    finish = {"type": "string", "enum": ["stop", "length"]}
+    finish = {"type": "string", "enum": ["stop", "length", "tool_calls"]}
 
     def answer(obj: str, choice: dict) -> dict:
         return {
@@ -305,10 +405,23 @@ def _responses() -> dict[str, dict]:
             },
         }
     )
+    call = {
+        "type": "object",
+        "required": ["id", "type", "function"],
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"const": "function"},
+            "function": {"type": "object", "required": ["name", "arguments"], "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}},
+        },
+    }
     message = {
         "type": "object",
         "required": ["role", "content"],
-        "properties": {"role": {"type": "string", "enum": ["assistant"]}, "content": {"type": "string"}},
+        "properties": {
+            "role": {"type": "string", "enum": ["assistant"]},
+            "content": {**_nullable({"type": "string"}), "description": "null when the answer is tool_calls"},
+            "tool_calls": {"type": "array", "items": call},
+        },
     }
     error = {
         "type": "object",

@@ -11,9 +11,12 @@ value (null, or what leaves the output unchanged). Nothing a client sends is sil
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from hetc.runtime.structured import Structured, parse_structured
 
 __all__ = [
     "APIError",
@@ -70,15 +73,15 @@ _COMMON = frozenset(
         "return_token_ids",
         "user",
         "logprobs",
+        "response_format",
     }
 )
 COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "best_of"}
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls", "metadata", "store", "modalities"}
+CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls", "metadata", "store", "modalities", "tools", "tool_choice"}
 
 # Fields OpenAI or vLLM define that this server does not implement yet → the value that changes
 # nothing, which is accepted (besides null); any other value is refused by name.
 NOT_YET: dict[str, Any] = {
-    "response_format": {"type": "text"},
     "tools": [],
     "tool_choice": "none",
     "functions": [],
@@ -171,6 +174,7 @@ class GenOptions:
     logprobs: int | None = None  # top log-probabilities per generated token (None: no log-probabilities)
     echo: bool = False  # completions: the prompt first in the text (and, with logprobs, its log-probabilities)
     user: str | None = None  # the end user's id (OpenAI's abuse monitoring): accepted, not used
+    structured: Structured = field(default_factory=Structured)  # response_format / tools: the output's grammar
 
 
 def _is_int(v: Any) -> bool:
@@ -284,6 +288,10 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
     if max_tokens is not None and min_tokens > max_tokens:
         raise bad(f"'min_tokens' ({min_tokens}) must not exceed 'max_tokens' ({max_tokens}).", "min_tokens")
     user = _get(body, "user", "str")
+    ignore_eos = _get(body, "ignore_eos", "bool", False)
+    structured = parse_structured(body, "messages" in fields, _get(body, "parallel_tool_calls", "bool", True) if "parallel_tool_calls" in fields else True)
+    if ignore_eos and structured.grammar is not None:
+        raise bad("'ignore_eos' cannot go with a constrained output ('response_format' or a tool call): the grammar ends it with EOS.", "ignore_eos")
     return GenOptions(
         model=model,
         max_tokens=max_tokens,
@@ -294,7 +302,7 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         stop=stop,
         stream=stream,
         include_usage=include_usage,
-        ignore_eos=_get(body, "ignore_eos", "bool", False),
+        ignore_eos=ignore_eos,
         return_token_ids=_get(body, "return_token_ids", "bool", False),
         n=_ranged(body, "n", "int", 1, 1, MAX_N, f"from 1 to {MAX_N}"),
         presence_penalty=float(_ranged(body, "presence_penalty", "num", 0.0, -2, 2, "between -2 and 2")),
@@ -304,6 +312,7 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         min_tokens=min_tokens,
         stop_token_ids=[] if body.get("stop_token_ids") is None else _ids(body["stop_token_ids"], "stop_token_ids", MAX_STOP_TOKEN_IDS),
         user=user,
+        structured=structured,
     )
 
 
@@ -338,7 +347,8 @@ def parse_completion(body: Any) -> tuple[GenOptions, list[str | list[int]]]:
 
 
 def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
-    """(options, messages as [{role, content: str}])."""
+    """(options, messages as [{role, content: str}, and name, tool_calls (arguments as objects, as
+    chat templates read them), tool_call_id where given])."""
     opts = _common(body, CHAT_FIELDS, "/v1/chat/completions", ("max_completion_tokens", "max_tokens"), None, 1)
     if _get(body, "logprobs", "bool", False):
         opts.logprobs = _ranged(body, "top_logprobs", "int", 0, 0, MAX_LOGPROBS, f"from 0 to {MAX_LOGPROBS}")
@@ -346,7 +356,6 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
         raise bad("'top_logprobs' needs 'logprobs': true.", "top_logprobs")
     if _get(body, "store", "bool", False):
         raise bad("'store': true is not supported by this server (it keeps no completions).", "store")
-    _get(body, "parallel_tool_calls", "bool")  # without tools it changes nothing
     _get(body, "metadata", "dict")  # OpenAI's tags for stored completions; stored nowhere here
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
@@ -362,9 +371,9 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
             raise bad(f"messages[{i}] must be an object with a string 'role'.", f"messages.{i}")
         if m["role"] not in ROLES:
             raise bad(f"messages[{i}].role {m['role']!r} is not one of {', '.join(ROLES)}.", f"messages.{i}.role")
-        extra = sorted(set(m) - {"role", "content"})
+        extra = sorted(set(m) - {"role", "content", *_MESSAGE_FIELDS.get(m["role"], ()), "name"})
         if extra:
-            raise bad(f"messages[{i}] has field(s) {', '.join(map(repr, extra))} this server does not support yet."[:300], f"messages.{i}.{extra[0]}")
+            raise bad(f"messages[{i}] ({m['role']}) has field(s) {', '.join(map(repr, extra))} this server does not support."[:300], f"messages.{i}.{extra[0]}")
         c = m.get("content")
         if isinstance(c, list):  # content parts: text only
             if not all(isinstance(p, dict) and set(p) == {"type", "text"} and p["type"] == "text" and isinstance(p["text"], str) for p in c):
@@ -374,8 +383,49 @@ def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
             c = ""
         elif not isinstance(c, str):
             raise bad(f"messages[{i}].content must be a string or a list of text parts.", f"messages.{i}.content")
-        out.append({"role": m["role"], "content": c})
+        out.append({"role": m["role"], "content": c, **_message_extras(m, i)})
     return opts, out
+
+
+_MESSAGE_FIELDS = {"assistant": ("tool_calls",), "tool": ("tool_call_id",)}  # beside role, content and name
+
+
+def _message_extras(m: dict, i: int) -> dict:
+    """A message's name, tool_calls and tool_call_id, checked; tool calls' arguments as objects."""
+    out: dict[str, Any] = {}
+    for key in ("name", "tool_call_id"):
+        if m.get(key) is not None:
+            if not isinstance(m[key], str):
+                raise bad(f"messages[{i}].{key} must be a string.", f"messages.{i}.{key}")
+            out[key] = m[key]
+    calls = m.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise bad(f"messages[{i}].tool_calls must be a list.", f"messages.{i}.tool_calls")
+        out["tool_calls"] = [_tool_call(c, f"messages.{i}.tool_calls.{j}") for j, c in enumerate(calls)]
+    return out
+
+
+def _tool_call(c: Any, param: str) -> dict:
+    """An assistant message's tool call as chat templates read it: arguments that are JSON as the
+    object they hold (vLLM does the same), other arguments as given."""
+    f = c.get("function") if isinstance(c, dict) else None
+    if not (
+        isinstance(c, dict)
+        and isinstance(f, dict)
+        and not set(c) - {"id", "type", "function"}
+        and not set(f) - {"name", "arguments"}
+        and isinstance(f.get("name"), str)
+        and isinstance(f.get("arguments"), str)
+        and c.get("type", "function") == "function"
+        and isinstance(c.get("id", ""), (str, type(None)))
+    ):
+        raise bad(f"{param} must be {{'id', 'type': 'function', 'function': {{'name', 'arguments': a string}}}}.", param)
+    try:
+        args = json.loads(f["arguments"])
+    except ValueError:
+        args = f["arguments"]
+    return {"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}}
 
 
 def tokenize_body(body: Any, tokenizer: Any) -> list[int]:

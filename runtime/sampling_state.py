@@ -1,14 +1,16 @@
 """Per-sequence sampling state and log-probabilities: the last stage's half, and the frontend's.
 
 What the sampler (sampler.py) needs beyond a row's (temperature, top_p, top_k, seed) lives here,
-in one place beside it on the last stage: a sequence's `SeqState` (logit_bias, min_tokens, and
-the token counts presence/frequency/repetition penalties read) is created when the sequence is
+in one place beside it on the last stage: a sequence's `SeqState` (logit_bias, min_tokens, the
+token counts presence/frequency/repetition penalties read, and the grammar matcher of a
+constrained sequence: grammar.py) is created when the sequence is
 admitted to a lane (its first step there, or its first after a preemption) and updated with
 every token the stage sees go in. The last stage sees every token of the sequence in order —
 prompt chunks, then each sampled token as the next step's input (looked-ahead ones filled in by
 the first stage before the step reaches it: feedback.py) — so the counts are exact whatever the
 lookahead, and the state of a sequence arriving from a prefill pool starts from the history its
-setup carries.
+setup carries. A grammar matcher consumes each generated token as it goes in, so it has seen
+every token before the one it masks for: looked-ahead steps need nothing more.
 
 The frontend's half (`LaneSampling.extras`) writes what a step needs into StepMeta.extras:
 `setup` (a sequence's state, with the tokens before this step), `release` (sequences gone from
@@ -22,16 +24,19 @@ bias, penalties, temperature and filters (vLLM's default, `raw_logprobs`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hetc.batching import GRAMMAR_ERROR
 from hetc.runtime.sampler import GREEDY_TEMPERATURE, sample
 
 if TYPE_CHECKING:
     from hetc.batching import BatchItem
+    from hetc.runtime.grammar import Grammars
     from hetc.runtime.transport import StepMeta
 
 __all__ = ["LaneSampling", "Logprob", "SamplingStates", "SeqState", "decode_logprobs", "sample_step"]
@@ -63,16 +68,34 @@ class SeqState:
     pending: list[tuple[int, bool]] = field(default_factory=list)  # (token, generated) seen, not yet counted
     counts: torch.Tensor | None = None  # [V] fp32 each token's count among the generated ones
     seen: torch.Tensor | None = None  # [V] bool in the prompt or generated
+    matcher: Any = None  # llguidance.LLMatcher of a constrained sequence: has consumed every generated token seen
+    words: torch.Tensor | None = None  # [ceil(V / 32)] int32 the matcher's mask is computed into
+    failed: str | None = None  # why the grammar cannot go on (its sequence ends with an error)
 
     @staticmethod
-    def from_setup(rec: dict) -> "SeqState":
+    def from_setup(rec: dict, grammars: Callable[[list[int]], Grammars] | None = None) -> "SeqState":
+        """A sequence's state from its setup record (LaneSampling.extras); `grammars`: the stage's
+        grammar state for the given EOS ids, for a record carrying a grammar."""
         st = SeqState(rec["n"], rec["pres"], rec["freq"], rec["rep"], [(int(t), float(v)) for t, v in rec["bias"]], rec["min"], rec["stops"])
+        if rec.get("grammar") is not None:
+            try:
+                if grammars is None:
+                    raise RuntimeError("this stage holds no grammar state")
+                st.matcher = grammars(rec["eos"]).matcher(rec["grammar"])
+            except Exception as e:  # noqa: BLE001 — this sequence fails, not the worker
+                st.failed = f"{type(e).__name__}: {e}"
         st.observe(rec["hist"], 0)
         return st
 
     def observe(self, tokens: Iterable[int], start: int) -> None:
         """Tokens at positions start, start + 1, ... went into the model."""
-        self.pending.extend((t, start + j >= self.num_prompt) for j, t in enumerate(tokens))
+        seen = [(t, start + j >= self.num_prompt) for j, t in enumerate(tokens)]
+        self.pending.extend(seen)
+        if self.matcher is not None and self.failed is None:
+            for t, generated in seen:
+                if generated and not self.matcher.consume_token(t):
+                    self.failed = f"the grammar refused token {t}: {self.matcher.get_error()}"
+                    break
 
     def _count(self, vocab: int, device: torch.device) -> None:
         if self.counts is None:
@@ -89,14 +112,27 @@ class SeqState:
 
     def apply(self, row: torch.Tensor, position: int) -> None:
         """Adjust `row` [V] (fp32 logits) in place for the token at `position`, in vLLM's order:
-        logit_bias and min_tokens, then the repetition, frequency and presence penalties."""
+        logit_bias and min_tokens, then the repetition, frequency and presence penalties, then
+        the grammar's mask (tokens it does not allow next: -inf)."""
         if self.bias:
             ids = torch.tensor([t for t, _ in self.bias], dtype=torch.long, device=row.device)
             row.index_add_(0, ids, torch.tensor([v for _, v in self.bias], dtype=row.dtype, device=row.device))
         if self.stops and position - self.num_prompt < self.min_tokens:
             row[torch.tensor(self.stops, dtype=torch.long, device=row.device)] = float("-inf")
-        if self.repetition == 1.0 and not self.frequency and not self.presence:
-            return
+        if self.repetition != 1.0 or self.frequency or self.presence:
+            self._penalize(row)
+        if self.matcher is not None and self.failed is None:
+            from hetc.runtime.grammar import mask_row
+
+            if self.stops and position - self.num_prompt < self.min_tokens and self.matcher.is_stopped():
+                self.failed = f"the grammar is complete after {position - self.num_prompt} tokens, before min_tokens ({self.min_tokens}): only EOS is left"
+                return
+
+            if self.words is None:
+                self.words = torch.zeros((row.numel() + 31) // 32, dtype=torch.int32)
+            mask_row(self.matcher, row, self.words)
+
+    def _penalize(self, row: torch.Tensor) -> None:
         self._count(row.numel(), row.device)
         assert self.counts is not None and self.seen is not None
         if self.repetition != 1.0:
@@ -112,8 +148,12 @@ class SeqState:
 class SamplingStates:
     """The last stage's `SeqState`s, by sequence id (one owner: the stage's leader)."""
 
-    def __init__(self) -> None:
+    def __init__(self, grammars: Callable[[list[int]], Grammars] | None = None) -> None:
+        """Args:
+        grammars: EOS ids → the stage's grammar state (built on the first constrained sequence).
+        """
         self.seqs: dict[int, SeqState] = {}
+        self.grammars = grammars
 
     def begin(self, meta: StepMeta) -> None:
         """A step arrived (its looked-ahead tokens filled in): release, set up, then count its inputs."""
@@ -121,7 +161,7 @@ class SamplingStates:
         for sid in ex.get("release", ()):
             self.seqs.pop(sid, None)
         for i, rec in ex.get("setup", ()):
-            self.seqs[meta.seq_ids[i]] = SeqState.from_setup(rec)
+            self.seqs[meta.seq_ids[i]] = SeqState.from_setup(rec, self.grammars)
         if not self.seqs:
             return
         off = 0
@@ -184,6 +224,10 @@ def sample_step(
             st.apply(logits[r], positions[r])
     # greedy rows need only each row's maximum: taken where the logits are, not copied [S, V] to the host
     picked = sample(logits if all(p[0] <= GREEDY_TEMPERATURE for p in params) else to_host(logits), params, positions)
+    for r, st in stateful:
+        if st.failed is not None:  # its grammar cannot go on: the request ends with the reason (the worker's log)
+            print(f"[hetc sampler] sequence {meta.seq_ids[items[r]]}: {st.failed}", file=sys.stderr, flush=True)
+            picked[r] = GRAMMAR_ERROR
     # (row of y, position, token, k) for every log-probability returned
     want: list[tuple[int, int, int, int, int]] = []  # + the item
     lp = dict(meta.extras.get("lp", ()))
@@ -270,6 +314,8 @@ class LaneSampling:
                     "min": p.min_tokens,
                     "stops": stops,
                 }
+                if p.grammar is not None:
+                    rec["grammar"], rec["eos"] = p.grammar, sorted(seq.eos_token_ids)
                 setup.append([i, rec])
                 self.held[seq.seq_id] = seq.preemptions
         if self.held:

@@ -242,7 +242,7 @@ def create_app(st: ServerState) -> FastAPI:
         opts, messages = parse_chat(await _body(request))
         _check_model(opts)
         _check_tokens(opts)
-        ids = apply_chat(st.tokenizer, messages)
+        ids = apply_chat(st.tokenizer, messages, tools=opts.structured.tools)
         return await respond(st, opts, [Prompt(ids, "", _fit(opts, ids, "messages"))], chat=True)
 
     return app

@@ -3,6 +3,7 @@ byte-level fallback (one token per UTF-8 byte; labelled as such in /v1/models)."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 __all__ = ["ByteTokenizer", "Detokenizer", "apply_chat", "load_tokenizer", "token_bytes", "token_text"]
@@ -58,16 +59,20 @@ def load_tokenizer(model_dir: str | None, vocab_size: int, eos_token_id: int | N
     return ByteTokenizer(eos_token_id if eos_token_id is not None and eos_token_id >= 256 else None)
 
 
-def apply_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-    """Prompt ids for a chat: the tokenizer's template, or `role: content` lines ending in `assistant:`
-    (the generation prompt)."""
+def apply_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None) -> list[int]:
+    """Prompt ids for a chat: the tokenizer's template (given `tools` as transformers passes them),
+    or `role: content` lines ending in `assistant:` (the generation prompt), after a `tools:` line
+    of their JSON when tools are given, and with each assistant message's tool calls as JSON."""
     if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+        out = tokenizer.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True)
         if isinstance(out, dict) or hasattr(out, "keys"):  # some versions return a BatchEncoding
             out = out["input_ids"]
         return list(out)
-    text = "".join(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"]) for m in messages) + ("assistant:" if add_generation_prompt else "")
-    return tokenizer.encode(text)
+    lines = [f"tools: {json.dumps(tools, ensure_ascii=False)}\n"] if tools else []
+    for m in messages:
+        calls = [c["function"] for c in m.get("tool_calls", ())]
+        lines.append(_FALLBACK_TEMPLATE.format(role=m["role"], content=m["content"] + (json.dumps(calls, ensure_ascii=False) if calls else "")))
+    return tokenizer.encode("".join(lines) + ("assistant:" if add_generation_prompt else ""))
 
 
 def _byte_level_decoder() -> dict[str, int]:

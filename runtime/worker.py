@@ -201,7 +201,9 @@ def copy_kv(kv, meta: torch.Tensor) -> None:
     kv.copy_blocks(list(zip(v[0::2], v[1::2])))
 
 
-def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None) -> None:
+def serve_stage(
+    w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None, grammars=None
+) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
@@ -213,6 +215,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         group: the stage's tensor-parallel control group (gloo; None when tp = 1): the leader broadcasts each message on it.
         owners: lane id → layer → rank holding its attention (KV moves between pools).
         links: the worker's kvlinks.LinkTable (pools only).
+        grammars: EOS ids → the last stage's grammar state (grammar.stage_grammars), for constrained sequences.
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.sampling_state import SamplingStates, sample_step
@@ -229,7 +232,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
     direct = lane.lookahead and spec.n_stages > 1 and leader
     feed_out = lane.stages[0].rank if direct and last else None  # where TOKENS go
     feed_in = receive_tokens(tp, lane.stages[-1].rank, sampled) if direct and first else None
-    states: Any = SamplingStates() if last and leader else None  # per-sequence sampling state: penalties, bias, min_tokens
+    states: Any = SamplingStates(grammars) if last and leader else None  # per-sequence sampling state: penalties, bias, min_tokens, grammar
     while True:
         msg: Any = inbox.get() if leader else None
         meta: Any = None  # the step's StepMeta, decoded once the message is a STEP
@@ -364,7 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links)
+        from hetc.runtime.grammar import stage_grammars
+
+        grammars = stage_grammars(cfg.model_ref, cfg.model_dir)
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links, grammars)
         tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why

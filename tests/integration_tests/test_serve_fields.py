@@ -6,7 +6,10 @@ state is fed by the first stage's filled-in tokens):
 - log-probabilities (prompt with echo, and generated; top-k in order) equal log_softmax of
   Hugging Face's logits at every position within 1e-4, streamed and not;
 - a list of prompts answers one choice per prompt, in order, each what that prompt alone gives;
-- n samples with a seed are reproducible;
+- n samples with a seed are reproducible, each what a request of its seed gives alone, and share
+  the prompt's KV blocks (forked);
+- outputs held to a JSON schema (response_format) that stop parse and validate, streamed and not;
+  a forced tool call comes back as `tool_calls` (finish_reason tool_calls), streamed and not;
 - presence/frequency/repetition penalties, logit_bias, min_tokens and stop_token_ids give what
   Hugging Face `generate` gives with the same definitions as logits processors (greedy);
 - unknown and not-yet-supported fields get a 400 naming them, and the server serves on;
@@ -15,14 +18,18 @@ state is fed by the first stage's filled-in tokens):
 
 from __future__ import annotations
 
+import json
+
 import httpx2 as httpx
+import jsonschema_rs
 import openai
 import pytest
 import torch
 
 from hetc import __version__
 from tests.fixtures.sampling import hf_greedy
-from tests.fixtures.serving import KEY, NAME, TEXTS, client, start_serve
+from hetc.runtime.generation import sample_seed
+from tests.fixtures.serving import KEY, NAME, TEXTS, client, metric, start_serve
 
 TOL = 1e-4  # fp32
 
@@ -179,6 +186,15 @@ def test_n_samples_with_a_seed_are_reproducible(server):
         for ch in chunk.choices:
             streamed[ch.index] = streamed.get(ch.index, "") + ch.text
     assert [streamed[i] for i in range(4)] == [ch.text for ch in a.choices]
+    # each sample is what a request of its seed gives alone (the seeding contract: generation.sample_seed)
+    for j, ch in enumerate(a.choices):
+        assert c.completions.create(**{**kw, "n": 1, "seed": sample_seed(11, j)}).choices[0].text == ch.text
+    # the samples fork from one sequence: the prompt is looked up in the prefix cache (and computed) once, not n times
+    prompt = torch.randint(2, 320, (37,), generator=torch.Generator().manual_seed(9)).tolist()
+    queried = lambda: sum(v for _, v in metric(server, "hetc_prefix_cache_queries_total"))  # noqa: E731
+    before = queried()
+    r = c.completions.create(model=NAME, prompt=prompt, max_tokens=3, n=4, seed=3, extra_body={"ignore_eos": True})
+    assert queried() - before == len(prompt) and all(ch.finish_reason == "length" for ch in r.choices)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +233,8 @@ def test_stop_token_ids_end_the_sequence_at_that_token(server):
     "extra,param,says",
     [
         ({"temprature": 0.5}, "temprature", "unknown field"),
-        ({"response_format": {"type": "json_object"}}, "response_format", "not supported"),
+        ({"response_format": {"type": "xml"}}, "response_format.type", "not one of"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "wat"}}}}, "response_format.json_schema.schema", "wat"),
         ({"suffix": "end"}, "suffix", "not supported"),
         ({"best_of": 3}, "best_of", "not supported"),
         ({"logit_bias": {"100000": 1}}, "logit_bias", "vocabulary"),
@@ -231,7 +248,7 @@ def test_unknown_and_unsupported_fields_are_refused_by_name(server, extra, param
     assert err["param"] == param and says in err["message"]
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], tools=[{"type": "function", "function": {"name": "f"}}])
-    assert e.value.body["param"] == "tools"
+    assert e.value.body["param"] == "tool_choice" and '"auto"' in e.value.body["message"]  # the default with tools
     assert c.completions.create(model=NAME, prompt="hi", max_tokens=2).choices[0].finish_reason in ("stop", "length")
 
 
@@ -292,3 +309,74 @@ def test_tokenize_detokenize_version_and_models(server, hf):
     extra = card.model_extra
     assert card.id == NAME and card.object == "model" and extra["max_model_len"] == r["max_model_len"] and "root" in extra and extra["parent"] is None
     assert extra["permission"][0]["object"] == "model_permission" and extra["permission"][0]["allow_logprobs"] is True
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}, "days": {"type": "integer", "minimum": 1, "maximum": 14}, "metric": {"type": "boolean"}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+CLOCK = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"], "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "the forecast", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "parameters": CLOCK}},
+]
+ASK = [{"role": "user", "content": "what is the weather like?"}]
+
+
+def _streamed_text(stream) -> dict[int, tuple[str, str | None]]:
+    out: dict[int, tuple[str, str | None]] = {}
+    for chunk in stream:
+        for ch in chunk.choices:
+            text, _ = out.get(ch.index, ("", None))
+            out[ch.index] = (text + (ch.delta.content or ""), ch.finish_reason or out.get(ch.index, ("", None))[1])
+    return out
+
+
+def test_json_schema_outputs_parse_and_validate_streamed_and_not(server):
+    c = client(server)
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER}}
+    kw = dict(model=NAME, messages=ASK, max_tokens=80, temperature=1.0, seed=7, n=3, response_format=fmt)
+    r = c.chat.completions.create(**kw)
+    check = jsonschema_rs.validator_for(WEATHER)
+    assert [ch.finish_reason for ch in r.choices] == ["stop"] * 3  # the schema ends every output well within budget
+    for ch in r.choices:
+        assert check.is_valid(json.loads(ch.message.content)), ch.message.content
+    streamed = _streamed_text(c.chat.completions.create(**kw, stream=True))
+    assert [streamed[i] for i in range(3)] == [(ch.message.content, "stop") for ch in r.choices]
+    # json_object: any object; greedy with a lookahead lane and a bias towards closing it
+    ids = httpx.post(f"{server}/tokenize", json={"prompt": "}", "add_special_tokens": False}, headers={"Authorization": f"Bearer {KEY}"}).json()["tokens"]
+    o = c.chat.completions.create(model=NAME, messages=ASK, max_tokens=60, temperature=0, response_format={"type": "json_object"}, logit_bias={str(ids[0]): 5})
+    if o.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(o.choices[0].message.content), dict)
+
+
+def test_a_forced_tool_call_comes_back_as_tool_calls(server):
+    c = client(server)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = c.chat.completions.create(model=NAME, messages=ASK, tools=TOOLS, tool_choice=named, max_tokens=80, seed=2)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.message.content is None
+    (call,) = ch.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    assert jsonschema_rs.validator_for(WEATHER).is_valid(json.loads(call.function.arguments))
+    # "required": one call (parallel_tool_calls false) of either tool, its arguments valid for it
+    kw = dict(model=NAME, messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120, temperature=1.0, seed=5)
+    r = c.chat.completions.create(**kw)
+    assert r.choices[0].finish_reason == "tool_calls"
+    (call,) = r.choices[0].message.tool_calls
+    schema = {"get_weather": WEATHER, "get_time": CLOCK}[call.function.name]
+    assert jsonschema_rs.validator_for(schema).is_valid(json.loads(call.function.arguments))
+    # streamed: the call arrives whole in one delta, then finish_reason tool_calls
+    deltas, finish = [], None
+    for chunk in c.chat.completions.create(**kw, stream=True):
+        for d in chunk.choices:
+            deltas += d.delta.tool_calls or []
+            finish = d.finish_reason or finish
+    assert finish == "tool_calls" and [(d.index, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [
+        (0, call.function.name, json.loads(call.function.arguments))
+    ]
+    # the tool's answer goes back in the next turn
+    turn = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]}, {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    assert c.chat.completions.create(model=NAME, messages=turn, tools=TOOLS, tool_choice="none", max_tokens=3).choices[0].finish_reason in ("stop", "length")

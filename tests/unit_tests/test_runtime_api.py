@@ -117,7 +117,7 @@ def test_engine_states_map_to_429_and_503(app_client):
         # unknown fields first, by name, before the rest is checked (top_p 0 is also wrong)
         ({"model": "m", "prompt": "x", "top_p": 0, "temprature": 0.5}, "temprature"),
         ({"model": "m", "prompt": "x", "suffix": "tail"}, "suffix"),
-        ({"model": "m", "prompt": "x", "response_format": {"type": "json_object"}}, "response_format"),
+        ({"model": "m", "prompt": "x", "response_format": {"type": "xml"}}, "response_format.type"),
         ({"model": "m", "prompt": [["a"]] * 2}, "prompt"),
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens"),
         ({"model": 3, "prompt": "x"}, "model"),

@@ -112,6 +112,9 @@ class _SlowEngine:
         self.sched = Scheduler(self.blocks, SchedulerConfig(max_batched_tokens=64))
         self.lock, self.aborted, self.failed = threading.Lock(), [], None
 
+    def submit_samples(self, prompt_ids, samples, eos):
+        return [self.submit(prompt_ids, p, eos, sink) for p, sink in samples]
+
     def submit(self, prompt_ids, params, eos, sink):
         seq = Sequence(0, list(prompt_ids), len(prompt_ids), params, eos)
         with self.lock:
