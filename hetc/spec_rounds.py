@@ -18,7 +18,7 @@ import numpy as np
 from hetc.sequence import SamplingParams
 from hetc.speculation import MAX_SPECULATIVE_TOKENS, SpeculationMethod
 
-__all__ = ["NGRAM_MAX", "NGRAM_MIN", "UNDRAFTED", "Fallback", "SpecConfig", "fallback", "ngram_propose"]
+__all__ = ["NGRAM_MAX", "NGRAM_MIN", "UNDRAFTED", "Fallback", "SpecConfig", "fallback", "ngram_propose", "serve_speculation"]
 
 NGRAM_MAX = 4  # the longest suffix prompt lookup matches (vLLM's prompt_lookup_max default)
 NGRAM_MIN = 1  # the shortest it falls back to
@@ -84,3 +84,49 @@ def ngram_propose(tokens: list[int], k: int, n_max: int = NGRAM_MAX, n_min: int 
             start = int(hits[-1]) + n
             return arr[start : start + k].tolist()
     return []
+
+
+def serve_speculation(plan_spec, enabled: bool, method: str | None, k: int | None, file: str = "plan.json") -> SpecConfig | None:
+    """The speculation `hetc serve` runs: the plan's `speculation` section, or `--speculate ngram`
+    for a plan without one; `--num-speculative-tokens` sets K of either; `--no-speculation` none.
+
+    Args:
+        plan_spec: the plan's `speculation` (hetc.plan.Speculation) or None.
+        enabled: False with --no-speculation.
+        method: --speculate (only "ngram": a draft model needs the planner's placement).
+        k: --num-speculative-tokens, or None.
+        file: the plan's path, for errors.
+    Raises:
+        BadInput: flags that contradict each other or the plan.
+    """
+    from hetc.errors import BadInput
+
+    if not enabled:
+        if method is not None or k is not None:
+            flag = "--speculate" if method is not None else "--num-speculative-tokens"
+            raise BadInput(f"{flag} was given with --no-speculation.", field=flag, fix="drop one of them.")
+        return None
+    if method is not None and plan_spec is not None:
+        raise BadInput(
+            f"the plan speculates already ({plan_spec.method.value}, K={plan_spec.num_speculative_tokens}); "
+            "--speculate is for plans without a speculation section.",
+            file=file,
+            field="speculation",
+            fix="drop --speculate (--num-speculative-tokens sets K), or pass --no-speculation to serve without it.",
+        )
+    if method is not None:
+        if method != SpeculationMethod.NGRAM:
+            raise BadInput(
+                f"--speculate {method}: only ngram can be turned on at serve time.",
+                field="--speculate",
+                fix="plan a draft model with `hetc plan --draft MODEL` (it places the drafter), or use --speculate ngram.",
+            )
+        return SpecConfig(SpeculationMethod.NGRAM, k or 3)
+    if plan_spec is None:
+        if k is not None:
+            raise BadInput("--num-speculative-tokens was given but the plan does not speculate.", file=file, field="speculation", fix="add --speculate ngram.")
+        return None
+    k = k or plan_spec.num_speculative_tokens
+    if not 1 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise BadInput(f"--num-speculative-tokens is {k}.", field="--num-speculative-tokens", fix=f"pass 1 to {MAX_SPECULATIVE_TOKENS}.")
+    return SpecConfig(plan_spec.method, k)

@@ -120,6 +120,7 @@ class Engine:
             handoff=lane.phase == Phase.PREFILL,
             max_queue_wait=self.cfg.max_queue_wait,
             prefix_caching=self.cfg.prefix_caching,
+            speculation=self.cfg.speculation,
         )
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 

@@ -55,6 +55,9 @@ class ServeOptions:
     executor: str = "auto"  # auto: emulated stages through their vendor's CPU toolchain; torch: eager everywhere
     artifacts: str | None = None  # a `hetc compile` folder to load the compiled stages from
     cuda_graphs: bool = True  # cuda stages replay decode steps from CUDA graphs (runtime/cuda_graphs.py)
+    speculation: bool = True  # False: --no-speculation
+    speculate: str | None = None  # --speculate ngram (a plan without a speculation section)
+    num_speculative_tokens: int | None = None  # K (default: the plan's)
 
     def __post_init__(self) -> None:
         if self.executor not in ("auto", "torch"):
@@ -151,6 +154,7 @@ class Checked:
     max_seqs: int = 0
     max_context: int = 0  # the model's longest sequence (0: unknown)
     blocks: dict[int, int] = field(default_factory=dict)  # lane id → KV blocks (size_kv)
+    spec: Any = None  # hetc.spec_rounds.SpecConfig: the speculation served (None: none)
 
     @property
     def mine(self) -> list:
@@ -174,6 +178,7 @@ def validate(o: ServeOptions) -> Checked:
     from hetc.runtime.model_runner import check_supported, check_tp
     from hetc.runtime.rendezvous import rendezvous
     from hetc.runtime.topology import build_topology, hosts_of_nodes, workers
+    from hetc.spec_rounds import serve_speculation
 
     rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
     plan = load_plan(o.plan)
@@ -195,6 +200,13 @@ def validate(o: ServeOptions) -> Checked:
     c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref, model_dir=model_dir, hf_cfg=hf_cfg, units=units)
     if o.emulate:  # emulated devices share this host's memory
         c.width, c.hf_cfg = fit_width(plan, hf_cfg, c.mine, o.random_weights, o.plan)
+    c.spec = serve_speculation(plan.speculation, o.speculation, o.speculate, o.num_speculative_tokens, o.plan)
+    if c.spec is not None and o.emulate and o.executor == "auto":
+        raise BadInput(
+            "speculative rounds need every row of a round's logits, and the emulated stages' compiled lowerings return each sequence's last row only.",
+            field="--executor",
+            fix="serve with --executor torch, or --no-speculation.",
+        )
     n_here = max(1, len(local))
     c.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
     return c
@@ -367,6 +379,7 @@ def serve(o: ServeOptions, log=print) -> int:
         max_waiting=o.max_waiting,
         max_queue_wait=o.max_queue_wait,
         prefix_caching=o.prefix_caching,
+        speculation=c.spec,
     )
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in c.lanes]

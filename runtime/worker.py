@@ -215,7 +215,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         links: the worker's kvlinks.LinkTable (pools only).
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.sampling_state import SamplingStates, sample_step
+    from hetc.runtime.sampling_state import SamplingStates, sample_rows, sample_step
+    from hetc.runtime.speculate import result_payload, verify_items
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
     spec = w.stage
@@ -259,14 +260,15 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             y = model(backend.to_device(x, dev_index), attn)
             if last:
                 states.begin(meta)
-                rows, positions, picked, lp_meta, lp_samp = sample_step(y, meta, states, backend.to_host)
-                ids = [meta.seq_ids[i] for i in rows]
+                items, positions, picked, lp_meta, lp_samp = sample_step(y, meta, states, backend.to_host)
+                # a speculative round yields its kept proposals and one token more (speculate.py)
+                emitted = verify_items(y, meta, sample_rows(meta), items, picked, backend.to_host)
+                ids = [meta.seq_ids[i] for i in items]
                 if first:
-                    sampled.put(ids, positions, picked)
+                    sampled.put(ids, positions, picked)  # a round's sequence is never looked ahead: its entry goes unused
                 elif feed_out is not None:  # before the result: the first stage may wait for it
                     tp.send(tokens_message(msg.step_id, ids, positions, picked), feed_out)
-                tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
-                tokens[rows] = torch.tensor(picked, dtype=torch.long)
+                tokens = result_payload(emitted, len(meta.starts), items)
                 reply = Message(Kind.RESULT, msg.step_id, meta=lp_meta, samp=lp_samp, payload=tokens, times=msg.times)
             else:
                 reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y), times=msg.times)
