@@ -120,7 +120,7 @@ class MicroBatch:
 
     @property
     def has_prefill(self) -> bool:
-        return any(i.n_new > 1 or not i.sample for i in self.items)
+        return any(i.n_new - len(i.draft) > 1 or not i.sample for i in self.items)  # a round's proposals are decode work
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
 from hetc.runtime.sampling_state import Logprob
 from hetc.batching import MicroBatch, SchedulerConfig, StepOutput, route
+from hetc.spec_rounds import fallback
 from hetc.kv_blocks import prefix_hashes
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
@@ -172,6 +173,9 @@ class Engine:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
             lane, _ = self._pick(entry, keys)
             seq = Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), params, eos, block_hashes=keys)
+            why = fallback(params) if self.cfg.speculation is not None else None
+            if why is not None:
+                self.metrics.on_fallback(why)
             req = Request(seq, lane, sink, arrival=self.clock())
             self.requests[seq.seq_id] = req
         with lane.cond:

@@ -233,6 +233,7 @@ class LaneRunner:
                     _expect(msg, Kind.RESULT, rec)
                     assert msg.payload is not None  # _expect checked the kind: a RESULT carries the sampled ids
                     outs = self.sched.on_result(rec.batch, *result_tokens(msg.payload, len(rec.batch.items)))
+                    self.engine.metrics.on_rounds(outs)
                     if msg.meta.numel():
                         self.engine.record_logprobs(rec.batch, decode_logprobs(msg.meta, msg.samp))
                     self.engine.metrics.on_step(self, rec.batch, msg.times.tolist(), now - rec.sent_at)

@@ -207,9 +207,31 @@ def validate(o: ServeOptions) -> Checked:
             field="--executor",
             fix="serve with --executor torch, or --no-speculation.",
         )
+    if c.spec is not None and plan.speculation is not None and plan.speculation.drafter is not None and c.spec.method == "draft":
+        _check_drafter(plan.speculation.drafter, hf_cfg, o.plan)
     n_here = max(1, len(local))
     c.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
     return c
+
+
+def _check_drafter(drafter, hf_cfg, file: str) -> None:
+    """The plan's draft model loads and shares the target's vocabulary (its proposals are the target's ids)."""
+    from hetc.partitioner.capture.capture import load_hf_config
+
+    field_ = "speculation.drafter.model.ref"
+    try:
+        dcfg, _ = load_hf_config(drafter.model.ref)
+    except Exception as e:  # noqa: BLE001 — any failure to read it is the same fix
+        raise BadInput(f"the draft model {drafter.model.ref!r} cannot be loaded: {e}.", file=file, field=field_, fix="point it at a model directory.") from None
+    if dcfg.vocab_size != hf_cfg.vocab_size:
+        raise BadInput(
+            f"the draft model's vocabulary has {dcfg.vocab_size} tokens, the target's {hf_cfg.vocab_size}.",
+            file=file,
+            field=field_,
+            fix="draft with a model that uses the target's tokenizer, or serve with --no-speculation.",
+        )
+    if len(drafter.units) == 0:
+        raise BadInput("the drafter has no unit table.", file=file, field="speculation.drafter.units", fix="re-plan with `hetc plan --draft`.")
 
 
 def size_kv(c: Checked) -> None:
@@ -289,6 +311,7 @@ def start_workers(c: Checked, tmp: str, log=print):
         cuda_graphs=o.cuda_graphs,
         max_seqs=c.max_seqs,
         max_context=c.max_context,
+        draft=c.spec is not None and c.spec.method == "draft",
     )
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)

@@ -52,6 +52,7 @@ class WorkerConfig:
     cuda_graphs: bool = True  # cuda stages (tp 1) replay decode steps from CUDA graphs
     max_seqs: int = 1  # the most sequences a lane's step holds (the largest graph)
     max_context: int = 0  # the model's longest sequence (0: as many blocks as the lane has)
+    draft: bool = False  # the plan's draft model runs in each lane's first stage worker (runtime/drafter.py)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -201,7 +202,9 @@ def copy_kv(kv, meta: torch.Tensor) -> None:
     kv.copy_blocks(list(zip(v[0::2], v[1::2])))
 
 
-def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None) -> None:
+def serve_stage(
+    w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None, drafter=None
+) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
     Args:
@@ -213,6 +216,7 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
         group: the stage's tensor-parallel control group (gloo; None when tp = 1): the leader broadcasts each message on it.
         owners: lane id → layer → rank holding its attention (KV moves between pools).
         links: the worker's kvlinks.LinkTable (pools only).
+        drafter: the lane's draft model (runtime/drafter.py), on its first stage's leader; None: none.
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
     from hetc.runtime.sampling_state import SamplingStates, sample_rows, sample_step
@@ -239,6 +243,8 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             meta = StepMeta.decode(msg.meta, msg.samp)
             if first:  # before the broadcast: tp members embed the same tokens
                 t0 += sampled.fill(meta, msg.meta, timeout_s)
+                if drafter is not None:  # the proposals of the step's rounds (its time is the stage's)
+                    drafter.step(meta, msg.meta)
         if spec.tp > 1:
             msg = broadcast(msg, 0, group)
         if not leader:  # a tp member: compute its share, the leader answers
@@ -282,10 +288,11 @@ def serve_stage(w, model, backend, lane, transport, timeout_s: float, group=None
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.SCRUB, Kind.COPY):
-            if msg.kind is Kind.SCRUB:
-                scrub_kv(model.kv, msg.meta.tolist())
-            else:
-                copy_kv(model.kv, msg.meta)
+            for pool in (model.kv, *((drafter.model.kv,) if drafter is not None else ())):  # a drafter's blocks are the lane's too
+                if msg.kind is Kind.SCRUB:
+                    scrub_kv(pool, msg.meta.tolist())
+                else:
+                    copy_kv(pool, msg.meta)
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
@@ -366,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links)
+        drafter = None
+        if cfg.draft and spec.index == 0 and w.tp_rank == 0:
+            from hetc.runtime.drafter import build_drafter
+
+            index = 0 if cfg.emulate else w.device_index
+            drafter = build_drafter(cfg, plan, model.kv.num_blocks, backend, index, model.kv_device)
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links, drafter)
         tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why

@@ -16,6 +16,7 @@ from transformers import LlamaConfig
 
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.kv_blocks import BlockManager
+from hetc.runtime.drafter import Drafter
 from hetc.runtime.model_runner import StageModel
 from hetc.runtime.sampler import sampling_probs
 from hetc.runtime.sampling_state import SamplingStates, keep_all_rows, sample_rows, sample_step
@@ -110,13 +111,13 @@ CFG = dict(
 BLOCKS = 24
 
 
-def _model() -> StageModel:
-    cfg = LlamaConfig(**CFG)
+def _model(layers: int = 2) -> StageModel:
+    cfg = LlamaConfig(**{**CFG, "num_hidden_layers": layers})
     units = llama_units(cfg.num_hidden_layers)
     return StageModel(cfg, units, 0, len(units) - 1, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=BLOCKS, weights=RandomWeights())
 
 
-def _run_step(model: StageModel, sched: Scheduler, batch: MicroBatch) -> None:
+def _run_step(model: StageModel, sched: Scheduler, batch: MicroBatch, drafter: Drafter | None = None) -> None:
     """What the lane, the workers and the lane's receiver do with one micro-batch (one stage)."""
     items = batch.items
     meta = StepMeta(
@@ -127,9 +128,13 @@ def _run_step(model: StageModel, sched: Scheduler, batch: MicroBatch) -> None:
         [list(i.seq.block_table) for i in items],
         [t for i in items for t in i.tokens],
         [(0.0, 1.0, 0, 0)] * len(items),
-        spec_extras(items, False),
+        spec_extras(items, drafter is not None),
     )
-    meta = StepMeta.decode(*meta.encode())
+    packed, samp = meta.encode()
+    meta = StepMeta.decode(packed, samp)
+    if drafter is not None:
+        drafter.step(meta, packed)
+        assert StepMeta.decode(packed, samp).token_ids == meta.token_ids and -1 not in meta.token_ids
     attn = model.step_meta(meta.starts, meta.n_new, meta.block_tables, meta.sample, keep_all=keep_all_rows(meta))
     y = model(torch.tensor(meta.token_ids), attn)
     states = SamplingStates()
@@ -185,3 +190,31 @@ def test_greedy_rounds_match_plain_decoding_and_leave_the_kv_it_would():
     assert [s.token_ids for s in a] == [s.token_ids for s in b]
     assert rounds > 0 and sum(s.spec_accepted for s in a) > 0 and sum(s.spec_drafted - s.spec_accepted for s in a) > 0
     assert spec.blocks.num_free == plain.blocks.num_free == BLOCKS - 1
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_drafter_in_the_first_stage_proposes_and_greedy_output_is_unchanged(layers):
+    """A drafter cut from the target (its first layer, or all of it: then every proposal is kept)."""
+    target, plain_model = _model(), _model()
+    drafter = Drafter(_model(layers), lambda x: x, lambda x: x)
+    cfg = dict(max_batched_tokens=256)
+    spec = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg, speculation=SpecConfig(SpeculationMethod.DRAFT, 3)))
+    plain = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg))
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (3, 17, 40)]
+    mk = lambda i, p: Sequence(i, list(p), len(p), SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    a, b = [mk(i, p) for i, p in enumerate(prompts)], [mk(i, p) for i, p in enumerate(prompts)]
+    for s in a:
+        spec.add(s)
+    for s in b:
+        plain.add(s)
+    while plain.has_unfinished():
+        _run_step(plain_model, plain, plain.schedule())
+    while spec.has_unfinished():
+        _run_step(target, spec, spec.schedule(), drafter)
+    assert [s.token_ids for s in a] == [s.token_ids for s in b]
+    drafted, accepted = sum(s.spec_drafted for s in a), sum(s.spec_accepted for s in a)
+    if layers == 2:
+        assert accepted == drafted > 0  # the drafter is the target
+    else:
+        assert 0 < accepted < drafted
