@@ -71,6 +71,9 @@ class Metrics:
         self.spec_rounds = Counter("hetc_spec_decode_rounds", "Speculative rounds verified (one per sequence and step with proposals).", lbl, registry=r)
         self.spec_draft = Counter("hetc_spec_decode_draft_tokens", "Proposals verified.", lbl, registry=r)
         self.spec_accepted = Counter("hetc_spec_decode_accepted_tokens", "Proposals the target accepted.", lbl, registry=r)
+        self.spec_rejected = Counter(
+            "hetc_spec_decode_rejected_rounds", "Rounds that ended with a rejected proposal (α = accepted / (accepted + this)).", lbl, registry=r
+        )
         self.spec_pos = Counter(
             "hetc_spec_decode_accepted_tokens_per_pos", "Rounds whose proposal at this position was accepted.", [*lbl, "position"], registry=r
         )
@@ -83,7 +86,15 @@ class Metrics:
         self.vllm_spec_pos = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted proposals per position (vLLM's name).", ["model_name", "position"], registry=r
         )
-        for c in (self.spec_rounds, self.spec_draft, self.spec_accepted, self.vllm_spec_drafts, self.vllm_spec_draft, self.vllm_spec_accepted):
+        for c in (
+            self.spec_rounds,
+            self.spec_draft,
+            self.spec_accepted,
+            self.spec_rejected,
+            self.vllm_spec_drafts,
+            self.vllm_spec_draft,
+            self.vllm_spec_accepted,
+        ):
             c.labels(model)
         self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
         self.up.labels(model).set(1)
@@ -157,7 +168,7 @@ class Metrics:
             if not o.drafted:
                 continue
             m = self.model
-            for c, v in ((self.spec_rounds, 1), (self.spec_draft, o.drafted), (self.spec_accepted, o.accepted)):
+            for c, v in ((self.spec_rounds, 1), (self.spec_draft, o.drafted), (self.spec_accepted, o.accepted), (self.spec_rejected, o.accepted < o.drafted)):
                 c.labels(m).inc(v)
             for c, v in ((self.vllm_spec_drafts, 1), (self.vllm_spec_draft, o.drafted), (self.vllm_spec_accepted, o.accepted)):
                 c.labels(m).inc(v)
