@@ -186,3 +186,32 @@ def test_spec_config_checks_k():
         SpecConfig(SpeculationMethod.NGRAM, 0)
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         SpecConfig(SpeculationMethod.NGRAM, 17)
+
+
+def test_serve_flags_resolve_against_the_plans_section():
+    from hetc.errors import BadInput
+    from hetc.plan import Speculation
+    from hetc.spec_rounds import serve_speculation
+    from hetc.speculation import AcceptanceSource, expected_tokens_per_round
+
+    sec = Speculation(
+        method=SpeculationMethod.NGRAM,
+        num_speculative_tokens=5,
+        acceptance=0.5,
+        acceptance_source=AcceptanceSource.GIVEN,
+        expected_tokens_per_round=expected_tokens_per_round(0.5, 5),
+    )
+    assert serve_speculation(sec, True, None, None) == SpecConfig(SpeculationMethod.NGRAM, 5)
+    assert serve_speculation(sec, True, None, 2).k == 2  # --num-speculative-tokens sets the plan's K
+    assert serve_speculation(sec, False, None, None) is None and serve_speculation(None, True, None, None) is None
+    assert serve_speculation(None, True, "ngram", None) == SpecConfig(SpeculationMethod.NGRAM, 3)
+    for args, flag in (
+        ((sec, True, "ngram", None), "speculation"),  # the plan's section decides
+        ((None, True, None, 4), "speculation"),  # K without any speculation
+        ((None, False, "ngram", None), "--speculate"),  # contradicts --no-speculation
+        ((None, True, "draft", None), "--speculate"),  # a drafter needs the planner's placement
+        ((sec, True, None, 17), "--num-speculative-tokens"),
+    ):
+        with pytest.raises(BadInput) as e:
+            serve_speculation(*args)
+        assert e.value.field == flag
