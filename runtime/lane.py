@@ -57,7 +57,8 @@ class LaneRunner:
         self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
         self.sampling = LaneSampling()  # which sequences have sampling state on the last stage
         # a draft model runs in the lane's first stage worker (runtime/drafter.py): told what to catch up on each step
-        self.drafting = cfg.speculation is not None and cfg.speculation.method is SpeculationMethod.DRAFT
+        # (a prefill pool's sequences leave after their first token: it has no drafter)
+        self.drafting = cfg.speculation is not None and cfg.speculation.method is SpeculationMethod.DRAFT and lane.phase != Phase.PREFILL
 
     @property
     def up(self) -> bool:

@@ -448,6 +448,8 @@ def serve(o: ServeOptions, log=print) -> int:
             info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
         if o.executor == "auto" and not o.emulate:
             info["executor_note"] = "on real devices every stage runs torch eager on its device in this version"
+        if c.spec is not None:
+            info["speculation"] = {"method": c.spec.method.value, "num_speculative_tokens": c.spec.k}
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
         if c.width > 1:

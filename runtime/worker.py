@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
         from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
+        from hetc.scheduling import Phase
         from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
@@ -355,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         # the frontend waits while this beats, however long loading takes (loading.py)
         loading = Loading(store, unit, a.generation, w.rank)
         model, backend = build_stage(cfg, plan, lanes, w)
+        drafter = None
+        phase = next(l for l in lanes if l.id == spec.lane).phase
+        if cfg.draft and spec.index == 0 and w.tp_rank == 0 and phase != Phase.PREFILL:  # a prefill pool speculates nothing
+            from hetc.runtime.drafter import build_drafter
+
+            drafter = build_drafter(cfg, plan, model.kv.num_blocks, backend, 0 if cfg.emulate else w.device_index, model.kv_device)
         loading.loaded()
         wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
@@ -373,12 +380,6 @@ def main(argv: list[str] | None = None) -> int:
         tp.flush(0)
         owners = {lane.id: attention_owners(lane, kinds) for lane in lanes}
         lane = next(l for l in lanes if l.id == spec.lane)
-        drafter = None
-        if cfg.draft and spec.index == 0 and w.tp_rank == 0:
-            from hetc.runtime.drafter import build_drafter
-
-            index = 0 if cfg.emulate else w.device_index
-            drafter = build_drafter(cfg, plan, model.kv.num_blocks, backend, index, model.kv_device)
         serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links, drafter)
         tp.close()
         return 0
