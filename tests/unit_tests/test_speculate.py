@@ -218,3 +218,16 @@ def test_a_drafter_in_the_first_stage_proposes_and_greedy_output_is_unchanged(la
         assert accepted == drafted > 0  # the drafter is the target
     else:
         assert 0 < accepted < drafted
+
+
+def test_the_first_stage_leaves_a_rounds_undrafted_slots_to_its_drafter():
+    """Looked-ahead -1s are filled from the last stage's samples; a round's -1s are its proposals,
+    drafted on the first stage: the fill must not wait for them."""
+    from hetc.runtime.feedback import SampledTokens
+
+    meta = StepMeta([1, 2], [10, 4], [1, 3], [True, True], [[1], [2]], [-1, 7, -1, -1], [(0.0, 1.0, 0, 0)] * 2, {"spec": [1]})
+    packed, _ = meta.encode()
+    store = SampledTokens()
+    store.put([1], [10], [42])
+    store.fill(meta, packed, timeout=0.01)
+    assert meta.token_ids == [42, 7, -1, -1] and packed[-4:].tolist() == [42, 7, -1, -1]
