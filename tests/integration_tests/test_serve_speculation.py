@@ -76,7 +76,9 @@ def test_ngram_greedy_matches_hf_and_counts_rounds(built, tmp_path):
         _check_greedy(model_dir, served.url)
         m = _spec_metrics(served.url)
         assert m["vllm:spec_decode_num_draft_tokens_total"] == m["hetc_spec_decode_draft_tokens_total"] > 0
-        assert 0 < m["vllm:spec_decode_num_accepted_tokens_total"] < m["vllm:spec_decode_num_draft_tokens_total"]
+        # this random-weight model never continues its prompt's n-grams (0 of 64 greedy tokens when checked), so
+        # every proposal here is rejected: acceptance served is checked with the draft model, and in test_speculate
+        assert 0 <= m["vllm:spec_decode_num_accepted_tokens_total"] < m["vllm:spec_decode_num_draft_tokens_total"]
         c = client(served.url)
         r = c.completions.create(model=NAME, prompt=TEXTS[0] * 2, max_tokens=8, temperature=0, logprobs=1)
         assert len(r.choices[0].logprobs.tokens) == 8
