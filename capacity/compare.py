@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hetc.capacity.evaluate import NO_CACHING, Evaluation, evaluate_plan, load_for
+from hetc.capacity.evaluate import NO_CACHING, NO_SPEC, Evaluation, evaluate_plan, load_for
 from hetc.capacity.metrics import SLO
 from hetc.capacity.pareto import undominated
 from hetc.capacity.window import Window
@@ -49,6 +49,9 @@ class Row:
     prefix_cache_hit_rate: float | None  # prompt tokens served from the prefix cache (None: it was off or never asked)
     no_caching_output_throughput: float | None  # the same load without the prefix cache (when the load shares prefixes)
     no_caching_median_ttft_ms: float | None
+    spec_acceptance: float | None  # speculative rounds: accepted over drafted proposals (None: the plan does not speculate)
+    spec_tokens_per_round: float | None
+    no_spec_output_throughput: float | None  # the same load decoding one token per step
     request_goodput: float | None
     distserve_goodput: float | None
     usd_per_mtok: float | None
@@ -82,6 +85,9 @@ def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
         prefix_cache_hit_rate=m["prefix_cache_hit_rate"],
         no_caching_output_throughput=m.get(f"{NO_CACHING}output_throughput"),
         no_caching_median_ttft_ms=m.get(f"{NO_CACHING}median_ttft_ms"),
+        spec_acceptance=m.get("spec_acceptance"),
+        spec_tokens_per_round=m.get("spec_tokens_per_round"),
+        no_spec_output_throughput=m.get(f"{NO_SPEC}output_throughput"),
         request_goodput=m["request_goodput"],
         distserve_goodput=m.get("distserve_goodput"),
         usd_per_mtok=m["usd_per_mtok"],

@@ -27,12 +27,28 @@ from hetc.capacity.lanes import SimLane, lanes_of
 from hetc.capacity.load import Arrivals, LengthDist, Load, Prefixes
 from hetc.capacity.metrics import SLO, Latencies, serving_metrics, span_of
 from hetc.capacity.simulator import RequestRecord, simulate, simulate_until
+from hetc.capacity.speculation import sim_speculation
 from hetc.capacity.window import WHOLE_RUN, Window
 
-__all__ = ["NO_CACHING", "NO_CACHING_FIGURES", "Evaluation", "StageUse", "evaluate", "evaluate_plan", "load_for", "model_of", "rederive", "workload_of"]
+__all__ = [
+    "NO_CACHING",
+    "NO_CACHING_FIGURES",
+    "NO_SPEC",
+    "NO_SPEC_FIGURES",
+    "Evaluation",
+    "StageUse",
+    "evaluate",
+    "evaluate_plan",
+    "load_for",
+    "model_of",
+    "rederive",
+    "workload_of",
+]
 
 NO_CACHING = "no_prefix_caching_"  # the prefix of the figures of the same load simulated without the prefix cache
 NO_CACHING_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "preemptions")
+NO_SPEC = "no_speculation_"  # the prefix of the figures of the same load simulated without the plan's speculation
+NO_SPEC_FIGURES = ("output_throughput", "median_tpot_ms", "p99_tpot_ms", "median_ttft_ms")
 
 
 @cache
@@ -257,12 +273,20 @@ def evaluate_plan(
     wl = workload_of(plan)
     lanes = lanes_of(plan, model.units, cluster, wl, num_kv_blocks=limits.num_kv_blocks, file=file)
     window.check(len(load.requests))
-    o = simulate(lanes, cluster, load, limits)
+    spec = sim_speculation(plan)
+    o = simulate(lanes, cluster, load, limits, spec)
     m = serving_metrics(o, slo, window)
     span = span_of(o, window)
     if limits.prefix_caching and load.shares_prefixes:  # what the hits are worth: the same run without the cache
-        off = serving_metrics(simulate(lanes, cluster, load, dataclasses.replace(limits, prefix_caching=False)), slo, window)
+        off = serving_metrics(simulate(lanes, cluster, load, dataclasses.replace(limits, prefix_caching=False), sim_speculation(plan)), slo, window)
         m.update({f"{NO_CACHING}{k}": off[k] for k in NO_CACHING_FIGURES})
+    if spec is not None:  # what speculation is worth: the same run decoding one token per step
+        assert plan.speculation is not None
+        plain = serving_metrics(simulate(lanes, cluster, load, limits), slo, window)
+        m.update({f"{NO_SPEC}{k}": plain[k] for k in NO_SPEC_FIGURES})
+        m["spec_expected_tokens_per_round"] = plan.speculation.expected_tokens_per_round
+        m["spec_plan_acceptance"] = plan.speculation.acceptance
+        m["speculation_gain"] = (m["output_throughput"] or 0.0) / plain["output_throughput"] if plain["output_throughput"] else None
     devices = sum(l.devices for l in lanes)
     profiles = [(s.node.profile, s.tp) for l in lanes for s in l.stages]
     usd_h = sum(cluster.price(p) * k for p, k in profiles)

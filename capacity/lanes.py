@@ -154,7 +154,9 @@ def step_of(batch: MicroBatch) -> StepShape:
             p_seqs += 1
             p_ctx += it.n_new * (it.start + (it.n_new + 1) / 2)
     step = Step.mixed(d_seqs, _q(d_ctx / d_seqs) if d_seqs else 0.0, p_tok, p_seqs, _q(p_ctx / p_tok) if p_tok else 0.0)
-    return StepShape(step, sum(it.sample for it in batch.items), len(batch.items), batch.num_tokens)
+    # a speculative round (K+1 positions, priced above as a chunk) keeps every row past the cut: each is verified
+    sampled = sum(it.n_new if it.draft else int(it.sample) for it in batch.items)
+    return StepShape(step, sampled, len(batch.items), batch.num_tokens)
 
 
 def _q(ctx: float) -> float:

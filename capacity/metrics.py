@@ -99,6 +99,11 @@ def serving_metrics(o: Outcome, slo: SLO = SLO(), window: Window = WHOLE_RUN) ->
         "preemptions": o.preemptions,
         # of the prompt tokens looked up on admission (recomputations included), the share found cached
         "prefix_cache_hit_rate": o.prefix_hits / o.prefix_queried if o.prefix_queried else None,
+        # speculative rounds (whole run): accepted over drafted proposals, and tokens each round yielded
+        "spec_acceptance": o.spec_accepted / o.spec_drafted if o.spec_drafted else None,
+        "spec_tokens_per_round": (o.spec_accepted + o.spec_rounds) / o.spec_rounds if o.spec_rounds else None,
+        # the per-token α those rounds show: each proposal verified is a trial, a round ends at its first failure
+        "spec_alpha": o.spec_accepted / (o.spec_accepted + o.spec_rejected) if o.spec_accepted + o.spec_rejected else None,
     }
     for name in ("ttft", "tpot", "itl", "e2el"):
         m.update(_stats(name, getattr(lat, name)))

@@ -44,6 +44,7 @@ from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.capacity.lanes import SimLane, kv_legs, link_time, step_of
 from hetc.capacity.load import Arrivals, Load, Request
+from hetc.capacity.speculation import SimSpeculation
 
 __all__ = ["Outcome", "RequestRecord", "simulate", "simulate_until"]
 
@@ -86,6 +87,10 @@ class Outcome:
     steps: int
     prefix_queried: int = 0  # prompt tokens the lanes' prefix caches were asked for, and found
     prefix_hits: int = 0
+    spec_rounds: int = 0  # speculative rounds verified, their proposals, and of them the accepted
+    spec_drafted: int = 0
+    spec_accepted: int = 0
+    spec_rejected: int = 0  # rounds that ended with a rejected proposal
 
 
 @dataclass(eq=False, slots=True)
@@ -126,13 +131,17 @@ class _Server:
 
 
 class _Sim:
-    def __init__(self, lanes: list[SimLane], cluster: Cluster, cfg: ServeLimits):
+    def __init__(self, lanes: list[SimLane], cluster: Cluster, cfg: ServeLimits, spec: SimSpeculation | None = None):
         self.now = 0.0
         self.events: list = []
         self._seq = itertools.count()
-        self.lanes, self.cluster = lanes, cluster
+        self.lanes, self.cluster, self.spec = lanes, cluster, spec
         self.cfg = SchedulerConfig(
-            max_batched_tokens=cfg.max_batched_tokens, max_waiting=cfg.max_waiting, max_queue_wait=cfg.max_queue_wait, prefix_caching=cfg.prefix_caching
+            max_batched_tokens=cfg.max_batched_tokens,
+            max_waiting=cfg.max_waiting,
+            max_queue_wait=cfg.max_queue_wait,
+            prefix_caching=cfg.prefix_caching,
+            speculation=spec.config if spec is not None else None,
         )
         clock = lambda: self.now  # noqa: E731
         self.sched = [
@@ -141,6 +150,7 @@ class _Sim:
                 lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
                 on_preempt=self._requeue if l.phase == Phase.DECODE else None,
                 clock=clock,
+                propose=lambda seq, k: [0] * k,  # what is proposed does not matter here: how much is accepted is drawn (_result)
             )
             for l in lanes
         ]
@@ -156,6 +166,7 @@ class _Sim:
         self.kv_peak = [0.0] * len(lanes)
         self.dirty: set[int] = set()
         self.steps = 0
+        self.spec_rounds = self.spec_drafted = self.spec_accepted = self.spec_rejected = 0
         self.entry = [l.id for l in lanes if l.phase in (Phase.BOTH, Phase.PREFILL)]
         self.max_prompt, self.max_len = longest_request([(l.phase, s.blocks.capacity) for l, s in zip(lanes, self.sched, strict=True)])
 
@@ -250,6 +261,8 @@ class _Sim:
             shape = step_of(batch)
             n = len(lane.stages)
             msg = _Msg(i, batch, [lane.step_time(k, shape) for k in range(n)], [link_time(lane, k, shape) for k in range(n - 1)])
+            if self.spec is not None and self.spec.draft_s and any(it.draft for it in batch.items):
+                msg.service[0] += self.spec.draft_s  # the drafter runs in the first stage's worker
             for it in batch.items:
                 if it.ahead:
                     msg.deps.append(self.last_msg[it.seq.seq_id])
@@ -326,11 +339,19 @@ class _Sim:
             return
         batch = msg.batch
         assert batch is not None
-        outs = sched.on_result(batch, [0 if it.sample else -1 for it in batch.items])
+        accepted = None
+        if self.spec is not None and any(it.draft for it in batch.items):
+            accepted = [[0] * self.spec.accepted(len(it.draft)) if it.draft else [] for it in batch.items]
+        outs = sched.on_result(batch, [0 if it.sample else -1 for it in batch.items], accepted)
         for o in outs:
             rec = self.records[o.seq.seq_id]
-            if o.token is not None:
+            while len(rec.token_times) < o.seq.num_generated:  # a round delivers its tokens at once
                 rec.token_times.append(self.now)
+            if o.drafted:
+                self.spec_rounds += 1
+                self.spec_drafted += o.drafted
+                self.spec_accepted += o.accepted
+                self.spec_rejected += o.accepted < o.drafted
             if o.finished:
                 rec.preemptions = o.seq.preemptions
                 self.on_done.pop(o.seq.seq_id)(rec)
@@ -343,7 +364,7 @@ def _ignore(_: RequestRecord) -> None:
     pass
 
 
-def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None = None) -> Outcome:
+def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None = None, spec: SimSpeculation | None = None) -> Outcome:
     """Serve `load` on `lanes` and return what every request saw.
 
     Args:
@@ -351,18 +372,24 @@ def simulate(lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLi
         cluster: the plan's cluster (links between pools).
         load: the requests and how they arrive.
         limits: the server's settings (default: `hetc serve`'s; `num_kv_blocks` is the lanes' own).
+        spec: speculative rounds and their acceptance (capacity/speculation.py); None: none.
     """
-    o = simulate_until(lanes, cluster, load, limits, None)
+    o = simulate_until(lanes, cluster, load, limits, None, spec)
     assert o is not None  # nothing asked it to stop
     return o
 
 
 def simulate_until(
-    lanes: list[SimLane], cluster: Cluster, load: Load, limits: ServeLimits | None, stop: Callable[[list[RequestRecord], float], bool] | None
+    lanes: list[SimLane],
+    cluster: Cluster,
+    load: Load,
+    limits: ServeLimits | None,
+    stop: Callable[[list[RequestRecord], float], bool] | None,
+    spec: SimSpeculation | None = None,
 ) -> Outcome | None:
     """`simulate`, asking `stop(requests so far, now)` every 512 events; None when it said to stop
     (a search that has seen enough)."""
-    sim = _Sim(lanes, cluster, limits or ServeLimits())
+    sim = _Sim(lanes, cluster, limits or ServeLimits(), spec)
     records: list[RequestRecord] = []
     if load.arrivals is Arrivals.CLOSED:
         todo = iter(load.requests)
@@ -403,4 +430,8 @@ def simulate_until(
         sim.steps,
         sum(s.blocks.queried_tokens for s in sim.sched),
         sum(s.blocks.hit_tokens for s in sim.sched),
+        sim.spec_rounds,
+        sim.spec_drafted,
+        sim.spec_accepted,
+        sim.spec_rejected,
     )

@@ -23,6 +23,14 @@ which the first stage gets from the last stage directly (feedback.py). The front
 trip (result → scheduler → next step) overlaps the pipeline's work instead of idling it. A
 sequence that ends with the in-flight token (EOS) wasted that one row; one that ends by
 length, or would need a preemption to grow, is not looked ahead.
+
+Speculation (`SchedulerConfig.speculation`, hetc/spec_rounds.py): a decoding sequence that can
+speculate is scheduled for its last token and K proposals, one chunk of K+1 positions with blocks
+reserved for all of them; its result carries the accepted proposals and the target's next token,
+the sequence keeps those and its KV is rolled back past them (`BlockManager.trim`). Such a
+sequence is not looked ahead: its next input token is not known until the verify result says how
+many proposals were kept, so its steps alternate with the frontend. A round never preempts
+another sequence: when its K+1 positions do not fit, it decodes one token instead.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from dataclasses import dataclass, field
 
 from hetc.kv_blocks import BlockManager
 from hetc.sequence import Sequence, SeqStatus
+from hetc.spec_rounds import UNDRAFTED, SpecConfig, fallback, ngram_propose
+from hetc.speculation import SpeculationMethod
 from hetc.scheduling import KV_BLOCK_TOKENS, MAX_WAITING, PREFILL_CHUNK, Phase
 
 # What the last stage sends in place of a token it could not sample (runtime/sampler.py)
@@ -75,6 +85,7 @@ class SchedulerConfig:
     handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
     max_queue_wait: float = 30.0  # seconds: a request predicted to wait longer is refused (HTTP 429)
     prefix_caching: bool = True  # reuse the KV of full blocks earlier prompts computed (kv_blocks.py)
+    speculation: SpecConfig | None = None  # speculative rounds for the sequences that can (None: one token per step)
 
 
 @dataclass(slots=True)
@@ -84,6 +95,16 @@ class BatchItem:
     n_new: int  # tokens processed this step
     sample: bool  # this chunk ends at the last known token: the last stage samples the next one
     ahead: bool = False  # its one token is the one the sequence's in-flight micro-batch samples
+    draft: list[int] = field(default_factory=list)  # proposals after its known token (UNDRAFTED: the first stage drafts them)
+    draft_from: int = 0  # a draft-model lane: the first position its drafter computes (it catches up from there to `start`)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The ids the first stage embeds: its known tokens, then the proposals (-1 for a token not
+        known yet: looked ahead, or drafted on the first stage)."""
+        if self.ahead:
+            return [-1]
+        return self.seq.token_ids[self.start : self.start + self.n_new - len(self.draft)] + self.draft
 
 
 @dataclass(slots=True)
@@ -101,15 +122,17 @@ class MicroBatch:
 
     @property
     def has_prefill(self) -> bool:
-        return any(i.n_new > 1 or not i.sample for i in self.items)
+        return any(i.n_new - len(i.draft) > 1 or not i.sample for i in self.items)  # a round's proposals are decode work
 
 
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     seq: Sequence
-    token: int | None  # the token sampled for seq this step (None: a prefill chunk that samples nothing)
+    token: int | None  # the last token sampled for seq this step (None: a prefill chunk that samples nothing)
     finished: bool
     error: str | None = None  # the last stage could not sample it (finished with reason "error")
+    drafted: int = 0  # a speculative round: proposals verified
+    accepted: int = 0  # of them, accepted (the step gained accepted + 1 tokens, fewer if it stopped among them)
 
 
 @dataclass(slots=True)
@@ -164,7 +187,12 @@ class Scheduler:
     """Owns the lane's sequences and block manager. Not thread-safe: the runtime's lane holds a lock."""
 
     def __init__(
-        self, blocks: BlockManager, config: SchedulerConfig, on_preempt: Callable[[Sequence], None] | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        blocks: BlockManager,
+        config: SchedulerConfig,
+        on_preempt: Callable[[Sequence], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        propose: Callable[[Sequence, int], list[int]] | None = None,
     ):
         """Args:
         blocks: the lane's KV blocks.
@@ -172,8 +200,11 @@ class Scheduler:
         on_preempt: where a preempted sequence goes instead of this lane's queue (a decode
             pool runs no prefill: its preempted sequences are recomputed by a prefill pool).
         clock: seconds, the same clock that stamps `MicroBatch.sent_at` (the simulator's is virtual).
+        propose: (sequence, at most k) → its proposals for a speculative round; default: n-gram
+            lookup over its tokens, or UNDRAFTED × k for a draft model (drafted on the first stage).
         """
         self.blocks, self.cfg, self.on_preempt, self.clock = blocks, config, on_preempt, clock
+        self.propose = propose or self._propose
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.handoffs: list[Sequence] = []  # prefilled sequences for a decode pool (prefill pools)
@@ -228,6 +259,7 @@ class Scheduler:
         if not self.blocks.can_grow(seq, 0):
             return False
         self.blocks.grow(seq, 0)
+        seq.num_draft_computed = 0  # a drafter's KV does not move between pools: it catches up on its first round
         seq.in_flight = 1  # an abort waits for the KV to land
         return True
 
@@ -302,10 +334,14 @@ class Scheduler:
                     self.blocks.key_full(seq, seq.num_tokens)
                     seq.in_flight += 1
                     seq.last_step = batch.step_id
-                    batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True))
+                    batch.items.append(BatchItem(seq, seq.num_tokens, 1, sample=True, ahead=True, draft_from=min(seq.num_draft_computed, seq.num_tokens)))
+                    seq.num_draft_computed = seq.num_tokens + 1
                     budget -= 1
                 continue
             n = self._chunk(seq, min(seq.remaining, budget))
+            draft = self._round(seq, budget - n) if n == seq.remaining == 1 else []
+            if draft and not self.blocks.can_grow(seq, 1 + len(draft)):
+                draft = []  # a round never preempts: one token instead
             while not self.blocks.can_grow(seq, n):
                 victim = next((s for s in reversed(self.running) if not s.in_flight and s is not seq), None)
                 self._preempt(victim or seq)
@@ -314,8 +350,8 @@ class Scheduler:
                     break
             if seq.status is not SeqStatus.RUNNING:
                 continue
-            self._add(batch, seq, n)
-            budget -= n
+            self._add(batch, seq, n, draft)
+            budget -= n + len(draft)
         # no admission in a step that preempted (vLLM's rule): the preempted sequence would come straight
         # back, take the blocks just freed, and be preempted again next step — recomputing its prompt each time
         while not preempted and self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
@@ -367,28 +403,58 @@ class Scheduler:
             and not self.cfg.handoff
             and self._step - seq.last_step >= self.cfg.n_stages
             and seq.num_generated + 2 <= seq.params.max_tokens  # the in-flight token does not end it by length
+            and not self.speculates(seq)  # its next input is known only when its round's result is
             and self.blocks.can_grow(seq, seq.num_tokens + 1 - seq.num_computed, start=seq.num_tokens)
         )
 
-    def _add(self, batch: MicroBatch, seq: Sequence, n: int) -> None:
-        self.blocks.grow(seq, n)
-        self.blocks.key_full(seq, seq.num_computed + n)
+    def speculates(self, seq: Sequence) -> bool:
+        """`seq` decodes in speculative rounds on this lane (a prefill pool's leave after one token)."""
+        return self.cfg.speculation is not None and not self.cfg.handoff and fallback(seq.params) is None
+
+    def _round(self, seq: Sequence, budget: int) -> list[int]:
+        """Proposals for a decoding `seq`'s next step ([]: it decodes one token): at most K, within
+        `budget` tokens and short of its last allowed token (the verify step adds one of its own)."""
+        spec = self.cfg.speculation
+        if spec is None or not self.speculates(seq):
+            return []
+        k = min(spec.k, budget, seq.params.max_tokens - seq.num_generated - 1)
+        return self.propose(seq, k) if k > 0 else []
+
+    def _propose(self, seq: Sequence, k: int) -> list[int]:
+        spec = self.cfg.speculation
+        assert spec is not None
+        if spec.method is SpeculationMethod.DRAFT:
+            return [UNDRAFTED] * k
+        return ngram_propose(seq.token_ids, k, spec.ngram_max, spec.ngram_min)
+
+    def _add(self, batch: MicroBatch, seq: Sequence, n: int, draft: list[int] | None = None) -> None:
+        draft = draft or []
+        self.blocks.grow(seq, n + len(draft))
+        self.blocks.key_full(seq, seq.num_computed + n)  # known tokens only: never a proposal
         seq.in_flight += 1
         seq.last_step = batch.step_id
         start = seq.num_computed
         sample = start + n == seq.num_tokens
         seq.samples_in_flight = sample
-        batch.items.append(BatchItem(seq, start, n, sample=sample))
+        batch.items.append(BatchItem(seq, start, n + len(draft), sample=sample, draft=draft, draft_from=min(seq.num_draft_computed, start)))
+        if not draft:  # a drafter computes every token its target does; a round's own are counted on its result
+            seq.num_draft_computed = max(seq.num_draft_computed, start + n)
 
     # ---- results -------------------------------------------------------------------------
-    def on_result(self, batch: MicroBatch, tokens: list[int]) -> list[StepOutput]:
+    def on_result(self, batch: MicroBatch, tokens: list[int], accepted: list[list[int]] | None = None) -> list[StepOutput]:
         """Apply the tokens the last stage sampled (one per item; -1 where it sampled none; a
         `SAMPLING_FAILURES` code where it could not sample: that sequence ends with an error).
 
+        Args:
+            batch: the micro-batch the result is of.
+            tokens: per item, its sampled token (after a speculative round: the target's token
+                after the accepted proposals).
+            accepted: per item, the proposals the verify step accepted, in order ([] for an item
+                without proposals); None: no item had any.
         Returns what each sequence got; finished ones have released their blocks.
         """
         out = []
-        for item, tok in zip(batch.items, tokens, strict=True):
+        for idx, (item, tok) in enumerate(zip(batch.items, tokens, strict=True)):
             seq = item.seq
             seq.in_flight -= 1
             seq.samples_in_flight = seq.samples_in_flight and seq.in_flight > 0
@@ -398,7 +464,13 @@ class Scheduler:
                 self._finish(seq, "abort")
                 out.append(StepOutput(seq, None, True))
                 continue
-            seq.num_computed = item.start + item.n_new
+            kept = accepted[idx] if accepted is not None and item.draft else []
+            seq.num_computed = item.start + item.n_new - len(item.draft) + len(kept)  # its KV past them is rolled back below
+            if item.draft:
+                # the drafter wrote its own inputs (the known token, then all proposals but the last)
+                seq.num_draft_computed = min(item.start + len(item.draft), seq.num_computed)
+                seq.spec_drafted += len(item.draft)
+                seq.spec_accepted += len(kept)
             if not item.sample:
                 out.append(StepOutput(seq, None, False))
                 continue
@@ -407,19 +479,25 @@ class Scheduler:
                 self._finish(seq, "error")
                 out.append(StepOutput(seq, None, True, error=SAMPLING_FAILURES.get(tok, f"the last stage sent token {tok}")))
                 continue
-            seq.token_ids.append(tok)
             reason = None
-            if not seq.params.ignore_eos and tok in seq.eos_token_ids or tok in seq.params.stop_token_ids:
-                reason = "stop"
-            elif seq.num_generated >= seq.params.max_tokens:
-                reason = "length"
+            for t in [*kept, tok]:  # a stop among the accepted tokens ends the sequence there
+                seq.token_ids.append(t)
+                if not seq.params.ignore_eos and t in seq.eos_token_ids or t in seq.params.stop_token_ids:
+                    reason = "stop"
+                elif seq.num_generated >= seq.params.max_tokens:
+                    reason = "length"
+                if reason:
+                    break
+            if item.draft and not reason:
+                self.blocks.trim(seq)
+                self.blocks.key_full(seq, seq.num_computed)  # blocks the accepted proposals filled: their KV is back
             if reason:
                 self._finish(seq, reason)
             elif self.cfg.handoff:  # KV goes to a decode pool; the blocks stay until it is sent
                 self.running.remove(seq)
                 seq.status = SeqStatus.HANDOFF
                 self.handoffs.append(seq)
-            out.append(StepOutput(seq, tok, reason is not None))
+            out.append(StepOutput(seq, seq.token_ids[-1], reason is not None, drafted=len(item.draft), accepted=len(kept)))
         self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, self.clock())
         return out
 

@@ -35,6 +35,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
         "TPOT p50/p99 ms",
         "429",
         "prefix hits",
+        "spec accept / tok/round",
         "goodput req/s",
         "USD/M tok",
         "kW",
@@ -56,6 +57,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
             f"{fmt_ms(r.median_tpot_ms)} / {fmt_ms(r.p99_tpot_ms)}",
             str(r.refused_429),
             _hits(r),
+            _spec(r),
             _num(r.distserve_goodput, ",.2f"),
             _num(r.usd_per_mtok, ".3f"),
             f"{r.watts / 1e3:.1f}",
@@ -75,6 +77,13 @@ def _hits(r) -> str:
     if r.no_caching_output_throughput is None:
         return f"{r.prefix_cache_hit_rate:.0%}"
     return f"{r.prefix_cache_hit_rate:.0%} (off: {r.no_caching_output_throughput:,.0f} tok/s, {fmt_ms(r.no_caching_median_ttft_ms)} ms)"
+
+
+def _spec(r) -> str:
+    """Speculation's acceptance and tokens per round, and the throughput the same load gets without it."""
+    if r.spec_tokens_per_round is None:
+        return "—"
+    return f"{r.spec_acceptance:.0%} / {r.spec_tokens_per_round:.2f} (off: {r.no_spec_output_throughput:,.0f} tok/s)"
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -229,6 +238,15 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
                 f"{fmt_ms(m[f'{off}median_ttft_ms'])}/{fmt_ms(m[f'{off}p99_ttft_ms'])} ms, preemptions {m[f'{off}preemptions']}"
             )
         console.print(line)
+    if m.get("spec_tokens_per_round") is not None:
+        from hetc.capacity.evaluate import NO_SPEC as ns
+
+        console.print(
+            f"speculation: {m['spec_acceptance']:.1%} of proposals accepted (per-token α {m['spec_alpha']:.2f}, the plan's {m['spec_plan_acceptance']:.2f}), "
+            f"{m['spec_tokens_per_round']:.2f} tokens per round (expected {m['spec_expected_tokens_per_round']:.2f}); "
+            f"without it: output_throughput {m[f'{ns}output_throughput']:,.1f} tok/s, TPOT median {fmt_ms(m[f'{ns}median_tpot_ms'])} ms "
+            f"(gain ×{m['speculation_gain']:.2f})"
+        )
     t = Table(title="latency (ms)", title_justify="left")
     for col in ("", "mean", "median", "p90", "p99"):
         t.add_column(col, justify="left" if not col else "right")

@@ -199,6 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="prefill every prompt in full (default: reuse the KV of full blocks an earlier prompt with the same prefix computed)",
     )
+    sv.add_argument("--no-speculation", action="store_true", help="decode one token per step even when the plan speculates (docs/speculation.md)")
+    sv.add_argument(
+        "--speculate",
+        choices=["ngram"],
+        default=None,
+        help="a plan without a speculation section: speculate with n-gram prompt lookup (default: as the plan says)",
+    )
+    sv.add_argument(
+        "--num-speculative-tokens", type=_positive_int, default=None, metavar="K", help="proposals per round (default: the plan's; 3 with --speculate ngram)"
+    )
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
@@ -533,6 +543,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
         idle_timeout=a.idle_timeout,
         cuda_graphs=not a.no_cuda_graphs,
         prefix_caching=not a.no_prefix_caching,
+        speculation=not a.no_speculation,
+        speculate=a.speculate,
+        num_speculative_tokens=a.num_speculative_tokens,
     )
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 

@@ -180,7 +180,7 @@ class BlockManager:
         for b in hit:
             self._hold(b)
         seq.block_table, seq.num_keyed = list(hit), len(hit)
-        seq.num_computed = len(hit) * self.block_size
+        seq.num_computed = seq.num_draft_computed = len(hit) * self.block_size  # a drafter wrote what its target did
         if self.caching:
             self.queried_tokens += seq.num_tokens
             self.hit_tokens += seq.num_computed
@@ -251,7 +251,7 @@ class BlockManager:
         for b in parent.block_table:
             self._hold(b)
         child.block_table = list(parent.block_table)
-        child.num_computed, child.num_keyed = parent.num_computed, parent.num_keyed
+        child.num_computed, child.num_keyed, child.num_draft_computed = parent.num_computed, parent.num_keyed, parent.num_draft_computed
         child.block_hashes = list(parent.block_hashes)
 
     # ---- freeing ---------------------------------------------------------------------------------
@@ -260,7 +260,21 @@ class BlockManager:
         stay theirs; freed keyed blocks stay cached, its last ones first in line for eviction."""
         self.free_blocks(seq.block_table[::-1])
         seq.block_table = []
-        seq.num_computed = seq.num_keyed = 0
+        seq.num_computed = seq.num_keyed = seq.num_draft_computed = 0
+
+    def trim(self, seq: Sequence) -> list[int]:
+        """Roll `seq`'s KV back to its computed tokens: the blocks past them (reserved for proposals a
+        speculative round rejected) are released, as a run that never proposed them would not hold
+        them. They were never keyed (`key_full` keys known tokens only), so no prefix hash names a
+        rejected token; KV left past `num_computed` in its last block is overwritten by its next step
+        before anything reads it (attention reads positions below the context length only).
+        Returns the blocks released."""
+        keep = blocks_for(seq.num_computed, self.block_size)
+        assert seq.num_keyed <= keep, f"seq {seq.seq_id}: a keyed block past its computed tokens"
+        gone = seq.block_table[keep:]
+        del seq.block_table[keep:]
+        self.free_blocks(gone[::-1])
+        return gone
 
     def free_blocks(self, blocks: list[int]) -> None:
         """Drop one hold of each block, in order (a prefill pool's, once their KV was sent)."""
@@ -280,7 +294,7 @@ class BlockManager:
             if self._refs[b] == 0:
                 out.append(b)
         seq.block_table = []
-        seq.num_computed = seq.num_keyed = 0
+        seq.num_computed = seq.num_keyed = seq.num_draft_computed = 0
         return out
 
     def reclaim(self, blocks: list[int]) -> None:

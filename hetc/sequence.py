@@ -68,6 +68,9 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)  # prefix-cache keys of its full blocks so far (kv_blocks.prefix_hashes)
     num_keyed: int = 0  # blocks of block_table the prefix cache has seen (keyed, or found keyed by another block)
     forks: list[Sequence] = field(default_factory=list)  # its prompt's other samples (n > 1): they fork from it (batching.Scheduler)
+    num_draft_computed: int = 0  # of token_ids, those the lane's draft model holds KV for (draft-model speculation)
+    spec_drafted: int = 0  # proposals verified for it so far (speculative rounds)
+    spec_accepted: int = 0  # of them, accepted
 
     @property
     def num_tokens(self) -> int:

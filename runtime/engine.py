@@ -22,6 +22,7 @@ from hetc.runtime.inflight import InFlightTransfer, Transfer
 from hetc.runtime.lane import LaneRunner
 from hetc.runtime.sampling_state import Logprob
 from hetc.batching import MicroBatch, SchedulerConfig, StepOutput, route
+from hetc.spec_rounds import fallback
 from hetc.kv_blocks import prefix_hashes
 from hetc.sequence import SamplingParams, Sequence, SeqStatus
 from hetc.runtime.topology import Lane
@@ -120,6 +121,7 @@ class Engine:
             handoff=lane.phase == Phase.PREFILL,
             max_queue_wait=self.cfg.max_queue_wait,
             prefix_caching=self.cfg.prefix_caching,
+            speculation=self.cfg.speculation,
         )
         return LaneRunner(self, lane, self.blocks[lane.id], cfg, transport)
 
@@ -179,6 +181,11 @@ class Engine:
                 raise QueueFull(f"{self.num_waiting()} requests are waiting (the queue holds {self.cfg.max_waiting})")
             lane, _ = self._pick(entry, keys)
             seqs = [Sequence(next(self._ids), list(prompt_ids), len(prompt_ids), p, eos, block_hashes=list(keys)) for p, _ in samples]
+            if self.cfg.speculation is not None:
+                for p, _ in samples:
+                    why = fallback(p)
+                    if why is not None:
+                        self.metrics.on_fallback(why)
             reqs = [Request(seq, lane, sink, arrival=self.clock()) for seq, (_, sink) in zip(seqs, samples)]
             for r in reqs:
                 self.requests[r.seq.seq_id] = r

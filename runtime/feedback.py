@@ -61,8 +61,9 @@ class SampledTokens:
             return 0.0
         t0 = time.perf_counter()
         off = 0
-        for sid, start, n in zip(meta.seq_ids, meta.starts, meta.n_new):
-            for j in range(n):
+        rounds = set(meta.extras.get("spec", ()))  # a round's -1s are its proposals, for the lane's drafter (drafter.py)
+        for i, (sid, start, n) in enumerate(zip(meta.seq_ids, meta.starts, meta.n_new)):
+            for j in range(n if i not in rounds else 0):
                 if ids[off + j] == -1:
                     # a sample that failed (batching.SAMPLING_FAILURES) ended its request at the frontend: any
                     # valid id keeps this row's embedding in range, and its result is dropped

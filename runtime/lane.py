@@ -20,6 +20,8 @@ from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
 from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightCopy, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
 from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
 from hetc.runtime.sampling_state import LaneSampling, decode_logprobs
+from hetc.runtime.speculate import result_tokens, spec_extras
+from hetc.speculation import SpeculationMethod
 from hetc.runtime.topology import Lane
 from hetc.runtime.transport import Kind, Message, StepMeta, Transport
 from hetc.scheduling import Phase
@@ -54,6 +56,9 @@ class LaneRunner:
         # micro-batches in flight: looking ahead, each stage has one queued behind the one it runs
         self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
         self.sampling = LaneSampling()  # which sequences have sampling state on the last stage
+        # a draft model runs in the lane's first stage worker (runtime/drafter.py): told what to catch up on each step
+        # (a prefill pool's sequences leave after their first token: it has no drafter)
+        self.drafting = cfg.speculation is not None and cfg.speculation.method is SpeculationMethod.DRAFT and lane.phase != Phase.PREFILL
 
     @property
     def up(self) -> bool:
@@ -206,10 +211,10 @@ class LaneRunner:
             n_new=[i.n_new for i in items],
             sample=[i.sample for i in items],
             block_tables=[list(i.seq.block_table) for i in items],
-            # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py)
-            token_ids=[t for i in items for t in ([-1] if i.ahead else i.seq.token_ids[i.start : i.start + i.n_new])],
+            # a looked-ahead token is not sampled yet: the first stage fills it in (feedback.py), as a drafter its proposals
+            token_ids=[t for i in items for t in i.tokens],
             sampling=[(i.seq.params.temperature, i.seq.params.top_p, i.seq.params.top_k, i.seq.params.seed) for i in items],
-            extras=self.sampling.extras(items, self.sched.running),
+            extras=self.sampling.extras(items, self.sched.running) | spec_extras(items, self.drafting),
         )
         m, s = meta.encode()
         # per stage its compute seconds, then per stage 1.0 where the step replayed a CUDA graph
@@ -228,7 +233,8 @@ class LaneRunner:
                 if isinstance(rec, InFlightBatch):
                     _expect(msg, Kind.RESULT, rec)
                     assert msg.payload is not None  # _expect checked the kind: a RESULT carries the sampled ids
-                    outs = self.sched.on_result(rec.batch, msg.payload.reshape(-1).tolist())
+                    outs = self.sched.on_result(rec.batch, *result_tokens(msg.payload, len(rec.batch.items)))
+                    self.engine.metrics.on_rounds(outs)
                     if msg.meta.numel():
                         self.engine.record_logprobs(rec.batch, decode_logprobs(msg.meta, msg.samp))
                     self.engine.metrics.on_step(self, rec.batch, msg.times.tolist(), now - rec.sent_at)

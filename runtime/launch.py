@@ -55,6 +55,9 @@ class ServeOptions:
     executor: str = "auto"  # auto: emulated stages through their vendor's CPU toolchain; torch: eager everywhere
     artifacts: str | None = None  # a `hetc compile` folder to load the compiled stages from
     cuda_graphs: bool = True  # cuda stages replay decode steps from CUDA graphs (runtime/cuda_graphs.py)
+    speculation: bool = True  # False: --no-speculation
+    speculate: str | None = None  # --speculate ngram (a plan without a speculation section)
+    num_speculative_tokens: int | None = None  # K (default: the plan's)
 
     def __post_init__(self) -> None:
         if self.executor not in ("auto", "torch"):
@@ -151,6 +154,7 @@ class Checked:
     max_seqs: int = 0
     max_context: int = 0  # the model's longest sequence (0: unknown)
     blocks: dict[int, int] = field(default_factory=dict)  # lane id → KV blocks (size_kv)
+    spec: Any = None  # hetc.spec_rounds.SpecConfig: the speculation served (None: none)
 
     @property
     def mine(self) -> list:
@@ -174,6 +178,7 @@ def validate(o: ServeOptions) -> Checked:
     from hetc.runtime.model_runner import check_supported, check_tp
     from hetc.runtime.rendezvous import rendezvous
     from hetc.runtime.topology import build_topology, hosts_of_nodes, workers
+    from hetc.spec_rounds import serve_speculation
 
     rdzv = rendezvous(o.nnodes, o.node_rank, o.master_addr, o.master_port)
     plan = load_plan(o.plan)
@@ -195,9 +200,38 @@ def validate(o: ServeOptions) -> Checked:
     c = Checked(o=o, rdzv=rdzv, plan=plan, lanes=lanes, host_of=host_of, local=local, model_ref=model_ref, model_dir=model_dir, hf_cfg=hf_cfg, units=units)
     if o.emulate:  # emulated devices share this host's memory
         c.width, c.hf_cfg = fit_width(plan, hf_cfg, c.mine, o.random_weights, o.plan)
+    c.spec = serve_speculation(plan.speculation, o.speculation, o.speculate, o.num_speculative_tokens, o.plan)
+    if c.spec is not None and o.emulate and o.executor == "auto":
+        raise BadInput(
+            "speculative rounds need every row of a round's logits, and the emulated stages' compiled lowerings return each sequence's last row only.",
+            field="--executor",
+            fix="serve with --executor torch, or --no-speculation.",
+        )
+    if c.spec is not None and plan.speculation is not None and plan.speculation.drafter is not None and c.spec.method == "draft":
+        _check_drafter(plan.speculation.drafter, hf_cfg, o.plan)
     n_here = max(1, len(local))
     c.threads = o.threads or max(1, (os.cpu_count() or 1) // n_here if o.emulate else os.cpu_count() or 1)
     return c
+
+
+def _check_drafter(drafter, hf_cfg, file: str) -> None:
+    """The plan's draft model loads and shares the target's vocabulary (its proposals are the target's ids)."""
+    from hetc.partitioner.capture.capture import load_hf_config
+
+    field_ = "speculation.drafter.model.ref"
+    try:
+        dcfg, _ = load_hf_config(drafter.model.ref)
+    except Exception as e:  # noqa: BLE001 — any failure to read it is the same fix
+        raise BadInput(f"the draft model {drafter.model.ref!r} cannot be loaded: {e}.", file=file, field=field_, fix="point it at a model directory.") from None
+    if dcfg.vocab_size != hf_cfg.vocab_size:
+        raise BadInput(
+            f"the draft model's vocabulary has {dcfg.vocab_size} tokens, the target's {hf_cfg.vocab_size}.",
+            file=file,
+            field=field_,
+            fix="draft with a model that uses the target's tokenizer, or serve with --no-speculation.",
+        )
+    if len(drafter.units) == 0:
+        raise BadInput("the drafter has no unit table.", file=file, field="speculation.drafter.units", fix="re-plan with `hetc plan --draft`.")
 
 
 def size_kv(c: Checked) -> None:
@@ -277,6 +311,7 @@ def start_workers(c: Checked, tmp: str, log=print):
         cuda_graphs=o.cuda_graphs,
         max_seqs=c.max_seqs,
         max_context=c.max_context,
+        draft=c.spec is not None and c.spec.method == "draft",
     )
     spec = os.path.join(tmp, "spec.json")
     cfg.save(spec)
@@ -367,6 +402,7 @@ def serve(o: ServeOptions, log=print) -> int:
         max_waiting=o.max_waiting,
         max_queue_wait=o.max_queue_wait,
         prefix_caching=o.prefix_caching,
+        speculation=c.spec,
     )
     metrics = Metrics(name)
     n_stages = [len(l.stages) for l in c.lanes]
@@ -412,6 +448,8 @@ def serve(o: ServeOptions, log=print) -> int:
             info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
         if o.executor == "auto" and not o.emulate:
             info["executor_note"] = "on real devices every stage runs torch eager on its device in this version"
+        if c.spec is not None:
+            info["speculation"] = {"method": c.spec.method.value, "num_speculative_tokens": c.spec.k}
         if plan.model.dtype == "fp8":
             info["note"] = "fp8 weights are computed in bf16 by this runtime"
         if c.width > 1:

@@ -67,6 +67,35 @@ class Metrics:
         self.vllm_prefix_hits = Counter("vllm:prefix_cache_hits", "Tokens found in the prefix cache (vLLM's name).", ["model_name"], registry=r)
         for c in (self.prefix_queries, self.prefix_hits, self.vllm_prefix_queries, self.vllm_prefix_hits):
             c.labels(model)  # shown at 0 from the start
+        # speculative decoding (docs/speculation.md), hetc's names and vLLM's side by side
+        self.spec_rounds = Counter("hetc_spec_decode_rounds", "Speculative rounds verified (one per sequence and step with proposals).", lbl, registry=r)
+        self.spec_draft = Counter("hetc_spec_decode_draft_tokens", "Proposals verified.", lbl, registry=r)
+        self.spec_accepted = Counter("hetc_spec_decode_accepted_tokens", "Proposals the target accepted.", lbl, registry=r)
+        self.spec_rejected = Counter(
+            "hetc_spec_decode_rejected_rounds", "Rounds that ended with a rejected proposal (α = accepted / (accepted + this)).", lbl, registry=r
+        )
+        self.spec_pos = Counter(
+            "hetc_spec_decode_accepted_tokens_per_pos", "Rounds whose proposal at this position was accepted.", [*lbl, "position"], registry=r
+        )
+        self.spec_fallback = Counter(
+            "hetc_spec_decode_fallback_requests", "Requests decoded one token per step although the server speculates, by reason.", [*lbl, "reason"], registry=r
+        )
+        self.vllm_spec_drafts = Counter("vllm:spec_decode_num_drafts", "Speculative rounds (vLLM's name).", ["model_name"], registry=r)
+        self.vllm_spec_draft = Counter("vllm:spec_decode_num_draft_tokens", "Proposals verified (vLLM's name).", ["model_name"], registry=r)
+        self.vllm_spec_accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Proposals accepted (vLLM's name).", ["model_name"], registry=r)
+        self.vllm_spec_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted proposals per position (vLLM's name).", ["model_name", "position"], registry=r
+        )
+        for c in (
+            self.spec_rounds,
+            self.spec_draft,
+            self.spec_accepted,
+            self.spec_rejected,
+            self.vllm_spec_drafts,
+            self.vllm_spec_draft,
+            self.vllm_spec_accepted,
+        ):
+            c.labels(model)
         self.up = Gauge("hetc_up", "1 while every worker is alive.", lbl, registry=r)
         self.up.labels(model).set(1)
         self._peak = 0
@@ -99,7 +128,7 @@ class Metrics:
         eng = runner.engine
         self.batch_seqs.labels(self.model).observe(len(batch.items))
         # prefill work: every token but single decode tokens (recomputation after preemption included)
-        self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items if i.n_new > 1 or i.start < i.seq.num_prompt_tokens))
+        self.prompt_tokens.labels(self.model).inc(sum(i.n_new for i in batch.items if i.n_new - len(i.draft) > 1 or i.start < i.seq.num_prompt_tokens))
         if batch.prefix_queried:
             self.prefix_queries.labels(self.model).inc(batch.prefix_queried)
             self.prefix_hits.labels(self.model).inc(batch.prefix_hits)
@@ -132,6 +161,24 @@ class Metrics:
         self.running.labels(self.model).set(eng.num_running())
         self.waiting.labels(self.model).set(eng.num_waiting())
         self.kv_used.labels(self.model, str(runner.lane.id)).set(runner.sched.blocks.num_used)
+
+    def on_rounds(self, outs) -> None:
+        """A result's speculative rounds (StepOutput.drafted / accepted)."""
+        for o in outs:
+            if not o.drafted:
+                continue
+            m = self.model
+            for c, v in ((self.spec_rounds, 1), (self.spec_draft, o.drafted), (self.spec_accepted, o.accepted), (self.spec_rejected, o.accepted < o.drafted)):
+                c.labels(m).inc(v)
+            for c, v in ((self.vllm_spec_drafts, 1), (self.vllm_spec_draft, o.drafted), (self.vllm_spec_accepted, o.accepted)):
+                c.labels(m).inc(v)
+            for pos in range(o.accepted):
+                self.spec_pos.labels(m, str(pos)).inc()
+                self.vllm_spec_pos.labels(m, str(pos)).inc()
+
+    def on_fallback(self, reason: str) -> None:
+        """A request that cannot speculate (hetc.spec_rounds.Fallback) decodes one token per step."""
+        self.spec_fallback.labels(self.model, reason).inc()
 
     def on_token(self, req, now: float) -> None:
         self.gen_tokens.labels(self.model).inc()

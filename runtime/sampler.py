@@ -17,7 +17,7 @@ import torch
 
 from hetc.batching import NOT_FINITE, SAMPLER_ERROR
 
-__all__ = ["GREEDY_TEMPERATURE", "sample"]
+__all__ = ["GREEDY_TEMPERATURE", "draw_generator", "sample", "sampling_probs"]
 
 GREEDY_TEMPERATURE = 1e-5  # a row at or below it takes its most likely token
 
@@ -51,6 +51,22 @@ def sample(logits: torch.Tensor, params: list[tuple[float, float, int, int]], po
 def _draw(shifted: torch.Tensor, temp: float, top_p: float, top_k: int, seed: int, position: int) -> int:
     """One token from a row whose maximum is 0 (shifted before the temperature divides it, so a
     small temperature cannot overflow it: the softmax is the same)."""
+    return int(torch.multinomial(sampling_probs(shifted, temp, top_p, top_k), 1, generator=draw_generator(seed, position)))
+
+
+def draw_generator(seed: int, position: int, stream: int = 0) -> torch.Generator:
+    """The generator of a sequence's draw at `position`: the same whatever it is batched with.
+    `stream` > 0 gives independent draws at the same position (speculative verification's)."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + position + stream * 0x9E37_79B9_7F4A_7C15) & 0x7FFF_FFFF_FFFF_FFFF)
+
+
+def sampling_probs(shifted: torch.Tensor, temp: float, top_p: float, top_k: int) -> torch.Tensor:
+    """[V] the distribution a non-greedy row is drawn from: temperature, then top-k and top-p.
+
+    Args:
+        shifted: [V] fp32 logits with maximum 0 (or any finite shift: the softmax is the same).
+        temp, top_p, top_k: the row's parameters (temp > GREEDY_TEMPERATURE).
+    """
     row = shifted / temp  # [V]
     if 0 < top_k < row.numel():
         kth = torch.topk(row, top_k).values[-1]
@@ -62,5 +78,4 @@ def _draw(shifted: torch.Tensor, temp: float, top_p: float, top_k: int, seed: in
         drop = probs.cumsum(-1) - probs >= top_p
         drop[0] = False  # a top_p below float32's smallest number compares as 0 and would drop it too
         row = row.scatter(0, idx[drop], float("-inf"))
-    g = torch.Generator().manual_seed((seed * 1_000_003 + position) & 0x7FFF_FFFF_FFFF_FFFF)
-    return int(torch.multinomial(row.softmax(-1), 1, generator=g))
+    return row.softmax(-1)

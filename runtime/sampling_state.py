@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from hetc.runtime.grammar import Grammars
     from hetc.runtime.transport import StepMeta
 
-__all__ = ["LaneSampling", "Logprob", "SamplingStates", "SeqState", "decode_logprobs", "sample_step"]
+__all__ = ["LaneSampling", "Logprob", "SamplingStates", "SeqState", "decode_logprobs", "sample_rows", "sample_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +175,7 @@ class SamplingStates:
 def _rows_kept(meta: StepMeta) -> tuple[list[int], dict[int, int]]:
     """(the row of the model's output each sampled item's logits are in, item → its first row
     for items whose every row was kept)."""
-    keep_all = {i for i, *_ in meta.extras.get("plp", ())}
+    keep_all = {i for i, *_ in meta.extras.get("plp", ())} | set(meta.extras.get("spec", ()))  # spec: runtime/speculate.py
     rows, first, at = [], {}, 0
     for i, (n, smp) in enumerate(zip(meta.n_new, meta.sample)):
         kept = n if i in keep_all else int(smp)
@@ -187,12 +187,17 @@ def _rows_kept(meta: StepMeta) -> tuple[list[int], dict[int, int]]:
     return rows, first
 
 
+def sample_rows(meta: StepMeta) -> list[int]:
+    """Per sampled item, the row of the model's output its last position's logits are in."""
+    return _rows_kept(meta)[0]
+
+
 def keep_all_rows(meta: StepMeta) -> list[bool] | None:
-    """Per item, whether all its rows go past the cut (prompt log-probabilities); None: none do."""
-    plp = meta.extras.get("plp")
-    if not plp:
+    """Per item, whether all its rows go past the cut (prompt log-probabilities, a speculative
+    round's verification); None: none do."""
+    mine = {i for i, *_ in meta.extras.get("plp", ())} | set(meta.extras.get("spec", ()))
+    if not mine:
         return None
-    mine = {i for i, *_ in plp}
     return [i in mine for i in range(len(meta.starts))]
 
 

@@ -52,6 +52,7 @@ class WorkerConfig:
     cuda_graphs: bool = True  # cuda stages (tp 1) replay decode steps from CUDA graphs
     max_seqs: int = 1  # the most sequences a lane's step holds (the largest graph)
     max_context: int = 0  # the model's longest sequence (0: as many blocks as the lane has)
+    draft: bool = False  # the plan's draft model runs in each lane's first stage worker (runtime/drafter.py)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -202,7 +203,7 @@ def copy_kv(kv, meta: torch.Tensor) -> None:
 
 
 def serve_stage(
-    w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None, grammars=None
+    w, model, backend, lane, transport, timeout_s: float, group=None, dev_index: int = 0, owners: dict | None = None, links=None, grammars=None, drafter=None
 ) -> None:
     """The worker loop; returns after forwarding SHUTDOWN.
 
@@ -216,9 +217,11 @@ def serve_stage(
         owners: lane id → layer → rank holding its attention (KV moves between pools).
         links: the worker's kvlinks.LinkTable (pools only).
         grammars: EOS ids → the last stage's grammar state (grammar.stage_grammars), for constrained sequences.
+        drafter: the lane's draft model (runtime/drafter.py), on its first stage's leader; None: none.
     """
     from hetc.runtime.feedback import SampledTokens, receive_tokens, tokens_message
-    from hetc.runtime.sampling_state import SamplingStates, sample_step
+    from hetc.runtime.sampling_state import SamplingStates, sample_rows, sample_step
+    from hetc.runtime.speculate import result_payload, verify_items
     from hetc.runtime.transport import Inbox, Kind, Message, StepMeta, broadcast
 
     spec = w.stage
@@ -241,6 +244,8 @@ def serve_stage(
             meta = StepMeta.decode(msg.meta, msg.samp)
             if first:  # before the broadcast: tp members embed the same tokens
                 t0 += sampled.fill(meta, msg.meta, timeout_s)
+                if drafter is not None:  # the proposals of the step's rounds (its time is the stage's)
+                    drafter.step(meta, msg.meta)
         if spec.tp > 1:
             msg = broadcast(msg, 0, group)
         if not leader:  # a tp member: compute its share, the leader answers
@@ -262,14 +267,15 @@ def serve_stage(
             y = model(backend.to_device(x, dev_index), attn)
             if last:
                 states.begin(meta)
-                rows, positions, picked, lp_meta, lp_samp = sample_step(y, meta, states, backend.to_host)
-                ids = [meta.seq_ids[i] for i in rows]
+                items, positions, picked, lp_meta, lp_samp = sample_step(y, meta, states, backend.to_host)
+                # a speculative round yields its kept proposals and one token more (speculate.py)
+                emitted = verify_items(y, meta, sample_rows(meta), items, picked, backend.to_host)
+                ids = [meta.seq_ids[i] for i in items]
                 if first:
-                    sampled.put(ids, positions, picked)
+                    sampled.put(ids, positions, picked)  # a round's sequence is never looked ahead: its entry goes unused
                 elif feed_out is not None:  # before the result: the first stage may wait for it
                     tp.send(tokens_message(msg.step_id, ids, positions, picked), feed_out)
-                tokens = torch.full((len(meta.starts),), -1, dtype=torch.long)
-                tokens[rows] = torch.tensor(picked, dtype=torch.long)
+                tokens = result_payload(emitted, len(meta.starts), items)
                 reply = Message(Kind.RESULT, msg.step_id, meta=lp_meta, samp=lp_samp, payload=tokens, times=msg.times)
             else:
                 reply = Message(Kind.STEP, msg.step_id, meta=msg.meta, samp=msg.samp, payload=backend.to_host(y), times=msg.times)
@@ -283,10 +289,11 @@ def serve_stage(
             sends[:] = [(wk, buf) for wk, buf in sends if not wk.is_completed()]
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.SCRUB, Kind.COPY):
-            if msg.kind is Kind.SCRUB:
-                scrub_kv(model.kv, msg.meta.tolist())
-            else:
-                copy_kv(model.kv, msg.meta)
+            for pool in (model.kv, *((drafter.model.kv,) if drafter is not None else ())):  # a drafter's blocks are the lane's too
+                if msg.kind is Kind.SCRUB:
+                    scrub_kv(pool, msg.meta.tolist())
+                else:
+                    copy_kv(pool, msg.meta)
             tp.send(Message(msg.kind, msg.step_id, meta=msg.meta, times=msg.times), spec.next_rank)
         elif msg.kind in (Kind.HEARTBEAT, Kind.SHUTDOWN):
             tp.send(Message(msg.kind, msg.step_id, times=msg.times), spec.next_rank)
@@ -336,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         from hetc.runtime.loading import Loading, wait_to_form
         from hetc.runtime.rendezvous import open_store
         from hetc.runtime.topology import attention_owners, build_topology, worker_of_device
+        from hetc.scheduling import Phase
         from hetc.runtime.transport import Kind, Message
 
         torch.set_num_threads(max(1, cfg.threads))
@@ -349,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         # the frontend waits while this beats, however long loading takes (loading.py)
         loading = Loading(store, unit, a.generation, w.rank)
         model, backend = build_stage(cfg, plan, lanes, w)
+        drafter = None
+        phase = next(l for l in lanes if l.id == spec.lane).phase
+        if cfg.draft and spec.index == 0 and w.tp_rank == 0 and phase != Phase.PREFILL:  # a prefill pool speculates nothing
+            from hetc.runtime.drafter import build_drafter
+
+            drafter = build_drafter(cfg, plan, model.kv.num_blocks, backend, 0 if cfg.emulate else w.device_index, model.kv_device)
         loading.loaded()
         wait_to_form(store, unit, a.generation)
         tp = form_group(store, lanes, unit, a.generation, w.rank, cfg.timeout_s, cfg.bind)
@@ -370,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         from hetc.runtime.grammar import stage_grammars
 
         grammars = stage_grammars(cfg.model_ref, cfg.model_dir)
-        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links, grammars)
+        serve_stage(w, model, backend, lane, tp, cfg.timeout_s, control, 0 if cfg.emulate else w.device_index, owners, links, grammars, drafter)
         tp.close()
         return 0
     except Exception as e:  # the frontend sees the exit code (and, while loading, the reason); the log says why
