@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from hetc.cli import main as hetc_main
-from tests.fixtures.serving import KEY, NAME, TEXTS, client, free_port, metric, start_serve, wait_healthy
+from tests.fixtures.serving import KEY, NAME, TEXTS, client, free_port, hf_greedy, metric, start_serve, wait_healthy
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def server(built, tmp_path_factory):
 
 
 def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir, _, _ = built
     url, _ = server
@@ -72,12 +72,8 @@ def test_greedy_concurrent_mixed_lengths_match_hf_generate(built, server):
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
         results = list(ex.map(complete, prompts))
     tok = AutoTokenizer.from_pretrained(model_dir)
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    for p, r in zip(prompts, results):
-        ids = tok(p).input_ids if isinstance(p, str) else p
+    for p, (ids, want), r in zip(prompts, hf_greedy(model_dir, prompts, 24), results):
         assert r.model_extra["prompt_token_ids"] == ids
-        x = torch.tensor([ids])
-        want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=24, do_sample=False, pad_token_id=tok.eos_token_id)[0, len(ids) :].tolist()
         got = r.choices[0].model_extra["token_ids"]
         assert got == want, f"prompt of {len(ids)} tokens"
         assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == len(got)

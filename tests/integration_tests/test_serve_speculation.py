@@ -12,7 +12,7 @@ import concurrent.futures as cf
 import pytest
 import torch
 
-from tests.fixtures.serving import KEY, NAME, TEXTS, client, draft_plan, metric, start_serve
+from tests.fixtures.serving import KEY, NAME, TEXTS, client, draft_plan, hf_greedy, metric, start_serve
 
 pytestmark = pytest.mark.slow  # two servers of three workers each
 
@@ -26,8 +26,6 @@ def _prompts() -> list:
 
 
 def _check_greedy(model_dir, url: str) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     c = client(url)
     prompts = _prompts()
 
@@ -36,14 +34,29 @@ def _check_greedy(model_dir, url: str) -> None:
 
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
         results = list(ex.map(complete, prompts))
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    for p, r in zip(prompts, results):
-        ids = tok(p).input_ids if isinstance(p, str) else p
-        x = torch.tensor([ids])
-        want = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=24, do_sample=False, pad_token_id=tok.eos_token_id)[0, len(ids) :].tolist()
+    for (ids, want), r in zip(hf_greedy(model_dir, prompts, 24), results):
         assert r.choices[0].model_extra["token_ids"] == want, f"prompt of {len(ids)} tokens"
         assert r.usage.completion_tokens == len(want)
+
+
+def _serve(plan, log, *speculation: str):
+    """The plan under --emulate with eager stages and 16-token steps; `speculation`: serve's flags for it."""
+    return start_serve(
+        plan,
+        "--emulate",
+        "--executor",
+        "torch",
+        *speculation,
+        "--api-key",
+        KEY,
+        "--served-model-name",
+        NAME,
+        "--max-batched-tokens",
+        "16",
+        "--timeout",
+        "30",
+        log=log,
+    )
 
 
 def _spec_metrics(url: str) -> dict[str, float]:
@@ -53,25 +66,7 @@ def _spec_metrics(url: str) -> dict[str, float]:
 
 def test_ngram_greedy_matches_hf_and_counts_rounds(built, tmp_path):
     model_dir, plan, _ = built
-    served = start_serve(
-        plan,
-        "--emulate",
-        "--executor",
-        "torch",
-        "--speculate",
-        "ngram",
-        "--num-speculative-tokens",
-        "3",
-        "--api-key",
-        KEY,
-        "--served-model-name",
-        NAME,
-        "--max-batched-tokens",
-        "16",
-        "--timeout",
-        "30",
-        log=tmp_path / "serve.log",
-    )
+    served = _serve(plan, tmp_path / "serve.log", "--speculate", "ngram", "--num-speculative-tokens", "3")
     try:
         _check_greedy(model_dir, served.url)
         m = _spec_metrics(served.url)
@@ -93,21 +88,7 @@ def test_ngram_greedy_matches_hf_and_counts_rounds(built, tmp_path):
 def test_draft_model_greedy_matches_hf(built, tmp_path):
     model_dir, _, plan = built
     path = draft_plan(model_dir, plan, tmp_path, layers=2, k=3)
-    served = start_serve(
-        path,
-        "--emulate",
-        "--executor",
-        "torch",
-        "--api-key",
-        KEY,
-        "--served-model-name",
-        NAME,
-        "--max-batched-tokens",
-        "16",
-        "--timeout",
-        "30",
-        log=tmp_path / "serve.log",
-    )
+    served = _serve(path, tmp_path / "serve.log")
     try:
         _check_greedy(model_dir, served.url)
         m = _spec_metrics(served.url)

@@ -159,15 +159,13 @@ def _fresh_kv(model: StageModel, tokens: list[int]) -> torch.Tensor:
     return _kv(model, table, len(tokens))
 
 
-def test_greedy_rounds_match_plain_decoding_and_leave_the_kv_it_would():
-    spec_model, plain_model, ref_model = _model(), _model(), _model()  # the same weights (seeded by name)
+def _paired(method: SpeculationMethod, k: int, prompts: list[list[int]], max_tokens: int) -> tuple[Scheduler, list[Sequence], list[Sequence]]:
+    """A speculating scheduler holding greedy sequences of `prompts`, and the same sequences decoded
+    to the end without speculation (by a model of the same weights): (scheduler, its sequences, plain's)."""
     cfg = dict(max_batched_tokens=256)
-    spec = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg, speculation=SpecConfig(SpeculationMethod.NGRAM, 4)))
-    plain = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg))
-    g = torch.Generator().manual_seed(5)
-    # repetitive prompts, so that lookup proposes and some proposals are kept, some rejected
-    prompts = [(torch.randint(1, 64, (n,), generator=g).tolist() * 3)[: 3 * n] for n in (5, 9, 13)]
-    mk = lambda i, p: Sequence(i, list(p), len(p), SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    spec = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg, speculation=SpecConfig(method, k)))
+    plain, plain_model = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg)), _model()
+    mk = lambda i, p: Sequence(i, list(p), len(p), SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))
     a, b = [mk(i, p) for i, p in enumerate(prompts)], [mk(i, p) for i, p in enumerate(prompts)]
     for s in a:
         spec.add(s)
@@ -175,6 +173,16 @@ def test_greedy_rounds_match_plain_decoding_and_leave_the_kv_it_would():
         plain.add(s)
     while plain.has_unfinished():
         _run_step(plain_model, plain, plain.schedule())
+    assert plain.blocks.num_free == BLOCKS - 1
+    return spec, a, b
+
+
+def test_greedy_rounds_match_plain_decoding_and_leave_the_kv_it_would():
+    spec_model, ref_model = _model(), _model()  # the same weights (seeded by name)
+    g = torch.Generator().manual_seed(5)
+    # repetitive prompts, so that lookup proposes and some proposals are kept, some rejected
+    prompts = [(torch.randint(1, 64, (n,), generator=g).tolist() * 3)[: 3 * n] for n in (5, 9, 13)]
+    spec, a, b = _paired(SpeculationMethod.NGRAM, 4, prompts, 40)
     rounds = 0
     while spec.has_unfinished():
         batch = spec.schedule()
@@ -189,27 +197,16 @@ def test_greedy_rounds_match_plain_decoding_and_leave_the_kv_it_would():
             torch.testing.assert_close(got, _fresh_kv(ref_model, s.token_ids[: s.num_computed]), atol=1e-5, rtol=1e-5)
     assert [s.token_ids for s in a] == [s.token_ids for s in b]
     assert rounds > 0 and sum(s.spec_accepted for s in a) > 0 and sum(s.spec_drafted - s.spec_accepted for s in a) > 0
-    assert spec.blocks.num_free == plain.blocks.num_free == BLOCKS - 1
+    assert spec.blocks.num_free == BLOCKS - 1
 
 
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_drafter_in_the_first_stage_proposes_and_greedy_output_is_unchanged(layers):
     """A drafter cut from the target (its first layer, or all of it: then every proposal is kept)."""
-    target, plain_model = _model(), _model()
+    target = _model()
     drafter = Drafter(_model(layers), lambda x: x, lambda x: x)
-    cfg = dict(max_batched_tokens=256)
-    spec = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg, speculation=SpecConfig(SpeculationMethod.DRAFT, 3)))
-    plain = Scheduler(BlockManager(BLOCKS, reserved=1), SchedulerConfig(**cfg))
     g = torch.Generator().manual_seed(9)
-    prompts = [torch.randint(1, 64, (n,), generator=g).tolist() for n in (3, 17, 40)]
-    mk = lambda i, p: Sequence(i, list(p), len(p), SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
-    a, b = [mk(i, p) for i, p in enumerate(prompts)], [mk(i, p) for i, p in enumerate(prompts)]
-    for s in a:
-        spec.add(s)
-    for s in b:
-        plain.add(s)
-    while plain.has_unfinished():
-        _run_step(plain_model, plain, plain.schedule())
+    spec, a, b = _paired(SpeculationMethod.DRAFT, 3, [torch.randint(1, 64, (n,), generator=g).tolist() for n in (3, 17, 40)], 30)
     while spec.has_unfinished():
         _run_step(target, spec, spec.schedule(), drafter)
     assert [s.token_ids for s in a] == [s.token_ids for s in b]
