@@ -75,15 +75,9 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         model.units,
         cluster,
         wl,
-        objective=req.objective,
-        min_tok_s=req.min_tok_s,
-        ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
-        tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
-        tp=req.tp,
         disaggregate=req.disaggregate,
-        time_limit=req.time_limit,
         caps=Caps(watts=req.power_budget_w),
-        max_num_seqs=req.max_num_seqs,
+        **_search_limits(req),
         progress=(lambda s: progress(f"solving: {s}")) if progress else None,
     )
     sol, ceiling = searched, searched.batch_ceiling
@@ -298,6 +292,20 @@ def build_plan(
     )
 
 
+def _search_limits(req: PlanRequest) -> dict:
+    """What a plan request asks of every search it runs (with or without speculation): the objective,
+    its floor and SLOs (ms on the command line, seconds in the solver), tensor parallelism, time, seats."""
+    return dict(
+        objective=req.objective,
+        min_tok_s=req.min_tok_s,
+        ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+        tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
+        tp=req.tp,
+        time_limit=req.time_limit,
+        max_num_seqs=req.max_num_seqs,
+    )
+
+
 def plan_units(units: list[Unit]) -> list[PlanUnit]:
     """plan.json's unit table of a model's own units."""
     return [
@@ -377,13 +385,7 @@ def with_speculation(
             k,
             alpha,
             Caps(watts=req.power_budget_w),
-            objective=req.objective,
-            min_tok_s=req.min_tok_s,
-            ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
-            tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
-            tp=req.tp,
-            time_limit=req.time_limit,
-            max_num_seqs=req.max_num_seqs,
+            **_search_limits(req),
             progress=(lambda m: progress(f"solving with speculation: {m}")) if progress else None,
         )
     except Infeasible as e:
