@@ -314,7 +314,8 @@ def _message(opts: GenOptions, g: Generation, text: str) -> dict:
 
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
     """Server-sent events: each chunk one choice's delta, with the log-probabilities of the tokens
-    it covers; each choice ends with its finish_reason; then usage (include_usage) and [DONE]."""
+    it covers; each choice ends with its finish_reason; then usage (include_usage; in every chunk too
+    with continuous_usage_stats) and [DONE]."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     offsets = [0] * len(gens)  # completions' text_offset, across chunks
 
@@ -338,7 +339,7 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
             c["token_ids"] = tokens
         o: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": st.model_name, "choices": [c]}
         if opts.include_usage:
-            o["usage"] = None
+            o["usage"] = usage() if opts.continuous_usage else None
         return sse(o)
 
     q: asyncio.Queue[tuple[Generation, str | APIError | None]] = asyncio.Queue()

@@ -162,6 +162,7 @@ class GenOptions:
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats: usage so far in every chunk
     ignore_eos: bool = False
     return_token_ids: bool = False
     n: int = 1
@@ -273,9 +274,8 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         raise bad("'stream_options' is only allowed when 'stream' is true.", "stream_options")
     if so is not None and set(so) - {"include_usage", "continuous_usage_stats"}:
         raise bad(f"unknown field(s) {sorted(set(so) - {'include_usage', 'continuous_usage_stats'})} in 'stream_options'."[:300], "stream_options")
-    if so is not None and so.get("continuous_usage_stats"):
-        raise bad("'stream_options.continuous_usage_stats' is not supported by this server yet.", "stream_options")
     include_usage = bool(_get(so or {}, "include_usage", "bool", False))
+    continuous_usage = include_usage and bool(_get(so or {}, "continuous_usage_stats", "bool", False))  # vLLM: both asked
     bias = _get(body, "logit_bias", "dict", {})
     if len(bias) > MAX_BIAS:
         raise bad(f"'logit_bias' may hold up to {MAX_BIAS} tokens, got {len(bias)}.", "logit_bias")
@@ -302,6 +302,7 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         stop=stop,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
         ignore_eos=ignore_eos,
         return_token_ids=_get(body, "return_token_ids", "bool", False),
         n=_ranged(body, "n", "int", 1, 1, MAX_N, f"from 1 to {MAX_N}"),

@@ -78,6 +78,13 @@ def test_sse_streams_with_usage(app_client):
     with c.stream("POST", "/v1/completions", json={"model": "m", "prompt": "x", "stream": True, "max_tokens": 3}) as r:
         ev = _events(r)
     assert "".join(e["choices"][0]["text"] for e in ev[:-1]) == "Hel" and "usage" not in ev[0]
+    # vLLM's continuous usage (guidellm asks for it): every chunk carries the tokens so far
+    so = {"include_usage": True, "continuous_usage_stats": True}
+    with c.stream("POST", "/v1/completions", json={"model": "m", "prompt": "x", "stream": True, "max_tokens": 3, "stream_options": so}) as r:
+        ev = _events(r)[:-1]
+    done = [e["usage"]["completion_tokens"] for e in ev]
+    assert done == sorted(done) and done[0] >= 1 and done[-1] == 3, done
+    assert all(e["usage"]["total_tokens"] == e["usage"]["prompt_tokens"] + e["usage"]["completion_tokens"] for e in ev)
 
 
 def test_engine_states_map_to_429_and_503(app_client):
