@@ -1,0 +1,144 @@
+"""guidellm against `hetc serve`, beside `hetc evaluate` of the same plan and load (BENCHMARKS.md
+"Capacity planning and simulator fidelity"; issue 32's client check).
+
+    python benchmarks/guidellm_vs_evaluate.py [--concurrency 1,4,16] [--rate 0] [--requests 48] [--runs 3]
+
+Model: the Llama of benchmarks/runtime_cpu.py (hidden 768, 12 layers, vocab 32000, context 512;
+random fp32 weights) saved with a 32,000-token byte-level BPE (benchmarks/grammar_mask.py's,
+trained offline on the standard library), so that guidellm's synthetic prompts tokenize as the
+server reads them. Plan: one worker process (`--placement h:0`, batch = the largest concurrency)
+on a cluster of one device of this host's measured 1-thread profile; served `--emulate --threads 1`.
+
+Load, the same for both: prompts of P tokens, O output tokens (EOS ignored), guidellm's
+`concurrent` profile at each C (a closed loop of C streams) and, with `--rate R`, its `poisson`
+profile at R requests/s; N requests each. `hetc evaluate` simulates `--concurrency C` (or `--rate R`,
+Poisson) with `--requests N` and the same lengths. Figures: output tok/s, TTFT p50/p99,
+TPOT p50/p99 — guidellm's per-request `inter_token_latency` (first token excluded, as vLLM's TPOT
+and hetc's) against evaluate's TPOT. Targets (issue 32): throughput within 10%, p50s within 15%,
+p99s within 25% of the median over the runs, each run a fresh guidellm process against the one
+server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import runtime_cpu as rc  # noqa: E402  the model, profile, cluster and server of the CPU runtime figures
+from grammar_mask import train_tokenizer  # noqa: E402
+
+TARGETS = {"output_throughput": 0.10, "median_ttft_ms": 0.15, "p99_ttft_ms": 0.25, "median_tpot_ms": 0.15, "p99_tpot_ms": 0.25}
+
+
+def hetc(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"hetc {' '.join(args)} failed:\n{r.stderr}")
+    return r.stdout
+
+
+def build(d: Path) -> Path:
+    """The benchmark's model folder: weights and tokenizer."""
+    rc.build_model(d)
+    if not (d / "tokenizer.json").is_file():
+        train_tokenizer(rc.MODEL["vocab_size"], d)
+    return d
+
+
+def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, output: int, out: Path) -> dict[str, float]:
+    """One guidellm run (a fresh process); its figures, named as `hetc evaluate` names them.
+
+    From guidellm's JSON report: output tok/s = output tokens / the benchmark's duration; TTFT and
+    TPOT percentiles over its successful requests' own `time_to_first_token_ms` and
+    `inter_token_latency_ms` ((latency − TTFT) / (tokens − 1): vLLM's TPOT, and hetc's)."""
+    cmd = [str(Path(sys.executable).parent / "guidellm"), "run", "--backend", f"kind=openai_http,target={url},model=m,request_format=/v1/completions"]
+    cmd += ["--profile", profile, "--constraint", f"kind=max_requests,count={requests}"]
+    cmd += ["--data", f"kind=synthetic_text,prompt_tokens={prompt},output_tokens={output}", "--tokenizer", f"kind=hf_auto,model={model}"]
+    cmd += ["--output", f"kind=json,path={out}", "--disable-console-interactive"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if r.returncode:
+        sys.exit(f"guidellm failed ({' '.join(cmd)}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    bench = json.loads(out.read_text())["benchmarks"][0]
+    ok = bench["requests"]["successful"]
+    if len(ok) != requests:
+        sys.exit(f"guidellm: {len(ok)} of {requests} requests succeeded; the first error: {bench['requests']['errored'][:1]}")
+    ttft = [q["time_to_first_token_ms"] for q in ok]
+    tpot = [q["inter_token_latency_ms"] for q in ok]
+    return {
+        "output_throughput": sum(q["output_tokens"] for q in ok) / bench["duration"],
+        "median_ttft_ms": float(np.median(ttft)),
+        "p99_ttft_ms": float(np.percentile(ttft, 99)),
+        "median_tpot_ms": float(np.median(tpot)),
+        "p99_tpot_ms": float(np.percentile(tpot, 99)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--concurrency", default="1,4,16", help="guidellm concurrent profiles: streams, comma-separated")
+    ap.add_argument("--rate", type=float, default=0.0, help="also a poisson profile at this many requests/s (0: none)")
+    ap.add_argument("--requests", type=int, default=48, help="requests per profile and run")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--output", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
+    a = ap.parse_args()
+    work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-guidellm"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = build(work / "llama-768x12")
+    profile = rc.ensure_profile(Path(a.profile))
+    cluster = rc.cluster_yaml(work, profile, 1)
+    streams = [int(c) for c in a.concurrency.split(",")]
+    batch = str(max(streams))
+    plan = work / "plan.json"
+    hetc("plan", str(model), "--profiles", str(cluster), "-o", str(plan), "--dtype", "fp32", "--tp", "1", "--placement", "h:0", "--batch", batch,
+         "--input-len", str(a.prompt), "--output-len", str(a.output))  # fmt: skip
+    lengths = [
+        "--requests",
+        str(a.requests),
+        "--input-len-dist",
+        str(a.prompt),
+        "--output-len-dist",
+        str(a.output),
+        "--max-num-seqs",
+        batch,
+        "--max-batched-tokens",
+        "512",
+    ]
+    loads = [(f"concurrent {c}", f"kind=concurrent,streams={c}", ["--concurrency", str(c)]) for c in streams]
+    if a.rate:
+        loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate)]))
+    print(f"model: Llama 768×12 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; P {a.prompt}, O {a.output}, N {a.requests}", flush=True)
+    srv = rc.Server(plan, model, 1, int(batch))
+    rows = []
+    with srv:
+        for name, gl_profile, ev_load in loads:
+            predicted = json.loads(hetc("evaluate", str(plan), *ev_load, *lengths, "--json"))
+            runs, la = [], []
+            for run in range(a.runs):
+                runs.append(guidellm(srv.url, model, gl_profile, a.requests, a.prompt, a.output, work / f"gl-{name.replace(' ', '-')}-{run}.json"))
+                la.append(os.getloadavg()[0])
+                print(f"  {name} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in runs[-1].items()) + f" (load average {la[-1]:.1f})", flush=True)
+            rows.append((name, runs, predicted, la))
+    print("\n| load | figure | guidellm (median of runs; each) | hetc evaluate | evaluate / guidellm | target |\n|---|---|---:|---:|---:|---|")
+    for name, runs, predicted, _ in rows:
+        for k, target in TARGETS.items():
+            each = [r[k] for r in runs]
+            med, pred = float(np.median(each)), predicted[k]
+            ok = "✓" if abs(pred / med - 1) <= target else "✗"
+            print(f"| {name} | {k} | {med:,.1f} ({', '.join(f'{x:,.1f}' for x in each)}) | {pred:,.1f} | {pred / med:.2f} | {ok} ±{target:.0%} |")
+    print(f"\nload average during the runs: {min(min(r[3]) for r in rows):.1f}–{max(max(r[3]) for r in rows):.1f}")
+
+
+if __name__ == "__main__":
+    main()
