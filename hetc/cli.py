@@ -209,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--num-speculative-tokens", type=_positive_int, default=None, metavar="K", help="proposals per round (default: the plan's; 3 with --speculate ngram)"
     )
+    sv.add_argument(
+        "--enable-auto-tool-choice", action="store_true", help='chat\'s tool_choice "auto": tool calls found in the free text (needs --tool-call-parser)'
+    )
+    sv.add_argument("--tool-call-parser", choices=["hermes", "llama3_json"], default=None, help="the model's tool-call format (vLLM's names; docs/serving.md)")
 
     pr = sub.add_parser("profile", help="measure the local device and fit a profile; --validate: fidelity report")
     pr.add_argument("--device", required=True, choices=["cpu", "cuda", "hpu", "xpu"])
@@ -546,6 +550,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         speculation=not a.no_speculation,
         speculate=a.speculate,
         num_speculative_tokens=a.num_speculative_tokens,
+        enable_auto_tool_choice=a.enable_auto_tool_choice,
+        tool_call_parser=a.tool_call_parser,
     )
     return serve(o, log=lambda msg: err.print(f"hetc serve: {msg}", markup=False, soft_wrap=True))
 

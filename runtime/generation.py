@@ -29,6 +29,7 @@ from hetc.runtime.engine import Event, EngineDead, QueueFull
 from hetc.runtime.protocol import APIError, GenOptions
 from hetc.runtime.sampling_state import Logprob
 from hetc.runtime.structured import ToolChoice, tool_calls
+from hetc.runtime.tool_parsers import ToolStream, parse_tool_calls
 from hetc.runtime.tokenizer import Detokenizer, token_bytes, token_text
 from hetc.sequence import SamplingParams
 
@@ -304,12 +305,15 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
 
 
 def _message(opts: GenOptions, g: Generation, text: str) -> dict:
-    """A chat choice's message: its text, or the tool calls it holds (finish_reason tool_calls)."""
+    """A chat choice's message: its text, or the tool calls it holds (finish_reason tool_calls);
+    with tool_choice "auto", the text before the calls is the content."""
     calls = tool_calls(text, opts.structured) if g.finish_reason == "stop" else None
     if calls is None:
         return {"role": "assistant", "content": text}
     g.finish_reason = "tool_calls"
-    return {"role": "assistant", "content": None, "tool_calls": calls}
+    s = opts.structured
+    found = parse_tool_calls(text, s.parser) if s.choice is ToolChoice.AUTO and s.parser is not None else None
+    return {"role": "assistant", "content": found[0] if found else None, "tool_calls": calls}
 
 
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
@@ -343,8 +347,11 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
         return sse(o)
 
     q: asyncio.Queue[tuple[Generation, str | APIError | None]] = asyncio.Queue()
-    # a forced tool call's text is held back and sent as tool_calls once whole (or as content if it is cut)
-    held = {g.index: "" for g in gens} if chat and opts.structured.choice is not ToolChoice.NONE else None
+    # a forced tool call's text is held back and sent as tool_calls once whole (or as content if it is cut);
+    # with "auto", text goes out until a call may start (ToolStream)
+    s = opts.structured
+    held = {g.index: "" for g in gens} if chat and s.choice not in (ToolChoice.NONE, ToolChoice.AUTO) else None
+    streams = {g.index: ToolStream(s.parser) for g in gens} if chat and s.choice is ToolChoice.AUTO and s.parser is not None else None
 
     async def pump(g: Generation) -> None:
         try:
@@ -377,9 +384,21 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
                     calls = message.get("tool_calls")
                     delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else text
                     yield chunk(g, delta, None)
+                elif streams is not None:
+                    rest, found = streams[g.index].finish(g.finish_reason == "stop")
+                    if found:
+                        g.finish_reason = "tool_calls"
+                        found = found[: None if s.parallel else 1]
+                        yield chunk(g, {"tool_calls": [{"index": i, **c} for i, c in enumerate(found)]}, None)
+                    elif rest:
+                        yield chunk(g, rest, None)
                 yield chunk(g, None, g.finish_reason)
             elif held is not None:
                 held[g.index] += d
+            elif streams is not None:
+                out = streams[g.index].feed(d)
+                if out or opts.return_token_ids or opts.logprobs is not None:
+                    yield chunk(g, out, None)
             elif d or opts.return_token_ids or opts.logprobs is not None:
                 yield chunk(g, d, None)
         if opts.include_usage:

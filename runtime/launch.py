@@ -22,6 +22,7 @@ from hetc.host import free_port
 from hetc.errors import BadInput
 from hetc.plan import PlanUnit, UnitKind
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK
+from hetc.runtime.tool_parsers import ToolParser
 
 __all__ = ["Checked", "ServeOptions", "serve", "size_kv", "start_workers", "validate"]
 
@@ -58,8 +59,19 @@ class ServeOptions:
     speculation: bool = True  # False: --no-speculation
     speculate: str | None = None  # --speculate ngram (a plan without a speculation section)
     num_speculative_tokens: int | None = None  # K (default: the plan's)
+    enable_auto_tool_choice: bool = False  # chat's tool_choice "auto" (vLLM's flag): needs tool_call_parser
+    tool_call_parser: str | None = None  # the model's tool-call format (runtime/tool_parsers.py)
 
     def __post_init__(self) -> None:
+        parsers = ", ".join(p.value for p in ToolParser)
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise BadInput(
+                "--enable-auto-tool-choice needs the model's tool-call format.", field="--tool-call-parser", fix=f"add --tool-call-parser: {parsers}."
+            )
+        if self.tool_call_parser is not None and self.tool_call_parser not in {p.value for p in ToolParser}:
+            raise BadInput(f"unknown tool-call parser {self.tool_call_parser!r}.", field="--tool-call-parser", fix=f"use one of {parsers}.")
+        if self.tool_call_parser is not None and not self.enable_auto_tool_choice:
+            raise BadInput('--tool-call-parser is used by tool_choice "auto" only.', field="--tool-call-parser", fix="add --enable-auto-tool-choice (as vLLM).")
         if self.executor not in ("auto", "torch"):
             raise BadInput(f"unknown executor {self.executor!r}.", field="--executor", fix="use auto or torch.")
         if self.artifacts and not (Path(self.artifacts) / "manifest.json").is_file():
@@ -481,6 +493,7 @@ def serve(o: ServeOptions, log=print) -> int:
             model_info=info,
             health_info=health,
             max_body_bytes=o.max_body_bytes,
+            tool_parser=ToolParser(o.tool_call_parser) if o.enable_auto_tool_choice and o.tool_call_parser else None,
         )
         server = DrainingServer(
             uvicorn.Config(

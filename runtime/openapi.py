@@ -49,6 +49,7 @@ class OpenAPILimits:
     chat_overhead: int  # tokens the chat template adds for one empty message, generation prompt included
     api_key: bool  # requests need `Authorization: Bearer <key>`
     prompt_logprobs: bool = True  # echo with logprobs is served (eager stages)
+    auto_tool_choice: bool = False  # tool_choice "auto" is served (--enable-auto-tool-choice)
 
     def __post_init__(self) -> None:
         if self.max_model_len < 8:
@@ -276,19 +277,20 @@ def _requests(lim: OpenAPILimits) -> dict[str, dict]:
             "response_format": _response_format(),
             "tools": _tools(),
             "tool_choice": {
-                **_nullable({"type": "string", "enum": ["none", "required"]}),
+                **_nullable({"type": "string", "enum": ["none", "required", *(["auto"] if lim.auto_tool_choice else [])]}),
                 "description": f"{FITS}; a named function of 'tools' ({{'type': 'function', 'function': {{'name'}}}}) is accepted too; "
-                "'auto', the default with tools, is refused (no tool-call parser)",
+                + ("'auto' finds calls in the free text" if lim.auto_tool_choice else "'auto', the default with tools, is refused (no tool-call parser)"),
             },
         },
     }
     # structured output (structured.py): tools need a tool_choice; "required" needs tools and no other
     # response_format; ignore_eos goes with no grammar (the grammar ends the output with EOS)
+    tools_need_choice = {  # without a parser, "auto" (the default with tools) is refused
+        "if": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+        "then": {"required": ["tool_choice"], "properties": {"tool_choice": {"type": "string"}}},
+    }
     tool_rules = [
-        {
-            "if": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
-            "then": {"required": ["tool_choice"], "properties": {"tool_choice": {"type": "string"}}},
-        },
+        *([] if lim.auto_tool_choice else [tools_need_choice]),
         {
             "if": {"properties": {"tool_choice": {"const": "required"}}, "required": ["tool_choice"]},
             "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}, "response_format": _FREE}},

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetc.runtime.structured import Structured, parse_structured
+from hetc.runtime.tool_parsers import ToolParser
 
 __all__ = [
     "APIError",
@@ -239,7 +240,9 @@ def _repetition(body: dict) -> float:
     return r
 
 
-def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: tuple[str, ...], default_max: int | None, least_max: int) -> GenOptions:
+def _common(
+    body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: tuple[str, ...], default_max: int | None, least_max: int, auto: ToolParser | None = None
+) -> GenOptions:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object.")
     _check_fields(body, fields, endpoint)
@@ -289,7 +292,8 @@ def _common(body: Any, fields: frozenset[str], endpoint: str, max_tokens_keys: t
         raise bad(f"'min_tokens' ({min_tokens}) must not exceed 'max_tokens' ({max_tokens}).", "min_tokens")
     user = _get(body, "user", "str")
     ignore_eos = _get(body, "ignore_eos", "bool", False)
-    structured = parse_structured(body, "messages" in fields, _get(body, "parallel_tool_calls", "bool", True) if "parallel_tool_calls" in fields else True)
+    parallel = _get(body, "parallel_tool_calls", "bool", True) if "parallel_tool_calls" in fields else True
+    structured = parse_structured(body, "messages" in fields, parallel, auto)
     if ignore_eos and structured.grammar is not None:
         raise bad("'ignore_eos' cannot go with a constrained output ('response_format' or a tool call): the grammar ends it with EOS.", "ignore_eos")
     return GenOptions(
@@ -347,10 +351,10 @@ def parse_completion(body: Any) -> tuple[GenOptions, list[str | list[int]]]:
     return opts, prompts
 
 
-def parse_chat(body: Any) -> tuple[GenOptions, list[dict]]:
+def parse_chat(body: Any, auto: ToolParser | None = None) -> tuple[GenOptions, list[dict]]:
     """(options, messages as [{role, content: str}, and name, tool_calls (arguments as objects, as
-    chat templates read them), tool_call_id where given])."""
-    opts = _common(body, CHAT_FIELDS, "/v1/chat/completions", ("max_completion_tokens", "max_tokens"), None, 1)
+    chat templates read them), tool_call_id where given]); `auto`: the server's tool-call parser."""
+    opts = _common(body, CHAT_FIELDS, "/v1/chat/completions", ("max_completion_tokens", "max_tokens"), None, 1, auto)
     if _get(body, "logprobs", "bool", False):
         opts.logprobs = _ranged(body, "top_logprobs", "int", 0, 0, MAX_LOGPROBS, f"from 0 to {MAX_LOGPROBS}")
     elif body.get("top_logprobs") is not None:

@@ -28,6 +28,7 @@ from hetc.runtime.generation import Prompt, respond
 from hetc.runtime.openapi import OpenAPILimits, openapi_document
 from hetc.runtime.protocol import ROLES, APIError, GenOptions, bad, detokenize_body, parse_chat, parse_completion, tokenize_body
 from hetc.runtime.tokenizer import apply_chat, token_text
+from hetc.runtime.tool_parsers import ToolParser
 
 __all__ = ["ServerState", "create_app"]
 
@@ -44,6 +45,7 @@ class ServerState:
     model_info: dict = field(default_factory=dict)  # extra fields of /v1/models
     health_info: Callable[[], dict] = dict  # workers and their state
     max_body_bytes: int = 1 << 20  # a larger request body gets 413
+    tool_parser: ToolParser | None = None  # tool_choice "auto" finds calls in free text with it (--tool-call-parser)
 
 
 def _err(e: APIError) -> JSONResponse:
@@ -151,6 +153,7 @@ def create_app(st: ServerState) -> FastAPI:
             chat_overhead=max(len(apply_chat(st.tokenizer, [{"role": r, "content": ""}])) for r in ROLES),
             api_key=st.api_key is not None,
             prompt_logprobs=prompt_logprobs_refusal is None,
+            auto_tool_choice=st.tool_parser is not None,
         ),
         __version__,
     )
@@ -239,7 +242,7 @@ def create_app(st: ServerState) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        opts, messages = parse_chat(await _body(request))
+        opts, messages = parse_chat(await _body(request), st.tool_parser)
         _check_model(opts)
         _check_tokens(opts)
         ids = apply_chat(st.tokenizer, messages, tools=opts.structured.tools)

@@ -9,8 +9,9 @@ the output is held to (grammar.py), and tool calls parsed back out of the text.
   text out), a named function (the output is its arguments, held to its `parameters` schema) or
   `"required"` (the output is a JSON array of `{"name", "parameters"}` calls, one of the tools
   each: vLLM's format; one call with `parallel_tool_calls: false`); `"auto"` — OpenAI's default
-  when tools are given — needs a model-specific parser of free text and is refused by name, as
-  vLLM refuses it without one.
+  when tools are given — leaves the output free and finds calls in it with the model's own
+  parser (tool_parsers.py), where the server was started with one (`--enable-auto-tool-choice
+  --tool-call-parser NAME`, as vLLM); without one it is refused by name, as vLLM refuses it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetc.runtime.grammar import GrammarError, check_grammar, json_schema_grammar
+from hetc.runtime.tool_parsers import ToolParser, parse_tool_calls
 
 __all__ = ["MAX_TOOLS", "NAME_PATTERN", "Structured", "ToolChoice", "parse_structured", "tool_calls"]
 
@@ -35,6 +37,7 @@ class ToolChoice(enum.Enum):
     NONE = "none"  # tools (if any) in the prompt, free text out
     REQUIRED = "required"  # one or more calls of any tool
     NAMED = "named"  # one call of the named function
+    AUTO = "auto"  # free text; calls found in it by the server's tool-call parser
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class Structured:
     tools: list[dict] | None = None  # OpenAI's tool objects, for the chat template
     choice: ToolChoice = ToolChoice.NONE
     function: str | None = None  # the named function (ToolChoice.NAMED)
+    parser: ToolParser | None = None  # the model's tool-call format (ToolChoice.AUTO)
+    parallel: bool = True  # parallel_tool_calls (false: ToolChoice.AUTO keeps the first call, as vLLM)
 
 
 def _bad(message: str, param: str):
@@ -124,13 +129,14 @@ def _params(f: dict) -> Any:
     return f.get("parameters") or {"type": "object", "properties": {}}
 
 
-def parse_structured(body: dict, chat: bool, parallel: bool) -> Structured:
+def parse_structured(body: dict, chat: bool, parallel: bool, auto: ToolParser | None = None) -> Structured:
     """The structured-output fields of a request body (400s name the field).
 
     Args:
         body: the request (a dict; its other fields are checked elsewhere).
         chat: a chat request (`tools` / `tool_choice` are chat's).
         parallel: `parallel_tool_calls` (false: at most one call).
+        auto: the server's tool-call parser (`--tool-call-parser`); None: `"auto"` is refused.
     """
     grammar = _response_format(body.get("response_format"))
     if not chat:
@@ -145,10 +151,12 @@ def parse_structured(body: dict, chat: bool, parallel: bool) -> Structured:
         raise _bad(f"'tool_choice' {tc!r} needs 'tools'.", "tool_choice")
     if grammar is not None:
         raise _bad("'response_format' and a 'tool_choice' that calls a tool both set the output's form: give one.", "response_format")
+    if tc == "auto" and auto is not None:
+        return Structured(None, tools, ToolChoice.AUTO, parser=auto, parallel=parallel)
     if tc == "auto":
         raise _bad(
             "'tool_choice' \"auto\" (the default with 'tools') needs a parser of this model's own tool-call format, which this server does not have "
-            '(as vLLM without --enable-auto-tool-choice): send "required", a named function, or "none".',
+            '(start it with --enable-auto-tool-choice --tool-call-parser NAME, as vLLM): send "required", a named function, or "none".',
             "tool_choice",
         )
     fs = [t["function"] for t in tools]
@@ -178,6 +186,10 @@ def tool_calls(text: str, s: Structured) -> list[dict] | None:
     text does not parse (cut by a stop string) or no tool was called."""
     if s.choice is ToolChoice.NONE:
         return None
+    if s.choice is ToolChoice.AUTO:
+        assert s.parser is not None
+        found = parse_tool_calls(text, s.parser)
+        return None if found is None else found[1][: None if s.parallel else 1]
     try:
         value = json.loads(text)
     except ValueError:
