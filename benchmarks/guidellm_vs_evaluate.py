@@ -129,6 +129,7 @@ def main() -> None:
                 runs.append(guidellm(srv.url, model, gl_profile, a.requests, a.prompt, a.output, work / f"gl-{name.replace(' ', '-')}-{run}.json"))
                 la.append(os.getloadavg()[0])
                 print(f"  {name} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in runs[-1].items()) + f" (load average {la[-1]:.1f})", flush=True)
+            print(f"  {name} hetc evaluate: " + ", ".join(f"{k} {predicted[k]:,.1f}" for k in TARGETS), flush=True)
             rows.append((name, runs, predicted, la))
     print("\n| load | figure | guidellm (median of runs; each) | hetc evaluate | evaluate / guidellm | target |\n|---|---|---:|---:|---:|---|")
     for name, runs, predicted, _ in rows:
