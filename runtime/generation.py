@@ -28,8 +28,8 @@ from fastapi.responses import StreamingResponse
 from hetc.runtime.engine import Event, EngineDead, QueueFull
 from hetc.runtime.protocol import APIError, GenOptions
 from hetc.runtime.sampling_state import Logprob
-from hetc.runtime.structured import ToolChoice, tool_calls
-from hetc.runtime.tool_parsers import ToolStream, parse_tool_calls
+from hetc.runtime.structured import ToolChoice, auto_calls, tool_calls
+from hetc.runtime.tool_parsers import ToolStream
 from hetc.runtime.tokenizer import Detokenizer, token_bytes, token_text
 from hetc.sequence import SamplingParams
 
@@ -307,13 +307,15 @@ async def _whole(st, opts: GenOptions, gens: list[Generation], chat: bool, shape
 def _message(opts: GenOptions, g: Generation, text: str) -> dict:
     """A chat choice's message: its text, or the tool calls it holds (finish_reason tool_calls);
     with tool_choice "auto", the text before the calls is the content."""
-    calls = tool_calls(text, opts.structured) if g.finish_reason == "stop" else None
+    content, calls = None, None
+    if g.finish_reason == "stop" and opts.structured.choice is ToolChoice.AUTO:
+        content, calls = auto_calls(text, opts.structured) or (None, None)
+    elif g.finish_reason == "stop":
+        calls = tool_calls(text, opts.structured)
     if calls is None:
         return {"role": "assistant", "content": text}
     g.finish_reason = "tool_calls"
-    s = opts.structured
-    found = parse_tool_calls(text, s.parser) if s.choice is ToolChoice.AUTO and s.parser is not None else None
-    return {"role": "assistant", "content": found[0] if found else None, "tool_calls": calls}
+    return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
@@ -385,10 +387,9 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
                     delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else text
                     yield chunk(g, delta, None)
                 elif streams is not None:
-                    rest, found = streams[g.index].finish(g.finish_reason == "stop")
+                    rest, found = streams[g.index].finish(g.finish_reason == "stop", s.parallel)
                     if found:
                         g.finish_reason = "tool_calls"
-                        found = found[: None if s.parallel else 1]
                         yield chunk(g, {"tool_calls": [{"index": i, **c} for i, c in enumerate(found)]}, None)
                     elif rest:
                         yield chunk(g, rest, None)

@@ -26,7 +26,7 @@ from typing import Any
 from hetc.runtime.grammar import GrammarError, check_grammar, json_schema_grammar
 from hetc.runtime.tool_parsers import ToolParser, parse_tool_calls
 
-__all__ = ["MAX_TOOLS", "NAME_PATTERN", "Structured", "ToolChoice", "parse_structured", "tool_calls"]
+__all__ = ["MAX_TOOLS", "NAME_PATTERN", "Structured", "ToolChoice", "auto_calls", "parse_structured", "tool_calls"]
 
 NAME_PATTERN = "^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's function and schema names
 _NAME = re.compile(NAME_PATTERN[1:-1])  # fullmatch: Python's `$` also matches before a final newline
@@ -181,15 +181,22 @@ def parse_structured(body: dict, chat: bool, parallel: bool, auto: ToolParser | 
     return Structured(_grammar(_params(f), "tool_choice"), tools, ToolChoice.NAMED, name)
 
 
+def auto_calls(text: str, s: Structured) -> tuple[str | None, list[dict]] | None:
+    """(content, calls) of a finished free-text output (tool_choice "auto"), by the server's parser;
+    `parallel_tool_calls: false` keeps the first call (as vLLM). None: no call in it."""
+    assert s.parser is not None
+    found = parse_tool_calls(text, s.parser)
+    return None if found is None else (found[0], found[1][: None if s.parallel else 1])
+
+
 def tool_calls(text: str, s: Structured) -> list[dict] | None:
     """OpenAI's `tool_calls` of a finished output held to `s`'s tool-call grammar; None when the
     text does not parse (cut by a stop string) or no tool was called."""
     if s.choice is ToolChoice.NONE:
         return None
     if s.choice is ToolChoice.AUTO:
-        assert s.parser is not None
-        found = parse_tool_calls(text, s.parser)
-        return None if found is None else found[1][: None if s.parallel else 1]
+        found = auto_calls(text, s)
+        return None if found is None else found[1]
     try:
         value = json.loads(text)
     except ValueError:

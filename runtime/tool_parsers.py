@@ -120,11 +120,11 @@ class ToolStream:
         out, self.sent = self.text[self.sent : cut], cut
         return out
 
-    def finish(self, parse: bool) -> tuple[str, list[dict] | None]:
+    def finish(self, parse: bool, parallel: bool = True) -> tuple[str, list[dict] | None]:
         """(content not yet sent, the calls) at the end; `parse` false (cut by length or a stop
-        string): everything held goes out as content."""
+        string): everything held goes out as content. `parallel` false keeps the first call."""
         rest = self.text[self.sent :]
         found = parse_tool_calls(self.text, self.parser) if parse and self.held else None
         if found is None:
             return rest, None
-        return "", found[1]
+        return "", found[1][: None if parallel else 1]
