@@ -116,12 +116,9 @@ def test_auto_tool_choice_through_the_openai_client(client_for):
     two = client_for(f"<tool_call>{CALL}</tool_call><tool_call>{CALL}</tool_call>")
     r = two.chat.completions.create(model="m", messages=msgs, tools=TOOLS, parallel_tool_calls=False)
     assert len(r.choices[0].message.tool_calls) == 1  # vLLM keeps the first
-    streamed = [t for ch in two.chat.completions.create(model="m", messages=msgs, tools=TOOLS, stream=True) for t in ch.choices[0].delta.tool_calls or []]
-    assert len(streamed) == 2
-    streamed = [
-        t for ch in two.chat.completions.create(model="m", messages=msgs, tools=TOOLS, stream=True, parallel_tool_calls=False) for t in ch.choices[0].delta.tool_calls or []
-    ]
-    assert len(streamed) == 1
+    for parallel, n in ((True, 2), (False, 1)):
+        chunks = two.chat.completions.create(model="m", messages=msgs, tools=TOOLS, stream=True, parallel_tool_calls=parallel)
+        assert len([t for ch in chunks for t in ch.choices[0].delta.tool_calls or []]) == n
 
 
 def test_auto_without_a_parser_is_refused_by_name(client_for):
