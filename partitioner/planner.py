@@ -24,6 +24,7 @@ from hetc.plan import (
     PlanUnit,
     Predicted,
     SolverInfo,
+    SolverTime,
     Speculation,
     Stage,
     StageTimes,
@@ -40,7 +41,8 @@ from hetc.partitioner.capture.draft import vocab_size
 from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, solve_speculative
 from hetc.partitioner.search.given import evaluate_placement
-from hetc.partitioner.search.solver import OBJECTIVES, Caps, Solution, solve
+from hetc.partitioner.budget import CpuBudget
+from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
@@ -48,6 +50,12 @@ from hetc.scheduling import Objective, Phase
 from hetc.speculation import AcceptanceSource
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", "totals", "with_speculation"]
+
+# of --time-limit (CPU seconds): what the solver leaves for the latency, cost or energy objective's
+# own bound with a floor (LPs over fleets giving it: as long as the solver's bound, or longer; it
+# runs to its end, not interruptible: a looser bound there is no bound worth having)
+OBJECTIVE_BOUND_RESERVE = 0.3
+PLAIN_SHARE = 0.5  # speculating: the plain search's share of --time-limit; the speculative one gets what it leaves
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
@@ -60,6 +68,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     draft = capture_draft(model, req.spec.draft, progress) if req.spec.draft else None
+    cpu = CpuBudget(req.time_limit)  # --time-limit in CPU seconds from here: the capture is not counted
     wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
@@ -79,6 +88,8 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         caps=Caps(watts=req.power_budget_w),
         **_search_limits(req),
         progress=(lambda s: progress(f"solving: {s}")) if progress else None,
+        cpu=cpu.part(req.time_limit * PLAIN_SHARE) if acceptance is not None else cpu,
+        reserve=_reserve(req),
     )
     sol, ceiling = searched, searched.batch_ceiling
     if given is not None:
@@ -99,14 +110,27 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     )
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
-    plan = build_plan(model, cluster, wl, req, sol, baselines)
+    plan = build_plan(model, cluster, wl, req, sol, baselines, cpu=cpu)
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds
-    if acceptance is not None:
-        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress)
+    if acceptance is not None:  # the speculative search: the CPU the plain one left
+        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress, cpu.part(max(0.0, req.time_limit - cpu.used)))
+    plan.solver.time = SolverTime(
+        limit_cpu_s=req.time_limit,
+        cpu_s=cpu.used,
+        search_cpu_s=cpu.spent.get(SEARCH, 0.0),
+        bound_cpu_s=cpu.spent.get(BOUND, 0.0),
+        other_cpu_s=max(0.0, cpu.used - cpu.spent.get(SEARCH, 0.0) - cpu.spent.get(BOUND, 0.0)),
+        stopped_by_limit=cpu.stopped,
+    )
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
+
+
+def _reserve(req: PlanRequest) -> float:
+    """The share of a search's CPU limit it leaves for the planner after it (baselines, the plan, the objective's own bound)."""
+    return OBJECTIVE_BOUND_RESERVE if req.objective != Objective.THROUGHPUT and req.min_tok_s else TAIL_RESERVE
 
 
 def _bound(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution | None, objective: str, tp: str, ceiling: int, min_tok_s: float = 0.0) -> float:
@@ -202,6 +226,7 @@ def build_plan(
     baselines: dict[str, Baseline],
     chain: list[Unit] | None = None,
     drafters: list[list[Stage]] | None = None,
+    cpu: CpuBudget | None = None,
 ) -> Plan:
     """The plan.json document for a solution: its pipelines, predictions, bound and the inputs they rest on.
 
@@ -246,7 +271,9 @@ def build_plan(
     floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
     value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, t.watts, floor)
     ceiling = sol.batch_ceiling
-    bound = _bound(units, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
+    cpu = cpu or CpuBudget()
+    with cpu.phase(BOUND):  # bound work (plan.json solver.time)
+        bound = _bound(units, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     return Plan(
         schema=SCHEMA,
@@ -361,6 +388,7 @@ def with_speculation(
     wl: Workload,
     req: PlanRequest,
     progress: Callable[[str], None] | None,
+    cpu: CpuBudget | None = None,
 ) -> Plan:
     """`plan` (without speculation) against the best speculative plan for the same objective: the
     better one, the other recorded as a baseline (`speculation` / `no_speculation`) and the predicted
@@ -387,12 +415,14 @@ def with_speculation(
             Caps(watts=req.power_budget_w),
             **_search_limits(req),
             progress=(lambda m: progress(f"solving with speculation: {m}")) if progress else None,
+            cpu=cpu,
+            reserve=_reserve(req),
         )
     except Infeasible as e:
         plan.solver.notes.append(f"speculation ({label}): no plan ({e}); planned without it")
         return plan
     drafters: list[list[Stage]] = []
-    spec = build_plan(model, cluster, swl, req, sol, dict(plan.baselines), chain=chain, drafters=drafters)
+    spec = build_plan(model, cluster, swl, req, sol, dict(plan.baselines), chain=chain, drafters=drafters, cpu=cpu)
     per_draft_step = [draft_step_ms(c, chain, swl) for c in sol.pipelines]
     placed = (
         [
