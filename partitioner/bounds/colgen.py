@@ -272,9 +272,11 @@ def column_bound_rounds(
         ahead = AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1]))
         final = work + ahead >= budget
         # the CPU deadline: a full pass now where another would not fit (its CPU: the last full pass's, or
-        # before any, this pass's work at the CPU per work seen so far)
+        # before any, this pass's work at the CPU per work seen so far, which the first pass's setup
+        # raises: not AHEAD times it, as a full pass with early duals is a loose bound; ending a
+        # little past the deadline costs the search's share, which SEARCH_LEAST keeps)
         per_work = (clock() - cpu0) / work if work else 0.0
-        due = cpu is not None and cpu.left() <= max(AHEAD * pass_cpu, ahead * per_work)
+        due = cpu is not None and cpu.left() <= max(AHEAD * pass_cpu, ahead / AHEAD * per_work)
         final_or_due = final or due
         smooth = center is not None and not missed
         if smooth:

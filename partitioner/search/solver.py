@@ -81,6 +81,7 @@ class Solution:
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
     least_spend: float = 0.0  # cost / energy with a floor: the cell bound's (colgen's) least USD/h (W) of any plan giving it
+    tables: Tables | None = None  # the unit costs the search computed (the planner's objective bound reuses them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +343,7 @@ def solve(
         batch_ceiling=ceiling,
         cpu_seconds=time.process_time() - cpu0,
         least_spend=bound.least_spend,
+        tables=tables,
     )
 
 
