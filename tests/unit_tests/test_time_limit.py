@@ -14,7 +14,11 @@ from ortools.sat.python import cp_model
 from hetc.cluster import load_cluster
 from hetc.partitioner.bounds.cell_bound import cell_bound, cell_bound_rounds
 from hetc.partitioner.bounds.colgen import column_bound, column_bound_rounds
-from hetc.partitioner.budget import CPSAT_FLOOR, CpuBudget
+from hetc.partitioner.bounds.bound import cost_bound
+from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
+from hetc.partitioner.budget import CPSAT_FLOOR, OBJECTIVE_BOUND, STRETCH_SLACK, CpuBudget, OutOfTime
+from hetc.partitioner.estimate.batches import batch_ceiling
+from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search import mix
@@ -127,3 +131,71 @@ def test_a_binding_limit_stops_phases_and_says_so(tiny, cluster):
     assert sol.pipelines and 0 < sol.output_tok_s <= sol.bound * (1 + 1e-9)
     assert cpu.stopped[:2] == [BOUND, "templates"]
     assert any("were not evaluated within --time-limit (its CPU seconds)" in n for n in sol.notes)
+
+
+def test_a_part_keeps_its_own_deadline_and_the_whole_record():
+    clock = Ticks(1.0)
+    whole = CpuBudget(10.0, clock=clock, wall=lambda: 0.0)
+    part = whole.part(4.0)  # from now (2): the plain search of a speculating plan
+    assert part.until == pytest.approx(2 + 4) and whole.until == pytest.approx(1 + 10)
+    with part.phase(BOUND):
+        pass
+    part.stop(BOUND)
+    assert whole.spent == part.spent and whole.stopped == [BOUND]
+
+
+def test_wall_left_stretches_by_the_cpu_rate_within_the_slack():
+    cpu, wall = Ticks(1.0), Ticks(3.0)  # the process gets a third of a core
+    b = CpuBudget(100.0, clock=cpu, wall=wall)
+    left = b.until - (cpu.t + 1.0)  # the CPU left at wall_left's own read
+    assert b.wall_left() == pytest.approx(left + STRETCH_SLACK)  # stretched, but by at most the slack
+    same = CpuBudget(100.0, clock=Ticks(1.0), wall=Ticks(1.0))
+    assert same.wall_left() == pytest.approx(same.until - 2.0)  # a whole core: the CPU left as it is
+    assert CpuBudget(0.0).wall_left() <= STRETCH_SLACK
+
+
+def _latency_inputs(tiny, cluster):
+    tables, kinds = Tables(tiny.units, WL), kinds_of(cluster, (1, 2))
+    return tables, kinds, batch_ceiling(tiny.units, cluster, WL, None)
+
+
+def test_the_latency_bound_cut_by_the_deadline_stays_a_bound(tiny, cluster):
+    """Past the deadline before its LPs: OutOfTime (the planner keeps the bound of one pipeline);
+    during the bisection: a TPOT between that and the whole bound, and the stop recorded."""
+    tables, kinds, ceiling = _latency_inputs(tiny, cluster)
+    one = tpot_floor_bound(tables, kinds, cluster, 0.0, ceiling)
+    floor = 0.5 / one  # half of what one pipeline at its least TPOT gives per sequence: a floor that binds
+    whole = tpot_floor_bound(tables, kinds, cluster, floor, ceiling)
+    assert whole >= one
+    with pytest.raises(OutOfTime):
+        tpot_floor_bound(tables, kinds, cluster, floor, ceiling, CpuBudget(0.0))
+    reads = 0
+
+    def counting() -> float:
+        nonlocal reads
+        reads += 1
+        return float(reads)
+
+    probe = CpuBudget(math.inf, clock=counting)
+    tpot_floor_bound(tables, kinds, cluster, floor, ceiling, probe)
+    n = reads
+    paused = []
+    for stop_at in range(2, n, max(1, n // 12)):  # the deadline at every stage of the computation
+        reads = 0
+        cpu = CpuBudget(stop_at - 1.0, clock=counting)
+        try:
+            cut = tpot_floor_bound(tables, kinds, cluster, floor, ceiling, cpu)
+        except OutOfTime:
+            continue
+        assert one * (1 - 1e-9) <= cut <= whole * (1 + 1e-9)
+        assert cut == whole or OBJECTIVE_BOUND in cpu.stopped
+        paused += [cut] if OBJECTIVE_BOUND in cpu.stopped else []
+    assert paused, "no deadline fell in the bisection"
+
+
+def test_the_cost_bound_past_the_deadline_raises(tiny, cluster):
+    tables, kinds, ceiling = _latency_inputs(tiny, cluster)
+    price = {type_key(n): 1.0 + i for i, n in enumerate(cluster.nodes)}
+    with pytest.raises(OutOfTime):
+        cost_bound(tables, kinds, 4, price, ceiling, floor=1.0, cpu=CpuBudget(0.0))
+    assert cost_bound(tables, kinds, 4, price, ceiling, floor=1.0, cpu=CpuBudget(60.0)) == cost_bound(tables, kinds, 4, price, ceiling, floor=1.0)
