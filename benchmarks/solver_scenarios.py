@@ -4,8 +4,9 @@ For each scenario: the plan's figure for its objective (output tok/s, or ms TPOT
 output tokens), the bound in that unit and how close the plan is (plan/bound when maximising,
 bound/plan when minimising: 1.0 is provably optimal), every
 baseline, solver seconds and the whole `hetc plan` command's seconds (a fresh process), each
-as wall time and as CPU time (a shared host stretches the first), and the 1-minute load
-average after the run.
+as wall time and as CPU time (a shared host stretches the first), the CPU seconds `--time-limit`
+bounds (search + bound + the rest after the capture: plan.json `solver.time`, issue 31) against
+the limit and the phases its deadline stopped, and the 1-minute load average after the run.
 
 Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [-- EXTRA hetc plan ARGS]
 (e.g. `-- --disaggregate off` to plan without prefill/decode pools). `--record` stores each row in
@@ -41,6 +42,8 @@ SCENARIOS = [
     ("70b-types6-24", "benchmarks/clusters/types6-24.yaml", "llama-3.1-70b", []),
     ("70b-types6-48", "benchmarks/clusters/types6-48.yaml", "llama-3.1-70b", []),
     ("405b-types8-64", "benchmarks/clusters/types8-64.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
+    # issue 31: 5 types over 7 nodes, two generations of NVIDIA and of AMD, composed from the catalog
+    ("405b-types5-42-fp8", "benchmarks/clusters/types5-42.yaml", "llama-3.1-405b", ["--dtype", "fp8"]),
     # the latency and cost objectives (issue 13): their own figure and bound (ms TPOT, USD per M tokens)
     ("70b-24dev-latency", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "latency"]),
     ("70b-24dev-latency-2k", "examples/mixed-rack.yaml", "llama-3.1-70b", ["--objective", "latency", "--min-tok-s", "2000"]),
@@ -88,6 +91,8 @@ def main() -> None:
         "solver CPU s",
         "command s",
         "command CPU s",
+        "limited CPU s / limit",
+        "stopped by limit",
         "load",
     )
     print("| " + " | ".join(head) + " |")
@@ -120,6 +125,8 @@ def main() -> None:
             f"{plan['solver']['cpu_seconds']:.1f}",
             f"{wall:.1f}",
             f"{cpu:.1f}",
+            f"{t['cpu_s']:.1f} / {t['limit_cpu_s']:g}" if (t := plan["solver"].get("time")) else "–",
+            ", ".join(t["stopped_by_limit"]) or "none" if t else "–",
             f"{os.getloadavg()[0]:.1f}",
         )
         print("| " + " | ".join(row) + " |", flush=True)

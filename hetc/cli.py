@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--tp", choices=["auto", "1"], default=d("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
     )
-    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="the solver's time (default %(default)s)")
+    pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="solver + bound CPU s (default %(default)s)")
     _spec_args(pl)
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     by.add_argument(
         "--tp", choices=["auto", "1"], default=b("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
     )
-    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS", help="the solver's time per plan (default %(default)s)")
+    by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS", help="solver + bound CPU s per plan (default %(default)s)")
     by.add_argument("-o", "--output", default="fleet.yaml", help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
 
@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--output-len", type=_positive_int, default=256)
     pa.add_argument("--dtype", choices=DTYPES, default="bf16")
     pa.add_argument("--kv-dtype", choices=DTYPES, default=None)
-    pa.add_argument("--time-limit", type=_nonneg, default=10.0, metavar="SECONDS", help="per plan (default 10)")
+    pa.add_argument("--time-limit", type=_nonneg, default=10.0, metavar="SECONDS", help="each plan's solver and bound, in CPU seconds (default 10)")
     pa.add_argument("--png", metavar="FILE", help="draw the chart")
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")

@@ -140,6 +140,20 @@ class Predicted(_M):
     watts: float = Field(ge=0)
 
 
+class SolverTime(_M):
+    """How `--time-limit` (process CPU seconds, the capture excluded) went: the search's and the
+    bound's CPU (the objective's own bound included), the rest (baselines, the plan), and which
+    phases its deadline stopped before their work budgets did (none: the plan is the one these
+    inputs always give)."""
+
+    limit_cpu_s: float = Field(ge=0)
+    cpu_s: float = Field(ge=0)  # all of it: search + bound + other
+    search_cpu_s: float = Field(ge=0)  # templates, CP-SAT, placing replicas on devices
+    bound_cpu_s: float = Field(ge=0)  # the bound's rounds, before and after the search, the caps' and the objective's bounds
+    other_cpu_s: float = Field(ge=0)  # baselines, the plan's fields
+    stopped_by_limit: list[str] = []  # phases the CPU deadline stopped: bound, templates, cp-sat, fill
+
+
 class SolverInfo(_M):
     status: str
     objective: float
@@ -154,6 +168,7 @@ class SolverInfo(_M):
     notes: list[str] = []
     cpu_seconds: float | None = Field(default=None, ge=0)  # the solver's own CPU time: what a busy host does not stretch
     command_seconds: float | None = Field(default=None, ge=0)  # capture + solve + baselines, wall time
+    time: SolverTime | None = None  # plans made before issue 31 have none
 
 
 class ObjectiveInfo(_M):

@@ -24,6 +24,7 @@ from hetc.plan import (
     PlanUnit,
     Predicted,
     SolverInfo,
+    SolverTime,
     Speculation,
     Stage,
     StageTimes,
@@ -40,7 +41,8 @@ from hetc.partitioner.capture.draft import vocab_size
 from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, solve_speculative
 from hetc.partitioner.search.given import evaluate_placement
-from hetc.partitioner.search.solver import OBJECTIVES, Caps, Solution, solve
+from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
+from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
@@ -48,6 +50,13 @@ from hetc.scheduling import Objective, Phase
 from hetc.speculation import AcceptanceSource
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", "totals", "with_speculation"]
+
+# of --time-limit (CPU seconds): what the solver leaves for the latency, cost or energy objective's
+# own bound with a floor (LPs over fleets giving it: as long as the solver's bound, or longer; for
+# latency the solver's own bound only seeds templates). Past the limit it keeps a looser valid bound.
+OBJECTIVE_BOUND_RESERVE = 0.3
+COST_BOUND_RESERVE = 0.15  # cost and energy without a floor: one LP (bound.cost_bound), a few CPU seconds on 48 devices
+PLAIN_SHARE = 0.5  # speculating: the plain search's share of --time-limit; the speculative one gets what it leaves
 
 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
@@ -60,6 +69,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     draft = capture_draft(model, req.spec.draft, progress) if req.spec.draft else None
+    cpu = CpuBudget(req.time_limit)  # --time-limit in CPU seconds from here: the capture is not counted
     wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
@@ -71,6 +81,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
                 field="power",
                 fix="add `power: 700 W` (the board power, with its source) to each profile.",
             )
+    plain = cpu.part(req.time_limit * PLAIN_SHARE) if acceptance is not None else cpu  # speculating: the plain search's share
     searched = solve(
         model.units,
         cluster,
@@ -79,11 +90,14 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         caps=Caps(watts=req.power_budget_w),
         **_search_limits(req),
         progress=(lambda s: progress(f"solving: {s}")) if progress else None,
+        cpu=plain,
+        reserve=_reserve(req),
     )
+    plain.deadline(1.0)  # the baselines and the objective's bound: the rest of the limit
     sol, ceiling = searched, searched.batch_ceiling
     if given is not None:
         sol = evaluate_placement(model.units, cluster, wl, given, req.batch, ceiling)
-        sol.bound, sol.bound_method, sol.least_spend = searched.bound, searched.bound_method, searched.least_spend
+        sol.bound, sol.bound_method, sol.least_spend, sol.tables = searched.bound, searched.bound_method, searched.least_spend, searched.tables
         sol.notes = [
             f"placement given by the user; the solver's own plan predicts {searched.output_tok_s:,.0f} "
             f"output tok/s ({sol.output_tok_s / searched.output_tok_s:.2f}× of it)"
@@ -99,30 +113,71 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     )
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
-    plan = build_plan(model, cluster, wl, req, sol, baselines)
+    plan = build_plan(model, cluster, wl, req, sol, baselines, cpu=plain)
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds
-    if acceptance is not None:
-        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress)
+    if acceptance is not None:  # the speculative search: the CPU the plain one left
+        plan = with_speculation(plan, model, draft, acceptance, cluster, wl, req, progress, cpu.part(max(0.0, req.time_limit - cpu.used)))
+    plan.solver.time = SolverTime(
+        limit_cpu_s=req.time_limit,
+        cpu_s=cpu.used,
+        search_cpu_s=cpu.spent.get(SEARCH, 0.0),
+        bound_cpu_s=cpu.spent.get(BOUND, 0.0),
+        other_cpu_s=max(0.0, cpu.used - cpu.spent.get(SEARCH, 0.0) - cpu.spent.get(BOUND, 0.0)),
+        stopped_by_limit=cpu.stopped,
+    )
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
 
 
-def _bound(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution | None, objective: str, tp: str, ceiling: int, min_tok_s: float = 0.0) -> float:
+def _reserve(req: PlanRequest) -> float:
+    """The share of a search's CPU limit it leaves for the planner after it (baselines, the plan, the objective's own bound)."""
+    if req.objective == Objective.THROUGHPUT or req.objective == Objective.LATENCY and not req.min_tok_s:
+        return TAIL_RESERVE  # the solver's bound, or the least TPOT of one pipeline: no LP of its own
+    return OBJECTIVE_BOUND_RESERVE if req.min_tok_s else COST_BOUND_RESERVE
+
+
+def _bound(
+    units: list[Unit],
+    cluster: Cluster,
+    wl: Workload,
+    sol: Solution | None,
+    objective: str,
+    tp: str,
+    ceiling: int,
+    min_tok_s: float = 0.0,
+    cpu: CpuBudget | None = None,
+) -> float:
     """The bound in the objective's unit (throughput: the solver's). Latency: the least TPOT at
     which fleets give `min_tok_s` (latency_bound.py; without a floor, of any one pipeline). Cost
     and energy: the LP relaxation (bound.py) of USD/h (watts) per tok/s — with a floor F, of the least USD/h (watts) of any plan giving F, over F,
-    and at least the cheapest devices that hold the model, over F."""
+    and at least the cheapest devices that hold the model, over F.
+
+    Args:
+        cpu: the planner's CPU budget: where its deadline stops the latency or cost LPs first, the
+            bound without them (latency: of one pipeline; cost: the devices holding the model and
+            the solver's least spend), named in `stopped_by_limit` and the notes.
+    """
     if objective == Objective.THROUGHPUT:
         return sol.bound  # type: ignore[union-attr]  # throughput always has a solution here
     kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
-    tables = Tables(units, wl)
+    # the solver's tables where it searched these units: the unit costs it has are the ones these LPs need
+    tables = sol.tables if sol is not None and sol.tables is not None else Tables(units, wl)
+    cut = f"the {objective} bound's LPs did not end within --time-limit's CPU seconds; the bound without them is looser"
     if objective == Objective.LATENCY:
-        return 1e3 * tpot_floor_bound(tables, kinds, cluster, min_tok_s, ceiling)
+        try:
+            return 1e3 * tpot_floor_bound(tables, kinds, cluster, min_tok_s, ceiling, cpu)
+        except OutOfTime:
+            _stopped(sol, cpu, cut)
+            return 1e3 * tpot_floor_bound(tables, kinds, cluster, 0.0, ceiling)
     max_stages = min(len(units), sum(n.count for n in cluster.nodes))
     of = {type_key(n): n.profile.power if objective == Objective.ENERGY else cluster.price(n.profile) for n in cluster.nodes}
-    least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s)  # per tok/s
+    try:
+        least = cost_bound(tables, kinds, max_stages, of, ceiling, floor=min_tok_s, cpu=cpu)  # per tok/s
+    except OutOfTime:
+        _stopped(sol, cpu, cut)
+        least = 0.0
     if min_tok_s:  # a fleet has a pipeline: it spends at least what the cheapest devices holding the model do;
         # and at least the cell bound's least spend giving the floor (devices and pipelines whole; few types), or
         # column generation's (a Lagrangian bound over whole pipelines; past MAX_CELLS count vectors)
@@ -130,6 +185,14 @@ def _bound(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution | No
     if objective == Objective.ENERGY:  # tokens per joule ≤ 1 / (the least W any plan draws per output tok/s)
         return 1.0 / least if least > 0 else float("inf")
     return least / 3600 * 1e6
+
+
+def _stopped(sol: Solution | None, cpu: CpuBudget | None, note: str) -> None:
+    """Record that the CPU deadline cut the objective's own bound."""
+    if cpu is not None:
+        cpu.stop(OBJECTIVE_BOUND)
+    if sol is not None:
+        sol.notes.append(note)
 
 
 def objective_value(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: float, min_tok_s: float = 0.0) -> float:
@@ -202,6 +265,7 @@ def build_plan(
     baselines: dict[str, Baseline],
     chain: list[Unit] | None = None,
     drafters: list[list[Stage]] | None = None,
+    cpu: CpuBudget | None = None,
 ) -> Plan:
     """The plan.json document for a solution: its pipelines, predictions, bound and the inputs they rest on.
 
@@ -246,7 +310,9 @@ def build_plan(
     floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
     value = objective_value(req.objective, tok_s, t.tpot_s, t.usd_h, t.watts, floor)
     ceiling = sol.batch_ceiling
-    bound = _bound(units, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s)
+    cpu = cpu or CpuBudget()
+    with cpu.phase(BOUND):  # bound work (plan.json solver.time)
+        bound = _bound(units, cluster, wl, sol, req.objective, req.tp, ceiling, req.min_tok_s, cpu)
     gap = max(0.0, (bound - value) / bound if sense == "max" else (value - bound) / value) if bound and value else 0.0
     return Plan(
         schema=SCHEMA,
@@ -361,6 +427,7 @@ def with_speculation(
     wl: Workload,
     req: PlanRequest,
     progress: Callable[[str], None] | None,
+    cpu: CpuBudget | None = None,
 ) -> Plan:
     """`plan` (without speculation) against the best speculative plan for the same objective: the
     better one, the other recorded as a baseline (`speculation` / `no_speculation`) and the predicted
@@ -387,12 +454,16 @@ def with_speculation(
             Caps(watts=req.power_budget_w),
             **_search_limits(req),
             progress=(lambda m: progress(f"solving with speculation: {m}")) if progress else None,
+            cpu=cpu,
+            reserve=_reserve(req),
         )
     except Infeasible as e:
         plan.solver.notes.append(f"speculation ({label}): no plan ({e}); planned without it")
         return plan
+    if cpu is not None:
+        cpu.deadline(1.0)  # its bound: the rest of the limit
     drafters: list[list[Stage]] = []
-    spec = build_plan(model, cluster, swl, req, sol, dict(plan.baselines), chain=chain, drafters=drafters)
+    spec = build_plan(model, cluster, swl, req, sol, dict(plan.baselines), chain=chain, drafters=drafters, cpu=cpu)
     per_draft_step = [draft_step_ms(c, chain, swl) for c in sol.pipelines]
     placed = (
         [

@@ -40,6 +40,7 @@ from ortools.sat.python import cp_model
 
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import keys
+from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
 from hetc.partitioner.estimate.batches import MAX_BATCH, Regimes
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.estimate.simulate import Workload
@@ -91,7 +92,15 @@ def _balances(signature: np.ndarray, n: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float], ceiling: int = MAX_BATCH, floor: float = 0.0) -> float:
+def cost_bound(
+    tables: Tables,
+    kinds: list[Kind],
+    max_stages: int,
+    price: dict[tuple[str, str], float],
+    ceiling: int = MAX_BATCH,
+    floor: float = 0.0,
+    cpu: CpuBudget | None = None,
+) -> float:
     """Lower bound on USD per hour per output tok/s over all plans (module docstring).
 
     Args:
@@ -100,6 +109,8 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
             cluster's; and at least whole_devices.py's bound, where each type's devices are bought
             whole. inf where no plan in the relaxation reaches F. Without one, counts never bind
             (a ratio does not change with scale) and are left out.
+        cpu: the planner's CPU budget: OutOfTime where its deadline passes before the LP has
+            solved; past it during the whole-device bound, the LP's value (still a bound).
     """
     wl = tables.wl
     rep, n_of, weights, kv = _signatures(tables, wl.kv_tokens())  # the shared prefixes' KV left out: still a lower bound
@@ -120,6 +131,8 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
     # pipelines of lengths key.lo … key.hi at batches key.batch … key.top, costed at m = key.m
     # micro-batches (the fewest of the class: no dearer, aggregate.keys)
     for key in keys(Phase.BOTH, max_stages, ceiling, Regimes(wl, Phase.BOTH, ceiling)):
+        if cpu is not None:
+            cpu.check()
         x = solver.NumVar(0, inf, "")
         flows: list[tuple[pywraplp.Variable, float]] = []
         held: list[list[tuple[pywraplp.Variable, float]]] = [[] for _ in rep]
@@ -165,14 +178,24 @@ def cost_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[t
         for v, a in terms:
             objective.SetCoefficient(v, price[t] * a)
     objective.SetMinimization()
+    limit_ms = None
+    if cpu is not None:  # GLOP stops on wall time: the CPU left as wall time (budget.wall_left)
+        cpu.check()
+        solver.SetTimeLimit(limit_ms := int(max(1.0, cpu.wall_left() * 1e3)))
     status = solver.Solve()
+    if limit_ms and status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.INFEASIBLE) and solver.WallTime() >= 0.99 * limit_ms:
+        raise OutOfTime
     if floor > 0 and status == pywraplp.Solver.INFEASIBLE:
         return float("inf")
     if status != pywraplp.Solver.OPTIMAL:
         raise RuntimeError("the cost-bound LP did not solve to optimality")
     least = objective.Value() / FLOW
     if floor > 0:  # whole devices decide on small clusters
-        least = max(least, whole_devices_bound(tables, kinds, max_stages, price, ceiling, floor))
+        try:
+            least = max(least, whole_devices_bound(tables, kinds, max_stages, price, ceiling, floor, cpu))
+        except OutOfTime:  # the LP's value is a bound on its own
+            if cpu is not None:
+                cpu.stop(OBJECTIVE_BOUND)
     return least
 
 

@@ -23,13 +23,14 @@ Work is counted in DP cells, not seconds, so the same inputs give the same bound
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import first_pass, most_sequences
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
 from hetc.partitioner.bounds.refine import CASE, STEP, best_chain, chain_most, chain_round
@@ -37,7 +38,7 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["CellBound", "Demand", "Pipeline", "cell_bound", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
+__all__ = ["CellBound", "Demand", "Pipeline", "cell_bound", "cell_bound_rounds", "MAX_CELLS", "METHOD", "WORK_PER_SECOND"]
 
 # Refinement is budgeted in DP cells, not seconds, so that a plan does not depend on the
 # machine's load; about this many take a second on one core of the reference machine.
@@ -191,7 +192,7 @@ def cell_bound(
     progress: Callable[[str], None] | None = None,
 ) -> CellBound:
     """The knapsack bound over pipelines of `phases` at any batch up to `ceiling`, refined within
-    `budget` DP cells.
+    `budget` DP cells (`cell_bound_rounds` to the end).
 
     Args:
         phases: "both" (pipelines that prefill and decode) and/or "prefill", "decode" (pools).
@@ -199,6 +200,34 @@ def cell_bound(
         demand: cost or energy with a floor (pipelines that prefill and decode only): refine the
             cells of the cheapest devices that can give the floor (module docstring, 4.).
         progress: called with a line per round.
+    """
+    last = None
+    for snap, _ in cell_bound_rounds(tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=budget, demand=demand, progress=progress):
+        last = snap
+    assert last is not None  # every run has a first round
+    return last()
+
+
+def cell_bound_rounds(
+    tables: Tables,
+    kinds: list[Kind],
+    cluster: Cluster,
+    max_stages: int,
+    ceiling: int,
+    *,
+    phases: tuple[Phase, ...] = (Phase.BOTH,),
+    budget: float = 4e8,
+    demand: Demand | None = None,
+    progress: Callable[[str], None] | None = None,
+    cpu: CpuBudget | None = None,
+) -> Iterator[tuple[Callable[[], CellBound], bool]]:
+    """`cell_bound` round by round: after each knapsack, (the bound so far, and whether `cpu`'s
+    deadline has passed). Every round's bound is valid; a caller may stop at any, and resume
+    later with a new deadline (the solver's search runs between). Refinement stops at the work
+    budget or, first, at `cpu`'s deadline (then the round ends and yields `True`).
+
+    Args:
+        cpu: the planner's CPU budget; None: the work budget alone.
     """
     if demand is not None and phases != (Phase.BOTH,):
         raise ValueError("a demand bounds pipelines that prefill and decode only")
@@ -212,6 +241,7 @@ def cell_bound(
     zero = np.zeros(len(space))
     least = 0.0
     work, rounds = 0.0, 0
+    late = (lambda: False) if cpu is None else cpu.past
     while True:
         rounds += 1
         work += (len(phases) + 1) * space.closure_work
@@ -233,15 +263,19 @@ def cell_bound(
                 f"cell bound round {rounds}: {value:,.0f} tok/s ({attained:,.0f} attained), {len(todo)} cells to refine"
                 + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else "")
             )
+
+        def snapshot(value: float = value, items: list = items, least: float = least) -> CellBound:
+            # the optimum's refined pipelines first, then every other refined one, best first
+            refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe), key=lambda e: -e[0])
+            first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
+            pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
+            return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
+
+        yield snapshot, late()
         if not todo or work >= budget or done:
-            break
+            return
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
-                if work >= budget or table[p].settled(c):
+                if work >= budget or table[p].settled(c) or late():
                     break
                 work += table[p].refine(c)
-    # the optimum's refined pipelines first, then every other refined one, best first
-    refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe), key=lambda e: -e[0])
-    first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
-    pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
-    return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)

@@ -35,7 +35,7 @@ own, so the bound closes on the pipelines the LP uses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 from dataclasses import dataclass
 
@@ -44,6 +44,7 @@ from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import Key, keys
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND, CellBound, Demand, Pipeline
 from hetc.partitioner.bounds.pricing import KeyPricer
@@ -52,7 +53,7 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["ColumnBound", "column_bound", "METHOD"]
+__all__ = ["ColumnBound", "column_bound", "column_bound_rounds", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
@@ -172,6 +173,12 @@ def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
     return [key]
 
 
+def _ranked(cols: list[_Column], x: list[float], spend: np.ndarray | None) -> list[int]:
+    """Columns the master's optimum runs first (most first), then the best per device (tok/s, or spend per tok/s)."""
+    per = (lambda k: -k.pipe.tok_s / k.devices.sum()) if spend is None else (lambda k: float(spend @ k.devices) / k.pipe.tok_s)
+    return sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
+
+
 def column_bound(
     tables: Tables,
     kinds: list[Kind],
@@ -196,6 +203,35 @@ def column_bound(
             docstring); `least_spend` is the best of the spend bounds, the pipelines the cheapest.
         progress: called with a line per iteration.
     """
+    last = None
+    for snap, _ in column_bound_rounds(tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=budget, demand=demand, progress=progress):
+        last = snap
+    assert last is not None  # the last pass is a full one
+    return last()
+
+
+def column_bound_rounds(
+    tables: Tables,
+    kinds: list[Kind],
+    cluster: Cluster,
+    max_stages: int,
+    ceiling: int,
+    *,
+    phases: tuple[Phase, ...] = (Phase.BOTH,),
+    budget: float = 4e8,
+    demand: Demand | None = None,
+    progress: Callable[[str], None] | None = None,
+    cpu: CpuBudget | None = None,
+) -> Iterator[tuple[Callable[[], ColumnBound], bool]]:
+    """`column_bound` pass by pass: after each, (the bound and pipelines so far, and whether to
+    pause). It pauses only after a full pass (a valid bound): the one it starts where `cpu`'s
+    deadline leaves no room for another (AHEAD times the last full pass's CPU), or any once the
+    deadline has passed. The caller may resume with a later deadline (the solver's search runs
+    between); the work budget ends it as before.
+
+    Args:
+        cpu: the planner's CPU budget; None: the work budget alone.
+    """
     costs = StageCosts(tables, kinds, cluster)
     N = costs.devices.astype(float)  # per type
     n_dev = float(N.sum())
@@ -219,7 +255,13 @@ def column_bound(
     center = None  # the duals of the best bound so far (before any, pricing takes the master's own)
     spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
+    clock = cpu.clock if cpu is not None else (lambda: 0.0)
+    cpu0, pass_cpu = clock(), 0.0  # CPU at the start; of the last full pass
+    shown: Callable[[], ColumnBound] | None = None  # the last pass's bound, once a full pass made it valid
     while True:
+        if cpu is not None and shown is not None and cpu.left() <= pass_cpu:
+            yield shown, True  # another full pass would end past the deadline: pause (the caller may extend it)
+            continue
         it += 1
         z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {})
         if pools and not cols:
@@ -227,7 +269,15 @@ def column_bound(
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]), np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
         # this pass would end past the budget (a full pass costs what the last one did, or before any,
         # what a key has cost so far per key; AHEAD times that): price every key, then stop
-        final = work + AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1])) >= budget
+        ahead = AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1]))
+        final = work + ahead >= budget
+        # the CPU deadline: a full pass now where another would not fit (its CPU: the last full pass's, or
+        # before any, this pass's work at the CPU per work seen so far, which the first pass's setup
+        # raises: not AHEAD times it, as a full pass with early duals is a loose bound; ending a
+        # little past the deadline costs the search's share, which SEARCH_LEAST keeps)
+        per_work = (clock() - cpu0) / work if work else 0.0
+        due = cpu is not None and cpu.left() <= max(AHEAD * pass_cpu, ahead / AHEAD * per_work)
+        final_or_due = final or due
         smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(cast(tuple, center), duals))
@@ -239,7 +289,7 @@ def column_bound(
         prices = costs.tp * (paid[costs.type_of] + eps) + sig
         worth = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
         tol = GAP * max(scale, 1e-9) / n_dev
-        start, evaluations, steps = work, tables.evaluations, tables.step_costs
+        start, evaluations, steps, start_cpu = work, tables.evaluations, tables.step_costs, clock()
         for pk in todo:
             if pk not in pricers:
                 pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
@@ -252,14 +302,14 @@ def column_bound(
         nxt: list[Any]
         top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
         for i, pk in enumerate(order):
-            if len(new) >= MANY and not final:
+            if len(new) >= MANY and not final_or_due:
                 nxt += order[i:]
                 full = False
                 break
             lo = max(1, pk[1].lo)
             # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
             # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
-            beat = max(lo * top * (1.0 if final else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
+            beat = max(lo * top * (1.0 if final_or_due else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
             got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
             work += got.work
             priced[0], priced[1] = priced[0] + got.work, priced[1] + 1
@@ -280,7 +330,7 @@ def column_bound(
                 seen.add((phase, got.chain, most))
                 new.append(col)
         if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
-            spent = work - start
+            spent, pass_cpu = work - start, clock() - start_cpu
             rest = float(sig @ G + n_dev * (eps + max(0.0, upper)))
             if spend is None:
                 value = float(pi @ N) + rest
@@ -299,12 +349,18 @@ def column_bound(
             progress(
                 f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, {len(todo)} keys, work {work / budget:.0%}"
             )
-        if full and (final or not new and not smooth):
-            break
-    if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
-        x = _master(cols, N, groups, pools, spend, floor)[1]
-    per = (lambda c: -c.pipe.tok_s / c.devices.sum()) if spend is None else (lambda c: float(spend @ c.devices) / c.pipe.tok_s)
-    ranked = sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
-    pipes = [cols[j].pipe for j in ranked][:TEMPLATES]
-    used = sum(1 for j in ranked[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
-    return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)
+        ended = full and (final or not new and not smooth)
+
+        def snapshot(x: list = x, new: list = new, best: float = best, least: float = least, cols: list = cols) -> ColumnBound:
+            if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
+                x = _master(cols, N, groups, pools, spend, floor)[1]
+            ranked = _ranked(cols, x, spend)
+            pipes = [cols[j].pipe for j in ranked][:TEMPLATES]
+            used = sum(1 for j in ranked[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+            return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)
+
+        if full:
+            shown = snapshot
+        yield snapshot, full and (due or cpu is not None and cpu.past())
+        if ended:
+            return

@@ -39,6 +39,7 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
+from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.cost_models.envelope import flat_node
 from hetc.partitioner.bounds.latency_columns import Block, columns
@@ -264,9 +265,9 @@ class _FloorLP:
     """The most tok/s of fleets whose pipelines' TPOT is at most T (tpot_floor_bound): stage flows
     over `seats`, and whole-pipeline columns (latency_columns) over `blocks`."""
 
-    def __init__(self, seats: list[_Seats], blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int) -> None:
+    def __init__(self, seats: list[_Seats], blocks: list[Block], kinds: list[Kind], cluster: Cluster, u: int, cpu: CpuBudget | None = None) -> None:
         self.solver = solver = pywraplp.Solver.CreateSolver("GLOP")
-        self.blocks, self.kinds, self.u = blocks, kinds, u
+        self.blocks, self.kinds, self.u, self.cpu = blocks, kinds, u, cpu
         self.times: list[tuple] = []
         self.columns: list[pywraplp.Variable] = []  # the last T's pipeline columns
         self.groups = [solver.Constraint(-solver.infinity(), g.groups) for g in kinds]
@@ -275,6 +276,8 @@ class _FloorLP:
         self.objective = objective = solver.Objective()
         objective.SetMaximization()
         for st in seats:
+            if cpu is not None:
+                cpu.check()
             x = solver.NumVar(0, solver.infinity(), "")
             objective.SetCoefficient(x, 1.0)
             cover = solver.Constraint(0, solver.infinity())
@@ -316,33 +319,41 @@ class _FloorLP:
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds; inf where GLOP
         does not solve it to optimality (seen once on a tiny cluster): taken to give any floor, the
-        bound can only fall, so it stays a bound."""
+        bound can only fall, so it stays a bound (as where the CPU deadline stops GLOP)."""
         for time, x, ys in self.times:
             time.SetCoefficient(x, -t)
             for y, ready in ys:
                 y.SetUb(self.solver.infinity() if ready <= t else 0.0)
         self._pipelines(t)
+        if self.cpu is not None:  # GLOP stops on wall time: the CPU left as wall time (budget.wall_left)
+            self.solver.SetTimeLimit(int(max(1.0, self.cpu.wall_left() * 1e3)))
         if self.solver.Solve() != pywraplp.Solver.OPTIMAL:
             return float("inf")
         return self.solver.Objective().Value()
 
 
-def _threshold(lps: list[_FloorLP], floor: float, lo: float) -> tuple[float, float]:
-    """(lo, hi), hi / lo ≤ 1 + T_RESOLUTION: every LP gives `floor` at hi, not all below lo (given:
-    not at lo); inf, inf where they give it at no T below 1,000 s."""
+def _threshold(lps: list[_FloorLP], floor: float, lo: float, cpu: CpuBudget | None = None) -> tuple[float, float, bool]:
+    """(lo, hi, paused), hi / lo ≤ 1 + T_RESOLUTION: every LP gives `floor` at hi, not all below lo
+    (given: not at lo); inf, inf where they give it at no T below 1,000 s. Past `cpu`'s deadline it
+    stops with the lo it has (paused: still not reached there, so still a bound)."""
     reaches = lambda t: all(lp.most(t) >= floor * (1 - 1e-9) for lp in lps)  # noqa: E731
+    past = lambda: cpu is not None and cpu.past()  # noqa: E731
     hi = lo
     while not reaches(hi):
         lo, hi = hi, hi * 2
         if hi > 1e3:  # no fleet of the relaxation gives the floor
-            return float("inf"), float("inf")
+            return float("inf"), float("inf"), False
+        if past():
+            return lo, float("inf"), True
     while hi / lo > 1 + T_RESOLUTION:
+        if past():
+            return lo, hi, True
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
-    return lo, hi
+    return lo, hi, False
 
 
-def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor: float, ceiling: int) -> float:
+def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor: float, ceiling: int, cpu: CpuBudget | None = None) -> float:
     """Seconds: no fleet giving `floor` output tok/s has every pipeline's TPOT below this.
 
     A pipeline at B sequences runs k ≥ m micro-steps of s = B/k seats per pass (simulate.Round.of);
@@ -367,6 +378,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     Args:
         floor: output tok/s the fleet gives (0: the least TPOT of one pipeline, `tpot_bound`).
         ceiling: the most sequences a pipeline runs (batches.batch_ceiling).
+        cpu: the planner's CPU budget: OutOfTime where its deadline passes before the LPs are
+            built; past it during the bisection, the largest T found not to give the floor.
     """
     least = tpot_bound(tables, kinds, cluster)
     if tables.wl.spec_tokens:
@@ -377,6 +390,8 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
     seats, blocks = [], []
     ranges = _Ranges.of(tables)
     for lo, hi in _seat_intervals(tables.wl, ceiling):
+        if cpu is not None:
+            cpu.check()
         r, times = _times(tables, kinds, ranges, lo, hi)
         got = _seats(r, times, ranges, lo, hi)
         if not got.holds:
@@ -384,8 +399,10 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         seats.append(got)
         if lo > 1:  # whole pipelines need k ≥ n micro-steps: s > 1 (latency_columns)
             blocks.append(Block.of(got.least, hi * got.share))
-    pipelines, stages = _FloorLP(seats[:1], blocks, kinds, cluster, u), _FloorLP(seats, [], kinds, cluster, u)
-    lo, _ = _threshold([pipelines], floor, least)  # the tighter on the clusters measured; where the
-    if stages.most(lo) < floor * (1 - 1e-9):  # stage flows' alone is larger, it is the bound
-        lo, _ = _threshold([pipelines, stages], floor, lo)
+    pipelines, stages = _FloorLP(seats[:1], blocks, kinds, cluster, u, cpu), _FloorLP(seats, [], kinds, cluster, u, cpu)
+    lo, _, paused = _threshold([pipelines], floor, least, cpu)  # the tighter on the clusters measured; where the
+    if not paused and stages.most(lo) < floor * (1 - 1e-9):  # stage flows' alone is larger, it is the bound
+        lo, _, paused = _threshold([pipelines, stages], floor, lo, cpu)
+    if paused and cpu is not None:
+        cpu.stop(OBJECTIVE_BOUND)
     return max(least, lo)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from ortools.linear_solver import pywraplp
 
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes, octaves
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
@@ -52,11 +53,14 @@ def _hull(cap: np.ndarray, cover: np.ndarray) -> list[int]:
     return sorted({j for _, _, j in lower + upper if j >= 0})
 
 
-def whole_devices_bound(tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float], ceiling: int, floor: float) -> float:
+def whole_devices_bound(
+    tables: Tables, kinds: list[Kind], max_stages: int, price: dict[tuple[str, str], float], ceiling: int, floor: float, cpu: CpuBudget | None = None
+) -> float:
     """Lower bound on (USD/h of any plan giving at least `floor` tok/s) / floor (module
     docstring): y/cap is at most the groups a real plan's stages take (a stage carries at most
     cap; a point inside the hull is a convex mix of vertices, Σλ ≤ 1); inf where no plan in the
-    relaxation reaches the floor."""
+    relaxation reaches the floor. With `cpu`, OutOfTime past its deadline while the MIP is built,
+    and the MIP's proven bound at the CPU left where that is less than MIP_SECONDS."""
     u = len(tables.units)
     solver = pywraplp.Solver.CreateSolver("SCIP")
     y: dict[tuple, pywraplp.Variable] = {}
@@ -66,6 +70,8 @@ def whole_devices_bound(tables: Tables, kinds: list[Kind], max_stages: int, pric
     for gi, g in enumerate(kinds):
         batches = [(b, top) for b, top in octaves(ceiling) if tables.fits(g, b).any()]
         for n in range(1, max_stages + 1):
+            if cpu is not None:
+                cpu.check()
             cap = np.zeros(u + 1)
             for b, top in (run for lo, hi in batches for run in regimes.runs(n, lo, hi)):
                 # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
@@ -105,7 +111,8 @@ def whole_devices_bound(tables: Tables, kinds: list[Kind], max_stages: int, pric
     for gi, terms in groups.items():
         solver.Add(floor * sum(terms) <= kinds[gi].groups)
     solver.Minimize(sum(price[t] * z for t, z in bought.items()) * (1 / floor))
-    solver.SetTimeLimit(int(MIP_SECONDS * 1e3))
+    seconds = MIP_SECONDS if cpu is None else min(MIP_SECONDS, cpu.wall_left())  # SCIP stops on wall time (budget.wall_left)
+    solver.SetTimeLimit(int(seconds * 1e3))
     status = solver.Solve()
     if status == pywraplp.Solver.INFEASIBLE:
         return float("inf")

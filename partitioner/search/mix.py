@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from hetc.cluster import TP_SIZES, Cluster
+from hetc.errors import BadInput
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.simulate import StagePlan
 from hetc.partitioner.estimate.split import Found
 from hetc.partitioner.estimate.tables import type_key
@@ -106,6 +108,11 @@ class _Model:
     spend: list[tuple[float, float]]
 
 
+def runs_alone(o: Option, cluster: Cluster, caps: Caps) -> bool:
+    """At least one replica of `o` fits the cluster's devices and the caps."""
+    return _most(o, slot_use(usage(o.template)), slots_of(cluster), cluster, caps) >= 1
+
+
 def _most(o: Option, use: Counter, slots: Counter, cluster: Cluster, caps: Caps) -> int:
     """Replicas of one option that the nodes and the caps hold on their own."""
     return int(min(min(slots[k] // c for k, c in use.items()), caps.most_replicas(o.found.stages, cluster)))
@@ -128,11 +135,35 @@ def _model(opts: list[Option], cluster: Cluster, caps: Caps) -> _Model:
     return _Model(m, r, most, spend)
 
 
-def _solve(model: cp_model.CpModel, r: list, time_limit: float) -> dict[int, int]:
+LAST_RESORT = 0.2  # CP-SAT's deterministic time where the CPU limit left it none to find a fleet
+
+
+def _solve(model: cp_model.CpModel, r: list, time_limit: float, cpu: CpuBudget | None = None) -> dict[int, int]:
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1  # deterministic
     s.parameters.max_deterministic_time = time_limit  # work, not seconds: the same plan on any machine
-    if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if cpu is not None:  # and the CPU left: one worker spends at most a CPU second per wall second, so wall = CPU left holds it
+        s.parameters.max_time_in_seconds = cpu.seconds_for_cpsat(workers=1)
+    status = s.Solve(model)
+    timed_out = cpu is not None and status != cp_model.OPTIMAL and s.WallTime() >= s.parameters.max_time_in_seconds * 0.99
+    if timed_out:
+        cpu.stop("cp-sat")  # type: ignore[union-attr]  # timed_out implies a budget
+        got = {j: s.Value(x) for j, x in enumerate(r) if s.Value(x)} if status == cp_model.FEASIBLE else {}
+        if got:
+            return got
+        # the wall time ran out before CP-SAT took even its warm start (a loaded host): a little
+        # deterministic time, past the limit, rather than no fleet
+        s = cp_model.CpSolver()
+        s.parameters.num_workers = 1
+        s.parameters.max_deterministic_time = min(time_limit, LAST_RESORT)
+        status = s.Solve(model)
+        if status == cp_model.UNKNOWN:
+            raise BadInput(
+                "CP-SAT found no fleet before --time-limit's CPU seconds ran out (the bound and the templates took them).",
+                field="--time-limit",
+                fix="give a longer --time-limit.",
+            )
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return {}
     return {j: s.Value(x) for j, x in enumerate(r) if s.Value(x)}
 
@@ -142,7 +173,9 @@ def _rate(o: Option, down: bool = False) -> int:
     return math.floor(x) if down else round(x)
 
 
-def choose_replicas(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps()) -> dict[int, int]:
+def choose_replicas(
+    opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps(), cpu: CpuBudget | None = None
+) -> dict[int, int]:
     """Replicas per option maximising tok/s within the nodes and caps, at least `min_tok_s`
     (decode pools produce no more than the prefill pools feed); {} if none is found."""
     mm = _model(opts, cluster, caps)
@@ -162,7 +195,7 @@ def choose_replicas(opts: list[Option], cluster: Cluster, min_tok_s: float, time
     best = max(range(len(opts)), key=lambda j: gain[j] * most[j])
     for j, x in enumerate(r):  # warm start: the best option replicated as far as it goes
         m.AddHint(x, most[j] if j == best and gain[j] else 0)
-    return _solve(m, r, time_limit)
+    return _solve(m, r, time_limit, cpu)
 
 
 def _undominated(opts: list[Option], key: Callable[[Option], tuple]) -> list[Option]:
@@ -182,7 +215,7 @@ def _undominated(opts: list[Option], key: Callable[[Option], tuple]) -> list[Opt
     return out
 
 
-def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps) -> dict[int, int]:
+def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps, cpu: CpuBudget | None) -> dict[int, int]:
     """Latency: the least T* whose options (TPOT ≤ T*) meet the floor, then their most tok/s."""
     order = sorted(range(len(opts)), key=lambda j: opts[j].found.estimate.tpot_s)
     tpots = sorted({opts[j].found.estimate.tpot_s for j in order})
@@ -202,7 +235,7 @@ def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit:
             return False  # every option there at its most replicas is short: no CP-SAT needed
         if any(math.floor(opts[j].found.estimate.output_tok_s * SCALE) * most[j] >= math.ceil(min_tok_s * SCALE) for j in js):
             return True  # one option replicated meets it
-        return bool(choose_replicas([opts[j] for j in js], cluster, min_tok_s, time_limit / calls, caps))
+        return bool(choose_replicas([opts[j] for j in js], cluster, min_tok_s, time_limit / calls, caps, cpu))
 
     lo, hi = 0, len(tpots) - 1
     if not feasible(tpots[hi]):
@@ -211,11 +244,11 @@ def _fastest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if feasible(tpots[mid]) else (mid + 1, hi)
     js = within(tpots[lo])
-    got = choose_replicas([opts[j] for j in js], cluster, min_tok_s, time_limit / calls, caps)
+    got = choose_replicas([opts[j] for j in js], cluster, min_tok_s, time_limit / calls, caps, cpu)
     return {js[i]: k for i, k in got.items()}
 
 
-def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps, of: int) -> dict[int, int]:
+def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps, of: int, cpu: CpuBudget | None) -> dict[int, int]:
     """Cost (of=1: USD/h) or energy (of=0: watts) with a floor: the least spend meeting it, then
     the most tok/s at that spend."""
     mm = _model(opts, cluster, caps)
@@ -225,7 +258,7 @@ def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit
     m.Add(sum(t * x for t, x in zip(rate, r)) >= math.ceil(min_tok_s * SCALE))
     total = sum(c * x for c, x in zip(spend, r))
     m.Minimize(total)
-    first = _solve(m, r, time_limit / 2)
+    first = _solve(m, r, time_limit / 2, cpu)
     if not first:
         return {}
     m.Add(total <= sum(spend[j] * k for j, k in first.items()))
@@ -234,16 +267,19 @@ def _cheapest(opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit
     for j, x in enumerate(r):
         m.AddHint(x, first.get(j, 0))
     m.Maximize(sum(t * x for t, x in zip(rate, r)))
-    return _solve(m, r, time_limit / 2) or first
+    return _solve(m, r, time_limit / 2, cpu) or first
 
 
-def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps()) -> list[tuple[Option, int]]:
+def choose(
+    objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s: float, time_limit: float, caps: Caps = Caps(), cpu: CpuBudget | None = None
+) -> list[tuple[Option, int]]:
     """The replicas of each option that are best for `objective` (module docstring); [] if no
     fleet meets the floor within the nodes and caps.
 
     Args:
         opts: every option evaluated (templates × batches), all within the SLOs.
         time_limit: CP-SAT's deterministic time, all its solves together.
+        cpu: the planner's CPU budget: each solve also stops at its deadline.
     """
     if objective == Objective.THROUGHPUT:
         best: dict[str, Option] = {}  # one batch per template: the fastest
@@ -252,11 +288,11 @@ def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s
             if cur is None or o.found.estimate.output_tok_s > cur.found.estimate.output_tok_s:
                 best[o.template.label] = o
         pool = list(best.values())
-        got = choose_replicas(pool, cluster, min_tok_s, time_limit, caps)
+        got = choose_replicas(pool, cluster, min_tok_s, time_limit, caps, cpu)
         return [(pool[j], k) for j, k in sorted(got.items())]
     if objective == Objective.LATENCY:
         pool = _undominated(opts, lambda o: (o.found.estimate.tpot_s, -o.found.estimate.output_tok_s, *caps.spend(o.found.stages, cluster)))
-        got = _fastest(pool, cluster, min_tok_s, time_limit, caps)
+        got = _fastest(pool, cluster, min_tok_s, time_limit, caps, cpu)
         return [(pool[j], k) for j, k in sorted(got.items())]
     of = 0 if objective == Objective.ENERGY else 1
     if not min_tok_s:  # Σc/Σt ≥ min c/t: one pipeline of the best ratio, if the caps let one run
@@ -265,5 +301,5 @@ def choose(objective: Objective, opts: list[Option], cluster: Cluster, min_tok_s
         one = min(fits, default=None, key=lambda o: (caps.spend(o.found.stages, cluster)[of] / o.found.estimate.output_tok_s, -o.found.estimate.output_tok_s))
         return [] if one is None else [(one, 1)]
     pool = _undominated(opts, lambda o: (-o.found.estimate.output_tok_s, *caps.spend(o.found.stages, cluster)))
-    got = _cheapest(pool, cluster, min_tok_s, time_limit, caps, of)
+    got = _cheapest(pool, cluster, min_tok_s, time_limit, caps, of, cpu)
     return [(pool[j], k) for j, k in sorted(got.items())]

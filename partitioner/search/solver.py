@@ -20,23 +20,24 @@ from __future__ import annotations
 import math
 import time
 from typing import Any, Literal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from hetc.cluster import TP_SIZES, Cluster, Node
 from hetc.errors import Infeasible
 from hetc.partitioner.estimate.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bounds.bound import cost_bound
-from hetc.partitioner.bounds.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, Demand, cell_bound
+from hetc.partitioner.bounds.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, CellBound, Demand, cell_bound_rounds
 from hetc.partitioner.bounds.colgen import METHOD as COLUMNS
-from hetc.partitioner.bounds.colgen import ColumnBound, column_bound
+from hetc.partitioner.bounds.colgen import ColumnBound, column_bound_rounds
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.envelope import falling_curves
 from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.estimate.split import Found, batch_options, slo_filter, split_chain
 from hetc.partitioner.estimate.tables import Tables, devices_per_type, kinds_of, type_key
-from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose
+from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose, runs_alone
 from hetc.partitioner.search.templates import Template, generate
 from hetc.partitioner.capture.units import Unit
 from hetc.quantity import Kind, format_quantity
@@ -80,6 +81,7 @@ class Solution:
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
     least_spend: float = 0.0  # cost / energy with a floor: the cell bound's (colgen's) least USD/h (W) of any plan giving it
+    tables: Tables | None = None  # the unit costs the search computed (the planner's objective bound reuses them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,11 @@ def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> 
 # per unit of the model and per 20 stages (measured: ~0.7 ms for 163 units and 6 stages)
 EVALUATION_WORK = 100.0
 COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work counted); templates get a sixth
+# --time-limit in CPU seconds (partitioner/budget.py): the shares each phase's deadline leaves to those after it
+SEARCH_RESERVE = 0.25  # what the bound's first rounds leave: templates, CP-SAT, re-estimation
+SEARCH_LEAST = 0.1  # the search's CPU even where the bound's last pass (not interruptible) ran into its reserve
+TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's baselines and plan
+BOUND, SEARCH = "bound", "search"  # plan.json solver.time: where the CPU went
 
 
 def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Cluster, wl: Workload) -> tuple[list[Candidate], list[str]]:
@@ -167,6 +174,8 @@ def solve(
     caps: Caps = NO_CAPS,
     max_num_seqs: int | None = None,
     progress: Callable[[str], None] | None = None,
+    cpu: CpuBudget | None = None,
+    reserve: float = TAIL_RESERVE,
 ) -> Solution:
     """Search placements and return the best for `objective`.
 
@@ -176,18 +185,25 @@ def solve(
             only) or "auto" (both kinds, whichever predicts better; throughput objective only).
         caps: power (W) and price (USD/h) the chosen pipelines may use together.
         max_num_seqs: the most sequences in flight per pipeline (default: what memory admits).
-        time_limit: roughly the seconds to spend: half as the cell bound's refinement budget
-            (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS count vectors), a
-            sixth for evaluating templates, a third as CP-SAT's deterministic time (all counted
-            in work, so plans don't depend on the machine's load; the cell bound's first pass is
-            not budgeted). Latency with a floor: another sixth for every batch below the fleet's
-            TPOT, and CP-SAT again for each of up to FILL_ROUNDS rounds (_fill_batches).
+        time_limit: roughly the seconds to spend, as deterministic work: half as the cell bound's
+            refinement budget (COLUMN_SHARE as column generation's pricing budget, past MAX_CELLS
+            count vectors), a sixth for evaluating templates, a third as CP-SAT's deterministic time
+            (so plans don't depend on the machine's load; the cell bound's first pass is not
+            budgeted). Latency with a floor: another sixth for every batch below the fleet's TPOT,
+            and CP-SAT again for each of up to FILL_ROUNDS rounds (_fill_batches).
+        cpu: the same limit in process CPU seconds, which every phase also stops at (default: a
+            budget of `time_limit` from now): the bound's rounds until SEARCH_RESERVE of it is
+            left, the search until TAIL_RESERVE is, the bound again with the rest if the deadline
+            paused it. Where no deadline is reached first the plan is the work budgets' alone.
+        reserve: the share of the CPU limit left after the solver (the planner's baselines, plan
+            and objective bound: TAIL_RESERVE, or more where the objective has a bound of its own).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
         BadInput: a device's profile names no peak for the weights' dtype.
     """
     cluster.require_flops(wl.dtype)
+    cpu = cpu or CpuBudget(time_limit)
     t0, cpu0 = time.perf_counter(), time.process_time()
     kinds = kinds_of(cluster, TP_SIZES if tp == "auto" else (1,))
     tables = Tables(units, wl)
@@ -199,21 +215,41 @@ def solve(
     # cost / energy with a floor: the cheapest devices giving it (cell_bound.Demand), or the cheapest pipelines (colgen)
     spends = {Objective.COST: cluster.price, Objective.ENERGY: lambda p: p.power}
     demand = Demand({type_key(n): spends[objective](n.profile) for n in cluster.nodes}, min_tok_s) if objective in spends and min_tok_s else None
+    # the bound's rounds first (their pipelines seed the templates), until the work budget or the
+    # deadline that leaves the search its reserve; the search; then, if the deadline paused the
+    # bound, its rounds again with what is left (a good plan early, the proof after)
     if few:
-        bound = cell_bound(
-            tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress
+        rounds = cell_bound_rounds(
+            tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress, cpu=cpu
         )
     else:
-        bound = column_bound(
-            tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND, demand=demand, progress=progress
+        rounds = column_bound_rounds(
+            tables,
+            kinds,
+            cluster,
+            max_stages,
+            ceiling,
+            phases=phases,
+            budget=time_limit * COLUMN_SHARE * WORK_PER_SECOND,
+            demand=demand,
+            progress=progress,
+            cpu=cpu,
         )
+    cpu.deadline(1.0 - reserve - SEARCH_RESERVE)
+    with cpu.phase(BOUND):
+        first, paused = _rounds(rounds)
+    if paused:
+        cpu.stop(BOUND)
+    assert first is not None  # the first round always yields
+    bound = first
     bound_value, method = bound.value, METHOD if few else COLUMNS
     if caps.watts or caps.usd_h:  # tok/s ≤ cap / (the least W or USD/h any plan spends per tok/s)
         per_tok = {"watts": lambda n: n.profile.power, "usd_h": lambda n: cluster.price(n.profile)}
         for name, of in per_tok.items():
             cap = getattr(caps, name)
             if cap:
-                least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes}, ceiling)
+                with cpu.phase(BOUND):
+                    least = cost_bound(tables, kinds, max_stages, {type_key(n): of(n) for n in cluster.nodes}, ceiling)
                 bound_value = min(bound_value, cap / least if least > 0 else float("inf"))
         method += f"; capped at the caps over the least {'/'.join(k for k in per_tok if getattr(caps, k))} per tok/s"
     notes: list[str] = []
@@ -231,12 +267,20 @@ def solve(
 
     within_slos = slo_filter(ttft_slo_s, tpot_slo_s)
 
+    cpu.deadline(1.0 - reserve)
+    search_from = cpu.clock()
+    if cpu.left() < SEARCH_LEAST * cpu.limit:  # the bound's pass ran into the search's reserve: the plan comes first
+        cpu.until = search_from + SEARCH_LEAST * cpu.limit
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
-        if work >= budget and opts:  # work, not seconds: the same templates on any machine; never none
+        # work, not seconds: the same templates on any machine; within the CPU limit too; never
+        # before the options can serve alone (a pipeline doing both phases, or both pools, that fits)
+        if (work >= budget or cpu.past()) and _servable(opts, cluster, caps):
+            if work < budget:
+                cpu.stop("templates")
             notes.append(
                 f"the last {len(templates) - i} of {len(templates)} templates (the widest mixes of device types) "
-                "were not evaluated within --time-limit; a longer limit tries them"
+                f"were not evaluated within --time-limit ({'its CPU seconds' if work < budget else 'its work'}); a longer limit tries them"
             )
             break
         if progress:
@@ -257,9 +301,9 @@ def solve(
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     if progress:
         progress(f"CP-SAT over {len(opts)} options ({len(templates)} templates × batches)")
-    picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
+    picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu)
     if objective == Objective.LATENCY and min_tok_s and picks:
-        picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s, time_limit, caps)
+        picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s, time_limit, caps, cpu)
     if not picks:
         if caps.watts or caps.usd_h:
             raise Infeasible(_over_caps(opts, cluster, caps))
@@ -270,12 +314,20 @@ def solve(
     if objective == Objective.THROUGHPUT and kv and Phase.BOTH in phases:
         # CP-SAT values pools before their KV links cap them: a mix without pools may do better
         both = [o for o in opts if o.template.phase == Phase.BOTH]
-        alt = choose(objective, both, cluster, min_tok_s, max(0.1, time_limit / 3), caps) if both else []
+        alt = choose(objective, both, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu) if both else []
         if alt:
             alt_cands, alt_more = _allocate(alt, units, cluster, wl)
             if _tok_s(alt_cands) > tok_s:
                 cands, more, kv, tok_s = alt_cands, alt_more, [], _tok_s(alt_cands)
     notes += more
+    cpu.charge(SEARCH, search_from)
+    if paused:
+        with cpu.phase(BOUND):
+            more_bound, _ = _rounds(rounds)
+        if more_bound is not None and more_bound.value < bound.value:
+            notes.append(f"the bound went on after the search, within --time-limit's CPU seconds: {bound.value:,.0f} → {more_bound.value:,.0f} tok/s")
+            bound_value = min(bound_value, more_bound.value)
+            bound = replace(bound, value=more_bound.value, least_spend=max(bound.least_spend, more_bound.least_spend))
     gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(
@@ -291,7 +343,25 @@ def solve(
         batch_ceiling=ceiling,
         cpu_seconds=time.process_time() - cpu0,
         least_spend=bound.least_spend,
+        tables=tables,
     )
+
+
+def _servable(opts: list[Option], cluster: Cluster, caps: Caps) -> bool:
+    """The options hold a pipeline that prefills and decodes, or a prefill and a decode pool, that
+    the cluster's devices and the caps can run."""
+    phases = {o.template.phase for o in opts if runs_alone(o, cluster, caps)}
+    return Phase.BOTH in phases or {Phase.PREFILL, Phase.DECODE} <= phases
+
+
+def _rounds(rounds: Iterator[tuple[Callable[[], CellBound], bool]]) -> tuple[CellBound | None, bool]:
+    """The bound's rounds until they end (False) or pause at the CPU deadline (True): the bound so
+    far (None: they had ended already)."""
+    last = None
+    for last, pause in rounds:
+        if pause:
+            return last(), True
+    return (last() if last is not None else None), False
 
 
 FILL_ROUNDS = 3  # latency with a floor: rounds of every batch below the fleet's TPOT, then CP-SAT again
@@ -309,6 +379,7 @@ def _fill_batches(
     min_tok_s: float,
     time_limit: float,
     caps: Caps,
+    cpu: CpuBudget,
 ) -> list[tuple[Option, int]]:
     """Latency with a floor: the search tried a few batches per template (batches.search), but the
     fleet's TPOT is set by the batch at which each pipeline reaches it. Each round tries every
@@ -323,7 +394,9 @@ def _fill_batches(
             if t.phase != Phase.BOTH:
                 continue
             for b in range(1, ceiling + 1):
-                if work >= budget:
+                if work >= budget or cpu.past():
+                    if work < budget:
+                        cpu.stop("fill")
                     break
                 if (t.label, b) not in seen:
                     work += EVALUATION_WORK * (len(units) + 20 * len(t.chain))
@@ -338,7 +411,7 @@ def _fill_batches(
                     break
         if not added:
             break
-        again = choose(Objective.LATENCY, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps)
+        again = choose(Objective.LATENCY, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu)
         if not again or max(o.found.estimate.tpot_s for o, _ in again) >= tpot:
             break
         picks = again

@@ -13,15 +13,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PART = ROOT / "partitioner"
 
 # the rooms each room may import besides itself: capture → cost_models → estimate → bounds → search → planner,
-# with profiling beside the chain (capture and cost_models only)
+# with profiling beside the chain (capture and cost_models only), and the CPU budget (budget.py) below the
+# bounds, the search and the planner that spend it
 MAY_IMPORT = {
+    "budget": set(),
     "capture": set(),
     "cost_models": {"capture"},
     "profiling": {"capture", "cost_models"},
     "estimate": {"capture", "cost_models"},
-    "bounds": {"capture", "cost_models", "estimate"},
-    "search": {"capture", "cost_models", "estimate", "bounds"},
-    "planner": {"capture", "cost_models", "estimate", "bounds", "search"},
+    "bounds": {"capture", "cost_models", "estimate", "budget"},
+    "search": {"capture", "cost_models", "estimate", "bounds", "budget"},
+    "planner": {"capture", "cost_models", "estimate", "bounds", "search", "budget"},
 }
 
 
