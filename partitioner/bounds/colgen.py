@@ -272,11 +272,11 @@ def column_bound_rounds(
         ahead = AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1]))
         final = work + ahead >= budget
         # the CPU deadline: a full pass now where another would not fit (its CPU: the last full pass's, or
-        # before any, this pass's work at the CPU per work seen so far, which the first pass's setup
-        # raises: not AHEAD times it, as a full pass with early duals is a loose bound; ending a
-        # little past the deadline costs the search's share, which SEARCH_LEAST keeps)
+        # before any, AHEAD times this pass's work at the CPU per work seen so far). Started later (at the
+        # raw estimate, a tighter bound) the first pass ran past its deadline on a loaded host and left the
+        # search 3.6 s of 30 (70b-types6-48-latency-4k: plan/bound 0.435): the search's time comes first
         per_work = (clock() - cpu0) / work if work else 0.0
-        due = cpu is not None and cpu.left() <= max(AHEAD * pass_cpu, ahead / AHEAD * per_work)
+        due = cpu is not None and cpu.left() <= max(AHEAD * pass_cpu, ahead * per_work)
         final_or_due = final or due
         smooth = center is not None and not missed
         if smooth:
