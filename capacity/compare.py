@@ -124,6 +124,7 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
                 input_len=req.input_len,
                 output_len=req.output_len,
                 time_limit=req.time_limit,
+                engine=req.engine,
                 prefix_len=req.load.prefix_len or 0,
                 prefix_groups=req.load.prefix_groups or 1,
             ),
@@ -142,7 +143,7 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     for name, plan in plans.items():
         if progress:
             progress(f"simulating {name}")
-        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name, window=window)
+        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name, window=window, engine=req.engine)
         rows.append(_row(name, plan, ev))
         evals.append(ev)
     return Comparison(plans, rows, evals, evals[0].load)

@@ -53,7 +53,7 @@ __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
     """Run the whole planning flow for a request (speculating: `with_speculation` after the plan without)."""
     t0 = time.perf_counter()
-    cluster = load_cluster(req.profiles)
+    cluster = load_cluster(req.profiles, engine=req.engine)
     cluster.require_flops(req.dtype)  # before the capture: the profile's figures, then the model
     acceptance = req.spec.alpha() if req.spec.on else None  # a bad metrics file before any capture
     if progress:
