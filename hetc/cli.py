@@ -298,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     _slo_args(ev)
     ev.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
     ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
-    ev.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP.replace("the cluster file's `engine`, else hetc (what `hetc serve` runs)", "the engine the plan names"))
+    ev.add_argument(
+        "--engine", metavar="ENGINE", help=ENGINE_HELP.replace("the cluster file's `engine`, else hetc (what `hetc serve` runs)", "the engine the plan names")
+    )
 
     sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side under one load (simulated)")
     sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL", help="plans to compare; with --profiles, the one MODEL to plan on each cluster")

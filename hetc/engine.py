@@ -52,7 +52,13 @@ class EngineName(StrEnum):
 # The engine each backend's figures assumed before the engine was an input (plan.json files written
 # then carry no `engine`): the catalog's GPU profiles describe vLLM; cpu and openvino profiles are
 # measured by `hetc profile` on hetc's own executor.
-ASSUMED_BEFORE: dict[str, EngineName] = {"cuda": EngineName.VLLM, "rocm": EngineName.VLLM, "gaudi": EngineName.VLLM, "openvino": EngineName.HETC, "cpu": EngineName.HETC}
+ASSUMED_BEFORE: dict[str, EngineName] = {
+    "cuda": EngineName.VLLM,
+    "rocm": EngineName.VLLM,
+    "gaudi": EngineName.VLLM,
+    "openvino": EngineName.HETC,
+    "cpu": EngineName.HETC,
+}
 
 
 class _Strict(BaseModel):
@@ -171,7 +177,9 @@ def apply_engine(profile: Any, fig: EngineFigures) -> Any:
         update["step_overhead"] = fig.step_overhead
     if fig.matmul != 1.0:
         e = profile.efficiency
-        update["efficiency"] = e.model_copy(update={"matmul": e.matmul * fig.matmul, "matmul_by_dtype": {d: v * fig.matmul for d, v in e.matmul_by_dtype.items()}})
+        update["efficiency"] = e.model_copy(
+            update={"matmul": e.matmul * fig.matmul, "matmul_by_dtype": {d: v * fig.matmul for d, v in e.matmul_by_dtype.items()}}
+        )
     c = profile.efficiency_curves
     if c is not None and (fig.matmul != 1.0 or fig.attention != 1.0):
         update["efficiency_curves"] = c.model_copy(

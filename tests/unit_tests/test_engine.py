@@ -79,7 +79,8 @@ def test_hetc_on_cuda_predicts_the_served_h200_step():
 def test_cluster_field_per_node_and_flag(tmp_path):
     p = write(
         tmp_path,
-        "engine: sglang\nnodes:\n  - {name: a, device: h100-sxm, count: 1}\n  - {name: b, device: h100-sxm, count: 1, engine: trtllm}\nnetwork: {default: roce-400g}\n",
+        "engine: sglang\nnodes:\n  - {name: a, device: h100-sxm, count: 1}\n"
+        "  - {name: b, device: h100-sxm, count: 1, engine: trtllm}\nnetwork: {default: roce-400g}\n",
     )
     c = load_cluster(p)
     assert [str(n.engine) for n in c.nodes] == ["sglang", "trtllm"] and c.engines == "a: sglang, b: trtllm"
