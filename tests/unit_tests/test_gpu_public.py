@@ -32,6 +32,8 @@ def test_case_matches_its_cluster_and_catalog(case):
     assert case.dtype in ("bf16", "fp16", "fp8") and case.isl > 0 and case.osl > 0 and case.public > 0
     assert case.batch is None or case.batch > 0
     assert case.source in gpu_public.SOURCES and case.vendor in ("nvidia", "amd", "intel")
+    assert case.named_engine in gpu_public.HETC_ENGINE  # every figure is predicted with the engine it names (or its stated stand-in)
+    assert load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine).engines == case.engine
 
 
 def test_frozen_commit_is_a_full_hash():
@@ -51,7 +53,7 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     case = next(c for c in gpu_public.CASES if c.name == name)
     parts, batch, tok_s = breakdown.breakdown(case)
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     st = parse_placement(case.placement, cl, m.num_layers)[0].stages[0]
     node = next(n for n in cl.nodes if n.name == st.node)
     est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
