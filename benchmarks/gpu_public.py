@@ -20,7 +20,7 @@ since. Nothing in the cost model is fitted to these figures and there are no per
 Every figure is predicted with the engine its source names (`--engine`, hetc/engine.py; SOURCE_ENGINE,
 HETC_ENGINE: vLLM's figures stand in for optimum-habana, TGI-Gaudi and LLMBoost).
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan]
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit]
 """
 
 from __future__ import annotations
@@ -746,8 +746,9 @@ def frozen_state() -> str:
     return "unchanged" if moved == 0 else "CHANGED since the freeze"
 
 
-def plan(case: Case, *extra: str) -> dict:
-    """`hetc plan` of the case's cluster and workload (with `extra` flags), as plan.json."""
+def plan(case: Case, *extra: str, release: str | None = None) -> dict:
+    """`hetc plan` of the case's cluster and workload (with `extra` flags) under the case's engine (at
+    `release` of it: `fit`, the figures fitted by engine_calibration.py), as plan.json."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run(
             [
@@ -765,7 +766,7 @@ def plan(case: Case, *extra: str) -> dict:
                 "--output-len",
                 str(case.osl),
                 "--engine",
-                case.engine,
+                f"{case.engine}@{release}" if release else case.engine,
                 *(["--kv-dtype", case.kv_dtype] if case.kv_dtype else []),
                 "-o",
                 f.name,
@@ -796,8 +797,8 @@ def run_batch(case: Case) -> int:
     return max_batch(m.units, stages, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), limit=case.batch or 4096)
 
 
-def at_public_config(case: Case) -> dict:
-    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)))
+def at_public_config(case: Case, release: str | None = None) -> dict:
+    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)), release=release)
 
 
 def shape(p: dict) -> str:
@@ -823,8 +824,10 @@ def main() -> None:
     ap.add_argument("--only", help="one case by name")
     ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
+    ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
     a = ap.parse_args()
-    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
+    release = "fit" if a.fit else None
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else "") + "\n")
     cols = (
         "case",
         "vendor",
@@ -846,11 +849,11 @@ def main() -> None:
     for c in CASES:
         if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
-        cfg = at_public_config(c)["predicted"]["output_tok_s"]
+        cfg = at_public_config(c, release)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
         mine, choice = "", ""
         if not a.no_plan:
-            p = plan(c)
+            p = plan(c, release=release)
             mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
         b = run_batch(c)

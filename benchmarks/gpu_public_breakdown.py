@@ -63,7 +63,7 @@ def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
                 extra = max(0.0, launches - device) if ex.launch == "async" else launches
                 out[f"{kind}: launches"] += n * extra
             if stage.tp > 1 and u.params:
-                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp, node.link, replayed)
+                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp, node.link, replayed) * ex.collective
         out[f"{kind}: step overhead"] += n * node.profile.step_overhead
     return dict(out), batch, batch / sum(out.values())
 

@@ -12,11 +12,13 @@ hardware_profiles/engines/NAME.yaml with a source for every figure:
   the profile's (the catalog's were measured or estimated for a torch-based engine, vLLM).
 - `matmul`, `attention`: the engine's GEMM and attention kernels relative to the profile's
   achievable efficiencies (1: the profile's figures as they are).
-- `collectives`: the engine's all-reduce path, in words (not applied: every engine's collective
-  time comes from the link model, docs/solver.md).
+- `collective`: the engine's tensor-parallel all-reduce time over the link model's (1: the link
+  model's; only a fitted release sets it); `collectives`: the engine's all-reduce path, in words.
 
 An engine may name releases (`releases: {"0.10": {rocm: {...}}}`) whose figures replace its base
-figures on a backend: `vllm@0.10`. The catalog profiles were written for vLLM (their `execution`
+figures on a backend: `vllm@0.10`. `ENGINE@fit` is the engine with its kernel figures fitted on
+public results under a declared split (hardware_profiles/engines/fit.yaml, written by
+benchmarks/engine_calibration.py, each figure with the training rows it came from). The catalog profiles were written for vLLM (their `execution`
 defaults and launch cost describe it), so `vllm` on cuda, rocm and gaudi changes nothing: plans
 made under it are the plans made before engines were an input.
 """
@@ -35,7 +37,19 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hetc.errors import BadInput
 from hetc.quantity import Kind, parse_quantity
 
-__all__ = ["EngineName", "Engine", "EngineFigures", "EngineSpec", "load_engine", "engine_figures", "default_engine", "ASSUMED_BEFORE", "ENGINE_DIR"]
+__all__ = [
+    "EngineName",
+    "Engine",
+    "EngineFigures",
+    "EngineSpec",
+    "load_engine",
+    "engine_figures",
+    "default_engine",
+    "ASSUMED_BEFORE",
+    "ENGINE_DIR",
+    "FIT",
+    "FIT_FILE",
+]
 
 ENGINE_DIR = resources.files("hetc.hardware_profiles") / "engines"
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_quantity(v, Kind.TIME)), Field(ge=0)]
@@ -73,6 +87,7 @@ class EngineFigures(_Strict):
     step_overhead: Seconds | None = None
     matmul: Scale = 1.0
     attention: Scale = 1.0
+    collective: Annotated[float, Field(gt=0, le=4)] = 1.0  # × the link model's tensor-parallel all-reduce time (Execution.collective)
     collectives: str = ""
     calibrated_on: list[str] = []  # the training rows a calibrated figure came from (benchmarks/engine_calibration.py)
     sources: list[str] = Field(min_length=1)
@@ -84,7 +99,8 @@ class EngineFigures(_Strict):
 
     @property
     def changes_nothing(self) -> bool:
-        return not self.execution and self.launch_overhead is None and self.step_overhead is None and self.matmul == 1.0 and self.attention == 1.0
+        untouched = self.launch_overhead is None and self.step_overhead is None
+        return not self.execution and untouched and self.matmul == self.attention == self.collective == 1.0
 
 
 class EngineSpec(_Strict):
@@ -125,12 +141,21 @@ class Engine:
         return cls(eng, release or None)
 
 
+FIT = "fit"  # the release name of the figures fitted on public results (FIT_FILE)
+FIT_FILE = ENGINE_DIR / "fit.yaml"  # written by benchmarks/engine_calibration.py: {engine: {backend: figures}}
+
+
 @cache
 def load_engine(name: EngineName) -> EngineSpec:
-    """The engine's figures (hardware_profiles/engines/NAME.yaml), read once per process."""
+    """The engine's figures (hardware_profiles/engines/NAME.yaml), read once per process, with the
+    figures fitted on public results for it (FIT_FILE) as its release `fit`."""
     path = ENGINE_DIR / f"{name.value}.yaml"
     try:
-        return EngineSpec.model_validate(yaml.safe_load(path.read_text()))
+        spec = EngineSpec.model_validate(yaml.safe_load(path.read_text()))
+        fitted = (yaml.safe_load(FIT_FILE.read_text()) or {}).get(name.value) if FIT_FILE.is_file() else None
+        if fitted:
+            spec = spec.model_copy(update={"releases": {**spec.releases, FIT: {b: EngineFigures.model_validate(f) for b, f in fitted.items()}}})
+        return spec
     except ValidationError as e:  # a repository file: its own test keeps it valid
         raise BadInput(f"engine file is invalid: {e}", file=str(path)) from None
 
@@ -170,7 +195,8 @@ def apply_engine(profile: Any, fig: EngineFigures) -> Any:
     change nothing, else a copy with the engine's execution, host overheads and kernel efficiencies."""
     if fig.changes_nothing:
         return profile
-    update: dict[str, Any] = {"execution": profile.execution.model_copy(update=_execution(fig.execution))}
+    keys = {**fig.execution, **({"collective": fig.collective} if fig.collective != 1.0 else {})}
+    update: dict[str, Any] = {"execution": profile.execution.model_copy(update=_execution(keys))}
     if fig.launch_overhead is not None:
         update["launch_overhead"] = fig.launch_overhead
     if fig.step_overhead is not None:

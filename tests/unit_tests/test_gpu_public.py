@@ -60,3 +60,25 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     assert est is not None and sum(parts.values()) == pytest.approx(est.round_s, rel=1e-9)
     assert tok_s == pytest.approx(est.output_tok_s, rel=1e-9)
     assert all(v >= 0 for v in parts.values()) and any(k.endswith("GEMMs") for k in parts)
+
+
+def test_fitted_engine_figures_come_from_training_rows_only():
+    """The engines' `fit` release (hardware_profiles/engines/fit.yaml) names the rows each figure was
+    fitted on: every one a figure of the declared training rounds, none a held one, all of its group."""
+    import yaml
+
+    from hetc.engine import FIT_FILE
+
+    spec = importlib.util.spec_from_file_location("engine_calibration", REPO / "benchmarks" / "engine_calibration.py")
+    calibration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibration)
+    cases = {c.name: c for c in gpu_public.CASES}
+    fitted = yaml.safe_load(FIT_FILE.read_text())
+    assert fitted
+    for engine, backends in fitted.items():
+        for backend, fig in backends.items():
+            rows = [cases[n] for n in fig["calibrated_on"]]
+            assert rows and all(c.round in calibration.TRAIN_ROUNDS and not c.held for c in rows)
+            assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
+            want = [c.name for c in gpu_public.CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
+            assert fig["calibrated_on"] == want  # every training row of the group, none left out
