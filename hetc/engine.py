@@ -32,9 +32,10 @@ from importlib import resources
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from hetc.errors import BadInput
+from hetc.execution import Execution
 from hetc.quantity import Kind, parse_quantity
 
 __all__ = [
@@ -91,6 +92,11 @@ class EngineFigures(_Strict):
     collectives: str = ""
     calibrated_on: list[str] = []  # the training rows a calibrated figure came from (benchmarks/engine_calibration.py)
     sources: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_execution(self) -> EngineFigures:
+        _execution(self.execution)  # unknown keys or values fail at load, naming the engine file
+        return self
 
     def over(self, base: EngineFigures) -> EngineFigures:
         """These (a release's) figures over `base` (the engine's): the keys this one sets win."""
@@ -219,6 +225,5 @@ def apply_engine(profile: Any, fig: EngineFigures) -> Any:
 
 
 def _execution(keys: dict[str, Any]) -> dict[str, Any]:
-    from hetc.execution import Execution  # noqa: PLC0415 — light; validates the engine's keys
-
+    """The execution keys an engine sets, parsed (units, literals) as the profile's own are."""
     return {k: getattr(Execution.model_validate(keys), k) for k in keys}
