@@ -17,7 +17,10 @@ The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHM
 any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
 since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan]
+Every figure is predicted with the engine its source names (`--engine`, hetc/engine.py; SOURCE_ENGINE,
+HETC_ENGINE: vLLM's figures stand in for optimum-habana, TGI-Gaudi and LLMBoost).
+
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit]
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ FROZEN_PATHS = (
     "partitioner/capture/units.py",
     "partitioner/capture/graph.py",
     "hetc/execution.py",
+    "hetc/engine.py",
     "hetc/efficiency.py",
     "hetc/scheduling.py",
 )
@@ -201,6 +205,21 @@ SOURCES = {
     "values), Mixtral 2 x 768 (Gaudi 2 = Gaudi 3), bf16 and DeepSpeed batch-1 rows (default prompt, input "
     "length not stated), Falcon-180B and phi-2 (not in the catalog)",
 }
+# The engine each source's figures were measured with, as the source names it (MLPerf rows: NVIDIA's
+# submissions run TensorRT-LLM, AMD's vLLM; a row's note overrides where it names another).
+SOURCE_ENGINE = {
+    **dict.fromkeys(("trt17", "trt10", "trt12"), "TensorRT-LLM"),
+    **dict.fromkeys(("oci", "rocm25", "rocm25b", "gaudi3vllm", "krai60"), "vLLM"),
+    **dict.fromkeys(("gaudi", "gaudi2b", "gaudi2c", "gaudi2d", "gaudi3", "gaudi3b", "gaudi3c", "gaudi120", "ohci"), "optimum-habana"),
+    "mlperf40": "TGI-Gaudi",
+}
+# hetc's engine (hetc/engine.py) whose figures a named engine is predicted with. optimum-habana,
+# TGI-Gaudi and MangoBoost's LLMBoost have no entry of their own: vLLM's figures stand in (on Gaudi the
+# profile's HPU graphs for every step, as run_generation --use_hpu_graphs and TGI-Gaudi's warm-up
+# record them; LLMBoost serves the same AMD MLPerf task as AMD's vLLM code), and the tables mark them.
+STAND_INS = ("optimum-habana", "TGI-Gaudi", "LLMBoost")
+HETC_ENGINE = {"TensorRT-LLM": "trtllm", "vLLM": "vllm", "SGLang": "sglang", **dict.fromkeys(STAND_INS, "vllm")}
+
 # MLPerf Llama-2-70B offline workload: dataset statistics, see MLPERF_LENGTHS
 MLPERF_ISL, MLPERF_OSL = 222, 294
 MLPERF_LENGTHS = (
@@ -232,6 +251,19 @@ class Case:
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
+
+    @property
+    def named_engine(self) -> str:
+        """The engine the source names for this figure (SOURCE_ENGINE, or the row's note)."""
+        for name in ("LLMBoost", "SGLang", "TensorRT-LLM", "vLLM"):
+            if name in self.note or (name == "TensorRT-LLM" and "TRT-LLM" in self.note):
+                return name
+        return SOURCE_ENGINE.get(self.source) or {"nvidia": "TensorRT-LLM", "amd": "vLLM"}[self.vendor]
+
+    @property
+    def engine(self) -> str:
+        """hetc's `--engine` for this figure (HETC_ENGINE: a stand-in where the named engine has no entry)."""
+        return HETC_ENGINE[self.named_engine]
 
     @property
     def held(self) -> bool:
@@ -714,8 +746,9 @@ def frozen_state() -> str:
     return "unchanged" if moved == 0 else "CHANGED since the freeze"
 
 
-def plan(case: Case, *extra: str) -> dict:
-    """`hetc plan` of the case's cluster and workload (with `extra` flags), as plan.json."""
+def plan(case: Case, *extra: str, release: str | None = None) -> dict:
+    """`hetc plan` of the case's cluster and workload (with `extra` flags) under the case's engine (at
+    `release` of it: `fit`, the figures fitted by engine_calibration.py), as plan.json."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run(
             [
@@ -732,6 +765,8 @@ def plan(case: Case, *extra: str) -> dict:
                 str(case.isl),
                 "--output-len",
                 str(case.osl),
+                "--engine",
+                f"{case.engine}@{release}" if release else case.engine,
                 *(["--kv-dtype", case.kv_dtype] if case.kv_dtype else []),
                 "-o",
                 f.name,
@@ -756,14 +791,14 @@ def run_batch(case: Case) -> int:
     from hetc.placement import parse_placement
 
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"))
+    cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     tp = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0].tp
     stages = [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, tp)]
     return max_batch(m.units, stages, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), limit=case.batch or 4096)
 
 
-def at_public_config(case: Case) -> dict:
-    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)))
+def at_public_config(case: Case, release: str | None = None) -> dict:
+    return plan(case, "--placement", case.placement, "--batch", str(run_batch(case)), release=release)
 
 
 def shape(p: dict) -> str:
@@ -789,28 +824,43 @@ def main() -> None:
     ap.add_argument("--only", help="one case by name")
     ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
+    ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
     a = ap.parse_args()
-    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}\n")
-    cols = ("case", "vendor", "public out tok/s", "public run", "hetc at public config", "−1", "hetc plan", "−1", "hetc plan's choice", "round", "source")
+    release = "fit" if a.fit else None
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else "") + "\n")
+    cols = (
+        "case",
+        "vendor",
+        "engine",
+        "public out tok/s",
+        "public run",
+        "hetc at public config",
+        "−1",
+        "hetc plan",
+        "−1",
+        "hetc plan's choice",
+        "round",
+        "source",
+    )
     print("| " + " | ".join(cols) + " |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|---|---|---|")
     at: list[tuple[Case, float]] = []
     own: list[tuple[Case, float]] = []
     for c in CASES:
         if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
-        cfg = at_public_config(c)["predicted"]["output_tok_s"]
+        cfg = at_public_config(c, release)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
         mine, choice = "", ""
         if not a.no_plan:
-            p = plan(c)
+            p = plan(c, release=release)
             mine, choice = f"{p['predicted']['output_tok_s']:,.0f} | {p['predicted']['output_tok_s'] / c.public - 1:+.0%}", shape(p)
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
         b = run_batch(c)
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + (f"; {c.note}" if c.note else "")
         mark = " (held)" if c.held else " (beside)" if c.round in HELD_ROUNDS else ""
         print(
-            f"| {c.name} | {c.vendor} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+            f"| {c.name} | {c.vendor} | {c.named_engine} → {c.engine} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
             f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |",
             flush=True,
         )
@@ -830,6 +880,9 @@ def main() -> None:
         print(f"- at the public configuration, {what}: {medians(errs)}")
         for v in ("nvidia", "amd", "intel"):
             print(f"  - {v}: {medians([(c, e) for c, e in errs if c.vendor == v])}")
+        for named in sorted({c.named_engine for c, _ in errs}):
+            stand_in = " (stand-in)" if named in STAND_INS else ""
+            print(f"  - engine {named} (--engine {HETC_ENGINE[named]}{stand_in}): {medians([(c, e) for c, e in errs if c.named_engine == named])}")
         if own:
             print(f"  - hetc plan's own choice vs the public figure: {medians([(c, e) for c, e in own if member(c)])}")
         worst = max(errs, key=lambda ce: abs(ce[1]))

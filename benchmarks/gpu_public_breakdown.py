@@ -35,7 +35,7 @@ def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
     """Seconds per round by component for one replica of `case` at its run batch, the batch, and
     the replica's output tok/s (batch / round)."""
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     stage = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0]
     node = next(n for n in cluster.nodes if n.name == stage.node)
     wl = Workload(case.isl, case.osl, case.dtype, m.kv_dtype)
@@ -63,7 +63,7 @@ def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
                 extra = max(0.0, launches - device) if ex.launch == "async" else launches
                 out[f"{kind}: launches"] += n * extra
             if stage.tp > 1 and u.params:
-                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp, node.link, replayed)
+                out[f"{kind}: TP all-reduce"] += n * allreduce_time(step.total_tokens * u.out_bytes_per_token, stage.tp, node.link, replayed) * ex.collective
         out[f"{kind}: step overhead"] += n * node.profile.step_overhead
     return dict(out), batch, batch / sum(out.values())
 
@@ -86,7 +86,7 @@ def main() -> None:
 
 def replicas(case: gpu_public.Case) -> int:
     """The run's replicas: every pipeline of its placement, each as many times as it is repeated."""
-    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     return sum(p.replicas for p in parse_placement(case.placement, cluster, 80))
 
 

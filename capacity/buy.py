@@ -87,7 +87,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
         Infeasible: the catalog's whole stock cannot meet the rate or the SLOs, or nothing fits the
             budget (the message says which).
     """
-    stock = catalog.cluster(catalog.everything(), name=f"{catalog.name}-stock")
+    stock = catalog.cluster(catalog.everything(), name=f"{catalog.name}-stock", engine=req.engine)
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
@@ -111,7 +111,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     for cand in sol.pipelines:
         for sp in cand.stages:
             counts[entry_of[sp.node.profile.name]] += sp.tp * cand.replicas
-    fleet = catalog.fleet_doc(dict(counts), name=f"{catalog.name}-fleet")
+    fleet = catalog.fleet_doc(dict(counts), name=f"{catalog.name}-fleet", engine=req.engine)
     profiles = {n.profile.name: n.profile for n in stock.nodes}
     usd_h = sum(stock.price(profiles[catalog.entries[i].profile]) * k for i, k in counts.items())
     if req.budget_usd_h:  # the solver's bound on output tok/s, capped by the budget

@@ -36,6 +36,7 @@ __all__ = ["Comparison", "Row", "compare", "plan_clusters", "load_plans", "write
 class Row:
     name: str
     cluster: str
+    engine: str  # the serving engine(s) the figures assume
     devices: int
     # simulated under the common load
     output_throughput: float
@@ -73,6 +74,7 @@ def _row(name: str, plan: Plan, ev: Evaluation) -> Row:
     return Row(
         name=name,
         cluster=plan.cluster.name or "?",
+        engine=ev.engine,
         devices=int(m["devices"] or 0),
         output_throughput=m["output_throughput"] or 0.0,
         tok_s_per_device=m["output_throughput_per_device"] or 0.0,
@@ -124,6 +126,7 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
                 input_len=req.input_len,
                 output_len=req.output_len,
                 time_limit=req.time_limit,
+                engine=req.engine,
                 prefix_len=req.load.prefix_len or 0,
                 prefix_groups=req.load.prefix_groups or 1,
             ),
@@ -142,7 +145,9 @@ def compare(req: CompareRequest, progress: Callable[[str], None] | None = None) 
     for name, plan in plans.items():
         if progress:
             progress(f"simulating {name}")
-        ev = evaluate_plan(plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name, window=window)
+        ev = evaluate_plan(
+            plan, files[name], common, limits=req.limits, slo=slo, attainment=req.slo.attainment, pue=req.pue, name=name, window=window, engine=req.engine
+        )
         rows.append(_row(name, plan, ev))
         evals.append(ev)
     return Comparison(plans, rows, evals, evals[0].load)

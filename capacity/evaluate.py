@@ -156,6 +156,7 @@ class Evaluation:
     latencies: Latencies | None = None  # per request in the window, for the CDFs
     window: str = ""  # which part of the run the figures report, in words
     window_fields: dict = field(default_factory=dict)  # the same, for JSON
+    engine: str = ""  # the serving engine(s) the figures assume (`Cluster.engines`)
 
     @property
     def bottleneck(self) -> StageUse:
@@ -169,6 +170,7 @@ class Evaluation:
         return {
             "name": self.name,
             "load": self.load,
+            "engine": self.engine,
             "window": self.window_fields,
             **self.metrics,
             "saturates_first": {"pipeline": b.pipeline, "replica": b.replica, "stage": b.stage, "devices": b.devices, "busy_share": b.busy_share},
@@ -254,6 +256,7 @@ def evaluate_plan(
     pue: float = 1.0,
     name: str | None = None,
     window: Window = WHOLE_RUN,
+    engine: str | None = None,
 ) -> Evaluation:
     """Simulate serving `plan` under `load` and gather every figure `hetc evaluate` reports.
 
@@ -265,10 +268,11 @@ def evaluate_plan(
         slo: TTFT/TPOT limits for goodput; none: no goodput.
         attainment: DistServe's share of requests meeting the SLOs.
         pue: facility watts per device watt.
+        engine: the serving engine to simulate the plan under (`--engine`); None: the one the plan names.
     """
     limits, slo = limits or ServeLimits(), slo or SLO()
     model = model_of(plan, file)
-    cluster = Cluster.from_json(plan.cluster, file)
+    cluster = Cluster.from_json(plan.cluster, file, engine=engine)
     plan, notes = rederive(plan, model, cluster, file)
     wl = workload_of(plan)
     lanes = lanes_of(plan, model.units, cluster, wl, num_kv_blocks=limits.num_kv_blocks, file=file)
@@ -349,6 +353,7 @@ def evaluate_plan(
         latencies=Latencies.of(served),
         window=window.describe(span),
         window_fields=window.as_dict(span),
+        engine=cluster.engines,
     )
 
 
@@ -366,4 +371,5 @@ def evaluate(req: EvaluateRequest, progress: Callable[[str], None] | None = None
         attainment=req.slo.attainment,
         pue=req.pue,
         window=Window.parse(req.load.warmup, req.load.cooldown),
+        engine=req.engine,
     )

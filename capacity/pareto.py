@@ -63,6 +63,7 @@ class Point:
     joule_per_tok: float
     placement: str
     batch_cap: int | None = None  # the "batch caps" series: the aggregated plan with at most this many sequences
+    engine: str = ""  # the serving engine(s) the figures assume (`Cluster.engines`)
 
     def value(self, metric: Metric) -> float:
         """The metric, signed so that larger is better."""
@@ -92,6 +93,7 @@ def sweep(
     points: int = 10,
     time_limit: float = 10.0,
     spec: SpecRequest | None = None,
+    engine: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[Point]:
     """Plans along the TPOT ceiling, for aggregated and disaggregated serving (and speculative, with `spec`).
@@ -100,8 +102,9 @@ def sweep(
         points: ceilings per series (geometric between the fastest and the unconstrained TPOT).
         time_limit: the solver's limit per plan.
         spec: speculative decoding to sweep as its own series (None or off: none).
+        engine: the serving engine of every node (`--engine`; None: the cluster file's, else hetc).
     """
-    cluster = load_cluster(profiles)
+    cluster = load_cluster(profiles, engine=engine)
     alpha = spec.alpha()[0] if spec is not None and spec.on else None  # a bad metrics file before any capture
     model = capture(model_ref, dtype=dtype, kv_dtype=kv_dtype)
     draft = capture_draft(model, spec.draft, progress) if spec is not None and spec.draft else None
@@ -124,6 +127,7 @@ def sweep(
             joule_per_tok=t.watts / tok,
             placement=_placement(sol),
             batch_cap=cap,
+            engine=cluster.engines,
         )
 
     def plan(series: str, disaggregate: Disaggregate, ceiling_ms: float | None, objective: Objective = Objective.THROUGHPUT) -> Point | None:

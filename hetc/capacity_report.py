@@ -27,6 +27,7 @@ def print_compare(rows: list, load: str, console: Console) -> None:
     for col in (
         "plan",
         "cluster",
+        "engine",
         "devices",
         "output tok/s",
         "tok/s/device",
@@ -43,12 +44,13 @@ def print_compare(rows: list, load: str, console: Console) -> None:
         "saturation (plan)",
         "plan/bound",
     ):
-        t.add_column(col, justify="left" if col in ("plan", "cluster") else "right")
+        t.add_column(col, justify="left" if col in ("plan", "cluster", "engine") else "right")
     best = max(r.output_throughput for r in rows)
     for r in rows:
         t.add_row(
             r.name,
             r.cluster,
+            r.engine,
             str(r.devices),
             ("[bold]" if r.output_throughput == best else "") + f"{r.output_throughput:,.0f}",
             f"{r.tok_s_per_device:,.1f}",
@@ -172,7 +174,8 @@ def print_pareto(points: list[Point], front: list[Point], metric: Metric, consol
             p.placement,
         )
     console.print(t)
-    console.print(f"{len(points)} plans, {len(front)} on the frontier; 'plan' marks what `hetc plan` picks (no TPOT ceiling)")
+    engines = sorted({p.engine for p in points})
+    console.print(f"{len(points)} plans, {len(front)} on the frontier; 'plan' marks what `hetc plan` picks (no TPOT ceiling); engine {', '.join(engines)}")
 
 
 def plot_pareto(points: list[Point], front: list[Point], metric: Metric, title: str, path: str) -> None:
@@ -218,7 +221,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     """vLLM's serving figures, then per device/user, cost, energy, goodput and the stages."""
     m = ev.metrics
     console.print(f"[bold]{escape(ev.name)}[/] under {escape(ev.load)} (simulated)")
-    console.print(f"figures over {ev.window}; stages over the whole run", markup=False)
+    console.print(f"figures over {ev.window}; stages over the whole run; engine {ev.engine}", markup=False)
     console.print(
         f"completed {m['completed']}, refused 429 {m['refused_429']}, rejected 400 {m['rejected_400']}, "
         f"preemptions {m['preemptions']}, duration {m['duration_s']:.2f} s"

@@ -55,8 +55,9 @@ class Catalog:
     entries: tuple[CatalogEntry, ...]
     network: dict[str, Any] | None
 
-    def fleet_doc(self, counts: dict[int, int], name: str | None = None) -> dict[str, Any]:
-        """The cluster.yaml document for `counts[i]` devices of entry i (entries at 0 left out).
+    def fleet_doc(self, counts: dict[int, int], name: str | None = None, engine: str | None = None) -> dict[str, Any]:
+        """The cluster.yaml document for `counts[i]` devices of entry i (entries at 0 left out), served
+        by `engine` (None: the default, no field).
 
         Raises:
             ValueError: a count above the entry's `max`.
@@ -75,15 +76,17 @@ class Catalog:
             if n and e.price:
                 prices[e.profile] = e.price
         doc: dict[str, Any] = {"name": name or self.name, "nodes": nodes}
+        if engine is not None:  # the fleet's cluster.yaml says which engine its plan assumed
+            doc["engine"] = engine
         if self.network is not None:
             doc["network"] = self.network
         if prices:
             doc["prices"] = prices
         return doc
 
-    def cluster(self, counts: dict[int, int], name: str | None = None) -> Cluster:
-        """`fleet_doc` checked and resolved as a cluster (profiles, links and prices loaded)."""
-        return _build_cluster(self.fleet_doc(counts, name), self.file, stem=name or self.name)
+    def cluster(self, counts: dict[int, int], name: str | None = None, engine: str | None = None) -> Cluster:
+        """`fleet_doc` checked and resolved as a cluster (profiles, links and prices loaded), under `engine`."""
+        return _build_cluster(self.fleet_doc(counts, name, engine), self.file, stem=name or self.name)
 
     def everything(self) -> dict[int, int]:
         """Every device the catalog offers."""

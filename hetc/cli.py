@@ -59,6 +59,10 @@ def _nonneg(text: str) -> float:
 
 
 DTYPES = list(MODEL_DTYPES)
+ENGINE_HELP = (
+    "the serving engine the figures assume: hetc, vllm, sglang or trtllm, NAME@RELEASE where the engine's file "
+    "names releases (docs/profile.md, engines); default: the cluster file's `engine`, else hetc (what `hetc serve` runs)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tp", choices=["auto", "1"], default=d("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
     )
     pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="solver + bound CPU s (default %(default)s)")
+    pl.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP)
     _spec_args(pl)
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
@@ -266,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tp", choices=["auto", "1"], default=b("tp"), help="auto: tensor-parallel groups within a node where they help; 1: none (default %(default)s)"
     )
     by.add_argument("--time-limit", type=_nonneg, default=b("time_limit"), metavar="SECONDS", help="solver + bound CPU s per plan (default %(default)s)")
+    by.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP + "; written into the fleet's cluster file")
     by.add_argument("-o", "--output", default="fleet.yaml", help="the fleet as a cluster file (default fleet.yaml); its plan goes beside it as NAME.plan.json")
     by.add_argument("--json", action="store_true", help="print the purchase as JSON on stdout")
 
@@ -284,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--dtype", choices=DTYPES, default="bf16")
     pa.add_argument("--kv-dtype", choices=DTYPES, default=None)
     pa.add_argument("--time-limit", type=_nonneg, default=10.0, metavar="SECONDS", help="each plan's solver and bound, in CPU seconds (default 10)")
+    pa.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP)
     pa.add_argument("--png", metavar="FILE", help="draw the chart")
     pa.add_argument("--csv", metavar="FILE", help="every plan of the sweep, one row each")
     pa.add_argument("--json", action="store_true", help="every plan of the sweep as JSON on stdout")
@@ -295,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     _slo_args(ev)
     ev.add_argument("--json", action="store_true", help="the figures as JSON on stdout")
     ev.add_argument("-o", "--output", default=None, metavar="FILE", help="write the figures as JSON to FILE")
+    ev.add_argument(
+        "--engine", metavar="ENGINE", help=ENGINE_HELP.replace("the cluster file's `engine`, else hetc (what `hetc serve` runs)", "the engine the plan names")
+    )
 
     sp = sub.add_parser("compare", help="plans, or clusters planned once each, side by side under one load (simulated)")
     sp.add_argument("items", nargs="*", metavar="PLAN.json | MODEL", help="plans to compare; with --profiles, the one MODEL to plan on each cluster")
@@ -304,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--input-len", type=_positive_int, default=d("input_len"), help="with --profiles: the planned workload")
     sp.add_argument("--output-len", type=_positive_int, default=d("output_len"))
     sp.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS")
+    sp.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP + "; plan files: simulated under it instead of the engine each names")
     _load_args(sp)
     _slo_args(sp)
     sp.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
@@ -465,6 +476,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         prefix_len=a.prefix_len,
         prefix_groups=a.prefix_groups,
         spec=_spec_of(a),
+        engine=a.engine,
     )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)
@@ -642,6 +654,7 @@ def cmd_buy(a: argparse.Namespace) -> int:
         budget_usd_h=a.budget,
         attainment=a.attainment,
         requests=a.requests,
+        engine=a.engine,
     )
     catalog = load_catalog(a.catalog)
     plan_path = str(Path(a.output).with_suffix("")) + ".plan.json"
@@ -675,6 +688,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
             points=a.points,
             time_limit=a.time_limit,
             spec=_spec_of(a),
+            engine=a.engine,
             progress=update,
         )
     if not points:
@@ -700,7 +714,7 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     from hetc.capacity_report import print_evaluation
 
     load, limits = _load_of(a)
-    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, slo=_slo_of(a), pue=a.pue)
+    req = EvaluateRequest(plan=a.plan, load=load, limits=limits, slo=_slo_of(a), pue=a.pue, engine=a.engine)
     with _status("simulating") as update:
         result = evaluate(req, progress=update)
     print_evaluation(result, err)
@@ -736,6 +750,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         limits=limits,
         slo=_slo_of(a),
         pue=a.pue,
+        engine=a.engine,
     )
     with _status("comparing") as update:
         result = compare(req, progress=update)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from hetc.engine import ASSUMED_BEFORE, Engine, apply_engine, default_engine, engine_figures
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
 from hetc.execution import Execution, execution_for
@@ -358,10 +359,11 @@ def _catalog_profile(name: str) -> Profile:
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
-    profile: Profile
+    profile: Profile  # the device as `engine` runs it: the hardware profile with the engine's figures (hetc/engine.py)
     count: int
     link: Link | None  # between devices of this node; None for a single-device node
     profile_file: str = ""  # where the profile was read (named in errors about its figures)
+    engine: Engine | None = None  # the serving engine the node's figures assume
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,12 +427,19 @@ class Cluster:
                 fix=f"add `{dtype}: <FLOP/s>` (the device's dense {dtype} rate, with its source) to peak_flops, or plan with {flag} {'/'.join(has)}.",
             )
 
+    @property
+    def engines(self) -> str:
+        """The engines the cluster's figures assume, in words: `hetc`, or `a: vllm, b: hetc`."""
+        names = {str(n.engine) for n in self.nodes}
+        return names.pop() if len(names) == 1 else ", ".join(f"{n.name}: {n.engine}" for n in self.nodes)
+
     @classmethod
-    def from_json(cls, doc: ClusterSpec | dict[str, Any], file: str = "plan.json") -> "Cluster":
-        """Rebuild from the document `to_json` wrote (profiles inline, links inline)."""
+    def from_json(cls, doc: ClusterSpec | dict[str, Any], file: str = "plan.json", engine: str | None = None) -> "Cluster":
+        """Rebuild from the document `to_json` wrote (profiles inline, links inline), each node under the
+        engine it names (a document without one: the engine its figures assumed then), or `engine`."""
         if isinstance(doc, ClusterSpec):
             doc = doc.model_dump()
-        return _build_cluster(doc, file, inline_profiles=doc.get("profiles", {}))
+        return _build_cluster(doc, file, inline_profiles=doc.get("profiles", {}), engine=engine, embedded=True)
 
 
 class _NodeSpec(_Strict):
@@ -438,6 +447,7 @@ class _NodeSpec(_Strict):
     device: str
     count: int = Field(gt=0, strict=True)
     link: Any = None  # a links.yaml name or an inline {bandwidth, latency}: checked by resolve_link
+    engine: str | None = None  # this node's serving engine (hetc/engine.py); default: the cluster's
 
 
 class _PairSpec(_Strict):
@@ -456,13 +466,29 @@ class ClusterSpec(_Strict):
     profiles and links inline, with units, so it parses strictly again)."""
 
     name: str | None = None
+    engine: str | None = None  # every node's serving engine unless the node names its own; default: hetc
     nodes: list[_NodeSpec] = Field(min_length=1)
     network: _NetworkSpec | None = None
     prices: dict[str, str] = {}
     profiles: dict[str, dict] = {}  # only in plan.json's embedded copy
 
 
-def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None = None, stem: str = "cluster") -> Cluster:
+def _node_engine(spec: ClusterSpec, n: _NodeSpec, i: int, prof: Profile, file: str, engine: str | None, embedded: bool) -> Engine:
+    """The engine node `n` runs: `engine` (the command's --engine) over the node's field over the
+    cluster's, else the default for its backend — or, in a plan.json written before engines were an
+    input (no field anywhere), the engine its figures assumed then."""
+    if engine is not None:
+        return Engine.parse(engine)
+    if n.engine is not None:
+        return Engine.parse(n.engine, field=f"nodes[{i}].engine", file=file)
+    if spec.engine is not None:
+        return Engine.parse(spec.engine, field="engine", file=file)
+    return Engine(ASSUMED_BEFORE[prof.backend]) if embedded else default_engine(prof.backend)
+
+
+def _build_cluster(
+    raw: Any, file: str, inline_profiles: dict[str, dict] | None = None, stem: str = "cluster", engine: str | None = None, embedded: bool = False
+) -> Cluster:
     if not isinstance(raw, dict):
         raise BadInput("a cluster file must be a YAML mapping with `nodes:`.", file=file, fix="see docs/cluster.md for the layout.")
     try:
@@ -508,7 +534,9 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
                 fix=f"add e.g. `link: nvlink4` (names: {', '.join(sorted(load_links()))}).",
             )
         link = resolve_link(n.link, file, f"{fld}.link") if n.link is not None else None
-        nodes.append(Node(n.name, prof, n.count, link, where))
+        eng = _node_engine(spec, n, i, prof, file, engine, embedded)
+        fig = engine_figures(eng, prof.backend, file=None if engine is not None else file, field="--engine" if engine is not None else f"{fld}.engine")
+        nodes.append(Node(n.name, apply_engine(prof, fig), n.count, link, where, eng))
     network, pairs = None, {}
     if spec.network is not None:
         network = resolve_link(spec.network.default, file, "network.default")
@@ -549,7 +577,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
 
     resolved = {
         "name": spec.name or stem,
-        "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link)} for n in nodes],
+        "nodes": [{"name": n.name, "device": n.profile.name, "count": n.count, "link": _link_text(n.link), "engine": str(n.engine)} for n in nodes],
         "network": None
         if network is None
         else {
@@ -558,7 +586,7 @@ def _build_cluster(raw: Any, file: str, inline_profiles: dict[str, dict] | None 
             "pairs": [{"nodes": sorted(k), "link": _link_text(v)} for k, v in pairs.items()],
         },
         "prices": dict(spec.prices),
-        "profiles": {k: _profile_text(v) for k, v in profiles_raw.items()},
+        "profiles": {k: _profile_text(v) for k, v in profiles_raw.items()},  # the hardware, before any engine's figures
     }
     return Cluster(
         name=spec.name or stem,
@@ -602,14 +630,16 @@ def _profile_text(prof: Profile) -> dict:
     return out
 
 
-def load_cluster(path: str | Path) -> Cluster:
+def load_cluster(path: str | Path, engine: str | None = None) -> Cluster:
     """Load and validate a cluster.yaml.
 
     Args:
         path: the cluster file.
+        engine: the serving engine of every node (`--engine`: over the file's `engine` fields); None:
+            the file's, else hetc (hetc/engine.py).
 
     Raises:
         BadInput: any problem, naming the file, the field path and the fix.
     """
     path = Path(path)
-    return _build_cluster(_read_yaml(path), str(path), stem=path.stem)
+    return _build_cluster(_read_yaml(path), str(path), stem=path.stem, engine=engine)

@@ -16,6 +16,9 @@ backend (sources below), never a factor solved for from measured throughput:
   unit of a step costs the longer of its device time and its kernels' launches.
 - `kernel_overhead`: device-side time per kernel (its start and drain), paid with or without
   graphs.
+- `collective`: the engine's tensor-parallel all-reduce time over the link model's
+  (partitioner/cost_models/links.py); 1 unless an engine's figures set it (hetc/engine.py: only
+  its release `fit`, fitted on public results, does).
 
 A profile may give `execution:` (any subset of the keys); what it leaves out comes from its
 backend's entry in BACKEND_EXECUTION.
@@ -42,6 +45,7 @@ class Execution(BaseModel):
     graphs: Literal["none", "decode", "all"] = "none"
     launch: Literal["sync", "async"] = "sync"
     kernel_overhead: Seconds = 0.0
+    collective: float = Field(default=1.0, gt=0)
 
     def replays(self, decode_only: bool) -> bool:
         """Whether a step (of one token per sequence when `decode_only`) runs as one recorded graph."""

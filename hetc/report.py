@@ -35,6 +35,17 @@ def _bar(frac: float, width: int = 12) -> str:
     return "█" * full + "░" * (width - full)
 
 
+def plan_engines(plan: Plan) -> str:
+    """The engines a plan's figures assume, in words (a plan written before engines were an input: the
+    engine its profiles assumed then, hetc/engine.py ASSUMED_BEFORE)."""
+    from hetc.engine import ASSUMED_BEFORE  # noqa: PLC0415
+
+    profiles = plan.cluster.profiles
+    named = [(n.name, n.engine or f"{ASSUMED_BEFORE[profiles[n.device]['backend']].value} (assumed before engines were an input)") for n in plan.cluster.nodes]
+    names = {e for _, e in named}
+    return names.pop() if len(names) == 1 else ", ".join(f"{n}: {e}" for n, e in named)
+
+
 def print_plan(plan: Plan, console: Console) -> None:
     m, pr, s = plan.model, plan.predicted, plan.solver
     console.print(
@@ -42,6 +53,7 @@ def print_plan(plan: Plan, console: Console) -> None:
         f"{m.dtype}, KV {m.kv_dtype}) on [bold]{escape(plan.cluster.name or '?')}[/] — "
         f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens"
     )
+    console.print(f"engine: {plan_engines(plan)} (the serving engine the figures assume; --engine)", markup=False)
     profiles = plan.cluster.profiles
     for p in plan.pipelines:
         role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage", Phase.DECODE: " — decode pool"}[p.phase]

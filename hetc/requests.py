@@ -115,6 +115,7 @@ class PlanRequest:
     disaggregate: Disaggregate = Disaggregate.AUTO
     tp: str = "auto"
     time_limit: float = 30.0
+    engine: str | None = None  # --engine: the serving engine every node's figures assume (hetc/engine.py); None: the cluster file's, else hetc
     power_budget_w: float | None = None
     placement: str | None = None  # evaluate this placement (hetc/placement.py) instead of searching
     batch: int | None = None  # with placement: sequences in flight per pipeline (default: the best)
@@ -124,6 +125,7 @@ class PlanRequest:
     spec: SpecRequest = dataclasses.field(default_factory=SpecRequest)  # speculative decoding (off by default)
 
     def __post_init__(self) -> None:
+        _check_engine(self.engine)
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
                 raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")
@@ -258,6 +260,14 @@ def _check_prefix(length: int | None, groups: int | None) -> None:
         raise BadInput(f"must be ≥ 1, got {groups}.", field="--prefix-groups", fix="give how many distinct shared prefixes the prompts begin with.")
 
 
+def _check_engine(engine: str | None) -> None:
+    """A --engine value names a known engine (and release) before any work."""
+    if engine is not None:
+        from hetc.engine import Engine  # noqa: PLC0415 — reads the engines' files; the parser does not need it
+
+        Engine.parse(engine)
+
+
 def _check_pue(pue: float) -> None:
     if pue < 1:
         raise BadInput(f"must be ≥ 1, got {pue}.", field="--pue", fix="1.0 counts the devices only; data centres report 1.1–1.6.")
@@ -272,9 +282,11 @@ class EvaluateRequest:
     limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
     slo: SloRequest = dataclasses.field(default_factory=SloRequest)
     pue: float = 1.0  # power usage effectiveness: facility watts per device watt
+    engine: str | None = None  # --engine: simulate the plan under this engine's figures (None: the engine the plan names)
 
     def __post_init__(self) -> None:
         _check_pue(self.pue)
+        _check_engine(self.engine)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -288,12 +300,14 @@ class CompareRequest:
     input_len: int = 1024
     output_len: int = 256
     time_limit: float = 30.0
+    engine: str | None = None  # --engine: the serving engine every node's figures assume (hetc/engine.py); None: the cluster file's, else hetc
     load: LoadRequest = dataclasses.field(default_factory=LoadRequest)
     limits: ServeLimits = dataclasses.field(default_factory=ServeLimits)
     slo: SloRequest = dataclasses.field(default_factory=SloRequest)
     pue: float = 1.0
 
     def __post_init__(self) -> None:
+        _check_engine(self.engine)
         _check_pue(self.pue)
         if self.profiles and (self.plans or not self.model):
             raise BadInput(
@@ -318,11 +332,13 @@ class BuyRequest:
     kv_dtype: str | None = None
     tp: str = "auto"
     time_limit: float = 30.0
+    engine: str | None = None  # --engine: the serving engine every node's figures assume (hetc/engine.py); None: the cluster file's, else hetc
     budget_usd_h: float | None = None  # set: the most output tok/s within it, instead of the cheapest fleet
     attainment: float = 0.9  # the simulated check: this share of requests must meet the SLOs
     requests: int = 1000  # the simulated check's Poisson requests at `rate`
 
     def __post_init__(self) -> None:
+        _check_engine(self.engine)
         if self.budget_usd_h is not None and not self.budget_usd_h > 0:
             raise BadInput(f"must be > 0, got {self.budget_usd_h}.", field="--budget", fix="give USD per hour.")
         if not self.rate > 0:

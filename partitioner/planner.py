@@ -62,7 +62,7 @@ PLAIN_SHARE = 0.5  # speculating: the plain search's share of --time-limit; the 
 def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -> Plan:
     """Run the whole planning flow for a request (speculating: `with_speculation` after the plan without)."""
     t0 = time.perf_counter()
-    cluster = load_cluster(req.profiles)
+    cluster = load_cluster(req.profiles, engine=req.engine)
     cluster.require_flops(req.dtype)  # before the capture: the profile's figures, then the model
     acceptance = req.spec.alpha() if req.spec.on else None  # a bad metrics file before any capture
     if progress:

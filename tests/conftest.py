@@ -66,10 +66,12 @@ sources: ["made up for a test"]
 
 
 def two_type_cluster(tmp_path: Path, a_memory: str, b_memory: str, a_count: int = 2):
-    """Node a: `a_count` fast devices on PCIe (tp groups possible); node b: one big slow device."""
+    """Node a: `a_count` fast devices on PCIe (tp groups possible); node b: one big slow device. The
+    engine is the one these made-up GPU profiles' figures describe (vllm: hetc/engine.py changes none)."""
     (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory=a_memory, bw="40 GB/s", flops="4 TFLOP/s"))
     (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="amd", backend="rocm", memory=b_memory, bw="10 GB/s", flops="0.5 TFLOP/s"))
-    (tmp_path / "c.yaml").write_text(f"""nodes:
+    (tmp_path / "c.yaml").write_text(f"""engine: vllm
+nodes:
   - {{name: a, device: ./fast.yaml, count: {a_count}, link: pcie4}}
   - {{name: b, device: ./big.yaml, count: 1}}
 network: {{default: ethernet-10g}}

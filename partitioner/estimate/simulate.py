@@ -160,8 +160,9 @@ def _engine_steps(step: Step) -> int:
 def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
     t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
     if tp > 1:
-        graphs = node.profile.execution.replays(step.decode_only)
-        t += sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, graphs) for u in units if u.params)
+        ex = node.profile.execution
+        reduce = sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, ex.replays(step.decode_only)) for u in units if u.params)
+        t += reduce * ex.collective if ex.collective != 1.0 else reduce  # the engine's collective path (hetc/engine.py)
     return t
 
 

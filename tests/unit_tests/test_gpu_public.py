@@ -32,6 +32,8 @@ def test_case_matches_its_cluster_and_catalog(case):
     assert case.dtype in ("bf16", "fp16", "fp8") and case.isl > 0 and case.osl > 0 and case.public > 0
     assert case.batch is None or case.batch > 0
     assert case.source in gpu_public.SOURCES and case.vendor in ("nvidia", "amd", "intel")
+    assert case.named_engine in gpu_public.HETC_ENGINE  # every figure is predicted with the engine it names (or its stated stand-in)
+    assert load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine).engines == case.engine
 
 
 def test_frozen_commit_is_a_full_hash():
@@ -51,10 +53,32 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     case = next(c for c in gpu_public.CASES if c.name == name)
     parts, batch, tok_s = breakdown.breakdown(case)
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     st = parse_placement(case.placement, cl, m.num_layers)[0].stages[0]
     node = next(n for n in cl.nodes if n.name == st.node)
     est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
     assert est is not None and sum(parts.values()) == pytest.approx(est.round_s, rel=1e-9)
     assert tok_s == pytest.approx(est.output_tok_s, rel=1e-9)
     assert all(v >= 0 for v in parts.values()) and any(k.endswith("GEMMs") for k in parts)
+
+
+def test_fitted_engine_figures_come_from_training_rows_only():
+    """The engines' `fit` release (hardware_profiles/engines/fit.yaml) names the rows each figure was
+    fitted on: every one a figure of the declared training rounds, none a held one, all of its group."""
+    import yaml
+
+    from hetc.engine import FIT_FILE
+
+    spec = importlib.util.spec_from_file_location("engine_calibration", REPO / "benchmarks" / "engine_calibration.py")
+    calibration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibration)
+    cases = {c.name: c for c in gpu_public.CASES}
+    fitted = yaml.safe_load(FIT_FILE.read_text())
+    assert fitted
+    for engine, backends in fitted.items():
+        for backend, fig in backends.items():
+            rows = [cases[n] for n in fig["calibrated_on"]]
+            assert rows and all(c.round in calibration.TRAIN_ROUNDS and not c.held for c in rows)
+            assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
+            want = [c.name for c in gpu_public.CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
+            assert fig["calibrated_on"] == want  # every training row of the group, none left out

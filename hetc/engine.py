@@ -1,0 +1,229 @@
+"""The serving engine a prediction assumes: part of the cluster contract (docs/profile.md, "Engines").
+
+A profile (hardware_profiles/NAME.yaml) describes a chip: memory, bandwidth, peaks and the
+achievable efficiencies measured on it. What differs between the engines that run a model on that
+chip — which kernels they fuse, which steps they replay as graphs, what the host pays per kernel and
+per step, how well their attention kernels do — is the engine's, described per backend in
+hardware_profiles/engines/NAME.yaml with a source for every figure:
+
+- `execution`: the keys of hetc/execution.py's `Execution` the engine sets (fusion, graphs, launch,
+  kernel_overhead); the rest stay the profile's.
+- `launch_overhead`, `step_overhead`: host time per un-graphed kernel and per engine step; absent:
+  the profile's (the catalog's were measured or estimated for a torch-based engine, vLLM).
+- `matmul`, `attention`: the engine's GEMM and attention kernels relative to the profile's
+  achievable efficiencies (1: the profile's figures as they are).
+- `collective`: the engine's tensor-parallel all-reduce time over the link model's (1: the link
+  model's; only a fitted release sets it); `collectives`: the engine's all-reduce path, in words.
+
+An engine may name releases (`releases: {"0.10": {rocm: {...}}}`) whose figures replace its base
+figures on a backend: `vllm@0.10`. `ENGINE@fit` is the engine with its kernel figures fitted on
+public results under a declared split (hardware_profiles/engines/fit.yaml, written by
+benchmarks/engine_calibration.py, each figure with the training rows it came from). The catalog profiles were written for vLLM (their `execution`
+defaults and launch cost describe it), so `vllm` on cuda, rocm and gaudi changes nothing: plans
+made under it are the plans made before engines were an input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from hetc.errors import BadInput
+from hetc.execution import Execution
+from hetc.quantity import Kind, parse_quantity
+
+__all__ = [
+    "EngineName",
+    "Engine",
+    "EngineFigures",
+    "EngineSpec",
+    "load_engine",
+    "engine_figures",
+    "default_engine",
+    "ASSUMED_BEFORE",
+    "ENGINE_DIR",
+    "FIT",
+    "FIT_FILE",
+]
+
+ENGINE_DIR = resources.files("hetc.hardware_profiles") / "engines"
+Seconds = Annotated[float, BeforeValidator(lambda v: parse_quantity(v, Kind.TIME)), Field(ge=0)]
+Scale = Annotated[float, Field(gt=0, le=2)]
+
+
+class EngineName(StrEnum):
+    HETC = "hetc"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
+
+
+# The engine each backend's figures assumed before the engine was an input (plan.json files written
+# then carry no `engine`): the catalog's GPU profiles describe vLLM; cpu and openvino profiles are
+# measured by `hetc profile` on hetc's own executor.
+ASSUMED_BEFORE: dict[str, EngineName] = {
+    "cuda": EngineName.VLLM,
+    "rocm": EngineName.VLLM,
+    "gaudi": EngineName.VLLM,
+    "openvino": EngineName.HETC,
+    "cpu": EngineName.HETC,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class EngineFigures(_Strict):
+    """What one engine changes about a profile of one backend (see the module docstring)."""
+
+    execution: dict[str, Any] = {}
+    launch_overhead: Seconds | None = None
+    step_overhead: Seconds | None = None
+    matmul: Scale = 1.0
+    attention: Scale = 1.0
+    collective: Annotated[float, Field(gt=0, le=4)] = 1.0  # × the link model's tensor-parallel all-reduce time (Execution.collective)
+    collectives: str = ""
+    calibrated_on: list[str] = []  # the training rows a calibrated figure came from (benchmarks/engine_calibration.py)
+    sources: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_execution(self) -> EngineFigures:
+        _execution(self.execution)  # unknown keys or values fail at load, naming the engine file
+        return self
+
+    def over(self, base: EngineFigures) -> EngineFigures:
+        """These (a release's) figures over `base` (the engine's): the keys this one sets win."""
+        mine = {k: getattr(self, k) for k in self.model_fields_set}
+        return base.model_copy(update={**mine, "execution": {**base.execution, **self.execution}, "sources": [*base.sources, *self.sources]})
+
+    @property
+    def changes_nothing(self) -> bool:
+        untouched = self.launch_overhead is None and self.step_overhead is None
+        return not self.execution and untouched and self.matmul == self.attention == self.collective == 1.0
+
+
+class EngineSpec(_Strict):
+    """hardware_profiles/engines/NAME.yaml: an engine and its figures per backend it serves."""
+
+    name: EngineName
+    description: str
+    backends: dict[str, EngineFigures]  # a backend this engine serves -> its figures there
+    releases: dict[str, dict[str, EngineFigures]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """An engine as a plan names it: `vllm`, or with a release, `vllm@0.10`."""
+
+    name: EngineName
+    release: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name.value}@{self.release}" if self.release else self.name.value
+
+    @classmethod
+    def parse(cls, text: str, field: str = "--engine", file: str | None = None) -> Engine:
+        """`NAME` or `NAME@RELEASE`, checked against the engines' files.
+
+        Raises:
+            BadInput: an unknown engine or release, naming the known ones.
+        """
+        name, _, release = str(text).partition("@")
+        try:
+            eng = EngineName(name)
+        except ValueError:
+            raise BadInput(f"unknown engine {name!r}.", file=file, field=field, fix=f"use one of {', '.join(e.value for e in EngineName)}.") from None
+        spec = load_engine(eng)
+        if release and release not in spec.releases:
+            known = ", ".join(f"{eng.value}@{r}" for r in spec.releases) or "none"
+            raise BadInput(f"engine {eng.value} has no release {release!r} in its figures.", file=file, field=field, fix=f"use {eng.value} or one of: {known}.")
+        return cls(eng, release or None)
+
+
+FIT = "fit"  # the release name of the figures fitted on public results (FIT_FILE)
+FIT_FILE = ENGINE_DIR / "fit.yaml"  # written by benchmarks/engine_calibration.py: {engine: {backend: figures}}
+
+
+@cache
+def load_engine(name: EngineName) -> EngineSpec:
+    """The engine's figures (hardware_profiles/engines/NAME.yaml), read once per process, with the
+    figures fitted on public results for it (FIT_FILE) as its release `fit`."""
+    path = ENGINE_DIR / f"{name.value}.yaml"
+    try:
+        spec = EngineSpec.model_validate(yaml.safe_load(path.read_text()))
+        fitted = (yaml.safe_load(FIT_FILE.read_text()) or {}).get(name.value) if FIT_FILE.is_file() else None
+        if fitted:
+            spec = spec.model_copy(update={"releases": {**spec.releases, FIT: {b: EngineFigures.model_validate(f) for b, f in fitted.items()}}})
+        return spec
+    except ValidationError as e:  # a repository file: its own test keeps it valid
+        raise BadInput(f"engine file is invalid: {e}", file=str(path)) from None
+
+
+def engine_figures(engine: Engine, backend: str, file: str | None = None, field: str = "engine") -> EngineFigures:
+    """The figures of `engine` on a device of `backend` (its release's over its own).
+
+    Raises:
+        BadInput: the engine does not run on that backend.
+    """
+    spec = load_engine(engine.name)
+    base = spec.backends.get(backend)
+    if base is None:
+        raise BadInput(
+            f"engine {engine} does not serve {backend} devices (its figures cover {', '.join(spec.backends)}).",
+            file=file,
+            field=field,
+            fix=f"choose an engine that serves {backend}: {', '.join(e.value for e in EngineName if backend in load_engine(e).backends)}.",
+        )
+    rel = spec.releases.get(engine.release or "", {}).get(backend)
+    return rel.over(base) if rel is not None else base
+
+
+def default_engine(backend: str) -> Engine:
+    """The engine a plan on `backend` is served with unless told: hetc, which serves every backend."""
+    assert backend in load_engine(EngineName.HETC).backends, backend
+    return Engine(EngineName.HETC)
+
+
+def _scaled(table: BaseModel, k: float) -> BaseModel:
+    """A curve table with every efficiency × k."""
+    return table.model_copy(update={"eff": [[v * k for v in row] for row in table.eff]})  # type: ignore[attr-defined]
+
+
+def apply_engine(profile: Any, fig: EngineFigures) -> Any:
+    """`profile` (hetc.cluster.Profile) as `fig`'s engine runs it: the same object where the figures
+    change nothing, else a copy with the engine's execution, host overheads and kernel efficiencies."""
+    if fig.changes_nothing:
+        return profile
+    keys = {**fig.execution, **({"collective": fig.collective} if fig.collective != 1.0 else {})}
+    update: dict[str, Any] = {"execution": profile.execution.model_copy(update=_execution(keys))}
+    if fig.launch_overhead is not None:
+        update["launch_overhead"] = fig.launch_overhead
+    if fig.step_overhead is not None:
+        update["step_overhead"] = fig.step_overhead
+    if fig.matmul != 1.0:
+        e = profile.efficiency
+        update["efficiency"] = e.model_copy(
+            update={"matmul": e.matmul * fig.matmul, "matmul_by_dtype": {d: v * fig.matmul for d, v in e.matmul_by_dtype.items()}}
+        )
+    c = profile.efficiency_curves
+    if c is not None and (fig.matmul != 1.0 or fig.attention != 1.0):
+        update["efficiency_curves"] = c.model_copy(
+            update={
+                "matmul": {d: _scaled(t, fig.matmul) for d, t in c.matmul.items()},
+                "attention": {d: _scaled(t, fig.attention) for d, t in c.attention.items()},
+                "attention_decode": {d: _scaled(t, fig.attention) for d, t in c.attention_decode.items()},
+            }
+        )
+    return profile.model_copy(update=update)
+
+
+def _execution(keys: dict[str, Any]) -> dict[str, Any]:
+    """The execution keys an engine sets, parsed (units, literals) as the profile's own are."""
+    return {k: getattr(Execution.model_validate(keys), k) for k in keys}
