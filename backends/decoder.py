@@ -33,7 +33,7 @@ from hetc.errors import BadInput
 from hetc.plan import UnitKind
 from hetc.stage import select_at
 
-__all__ = ["DECODER_KINDS", "DecoderStage", "UnitLike", "apply_rotary", "check_supported", "kv_layout", "rotate_half"]
+__all__ = ["DECODER_KINDS", "DecoderStage", "LocalExperts", "UnitLike", "apply_rotary", "check_supported", "kv_layout", "rotate_half"]
 
 # the unit kinds a decoder stage runs (a compiled stage: the same without MoE)
 DECODER_KINDS = (UnitKind.EMBED, UnitKind.ATTENTION, UnitKind.MLP, UnitKind.MOE, UnitKind.NORM, UnitKind.HEAD)
@@ -61,12 +61,16 @@ def kv_layout(cfg: Any) -> tuple[int, int]:
     return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
 
-def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS) -> None:
+def check_supported(
+    cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS, windows: bool = False
+) -> None:
     """Refuse (BadInput) a model a decoder stage cannot run exactly, with the reason.
 
     Args:
         cfg: the transformers config; units: the model's whole unit table.
         kinds: the unit kinds the executor runs.
+        windows: the executor's attention implements per-layer sliding windows and attention sinks
+            (the runtime's eager stage does; compiled stages do not).
     """
     names = [str(u.kind) for u in units]
     bad = sorted(set(names) - set(kinds))
@@ -86,12 +90,12 @@ def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json"
         )
     window = getattr(cfg, "sliding_window", None)
     use_window = getattr(cfg, "use_sliding_window", window is not None)
-    if window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
+    if not windows and window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
         raise BadInput(
             f"the model uses sliding-window attention (window {window}), which this runtime does not implement yet.",
             file=file,
             field="model",
-            fix="serve a model with full attention.",
+            fix="serve it with the runtime's eager stages (--executor torch), or a model with full attention.",
         )
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if getattr(cfg, key, None):
@@ -139,6 +143,7 @@ class DecoderStage(nn.Module):
         dtype: torch.dtype,
         load: Callable[[str, torch.Size], torch.Tensor],
         kinds: Sequence[UnitKind] = DECODER_KINDS,
+        windows: bool = False,
     ):
         """Args:
         cfg: the transformers config of the model.
@@ -148,12 +153,14 @@ class DecoderStage(nn.Module):
         load: (the model's parameter name, its full shape) → this stage's tensor (a tp rank's
             shard, on its device).
         kinds: the unit kinds this executor runs.
+        windows: the executor's attention implements sliding windows and attention sinks
+            (`window`, `sinks`); else a model with either is refused.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
 
         mine = units[first : last + 1]
-        check_supported(cfg, units, kinds=kinds)
+        check_supported(cfg, units, kinds=kinds, windows=windows)
         self.cfg, self.dtype = cfg, dtype
         self.kinds = [(UnitKind(u.kind), u.layer) for u in mine]
         self.fused_final_norm = UnitKind.NORM not in [u.kind for u in units]  # the head unit then includes the norm
@@ -176,6 +183,12 @@ class DecoderStage(nn.Module):
                 blk = backbone.layers[layer]
                 _check_layer(blk, layer)
                 wanted[f"ln{layer}"], wanted[f"attn{layer}"] = blk.input_layernorm, blk.self_attn
+                if not windows and hasattr(blk.self_attn, "sinks"):
+                    raise BadInput(
+                        f"layer {layer}'s attention has sinks (a learned logit per head in the softmax), which this executor does not implement.",
+                        field="model",
+                        fix="serve the model with the runtime's eager stages (--executor torch).",
+                    )
             elif kind in (UnitKind.MLP, UnitKind.MOE):
                 blk = backbone.layers[layer]
                 wanted[f"post{layer}"] = blk.post_attention_layernorm
@@ -272,6 +285,18 @@ class DecoderStage(nn.Module):
                 mod.gate_up_proj = _concat_linear([mod.gate_proj, mod.up_proj])
                 del mod.gate_proj, mod.up_proj
 
+    def split_experts(self, rank: int, parts: int) -> None:
+        """Expert parallelism: this stage holds experts [rank·E/parts, (rank+1)·E/parts) of each MoE
+        layer (loaded so: each `experts` tensor's first E/parts rows), and its MoE blocks return their
+        share of the output — the tokens routed to its experts, weighted — for the executor to sum
+        over the parts. The router runs whole on every part (it is small, and replicated)."""
+        for layer in self.moe_layers:
+            mlp: Any = self.mods[f"mlp{layer}"]
+            inner = mlp.experts
+            per = inner.num_experts // parts
+            inner.num_experts = per  # the local experts' count, as the module's own loop reads it
+            mlp.experts = LocalExperts(inner, rank * per, per)
+
     def o_proj(self, layer: int, o: torch.Tensor) -> torch.Tensor:
         """The layer's attention output projection of `o` [..., Hq·D]."""
         attn: Any = self.mods[f"attn{layer}"]
@@ -280,11 +305,24 @@ class DecoderStage(nn.Module):
     def attention_scale(self, layer: int) -> float:
         return float(getattr(self.mods[f"attn{layer}"], "scaling", self.head_dim**-0.5))
 
+    def window(self, layer: int) -> int | None:
+        """The layer's sliding window (a query sees the keys of the last `window` positions, its own
+        included), or None: full causal attention. The module's own (gpt-oss: its sliding layers)."""
+        w = getattr(self.mods[f"attn{layer}"], "sliding_window", None)
+        return int(w) if w else None
+
+    def sinks(self, layer: int) -> torch.Tensor | None:
+        """The layer's attention sinks [Hq] (a learned logit per head in the softmax's denominator,
+        attending no value: gpt-oss), or None."""
+        return getattr(self.mods[f"attn{layer}"], "sinks", None)
+
     # ---- hooks: what an executor may run differently
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for packed tokens: positions [T] → [T, 1, D] each."""
         cos, sin = self.rotary(x, positions[None])
+        if cos.shape[-1] * 2 == self.head_dim:  # gpt-oss's rotary gives one half; the halves share it
+            cos, sin = cos.repeat(1, 1, 2), sin.repeat(1, 1, 2)
         return cos[0, :, None], sin[0, :, None]
 
     def _select(self, x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -306,6 +344,29 @@ class DecoderStage(nn.Module):
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return self.mods["head"](x).float()
+
+
+class LocalExperts(nn.Module):
+    """A part of an MoE layer's routed experts (experts [first, first + count) of the model's), run
+    through the model's own experts module holding just those: tokens with none of them routed here
+    are skipped; a token's other slots point at local expert 0 with weight 0 (exactly nothing added).
+    Returns this part's sum only; the parts' sums add up to the whole layer's."""
+
+    def __init__(self, inner: nn.Module, first: int, count: int):
+        super().__init__()
+        self.inner, self.first, self.count = inner, first, count
+
+    def forward(self, h: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        # h: [N, D]; top_k_index, top_k_weights: [N, K] (the model's expert ids and routing weights)
+        local = top_k_index - self.first
+        mine = (local >= 0) & (local < self.count)
+        rows = mine.any(dim=-1).nonzero()[:, 0]
+        out = torch.zeros_like(h)
+        if rows.numel():
+            idx = torch.where(mine, local, 0)[rows]
+            w = torch.where(mine, top_k_weights, 0)[rows]
+            out[rows] = self.inner(h[rows], idx, w).to(h.dtype)
+        return out
 
 
 def _concat_linear(parts: list[nn.Linear]) -> nn.Linear:

@@ -203,7 +203,7 @@ def validate(o: ServeOptions) -> Checked:
     check_hash(plan, model_ref, o.plan)
     hf_cfg, _ = load_hf_config(model_ref)
     units = plan.units
-    check_supported(hf_cfg, units, o.plan)
+    check_supported(hf_cfg, units, o.plan, windows=True)  # the eager stages; a compiled one checks its own
     for lane in lanes:
         for s in lane.stages:
             check_tp(hf_cfg, units[s.units[0] : s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)

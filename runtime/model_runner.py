@@ -59,21 +59,35 @@ def check_tp(cfg, units: list[PlanUnit], tp: int, where: str, file: str = "plan.
     if tp == 1:
         return
     kvh, _ = kv_layout(cfg)
-    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh, "intermediate size": cfg.intermediate_size, "vocabulary": cfg.vocab_size}
-    bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
+    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh, "vocabulary": cfg.vocab_size}
+    if any(u.kind == UnitKind.MLP for u in units):
+        sizes["intermediate size"] = cfg.intermediate_size
     if any(u.kind == UnitKind.MOE for u in units):
-        bad.append("MoE experts (not split by this runtime yet)")
+        sizes["experts"] = num_experts(cfg)
+        if getattr(cfg, "n_shared_experts", None):  # DeepSeek's shared experts: one dense MLP, column/row split
+            sizes["shared experts' width"] = cfg.moe_intermediate_size * cfg.n_shared_experts
+    bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
     if bad:
         raise BadInput(
             f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} ways.", file=file, field=where, fix="plan with `--tp 1`."
         )
 
 
+def num_experts(cfg) -> int:
+    """The routed experts of each MoE layer of `cfg`."""
+    return next(int(getattr(cfg, k)) for k in ("num_local_experts", "num_experts", "n_routed_experts") if isinstance(getattr(cfg, k, None), int))
+
+
 def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
-    """This tp rank's part of parameter `name` (Megatron-style column/row split)."""
+    """This tp rank's part of parameter `name`: Megatron-style column/row splits of attention and dense
+    MLPs (shared experts included); a routed-experts tensor ([E, ...]) is split by expert: this rank
+    holds experts [rank·E/k, (rank+1)·E/k) whole (expert parallelism)."""
     if k == 1:
         return t
-    rows = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.", "embed_tokens.", "lm_head.")
+    if ".experts." in name:
+        n = t.shape[0] // k
+        return t[rank * n : (rank + 1) * n]
+    rows = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.", "embed_tokens.", "lm_head.", "self_attn.sinks")
     cols = (".o_proj.weight", ".down_proj.weight")
     if any(r in name for r in rows):
         n = t.shape[0] // k
@@ -124,8 +138,10 @@ class StageModel(DecoderStage):
         def load(name: str, shape: torch.Size) -> torch.Tensor:
             return _shard(name, weights.get(name, shape, dtype), tp_rank, tp_size).to(device)
 
-        super().__init__(cfg, units, first, last, dtype=dtype, load=load)
+        super().__init__(cfg, units, first, last, dtype=dtype, load=load, windows=True)
         self.tp_rank, self.tp_size, self.tp_group = tp_rank, tp_size, None
+        if tp_size > 1:  # each worker holds E/tp experts; _mlp_out's all-reduce combines their outputs
+            self.split_experts(tp_rank, tp_size)
         if self.rotary is not None:
             self.rotary.to(device)
         if fuse:
@@ -165,14 +181,14 @@ class StageModel(DecoderStage):
 
             def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
                 q, k, v = self.qkv(layer, h, cos, sin)
-                o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
+                o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer), self.window(layer), self.sinks(layer))
                 return self._reduce(self.o_proj(layer, o))
 
             return self.run_units(x, meta.positions, None, attend)
 
         def attend_packed(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
             q, k, v = self.qkv(layer, h, cos, sin)
-            o = paged_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
+            o = paged_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer), self.window(layer), self.sinks(layer))
             return self._reduce(self.o_proj(layer, o))
 
         return self.run_units(x, meta.positions, meta.sample_rows, attend_packed)
