@@ -33,7 +33,19 @@ from hetc.errors import BadInput
 from hetc.plan import UnitKind
 from hetc.stage import select_at
 
-__all__ = ["DECODER_KINDS", "DecoderStage", "LocalExperts", "UnitLike", "apply_rotary", "check_supported", "kv_layout", "rotate_half"]
+__all__ = [
+    "DECODER_KINDS",
+    "DecoderStage",
+    "LocalExperts",
+    "UnitLike",
+    "apply_rotary",
+    "apply_rotary_interleaved",
+    "check_supported",
+    "is_mla",
+    "kv_layout",
+    "kv_tensors",
+    "rotate_half",
+]
 
 # the unit kinds a decoder stage runs (a compiled stage: the same without MoE)
 DECODER_KINDS = (UnitKind.EMBED, UnitKind.ATTENTION, UnitKind.MLP, UnitKind.MOE, UnitKind.NORM, UnitKind.HEAD)
@@ -54,23 +66,35 @@ class UnitLike(Protocol):
     def layer(self) -> int: ...
 
 
+def is_mla(cfg: Any) -> bool:
+    """Whether the model's attention is multi-head latent attention (DeepSeek-V2/V3): its cache holds
+    one latent per token and layer, not each head's K and V."""
+    return getattr(cfg, "kv_lora_rank", None) is not None
+
+
 def kv_layout(cfg: Any) -> tuple[int, int]:
-    """(kv_heads, head_dim) of the model's attention."""
+    """(kv_heads, head_dim) of one cached tensor per token and layer: the attention's K (and V), or
+    MLA's (1, kv_lora_rank + qk_rope_head_dim) latent (`kv_tensors`: 1)."""
+    if is_mla(cfg):
+        return 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
 
-def check_supported(
-    cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS, windows: bool = False
-) -> None:
+def kv_tensors(cfg: Any) -> int:
+    """Tensors of `kv_layout`'s shape cached per token and layer: K and V, or MLA's latent alone."""
+    return 1 if is_mla(cfg) else 2
+
+
+def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS, variants: bool = False) -> None:
     """Refuse (BadInput) a model a decoder stage cannot run exactly, with the reason.
 
     Args:
         cfg: the transformers config; units: the model's whole unit table.
         kinds: the unit kinds the executor runs.
-        windows: the executor's attention implements per-layer sliding windows and attention sinks
-            (the runtime's eager stage does; compiled stages do not).
+        variants: the executor's attention implements per-layer sliding windows, attention sinks
+            and multi-head latent attention (the runtime's eager stage does; compiled stages do not).
     """
     names = [str(u.kind) for u in units]
     bad = sorted(set(names) - set(kinds))
@@ -90,16 +114,32 @@ def check_supported(
         )
     window = getattr(cfg, "sliding_window", None)
     use_window = getattr(cfg, "use_sliding_window", window is not None)
-    if not windows and window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
+    if not variants and window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
         raise BadInput(
             f"the model uses sliding-window attention (window {window}), which this runtime does not implement yet.",
             file=file,
             field="model",
             fix="serve it with the runtime's eager stages (--executor torch), or a model with full attention.",
         )
+    if not variants and is_mla(cfg):
+        raise BadInput(
+            "the model uses multi-head latent attention (DeepSeek's MLA), which this executor does not implement.",
+            file=file,
+            field="model",
+            fix="serve it with the runtime's eager stages (--executor torch).",
+        )
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if getattr(cfg, key, None):
             raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file, field="model", fix="serve a Llama-family decoder.")
+
+
+def apply_rotary_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """DeepSeek's rotary on pairs (x0, x1), (x2, x3), ... (config `rope_interleave`), the result's
+    halves de-interleaved (as transformers' DeepseekV3 lays them out); cos, sin: llama's (halves repeated)."""
+    half = cos.shape[-1] // 2
+    c, s = cos[..., :half], sin[..., :half]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -114,14 +154,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 def _check_layer(layer: nn.Module, i: int) -> None:
     attn = getattr(layer, "self_attn", None)
-    if (
-        attn is None
-        or not all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
-        or not hasattr(layer, "input_layernorm")
-        or any(hasattr(layer, n) for n in _EXTRA_NORMS)
-    ):
+    projections = ("kv_a_proj_with_mqa", "kv_b_proj", "o_proj") if hasattr(attn, "kv_b_proj") else ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or not all(hasattr(attn, p) for p in projections) or not hasattr(layer, "input_layernorm") or any(hasattr(layer, n) for n in _EXTRA_NORMS):
         raise BadInput(
-            f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj, post_attention_layernorm, mlp).",
+            f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj or MLA's, post_attention_layernorm, mlp).",
             field="model",
             fix="serve a Llama-family decoder.",
         )
@@ -143,7 +179,7 @@ class DecoderStage(nn.Module):
         dtype: torch.dtype,
         load: Callable[[str, torch.Size], torch.Tensor],
         kinds: Sequence[UnitKind] = DECODER_KINDS,
-        windows: bool = False,
+        variants: bool = False,
     ):
         """Args:
         cfg: the transformers config of the model.
@@ -153,14 +189,14 @@ class DecoderStage(nn.Module):
         load: (the model's parameter name, its full shape) → this stage's tensor (a tp rank's
             shard, on its device).
         kinds: the unit kinds this executor runs.
-        windows: the executor's attention implements sliding windows and attention sinks
-            (`window`, `sinks`); else a model with either is refused.
+        variants: the executor's attention implements sliding windows, attention sinks (`window`,
+            `sinks`) and MLA (`mla_qkv`, `mla_expand`); else a model with any of them is refused.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
 
         mine = units[first : last + 1]
-        check_supported(cfg, units, kinds=kinds, windows=windows)
+        check_supported(cfg, units, kinds=kinds, variants=variants)
         self.cfg, self.dtype = cfg, dtype
         self.kinds = [(UnitKind(u.kind), u.layer) for u in mine]
         self.fused_final_norm = UnitKind.NORM not in [u.kind for u in units]  # the head unit then includes the norm
@@ -183,7 +219,7 @@ class DecoderStage(nn.Module):
                 blk = backbone.layers[layer]
                 _check_layer(blk, layer)
                 wanted[f"ln{layer}"], wanted[f"attn{layer}"] = blk.input_layernorm, blk.self_attn
-                if not windows and hasattr(blk.self_attn, "sinks"):
+                if not variants and hasattr(blk.self_attn, "sinks"):
                     raise BadInput(
                         f"layer {layer}'s attention has sinks (a learned logit per head in the softmax), which this executor does not implement.",
                         field="model",
@@ -207,14 +243,21 @@ class DecoderStage(nn.Module):
                 t = load(model_name, p.shape)
                 setattr(mod.get_submodule(owner) if owner else mod, leaf, nn.Parameter(t, requires_grad=False))
                 self.weight_names[f"mods.{key}.{name}"] = model_name
-            for name, b in mod.named_buffers():
-                if b.is_meta:
+            for name, b in list(mod.named_buffers()):
+                owner, _, leaf = name.rpartition(".")
+                holder = mod.get_submodule(owner) if owner else mod
+                if b.is_meta and leaf not in holder._non_persistent_buffers_set:  # a checkpoint tensor (DeepSeek's e_score_correction_bias)
+                    model_name = f"{names[mod]}.{name}"
+                    holder.register_buffer(leaf, load(model_name, b.shape))
+                    self.weight_names[f"mods.{key}.{name}"] = model_name
+                elif b.is_meta:
                     raise BadInput(
                         f"module {names[mod]} has a buffer {name} this runtime cannot initialize.", field="model", fix="serve a Llama-family decoder."
                     )
         self.mods = nn.ModuleDict(wanted)
         self.rotary: Any = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         self.kv_heads, self.head_dim = kv_layout(cfg)
+        self.mla = is_mla(cfg)
         del full
 
     @property
@@ -272,13 +315,37 @@ class DecoderStage(nn.Module):
             q, k = attn.q_norm(q), attn.k_norm(k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
+    def mla_qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """MLA's queries [..., Hq, nope + rope] (rotary part rotated) and the latent a token caches
+        [..., 1, kv_lora_rank + rope]: the normed compressed KV, then the rotated shared rotary key.
+
+        Args:
+            h: the normed hidden states [..., H]; cos, sin: [..., 1, rope].
+        """
+        attn: Any = self.mods[f"attn{layer}"]
+        lead, nope, rope = h.shape[:-1], attn.qk_nope_head_dim, attn.qk_rope_head_dim
+        q = attn.q_proj(h) if attn.q_lora_rank is None else attn.q_b_proj(attn.q_a_layernorm(attn.q_a_proj(h)))
+        q_pass, q_rot = q.view(*lead, -1, nope + rope).split([nope, rope], dim=-1)
+        kv, k_rot = attn.kv_a_proj_with_mqa(h).split([attn.kv_lora_rank, rope], dim=-1)
+        rotate = apply_rotary_interleaved if getattr(self.cfg, "rope_interleave", False) else apply_rotary
+        q_rot, k_rot = rotate(q_rot, cos, sin), rotate(k_rot[..., None, :], cos, sin)
+        return torch.cat((q_pass, q_rot), dim=-1), torch.cat((attn.kv_a_layernorm(kv)[..., None, :], k_rot), dim=-1)
+
+    def mla_expand(self, layer: int, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys [..., Hq, nope + rope] and values [..., Hq, v] of cached latents [..., 1, kv_lora_rank + rope]
+        (kv_b_proj of the compressed part; the rotary key shared by the heads)."""
+        attn: Any = self.mods[f"attn{layer}"]
+        kv, k_rot = latent[..., 0, :].split([attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
+        k_nope, v = attn.kv_b_proj(kv).view(*kv.shape[:-1], -1, attn.qk_nope_head_dim + attn.v_head_dim).split([attn.qk_nope_head_dim, attn.v_head_dim], dim=-1)
+        return torch.cat((k_nope, k_rot[..., None, :].expand(*k_nope.shape[:-1], -1)), dim=-1), v
+
     def fuse_projections(self) -> None:
         """Concatenate each layer's q/k/v and (dense MLPs') gate/up weights into one GEMM each: two
         launches instead of five per layer. For devices where launches cost (cuda, rocm); the sums
         are the same products, in one matrix."""
         mod: Any
         for key, mod in self.mods.items():
-            if key.startswith("attn"):
+            if key.startswith("attn") and not self.mla:
                 mod.qkv_proj = _concat_linear([mod.q_proj, mod.k_proj, mod.v_proj])
                 del mod.q_proj, mod.k_proj, mod.v_proj
             elif key.startswith("mlp") and int(key[3:]) not in self.moe_layers and hasattr(mod, "gate_proj"):

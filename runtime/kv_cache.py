@@ -7,6 +7,7 @@ sequences of different lengths — a prompt chunk beside single decode tokens �
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from torch.nn import functional as F
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["AttnMeta", "DecodeMeta", "KVPool", "attend", "decode_attention", "gather_decode", "paged_attention"]
+__all__ = ["AttnMeta", "DecodeMeta", "KVPool", "attend", "decode_attention", "gather_decode", "latent_attention", "latent_decode", "paged_attention"]
 
 
 @dataclass(slots=True)
@@ -152,6 +153,7 @@ class KVPool:
         device: torch.device | str = "cpu",
         block_size: int = KV_BLOCK_TOKENS,
         paged: bool = False,
+        values: bool = True,
     ):
         """Args:
         layers: model layer indices whose attention runs on this stage.
@@ -159,13 +161,14 @@ class KVPool:
         kv_heads, head_dim: K/V shape per token.
         dtype: KV storage dtype.
         paged: the blocks layout (else flat slots).
+        values: a V pool beside K; False: one tensor per token (MLA's latent, kept in `k`).
         """
         if paged:
             shape: tuple[int, ...] = (num_blocks, kv_heads, block_size, head_dim)
         else:
             shape = (num_blocks * block_size, kv_heads, head_dim)
         self.k = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
-        self.v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
+        self.v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers} if values else {}
         self.num_blocks, self.block_size, self.paged = num_blocks, block_size, paged
         self.row_shape, self.dtype = (kv_heads, head_dim), dtype  # one token's K (or V)
 
@@ -306,6 +309,51 @@ def gather_decode(
         mask &= j[None, :] >= meta.context_lens[:, None] - window
     o = attend(q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), mask[:, None, None, :], scale, sinks)  # [B, H, 1, Dh]
     return o[:, :, 0]
+
+
+def latent_attention(
+    q: torch.Tensor,
+    latent: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: AttnMeta,
+    scale: float,
+    expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+) -> torch.Tensor:
+    """Multi-head latent attention over the paged pool: write each new token's latent, expand every
+    context latent to its keys and values, attend as paged_attention does.
+
+    Args:
+        q: [T, H, Dqk] queries (rotary part rotated); latent: [T, 1, R] the new tokens' latents.
+        expand: latents [..., 1, R] → keys [..., H, Dqk], values [..., H, Dv] (the layer's kv_b_proj).
+    Returns:
+        [T, H * Dv].
+    """
+    pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
+    b, _, q_max, _ = meta.mask.shape
+    keys, vals = expand(_gather_blocks(pool.k[layer], meta.blocks, b, pool.block_size).to(q.dtype))  # [B, L, H, D]
+    qb = (q.view(b, q_max, *q.shape[1:]) if meta.q_index is None else q[meta.q_index]).transpose(1, 2)  # [B, H, Q, Dqk]
+    o = attend(qb, keys.transpose(1, 2), vals.transpose(1, 2), meta.mask, scale, None).transpose(1, 2)  # [B, Q, H, Dv]
+    o = o.reshape(-1, *o.shape[2:]) if meta.q_valid is None else o[meta.q_valid]
+    return o.reshape(o.shape[0], -1)
+
+
+def latent_decode(
+    q: torch.Tensor,
+    latent: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: DecodeMeta,
+    scale: float,
+    expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+) -> torch.Tensor:
+    """A decode step's latent_attention (q: [B, H, Dqk], latent: [B, 1, R]) → [B, H * Dv]."""
+    pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
+    b, width = meta.block_table.shape
+    keys, vals = expand(_gather_blocks(pool.k[layer], meta.block_table.flatten().long(), b, pool.block_size).to(q.dtype))
+    j = torch.arange(width * pool.block_size, device=q.device)
+    mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]
+    return attend(q[:, :, None], keys.transpose(1, 2), vals.transpose(1, 2), mask, scale, None)[:, :, 0].flatten(1)
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None) -> torch.Tensor:

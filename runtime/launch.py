@@ -203,7 +203,7 @@ def validate(o: ServeOptions) -> Checked:
     check_hash(plan, model_ref, o.plan)
     hf_cfg, _ = load_hf_config(model_ref)
     units = plan.units
-    check_supported(hf_cfg, units, o.plan, windows=True)  # the eager stages; a compiled one checks its own
+    check_supported(hf_cfg, units, o.plan, variants=True)  # the eager stages; a compiled one checks its own
     for lane in lanes:
         for s in lane.stages:
             check_tp(hf_cfg, units[s.units[0] : s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
@@ -253,13 +253,14 @@ def size_kv(c: Checked) -> None:
         BadInput: a stage's KV budget holds less than one block.
     """
     from hetc.runtime.emulate import cap_kv_blocks
+    from hetc.backends.decoder import kv_tensors
     from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
     from hetc.kv_blocks import PADDING_BLOCKS, lane_blocks, stage_blocks
     from hetc.scheduling import KV_BLOCK_TOKENS
 
     o, lanes = c.o, c.lanes
     kvh, hd = kv_layout(c.hf_cfg)
-    per_token_layer = 2 * kvh * hd * TORCH_DTYPES[c.plan.model.kv_dtype].itemsize
+    per_token_layer = kv_tensors(c.hf_cfg) * kvh * hd * TORCH_DTYPES[c.plan.model.kv_dtype].itemsize
     c.max_seqs = o.max_num_seqs or max(max(l.batch for l in lanes), 2 * max(len(l.stages) for l in lanes))
     # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
     # assumes a device of its own; emulated devices share this host's memory)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx2 as httpx
 import pytest
 
-from tests.fixtures.moe_models import build_moe, ep_plan
+from tests.fixtures.moe_models import ARCHS, build_moe, ep_plan
 from tests.fixtures.serving import KEY, NAME, client, hf_greedy, start_serve
 
 pytestmark = pytest.mark.slow
@@ -20,13 +20,14 @@ pytestmark = pytest.mark.slow
 PROMPTS = [[3, 4, 5], list(range(10, 30)), list(range(40, 80))]
 
 
-@pytest.mark.parametrize("arch", ["gpt_oss", "qwen3_moe"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_ep_stage_serves_hf_greedy_tokens(arch, tmp_path):
     model = tmp_path / arch
     build_moe(model, arch)
     plan = ep_plan(model, tmp_path)
     want = hf_greedy(model, PROMPTS, 24)
-    served = start_serve(plan, "--emulate", "--executor", "torch", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY, log=tmp_path / "serve.log")
+    args = ("--emulate", "--executor", "torch", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY)
+    served = start_serve(plan, *args, log=tmp_path / "serve.log")
     try:
         workers = httpx.get(f"{served.url}/health").json()["workers"]
         ep = sorted((w for w in workers if w["stage"] == "0.1"), key=lambda w: w["tp_rank"])
