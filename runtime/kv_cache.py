@@ -17,6 +17,9 @@ from torch.nn import functional as F
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
+# MLA: cached latents [..., 1, R] → keys [..., H, Dqk], values [..., H, Dv]
+Expand = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
 __all__ = ["AttnMeta", "DecodeMeta", "KVPool", "attend", "decode_attention", "gather_decode", "latent_attention", "latent_decode", "paged_attention"]
 
 
@@ -318,7 +321,7 @@ def latent_attention(
     layer: int,
     meta: AttnMeta,
     scale: float,
-    expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    expand: Expand,
 ) -> torch.Tensor:
     """Multi-head latent attention over the paged pool: write each new token's latent, expand every
     context latent to its keys and values, attend as paged_attention does.
@@ -345,7 +348,7 @@ def latent_decode(
     layer: int,
     meta: DecodeMeta,
     scale: float,
-    expand: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    expand: Expand,
 ) -> torch.Tensor:
     """A decode step's latent_attention (q: [B, H, Dqk], latent: [B, 1, R]) → [B, H * Dv]."""
     pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
