@@ -2,8 +2,9 @@
 
 Belongs here: which of the model's own transformers modules each unit kind runs, the walk over a
 stage's units (embedding, attention and MLP halves with their residuals, the rows cut to the
-sampled tokens before the final norm or head), rotary, the q/k/v projections (fused or not), and
-what an architecture must have for a stage to run it exactly (`check_supported`).
+sampled tokens before the final norm or head), rotary, the q/k/v projections (fused or not; MLA's
+latent and its expansion), each layer's sliding window and attention sinks, the split of an MoE
+layer's experts, and what an architecture must have for a stage to run it exactly (`check_supported`).
 
 Not here: where KV lives and how attention reads it. Each executor brings its own `attend`:
 the runtime's eager stage (runtime/model_runner.py) attends over its paged pool in place, the
@@ -13,7 +14,8 @@ groups, scheduling and sampling are the runtime's.
 Units map to modules by kind (plan.json's unit table):
   embed          model.embed_tokens
   attention L    model.layers[L].input_layernorm, .self_attn (+ residual)
-  mlp / moe L    model.layers[L].post_attention_layernorm, .mlp (+ residual)
+  mlp / moe L    model.layers[L].post_attention_layernorm, .mlp (+ residual); an MoE block's
+                 experts may be a part of the layer's (split_experts: expert parallelism)
   norm           model.norm
   head           lm_head (with model.norm when the model has no separate norm unit)
 so a stage may start at the MLP half of a layer. The model is built on the meta device and only
@@ -41,6 +43,7 @@ __all__ = [
     "apply_rotary",
     "apply_rotary_interleaved",
     "check_supported",
+    "eager_only",
     "is_mla",
     "kv_layout",
     "kv_tensors",
@@ -87,6 +90,18 @@ def kv_tensors(cfg: Any) -> int:
     return 1 if is_mla(cfg) else 2
 
 
+def _windowed(cfg: Any) -> bool:
+    window = getattr(cfg, "sliding_window", None)
+    return bool(window and getattr(cfg, "use_sliding_window", True) and window < getattr(cfg, "max_position_embeddings", 0))
+
+
+def eager_only(cfg: Any, units: Sequence[UnitLike]) -> bool:
+    """Whether a stage of `units` needs the runtime's eager stage: MoE units (data-dependent routing),
+    or attention with sliding windows or MLA (no compiled lowering of those yet)."""
+    kinds = {str(u.kind) for u in units}
+    return UnitKind.MOE in kinds or (UnitKind.ATTENTION in kinds and (is_mla(cfg) or _windowed(cfg)))
+
+
 def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS, variants: bool = False) -> None:
     """Refuse (BadInput) a model a decoder stage cannot run exactly, with the reason.
 
@@ -112,11 +127,9 @@ def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json"
             field="units",
             fix="regenerate the plan with `hetc plan` for a decoder LLM.",
         )
-    window = getattr(cfg, "sliding_window", None)
-    use_window = getattr(cfg, "use_sliding_window", window is not None)
-    if not variants and window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
+    if not variants and _windowed(cfg):
         raise BadInput(
-            f"the model uses sliding-window attention (window {window}), which this runtime does not implement yet.",
+            f"the model uses sliding-window attention (window {cfg.sliding_window}), which this executor does not implement.",
             file=file,
             field="model",
             fix="serve it with the runtime's eager stages (--executor torch), or a model with full attention.",

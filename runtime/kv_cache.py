@@ -199,21 +199,28 @@ class KVPool:
         for pool in (*self.k.values(), *self.v.values()):
             self._blocks(pool).index_fill_(0, ids.to(pool.device), 0)
 
+    @property
+    def tensors(self) -> int:
+        """Tensors cached per token and layer: K and V (2), or MLA's latent (1)."""
+        return 2 if self.v else 1
+
+    def _pools(self, layer: int) -> list[torch.Tensor]:
+        return [self.k[layer], self.v[layer]] if self.v else [self.k[layer]]
+
     def read(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
-        """[2, n, KVH, D]: layer's K and V at flat slots (block · BS + offset)."""
+        """[tensors, n, KVH, D]: layer's K and V (or latent) at flat slots (block · BS + offset)."""
         if self.paged:
             b, o = slots // self.block_size, slots % self.block_size
-            return torch.stack([self.k[layer][b, :, o], self.v[layer][b, :, o]])
-        return torch.stack([self.k[layer][slots], self.v[layer][slots]])
+            return torch.stack([p[b, :, o] for p in self._pools(layer)])
+        return torch.stack([p[slots] for p in self._pools(layer)])
 
     def write(self, layer: int, slots: torch.Tensor, kv: torch.Tensor) -> None:
-        """Store [2, n, KVH, D] at flat slots."""
-        if self.paged:
-            b, o = slots // self.block_size, slots % self.block_size
-            self.k[layer][b, :, o], self.v[layer][b, :, o] = kv[0], kv[1]
-        else:
-            self.k[layer].index_copy_(0, slots, kv[0])
-            self.v[layer].index_copy_(0, slots, kv[1])
+        """Store [tensors, n, KVH, D] at flat slots."""
+        for pool, rows in zip(self._pools(layer), kv):
+            if self.paged:
+                pool[slots // self.block_size, :, slots % self.block_size] = rows
+            else:
+                pool.index_copy_(0, slots, rows)
 
 
 def paged_attention(

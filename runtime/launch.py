@@ -386,6 +386,7 @@ def serve(o: ServeOptions, log=print) -> int:
 
     c = validate(o)
     size_kv(c)
+    from hetc.backends.decoder import eager_only
     from hetc.runtime.compiled_stage import prebuild_stages
     from hetc.scheduling import KV_BLOCK_TOKENS
 
@@ -459,6 +460,8 @@ def serve(o: ServeOptions, log=print) -> int:
         }
         if o.executor == "auto" and any(s.tp > 1 for lane in c.lanes for s in lane.stages):
             info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
+        if o.executor == "auto" and any(eager_only(c.hf_cfg, c.units[s.units[0] : s.units[1] + 1]) for lane in c.lanes for s in lane.stages):
+            info["executor_note"] = "stages with MoE layers, sliding-window attention or MLA run torch eager (no compiled lowering of those yet)"
         if o.executor == "auto" and not o.emulate:
             info["executor_note"] = "on real devices every stage runs torch eager on its device in this version"
         if c.spec is not None:

@@ -5,7 +5,9 @@ KV pool in place (kv_cache.py).
 A tensor-parallel stage (tp = k) is k StageModels, one per device, each holding 1/k of
 the heads (q/k/v rows, o_proj columns), of the MLP (gate/up rows, down columns) and of
 the vocabulary (embedding and LM-head rows); an all-reduce follows o_proj, down_proj and
-the embedding, an all-gather the head. Norms are small and replicated.
+the embedding, an all-gather the head. Norms are small and replicated. An MoE layer's routed
+experts are split whole (expert parallelism: E/k each; the router replicated) and its block's
+output all-reduced; MLA's latent is cached whole on every rank.
 """
 
 from __future__ import annotations

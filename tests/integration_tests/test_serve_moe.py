@@ -26,7 +26,7 @@ def test_ep_stage_serves_hf_greedy_tokens(arch, tmp_path):
     build_moe(model, arch)
     plan = ep_plan(model, tmp_path)
     want = hf_greedy(model, PROMPTS, 24)
-    args = ("--emulate", "--executor", "torch", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY)
+    args = ("--emulate", "--model-dir", model, "--served-model-name", NAME, "--api-key", KEY)
     served = start_serve(plan, *args, log=tmp_path / "serve.log")
     try:
         workers = httpx.get(f"{served.url}/health").json()["workers"]

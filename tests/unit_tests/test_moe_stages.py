@@ -92,6 +92,7 @@ def _ep_rank(rank: int, init: str, model_dir: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned processes per architecture
 def test_expert_parallel_stage_matches_unpartitioned_logits(model, tmp_path):
     """The second stage over two ranks: each holds E/2 experts (and half of the heads); the outputs agree."""
     import torch.multiprocessing as mp
