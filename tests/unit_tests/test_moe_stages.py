@@ -10,7 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hetc.plan import PlanUnit
-from hetc.runtime.kv_cache import AttnMeta
+from hetc.runtime.kv_cache import AttnMeta, DecodeMeta
 from hetc.runtime.model_runner import StageModel
 from hetc.weights import SafetensorsWeights
 from tests.fixtures.moe_models import ARCHS, build_moe
@@ -33,16 +33,20 @@ def model(request, tmp_path_factory):
 
 
 def _run(stages, a: list[int], b: list[int]) -> list[torch.Tensor]:
-    """a's prompt in two chunks beside b's prompt and decode, then both decode: the sampled rows' logits."""
+    """a's prompt in two chunks beside b's prompt and decode, then both decode (in the fixed-shape
+    decode form): the sampled rows' logits."""
     tables = {0: [3, 0, 7], 1: [5]}  # non-contiguous blocks
     seqs = {0: a, 1: b}
     outs = []
     for items in ([(0, 0, 16, False), (1, 0, 5, True)], [(1, 5, 1, True), (0, 16, 14, True)], [(0, 30, 1, True), (1, 6, 1, True)]):
-        meta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items], [i[3] for i in items])
+        meta: AttnMeta | DecodeMeta = AttnMeta.build([i[1] for i in items], [i[2] for i in items], [tables[i[0]] for i in items], [i[3] for i in items])
         x = torch.tensor([t for s, st, n, _ in items for t in seqs[s][st : st + n]])
+        if items[0][1] == 30:  # the last step as a CUDA graph's decode (fixed shapes: 4 rows, 2 of them padding)
+            meta = DecodeMeta.build([i[1] for i in items], [tables[i[0]] for i in items], rows=4, width=3)
+            x = torch.cat([x, x.new_zeros(2)])
         for stage in stages:
             x = stage(x, meta)
-        outs.append(x)
+        outs.append(x[: len(items)])
     return outs
 
 
