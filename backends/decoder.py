@@ -387,8 +387,10 @@ class DecoderStage(nn.Module):
 
     def window(self, layer: int) -> int | None:
         """The layer's sliding window (a query sees the keys of the last `window` positions, its own
-        included), or None: full causal attention. The module's own (gpt-oss: its sliding layers)."""
-        w = getattr(self.mods[f"attn{layer}"], "sliding_window", None)
+        included), or None: full causal attention. The module's own where it keeps one per layer
+        (gpt-oss, qwen2: their sliding layers), else the config's for every layer (mistral, mixtral)."""
+        attn: Any = self.mods[f"attn{layer}"]
+        w = attn.sliding_window if hasattr(attn, "sliding_window") else self.cfg.sliding_window if _windowed(self.cfg) else None
         return int(w) if w else None
 
     def sinks(self, layer: int) -> torch.Tensor | None:
