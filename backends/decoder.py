@@ -2,8 +2,9 @@
 
 Belongs here: which of the model's own transformers modules each unit kind runs, the walk over a
 stage's units (embedding, attention and MLP halves with their residuals, the rows cut to the
-sampled tokens before the final norm or head), rotary, the q/k/v projections (fused or not), and
-what an architecture must have for a stage to run it exactly (`check_supported`).
+sampled tokens before the final norm or head), rotary, the q/k/v projections (fused or not; MLA's
+latent and its expansion), each layer's sliding window and attention sinks, the split of an MoE
+layer's experts, and what an architecture must have for a stage to run it exactly (`check_supported`).
 
 Not here: where KV lives and how attention reads it. Each executor brings its own `attend`:
 the runtime's eager stage (runtime/model_runner.py) attends over its paged pool in place, the
@@ -13,7 +14,8 @@ groups, scheduling and sampling are the runtime's.
 Units map to modules by kind (plan.json's unit table):
   embed          model.embed_tokens
   attention L    model.layers[L].input_layernorm, .self_attn (+ residual)
-  mlp / moe L    model.layers[L].post_attention_layernorm, .mlp (+ residual)
+  mlp / moe L    model.layers[L].post_attention_layernorm, .mlp (+ residual); an MoE block's
+                 experts may be a part of the layer's (split_experts: expert parallelism)
   norm           model.norm
   head           lm_head (with model.norm when the model has no separate norm unit)
 so a stage may start at the MLP half of a layer. The model is built on the meta device and only
@@ -33,7 +35,20 @@ from hetc.errors import BadInput
 from hetc.plan import UnitKind
 from hetc.stage import select_at
 
-__all__ = ["DECODER_KINDS", "DecoderStage", "UnitLike", "apply_rotary", "check_supported", "kv_layout", "rotate_half"]
+__all__ = [
+    "DECODER_KINDS",
+    "DecoderStage",
+    "LocalExperts",
+    "UnitLike",
+    "apply_rotary",
+    "apply_rotary_interleaved",
+    "check_supported",
+    "eager_only",
+    "is_mla",
+    "kv_layout",
+    "kv_tensors",
+    "rotate_half",
+]
 
 # the unit kinds a decoder stage runs (a compiled stage: the same without MoE)
 DECODER_KINDS = (UnitKind.EMBED, UnitKind.ATTENTION, UnitKind.MLP, UnitKind.MOE, UnitKind.NORM, UnitKind.HEAD)
@@ -54,19 +69,47 @@ class UnitLike(Protocol):
     def layer(self) -> int: ...
 
 
+def is_mla(cfg: Any) -> bool:
+    """Whether the model's attention is multi-head latent attention (DeepSeek-V2/V3): its cache holds
+    one latent per token and layer, not each head's K and V."""
+    return getattr(cfg, "kv_lora_rank", None) is not None
+
+
 def kv_layout(cfg: Any) -> tuple[int, int]:
-    """(kv_heads, head_dim) of the model's attention."""
+    """(kv_heads, head_dim) of one cached tensor per token and layer: the attention's K (and V), or
+    MLA's (1, kv_lora_rank + qk_rope_head_dim) latent (`kv_tensors`: 1)."""
+    if is_mla(cfg):
+        return 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     return getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
 
-def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS) -> None:
+def kv_tensors(cfg: Any) -> int:
+    """Tensors of `kv_layout`'s shape cached per token and layer: K and V, or MLA's latent alone."""
+    return 1 if is_mla(cfg) else 2
+
+
+def _windowed(cfg: Any) -> bool:
+    window = getattr(cfg, "sliding_window", None)
+    return bool(window and getattr(cfg, "use_sliding_window", True) and window < getattr(cfg, "max_position_embeddings", 0))
+
+
+def eager_only(cfg: Any, units: Sequence[UnitLike]) -> bool:
+    """Whether a stage of `units` needs the runtime's eager stage: MoE units (data-dependent routing),
+    or attention with sliding windows or MLA (no compiled lowering of those yet)."""
+    kinds = {str(u.kind) for u in units}
+    return UnitKind.MOE in kinds or (UnitKind.ATTENTION in kinds and (is_mla(cfg) or _windowed(cfg)))
+
+
+def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json", kinds: Sequence[UnitKind] = DECODER_KINDS, variants: bool = False) -> None:
     """Refuse (BadInput) a model a decoder stage cannot run exactly, with the reason.
 
     Args:
         cfg: the transformers config; units: the model's whole unit table.
         kinds: the unit kinds the executor runs.
+        variants: the executor's attention implements per-layer sliding windows, attention sinks
+            and multi-head latent attention (the runtime's eager stage does; compiled stages do not).
     """
     names = [str(u.kind) for u in units]
     bad = sorted(set(names) - set(kinds))
@@ -84,18 +127,32 @@ def check_supported(cfg: Any, units: Sequence[UnitLike], file: str = "plan.json"
             field="units",
             fix="regenerate the plan with `hetc plan` for a decoder LLM.",
         )
-    window = getattr(cfg, "sliding_window", None)
-    use_window = getattr(cfg, "use_sliding_window", window is not None)
-    if window and use_window and window < getattr(cfg, "max_position_embeddings", 0):
+    if not variants and _windowed(cfg):
         raise BadInput(
-            f"the model uses sliding-window attention (window {window}), which this runtime does not implement yet.",
+            f"the model uses sliding-window attention (window {cfg.sliding_window}), which this executor does not implement.",
             file=file,
             field="model",
-            fix="serve a model with full attention.",
+            fix="serve it with the runtime's eager stages (--executor torch), or a model with full attention.",
+        )
+    if not variants and is_mla(cfg):
+        raise BadInput(
+            "the model uses multi-head latent attention (DeepSeek's MLA), which this executor does not implement.",
+            file=file,
+            field="model",
+            fix="serve it with the runtime's eager stages (--executor torch).",
         )
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
         if getattr(cfg, key, None):
             raise BadInput(f"the model uses {key}, which this runtime does not implement yet.", file=file, field="model", fix="serve a Llama-family decoder.")
+
+
+def apply_rotary_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """DeepSeek's rotary on pairs (x0, x1), (x2, x3), ... (config `rope_interleave`), the result's
+    halves de-interleaved (as transformers' DeepseekV3 lays them out); cos, sin: llama's (halves repeated)."""
+    half = cos.shape[-1] // 2
+    c, s = cos[..., :half], sin[..., :half]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat((a * c - b * s, b * c + a * s), dim=-1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -110,14 +167,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 def _check_layer(layer: nn.Module, i: int) -> None:
     attn = getattr(layer, "self_attn", None)
-    if (
-        attn is None
-        or not all(hasattr(attn, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
-        or not hasattr(layer, "input_layernorm")
-        or any(hasattr(layer, n) for n in _EXTRA_NORMS)
-    ):
+    projections = ("kv_a_proj_with_mqa", "kv_b_proj", "o_proj") if hasattr(attn, "kv_b_proj") else ("q_proj", "k_proj", "v_proj", "o_proj")
+    if attn is None or not all(hasattr(attn, p) for p in projections) or not hasattr(layer, "input_layernorm") or any(hasattr(layer, n) for n in _EXTRA_NORMS):
         raise BadInput(
-            f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj, post_attention_layernorm, mlp).",
+            f"layer {i} is not a Llama-style block (input_layernorm, self_attn with q/k/v/o_proj or MLA's, post_attention_layernorm, mlp).",
             field="model",
             fix="serve a Llama-family decoder.",
         )
@@ -139,6 +192,7 @@ class DecoderStage(nn.Module):
         dtype: torch.dtype,
         load: Callable[[str, torch.Size], torch.Tensor],
         kinds: Sequence[UnitKind] = DECODER_KINDS,
+        variants: bool = False,
     ):
         """Args:
         cfg: the transformers config of the model.
@@ -148,12 +202,14 @@ class DecoderStage(nn.Module):
         load: (the model's parameter name, its full shape) → this stage's tensor (a tp rank's
             shard, on its device).
         kinds: the unit kinds this executor runs.
+        variants: the executor's attention implements sliding windows, attention sinks (`window`,
+            `sinks`) and MLA (`mla_qkv`, `mla_expand`); else a model with any of them is refused.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
 
         mine = units[first : last + 1]
-        check_supported(cfg, units, kinds=kinds)
+        check_supported(cfg, units, kinds=kinds, variants=variants)
         self.cfg, self.dtype = cfg, dtype
         self.kinds = [(UnitKind(u.kind), u.layer) for u in mine]
         self.fused_final_norm = UnitKind.NORM not in [u.kind for u in units]  # the head unit then includes the norm
@@ -176,6 +232,12 @@ class DecoderStage(nn.Module):
                 blk = backbone.layers[layer]
                 _check_layer(blk, layer)
                 wanted[f"ln{layer}"], wanted[f"attn{layer}"] = blk.input_layernorm, blk.self_attn
+                if not variants and hasattr(blk.self_attn, "sinks"):
+                    raise BadInput(
+                        f"layer {layer}'s attention has sinks (a learned logit per head in the softmax), which this executor does not implement.",
+                        field="model",
+                        fix="serve the model with the runtime's eager stages (--executor torch).",
+                    )
             elif kind in (UnitKind.MLP, UnitKind.MOE):
                 blk = backbone.layers[layer]
                 wanted[f"post{layer}"] = blk.post_attention_layernorm
@@ -194,14 +256,21 @@ class DecoderStage(nn.Module):
                 t = load(model_name, p.shape)
                 setattr(mod.get_submodule(owner) if owner else mod, leaf, nn.Parameter(t, requires_grad=False))
                 self.weight_names[f"mods.{key}.{name}"] = model_name
-            for name, b in mod.named_buffers():
-                if b.is_meta:
+            for name, b in list(mod.named_buffers()):
+                owner, _, leaf = name.rpartition(".")
+                holder = mod.get_submodule(owner) if owner else mod
+                if b.is_meta and leaf not in holder._non_persistent_buffers_set:  # a checkpoint tensor (DeepSeek's e_score_correction_bias)
+                    model_name = f"{names[mod]}.{name}"
+                    holder.register_buffer(leaf, load(model_name, b.shape))
+                    self.weight_names[f"mods.{key}.{name}"] = model_name
+                elif b.is_meta:
                     raise BadInput(
                         f"module {names[mod]} has a buffer {name} this runtime cannot initialize.", field="model", fix="serve a Llama-family decoder."
                     )
         self.mods = nn.ModuleDict(wanted)
         self.rotary: Any = type(backbone.rotary_emb)(config=cfg) if self.attention_layers else None
         self.kv_heads, self.head_dim = kv_layout(cfg)
+        self.mla = is_mla(cfg)
         del full
 
     @property
@@ -259,18 +328,54 @@ class DecoderStage(nn.Module):
             q, k = attn.q_norm(q), attn.k_norm(k)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
+    def mla_qkv(self, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """MLA's queries [..., Hq, nope + rope] (rotary part rotated) and the latent a token caches
+        [..., 1, kv_lora_rank + rope]: the normed compressed KV, then the rotated shared rotary key.
+
+        Args:
+            h: the normed hidden states [..., H]; cos, sin: [..., 1, rope].
+        """
+        attn: Any = self.mods[f"attn{layer}"]
+        lead, nope, rope = h.shape[:-1], attn.qk_nope_head_dim, attn.qk_rope_head_dim
+        q = attn.q_proj(h) if attn.q_lora_rank is None else attn.q_b_proj(attn.q_a_layernorm(attn.q_a_proj(h)))
+        q_pass, q_rot = q.view(*lead, -1, nope + rope).split([nope, rope], dim=-1)
+        kv, k_rot = attn.kv_a_proj_with_mqa(h).split([attn.kv_lora_rank, rope], dim=-1)
+        rotate = apply_rotary_interleaved if getattr(self.cfg, "rope_interleave", False) else apply_rotary
+        q_rot, k_rot = rotate(q_rot, cos, sin), rotate(k_rot[..., None, :], cos, sin)
+        return torch.cat((q_pass, q_rot), dim=-1), torch.cat((attn.kv_a_layernorm(kv)[..., None, :], k_rot), dim=-1)
+
+    def mla_expand(self, layer: int, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys [..., Hq, nope + rope] and values [..., Hq, v] of cached latents [..., 1, kv_lora_rank + rope]
+        (kv_b_proj of the compressed part; the rotary key shared by the heads)."""
+        attn: Any = self.mods[f"attn{layer}"]
+        kv, k_rot = latent[..., 0, :].split([attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
+        k_nope, v = attn.kv_b_proj(kv).view(*kv.shape[:-1], -1, attn.qk_nope_head_dim + attn.v_head_dim).split([attn.qk_nope_head_dim, attn.v_head_dim], dim=-1)
+        return torch.cat((k_nope, k_rot[..., None, :].expand(*k_nope.shape[:-1], -1)), dim=-1), v
+
     def fuse_projections(self) -> None:
         """Concatenate each layer's q/k/v and (dense MLPs') gate/up weights into one GEMM each: two
         launches instead of five per layer. For devices where launches cost (cuda, rocm); the sums
         are the same products, in one matrix."""
         mod: Any
         for key, mod in self.mods.items():
-            if key.startswith("attn"):
+            if key.startswith("attn") and not self.mla:
                 mod.qkv_proj = _concat_linear([mod.q_proj, mod.k_proj, mod.v_proj])
                 del mod.q_proj, mod.k_proj, mod.v_proj
             elif key.startswith("mlp") and int(key[3:]) not in self.moe_layers and hasattr(mod, "gate_proj"):
                 mod.gate_up_proj = _concat_linear([mod.gate_proj, mod.up_proj])
                 del mod.gate_proj, mod.up_proj
+
+    def split_experts(self, rank: int, parts: int) -> None:
+        """Expert parallelism: this stage holds experts [rank·E/parts, (rank+1)·E/parts) of each MoE
+        layer (loaded so: each `experts` tensor's first E/parts rows), and its MoE blocks return their
+        share of the output — the tokens routed to its experts, weighted — for the executor to sum
+        over the parts. The router runs whole on every part (it is small, and replicated)."""
+        for layer in self.moe_layers:
+            mlp: Any = self.mods[f"mlp{layer}"]
+            inner = mlp.experts
+            per = inner.num_experts // parts
+            inner.num_experts = per  # the local experts' count, as the module's own loop reads it
+            mlp.experts = LocalExperts(inner, rank * per, per)
 
     def o_proj(self, layer: int, o: torch.Tensor) -> torch.Tensor:
         """The layer's attention output projection of `o` [..., Hq·D]."""
@@ -280,11 +385,26 @@ class DecoderStage(nn.Module):
     def attention_scale(self, layer: int) -> float:
         return float(getattr(self.mods[f"attn{layer}"], "scaling", self.head_dim**-0.5))
 
+    def window(self, layer: int) -> int | None:
+        """The layer's sliding window (a query sees the keys of the last `window` positions, its own
+        included), or None: full causal attention. The module's own where it keeps one per layer
+        (gpt-oss, qwen2: their sliding layers), else the config's for every layer (mistral, mixtral)."""
+        attn: Any = self.mods[f"attn{layer}"]
+        w = attn.sliding_window if hasattr(attn, "sliding_window") else self.cfg.sliding_window if _windowed(self.cfg) else None
+        return int(w) if w else None
+
+    def sinks(self, layer: int) -> torch.Tensor | None:
+        """The layer's attention sinks [Hq] (a learned logit per head in the softmax's denominator,
+        attending no value: gpt-oss), or None."""
+        return getattr(self.mods[f"attn{layer}"], "sinks", None)
+
     # ---- hooks: what an executor may run differently
 
     def _rotary(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin for packed tokens: positions [T] → [T, 1, D] each."""
         cos, sin = self.rotary(x, positions[None])
+        if cos.shape[-1] * 2 == self.head_dim:  # gpt-oss's rotary gives one half; the halves share it
+            cos, sin = cos.repeat(1, 1, 2), sin.repeat(1, 1, 2)
         return cos[0, :, None], sin[0, :, None]
 
     def _select(self, x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
@@ -306,6 +426,29 @@ class DecoderStage(nn.Module):
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return self.mods["head"](x).float()
+
+
+class LocalExperts(nn.Module):
+    """A part of an MoE layer's routed experts (experts [first, first + count) of the model's), run
+    through the model's own experts module holding just those: tokens with none of them routed here
+    are skipped; a token's other slots point at local expert 0 with weight 0 (exactly nothing added).
+    Returns this part's sum only; the parts' sums add up to the whole layer's."""
+
+    def __init__(self, inner: nn.Module, first: int, count: int):
+        super().__init__()
+        self.inner, self.first, self.count = inner, first, count
+
+    def forward(self, h: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+        # h: [N, D]; top_k_index, top_k_weights: [N, K] (the model's expert ids and routing weights)
+        local = top_k_index - self.first
+        mine = (local >= 0) & (local < self.count)
+        rows = mine.any(dim=-1).nonzero()[:, 0]
+        out = torch.zeros_like(h)
+        if rows.numel():
+            idx = torch.where(mine, local, 0)[rows]
+            w = torch.where(mine, top_k_weights, 0)[rows]
+            out[rows] = self.inner(h[rows], idx, w).to(h.dtype)
+        return out
 
 
 def _concat_linear(parts: list[nn.Linear]) -> nn.Linear:

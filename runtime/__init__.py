@@ -19,7 +19,7 @@ disaggregated plan's pools — is a gloo group of its own with the frontend: gro
   back, so each stage has the next micro-batch queued; the first stage takes that step's
   input token from the last stage directly (feedback.py), not through the frontend.
   A tp stage is several workers: the leader talks to the pipeline and broadcasts each
-  step to its group; all-reduce after o_proj/down_proj/embedding, all-gather of logits.
+  step to its group; all-reduce after o_proj/down_proj/embedding and MoE blocks, all-gather of logits.
   `--nnodes N` splits the plan's cluster nodes over N hosts in order; node rank 0 holds the
   frontend, every host launches its own workers (emulate.py sizes an emulated host).
   Under `torchrun --nproc-per-node 1 -m hetc.cli serve plan.json` the hosts, node rank and
@@ -36,6 +36,15 @@ Not in this version, or limited (each refused at start with the reason, or noted
     only: real weights cannot be shrunk, so that case is refused;
   - NCCL/RCCL only for the collectives of tp stages of cuda/rocm devices (groups.py; untested on
     several GPUs); every other group, HCCL's included, is gloo on host tensors;
-  - sliding-window attention, logit soft-capping, MoE under tp: refused;
+  - architectures served (eager stages; `--executor auto` runs their MoE, sliding-window and MLA
+    stages eager): Llama-style decoders (llama, mistral, qwen2/3), mixtral, Qwen3-MoE, gpt-oss
+    (alternating sliding-window and full layers, attention sinks), DeepSeek-V3 (MLA, its latent
+    cached in the paged blocks; shared + routed experts with grouped top-k routing). A tp stage
+    with MoE layers splits their experts over its workers (expert parallelism: each holds E/tp,
+    every worker routes all tokens and runs those sent to its experts; the stage's all-reduce
+    combines them). Sliding layers keep every block of a sequence (the window is a mask; blocks
+    behind it are not freed yet); MLA expands the latents to K/V each step (no weight absorption);
+    a disaggregated plan of an MLA model moves the latents (untested);
+  - logit soft-capping: refused;
   - prefix caching, logprobs, n > 1, penalties: refused with 400 (logprobs, n, penalties).
 """

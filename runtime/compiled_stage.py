@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from hetc.backends.decoder import eager_only
 from hetc.backends.stage import FunctionalStage, export_stage, stage_class, weight_specs
 from hetc.backends.toolchain import Artifact
 from hetc.backends.toolchains import toolchain
@@ -120,14 +121,15 @@ def _weights_id(model_dir: str | None, width: int) -> str:
     return json.dumps([(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files] + [width])
 
 
-def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int) -> str:
+def stage_executor(executor: str, backend: str, *, emulate: bool, tp: int, eager: bool = False) -> str:
     """What runs a stage: `torch` (eager) or a toolchain's name.
 
     Under `--executor auto`, an emulated stage runs its vendor's CPU lowering (emulation_toolchain),
     a real `cpu` stage the fastest CPU executor; a real accelerator stage runs torch on its device,
-    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models).
+    and tensor-parallel stages stay eager (no sharded lowering yet: said in /v1/models), as do stages
+    that need the eager stage (`eager`: backends/decoder.py's eager_only — MoE, sliding windows, MLA).
     """
-    if executor != "auto" or tp > 1:
+    if executor != "auto" or tp > 1 or eager:
         return "torch"
     if emulate:
         return emulation_toolchain(backend)
@@ -191,7 +193,7 @@ def prebuild_stages(c, log) -> None:
     done: set[tuple] = set()
     for w in c.mine:
         s = w.stage
-        name = stage_executor(c.o.executor, s.backend, emulate=c.o.emulate, tp=s.tp)
+        name = stage_executor(c.o.executor, s.backend, emulate=c.o.emulate, tp=s.tp, eager=eager_only(c.hf_cfg, c.units[s.units[0] : s.units[1] + 1]))
         if name == "torch" or (name, *s.units) in done:
             continue
         done.add((name, *s.units))

@@ -12,6 +12,7 @@ from hetc.errors import BadInput
 from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.plan import PlanUnit, UnitKind
 from hetc.scheduling import KV_BLOCK_TOKENS
+from hetc.backends.decoder import kv_tensors
 from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout, param_count, shrink_config
 from hetc.quantity import Kind, format_quantity
 
@@ -74,7 +75,7 @@ def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[
         blocks: lane id → blocks from the plan's budgets.
     """
     kvh, hd = kv_layout(cfg)
-    per = 2 * hd * KV_BLOCK_TOKENS * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
+    per = kv_tensors(cfg) * hd * KV_BLOCK_TOKENS * TORCH_DTYPES[plan.model.kv_dtype].itemsize  # one block, one layer, one KV head
     per_lane: dict[int, float] = {}
     for w in local_workers:
         layers = sum(1 for u in units[w.stage.units[0] : w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)

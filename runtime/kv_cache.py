@@ -7,6 +7,7 @@ sequences of different lengths — a prompt chunk beside single decode tokens �
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,10 @@ from torch.nn import functional as F
 
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["AttnMeta", "DecodeMeta", "KVPool", "decode_attention", "gather_decode", "paged_attention"]
+# MLA: cached latents [..., 1, R] → keys [..., H, Dqk], values [..., H, Dv]
+Expand = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+__all__ = ["AttnMeta", "DecodeMeta", "KVPool", "attend", "decode_attention", "gather_decode", "latent_attention", "latent_decode", "paged_attention"]
 
 
 @dataclass(slots=True)
@@ -152,6 +156,7 @@ class KVPool:
         device: torch.device | str = "cpu",
         block_size: int = KV_BLOCK_TOKENS,
         paged: bool = False,
+        values: bool = True,
     ):
         """Args:
         layers: model layer indices whose attention runs on this stage.
@@ -159,13 +164,14 @@ class KVPool:
         kv_heads, head_dim: K/V shape per token.
         dtype: KV storage dtype.
         paged: the blocks layout (else flat slots).
+        values: a V pool beside K; False: one tensor per token (MLA's latent, kept in `k`).
         """
         if paged:
             shape: tuple[int, ...] = (num_blocks, kv_heads, block_size, head_dim)
         else:
             shape = (num_blocks * block_size, kv_heads, head_dim)
         self.k = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
-        self.v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers}
+        self.v = {l: torch.zeros(shape, dtype=dtype, device=device) for l in layers} if values else {}
         self.num_blocks, self.block_size, self.paged = num_blocks, block_size, paged
         self.row_shape, self.dtype = (kv_heads, head_dim), dtype  # one token's K (or V)
 
@@ -193,30 +199,49 @@ class KVPool:
         for pool in (*self.k.values(), *self.v.values()):
             self._blocks(pool).index_fill_(0, ids.to(pool.device), 0)
 
+    @property
+    def tensors(self) -> int:
+        """Tensors cached per token and layer: K and V (2), or MLA's latent (1)."""
+        return 2 if self.v else 1
+
+    def _pools(self, layer: int) -> list[torch.Tensor]:
+        return [self.k[layer], self.v[layer]] if self.v else [self.k[layer]]
+
     def read(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
-        """[2, n, KVH, D]: layer's K and V at flat slots (block · BS + offset)."""
+        """[tensors, n, KVH, D]: layer's K and V (or latent) at flat slots (block · BS + offset)."""
         if self.paged:
             b, o = slots // self.block_size, slots % self.block_size
-            return torch.stack([self.k[layer][b, :, o], self.v[layer][b, :, o]])
-        return torch.stack([self.k[layer][slots], self.v[layer][slots]])
+            return torch.stack([p[b, :, o] for p in self._pools(layer)])
+        return torch.stack([p[slots] for p in self._pools(layer)])
 
     def write(self, layer: int, slots: torch.Tensor, kv: torch.Tensor) -> None:
-        """Store [2, n, KVH, D] at flat slots."""
-        if self.paged:
-            b, o = slots // self.block_size, slots % self.block_size
-            self.k[layer][b, :, o], self.v[layer][b, :, o] = kv[0], kv[1]
-        else:
-            self.k[layer].index_copy_(0, slots, kv[0])
-            self.v[layer].index_copy_(0, slots, kv[1])
+        """Store [tensors, n, KVH, D] at flat slots."""
+        for pool, rows in zip(self._pools(layer), kv):
+            if self.paged:
+                pool[slots // self.block_size, :, slots % self.block_size] = rows
+            else:
+                pool.index_copy_(0, slots, rows)
 
 
-def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: AttnMeta, scale: float) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: AttnMeta,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Write the new K/V into the pool, attend each query to its own sequence's context.
 
     Args:
         q: [T, H, Dh] rotated queries; k, v: [T, KVH, Dh] new keys (rotated) and values.
         layer: model layer index (selects the pool).
         scale: softmax scale (the module's own, usually Dh^-0.5).
+        window: a sliding layer's window (keys of the last `window` positions only); None: full.
+        sinks: [H] per-head logits added to the softmax's denominator (gpt-oss); None: none.
     Returns:
         [T, H * Dh] attention output, packed like q.
     """
@@ -226,25 +251,45 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVP
     keys, vals = keys.to(q.dtype).transpose(1, 2), vals.to(q.dtype).transpose(1, 2)  # [B, KVH, L, Dh]
     qb = q.view(b, q_max, *q.shape[1:]) if meta.q_index is None else q[meta.q_index]
     qb = qb.transpose(1, 2)  # [B, H, Q, Dh]
-    o = F.scaled_dot_product_attention(qb, keys, vals, attn_mask=meta.mask, scale=scale, enable_gqa=qb.shape[1] != keys.shape[1]).transpose(
-        1, 2
-    )  # [B, Q, H, Dh]
+    mask = meta.mask
+    if window is not None:
+        q_pos = meta.positions.view(b, q_max) if meta.q_index is None else meta.positions[meta.q_index]  # [B, Q]
+        j = torch.arange(width, device=q.device)
+        inside = j[None, None, :] > q_pos[:, :, None] - window  # [B, Q, L]
+        if meta.q_valid is not None:  # padding rows keep their key 0
+            inside |= ~meta.q_valid[:, :, None]
+        mask = mask & inside[:, None]
+    o = attend(qb, keys, vals, mask, scale, sinks).transpose(1, 2)  # [B, Q, H, Dh]
     o = o.reshape(-1, *o.shape[2:]) if meta.q_valid is None else o[meta.q_valid]  # [T, H, Dh]
     return o.reshape(o.shape[0], -1)
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KVPool, layer: int, meta: DecodeMeta, scale: float) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: DecodeMeta,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """A decode step's attention: write each sequence's new K/V into the pool, attend its context.
 
     On CUDA the context is read where it lies, block by block (backends/cuda/paged_decode.py);
-    elsewhere through `gather_decode`. Shapes are fixed by the meta (graph-capturable either way).
+    elsewhere, and for a sliding window or sinks (which that kernel lacks), through `gather_decode`.
+    Shapes are fixed by the meta (graph-capturable either way).
 
     Args:
         q: [B, H, Dh] rotated queries; k, v: [B, KVH, Dh] the new keys (rotated) and values.
+        window, sinks: as paged_attention's.
     Returns:
         [B, H * Dh].
     """
     kc, vc = _write_new(pool, layer, meta.slots, k, v)
+    if window is not None or sinks is not None:
+        return gather_decode(q, kc, vc, meta, scale, pool.block_size, window, sinks).flatten(1)
     if q.is_cuda:
         from hetc.backends.cuda.paged_decode import paged_decode
 
@@ -252,18 +297,88 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: KV
     return gather_decode(q, kc, vc, meta, scale, pool.block_size).flatten(1)
 
 
-def gather_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, meta: DecodeMeta, scale: float, block_size: int) -> torch.Tensor:
+def gather_decode(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    meta: DecodeMeta,
+    scale: float,
+    block_size: int,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
     """[B, H, Dh]: each query over its row's MB blocks gathered from the pools, masked past its length
-    (the reference the CUDA kernel is checked against, and the CPU form)."""
+    (the reference the CUDA kernel is checked against, and the CPU form); window, sinks: as
+    paged_attention's."""
     b, width = meta.block_table.shape
     flat = meta.block_table.flatten().long()
     keys, vals = (_gather_blocks(p, flat, b, block_size).transpose(1, 2) for p in (k_pool, v_pool))  # [B, KVH, L, Dh]
     j = torch.arange(width * block_size, device=q.device)
-    mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]  # [B, 1, 1, L]
-    o = F.scaled_dot_product_attention(
-        q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != keys.shape[1]
-    )  # [B, H, 1, Dh]
+    mask = j[None, :] < meta.context_lens[:, None]  # [B, L]
+    if window is not None:  # the new token sits at context_lens - 1
+        mask &= j[None, :] >= meta.context_lens[:, None] - window
+    o = attend(q[:, :, None], keys.to(q.dtype), vals.to(q.dtype), mask[:, None, None, :], scale, sinks)  # [B, H, 1, Dh]
     return o[:, :, 0]
+
+
+def latent_attention(
+    q: torch.Tensor,
+    latent: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: AttnMeta,
+    scale: float,
+    expand: Expand,
+) -> torch.Tensor:
+    """Multi-head latent attention over the paged pool: write each new token's latent, expand every
+    context latent to its keys and values, attend as paged_attention does.
+
+    Args:
+        q: [T, H, Dqk] queries (rotary part rotated); latent: [T, 1, R] the new tokens' latents.
+        expand: latents [..., 1, R] → keys [..., H, Dqk], values [..., H, Dv] (the layer's kv_b_proj).
+    Returns:
+        [T, H * Dv].
+    """
+    pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
+    b, _, q_max, _ = meta.mask.shape
+    keys, vals = expand(_gather_blocks(pool.k[layer], meta.blocks, b, pool.block_size).to(q.dtype))  # [B, L, H, D]
+    qb = (q.view(b, q_max, *q.shape[1:]) if meta.q_index is None else q[meta.q_index]).transpose(1, 2)  # [B, H, Q, Dqk]
+    o = attend(qb, keys.transpose(1, 2), vals.transpose(1, 2), meta.mask, scale, None).transpose(1, 2)  # [B, Q, H, Dv]
+    o = o.reshape(-1, *o.shape[2:]) if meta.q_valid is None else o[meta.q_valid]
+    return o.reshape(o.shape[0], -1)
+
+
+def latent_decode(
+    q: torch.Tensor,
+    latent: torch.Tensor,
+    pool: KVPool,
+    layer: int,
+    meta: DecodeMeta,
+    scale: float,
+    expand: Expand,
+) -> torch.Tensor:
+    """A decode step's latent_attention (q: [B, H, Dqk], latent: [B, 1, R]) → [B, H * Dv]."""
+    pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
+    b, width = meta.block_table.shape
+    keys, vals = expand(_gather_blocks(pool.k[layer], meta.block_table.flatten().long(), b, pool.block_size).to(q.dtype))
+    j = torch.arange(width * pool.block_size, device=q.device)
+    mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]
+    return attend(q[:, :, None], keys.transpose(1, 2), vals.transpose(1, 2), mask, scale, None)[:, :, 0].flatten(1)
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Masked softmax attention, [B, H, Q, Dh]: q [B, H, Q, Dh]; keys, vals [B, KVH, L, Dh]; mask
+    broadcasting to [B, H, Q, L] (True: attend). With sinks [H], each head's softmax also counts
+    exp(sink) in its denominator (a logit that attends no value), as gpt-oss's attention does."""
+    gqa = q.shape[1] != keys.shape[1]
+    if sinks is None:
+        return F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    rep = q.shape[1] // keys.shape[1]
+    keys, vals = keys.repeat_interleave(rep, dim=1), vals.repeat_interleave(rep, dim=1)
+    logits = (q @ keys.transpose(-1, -2) * scale).masked_fill(~mask, float("-inf"))  # [B, H, Q, L]
+    sink = sinks.to(logits.dtype)[None, :, None, None].expand(*logits.shape[:-1], 1)
+    probs = torch.cat([logits, sink], dim=-1).softmax(dim=-1)[..., :-1]
+    return probs.to(vals.dtype) @ vals
 
 
 def _write_new(pool: KVPool, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -203,7 +203,7 @@ def validate(o: ServeOptions) -> Checked:
     check_hash(plan, model_ref, o.plan)
     hf_cfg, _ = load_hf_config(model_ref)
     units = plan.units
-    check_supported(hf_cfg, units, o.plan)
+    check_supported(hf_cfg, units, o.plan, variants=True)  # the eager stages; a compiled one checks its own
     for lane in lanes:
         for s in lane.stages:
             check_tp(hf_cfg, units[s.units[0] : s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)
@@ -253,13 +253,14 @@ def size_kv(c: Checked) -> None:
         BadInput: a stage's KV budget holds less than one block.
     """
     from hetc.runtime.emulate import cap_kv_blocks
+    from hetc.backends.decoder import kv_tensors
     from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
     from hetc.kv_blocks import PADDING_BLOCKS, lane_blocks, stage_blocks
     from hetc.scheduling import KV_BLOCK_TOKENS
 
     o, lanes = c.o, c.lanes
     kvh, hd = kv_layout(c.hf_cfg)
-    per_token_layer = 2 * kvh * hd * TORCH_DTYPES[c.plan.model.kv_dtype].itemsize
+    per_token_layer = kv_tensors(c.hf_cfg) * kvh * hd * TORCH_DTYPES[c.plan.model.kv_dtype].itemsize
     c.max_seqs = o.max_num_seqs or max(max(l.batch for l in lanes), 2 * max(len(l.stages) for l in lanes))
     # a pool larger than max_seqs full-length sequences is never used: cap it (the plan's budget
     # assumes a device of its own; emulated devices share this host's memory)
@@ -385,6 +386,7 @@ def serve(o: ServeOptions, log=print) -> int:
 
     c = validate(o)
     size_kv(c)
+    from hetc.backends.decoder import eager_only
     from hetc.runtime.compiled_stage import prebuild_stages
     from hetc.scheduling import KV_BLOCK_TOKENS
 
@@ -458,6 +460,8 @@ def serve(o: ServeOptions, log=print) -> int:
         }
         if o.executor == "auto" and any(s.tp > 1 for lane in c.lanes for s in lane.stages):
             info["executor_note"] = "tensor-parallel stages run torch eager (no sharded lowering yet)"
+        if o.executor == "auto" and any(eager_only(c.hf_cfg, c.units[s.units[0] : s.units[1] + 1]) for lane in c.lanes for s in lane.stages):
+            info["executor_note"] = "stages with MoE layers, sliding-window attention or MLA run torch eager (no compiled lowering of those yet)"
         if o.executor == "auto" and not o.emulate:
             info["executor_note"] = "on real devices every stage runs torch eager on its device in this version"
         if c.spec is not None:

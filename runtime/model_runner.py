@@ -5,7 +5,9 @@ KV pool in place (kv_cache.py).
 A tensor-parallel stage (tp = k) is k StageModels, one per device, each holding 1/k of
 the heads (q/k/v rows, o_proj columns), of the MLP (gate/up rows, down columns) and of
 the vocabulary (embedding and LM-head rows); an all-reduce follows o_proj, down_proj and
-the embedding, an all-gather the head. Norms are small and replicated.
+the embedding, an all-gather the head. Norms are small and replicated. An MoE layer's routed
+experts are split whole (expert parallelism: E/k each; the router replicated) and its block's
+output all-reduced; MLA's latent is cached whole on every rank.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from hetc.backends.decoder import DecoderStage, check_supported, kv_layout
+from hetc.backends.decoder import DecoderStage, check_supported, is_mla, kv_layout
 from hetc.errors import BadInput
 from hetc.partitioner.capture.graph import TORCH_DTYPES
 from hetc.plan import PlanUnit, UnitKind
-from hetc.runtime.kv_cache import AttnMeta, DecodeMeta, KVPool, decode_attention, paged_attention
+from hetc.runtime.kv_cache import AttnMeta, DecodeMeta, KVPool, decode_attention, latent_attention, latent_decode, paged_attention
 
 __all__ = ["TORCH_DTYPES", "StageModel", "check_supported", "check_tp", "kv_layout", "param_count", "shrink_config"]
 
@@ -58,22 +60,37 @@ def check_tp(cfg, units: list[PlanUnit], tp: int, where: str, file: str = "plan.
     """Refuse a tp degree this model cannot be split by evenly."""
     if tp == 1:
         return
-    kvh, _ = kv_layout(cfg)
-    sizes = {"attention heads": cfg.num_attention_heads, "key/value heads": kvh, "intermediate size": cfg.intermediate_size, "vocabulary": cfg.vocab_size}
-    bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
+    sizes = {"attention heads": cfg.num_attention_heads, "vocabulary": cfg.vocab_size}
+    if not is_mla(cfg):  # MLA's latent is every head's: cached whole on each rank
+        sizes["key/value heads"] = kv_layout(cfg)[0]
+    if any(u.kind == UnitKind.MLP for u in units):
+        sizes["intermediate size"] = cfg.intermediate_size
     if any(u.kind == UnitKind.MOE for u in units):
-        bad.append("MoE experts (not split by this runtime yet)")
+        sizes["experts"] = num_experts(cfg)
+        if getattr(cfg, "n_shared_experts", None):  # DeepSeek's shared experts: one dense MLP, column/row split
+            sizes["shared experts' width"] = cfg.moe_intermediate_size * cfg.n_shared_experts
+    bad = [f"{k} {v}" for k, v in sizes.items() if v % tp]
     if bad:
         raise BadInput(
             f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} ways.", file=file, field=where, fix="plan with `--tp 1`."
         )
 
 
+def num_experts(cfg) -> int:
+    """The routed experts of each MoE layer of `cfg`."""
+    return next(int(getattr(cfg, k)) for k in ("num_local_experts", "num_experts", "n_routed_experts") if isinstance(getattr(cfg, k, None), int))
+
+
 def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
-    """This tp rank's part of parameter `name` (Megatron-style column/row split)."""
+    """This tp rank's part of parameter `name`: Megatron-style column/row splits of attention and dense
+    MLPs (shared experts included); a routed-experts tensor ([E, ...]) is split by expert: this rank
+    holds experts [rank·E/k, (rank+1)·E/k) whole (expert parallelism)."""
     if k == 1:
         return t
-    rows = (".q_proj.", ".k_proj.", ".v_proj.", ".gate_proj.", ".up_proj.", "embed_tokens.", "lm_head.")
+    if ".experts." in name:
+        n = t.shape[0] // k
+        return t[rank * n : (rank + 1) * n]
+    rows = (".q_proj.", ".k_proj.", ".v_proj.", ".q_b_proj.", ".kv_b_proj.", ".gate_proj.", ".up_proj.", "embed_tokens.", "lm_head.", "self_attn.sinks")
     cols = (".o_proj.weight", ".down_proj.weight")
     if any(r in name for r in rows):
         n = t.shape[0] // k
@@ -84,6 +101,20 @@ def _shard(name: str, t: torch.Tensor, rank: int, k: int) -> torch.Tensor:
     if name.endswith((".o_proj.bias", ".down_proj.bias")):  # added once, after the all-reduce sums the parts
         return t if rank == 0 else torch.zeros_like(t)
     return t  # norms: replicated
+
+
+# transformers' fused expert tensors ([E, 2I, D] and [E, D, I]) that checkpoints store per expert
+_FUSED_EXPERTS = (".experts.gate_up_proj", ".experts.down_proj")
+
+
+def _per_expert(weights, name: str, shape: torch.Size, dtype: torch.dtype, rank: int, k: int) -> torch.Tensor:
+    """A fused experts tensor of this rank's experts, read from a checkpoint that stores each expert's
+    gate/up/down_proj.weight apart (DeepSeek-V3's, Qwen3-MoE's, as transformers saves them)."""
+    prefix, _, fused = name.rpartition(".")
+    n = shape[0] // k
+    parts = ("gate_proj", "up_proj") if fused == "gate_up_proj" else ("down_proj",)
+    one = torch.Size([shape[1] // len(parts), shape[2]])
+    return torch.stack([torch.cat([weights.get(f"{prefix}.{e}.{p}.weight", one, dtype) for p in parts]) for e in range(rank * n, (rank + 1) * n)])
 
 
 class StageModel(DecoderStage):
@@ -122,18 +153,23 @@ class StageModel(DecoderStage):
         check_tp(cfg, units[first : last + 1], tp_size, "stage")
 
         def load(name: str, shape: torch.Size) -> torch.Tensor:
+            if name.endswith(_FUSED_EXPERTS) and hasattr(weights, "names") and name not in weights.names():
+                return _per_expert(weights, name, shape, dtype, tp_rank, tp_size).to(device)
             return _shard(name, weights.get(name, shape, dtype), tp_rank, tp_size).to(device)
 
-        super().__init__(cfg, units, first, last, dtype=dtype, load=load)
+        super().__init__(cfg, units, first, last, dtype=dtype, load=load, variants=True)
         self.tp_rank, self.tp_size, self.tp_group = tp_rank, tp_size, None
+        if tp_size > 1:  # each worker holds E/tp experts; _mlp_out's all-reduce combines their outputs
+            self.split_experts(tp_rank, tp_size)
         if self.rotary is not None:
             self.rotary.to(device)
         if fuse:
             self.fuse_projections()
-        self.kv_heads //= tp_size  # this device's share of the heads
+        if not self.mla:  # MLA's latent is every head's: each tp rank caches it whole
+            self.kv_heads //= tp_size  # this device's share of the heads
         self.vocab_part = cfg.vocab_size // tp_size
         layers = self.attention_layers
-        self.kv = KVPool(layers, num_blocks if layers else 0, self.kv_heads, self.head_dim, kv_dtype, device)
+        self.kv = KVPool(layers, num_blocks if layers else 0, self.kv_heads, self.head_dim, kv_dtype, device, values=not self.mla)
         self.kv_device = torch.device(device)
 
     @property
@@ -161,18 +197,27 @@ class StageModel(DecoderStage):
             [T, D] hidden states; [S, D] once the rows were cut to the sampled tokens; [S, V]
             fp32 logits after the head.
         """
+        if self.mla:
+
+            def attend_latent(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+                q, latent = self.mla_qkv(layer, h, cos, sin)
+                run = latent_decode if isinstance(meta, DecodeMeta) else latent_attention
+                o = run(q, latent, self.kv, layer, meta, self.attention_scale(layer), lambda c: self.mla_expand(layer, c))  # type: ignore[arg-type]
+                return self._reduce(self.o_proj(layer, o))
+
+            return self.run_units(x, meta.positions, None if isinstance(meta, DecodeMeta) else meta.sample_rows, attend_latent)
         if isinstance(meta, DecodeMeta):
 
             def attend(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
                 q, k, v = self.qkv(layer, h, cos, sin)
-                o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
+                o = decode_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer), self.window(layer), self.sinks(layer))
                 return self._reduce(self.o_proj(layer, o))
 
             return self.run_units(x, meta.positions, None, attend)
 
         def attend_packed(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
             q, k, v = self.qkv(layer, h, cos, sin)
-            o = paged_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer))
+            o = paged_attention(q, k, v, self.kv, layer, meta, self.attention_scale(layer), self.window(layer), self.sinks(layer))
             return self._reduce(self.o_proj(layer, o))
 
         return self.run_units(x, meta.positions, meta.sample_rows, attend_packed)

@@ -83,6 +83,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     """
     from hetc.backends import get_backend
     from hetc.partitioner.capture.capture import load_hf_config
+    from hetc.backends.decoder import eager_only
     from hetc.runtime.compiled_stage import build_compiled_stage, stage_executor
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, shrink_config
     from hetc.scheduling import KV_BLOCK_TOKENS
@@ -96,7 +97,8 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     index = 0 if cfg.emulate else w.device_index
     dtype, kv_dtype = TORCH_DTYPES[plan.model.dtype], TORCH_DTYPES[plan.model.kv_dtype]
     num_blocks = cfg.kv_blocks[str(spec.lane)]
-    name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp)
+    eager = eager_only(hf_cfg, plan.units[spec.units[0] : spec.units[1] + 1])
+    name = stage_executor(cfg.executor, spec.backend, emulate=cfg.emulate, tp=spec.tp, eager=eager)
     if name != "torch":
         lane = next(l for l in lanes if l.id == spec.lane)
         model: Any = build_compiled_stage(
@@ -175,11 +177,11 @@ def move_kv(model, msg, owners: dict[int, dict[int, int]], sends: list, links) -
         for layer in sorted(model.kv.k):
             peer = owners[other][layer]
             if msg.kind is Kind.TRANSFER_OUT:
-                buf = model.kv.read(layer, slots)  # [2, n, KVH, Dh], whatever the pool's layout
+                buf = model.kv.read(layer, slots)  # [2 (K, V) or 1 (MLA's latent), n, KVH, Dh], whatever the pool's layout
                 sends.append((link.isend_tensor(buf, peer), buf))
                 sent += buf.numel() * buf.element_size()
             else:
-                buf = torch.empty((2, n, *model.kv.row_shape), dtype=model.kv.dtype)
+                buf = torch.empty((model.kv.tensors, n, *model.kv.row_shape), dtype=model.kv.dtype)
                 link.recv_tensor(buf, peer)
                 model.kv.write(layer, slots, buf)
     except Exception:  # noqa: BLE001 — a peer of the link died: this pipeline goes on

@@ -239,3 +239,20 @@ def test_width_shrunk_copy_keeps_layers_and_cuts():
     for s in stages:
         x = s(x, meta)
     assert x.shape == (1, 300) and torch.isfinite(x).all()
+
+
+def test_config_sliding_window_matches_hf(tmp_path):
+    """Mistral keeps its window in the config, not on each attention module: a 31-token prompt past a
+    window of 8 gives HF's logits (full attention would not)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(**{**CFG, "num_hidden_layers": 2}, sliding_window=8)
+    torch.manual_seed(0)
+    ref = MistralForCausalLM(cfg).eval()
+    ref.save_pretrained(tmp_path)
+    stage = StageModel(cfg, llama_units(2), 0, 6, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=4, weights=SafetensorsWeights(tmp_path))
+    ids = torch.randint(0, 300, (31,), generator=torch.Generator().manual_seed(3)).tolist()
+    out = stage(torch.tensor(ids), AttnMeta.build([0], [31], [[0, 1]], [True]))
+    with torch.no_grad():
+        want = ref(torch.tensor([ids])).logits[0, -1]
+    assert (out[0] - want).abs().max() < 1e-4
