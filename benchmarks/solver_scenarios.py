@@ -61,7 +61,8 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run(
-            [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, *extra],
+            # vllm: the figures the solver tables were made with before engines were an input (extra may override)
+            [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, "--engine", "vllm", *extra],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
