@@ -8,7 +8,7 @@ as wall time and as CPU time (a shared host stretches the first), and the 1-minu
 average after the run.
 
 Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [--generated tune|check]
-[-- EXTRA hetc plan ARGS] (e.g. `-- --disaggregate off` to plan without prefill/decode pools).
+[--plans DIR] [-- EXTRA hetc plan ARGS] (e.g. `-- --disaggregate off` to plan without prefill/decode pools).
 `--record` stores each row in benchmarks/results/solver.json, which BENCHMARKS.md's solver table is
 drawn from (tables.py). `--generated tune|check` runs seeded random clusters instead of the table
 (benchmarks/generated_clusters.py): `tune` is the block solver changes may be tuned on, `check` the
@@ -62,8 +62,11 @@ class PlanFailed(Exception):
     """`hetc plan` exited non-zero; the message is its exit status and last stderr line."""
 
 
-def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]:
+def run(cluster: str, model: str, extra: list[str], keep: Path | None = None) -> tuple[dict, float, float]:
     """plan.json, and the command's wall and CPU seconds (a fresh process).
+
+    Args:
+        keep: also write plan.json here (its solver notes say where the search stopped).
 
     Raises:
         PlanFailed: the command failed (a generated case the planner refuses is a finding, not a crash).
@@ -78,6 +81,8 @@ def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]
         )
         if done.returncode:
             raise PlanFailed(f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+        if keep is not None:
+            keep.write_text(Path(f.name).read_text())
         wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
         return json.load(open(f.name)), wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
 
@@ -88,8 +93,11 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="store each row in benchmarks/results/solver.json (BENCHMARKS.md's table)")
     ap.add_argument("--generated", choices=("tune", "check"), help="run a block of generated clusters instead of the table")
     ap.add_argument("--seeds", help="with --generated: only these seeds of the block, comma-separated")
+    ap.add_argument("--plans", type=Path, help="keep each plan.json in this folder, as SCENARIO.json")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
+    if a.plans:
+        a.plans.mkdir(parents=True, exist_ok=True)
     scenarios = SCENARIOS
     tmp = tempfile.TemporaryDirectory()
     if a.generated:
@@ -124,7 +132,8 @@ def main() -> None:
         if a.only and name not in a.only.split(","):
             continue
         try:
-            plan, wall, cpu = run(cluster, model, extra + a.extra)
+            keep = a.plans / f"{name}.json" if a.plans else None
+            plan, wall, cpu = run(cluster, model, extra + a.extra, keep)
         except PlanFailed as e:
             failed.append(name)
             print(f"| {name} | FAILED {e} |", flush=True)
