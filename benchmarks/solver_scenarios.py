@@ -8,9 +8,12 @@ as wall time and as CPU time (a shared host stretches the first), the CPU second
 bounds (search + bound + the rest after the capture: plan.json `solver.time`, issue 31) against
 the limit and the phases its deadline stopped, and the 1-minute load average after the run.
 
-Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [-- EXTRA hetc plan ARGS]
-(e.g. `-- --disaggregate off` to plan without prefill/decode pools). `--record` stores each row in
-benchmarks/results/solver.json, which BENCHMARKS.md's solver table is drawn from (tables.py).
+Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [--generated tune|check]
+[--plans DIR] [-- EXTRA hetc plan ARGS] (e.g. `-- --disaggregate off` to plan without prefill/decode pools).
+`--record` stores each row in benchmarks/results/solver.json, which BENCHMARKS.md's solver table is
+drawn from (tables.py). `--generated tune|check` runs seeded random clusters instead of the table
+(benchmarks/generated_clusters.py): `tune` is the block solver changes may be tuned on, `check` the
+block that is only ever reported, never tuned on; `--seeds A,B` picks seeds of the block.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+from generated_clusters import CHECK_SEEDS, TUNE_SEEDS, generate
 from results import record
 
 SCENARIOS = [
@@ -56,17 +61,32 @@ SCENARIOS = [
 ]
 
 
-def run(cluster: str, model: str, extra: list[str]) -> tuple[dict, float, float]:
-    """plan.json, and the command's wall and CPU seconds (a fresh process)."""
+class PlanFailed(Exception):
+    """`hetc plan` exited non-zero; the message is its exit status and last stderr line."""
+
+
+def run(cluster: str, model: str, extra: list[str], keep: Path | None = None) -> tuple[dict, float, float]:
+    """plan.json, and the command's wall and CPU seconds (a fresh process).
+
+    Args:
+        keep: also write plan.json here (its solver notes say where the search stopped).
+
+    Raises:
+        PlanFailed: the command failed (a generated case the planner refuses is a finding, not a crash).
+    """
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(
+        done = subprocess.run(
             # vllm: the figures the solver tables were made with before engines were an input (extra may override)
             [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, "--engine", "vllm", *extra],
-            check=True,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        if done.returncode:
+            raise PlanFailed(f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+        if keep is not None:
+            keep.write_text(Path(f.name).read_text())
         wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
         return json.load(open(f.name)), wall, after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
 
@@ -75,8 +95,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
     ap.add_argument("--record", action="store_true", help="store each row in benchmarks/results/solver.json (BENCHMARKS.md's table)")
+    ap.add_argument("--generated", choices=("tune", "check"), help="run a block of generated clusters instead of the table")
+    ap.add_argument("--seeds", help="with --generated: only these seeds of the block, comma-separated")
+    ap.add_argument("--plans", type=Path, help="keep each plan.json in this folder, as SCENARIO.json")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
     a = ap.parse_args()
+    if a.plans:
+        a.plans.mkdir(parents=True, exist_ok=True)
+    scenarios = SCENARIOS
+    tmp = tempfile.TemporaryDirectory()
+    if a.generated:
+        block = {"tune": TUNE_SEEDS, "check": CHECK_SEEDS}[a.generated]
+        seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else list(block)
+        if not set(seeds) <= set(block):
+            ap.error(f"--seeds {a.seeds}: not all in the {a.generated} block ({block.start}-{block.stop - 1})")
+        cases = [generate(s) for s in seeds]
+        scenarios = [(c.name, str(c.write(Path(tmp.name))), c.model, ["--dtype", c.dtype]) for c in cases]
     head = (
         "scenario",
         "devices",
@@ -98,10 +132,18 @@ def main() -> None:
     )
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for name, cluster, model, extra in SCENARIOS:
+    closes: list[float] = []
+    failed: list[str] = []
+    for name, cluster, model, extra in scenarios:
         if a.only and name not in a.only.split(","):
             continue
-        plan, wall, cpu = run(cluster, model, extra + a.extra)
+        try:
+            keep = a.plans / f"{name}.json" if a.plans else None
+            plan, wall, cpu = run(cluster, model, extra + a.extra, keep)
+        except PlanFailed as e:
+            failed.append(name)
+            print(f"| {name} | FAILED {e} |", flush=True)
+            continue
         devices = sum(n["count"] for n in plan["cluster"]["nodes"])
         tok = plan["predicted"]["output_tok_s"]
         b = plan["baselines"]
@@ -110,6 +152,7 @@ def main() -> None:
         pools = f"{phases.count('prefill')}P+{phases.count('decode')}D" if "decode" in phases else "–"
         value, bound = plan["solver"]["objective"], plan["solver"]["bound"]
         close = value / bound if plan["objective"]["sense"] == "max" else bound / value
+        closes.append(close)
         unit = {"throughput": "tok/s", "latency": "ms", "cost": "USD/M"}.get(plan["objective"]["name"], "")
         row = (
             name,
@@ -131,7 +174,7 @@ def main() -> None:
             f"{os.getloadavg()[0]:.1f}",
         )
         print("| " + " | ".join(row) + " |", flush=True)
-        if a.record and not a.extra:  # the table's rows are the scenarios as listed
+        if a.record and not a.extra and not a.generated:  # the table's rows are the scenarios as listed
             record(
                 "solver",
                 name,
@@ -150,6 +193,11 @@ def main() -> None:
                     "record": None,
                 },
             )
+    if closes:
+        hit = sum(c >= 0.97 for c in closes)
+        median = sorted(closes)[len(closes) // 2]
+        share = f"{hit} ({hit / len(closes):.0%})"
+        print(f"\n{len(closes)} planned, {len(failed)} failed {failed or ''}: plan/bound >= 0.97 on {share}, min {min(closes):.3f}, median {median:.3f}")
 
 
 if __name__ == "__main__":
