@@ -70,8 +70,11 @@ def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, ou
         sys.exit(f"guidellm failed ({' '.join(cmd)}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     bench = json.loads(out.read_text())["benchmarks"][0]
     ok = bench["requests"]["successful"]
-    if len(ok) != requests:
-        sys.exit(f"guidellm: {len(ok)} of {requests} requests succeeded; the first error: {bench['requests']['errored'][:1]}")
+    if len(ok) != requests:  # said, and the figures are over the rest (a 429 is the server's admission)
+        errors = [q["info"].get("error", "") for q in bench["requests"]["errored"]]
+        print(f"  guidellm: {requests - len(ok)} of {requests} requests failed; the first: {errors[:1]}", flush=True)
+    if not ok:
+        sys.exit("guidellm: no request succeeded")
     ttft = [q["time_to_first_token_ms"] for q in ok]
     tpot = [q["inter_token_latency_ms"] for q in ok]
     return {
