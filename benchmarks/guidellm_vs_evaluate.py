@@ -35,15 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import runtime_cpu as rc  # noqa: E402  the model, profile, cluster and server of the CPU runtime figures
 from grammar_mask import train_tokenizer  # noqa: E402
+from prefix_cache import hetc  # noqa: E402
 
 TARGETS = {"output_throughput": 0.10, "median_ttft_ms": 0.15, "p99_ttft_ms": 0.25, "median_tpot_ms": 0.15, "p99_tpot_ms": 0.25}
-
-
-def hetc(*args: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=REPO, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"hetc {' '.join(args)} failed:\n{r.stderr}")
-    return r.stdout
 
 
 def build(d: Path) -> Path:

@@ -318,6 +318,11 @@ def _message(opts: GenOptions, g: Generation, text: str) -> dict:
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
+def _calls_delta(calls: list[dict]) -> dict:
+    """A streamed chunk's delta of whole tool calls (OpenAI's: each with its index)."""
+    return {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]}
+
+
 async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shapes: _Shapes, rid: str, created: int, usage) -> AsyncIterator[str]:
     """Server-sent events: each chunk one choice's delta, with the log-probabilities of the tokens
     it covers; each choice ends with its finish_reason; then usage (include_usage; in every chunk too
@@ -384,13 +389,13 @@ async def _events(st, opts: GenOptions, gens: list[Generation], chat: bool, shap
                     text = held[g.index]
                     message = _message(opts, g, text)
                     calls = message.get("tool_calls")
-                    delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]} if calls else text
+                    delta = _calls_delta(calls) if calls else text
                     yield chunk(g, delta, None)
                 elif streams is not None:
                     rest, found = streams[g.index].finish(g.finish_reason == "stop", s.parallel)
                     if found:
                         g.finish_reason = "tool_calls"
-                        yield chunk(g, {"tool_calls": [{"index": i, **c} for i, c in enumerate(found)]}, None)
+                        yield chunk(g, _calls_delta(found), None)
                     elif rest:
                         yield chunk(g, rest, None)
                 yield chunk(g, None, g.finish_reason)

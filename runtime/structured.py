@@ -19,12 +19,11 @@ from __future__ import annotations
 import enum
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from hetc.runtime.grammar import GrammarError, check_grammar, json_schema_grammar
-from hetc.runtime.tool_parsers import ToolParser, parse_tool_calls
+from hetc.runtime.tool_parsers import ToolParser, openai_tool_call, parse_tool_calls
 
 __all__ = ["MAX_TOOLS", "NAME_PATTERN", "Structured", "ToolChoice", "auto_calls", "parse_structured", "tool_calls"]
 
@@ -201,13 +200,12 @@ def tool_calls(text: str, s: Structured) -> list[dict] | None:
         value = json.loads(text)
     except ValueError:
         return None
+    calls: list[tuple[str, Any]]
     if s.choice is ToolChoice.NAMED:
+        assert s.function is not None  # parse_structured sets it with NAMED
         calls = [(s.function, value)]
     elif isinstance(value, list) and all(isinstance(c, dict) and set(c) == {"name", "parameters"} for c in value):
         calls = [(c["name"], c["parameters"]) for c in value]
     else:  # not the grammar's whole output (a stop string cut it)
         return None
-    return [
-        {"id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)}}
-        for n, a in calls
-    ]
+    return [openai_tool_call(n, a) for n, a in calls]

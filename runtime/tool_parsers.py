@@ -21,8 +21,9 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["ToolParser", "ToolStream", "parse_tool_calls"]
+__all__ = ["ToolParser", "ToolStream", "openai_tool_call", "parse_tool_calls"]
 
 
 class ToolParser(enum.Enum):
@@ -35,10 +36,13 @@ _HERMES_START = "<tool_call>"
 _PYTHON_TAG = "<|python_tag|>"
 
 
-def _call(name: object, args: object) -> dict | None:
-    if not isinstance(name, str) or not isinstance(args, dict):
-        return None
+def openai_tool_call(name: str, args: Any) -> dict:
+    """One call in OpenAI's `tool_calls` shape (a fresh id; the arguments as JSON text)."""
     return {"id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+
+
+def _call(name: object, args: object) -> dict | None:
+    return openai_tool_call(name, args) if isinstance(name, str) and isinstance(args, dict) else None
 
 
 def _hermes(text: str) -> tuple[str | None, list[dict]] | None:
