@@ -154,7 +154,7 @@ class _Sim:
             )
             for l in lanes
         ]
-        self.depth = [inflight_depth(len(l.stages), l.phase) for l in lanes]
+        self.depth = [inflight_depth(len(l.stages), l.phase, self.cfg.speculation) for l in lanes]
         self.inflight = [0] * len(lanes)  # micro-batches in flight per lane (not transfer legs)
         self.incoming: list[deque[_Transfer]] = [deque() for _ in lanes]
         # per lane: stage servers, then link servers between them

@@ -539,10 +539,13 @@ def looks_ahead(phase: Phase) -> bool:
     return phase != Phase.PREFILL
 
 
-def inflight_depth(n_stages: int, phase: Phase) -> int:
+def inflight_depth(n_stages: int, phase: Phase, speculation: SpecConfig | None = None) -> int:
     """Micro-batches a lane keeps in its pipeline: one per stage, and one more queued behind each
-    when it looks ahead."""
-    return n_stages * (2 if looks_ahead(phase) else 1)
+    when it looks ahead — not when it speculates: a round's next input is known only when its
+    result is back, so the extra micro-batch could only take the sequences not in flight, and a
+    lane's sequences would split into alternating half-batches for good (at batch 2 on one stage,
+    1.4× the steps; benchmarks/speculation.py)."""
+    return n_stages * (2 if looks_ahead(phase) and speculation is None else 1)
 
 
 def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:

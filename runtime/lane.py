@@ -18,7 +18,7 @@ import torch
 
 from hetc.kv_blocks import PADDING_BLOCKS, BlockManager
 from hetc.runtime.inflight import Control, ControlKind, InFlight, InFlightBatch, InFlightCopy, InFlightScrub, InFlightTransfer, Transfer, TransferLeg
-from hetc.batching import MicroBatch, Scheduler, SchedulerConfig
+from hetc.batching import MicroBatch, Scheduler, SchedulerConfig, inflight_depth
 from hetc.runtime.sampling_state import LaneSampling, decode_logprobs
 from hetc.runtime.speculate import result_tokens, spec_extras
 from hetc.speculation import SpeculationMethod
@@ -53,8 +53,7 @@ class LaneRunner:
         self._dirty = True
         self._then: Message | None = None  # a step to send right behind the message _next_message returned
         self.threads: list[threading.Thread] = []
-        # micro-batches in flight: looking ahead, each stage has one queued behind the one it runs
-        self.depth = len(lane.stages) * (2 if lane.lookahead else 1)
+        self.depth = inflight_depth(len(lane.stages), lane.phase, cfg.speculation)
         self.sampling = LaneSampling()  # which sequences have sampling state on the last stage
         # a draft model runs in the lane's first stage worker (runtime/drafter.py): told what to catch up on each step
         # (a prefill pool's sequences leave after their first token: it has no drafter)
