@@ -47,7 +47,7 @@ from grammar_mask import train_tokenizer  # noqa: E402
 from prefix_cache import MODEL, build_model, closed_loop, hetc, stage_steps  # noqa: E402
 from serve_wait import wait_healthy  # noqa: E402
 
-from hetc.speculation import measured_acceptance  # noqa: E402
+from hetc.speculation import MeasuredAcceptance, measured_acceptance  # noqa: E402
 
 PROMPT, OUTPUT, PHRASE = 256, 64, 16
 DAMP = 0.05  # output projections of the layers the drafter lacks are scaled by it (the docstring says why)
@@ -106,16 +106,18 @@ def workload(n: int, run: int) -> list[list[int]]:
     return [(rng.integers(2, MODEL["vocab_size"], PHRASE).tolist() * (PROMPT // PHRASE))[:PROMPT] for _ in range(n)]
 
 
-def with_speculation(plan: dict, method: str, k: int, alpha: float, source: str, drafter: dict | None) -> dict:
+def with_speculation(plan: dict, method: str, m: MeasuredAcceptance, drafter: dict | None) -> dict:
+    """`plan` with a speculation section of the served run's measured α, K and proposal rate."""
     from hetc.speculation import expected_tokens_per_round
 
     spec = {
         "method": method,
-        "num_speculative_tokens": k,
-        "acceptance": alpha,
-        "acceptance_source": source,
-        "acceptance_from": "benchmarks/speculation.py: the served run's /metrics" if source == "measured" else "--acceptance",
-        "expected_tokens_per_round": expected_tokens_per_round(alpha, k),
+        "num_speculative_tokens": m.k,
+        "acceptance": m.alpha,
+        "acceptance_source": "measured",
+        "acceptance_from": "benchmarks/speculation.py: the served run's /metrics",
+        "expected_tokens_per_round": expected_tokens_per_round(m.alpha, m.k),
+        "proposal_rate": m.proposal_rate,
     }
     if drafter is not None:
         spec["drafter"] = drafter
@@ -186,16 +188,19 @@ def main() -> None:
         for srv in servers.values():
             srv.__exit__()
     base = float(np.median(measured["none"]))
-    print("\n| speculation | served output tok/s (median; runs) | gain | accepted / drafted | α | tokens / round | evaluate gain | evaluate / measured |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| none | {base:,.1f} ({', '.join(f'{x:,.1f}' for x in measured['none'])}) | 1.00 | | | | | |")
+    print(
+        "\n| speculation | served output tok/s (median; runs) | gain | accepted / drafted | α | tokens / round | rounds / steps | "
+        "evaluate gain | evaluate / measured |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| none | {base:,.1f} ({', '.join(f'{x:,.1f}' for x in measured['none'])}) | 1.00 | | | | | | |")
     load = ["--concurrency", c, "--requests", str(a.requests), "--input-len-dist", str(PROMPT), "--output-len-dist", str(OUTPUT), *limits, "--json"]
     for s in ("ngram", "draft"):
         n = counts[s]
         # as `hetc plan --acceptance-from` reads a served run: α from the accepted share, K the proposals a round drafted
-        alpha, _, served_k = measured_acceptance(metrics[s], a.k) if n["draft"] else (0.0, 0.0, a.k)
+        m = measured_acceptance(metrics[s], a.k) if n["draft"] else MeasuredAcceptance(0.0, 0.0, a.k, 1.0)
         spec_plan = work / f"{s}-measured.json"
-        spec_plan.write_text(json.dumps(with_speculation(plan, s, served_k, alpha, "measured", drafter if s == "draft" else None)))
+        spec_plan.write_text(json.dumps(with_speculation(plan, s, m, drafter if s == "draft" else None)))
         ev = json.loads(hetc("evaluate", str(spec_plan), *load))
         pred_gain = ev["output_throughput"] / ev["no_speculation_output_throughput"]
         med = float(np.median(measured[s]))
@@ -203,7 +208,7 @@ def main() -> None:
         per_round = (n["accepted"] + n["rounds"]) / n["rounds"] if n["rounds"] else 1.0
         print(
             f"| {s} | {med:,.1f} ({', '.join(f'{x:,.1f}' for x in measured[s])}) | {gain:.2f} | {n['accepted'] / max(n['draft'], 1):.1%} | "
-            f"{alpha:.2f} | {per_round:.2f} | {pred_gain:.2f} | {pred_gain / gain:.2f} |"
+            f"{m.alpha:.2f} | {per_round:.2f} | {m.proposal_rate:.2f} | {pred_gain:.2f} | {pred_gain / gain:.2f} |"
         )
     for s in settings:
         print(f"mean stage step, {s}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(steps[s].items())))

@@ -290,6 +290,7 @@ def evaluate_plan(
         m.update({f"{NO_SPEC}{k}": plain[k] for k in NO_SPEC_FIGURES})
         m["spec_expected_tokens_per_round"] = plan.speculation.expected_tokens_per_round
         m["spec_plan_acceptance"] = plan.speculation.acceptance
+        m["spec_plan_proposal_rate"] = plan.speculation.proposal_rate
         m["speculation_gain"] = (m["output_throughput"] or 0.0) / plain["output_throughput"] if plain["output_throughput"] else None
     devices = sum(l.devices for l in lanes)
     profiles = [(s.node.profile, s.tp) for l in lanes for s in l.stages]

@@ -104,6 +104,7 @@ def serving_metrics(o: Outcome, slo: SLO = SLO(), window: Window = WHOLE_RUN) ->
         "spec_tokens_per_round": (o.spec_accepted + o.spec_rounds) / o.spec_rounds if o.spec_rounds else None,
         # the per-token α those rounds show: each proposal verified is a trial, a round ends at its first failure
         "spec_alpha": o.spec_accepted / (o.spec_accepted + o.spec_rejected) if o.spec_accepted + o.spec_rejected else None,
+        "spec_proposal_rate": o.spec_rounds / o.spec_steps if o.spec_steps else None,  # rounds over the decode steps that asked
     }
     for name in ("ttft", "tpot", "itl", "e2el"):
         m.update(_stats(name, getattr(lat, name)))

@@ -105,7 +105,7 @@ def sweep(
         engine: the serving engine of every node (`--engine`; None: the cluster file's, else hetc).
     """
     cluster = load_cluster(profiles, engine=engine)
-    alpha = spec.alpha()[0] if spec is not None and spec.on else None  # a bad metrics file before any capture
+    acceptance = spec.alpha() if spec is not None and spec.on else None  # a bad metrics file before any capture
     model = capture(model_ref, dtype=dtype, kv_dtype=kv_dtype)
     draft = capture_draft(model, spec.draft, progress) if spec is not None and spec.draft else None
     wl = Workload(input_len, output_len, dtype, model.kv_dtype)
@@ -134,15 +134,16 @@ def sweep(
         slo = ceiling_ms / 1e3 if ceiling_ms else None
         try:
             if series == SPECULATIVE:
-                assert spec is not None and alpha is not None
+                assert spec is not None and acceptance is not None
                 sol = solve_speculative(
                     model.units,
                     draft.units if draft else None,
                     cluster,
                     wl,
                     spec.num_speculative_tokens,
-                    alpha,
+                    acceptance.alpha,
                     NO_CAPS,
+                    acceptance.proposal_rate,
                     objective=objective,
                     time_limit=time_limit,
                     tpot_slo_s=slo,
@@ -157,7 +158,7 @@ def sweep(
 
     unconstrained: list[Solution] = []
 
-    speculative = ((SPECULATIVE, Disaggregate.OFF),) if alpha is not None else ()
+    speculative = ((SPECULATIVE, Disaggregate.OFF),) if acceptance is not None else ()
     for series, dis in (("aggregated", Disaggregate.OFF), ("disaggregated", Disaggregate.AUTO), *speculative):
         if progress:
             progress(f"{series}: unconstrained plan")

@@ -91,6 +91,7 @@ class Outcome:
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_rejected: int = 0  # rounds that ended with a rejected proposal
+    spec_steps: int = 0  # decode steps that asked for proposals (rounds over these: the proposal rate)
 
 
 @dataclass(eq=False, slots=True)
@@ -150,7 +151,7 @@ class _Sim:
                 lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
                 on_preempt=self._requeue if l.phase == Phase.DECODE else None,
                 clock=clock,
-                propose=lambda seq, k: [0] * k,  # what is proposed does not matter here: how much is accepted is drawn (_result)
+                propose=(lambda seq, k: spec.propose(k)) if spec is not None else None,
             )
             for l in lanes
         ]
@@ -166,7 +167,7 @@ class _Sim:
         self.kv_peak = [0.0] * len(lanes)
         self.dirty: set[int] = set()
         self.steps = 0
-        self.spec_rounds = self.spec_drafted = self.spec_accepted = self.spec_rejected = 0
+        self.spec_rounds = self.spec_drafted = self.spec_accepted = self.spec_rejected = self.spec_steps = 0
         self.entry = [l.id for l in lanes if l.phase in (Phase.BOTH, Phase.PREFILL)]
         self.max_prompt, self.max_len = longest_request([(l.phase, s.blocks.capacity) for l, s in zip(lanes, self.sched, strict=True)])
 
@@ -347,6 +348,7 @@ class _Sim:
             rec = self.records[o.seq.seq_id]
             while len(rec.token_times) < o.seq.num_generated:  # a round delivers its tokens at once
                 rec.token_times.append(self.now)
+            self.spec_steps += o.asked
             if o.drafted:
                 self.spec_rounds += 1
                 self.spec_drafted += o.drafted
@@ -434,4 +436,5 @@ def simulate_until(
         sim.spec_drafted,
         sim.spec_accepted,
         sim.spec_rejected,
+        sim.spec_steps,
     )

@@ -97,6 +97,7 @@ class BatchItem:
     ahead: bool = False  # its one token is the one the sequence's in-flight micro-batch samples
     draft: list[int] = field(default_factory=list)  # proposals after its known token (UNDRAFTED: the first stage drafts them)
     draft_from: int = 0  # a draft-model lane: the first position its drafter computes (it catches up from there to `start`)
+    asked: bool = False  # a speculating sequence's decode step that asked for proposals (`draft` may be []: none found)
 
     @property
     def tokens(self) -> list[int]:
@@ -133,6 +134,7 @@ class StepOutput:
     error: str | None = None  # the last stage could not sample it (finished with reason "error")
     drafted: int = 0  # a speculative round: proposals verified
     accepted: int = 0  # of them, accepted (the step gained accepted + 1 tokens, fewer if it stopped among them)
+    asked: bool = False  # the step asked for proposals (BatchItem.asked): drafted / asked steps is the proposal rate
 
 
 @dataclass(slots=True)
@@ -339,7 +341,7 @@ class Scheduler:
                     budget -= 1
                 continue
             n = self._chunk(seq, min(seq.remaining, budget))
-            draft = self._round(seq, budget - n) if n == seq.remaining == 1 else []
+            draft = self._round(seq, budget - n) if n == seq.remaining == 1 else None
             if draft and not self.blocks.can_grow(seq, 1 + len(draft)):
                 draft = []  # a round never preempts: one token instead
             while not self.blocks.can_grow(seq, n):
@@ -351,7 +353,7 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 continue
             self._add(batch, seq, n, draft)
-            budget -= n + len(draft)
+            budget -= n + len(draft or [])
         # no admission in a step that preempted (vLLM's rule): the preempted sequence would come straight
         # back, take the blocks just freed, and be preempted again next step — recomputing its prompt each time
         while not preempted and self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
@@ -411,14 +413,15 @@ class Scheduler:
         """`seq` decodes in speculative rounds on this lane (a prefill pool's leave after one token)."""
         return self.cfg.speculation is not None and not self.cfg.handoff and fallback(seq.params) is None
 
-    def _round(self, seq: Sequence, budget: int) -> list[int]:
-        """Proposals for a decoding `seq`'s next step ([]: it decodes one token): at most K, within
-        `budget` tokens and short of its last allowed token (the verify step adds one of its own)."""
+    def _round(self, seq: Sequence, budget: int) -> list[int] | None:
+        """Proposals for a decoding `seq`'s next step: at most K, within `budget` tokens and short
+        of its last allowed token (the verify step adds one of its own); [] where the proposer has
+        none (n-gram lookup without a match); None where no round could be asked for."""
         spec = self.cfg.speculation
         if spec is None or not self.speculates(seq):
-            return []
+            return None
         k = min(spec.k, budget, seq.params.max_tokens - seq.num_generated - 1)
-        return self.propose(seq, k) if k > 0 else []
+        return self.propose(seq, k) if k > 0 else None
 
     def _propose(self, seq: Sequence, k: int) -> list[int]:
         spec = self.cfg.speculation
@@ -428,7 +431,9 @@ class Scheduler:
         return ngram_propose(seq.token_ids, k, spec.ngram_max, spec.ngram_min)
 
     def _add(self, batch: MicroBatch, seq: Sequence, n: int, draft: list[int] | None = None) -> None:
-        draft = draft or []
+        """`seq`'s next `n` tokens into `batch`, with a round's proposals (`draft`: [] where one was asked
+        for and none came; None where none was asked for)."""
+        asked, draft = draft is not None, draft or []
         self.blocks.grow(seq, n + len(draft))
         self.blocks.key_full(seq, seq.num_computed + n)  # known tokens only: never a proposal
         seq.in_flight += 1
@@ -436,7 +441,7 @@ class Scheduler:
         start = seq.num_computed
         sample = start + n == seq.num_tokens
         seq.samples_in_flight = sample
-        batch.items.append(BatchItem(seq, start, n + len(draft), sample=sample, draft=draft, draft_from=min(seq.num_draft_computed, start)))
+        batch.items.append(BatchItem(seq, start, n + len(draft), sample=sample, draft=draft, draft_from=min(seq.num_draft_computed, start), asked=asked))
         if not draft:  # a drafter computes every token its target does; a round's own are counted on its result
             seq.num_draft_computed = max(seq.num_draft_computed, start + n)
 
@@ -497,7 +502,7 @@ class Scheduler:
                 self.running.remove(seq)
                 seq.status = SeqStatus.HANDOFF
                 self.handoffs.append(seq)
-            out.append(StepOutput(seq, seq.token_ids[-1], reason is not None, drafted=len(item.draft), accepted=len(kept)))
+            out.append(StepOutput(seq, seq.token_ids[-1], reason is not None, drafted=len(item.draft), accepted=len(kept), asked=item.asked))
         self.rates.observe(batch.num_tokens, sum(o.finished for o in out), batch.sent_at, self.clock())
         return out
 

@@ -246,7 +246,8 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
 
         console.print(
             f"speculation: {m['spec_acceptance']:.1%} of proposals accepted (per-token α {m['spec_alpha']:.2f}, the plan's {m['spec_plan_acceptance']:.2f}), "
-            f"{m['spec_tokens_per_round']:.2f} tokens per round (expected {m['spec_expected_tokens_per_round']:.2f}); "
+            f"{m['spec_tokens_per_round']:.2f} tokens per round (expected {m['spec_expected_tokens_per_round']:.2f}), "
+            f"rounds on {m['spec_proposal_rate']:.0%} of decode steps (the plan's {m['spec_plan_proposal_rate']:.0%}); "
             f"without it: output_throughput {m[f'{ns}output_throughput']:,.1f} tok/s, TPOT median {fmt_ms(m[f'{ns}median_tpot_ms'])} ms "
             f"(gain ×{m['speculation_gain']:.2f})"
         )

@@ -339,6 +339,13 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--acceptance", type=float, default=None, metavar="ALPHA", help="per-token acceptance α in [0, 1] (or --acceptance-from, when speculating)")
     p.add_argument("--acceptance-from", default=None, metavar="METRICS", help="α from a served run's /metrics text (vLLM's accepted/draft token counters)")
+    p.add_argument(
+        "--proposal-rate",
+        type=float,
+        default=None,
+        metavar="R",
+        help="share of decode steps that propose, in (0, 1] (n-gram lookup finds no match on the rest; default: from --acceptance-from, else 1)",
+    )
 
 
 def _spec_of(a: argparse.Namespace) -> SpecRequest:
@@ -348,6 +355,7 @@ def _spec_of(a: argparse.Namespace) -> SpecRequest:
         num_speculative_tokens=a.num_speculative_tokens,
         acceptance=a.acceptance,
         acceptance_from=a.acceptance_from,
+        proposal_rate=a.proposal_rate,
     )
 
 

@@ -226,6 +226,7 @@ class Speculation(_M):
     acceptance_source: AcceptanceSource
     acceptance_from: str = ""  # the flag or the metrics file α was read from
     expected_tokens_per_round: float = Field(ge=1)
+    proposal_rate: float = Field(1.0, gt=0, le=1)  # rounds over decode steps (n-gram lookup proposes where it finds a match)
     exchange_ms: float = Field(0, ge=0)  # per round: K token ids to the verifier, the accepted count back
     drafter: Drafter | None = None
     drafters: list[Drafter] = []  # the drafters of further pipelines (a plan's replicas placed on other devices), one each

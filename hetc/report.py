@@ -83,7 +83,9 @@ def print_plan(plan: Plan, console: Console) -> None:
     if sp is not None:
         console.print(
             f"speculation: {sp.method.value}, K={sp.num_speculative_tokens}, α={sp.acceptance:.4g} ({sp.acceptance_source.value}: {sp.acceptance_from}), "
-            f"{sp.expected_tokens_per_round:.2f} tokens per round, exchange {sp.exchange_ms:.3f} ms",
+            f"{sp.expected_tokens_per_round:.2f} tokens per round"
+            + (f" on {sp.proposal_rate:.0%} of decode steps" if sp.proposal_rate < 1 else "")
+            + f", exchange {sp.exchange_ms:.3f} ms",
             markup=False,
         )
         for d in [sp.drafter, *sp.drafters] if sp.drafter else []:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
-from hetc.speculation import MAX_SPECULATIVE_TOKENS, AcceptanceSource, SpeculationMethod, measured_acceptance
+from hetc.speculation import MAX_SPECULATIVE_TOKENS, Acceptance, AcceptanceSource, SpeculationMethod, measured_acceptance
 
 __all__ = ["SpecRequest", "BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
 
@@ -48,6 +48,7 @@ class SpecRequest:
     num_speculative_tokens: int = 4  # K (vLLM's examples use 2-5; it has no default)
     acceptance: float | None = None
     acceptance_from: str | None = None  # a Prometheus /metrics text file
+    proposal_rate: float | None = None  # rounds over decode steps (default: from --acceptance-from, else 1)
 
     def __post_init__(self) -> None:
         if self.method is not None:
@@ -75,29 +76,37 @@ class SpecRequest:
             )
         if self.acceptance is not None and not 0.0 <= self.acceptance <= 1.0:
             raise BadInput(f"must be in [0, 1], got {self.acceptance}.", field="--acceptance", fix="give the per-token acceptance α, e.g. 0.7.")
+        if self.proposal_rate is not None and not 0.0 < self.proposal_rate <= 1.0:
+            raise BadInput(
+                f"must be in (0, 1], got {self.proposal_rate}.",
+                field="--proposal-rate",
+                fix="give the share of decode steps that propose (n-gram lookup proposes only where it finds a match; 1: every step).",
+            )
 
     @property
     def on(self) -> bool:
         return self.method is not None
 
-    def alpha(self) -> tuple[float, AcceptanceSource, str]:
-        """(α, its source, where from): --acceptance as given, or a served run's /metrics read
-        (hetc.speculation.measured_acceptance: vLLM's accepted/drafted share turned into α).
+    def alpha(self) -> Acceptance:
+        """α, its source and where from, and the proposal rate: --acceptance as given, or a served
+        run's /metrics read (hetc.speculation.measured_acceptance: vLLM's accepted/drafted share
+        turned into α, hetc's rounds over decode steps the rate); --proposal-rate over either.
 
         Raises:
             BadInput: the metrics file cannot be read or holds no speculation counters.
         """
         if self.acceptance is not None:
-            return self.acceptance, AcceptanceSource.GIVEN, "--acceptance"
+            return Acceptance(self.acceptance, AcceptanceSource.GIVEN, "--acceptance", self.proposal_rate or 1.0)
         path = Path(self.acceptance_from or "")
         fix = "save /metrics of a run served with speculation (curl URL/metrics > FILE), or give --acceptance α."
         try:
-            alpha, share, served_k = measured_acceptance(path.read_text(), self.num_speculative_tokens)
+            m = measured_acceptance(path.read_text(), self.num_speculative_tokens)
         except OSError as e:
             raise BadInput(f"cannot read it ({e.strerror}).", file=str(path), field="--acceptance-from", fix=fix) from None
         except ValueError as e:
             raise BadInput(f"{e}.", file=str(path), field="--acceptance-from", fix=fix) from None
-        return alpha, AcceptanceSource.MEASURED, f"{path} (accepted/drafted {share:.4f} over K={served_k}: α {alpha:.4f})"
+        where = f"{path} (accepted/drafted {m.share:.4f} over K={m.k}: α {m.alpha:.4f}; rounds over decode steps {m.proposal_rate:.4f})"
+        return Acceptance(m.alpha, AcceptanceSource.MEASURED, where, self.proposal_rate or m.proposal_rate)
 
 
 @dataclass(kw_only=True, slots=True)

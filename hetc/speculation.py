@@ -9,17 +9,21 @@ served run's metrics), never fitted silently: a plan records which α it used an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "MAX_SPECULATIVE_TOKENS",
+    "Acceptance",
     "AcceptanceSource",
     "SpeculationMethod",
     "alpha_from_share",
     "expected_tokens_per_round",
+    "expected_tokens_per_step",
     "mean_accepted_share",
+    "MeasuredAcceptance",
     "measured_acceptance",
 ]
 
@@ -60,10 +64,38 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def expected_tokens_per_step(alpha: float, k: int, proposal_rate: float = 1.0) -> float:
+    """Tokens a speculating sequence gains per decode step when a share `proposal_rate` of its steps
+    are rounds of K proposals and the rest decode one token: n-gram lookup proposes only where the
+    sequence's last n-gram occurred before (a draft model always proposes: rate 1).
+
+    Args:
+        alpha: per-token acceptance probability, in [0, 1].
+        k: proposals per round, ≥ 0.
+        proposal_rate: rounds over decode steps, in (0, 1].
+    """
+    if not 0.0 < proposal_rate <= 1.0:
+        raise ValueError(f"proposal rate must be in (0, 1], got {proposal_rate}")
+    return 1.0 + proposal_rate * (expected_tokens_per_round(alpha, k) - 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """What a plan assumes about its rounds: α, where it came from, and the share of decode steps
+    that propose (1 where nothing says otherwise)."""
+
+    alpha: float
+    source: AcceptanceSource
+    where: str  # the flag or the metrics file
+    proposal_rate: float = 1.0
+
+
 # vLLM's counters (its spec-decode metrics), which hetc's server exports beside its own names
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 DRAFTS = "vllm:spec_decode_num_drafts"  # rounds: draft tokens / drafts is the K the run served with
+# hetc's own: decode steps of sequences that speculate, rounds or not (drafts / steps: the proposal rate)
+SPEC_STEPS = "hetc_spec_decode_steps"
 
 
 def mean_accepted_share(alpha: float, k: int) -> float:
@@ -92,11 +124,22 @@ def alpha_from_share(share: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def measured_acceptance(metrics_text: str, k: int) -> tuple[float, float, int]:
-    """(α, accepted share, K served) from a served run's Prometheus /metrics text.
+@dataclass(frozen=True, slots=True)
+class MeasuredAcceptance:
+    """A served run's speculation, read from its /metrics (`measured_acceptance`)."""
+
+    alpha: float  # per-token acceptance
+    share: float  # accepted over drafted tokens (vLLM's acceptance rate)
+    k: int  # proposals per round the run served
+    proposal_rate: float  # rounds over speculating decode steps (1.0 where the run does not export its steps)
+
+
+def measured_acceptance(metrics_text: str, k: int) -> MeasuredAcceptance:
+    """α, the accepted share, K served and the proposal rate from a served run's Prometheus /metrics.
 
     The share is vLLM's accepted over draft tokens; K is draft tokens over drafts where the run
-    exports its rounds, else `k`. Summed over every label set (all lanes).
+    exports its rounds, else `k`; the proposal rate is drafts over hetc's speculating decode steps
+    where the run exports both, else 1. Summed over every label set (all lanes).
 
     Args:
         metrics_text: the /metrics page as text.
@@ -106,7 +149,7 @@ def measured_acceptance(metrics_text: str, k: int) -> tuple[float, float, int]:
         ValueError: a counter is missing, the text is not Prometheus', or no token was drafted.
     """
     totals: dict[str, float] = {}
-    names = (ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS)
+    names = (ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, SPEC_STEPS)
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
@@ -118,6 +161,8 @@ def measured_acceptance(metrics_text: str, k: int) -> tuple[float, float, int]:
     drafted, accepted = totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS]
     if drafted <= 0:
         raise ValueError(f"{DRAFT_TOKENS} is 0: the run drafted nothing")
-    served_k = max(1, round(drafted / totals[DRAFTS]) if totals.get(DRAFTS) else k)
+    drafts, steps = totals.get(DRAFTS, 0.0), totals.get(SPEC_STEPS, 0.0)
+    served_k = max(1, round(drafted / drafts) if drafts else k)
     share = min(1.0, accepted / drafted)
-    return alpha_from_share(share, served_k), share, served_k
+    rate = min(1.0, drafts / steps) if drafts and steps else 1.0
+    return MeasuredAcceptance(alpha_from_share(share, served_k), share, served_k, rate)

@@ -47,7 +47,7 @@ from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.scheduling import Objective, Phase
-from hetc.speculation import AcceptanceSource
+from hetc.speculation import Acceptance, expected_tokens_per_round
 
 __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", "totals", "with_speculation"]
 
@@ -422,7 +422,7 @@ def with_speculation(
     plan: Plan,
     model: CapturedModel,
     draft: CapturedModel | None,
-    acceptance: tuple[float, AcceptanceSource, str],
+    acceptance: Acceptance,
     cluster: Cluster,
     wl: Workload,
     req: PlanRequest,
@@ -436,13 +436,14 @@ def with_speculation(
 
     Args:
         draft: the draft model (None: n-gram lookup).
-        acceptance: (α, its source, where from), as SpecRequest.alpha gives them.
+        acceptance: α, its source and the proposal rate, as SpecRequest.alpha gives them.
     """
     s, method = req.spec, req.spec.method
     assert method is not None  # speculating
     k = s.num_speculative_tokens
-    alpha, source, source_from = acceptance
-    label = f"{method.value}{f' {s.draft}' if draft else ''}, K={k}, α={alpha:g}"
+    alpha = acceptance.alpha
+    rate = f", {acceptance.proposal_rate:g} of steps proposing" if acceptance.proposal_rate < 1 else ""
+    label = f"{method.value}{f' {s.draft}' if draft else ''}, K={k}, α={alpha:g}{rate}"
     try:
         sol, chain, swl = solve_speculative(
             model.units,
@@ -452,6 +453,7 @@ def with_speculation(
             k,
             alpha,
             Caps(watts=req.power_budget_w),
+            acceptance.proposal_rate,
             **_search_limits(req),
             progress=(lambda m: progress(f"solving with speculation: {m}")) if progress else None,
             cpu=cpu,
@@ -477,9 +479,10 @@ def with_speculation(
         method=method,
         num_speculative_tokens=k,
         acceptance=alpha,
-        acceptance_source=source,
-        acceptance_from=source_from,
-        expected_tokens_per_round=swl.spec_yield,
+        acceptance_source=acceptance.source,
+        acceptance_from=acceptance.where,
+        expected_tokens_per_round=expected_tokens_per_round(alpha, k),
+        proposal_rate=acceptance.proposal_rate,
         exchange_ms=max(exchange_seconds(c, chain, cluster, swl) for c in sol.pipelines) * 1e3,
         drafter=placed[0] if placed else None,
         drafters=placed[1:],
@@ -506,7 +509,7 @@ def with_speculation(
     sv.bound_method += f"; the {'larger' if sense == 'max' else 'smaller'} of the bounds with and without speculation ({label})"
     ps, pp = spec.predicted, plan.predicted
     sv.notes.append(
-        f"speculation ({label}, {swl.spec_yield:.2f} tokens per round): {ps.output_tok_s:,.0f} output tok/s and "
+        f"speculation ({label}, {swl.spec_yield:.2f} tokens per step): {ps.output_tok_s:,.0f} output tok/s and "
         f"{1e3 / ps.tpot_ms if ps.tpot_ms else 0:,.1f} tok/s per user against {pp.output_tok_s:,.0f} and "
         f"{1e3 / pp.tpot_ms if pp.tpot_ms else 0:,.1f} without "
         f"(predicted gain {ps.output_tok_s / pp.output_tok_s if pp.output_tok_s else 0:.2f}× output tok/s, "

@@ -69,6 +69,7 @@ class Metrics:
             c.labels(model)  # shown at 0 from the start
         # speculative decoding (docs/speculation.md), hetc's names and vLLM's side by side
         self.spec_rounds = Counter("hetc_spec_decode_rounds", "Speculative rounds verified (one per sequence and step with proposals).", lbl, registry=r)
+        self.spec_steps = Counter("hetc_spec_decode_steps", "Decode steps that asked for proposals (rounds over these: the proposal rate).", lbl, registry=r)
         self.spec_draft = Counter("hetc_spec_decode_draft_tokens", "Proposals verified.", lbl, registry=r)
         self.spec_accepted = Counter("hetc_spec_decode_accepted_tokens", "Proposals the target accepted.", lbl, registry=r)
         self.spec_rejected = Counter(
@@ -88,6 +89,7 @@ class Metrics:
         )
         for c in (
             self.spec_rounds,
+            self.spec_steps,
             self.spec_draft,
             self.spec_accepted,
             self.spec_rejected,
@@ -165,6 +167,8 @@ class Metrics:
     def on_rounds(self, outs) -> None:
         """A result's speculative rounds (StepOutput.drafted / accepted)."""
         for o in outs:
+            if o.asked:
+                self.spec_steps.labels(self.model).inc()
             if not o.drafted:
                 continue
             m = self.model

@@ -22,18 +22,29 @@ from hetc.partitioner.estimate.simulate import Workload, stage_time
 from hetc.partitioner.search.mix import Caps
 from hetc.partitioner.search.solver import Candidate, Solution, solve
 from hetc.scheduling import Disaggregate
-from hetc.speculation import expected_tokens_per_round
+from hetc.speculation import expected_tokens_per_step
 
 __all__ = ["draft_step_ms", "exchange_seconds", "solve_speculative", "speculative_workload"]
 
 
-def speculative_workload(wl: Workload, k: int, alpha: float) -> Workload:
-    """`wl` with K proposals per round, verified at per-token acceptance α."""
-    return replace(wl, spec_tokens=k, spec_yield=expected_tokens_per_round(alpha, k))
+def speculative_workload(wl: Workload, k: int, alpha: float, proposal_rate: float = 1.0) -> Workload:
+    """`wl` with K proposals per round, verified at per-token acceptance α, on a share
+    `proposal_rate` of the decode steps (the rest gain one token). Every decode step is priced as a
+    round of K + 1 positions: where n-gram lookup proposes on few steps this overprices the others,
+    which on decode steps bound by weight reads is a small share of the step."""
+    return replace(wl, spec_tokens=k, spec_yield=expected_tokens_per_step(alpha, k, proposal_rate))
 
 
 def solve_speculative(
-    target: list[Unit], draft: list[Unit] | None, cluster: Cluster, wl: Workload, k: int, alpha: float, caps: Caps, **kw: object
+    target: list[Unit],
+    draft: list[Unit] | None,
+    cluster: Cluster,
+    wl: Workload,
+    k: int,
+    alpha: float,
+    caps: Caps,
+    proposal_rate: float = 1.0,
+    **kw: object,
 ) -> tuple[Solution, list[Unit], Workload]:
     """The best speculative plan for the objective in `kw` (solver.solve's keywords): (its solution,
     the chain it placed — the draft's units first, if any — and the speculative workload).
@@ -43,8 +54,9 @@ def solve_speculative(
         k: proposals per round.
         alpha: per-token acceptance.
         caps: the power / price caps.
+        proposal_rate: rounds over decode steps (hetc.speculation.expected_tokens_per_step).
     """
-    spec = speculative_workload(wl, k, alpha)
+    spec = speculative_workload(wl, k, alpha, proposal_rate)
     chain = draft_chain(draft, target, k) if draft else target
     kw = {**kw, "disaggregate": Disaggregate.OFF}
     sol = solve(chain, cluster, spec, caps=caps, **kw)  # type: ignore[arg-type]  # solve's own keywords

@@ -81,6 +81,7 @@ def test_acceptance_from_a_served_runs_metrics(tmp_path):
     s = plan.speculation
     assert s is not None and s.acceptance_source is AcceptanceSource.MEASURED and str(metrics) in s.acceptance_from
     assert expected_tokens_per_round(s.acceptance, K) - 1 == pytest.approx(share * K, rel=1e-6)
+    assert s.proposal_rate == 1.0  # vLLM's counters say nothing of the steps without proposals
 
 
 # -------------------------------------------------------------------- bad input (exit 2, one paragraph)
@@ -106,6 +107,7 @@ BASE = ["plan", "llama-3.1-70b", "--profiles", "examples/small-mixed.yaml", "-o"
         (["--speculate", "draft", "--acceptance", "0.5"], "--draft"),
         (["--speculate", "ngram", "--acceptance", "0.5", "--disaggregate", "on"], "--disaggregate"),
         (["--speculate", "ngram", "--acceptance-from", "no-such-metrics.txt"], "--acceptance-from"),
+        (["--speculate", "ngram", "--acceptance", "0.5", "--proposal-rate", "0"], "--proposal-rate"),
         (["--draft", "mistral-7b", "--acceptance", "0.7"], "--draft"),  # 32,000 tokens against 128,256
     ],
 )

@@ -61,6 +61,7 @@ def _serve(plan, log, *speculation: str):
 
 def _spec_metrics(url: str) -> dict[str, float]:
     names = ("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total", "hetc_spec_decode_draft_tokens_total")
+    names += ("vllm:spec_decode_num_drafts_total", "hetc_spec_decode_steps_total")
     return {n: sum(v for _, v in metric(url, n)) for n in names}
 
 
@@ -74,6 +75,8 @@ def test_ngram_greedy_matches_hf_and_counts_rounds(built, tmp_path):
         # this random-weight model never continues its prompt's n-grams (0 of 64 greedy tokens when checked), so
         # every proposal here is rejected: acceptance served is checked with the draft model, and in test_speculate
         assert 0 <= m["vllm:spec_decode_num_accepted_tokens_total"] < m["vllm:spec_decode_num_draft_tokens_total"]
+        # lookup proposes on some of the decode steps that ask, not all (this model's text rarely repeats)
+        assert 0 < m["vllm:spec_decode_num_drafts_total"] < m["hetc_spec_decode_steps_total"]
         c = client(served.url)
         r = c.completions.create(model=NAME, prompt=TEXTS[0] * 2, max_tokens=8, temperature=0, logprobs=1)
         assert len(r.choices[0].logprobs.tokens) == 8

@@ -60,6 +60,20 @@ def test_measured_tokens_per_round_match_the_acceptance_formula(plan, alpha, k):
     assert o.spec_drafted <= k * o.spec_rounds and o.spec_accepted / o.spec_drafted == pytest.approx(serving_metrics(o)["spec_acceptance"])
 
 
+@pytest.mark.parametrize("rate", [0.2, 0.6])
+def test_a_proposal_rate_leaves_the_other_steps_single_tokens(plan, rate):
+    lanes, cluster = _lanes(plan)
+    spec = SimSpeculation(SpecConfig(SpeculationMethod.NGRAM, 3), alpha=0.8, proposal_rate=rate, seed=5)
+    o = simulate(lanes, cluster, _load(24, 200), spec=spec)
+    assert all(r.done and len(r.token_times) == 200 for r in o.requests)
+    got = o.spec_rounds / o.spec_steps  # binomial: rounds among the steps that asked
+    assert abs(got - rate) < 4 * math.sqrt(rate * (1 - rate) / o.spec_steps)
+    assert serving_metrics(o)["spec_proposal_rate"] == pytest.approx(got)
+    # a step that asked gains one token and its accepted proposals; the first token is the prefill's, and a
+    # sequence's last has no room for a proposal
+    assert 24 * 198 - o.preemptions - 24 <= o.spec_steps + o.spec_accepted <= 24 * 198
+
+
 def test_a_trace_of_accepted_counts_is_replayed(plan):
     lanes, cluster = _lanes(plan)
     spec = SimSpeculation(SpecConfig(SpeculationMethod.NGRAM, 3), trace=(3, 0, 1, 5))  # 5 is capped at K

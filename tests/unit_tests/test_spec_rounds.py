@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetc.batching import Scheduler, SchedulerConfig
+from hetc.batching import Scheduler, SchedulerConfig, inflight_depth
 from hetc.kv_blocks import BlockManager
 from hetc.sequence import SamplingParams, Sequence
 from hetc.spec_rounds import UNDRAFTED, Fallback, SpecConfig, fallback, ngram_propose
+from hetc.scheduling import Phase
 from hetc.speculation import SpeculationMethod
 
 BLOCK = 4
@@ -159,6 +160,30 @@ def test_rounds_stay_within_max_tokens_and_blocks_and_are_not_looked_ahead():
     tight.on_result(tight.schedule(), [2])  # 12 tokens, 11 computed: 3 blocks, all of them
     item = tight.schedule().items[0]
     assert item.draft == [] and item.n_new == 1 and tight.num_preemptions == 0
+
+
+def test_steps_that_ask_are_marked_whether_or_not_lookup_proposes():
+    s = _sched(3)
+    hit, miss, plain = _seq(0, [1, 2, 1, 2, 1]), _seq(1, [7, 8, 9]), _seq(2, [1, 2, 1, 2, 1], logprobs=0)
+    for q in (hit, miss, plain):
+        s.add(q)
+    s.on_result(s.schedule(), [2, 5, 2])
+    batch = s.schedule()
+    items = {it.seq.seq_id: it for it in batch.items}
+    assert (items[0].draft, items[0].asked) == ([1, 2], True)  # what followed the latest earlier [2, 1, 2]
+    assert (items[1].draft, items[1].asked) == ([], True)  # 5 never occurred before: asked, nothing proposed
+    assert (items[2].draft, items[2].asked) == ([], False)  # logprobs: decodes one token, never asks
+    outs = s.on_result(batch, [0, 0, 0], accepted=[[], [], []])
+    assert [(o.seq.seq_id, o.asked) for o in outs] == [(0, True), (1, True), (2, False)]
+
+
+def test_a_speculating_lane_keeps_one_micro_batch_per_stage():
+    # looking ahead, a stage has a second micro-batch queued behind its own; a speculating lane cannot look
+    # ahead, and a second micro-batch would only take the sequences not in flight: its batches would split
+    spec = SpecConfig(SpeculationMethod.NGRAM, 3)
+    assert [inflight_depth(n, Phase.BOTH) for n in (1, 3)] == [2, 6]
+    assert [inflight_depth(n, Phase.BOTH, spec) for n in (1, 3)] == [1, 3]
+    assert inflight_depth(2, Phase.PREFILL) == 2
 
 
 def test_a_draft_model_round_sends_undrafted_slots_and_tracks_the_drafters_kv():

@@ -16,7 +16,7 @@ from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search.solver import solve
 from hetc.partitioner.search.speculate import speculative_workload
 from hetc.scheduling import Phase
-from hetc.speculation import alpha_from_share, expected_tokens_per_round, mean_accepted_share, measured_acceptance
+from hetc.speculation import alpha_from_share, expected_tokens_per_round, expected_tokens_per_step, mean_accepted_share, measured_acceptance
 from tests.brute_force import all_devices, best_per_set, options, packings
 from tests.conftest import tiny_llama_with_layers
 from tests.conftest import two_type_cluster as _cluster
@@ -38,6 +38,9 @@ def _wl(alpha: float = 0.6, input_len: int = 32) -> Workload:
 def test_the_workload_gains_the_formulas_tokens_per_round():
     for alpha in (0.0, 0.3, 0.8, 1.0):
         assert _wl(alpha).spec_yield == expected_tokens_per_round(alpha, K)
+    # n-gram lookup proposing on 30% of the steps: the others gain one token, every step priced as a round
+    wl = speculative_workload(Workload(32, 16, "fp32", "fp32"), K, 0.8, proposal_rate=0.3)
+    assert (wl.spec_tokens, wl.spec_yield) == (K, pytest.approx(1 + 0.3 * (expected_tokens_per_round(0.8, K) - 1)))
     with pytest.raises(ValueError):
         Workload(32, 16, "fp32", "fp32", spec_tokens=2, spec_yield=3.5)  # more than K + 1 per round
 
@@ -131,7 +134,7 @@ def test_alpha_from_share_inverts_the_accepted_share(alpha, k):
     assert alpha_from_share(mean_accepted_share(alpha, k), k) == pytest.approx(alpha, abs=1e-9)
 
 
-def _metrics(accepted: float, drafted: float, drafts: float | None) -> str:
+def _metrics(accepted: float, drafted: float, drafts: float | None, steps: float | None = None) -> str:
     rows = [
         "# HELP vllm:spec_decode_num_accepted_tokens_total Accepted tokens.",
         "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
@@ -142,17 +145,29 @@ def _metrics(accepted: float, drafted: float, drafts: float | None) -> str:
     ]
     if drafts is not None:
         rows += ["# TYPE vllm:spec_decode_num_drafts_total counter", f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {drafts}']
+    if steps is not None:
+        rows += ["# TYPE hetc_spec_decode_steps_total counter", f'hetc_spec_decode_steps_total{{model="m"}} {steps}']
     return "\n".join(rows) + "\n"
 
 
 def test_measured_acceptance_reads_vllms_counters():
     alpha, k = 0.75, 4
     share = mean_accepted_share(alpha, k)
-    got, got_share, got_k = measured_acceptance(_metrics(share * 4000, 4000, 1000), k=2)  # K from drafts: 4, not the 2 given
-    assert (got_k, got_share) == (4, pytest.approx(share))
-    assert got == pytest.approx(alpha, abs=1e-9)
-    got, _, got_k = measured_acceptance(_metrics(500, 1000, None), k=1)  # no rounds exported: K as given; at K = 1 α is the share
-    assert (got, got_k) == (pytest.approx(0.5), 1)
+    m = measured_acceptance(_metrics(share * 4000, 4000, 1000), k=2)  # K from drafts: 4, not the 2 given
+    assert (m.k, m.share, m.proposal_rate) == (4, pytest.approx(share), 1.0)  # no steps exported: every step proposed
+    assert m.alpha == pytest.approx(alpha, abs=1e-9)
+    m = measured_acceptance(_metrics(500, 1000, None), k=1)  # no rounds exported: K as given; at K = 1 α is the share
+    assert (m.alpha, m.k) == (pytest.approx(0.5), 1)
+    assert measured_acceptance(_metrics(500, 1000, 250, steps=1000), k=4).proposal_rate == pytest.approx(0.25)  # rounds over the steps that asked
+
+
+@pytest.mark.parametrize("alpha,k", [(0.0, 3), (0.6, 4), (1.0, 2)])
+def test_tokens_per_step_mix_rounds_and_single_tokens(alpha, k):
+    assert expected_tokens_per_step(alpha, k) == pytest.approx(expected_tokens_per_round(alpha, k))
+    # a quarter of the steps are rounds, the rest yield exactly one token
+    assert expected_tokens_per_step(alpha, k, 0.25) == pytest.approx(0.25 * expected_tokens_per_round(alpha, k) + 0.75)
+    with pytest.raises(ValueError):
+        expected_tokens_per_step(alpha, k, 0.0)
 
 
 @pytest.mark.parametrize("text", ["", _metrics(0, 0, 0), "vllm:spec_decode_num_draft_tokens_total 10\n"])
