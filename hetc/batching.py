@@ -137,35 +137,49 @@ class StepOutput:
     asked: bool = False  # the step asked for proposals (BatchItem.asked): drafted / asked steps is the proposal rate
 
 
+FINISH_WINDOW = 64  # finishes the seat-wait estimate spans: several bursts of a closed loop's clients
+
+
 @dataclass(slots=True)
 class Rates:
     """The lane's measured service rates, for admission by predicted queue wait.
 
-    Exponential moving averages over results: tokens processed and sequences finished per
-    second of pipeline work. A result's interval is the time since the previous result, but
-    at most the time since its own micro-batch was sent, so an idle pipeline does not read
-    as a slow one. Until something was measured, nothing is predicted (cold start admits).
+    Tokens per result and seconds per result are exponential moving averages over results. A
+    result's interval is the time since the previous result, but at most the time since its own
+    micro-batch was sent, so an idle pipeline does not read as a slow one. Finishes are rare events
+    that come in bursts (a closed loop's clients, equal lengths), so their rate is not an average
+    per result (its reciprocal, the wait for a seat, ran to hours between bursts and refused
+    requests with 429 at 43% load): it is the last FINISH_WINDOW finishes over the pipeline work
+    since the first of them. Until something was measured, nothing is predicted (cold start admits).
     """
 
     alpha: float = 0.2
     tokens: float = 0.0  # EMA of tokens per result
-    finished: float = 0.0  # EMA of finished sequences per result
     interval: float = 0.0  # EMA of seconds per result
+    busy: float = 0.0  # seconds of pipeline work so far (the intervals summed)
+    finishes: deque[float] = field(default_factory=lambda: deque(maxlen=FINISH_WINDOW))  # `busy` at each finish
     last: float | None = None
 
     def observe(self, tokens: int, finished: int, sent_at: float, now: float) -> None:
         if self.last is None and sent_at <= 0:  # no send time (a scheduler driven without an engine)
             self.last = now
             return
-        dt = now - sent_at if self.last is None else min(now - self.last, now - sent_at if sent_at > 0 else now)
+        dt = max(now - sent_at if self.last is None else min(now - self.last, now - sent_at if sent_at > 0 else now), 1e-6)
         self.last = now
+        self.busy += dt
+        self.finishes.extend([self.busy] * finished)
         if self.interval == 0.0:
-            self.tokens, self.finished, self.interval = float(tokens), float(finished), max(dt, 1e-6)
+            self.tokens, self.interval = float(tokens), dt
             return
         a = self.alpha
         self.tokens += a * (tokens - self.tokens)
-        self.finished += a * (finished - self.finished)
-        self.interval += a * (max(dt, 1e-6) - self.interval)
+        self.interval += a * (dt - self.interval)
+
+    def finish_rate(self) -> float:
+        """Sequences finished per second of pipeline work (0: fewer than two finishes seen)."""
+        if len(self.finishes) < 2:
+            return 0.0
+        return (len(self.finishes) - 1) / max(self.busy - self.finishes[0], self.interval)
 
     def predict_wait(self, queued_tokens: int, seats_short: int, step_tokens: int | None = None) -> float:
         """Seconds until a new request's first token: its queue's prompt tokens at the measured
@@ -180,8 +194,9 @@ class Rates:
             return 0.0
         per_step = max(self.tokens, min(queued_tokens, step_tokens)) if step_tokens else self.tokens
         wait = queued_tokens * self.interval / max(per_step, 1e-9)
-        if seats_short > 0 and self.finished > 0:  # no finish seen yet: a seat's wait is unknown, not infinite
-            wait = max(wait, seats_short * self.interval / self.finished)
+        rate = self.finish_rate()
+        if seats_short > 0 and rate > 0:  # too few finishes seen: a seat's wait is unknown, not infinite
+            wait = max(wait, seats_short / rate)
         return wait
 
 

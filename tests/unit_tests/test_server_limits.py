@@ -185,6 +185,16 @@ def test_rates_predict_the_wait_from_measured_steps():
     assert r.predict_wait(10, 4) == pytest.approx(4 * 0.1 / 0.5, rel=0.15)
 
 
+def test_a_seats_wait_stays_bounded_between_bursts_of_finishes():
+    # a closed loop of 16 equal requests: all 16 finish on the same result, every 64 results of 0.1 s
+    r = Rates()
+    for i in range(1, 64 * 4):
+        r.observe(16, 16 if i % 64 == 0 else 0, sent_at=i * 0.1 - 0.1, now=i * 0.1)
+    # the step before a burst: 16 seats free every 6.4 s on average; a 17th request waits at most that long
+    assert r.finish_rate() == pytest.approx(16 / 6.4, rel=0.1)
+    assert r.predict_wait(10, 1) < 1.0  # one seat short: ~0.4 s at that rate (an average per result read hours here)
+
+
 def test_admission_refuses_a_predicted_wait_over_the_limit():
     class _Lane:  # the fields Engine._admit and LaneRunner.load read
         def __init__(self, sched):
