@@ -104,11 +104,18 @@ class DecodeAttentionCurve(_Strict):
     """Decode attention efficiency `eff[i][j]` (one query token per sequence) at `seqs[i]` sequences in
     the step and a context of `ctx[j]` keys, bilinear in the logs, flat beyond the grid. A paged-attention
     kernel spreads its fixed work over the step's sequences: OpenVINO's CPU kernel reaches a third of
-    its 8-sequence efficiency at one sequence of 64 keys."""
+    its 8-sequence efficiency at one sequence of 64 keys.
+
+    `basis`: what `eff` is a share of. `kv_bytes` (what `hetc profile` fits): the K/V read (and the
+    step's activations) per second ÷ memory_bandwidth — decode attention reads each key once for
+    every query head of its group, so its time follows the K/V bytes across head shapes (OpenVINO's
+    kernel on 1 thread: 3.3–4.5 GB/s of K/V at 4/2, 8/2, 16/8 and 12/4 heads, where its FLOP/s moved
+    1.8× between them). `flops` (profiles fitted before 2026-11-28): FLOP/s ÷ peak, like `attention`."""
 
     seqs: list[Positive] = Field(min_length=1)
     ctx: list[Positive] = Field(min_length=1)
     eff: list[list[Positive]]
+    basis: Literal["flops", "kv_bytes"] = "flops"
 
     @model_validator(mode="after")
     def _shape(self) -> "DecodeAttentionCurve":
@@ -139,7 +146,8 @@ class EfficiencyCurves(_Strict):
     attention[dtype]: achieved FLOP/s ÷ peak by query tokens per sequence (1 = decode) and
         mean context.
     attention_decode[dtype]: for decode (one query token per sequence), by sequences in the step
-        and context, where measured; it replaces `attention`'s decode row.
+        and context, where measured; it replaces `attention`'s decode row (its `basis` says whether
+        a share of peak FLOP/s or of memory bandwidth over the K/V read).
     memory: achieved bytes/s ÷ memory_bandwidth by the bytes one op moves (above 1 where
         the working set stays in cache).
     memory_kinds: like `memory`, for one kind of op (elementwise, norm: reductions, copy),

@@ -139,6 +139,7 @@ class CostParams:
     matmul: LogTable | None
     attention: LogTable | None
     attention_decode: LogTable | None
+    decode_kv_basis: bool  # attention_decode is a share of memory bandwidth over the K/V read, not of peak FLOP/s
     memory: LogCurve | None
     memory_kinds: dict[str, LogCurve]
     memory_ops: dict[str, LogCurve]
@@ -176,6 +177,7 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         matmul=LogTable(mm) if mm else None,
         attention=LogTable(at) if at else None,
         attention_decode=LogTable(ad) if ad else None,
+        decode_kv_basis=ad is not None and ad.basis == "kv_bytes",
         memory=LogCurve(curves.memory) if curves and curves.memory else None,
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
@@ -240,11 +242,13 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
     act = op.act_bytes.at(t, ctx) / tp
     flops = op.flops.at(t, ctx) / tp
     q = t / max(part.seqs, 1.0)
+    kv = kv_bytes_per_token * part.seqs * ctx / tp
     if q <= 1.0 and cp.attention_decode:  # decode: the kernel's efficiency moves with the step's sequences
         e = cp.attention_decode(part.seqs, ctx)
+        if cp.decode_kv_basis:  # bound by the K/V read, at the share of bandwidth measured for it
+            return (kv + act) / (cp.bandwidth * e)
     else:
         e = cp.attention(q, ctx) if cp.attention else cp.eff_matmul
-    kv = kv_bytes_per_token * part.seqs * ctx / tp
     return _combine(flops / (cp.peak * e), (kv + act) / (cp.bandwidth * cp.eff_memory), cp.overlap)
 
 

@@ -197,7 +197,7 @@ def calibrate(
         fit.table_2d(
             [c.meta["shape"].batch for c in dec],
             [c.meta["shape"].mean_ctx for c in dec],
-            [fit.efficiency(c.meta["flops"], c.seconds, peaks["fp32"], dispatch) for c in dec],
+            [fit.efficiency(_decode_bytes(c), c.seconds, bandwidth, dispatch) for c in dec],  # the K/V read sets its time
         )
         if dec
         else None
@@ -212,7 +212,7 @@ def calibrate(
     curves = {
         "source": f"fitted by `hetc profile --device {device}{' --quick' if quick else ''}`: median efficiency "
         "on the measured grid (matmul: FLOP/s ÷ peak by rows M and N·K; attention: by query tokens "
-        "per sequence and mean context; attention_decode: by sequences and context; memory, "
+        "per sequence and mean context; attention_decode: K/V bytes read per s ÷ memory_bandwidth by sequences and context; memory, "
         "memory_kinds, memory_ops: bytes/s ÷ memory_bandwidth by bytes per op, for all ops, per kind, "
         "per op; gather: by rows and bytes per row), dispatch subtracted",
         "threads": threads,
@@ -220,7 +220,7 @@ def calibrate(
         "dispatch_overhead": _q(dispatch, "us"),
         "matmul": matmul,
         "attention": {"fp32": attention},
-        "attention_decode": {"fp32": {"seqs": decode["m"], "ctx": decode["nk"], "eff": decode["eff"]}} if decode else {},
+        "attention_decode": {"fp32": {"seqs": decode["m"], "ctx": decode["nk"], "eff": decode["eff"], "basis": "kv_bytes"}} if decode else {},
         "memory": memory,
         "memory_kinds": memory_kinds,
         "memory_ops": memory_ops,
@@ -288,6 +288,13 @@ def calibrate(
         "cases": {c.name: c.seconds for c in mm + at + me + pc},
     }
     return Calibration(doc, _profile(doc), details)
+
+
+def _decode_bytes(case: bench.Case) -> float:
+    """Bytes a decode attention case moves as the cost model counts them: every sequence's K/V
+    context read, and the step's activations (analytic._attention_time)."""
+    step, rec = case.meta["step"], case.meta["record"]
+    return case.meta["kv_bytes_per_token"] * step.seqs * step.ctx + rec.act_bytes.at(step.tokens, step.ctx)
 
 
 def _sources(device, quick, now, info, threads, copy, peak_how, pf, link, power, price) -> list[str]:

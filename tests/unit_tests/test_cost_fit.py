@@ -157,3 +157,28 @@ def test_decode_attention_takes_its_efficiency_by_the_steps_sequences():
     assert per_seq(plain, one) == pytest.approx(per_seq(plain, sixteen))
     prompt = AttnShape(1, 8, 2, 64, 64, 64, True)
     assert per_seq(by_seqs, prompt) == per_seq(plain, prompt)
+
+
+def test_decode_attention_on_a_kv_bytes_basis_follows_the_kv_read_across_head_shapes():
+    """`basis: kv_bytes` (what `hetc profile` fits now): decode attention costs its K/V read (and its
+    activations) at the table's share of memory bandwidth, so two head shapes reading the same K/V cost
+    the same whatever their FLOPs; a FLOP-basis table prices the one with more query heads higher."""
+    from hetc.cluster import EfficiencyCurves, load_profile
+    from hetc.partitioner.cost_models.analytic import cost_params, op_time
+    from hetc.partitioner.profiling.microbench import AttnShape, attention_record
+
+    base = load_profile("cpu")
+    grid = {"seqs": [1, 16], "ctx": [64, 1024], "eff": [[0.3, 0.3], [0.3, 0.3]]}
+    by_bytes = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate({"attention_decode": {"fp32": {**grid, "basis": "kv_bytes"}}})})
+    slow = {**grid, "eff": [[0.001, 0.001], [0.001, 0.001]], "basis": "flops"}  # compute-bound at this share of peak
+    by_flops = base.model_copy(update={"efficiency_curves": EfficiencyCurves.model_validate({"attention_decode": {"fp32": slow}})})
+
+    def cost(profile, s: AttnShape) -> tuple[float, float]:
+        rec, step, kv = attention_record(s, "fp32")
+        return op_time(rec, cost_params(profile, "fp32"), step, kv), kv * step.seqs * step.ctx + rec.act_bytes.at(step.tokens, step.ctx)
+
+    few, many = AttnShape(4, 4, 2, 64, 1, 1024, False), AttnShape(4, 16, 2, 64, 1, 1024, False)  # same K/V, 4× the FLOPs
+    (t_few, bytes_few), (t_many, bytes_many) = cost(by_bytes, few), cost(by_bytes, many)
+    assert t_few == pytest.approx(bytes_few / (base.memory_bandwidth * 0.3))
+    assert t_many / t_few == pytest.approx(bytes_many / bytes_few) and bytes_many / bytes_few < 1.05  # the query heads' own bytes only
+    assert cost(by_flops, many)[0] / cost(by_flops, few)[0] > 3.0
