@@ -262,7 +262,9 @@ def cell_bound_rounds(
     """`cell_bound` round by round: after each knapsack, (the bound so far, and whether `cpu`'s
     deadline has passed). Every round's bound is valid; a caller may stop at any, and resume
     later with a new deadline (the solver's search runs between). Refinement stops at the work
-    budget or, first, at `cpu`'s deadline (then the round ends and yields `True`).
+    budget or, first, where `cpu`'s deadline leaves no time for another knapsack round (then the
+    round ends and yields `True`). The first pass is cut where the deadline would not leave the CPU
+    to bound its keys left (`_first_pass`: those by `FirstPass.rest`), and made exact on resuming.
 
     Args:
         cpu: the planner's CPU budget; None: the work budget alone.

@@ -226,7 +226,8 @@ def column_bound_rounds(
     """`column_bound` pass by pass: after each, (the bound and pipelines so far, and whether to
     pause). It pauses only after a full pass (a valid bound): the one it starts where `cpu`'s
     deadline leaves no room for another (AHEAD times the last full pass's CPU), or any once the
-    deadline has passed. The caller may resume with a later deadline (the solver's search runs
+    deadline has passed. A pass the deadline reaches (once some column is found) stops there, its
+    keys not priced bounded by `KeyPricer.per_device`: still a valid bound. The caller may resume with a later deadline (the solver's search runs
     between); the work budget ends it as before.
 
     Args:

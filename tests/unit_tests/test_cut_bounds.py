@@ -5,6 +5,7 @@ pay their certificate per device — above every pipeline and plan that brute fo
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,10 +19,13 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
+from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, best_with_pools, options
 from tests.conftest import two_type_cluster
 from tests.fixtures.fleets import WL, many_type_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Ticks:
@@ -164,3 +168,16 @@ def test_per_device_certificate_bounds_every_chain(tmp_path, tiny, phase):
             assert pricer.per_device(prices, 0.7) >= best - 1e-9 * abs(best), key
             paying += best > 0
     assert paying >= 2
+
+
+@pytest.mark.slow  # ~7 s of CPU where quiet; held to CPU seconds, so load stretches its wall time
+def test_a_short_limit_holds_on_64_devices():
+    """llama-3.1-405b fp8 on examples/fleet-64.yaml (9,537 count vectors: a first pass of ~20 CPU s
+    on this host) under --time-limit 5: the plan's solver and bound work stay within the limit + 1
+    CPU second, the first pass cut, and the bound still above the plan."""
+    req = PlanRequest(model="llama-3.1-405b", profiles=str(ROOT / "examples" / "fleet-64.yaml"), dtype="fp8", engine="vllm", time_limit=5.0)
+    plan = make_plan(req)
+    t = plan.solver.time
+    assert t is not None and t.cpu_s <= t.limit_cpu_s + 1.0, t
+    assert "bound" in t.stopped_by_limit
+    assert plan.solver.bound >= plan.solver.objective
