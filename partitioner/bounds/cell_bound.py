@@ -46,6 +46,7 @@ WORK_PER_SECOND = 4e7
 MAX_CELLS = 13_000  # count vectors the cell bound enumerates at most (4 types of 8 devices: 6,561); past that, colgen.py
 TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
+REST_SAMPLE = 4  # the first pass times `rest` on every this-many-th key (its cost, where the deadline cuts the pass)
 REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
@@ -193,20 +194,22 @@ def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
     REST_AHEAD times what it has cost a key so far): then those keys that way (a looser bound; a
     later call with a later deadline tightens them, row by row until it). Returns whether it cut
     the pass."""
-    rest_cpu, row_cpu, n = 0.0, 0.0, -1  # CPU of `rest` and of `row`, over the n keys timed (not the first: it builds shared tables)
+    rest_cpu, row_cpu, n = 0.0, 0.0, -1  # CPU of `rest` (every REST_SAMPLE-th key) and of `row`, over the n keys timed (not the first: it builds shared tables)
     for r in rows:
         while r.left:
-            if cpu is not None and n > 0 and not r.cut:
-                if cpu.left() - keep <= row_cpu / n + REST_AHEAD * rest_cpu / n * sum(x.left for x in rows if not x.cut):
+            if cpu is not None and n >= REST_SAMPLE and not r.cut:
+                per_rest = rest_cpu / (n // REST_SAMPLE)
+                if cpu.left() - keep <= row_cpu / n + REST_AHEAD * per_rest * sum(x.left for x in rows if not x.cut):
                     for x in rows:
                         if x.left and not x.cut:
                             x.cut_here()
                     return True
             if cpu is not None and r.cut and cpu.left() <= keep:
                 return True
-            if cpu is not None and not r.cut:  # `rest` first: it costs the key's stage costs, which `row` then reuses
+            if cpu is not None and not r.cut:  # `rest` first where sampled: it costs the key's stage costs, which `row` then reuses
                 t = cpu.clock()
-                r.fp.rest(r.keys[r.done])
+                if n >= 0 and n % REST_SAMPLE == REST_SAMPLE - 1:
+                    r.fp.rest(r.keys[r.done])
                 t2 = cpu.clock()
                 r.step()
                 if n >= 0:
