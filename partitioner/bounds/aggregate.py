@@ -30,7 +30,7 @@ from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.estimate.batches import Regimes, octaves
 from hetc.scheduling import Phase
 
-__all__ = ["FirstPass", "Key", "classes", "keys", "first_pass", "most_sequences"]
+__all__ = ["FirstPass", "Key", "Rows", "classes", "keys", "first_pass", "most_sequences"]
 
 INF = np.inf
 EXACT = 8  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH (refinement splits a class per length)
@@ -185,14 +185,9 @@ class FirstPass:
         sequences than the key's top is costed at the end of the sub-interval its most falls in
         (SPLITS per interval): no pipeline on it runs more. A cell that can't reach NEAR × its bound
         so far (`best`) gets that value (still a bound) instead of a bisection."""
-        costs, space, G = self.costs, self.space, self.G
-        out = np.zeros(len(space))
-        batch, lo, hi = key.batch, key.lo, key.hi
-        usable = np.array([any(np.isfinite(costs.memory(self.phase, batch).P[g, -1]) for g in self.kinds if costs.group[g] == k) for k in range(G)])
-        sel = (space.total >= lo) & ((self.s_min <= hi) if self.tp_mode else (space.total <= hi))
-        sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
-        sel &= self.most >= batch
-        idx = np.nonzero(sel)[0]
+        out = np.zeros(len(self.space))
+        batch, lo = key.batch, key.lo
+        idx = self.cells(key)
         if self.phase == Phase.PREFILL or key.top == batch:
             tops = np.full(len(idx), key.top)
         else:
@@ -204,6 +199,47 @@ class FirstPass:
         for top in np.unique(tops):
             part = idx[tops == top]
             out[part] = self._bound(key._replace(top=int(top), m=min(lo, int(top))), part, best)
+        return out
+
+    def cells(self, key: Key) -> np.ndarray:
+        """The cells whose devices can run a pipeline of the key's class at its first batch: lengths
+        within the class, every type holding some unit in memory, the sequences within memory."""
+        costs, space, G = self.costs, self.space, self.G
+        usable = np.array([any(np.isfinite(costs.memory(self.phase, key.batch).P[g, -1]) for g in self.kinds if costs.group[g] == k) for k in range(G)])
+        sel = (space.total >= key.lo) & ((self.s_min <= key.hi) if self.tp_mode else (space.total <= key.hi))
+        sel &= ~(space.cells[:, ~usable] > 0).any(axis=1)
+        sel &= self.most >= key.batch
+        return np.nonzero(sel)[0]
+
+    def rest(self, key: Key) -> np.ndarray:
+        """A cheaper, looser bound than `row` on the same pipelines, for the keys a CPU deadline leaves
+        no time to bound by `row` (its cost is the key's stage costs alone). A stage of kind g
+        (type t, tp_g devices) busy at most R covers units whose tp_g·c_g(u) sum to at most tp_g·R,
+        so with a_t(u) = min over t's kinds of tp_g·c_g(u), the units a type covers sum to at most
+        R·n_t; weighting each type by y_t ≥ 0, R ≥ Σ_u min_t y_t·a_t(u) / Σ_t y_t·n_t (y_t = one
+        over t's total: the LP's balance when types differ by a speed alone). Also R ≥ every unit's
+        least busy time on a kind that holds it alone."""
+        out = np.zeros(len(self.space))
+        costs, idx = self.costs, self.cells(key)
+        case = costs.case(self.phase, key.top, key.m, fit=key.batch)
+        if case is None or not len(idx):
+            return out
+        kk = np.array([g for g in self.kinds if np.isfinite(case.P[g, -1])], dtype=np.int64)
+        holds = case.jfit[kk] > np.arange(costs.u)  # kind g holds unit u alone
+        busy = np.where(holds, np.diff(case.P[kk], axis=1), INF)  # [K, U]
+        least = (busy + case.over[kk][:, None]).min(axis=0).max()
+        a = np.full((self.G, costs.u), INF)
+        for i, g in enumerate(kk):
+            np.minimum(a[costs.group[g]], costs.tp[g] * busy[i], out=a[costs.group[g]])
+        if not np.isfinite(least):  # some unit no kind holds alone: no pipeline at this key
+            return out
+        finite = np.isfinite(a)
+        total = np.where(finite, a, 0.0).sum(axis=1)
+        y = np.where(finite.any(axis=1) & (total > 0), 1.0 / np.where(total > 0, total, 1.0), 0.0)
+        W = float(np.where(finite, y[:, None] * np.where(finite, a, 0.0), INF).min(axis=0).sum())
+        cap = self.space.cells[idx] @ y
+        R = np.maximum(least, np.divide(W, cap, out=np.full(len(idx), INF), where=cap > 0)) / (1 + SLACK)
+        out[idx] = np.divide(float(key.rate(costs.tables.wl.output_len)), R, out=np.zeros(len(idx)), where=np.isfinite(R))
         return out
 
     def _bound(self, key: Key, idx: np.ndarray, best: np.ndarray) -> np.ndarray:
@@ -268,17 +304,44 @@ class FirstPass:
         return out
 
 
+class Rows:
+    """The first pass of one phase, row by row, so that a CPU deadline can cut it: V [keys, cells]
+    holds `FirstPass.row` for the first `done` keys (from the largest batch down, so that later keys
+    can skip cells far below the bound so far) and, once `cut`, `FirstPass.rest` for the others,
+    which `step` tightens to `row` later (taking the least of the two: both are bounds)."""
+
+    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None) -> None:
+        self.fp = FirstPass(costs, space, phase)
+        regimes = regimes or Regimes(costs.tables.wl, phase, ceiling)
+        self.keys = sorted(keys(phase, max_stages, ceiling, regimes), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
+        self.V = np.zeros((len(self.keys), len(space)))
+        self.best = np.zeros(len(space))  # the least bound so far from `row`s
+        self.done, self.cut = 0, False
+
+    @property
+    def left(self) -> int:
+        return len(self.keys) - self.done
+
+    def step(self) -> None:
+        """`row` of the next key."""
+        ki = self.done
+        got = self.fp.row(self.keys[ki], self.best)
+        self.V[ki] = np.minimum(self.V[ki], got) if self.cut else got  # a cut row may be refined (0) meanwhile: kept
+        np.maximum(self.best, got, out=self.best)
+        self.done += 1
+
+    def cut_here(self) -> None:
+        """`rest` for every key not yet bounded by `row`."""
+        for ki in range(self.done, len(self.keys)):
+            self.V[ki] = self.fp.rest(self.keys[ki])
+        self.cut = True
+
+
 def first_pass(
     costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None
 ) -> tuple[list[Key], np.ndarray]:
-    """The keys of `phase` and V [keys, cells] (FirstPass.row of each, keys from the largest batch
-    down, so that later keys can skip cells far below the bound so far)."""
-    fp = FirstPass(costs, space, phase)
-    regimes = regimes or Regimes(costs.tables.wl, phase, ceiling)
-    order = sorted(keys(phase, max_stages, ceiling, regimes), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
-    V = np.zeros((len(order), len(space)))
-    best = np.zeros(len(space))
-    for ki, key in enumerate(order):
-        V[ki] = fp.row(key, best)
-        np.maximum(best, V[ki], out=best)
-    return order, V
+    """The keys of `phase` and V [keys, cells] (`Rows` to the end)."""
+    rows = Rows(costs, space, phase, max_stages, ceiling, regimes)
+    while rows.left:
+        rows.step()
+    return rows.keys, rows.V

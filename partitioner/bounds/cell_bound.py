@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster
-from hetc.partitioner.bounds.aggregate import first_pass, most_sequences
+from hetc.partitioner.bounds.aggregate import Rows, most_sequences
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
@@ -46,6 +46,8 @@ WORK_PER_SECOND = 4e7
 MAX_CELLS = 13_000  # count vectors the cell bound enumerates at most (4 types of 8 devices: 6,561); past that, colgen.py
 TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
+REST_SAMPLE = 4  # the first pass times `rest` on every this-many-th key (its cost, where the deadline cuts the pass)
+REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
 METHOD = (
@@ -110,11 +112,18 @@ class _Cells:
         self.costs, self.space, self.phase, self.loop = costs, space, phase, loop
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
         self.regimes = Regimes(costs.tables.wl, phase, ceiling)
-        self.keys, self.V = first_pass(costs, space, phase, max_stages, ceiling, self.regimes)  # V [keys, cells]
+        self.rows = Rows(costs, space, phase, max_stages, ceiling, self.regimes)  # the first pass (`_first_pass` runs it)
+        self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
-        self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(space))
+        self.ub = np.zeros(len(space))
+
+    def refresh(self) -> None:
+        """Each cell's bound again, after the first pass wrote rows."""
+        self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(self.space))
+        for c in self.pieces.keys() | self.exact.keys():
+            self.ub[c] = max(self.exact.get(c, (0.0, None))[0], self._open(c))
 
     def _open(self, c: int) -> float:
         return max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0))
@@ -179,6 +188,38 @@ class _Cells:
         return work + STEP
 
 
+def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
+    """Every phase's first-pass rows in turn, until `cpu`'s deadline, less `keep` seconds (the
+    knapsack after), would leave less than the CPU to bound the keys left by `FirstPass.rest` (at
+    REST_AHEAD times what it has cost a key so far): then those keys that way (a looser bound; a
+    later call with a later deadline tightens them, row by row until it). Returns whether it cut
+    the pass."""
+    rest_cpu, row_cpu, n = 0.0, 0.0, -1  # CPU of `rest` (every REST_SAMPLE-th key) and of `row`, over the n keys timed (not the first: it builds shared tables)
+    for r in rows:
+        while r.left:
+            if cpu is not None and n >= REST_SAMPLE and not r.cut:
+                per_rest = rest_cpu / (n // REST_SAMPLE)
+                if cpu.left() - keep <= row_cpu / n + REST_AHEAD * per_rest * sum(x.left for x in rows if not x.cut):
+                    for x in rows:
+                        if x.left and not x.cut:
+                            x.cut_here()
+                    return True
+            if cpu is not None and r.cut and cpu.left() <= keep:
+                return True
+            if cpu is not None and not r.cut:  # `rest` first where sampled: it costs the key's stage costs, which `row` then reuses
+                t = cpu.clock()
+                if n >= 0 and n % REST_SAMPLE == REST_SAMPLE - 1:
+                    r.fp.rest(r.keys[r.done])
+                t2 = cpu.clock()
+                r.step()
+                if n >= 0:
+                    rest_cpu, row_cpu = rest_cpu + t2 - t, row_cpu + cpu.clock() - t2
+                n += 1
+            else:
+                r.step()
+    return False
+
+
 def cell_bound(
     tables: Tables,
     kinds: list[Kind],
@@ -224,7 +265,9 @@ def cell_bound_rounds(
     """`cell_bound` round by round: after each knapsack, (the bound so far, and whether `cpu`'s
     deadline has passed). Every round's bound is valid; a caller may stop at any, and resume
     later with a new deadline (the solver's search runs between). Refinement stops at the work
-    budget or, first, at `cpu`'s deadline (then the round ends and yields `True`).
+    budget or, first, where `cpu`'s deadline leaves no time for another knapsack round (then the
+    round ends and yields `True`). The first pass is cut where the deadline would not leave the CPU
+    to bound its keys left (`_first_pass`: those by `FirstPass.rest`), and made exact on resuming.
 
     Args:
         cpu: the planner's CPU budget; None: the work budget alone.
@@ -233,16 +276,22 @@ def cell_bound_rounds(
         raise ValueError("a demand bounds pipelines that prefill and decode only")
     costs = StageCosts(tables, kinds, cluster)
     space = CountSpace(costs.devices)
-    table = {}
+    table = {p: _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None) for p in phases}
+    if progress:
+        progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
+    round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
+    cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
+    if cut and progress:
+        progress("cell bound: first pass cut at the CPU deadline; the keys left are bounded by a looser relaxation")
     for p in phases:
-        if progress:
-            progress(f"cell bound: first pass, {p} pipelines over {len(space):,} device-count vectors")
-        table[p] = _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None)
+        table[p].refresh()
     zero = np.zeros(len(space))
     least = 0.0
     work, rounds = 0.0, 0
-    late = (lambda: False) if cpu is None else cpu.past
+    # the deadline leaves no time for another knapsack round: refinement stops, the rounds pause
+    late = (lambda: False) if cpu is None else (lambda: cpu.left() <= round_cpu)
     while True:
+        round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
         work += (len(phases) + 1) * space.closure_work
         K = {p: closure(space, table[p].ub) for p in phases}
@@ -271,7 +320,16 @@ def cell_bound_rounds(
             pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
+        if cpu is not None:
+            round_cpu = cpu.clock() - round_from
         yield snapshot, late()
+        while late() and (cut or not (not todo or work >= budget or done)):
+            yield snapshot, True  # resumed with no time for a round: the same bound, until a later deadline
+        if cut:  # the cut keys' rows first, until the deadline
+            cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
+            for p in phases:
+                table[p].refresh()
+            continue
         if not todo or work >= budget or done:
             return
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter

@@ -226,7 +226,8 @@ def column_bound_rounds(
     """`column_bound` pass by pass: after each, (the bound and pipelines so far, and whether to
     pause). It pauses only after a full pass (a valid bound): the one it starts where `cpu`'s
     deadline leaves no room for another (AHEAD times the last full pass's CPU), or any once the
-    deadline has passed. The caller may resume with a later deadline (the solver's search runs
+    deadline has passed. A pass the deadline reaches (once some column is found) stops there, its
+    keys not priced bounded by `KeyPricer.per_device`: still a valid bound. The caller may resume with a later deadline (the solver's search runs
     between); the work budget ends it as before.
 
     Args:
@@ -301,10 +302,18 @@ def column_bound_rounds(
         new: list[Any]
         nxt: list[Any]
         top, upper, new, nxt, full = 0.0, -np.inf, [], [], True  # top, upper: per device (a chain of a key has ≥ lo)
+        cut = False  # the CPU deadline stopped this pass: the keys left are bounded by their certificates
         for i, pk in enumerate(order):
             if len(new) >= MANY and not final_or_due:
                 nxt += order[i:]
                 full = False
+                break
+            if cpu is not None and (new or cols) and cpu.past():  # not before some column: they seed the search's templates
+                # the deadline, mid-pass: each key left pays at most its certificate per device (pricing.py),
+                # so the pass still gives a valid, looser bound; its keys are priced in later passes
+                upper = max([upper] + [pricers[k].per_device(prices, worth[k[0]]) for k in order[i:]])
+                nxt += order[i:]
+                cut = True
                 break
             lo = max(1, pk[1].lo)
             # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
@@ -329,8 +338,9 @@ def column_bound_rounds(
             if (phase, got.chain, most) not in seen:
                 seen.add((phase, got.chain, most))
                 new.append(col)
-        if full:  # every key was priced against these duals: a valid bound (keys split meanwhile cover theirs)
-            spent, pass_cpu = work - start, clock() - start_cpu
+        if full:  # every key was priced against these duals (or cut: bounded by its certificate): a valid bound (keys split meanwhile cover theirs)
+            if not cut:  # a cut pass says nothing of a full one's cost
+                spent, pass_cpu = work - start, clock() - start_cpu
             rest = float(sig @ G + n_dev * (eps + max(0.0, upper)))
             if spend is None:
                 value = float(pi @ N) + rest
@@ -341,7 +351,7 @@ def column_bound_rounds(
             if value < best:
                 best = value
                 center = duals if spend is None else center
-        missed = smooth and not new
+        missed = smooth and not new and not cut  # a cut pass found nothing for want of time
         todo = nxt
         cols += new
         if progress:
@@ -349,7 +359,7 @@ def column_bound_rounds(
             progress(
                 f"column generation {it}: LP {z:,.2f}, bound {best:,.0f} tok/s{spent_on}, {len(cols)} pipelines, {len(todo)} keys, work {work / budget:.0%}"
             )
-        ended = full and (final or not new and not smooth)
+        ended = full and not cut and (final or not new and not smooth)
 
         def snapshot(x: list = x, new: list = new, best: float = best, least: float = least, cols: list = cols) -> ColumnBound:
             if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them

@@ -91,6 +91,7 @@ class KeyPricer:
         cand = np.unique(np.concatenate(cand))
         self.cand = cand[np.isfinite(cand) & (cand >= self.least * (1 - 1e-12))]
         self._flat: np.ndarray | None = None  # _reach_u0's sorted prefix sums, made at its first call
+        self._work: float | None = None  # per_device's Σ_u min_g tp_g·c_g(u), made at its first call
         self._stands_in: np.ndarray | None = None  # _undominated's [K, K], made at its first call
         self._weight: tuple = (b"", 0.0)  # (prices, W) of the last call to weight
         self._keep: tuple = (b"", None)  # (prices, undominated kinds) of the last call to _undominated
@@ -112,6 +113,21 @@ class KeyPricer:
             return -INF
         W = self.weight(prices)
         return (worth * self.rate - W) / (self.least if worth * self.rate > W else self.cand[-1])
+
+    def per_device(self, prices: np.ndarray, worth: float) -> float:
+        """An upper bound on every chain's reduced cost per device, from W (no DP), for a key a CPU
+        deadline leaves unpriced (colgen.py). A chain of bottleneck R on d devices has reduced cost at
+        most (worth·rate − W) / R, and R·d ≥ Σ_u min_g tp_g·c_g(u) (each stage's tp_g devices
+        busy ≤ R cover its units) and ≥ the least bottleneck × the class's fewest stages."""
+        if not len(self.cand):
+            return -INF
+        spare = worth * self.rate - self.weight(prices)
+        if spare <= 0:
+            return 0.0
+        if self._work is None:
+            tp = self.costs.tp[self.kinds][:, None]
+            self._work = float(np.where(np.isfinite(self.unit), tp * self.unit, INF).min(axis=0).sum())
+        return spare * (1 + SLACK) / max(self._work, self.least * max(1, self.key.lo))
 
     def price(self, prices: np.ndarray, worth: float, beat: float, tol: float) -> Priced:
         """The best reduced cost of the key's chains where it exceeds `beat` (then `found` is

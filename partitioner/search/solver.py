@@ -114,7 +114,7 @@ COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work
 # --time-limit in CPU seconds (partitioner/budget.py): the shares each phase's deadline leaves to those after it
 SEARCH_RESERVE = 0.25  # what the bound's first rounds leave: templates, CP-SAT, re-estimation
 SEARCH_LEAST = 0.1  # the search's CPU even where the bound's last pass (not interruptible) ran into its reserve
-TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's baselines and plan
+TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's plan (its baselines run before the search)
 BOUND, SEARCH = "bound", "search"  # plan.json solver.time: where the CPU went
 
 
@@ -195,8 +195,8 @@ def solve(
             budget of `time_limit` from now): the bound's rounds until SEARCH_RESERVE of it is
             left, the search until TAIL_RESERVE is, the bound again with the rest if the deadline
             paused it. Where no deadline is reached first the plan is the work budgets' alone.
-        reserve: the share of the CPU limit left after the solver (the planner's baselines, plan
-            and objective bound: TAIL_RESERVE, or more where the objective has a bound of its own).
+        reserve: the share of the CPU limit left after the solver (the planner's plan and
+            objective bound: TAIL_RESERVE, or more where the objective has a bound of its own).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
