@@ -301,6 +301,7 @@ def solve(
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     if progress:
         progress(f"CP-SAT over {len(opts)} options ({len(templates)} templates × batches)")
+    _cap_feeds(units, opts, cluster, wl)
     picks = choose(objective, opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu)
     if objective == Objective.LATENCY and min_tok_s and picks:
         picks = _fill_batches(picks, opts, splits, units, cluster, wl, ceiling, within_slos, min_tok_s, time_limit, caps, cpu)
@@ -437,6 +438,26 @@ def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, w
                 path = hops(cluster, c.stages[-1].node, d.stages[0].node)
                 out.append(KVRoute(i, j, per_token, path_name(path), transfer_time(wl.input_len * per_token, path)))
     return out
+
+
+def _cap_feeds(units: list[Unit], opts: list[Option], cluster: Cluster, wl: Workload) -> None:
+    """Set each prefill option's `feed`: the output tok/s one replica's KV can carry over the slowest
+    route from a node of its last stage's type to a node of a type decode options start on (as
+    `_feed_caps` counts the chosen pools' routes), so that CP-SAT does not choose pools at rates their
+    KV links then cap (gen7 of the generated clusters: pools chosen at 360k tok/s gave 308k)."""
+    per_token = sum(u.kv_bytes_per_token for u in units)
+    by_type: dict[tuple, list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    targets = [n for t in {type_key(o.found.stages[0].node) for o in opts if o.template.phase == Phase.DECODE} for n in by_type[t]]
+    slowest: dict[tuple, float] = {}
+    for o in opts:
+        if o.template.phase != Phase.PREFILL or not targets:
+            continue
+        t = type_key(o.found.stages[-1].node)
+        if t not in slowest:
+            slowest[t] = max(transfer_time(wl.input_len * per_token, hops(cluster, a, b)) for a in by_type[t] for b in targets)
+        o.feed = wl.output_len / slowest[t] if slowest[t] > 0 else math.inf
 
 
 def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
