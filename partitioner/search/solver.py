@@ -321,8 +321,9 @@ def solve(
             if alt:
                 alt_cands, alt_more = _allocate(alt, units, cluster, wl)
                 alt_kv = _kv_transfers(units, alt_cands, cluster, wl)
-                if _tok_s(alt_cands, _feed_caps(alt_kv, wl)) > tok_s:
-                    cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, _tok_s(alt_cands, _feed_caps(alt_kv, wl))
+                alt_tok_s = _tok_s(alt_cands, _feed_caps(alt_kv, wl))
+                if alt_tok_s > tok_s:
+                    cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, alt_tok_s
     notes += more
     cpu.charge(SEARCH, search_from)
     if paused:
