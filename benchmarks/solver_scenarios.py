@@ -28,8 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from generated_clusters import CHECK_SEEDS, TUNE_SEEDS, generate
+from generated_clusters import CHECK_SEEDS, TUNE_SEEDS, Case, generate
 from results import record
+
+from hetc.cluster import load_profile
+from hetc.engine import EngineName, load_engine
 
 SCENARIOS = [
     # name, cluster, model, extra args
@@ -65,6 +68,16 @@ class PlanFailed(Exception):
     """`hetc plan` exited non-zero; the message is its exit status and last stderr line."""
 
 
+ENGINE = EngineName.VLLM  # the figures the solver tables were made with before engines were an input
+
+
+def engine_for(case: Case) -> EngineName:
+    """ENGINE where it serves every device of a generated case, else hetc (which serves every backend:
+    vLLM's figures cover no OpenVINO device, and a case drawing one would fail to plan)."""
+    backends = {load_profile(n["device"]).backend for n in case.cluster["nodes"]}
+    return ENGINE if backends <= set(load_engine(ENGINE).backends) else EngineName.HETC
+
+
 def run(cluster: str, model: str, extra: list[str], keep: Path | None = None) -> tuple[dict, float, float]:
     """plan.json, and the command's wall and CPU seconds (a fresh process).
 
@@ -77,8 +90,8 @@ def run(cluster: str, model: str, extra: list[str], keep: Path | None = None) ->
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         t, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
-            # vllm: the figures the solver tables were made with before engines were an input (extra may override)
-            [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, "--engine", "vllm", *extra],
+            # extra may override the engine
+            [sys.executable, "-m", "hetc.cli", "plan", "--profiles", cluster, model, "-o", f.name, "--engine", ENGINE.value, *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -110,7 +123,7 @@ def main() -> None:
         if not set(seeds) <= set(block):
             ap.error(f"--seeds {a.seeds}: not all in the {a.generated} block ({block.start}-{block.stop - 1})")
         cases = [generate(s) for s in seeds]
-        scenarios = [(c.name, str(c.write(Path(tmp.name))), c.model, ["--dtype", c.dtype]) for c in cases]
+        scenarios = [(c.name, str(c.write(Path(tmp.name))), c.model, ["--dtype", c.dtype, "--engine", engine_for(c).value]) for c in cases]
     head = (
         "scenario",
         "devices",
@@ -118,6 +131,7 @@ def main() -> None:
         "bound",
         "plan/bound",
         "pools",
+        "engine",
         "uniform",
         "mem-prop",
         "best-homog",
@@ -161,6 +175,7 @@ def main() -> None:
             f"{bound:,.4g}",
             f"{close:.3f}",
             pools,
+            "/".join(sorted({n.get("engine", "–") for n in plan["cluster"]["nodes"]})),
             f"{b['uniform']['output_tok_s']:,.0f}",
             f"{mp:,.0f}",
             f"{b['best_homogeneous']['output_tok_s']:,.0f}",

@@ -57,7 +57,7 @@ __all__ = ["ColumnBound", "column_bound", "column_bound_rounds", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
-TEMPLATES = 32
+TEMPLATES = 32  # pipelines handed to the solver as templates, of each kind (doing both phases; pools)
 MANY = 24  # columns found before the master is solved again (then that pass gives no bound)
 SMOOTH = 0.5  # pricing's duals: this share of the best bound's plus the rest of the master's (Wentges)
 # a kind's unit costs at a new operating point, and a unit's stage time at a step not met before (the cost
@@ -177,6 +177,22 @@ def _ranked(cols: list[_Column], x: list[float], spend: np.ndarray | None) -> li
     """Columns the master's optimum runs first (most first), then the best per device (tok/s, or spend per tok/s)."""
     per = (lambda k: -k.pipe.tok_s / k.devices.sum()) if spend is None else (lambda k: float(spend @ k.devices) / k.pipe.tok_s)
     return sorted(range(len(cols)), key=lambda j: (-(x[j] if j < len(x) else 0.0), per(cols[j])))
+
+
+def _seeds(ranked: list[int], cols: list[_Column]) -> list[int]:
+    """The first TEMPLATES of `ranked` that do both phases and the first TEMPLATES pools, in rank
+    order: where the master's optimum runs pools (valued before their KV links) and prefill pools
+    rank high per device, one shared list left the pipelines doing both few seeds, and the search
+    found worse mixes of them with --disaggregate auto than off (gen7 of the generated clusters:
+    336k tok/s against 388k)."""
+    taken = {True: 0, False: 0}
+    out = []
+    for j in ranked:
+        both = cols[j].pipe.phase == Phase.BOTH
+        if taken[both] < TEMPLATES:
+            taken[both] += 1
+            out.append(j)
+    return out
 
 
 def column_bound(
@@ -364,9 +380,9 @@ def column_bound_rounds(
         def snapshot(x: list = x, new: list = new, best: float = best, least: float = least, cols: list = cols) -> ColumnBound:
             if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
                 x = _master(cols, N, groups, pools, spend, floor)[1]
-            ranked = _ranked(cols, x, spend)
-            pipes = [cols[j].pipe for j in ranked][:TEMPLATES]
-            used = sum(1 for j in ranked[:TEMPLATES] if j < len(x) and x[j] > 1e-9)
+            ranked = _seeds(_ranked(cols, x, spend), cols)
+            pipes = [cols[j].pipe for j in ranked]
+            used = sum(1 for j in ranked if j < len(x) and x[j] > 1e-9)
             return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)
 
         if full:

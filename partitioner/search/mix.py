@@ -75,6 +75,12 @@ NO_CAPS = Caps()
 class Option:
     template: Template
     found: Found
+    feed: float = math.inf  # a prefill pool: the output tok/s one replica's KV links carry to the decode pools
+
+
+def _value(o: Option) -> float:
+    """Output tok/s one replica of `o` gives (a prefill pool: what it feeds, at most its KV links carry)."""
+    return min(o.found.estimate.output_tok_s, o.feed)
 
 
 def slots_of(cluster: Cluster) -> Counter:
@@ -169,7 +175,7 @@ def _solve(model: cp_model.CpModel, r: list, time_limit: float, cpu: CpuBudget |
 
 
 def _rate(o: Option, down: bool = False) -> int:
-    x = o.found.estimate.output_tok_s * SCALE
+    x = _value(o) * SCALE
     return math.floor(x) if down else round(x)
 
 

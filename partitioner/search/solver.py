@@ -311,14 +311,19 @@ def solve(
     cands, more = _allocate(picks, units, cluster, wl)
     kv = _kv_transfers(units, cands, cluster, wl)
     tok_s = _tok_s(cands, _feed_caps(kv, wl))
-    if objective == Objective.THROUGHPUT and kv and Phase.BOTH in phases:
-        # CP-SAT values pools before their KV links cap them: a mix without pools may do better
+    if objective == Objective.THROUGHPUT and kv:
+        # CP-SAT valued pools before their KV links capped them: again with each prefill option at its
+        # slowest route (a guess: the routes are the allocation's), then without pools; the best real fleet
+        _cap_feeds(units, opts, cluster, wl)
         both = [o for o in opts if o.template.phase == Phase.BOTH]
-        alt = choose(objective, both, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu) if both else []
-        if alt:
-            alt_cands, alt_more = _allocate(alt, units, cluster, wl)
-            if _tok_s(alt_cands) > tok_s:
-                cands, more, kv, tok_s = alt_cands, alt_more, [], _tok_s(alt_cands)
+        for alt_opts in (opts, both) if Phase.BOTH in phases else (opts,):
+            alt = choose(objective, alt_opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu) if alt_opts else []
+            if alt:
+                alt_cands, alt_more = _allocate(alt, units, cluster, wl)
+                alt_kv = _kv_transfers(units, alt_cands, cluster, wl)
+                alt_tok_s = _tok_s(alt_cands, _feed_caps(alt_kv, wl))
+                if alt_tok_s > tok_s:
+                    cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, alt_tok_s
     notes += more
     cpu.charge(SEARCH, search_from)
     if paused:
@@ -437,6 +442,27 @@ def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, w
                 path = hops(cluster, c.stages[-1].node, d.stages[0].node)
                 out.append(KVRoute(i, j, per_token, path_name(path), transfer_time(wl.input_len * per_token, path)))
     return out
+
+
+def _cap_feeds(units: list[Unit], opts: list[Option], cluster: Cluster, wl: Workload) -> None:
+    """Set each prefill option's `feed`: the output tok/s one replica's KV can carry over the slowest
+    route from a node of its last stage's type to a node of a type decode options start on (as
+    `_feed_caps` counts the chosen pools' routes), so that CP-SAT need not choose pools at rates their
+    KV links then cap (gen7 of the generated clusters: pools chosen at 360k tok/s gave 308k). Slower
+    than the allocation's routes may be: the solver keeps the better of the fleets with and without it."""
+    per_token = sum(u.kv_bytes_per_token for u in units)
+    by_type: dict[tuple, list[Node]] = {}
+    for n in cluster.nodes:
+        by_type.setdefault(type_key(n), []).append(n)
+    targets = [n for t in {type_key(o.found.stages[0].node) for o in opts if o.template.phase == Phase.DECODE} for n in by_type[t]]
+    slowest: dict[tuple, float] = {}
+    for o in opts:
+        if o.template.phase != Phase.PREFILL or not targets:
+            continue
+        t = type_key(o.found.stages[-1].node)
+        if t not in slowest:
+            slowest[t] = max(transfer_time(wl.input_len * per_token, hops(cluster, a, b)) for a in by_type[t] for b in targets)
+        o.feed = wl.output_len / slowest[t] if slowest[t] > 0 else math.inf
 
 
 def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
