@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -71,7 +72,11 @@ def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, ou
         sys.exit("guidellm: no request succeeded")
     ttft = [q["time_to_first_token_ms"] for q in ok]
     tpot = [q["inter_token_latency_ms"] for q in ok]
+    # what guidellm sent, not what it was asked: 0.8.1's poisson profile here sends every request at once
+    # (its workers' targets are relative times, compared with the clock: benchmarks/logs/guidellm-2026-11-28.md)
+    starts = sorted(q["request_start_time"] for q in ok)
     return {
+        "sent_req_s": (len(starts) - 1) / (starts[-1] - starts[0]) if starts[-1] > starts[0] else math.inf,
         "output_throughput": sum(q["output_tokens"] for q in ok) / bench["duration"],
         "median_ttft_ms": float(np.median(ttft)),
         "p99_ttft_ms": float(np.percentile(ttft, 99)),
