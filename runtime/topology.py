@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hetc.batching import looks_ahead
 from hetc.errors import BadInput
 from hetc.plan import Plan
 from hetc.scheduling import Phase
@@ -83,9 +84,8 @@ class Lane:
 
     @property
     def lookahead(self) -> bool:
-        """Its scheduler sends decode steps before their input token is back (a prefill
-        pool's sequences leave after their first token: nothing to look ahead for)."""
-        return self.phase != Phase.PREFILL
+        """Its scheduler sends decode steps before their input token is back (hetc.batching.looks_ahead)."""
+        return looks_ahead(self.phase)
 
 
 def attention_owners(lane: Lane, kinds: list[tuple[str, int]]) -> dict[int, int]:

@@ -22,21 +22,11 @@ from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.scheduling import Phase
 from tests.brute_force import best_per_set, best_with_pools, options
+from tests.fixtures.cpu_clock import Ticks
 from tests.conftest import two_type_cluster
 from tests.fixtures.fleets import WL, many_type_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Ticks:
-    """A CPU clock that moves `step` seconds each time it is read: a deadline passes after a known number of reads."""
-
-    def __init__(self, step: float) -> None:
-        self.t, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.t += self.step
-        return self.t
 
 
 def _counting(monkeypatch, owner, name: str) -> list:

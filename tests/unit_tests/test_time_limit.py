@@ -24,20 +24,10 @@ from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search import mix
 from hetc.partitioner.search.solver import BOUND, SEARCH, solve
 from hetc.scheduling import Phase
+from tests.fixtures.cpu_clock import Ticks
 from tests.conftest import PROFILE
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
-
-
-class Ticks:
-    """A CPU clock that moves `step` seconds each time it is read: deadlines pass after a known number of reads."""
-
-    def __init__(self, step: float) -> None:
-        self.t, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.t += self.step
-        return self.t
 
 
 @pytest.fixture
