@@ -57,6 +57,7 @@ __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", 
 # latency the solver's own bound only seeds templates). Past the limit it keeps a looser valid bound.
 OBJECTIVE_BOUND_RESERVE = 0.3
 COST_BOUND_RESERVE = 0.15  # cost and energy without a floor: one LP (bound.cost_bound), a few CPU seconds on 48 devices
+OVER_LIMIT_NOTE = 0.5  # CPU seconds past --time-limit that plan.json's solver notes explain
 PLAIN_SHARE = 0.5  # speculating: the plain search's share of --time-limit; the speculative one gets what it leaves
 
 
@@ -130,6 +131,11 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         other_cpu_s=max(0.0, cpu.used - cpu.spent.get(SEARCH, 0.0) - cpu.spent.get(BOUND, 0.0)),
         stopped_by_limit=cpu.stopped,
     )
+    if cpu.used > req.time_limit + OVER_LIMIT_NOTE:  # the bound's cheapest pass, the baselines and a search do not fit it
+        plan.solver.notes.append(
+            f"--time-limit {req.time_limit:g} is shorter than this fleet's least planning work: {cpu.used:.1f} CPU s "
+            "(the baselines, the bound's looser first pass over every pipeline class, one search); a longer limit holds"
+        )
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
 

@@ -317,6 +317,7 @@ class Rows:
         self.V = np.zeros((len(self.keys), len(space)))
         self.best = np.zeros(len(space))  # the least bound so far from `row`s
         self.done, self.cut = 0, False
+        self.rested: dict[int, np.ndarray] = {}  # `rest` of keys timed before the pass (cell_bound._rest_cost): kept for `cut_here`
 
     @property
     def left(self) -> int:
@@ -333,7 +334,7 @@ class Rows:
     def cut_here(self) -> None:
         """`rest` for every key not yet bounded by `row`."""
         for ki in range(self.done, len(self.keys)):
-            self.V[ki] = self.fp.rest(self.keys[ki])
+            self.V[ki] = self.rested[ki] if ki in self.rested else self.fp.rest(self.keys[ki])
         self.cut = True
 
 

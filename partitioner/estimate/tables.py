@@ -14,6 +14,7 @@ the per-unit costs and memory fits (stage_costs.py).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -49,7 +50,12 @@ class Kind:
 
 def type_key(node: Node) -> tuple[str, str]:
     """Devices are interchangeable when profile and intra-node link are the same."""
-    return node.profile.name, repr(node.link)
+    return node.profile.name, _link_key(node.link)
+
+
+@functools.cache
+def _link_key(link: Link) -> str:
+    return repr(link)  # a pydantic repr: ~40 µs, asked for per option and per estimate
 
 
 def devices_per_type(cluster: Cluster) -> dict[tuple[str, str], int]:

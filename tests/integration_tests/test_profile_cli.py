@@ -123,15 +123,26 @@ def test_full_profile_and_fidelity_report_stay_near_the_targets(tmp_path):
     2–6%; a loaded host read gather 50%. A wrong formula is off by far more, so each class is held to
     twice its target, and the µs-scale element-wise, norm, copy and gather ops to four times theirs
     (bimodal times across rounds, a fixed cost that differs between the fitting and the measuring
-    process, single sizes that fall off a cliff).
+    process, single sizes that fall off a cliff). CI's host then read prefill attention 34.8% (45d6c12)
+    where this one read 2.7% an hour later: a class over its limit is fitted and measured once more, and
+    fails only where both readings are over (a wrong formula is over in every one).
     """
-    r = hetc("profile", "--device", "cpu", "--threads", "1", "--validate", "-o", str(tmp_path / "p.yaml"), "--json", timeout=1200)
-    assert r.returncode == 0, r.stderr
-    classes = json.loads(r.stdout)["fidelity"]["classes"]
-    assert {"prefill step", "decode step"} <= set(classes), sorted(classes)
 
     def allowed(cls: str) -> float:
         return 4 if cls in ("elementwise", "norm", "copy", "gather") else 2
 
-    over = {cls: f"{v['median_error']:.1%} > {v['target'] * allowed(cls):.0%}" for cls, v in classes.items() if v["median_error"] > v["target"] * allowed(cls)}
-    assert not over, over
+    def over_limit(run: int) -> tuple[dict[str, str], list[dict]]:
+        r = hetc("profile", "--device", "cpu", "--threads", "1", "--validate", "-o", str(tmp_path / f"p{run}.yaml"), "--json", timeout=1200)
+        assert r.returncode == 0, r.stderr
+        fidelity = json.loads(r.stdout)["fidelity"]
+        classes = fidelity["classes"]
+        assert {"prefill step", "decode step"} <= set(classes), sorted(classes)
+        limit = {cls: v["target"] * allowed(cls) for cls, v in classes.items()}
+        over = {cls: f"{v['median_error']:.1%} > {limit[cls]:.0%}" for cls, v in classes.items() if v["median_error"] > limit[cls]}
+        return over, [row for row in fidelity["rows"] if row["class"] in over]
+
+    over, rows = over_limit(1)
+    if over:
+        again, rows_again = over_limit(2)
+        both = {cls: f"{over[cls]}, then {again[cls]}" for cls in over.keys() & again.keys()}
+        assert not both, (both, rows, rows_again)

@@ -160,14 +160,17 @@ def test_per_device_certificate_bounds_every_chain(tmp_path, tiny, phase):
     assert paying >= 2
 
 
-@pytest.mark.slow  # ~7 s of CPU where quiet; held to CPU seconds, so load stretches its wall time
+@pytest.mark.slow  # ~8 s of CPU; held to CPU seconds, so load stretches its wall time
 def test_a_short_limit_holds_on_64_devices():
     """llama-3.1-405b fp8 on examples/fleet-64.yaml (9,537 count vectors: a first pass of ~20 CPU s
-    on this host) under --time-limit 5: the plan's solver and bound work stay within the limit + 1
-    CPU second, the first pass cut, and the bound still above the plan."""
-    req = PlanRequest(model="llama-3.1-405b", profiles=str(ROOT / "examples" / "fleet-64.yaml"), dtype="fp8", engine="vllm", time_limit=5.0)
+    on this host) under --time-limit 8: the plan's solver and bound work stay within the limit + 1
+    CPU second, the first pass cut, and the bound still above the plan. (At 5 the least work — the
+    baselines, `rest` over 1,600 keys, a knapsack round, one search — reads 4.5–5.9 CPU s here: the
+    plan's notes say so.)"""
+    req = PlanRequest(model="llama-3.1-405b", profiles=str(ROOT / "examples" / "fleet-64.yaml"), dtype="fp8", engine="vllm", time_limit=8.0)
     plan = make_plan(req)
     t = plan.solver.time
     assert t is not None and t.cpu_s <= t.limit_cpu_s + 1.0, t
+    assert not any("least planning work" in n for n in plan.solver.notes), plan.solver.notes
     assert "bound" in t.stopped_by_limit
     assert plan.solver.bound >= plan.solver.objective
