@@ -95,6 +95,16 @@ def _windowed(cfg: Any) -> bool:
     return bool(window and getattr(cfg, "use_sliding_window", True) and window < getattr(cfg, "max_position_embeddings", 0))
 
 
+def layer_window(cfg: Any, layer: int) -> int | None:
+    """A layer's sliding window from its config alone (as transformers' attention modules read it):
+    per layer where the config lists `layer_types` (gpt-oss, qwen2), else the config's window for
+    every layer (mistral); None: full causal attention."""
+    types = getattr(cfg, "layer_types", None)
+    if isinstance(types, list) and layer < len(types):
+        return int(cfg.sliding_window) if types[layer] == "sliding_attention" and cfg.sliding_window else None
+    return int(cfg.sliding_window) if _windowed(cfg) else None
+
+
 def eager_only(cfg: Any, units: Sequence[UnitLike]) -> bool:
     """Whether a stage of `units` needs the runtime's eager stage: MoE units (data-dependent routing),
     or attention with sliding windows or MLA (no compiled lowering of those yet)."""

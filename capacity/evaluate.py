@@ -79,7 +79,7 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
             peak for the plan's dtype.
     """
     cluster.require_flops(plan.model.dtype)
-    wl = workload_of(plan)
+    wl = workload_of(plan, cluster)
     doc = plan.model_dump(by_alias=True)
     notes = []
     for p, pd in zip(plan.pipelines, doc["pipelines"]):
@@ -104,10 +104,11 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
     return Plan.model_validate(doc), notes
 
 
-def workload_of(plan: Plan) -> Workload:
-    """The workload the plan was priced for (its shared prefix included)."""
+def workload_of(plan: Plan, cluster: Cluster) -> Workload:
+    """The workload the plan was priced for (its shared prefix included), on `cluster` (its engines:
+    what a sliding layer keeps)."""
     w = plan.workload
-    return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups)
+    return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv)
 
 
 def load_for(req: LoadRequest, plan: Plan) -> Load:
@@ -274,7 +275,7 @@ def evaluate_plan(
     model = model_of(plan, file)
     cluster = Cluster.from_json(plan.cluster, file, engine=engine)
     plan, notes = rederive(plan, model, cluster, file)
-    wl = workload_of(plan)
+    wl = workload_of(plan, cluster)
     lanes = lanes_of(plan, model.units, cluster, wl, num_kv_blocks=limits.num_kv_blocks, file=file)
     window.check(len(load.requests))
     spec = sim_speculation(plan)

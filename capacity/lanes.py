@@ -210,7 +210,8 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
                         units=us,
                         devices=[f"{node}:{int(first) + r * s.tp + j}" for j in range(s.tp)],
                         out_bytes_per_token=us[-1].out_bytes_per_token,
-                        kv_bytes_per_token=sum(u.kv_bytes_per_token for u in us),
+                        # a sliding layer's window, where kept so, as bytes per token at the plan's context
+                        kv_bytes_per_token=wl.kv_bytes(us, wl.kv_tokens()) / wl.kv_tokens(),
                         cut=min(max(cut - s.units[0], 0), len(us)),
                         vocab=vocab if s.units[1] == len(units) - 1 else 0,
                     )

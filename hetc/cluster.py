@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from hetc.engine import ASSUMED_BEFORE, Engine, apply_engine, default_engine, engine_figures
+from hetc.engine import ASSUMED_BEFORE, Engine, WindowKV, apply_engine, default_engine, engine_figures, load_engine
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
 from hetc.execution import Execution, execution_for
@@ -426,6 +426,14 @@ class Cluster:
                 field=f"peak_flops.{dtype}",
                 fix=f"add `{dtype}: <FLOP/s>` (the device's dense {dtype} rate, with its source) to peak_flops, or plan with {flag} {'/'.join(has)}.",
             )
+
+    @property
+    def windowed_kv(self) -> bool:
+        """Whether a sliding-window layer keeps at most its window of K/V: where every node's engine
+        frees the blocks behind it (hetc/engine.py `sliding_windows`). A cluster mixing such engines
+        with one that does not is priced as keeping it all (one rule for every stage: the bounds'
+        and the plan's memory agree)."""
+        return all(n.engine is not None and load_engine(n.engine.name).sliding_windows.kv == WindowKV.WINDOW for n in self.nodes)
 
     @property
     def engines(self) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "Engine",
     "EngineFigures",
     "EngineSpec",
+    "WindowKV",
     "load_engine",
     "engine_figures",
     "default_engine",
@@ -109,11 +110,24 @@ class EngineFigures(_Strict):
         return not self.execution and untouched and self.matmul == self.attention == self.collective == 1.0
 
 
+class WindowKV(StrEnum):
+    """What an engine keeps of a sliding-window layer's K/V (gpt-oss's sliding layers, mistral)."""
+
+    WINDOW = "window"  # the blocks behind the window are freed and never read: at most the window per sequence
+    FULL = "full"  # every token's, as a full-attention layer's
+
+
+class SlidingWindows(_Strict):
+    kv: WindowKV
+    source: str = Field(min_length=1)
+
+
 class EngineSpec(_Strict):
     """hardware_profiles/engines/NAME.yaml: an engine and its figures per backend it serves."""
 
     name: EngineName
     description: str
+    sliding_windows: SlidingWindows  # one rule for every backend: the engine's KV manager, not a kernel
     backends: dict[str, EngineFigures]  # a backend this engine serves -> its figures there
     releases: dict[str, dict[str, EngineFigures]] = {}
 

@@ -43,7 +43,7 @@ from collections import OrderedDict, deque
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.sequence import Sequence
 
-__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for", "cached_tokens", "lane_blocks", "prefix_hashes", "stage_blocks"]
+__all__ = ["PADDING_BLOCKS", "BlockManager", "blocks_for", "cached_tokens", "lane_blocks", "prefix_hashes", "stage_blocks", "window_span"]
 
 PADDING_BLOCKS = 1  # blocks a lane reserves: block 0 pads shorter sequences' block lists
 _ROOT = b""  # the key the first block chains from
@@ -73,6 +73,13 @@ def cached_tokens(input_len: int, prefix_len: int, block_size: int = KV_BLOCK_TO
     are cached: the whole blocks of that prefix, short of the last prompt token (always recomputed:
     `BlockManager.cached_prefix`). What the planner prices a shared prefix's hit at."""
     return min(prefix_len, input_len - 1) // block_size * block_size
+
+
+def window_span(window: int, block_size: int = KV_BLOCK_TOKENS) -> int:
+    """Tokens of the whole blocks a sliding window of `window` tokens (the query's own included)
+    spans at most: an engine that frees the blocks behind the window keeps this many per sequence
+    and sliding layer (vLLM's sliding-window KV manager keeps cdiv(window − 1, block) + 1 blocks)."""
+    return (-(-(window - 1) // block_size) + 1) * block_size
 
 
 def stage_blocks(kv_budget: float, tp: int, kv_bytes_per_token: float) -> int | None:

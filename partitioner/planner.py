@@ -72,7 +72,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
     draft = capture_draft(model, req.spec.draft, progress) if req.spec.draft else None
     cpu = CpuBudget(req.time_limit)  # --time-limit in CPU seconds from here: the capture is not counted
-    wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups)
+    wl = Workload.of(req.input_len, req.output_len, req.dtype, model.kv_dtype, req.prefix_len, req.prefix_groups, cluster.windowed_kv)
     given = parse_placement(req.placement, cluster, model.num_layers) if req.placement else None
     if req.objective == Objective.ENERGY or req.power_budget_w:
         unknown = sorted({n.profile.name for n in cluster.nodes if n.profile.power <= 0})
@@ -239,6 +239,7 @@ def _part_memory(us: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: 
         tp=sp.tp,
         logits_bytes_per_token=4.0 * us[-1].out_bytes_per_token / 2 if last else 0.0,
         shared_tokens=wl.shared_tokens(),
+        windowed=wl.windowed,
     )
 
 

@@ -95,9 +95,9 @@ def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[i
     """Prefix sums [U+1, W] of each unit weighting."""
     units = costs.tables.units
     wl = costs.tables.wl
-    kv_tokens = batch * wl.kv_tokens(Phase(phase)) + wl.shared_tokens(Phase(phase))
+    own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
     cols = [case.P[g] for g in gs if np.isfinite(case.P[g, -1])]
-    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + kv_tokens * u.kv_bytes_per_token for u in units])]))
+    cols.append(np.concatenate([[0.0], np.cumsum([u.param_bytes + batch * u.kv_bytes(own, wl.windowed) + u.kv_bytes(shared, wl.windowed) for u in units])]))
     cols.append(np.arange(len(units) + 1, dtype=float))
     for kind in sorted({u.kind for u in units}):
         ind = np.array([u.kind == kind for u in units], dtype=float)
@@ -155,14 +155,13 @@ def most_sequences(costs: StageCosts, space: CountSpace, phase: Phase) -> np.nda
     copy of the weights (and of the shared prefixes' KV), over one sequence's KV (prefill pools: no cap,
     their batch is their length)."""
     units, wl = costs.tables.units, costs.tables.wl
-    kv_token = sum(u.kv_bytes_per_token for u in units)
-    per_seq = wl.kv_tokens(phase) * kv_token
+    per_seq = wl.kv_bytes(units, wl.kv_tokens(phase))
     if phase == Phase.PREFILL or per_seq <= 0:
         return np.full(len(space), np.inf)
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
-    return np.floor((space.cells @ costs.room - sum(params.values()) - wl.shared_tokens(phase) * kv_token) / per_seq)
+    return np.floor((space.cells @ costs.room - sum(params.values()) - wl.kv_bytes(units, wl.shared_tokens(phase))) / per_seq)
 
 
 class FirstPass:

@@ -71,7 +71,7 @@ def _signatures(tables: Tables, context: int) -> tuple[list[int], list[int], lis
             first[c] = j
         count[c] += 1
         weights[c] = min(weights[c], sum(v for name, v in u.params.items() if readers[name] == 1))
-        kv[c] = min(kv[c], u.kv_bytes_per_token * blocks)
+        kv[c] = min(kv[c], u.kv_bytes(blocks, tables.wl.windowed))
     return first, count, weights, kv
 
 
@@ -204,7 +204,7 @@ def least_holding(units: list[Unit], wl: Workload, cluster: Cluster, cost: dict[
     holds the weights plus one sequence's KV and activations: every plan has a pipeline, which
     holds at least that (an integer knapsack, CP-SAT; its proven bound, so the
     answer stays a lower bound whether or not it finishes). 0 if nothing holds it."""
-    need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len)).total
+    need = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len), windowed=wl.windowed).total
     count = devices_per_type(cluster)
     memory = {type_key(n): n.profile.usable_memory for n in cluster.nodes}
     types = list(count)

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetc.cluster import PROFILE_DIR
+from hetc.engine import EngineName, WindowKV, load_engine
 from hetc.errors import BadInput, first_line
+from hetc.kv_blocks import window_span
 from hetc.partitioner.capture import capture_cache
 from hetc.partitioner.capture.terms import DTYPE_BYTES, MODEL_DTYPES, MXFP4_BYTES, OpGraph
 from hetc.partitioner.capture.units import Unit, assign_layers, cut_units, replicate
@@ -253,6 +255,13 @@ def _latent_kv(graph: OpGraph, cfg) -> OpGraph:
     return graph
 
 
+def _windows(units: list[Unit], cfg) -> list[Unit]:
+    """Each attention unit's sliding window (`Unit.kv_window`) from the config (`layer_window`)."""
+    from hetc.backends.decoder import layer_window
+
+    return [replace(u, kv_window=layer_window(cfg, u.layer)) if u.kv_bytes_per_token and layer_window(cfg, u.layer) else u for u in units]
+
+
 def _finish(units: list[Unit], dtype: str, kv_dtype: str) -> list[Unit]:
     """Rescale K/V bytes from the export's dtype to the KV-cache dtype."""
     from hetc.partitioner.capture.graph import TORCH_DTYPES
@@ -291,6 +300,15 @@ def _capture_hf(ref: str, dtype: str, kv_dtype: str) -> CapturedModel:
         if units is None:
             units = _unit_layers(cut_units(graph))
             notes.append("no attention found: one layer per unit")
+    units = _windows(units, cfg)
+    sliding = {u.layer: u.kv_window for u in units if u.kv_window}
+    if sliding:
+        w = max(sliding.values())
+        keep = [e.value for e in EngineName if load_engine(e).sliding_windows.kv == WindowKV.WINDOW]
+        notes.append(
+            f"sliding-window attention on {len(sliding)} of {n} layers ({w} tokens): they keep at most their window "
+            f"({window_span(w)} tokens in whole blocks) under engines that free the blocks behind it ({', '.join(keep)})"
+        )
     return CapturedModel(
         ref=ref,
         kind=kind,

@@ -15,6 +15,7 @@ from typing import cast
 import hashlib
 from dataclasses import dataclass, field, replace
 
+from hetc.kv_blocks import window_span
 from hetc.plan import UnitKind
 from hetc.partitioner.capture.fusion import fused_records
 from hetc.partitioner.capture.op_records import OpRecord, aggregate_records, records_for
@@ -48,6 +49,7 @@ class Unit:
     ops: tuple[OpRecord, ...] = ()  # per-op records, identical ops grouped; () = only the totals above
     fused: tuple[OpRecord, ...] = ()  # the kernels after an engine's fusion (partitioner/capture/fusion.py); () = as `ops`
     draft: bool = False  # a draft model's unit in a speculative chain (capture/draft.py): it runs the round's draft steps
+    kv_window: int | None = None  # a sliding-window layer's window in tokens (gpt-oss's sliding layers, mistral); None: full attention
     # small int naming everything the cost model reads: equal keys cost the same (set in __post_init__)
     cost_key: int = field(default=-1, init=False, repr=False, compare=False)
 
@@ -63,6 +65,7 @@ class Unit:
             self.kv_bytes_per_token,
             self.kernels,
             tuple(sorted(self.moe.items())) if self.moe else None,
+            self.kv_window,
         )
         object.__setattr__(self, "cost_key", _COST_KEYS.setdefault(key, len(_COST_KEYS)))
 
@@ -89,6 +92,16 @@ class Unit:
     def fused_kernels(self) -> int:
         """Kernels one step of the unit launches after fusion."""
         return sum(o.count for o in self.fused) if self.fused else self.kernels
+
+    def kv_tokens(self, tokens: float, windowed: bool) -> float:
+        """Tokens of a sequence's `tokens` whose K/V this unit keeps: all of them, or at most a sliding
+        layer's window in whole blocks (`window_span`) under an engine that frees the blocks behind
+        it (`windowed`: the engine's `sliding_windows`, Workload.windowed)."""
+        return min(tokens, window_span(self.kv_window)) if windowed and self.kv_window else tokens
+
+    def kv_bytes(self, tokens: float, windowed: bool) -> float:
+        """K/V bytes the unit keeps for a sequence of `tokens` tokens (`kv_tokens`)."""
+        return self.kv_bytes_per_token * self.kv_tokens(tokens, windowed) if self.kv_bytes_per_token else 0.0
 
     @property
     def param_bytes(self) -> float:

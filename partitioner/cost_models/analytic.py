@@ -252,14 +252,23 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
     return _combine(flops / (cp.peak * e), (kv + act) / (cp.bandwidth * cp.eff_memory), cp.overlap)
 
 
-def unit_time(u: Unit, cp: CostParams, step: Step) -> float:
-    """Seconds for unit `u` in `step` on one device, its kernels as the profile's backend runs them."""
+def _within(step: Step, window: int) -> Step:
+    """`step` with every part's context at most `window` tokens."""
+    prefill = Step(step.prefill.tokens, step.prefill.seqs, min(step.prefill.ctx, window)) if step.prefill is not None else None
+    return Step(step.tokens, step.seqs, min(step.ctx, window), prefill, step.spec)
+
+
+def unit_time(u: Unit, cp: CostParams, step: Step, windowed: bool = False) -> float:
+    """Seconds for unit `u` in `step` on one device, its kernels as the profile's backend runs them
+    (a sliding layer's attention over its window alone where `windowed`: Unit.kv_tokens)."""
     ex = cp.execution
     fused = ex.fusion == "engine"
     ops = u.fused_records if fused else u.op_records
     kernels = u.fused_kernels if fused else u.kernels
     kv_ops = sum(o.kv_bytes_per_token * o.count for o in ops if o.kind == "attention")
     device = kernels * ex.kernel_overhead
+    if windowed and u.kv_window:  # every op of the layer that grows with the context (attention, its mask) sees the window's
+        step = _within(step, u.kv_window)
     for o in ops:
         kv = u.kv_bytes_per_token * o.kv_bytes_per_token / kv_ops if o.kind == "attention" and kv_ops else 0.0
         device += o.count * op_time(o, cp, step, kv)
@@ -269,23 +278,24 @@ def unit_time(u: Unit, cp: CostParams, step: Step) -> float:
     return max(device, launches) if ex.launch == "async" else device + launches
 
 
-def units_time(units: list[Unit], profile: Profile, step: Step, *, dtype: str, kv_dtype: str, tp: int = 1) -> float:
+def units_time(units: list[Unit], profile: Profile, step: Step, *, dtype: str, kv_dtype: str, tp: int = 1, windowed: bool = False) -> float:
     """Seconds for `units` in one step on one device of `profile` (each of a TP group of `tp`
     doing 1/tp of the work; the group's all-reduce and the step's host overhead are the
-    caller's). K/V bytes are the units' own, already at the KV-cache dtype `kv_dtype`.
+    caller's). K/V bytes are the units' own, already at the KV-cache dtype `kv_dtype`; `windowed`:
+    the engine's sliding layers read their window alone (unit_time).
 
     Units with equal contents cost the same, so each is computed once per step and profile.
     """
     cp = cost_params(profile, dtype, tp)
-    memo = cp.memo.get(step)
+    memo = cp.memo.get((step, windowed))
     if memo is None:
         if len(cp.memo) > _MEMO_LIMIT // 64:
             cp.memo.clear()
-        memo = cp.memo[step] = {}
+        memo = cp.memo[(step, windowed)] = {}
     total = 0.0
     for u in units:
         t = memo.get(u.cost_key)
         if t is None:
-            t = memo[u.cost_key] = unit_time(u, cp, step)
+            t = memo[u.cost_key] = unit_time(u, cp, step, windowed)
         total += t
     return total

@@ -23,7 +23,15 @@ class StageMemory:
 
 
 def stage_memory(
-    units: list[Unit], *, batch: int, context: int, prefill_chunk: int, tp: int = 1, logits_bytes_per_token: float = 0.0, shared_tokens: int = 0
+    units: list[Unit],
+    *,
+    batch: int,
+    context: int,
+    prefill_chunk: int,
+    tp: int = 1,
+    logits_bytes_per_token: float = 0.0,
+    shared_tokens: int = 0,
+    windowed: bool = False,
 ) -> StageMemory:
     """Bytes one device of a stage holds.
 
@@ -35,12 +43,13 @@ def stage_memory(
         tp: tensor-parallel degree (weights and KV split k ways).
         logits_bytes_per_token: extra per-token output kept by the last stage (fp32 logits).
         shared_tokens: KV tokens held once for all sequences (shared prompt prefixes), in whole blocks.
+        windowed: the engine keeps at most a sliding layer's window (Unit.kv_tokens).
     """
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    kv = (batch * blocks + shared_tokens) * sum(u.kv_bytes_per_token for u in units)
+    kv = sum(batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed) for u in units)
     step_tokens = max(prefill_chunk, batch)
     act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
     return StageMemory(sum(params.values()) / tp, kv / tp, act)

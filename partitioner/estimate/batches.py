@@ -59,9 +59,8 @@ def batch_ceiling(units: list[Unit], cluster: Cluster, wl: Workload, max_num_seq
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
-    kv_token = sum(u.kv_bytes_per_token for u in units)
-    free = sum(n.profile.usable_memory * n.count for n in cluster.nodes) - sum(params.values()) - wl.shared_kv * kv_token
-    per_seq = wl.kv_tokens() * kv_token
+    free = sum(n.profile.usable_memory * n.count for n in cluster.nodes) - sum(params.values()) - wl.kv_bytes(units, wl.shared_kv)
+    per_seq = wl.kv_bytes(units, wl.kv_tokens())
     admits = MAX_BATCH if per_seq <= 0 else int(min(MAX_BATCH, max(1.0, free / per_seq)))
     return max(1, min(admits, max_num_seqs or admits))
 

@@ -73,16 +73,23 @@ class Workload:
     shared_kv: int = 0  # KV tokens a prefilling pipeline holds once for the shared prefixes
     spec_tokens: int = 0  # speculation: proposals per round K (0: none); a decode step verifies K + 1 tokens per sequence
     spec_yield: float = 1.0  # tokens a sequence gains per verify step (hetc.speculation.expected_tokens_per_round)
+    windowed: bool = False  # the engines keep at most a sliding layer's window of K/V (Cluster.windowed_kv, Unit.kv_tokens)
 
     def __post_init__(self) -> None:
         if self.spec_tokens < 0 or not 1.0 <= self.spec_yield <= self.spec_tokens + 1:
             raise ValueError(f"speculation: {self.spec_yield} tokens per round is outside [1, K + 1] for K = {self.spec_tokens}")
 
     @staticmethod
-    def of(input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1) -> "Workload":
+    def of(
+        input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1, windowed: bool = False
+    ) -> "Workload":
         """A workload whose prompts begin with one of `prefix_groups` shared prefixes of `prefix_len` tokens."""
         cached = cached_tokens(input_len, prefix_len)
-        return Workload(input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups)
+        return Workload(input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed)
+
+    def kv_bytes(self, units: list[Unit], tokens: float) -> float:
+        """K/V bytes `units` keep for `tokens` tokens of one sequence (a sliding layer's window at most, where kept so)."""
+        return sum(u.kv_bytes(tokens, self.windowed) for u in units)
 
     @property
     def context(self) -> int:
@@ -158,7 +165,7 @@ def _engine_steps(step: Step) -> int:
 
 
 def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
-    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp)
+    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp, windowed=wl.windowed)
     if tp > 1:
         ex = node.profile.execution
         reduce = sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, ex.replays(step.decode_only)) for u in units if u.params)
@@ -329,6 +336,7 @@ def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, la
         tp=sp.tp,
         logits_bytes_per_token=logits,
         shared_tokens=wl.shared_tokens(phase),
+        windowed=wl.windowed,
     )
 
 

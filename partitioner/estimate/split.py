@@ -140,9 +140,9 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     none): weights and KV split over tp, activations at their peak (tied weights counted per
     unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
     pointers, a running sum and a sliding-window max."""
-    kv_tokens = batch * wl.kv_tokens(Phase(phase)) + wl.shared_tokens(Phase(phase))
+    own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch)
-    mem_of = [(u.param_bytes + kv_tokens * u.kv_bytes_per_token) / tp for u in units]
+    mem_of = [(u.param_bytes + batch * u.kv_bytes(own, wl.windowed) + u.kv_bytes(shared, wl.windowed)) / tp for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]
     peak: collections.deque[int] = collections.deque()  # indices, act decreasing
     n, out, hi, mem = len(units), [], -1, 0.0

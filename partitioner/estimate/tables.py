@@ -88,7 +88,7 @@ class Tables:
 
     units: list[Unit]
     wl: Workload
-    _ranges: Any = None  # set in __init__: (i, k, valid, weights, kv, amax, last, logits)
+    _ranges: Any = None  # set in __init__: (i, k, valid, weights, amax, last, logits)
     _cost: dict = field(default_factory=dict)
     _most: dict = field(default_factory=dict)
     _busy: dict = field(default_factory=dict)
@@ -112,7 +112,6 @@ class Tables:
         valid = (k >= 1) & (i + k <= u)
         i, k = np.where(valid, i, 0), np.where(valid, k, 0)
         w = np.concatenate([[0.0], np.cumsum([x.param_bytes for x in self.units])])
-        kv = np.concatenate([[0.0], np.cumsum([x.kv_bytes_per_token for x in self.units])])
         act = np.array([x.act_bytes.per_token for x in self.units])
         amax = np.zeros((u + 1, u + 1))
         for s in range(u):
@@ -124,7 +123,7 @@ class Tables:
         weights[0, u] = sum(full.values())
         last = (i + k == u) & valid
         logits = 4.0 * self.units[-1].out_bytes_per_token / 2
-        self._ranges = (i, k, valid, weights, kv[i + k] - kv[i], amax, last, logits)
+        self._ranges = (i, k, valid, weights, amax, last, logits)
 
     def _kind(self, kind: Kind) -> tuple:
         """A cache key for `kind` (its type_key's repr of the link is slow to recompute)."""
@@ -169,11 +168,15 @@ class Tables:
         each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
         key = (self._kind(kind), phase)
         if key not in self._most:
-            i, k, valid, weights, kv, amax, last, logits = self._ranges
+            i, k, valid, weights, amax, last, logits = self._ranges
             wl = self.wl
-            blocks = wl.kv_tokens(phase)
             chunk = min(wl.prefill_chunk, wl.input_len)
-            base, per_seq, act = (weights + wl.shared_tokens(phase) * kv) / kind.tp, blocks * kv / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
+
+            def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range
+                cum = np.concatenate([[0.0], np.cumsum([x.kv_bytes(tokens, wl.windowed) for x in self.units])])
+                return cum[i + k] - cum[i]
+
+            base, per_seq, act = (weights + kv(wl.shared_tokens(phase))) / kind.tp, kv(wl.kv_tokens(phase)) / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
             cap = kind.profile.usable_memory
 
             def mem(b: np.ndarray) -> np.ndarray:

@@ -434,7 +434,7 @@ def _by_promise(templates: list[Template]) -> list[Template]:
 def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:
     """A route from each prefill pool to each decode pool: a prompt's KV crosses the path from
     the pool's last stage's node to the decode pool's first node."""
-    per_token = sum(u.kv_bytes_per_token for u in units)
+    per_token = wl.kv_bytes(units, wl.input_len) / wl.input_len  # a sliding layer sends its window's
     out = []
     for i, c in enumerate(cands):
         for j, d in enumerate(cands):
@@ -450,7 +450,7 @@ def _cap_feeds(units: list[Unit], opts: list[Option], cluster: Cluster, wl: Work
     `_feed_caps` counts the chosen pools' routes), so that CP-SAT need not choose pools at rates their
     KV links then cap (gen7 of the generated clusters: pools chosen at 360k tok/s gave 308k). Slower
     than the allocation's routes may be: the solver keeps the better of the fleets with and without it."""
-    per_token = sum(u.kv_bytes_per_token for u in units)
+    per_token = wl.kv_bytes(units, wl.input_len) / wl.input_len
     by_type: dict[tuple, list[Node]] = {}
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
@@ -491,7 +491,7 @@ def _why_infeasible(
         params.update(u.params)
     need = sum(params.values())
     free = sum(n.profile.usable_memory * n.count for n in cluster.nodes)
-    one = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len))
+    one = stage_memory(units, batch=1, context=wl.context, prefill_chunk=min(wl.prefill_chunk, wl.input_len), windowed=wl.windowed)
     if one.total > free:
         return (
             f"the model needs {format_quantity(one.total, Kind.BYTES)} at {wl.dtype} (weights {format_quantity(need, Kind.BYTES)} + KV and "
