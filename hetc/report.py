@@ -206,6 +206,7 @@ def inspect_rows(model: "CapturedModel", input_len: int, output_len: int) -> tup
                 "act_bytes_per_token": u.act_bytes.per_token,
                 "out_bytes_per_token": u.out_bytes_per_token,
                 "kv_bytes_per_token": u.kv_bytes_per_token,
+                "kv_window": u.kv_window,  # a sliding layer's window (tokens); null: full attention
                 "kernels": u.kernels,
                 "fused_kernels": u.fused_kernels,
             }

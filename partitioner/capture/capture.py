@@ -259,7 +259,8 @@ def _windows(units: list[Unit], cfg) -> list[Unit]:
     """Each attention unit's sliding window (`Unit.kv_window`) from the config (`layer_window`)."""
     from hetc.backends.decoder import layer_window
 
-    return [replace(u, kv_window=layer_window(cfg, u.layer)) if u.kv_bytes_per_token and layer_window(cfg, u.layer) else u for u in units]
+    windows = {u.layer: layer_window(cfg, u.layer) for u in units if u.kv_bytes_per_token}
+    return [replace(u, kv_window=windows[u.layer]) if u.kv_bytes_per_token and windows[u.layer] else u for u in units]
 
 
 def _finish(units: list[Unit], dtype: str, kv_dtype: str) -> list[Unit]:

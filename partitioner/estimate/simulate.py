@@ -80,9 +80,7 @@ class Workload:
             raise ValueError(f"speculation: {self.spec_yield} tokens per round is outside [1, K + 1] for K = {self.spec_tokens}")
 
     @staticmethod
-    def of(
-        input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1, windowed: bool = False
-    ) -> "Workload":
+    def of(input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1, windowed: bool = False) -> "Workload":
         """A workload whose prompts begin with one of `prefix_groups` shared prefixes of `prefix_len` tokens."""
         cached = cached_tokens(input_len, prefix_len)
         return Workload(input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed)

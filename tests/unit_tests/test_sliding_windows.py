@@ -49,6 +49,7 @@ def test_each_layers_window_is_transformers_own(gpt_oss):
         m = gpt_oss if name == "tiny-gpt-oss" else capture(path, dtype="fp32", cache=False)
         got = [u.kv_window for u in m.units if u.kv_bytes_per_token]
         assert got == expected, name
+        assert all(u.kv_window is None for u in m.units if not u.kv_bytes_per_token), name  # attention units alone
     assert {u.kv_window for u in gpt_oss.units if u.kv_bytes_per_token} == {16, None}
 
 
@@ -73,7 +74,7 @@ def test_memory_keeps_a_sliding_layers_window_only_where_the_engine_does(gpt_oss
 def test_sliding_attention_reads_its_window_alone(gpt_oss):
     """A sliding layer's decode step costs the same at any context past its window; a full layer's grows."""
     prof = load_cluster(ROOT / "examples" / "one-h100.yaml").nodes[0].profile
-    sliding = [u for u in gpt_oss.units if u.kv_window][0]
+    sliding = [u for u in gpt_oss.units if u.kv_window and u.kv_bytes_per_token][0]
     full = [u for u in gpt_oss.units if u.kv_bytes_per_token and not u.kv_window][0]
 
     def t(u, ctx: float, windowed: bool) -> float:
