@@ -10,6 +10,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from hetc.cluster import Cluster
+from hetc.partitioner.bounds.aggregate import Rows
+from hetc.partitioner.bounds.cells import CountSpace
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
@@ -116,3 +120,26 @@ def best_with_pools(best: dict[tuple[Devices, Phase], Option]) -> float:
 
 def all_devices(cluster: Cluster) -> list:
     return [(n.name, i) for n in cluster.nodes for i in range(n.count)]
+
+
+def rows_bound_every_option(units: list[Unit], cluster: Cluster, wl: Workload, costs: StageCosts, space: CountSpace, phase: Phase, *rows: Rows) -> int:
+    """Checks every brute-forced pipeline of `phase` of at most 4 stages and 40 sequences: each key of
+    each of `rows` covering its length and batch is at least its tok/s on the cell of its devices.
+    Returns how many pipelines it checked."""
+    node_type = {n.name: costs.types.index(type_key(n)) for n in cluster.nodes}
+    checked = 0
+    for o in options(units, cluster, wl, tp=True, phases=(phase,), max_num_seqs=40):
+        if len(o.stages) > 4:
+            continue
+        counts = [0] * len(costs.types)
+        for name, _ in o.devices:
+            counts[node_type[name]] += 1
+        c = int(sum(n * s for n, s in zip(counts, space.strides)))
+        n, b = len(o.stages), o.estimate.batch
+        for r in rows:
+            covering = [ki for ki, k in enumerate(r.keys) if k.lo <= n <= k.hi and k.batch <= b <= k.top]
+            assert covering, (n, b)
+            for ki in covering:
+                assert r.V[ki, c] >= o.estimate.output_tok_s * (1 - 1e-9), (r.keys[ki], counts, b)
+        checked += 1
+    return checked

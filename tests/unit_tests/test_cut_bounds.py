@@ -18,10 +18,10 @@ from hetc.partitioner.bounds.colgen import column_bound, column_bound_rounds
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
-from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
+from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.scheduling import Phase
-from tests.brute_force import best_per_set, best_with_pools, options
+from tests.brute_force import best_per_set, best_with_pools, options, rows_bound_every_option
 from tests.fixtures.cpu_clock import Ticks
 from tests.conftest import two_type_cluster
 from tests.fixtures.fleets import WL, many_type_cluster
@@ -52,22 +52,7 @@ def test_rest_bounds_every_pipeline_on_exactly_its_cell(tmp_path, tiny, phase, a
     space = CountSpace(costs.devices)
     rows = Rows(costs, space, phase, max_stages=4, ceiling=40)
     rows.cut_here()
-    node_type = {n.name: costs.types.index(type_key(n)) for n in cluster.nodes}
-    checked = 0
-    for o in options(tiny.units, cluster, WL, tp=True, phases=(phase,), max_num_seqs=40):
-        if len(o.stages) > 4:
-            continue
-        counts = [0] * len(costs.types)
-        for name, _ in o.devices:
-            counts[node_type[name]] += 1
-        c = int(sum(n * s for n, s in zip(counts, space.strides)))
-        n, b = len(o.stages), o.estimate.batch
-        covering = [ki for ki, k in enumerate(rows.keys) if k.lo <= n <= k.hi and k.batch <= b <= k.top]
-        assert covering, (n, b)
-        for ki in covering:
-            assert rows.V[ki, c] >= o.estimate.output_tok_s * (1 - 1e-9), (rows.keys[ki], counts, b)
-        checked += 1
-    assert checked > 100
+    assert rows_bound_every_option(tiny.units, cluster, WL, costs, space, phase, rows) > 100
 
 
 @pytest.mark.parametrize("a_memory,b_memory", [("0.8 MB", "2 MB"), ("2 MB", "1 MB")])
