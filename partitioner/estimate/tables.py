@@ -126,7 +126,7 @@ class Tables:
         self._ranges = (i, k, valid, weights, amax, last, logits)
 
     def _kind(self, kind: Kind) -> tuple:
-        """A cache key for `kind` (its type_key's repr of the link is slow to recompute)."""
+        """A cache key for `kind`, kept per kind object (type_key hashes the node's pydantic link on every call)."""
         got = self._kind_keys.get(id(kind))
         if got is None or got[0] is not kind:
             got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
