@@ -28,7 +28,7 @@ from hetc.engine import EngineName, WindowKV, load_engine
 from hetc.errors import BadInput, first_line
 from hetc.kv_blocks import window_span
 from hetc.partitioner.capture import capture_cache
-from hetc.partitioner.capture.terms import DTYPE_BYTES, MODEL_DTYPES, MXFP4_BYTES, OpGraph
+from hetc.partitioner.capture.terms import DTYPE_BYTES, MODEL_DTYPES, MXFP4_BYTES, LatentAttention, OpGraph
 from hetc.partitioner.capture.units import Unit, assign_layers, cut_units, replicate
 
 if TYPE_CHECKING:  # torch loads only when a model is captured: a cached capture plans without it
@@ -245,13 +245,17 @@ def _latent_kv(graph: OpGraph, cfg) -> OpGraph:
     compressed latent and the shared rotary key, `kv_lora_rank + qk_rope_head_dim` elements (DeepSeek-V2
     paper, §2.1; vLLM's and SGLang's MLA backends) — not the per-head K and V that transformers' attention
     receives after the up-projection, `heads × (qk_nope + qk_rope + v_head_dim)`. Each attention node's
-    KV bytes are scaled from the second to the first; other models pass through."""
+    KV bytes are scaled from the second to the first, and it keeps MLA's sizes (`OpNode.latent`) for the
+    cost of the engine's kernel form (hetc/execution.py `mla`); other models pass through."""
     rank, rope = getattr(cfg, "kv_lora_rank", None), getattr(cfg, "qk_rope_head_dim", None)
     if not (isinstance(rank, int) and isinstance(rope, int)):
         return graph
     expanded = cfg.num_attention_heads * (cfg.qk_nope_head_dim + rope + cfg.v_head_dim)
     for node in graph.nodes:
-        node.kv_bytes_per_token *= (rank + rope) / expanded
+        if node.kv_bytes_per_token:
+            itemsize = node.kv_bytes_per_token / expanded  # the export's K and V: heads × (nope + rope + v) elements
+            node.kv_bytes_per_token *= (rank + rope) / expanded
+            node.latent = LatentAttention(cfg.num_attention_heads, rank, rope, cfg.qk_nope_head_dim, cfg.v_head_dim, itemsize)
     return graph
 
 

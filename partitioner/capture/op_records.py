@@ -12,7 +12,7 @@ from typing import cast
 
 from dataclasses import dataclass
 
-from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, OpNode, Terms
+from hetc.partitioner.capture.terms import CONV_OPS, LatentAttention, OpGraph, OpNode, Terms
 
 __all__ = ["OpRecord", "op_kind", "records_for", "aggregate_records", "NORM_OPS", "COPY_OPS"]
 
@@ -87,6 +87,7 @@ class OpRecord:
         nk: N·K of the weight (one expert's for MoE); 0 when the op has no weight.
         kv_bytes_per_token: attention: K+V bytes kept per context token, at the export dtype.
         experts, top_k: MoE routing.
+        latent: attention: multi-head latent attention's sizes (its kernel forms' FLOPs and bytes).
         op: the op's name for element-wise, norm, copy and gather ops: a profile may have a
             curve for the op itself (silu and exp on a CPU are bound by arithmetic, not bytes).
     """
@@ -102,6 +103,7 @@ class OpRecord:
     experts: int = 0
     top_k: int = 0
     op: str = ""
+    latent: LatentAttention | None = None
 
     def rows(self, tokens: float) -> float:
         """GEMM rows M for `tokens` new tokens: tokens × rows per token (1 for a linear)."""
@@ -157,7 +159,7 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
         top_k = int(cast(dict, n.moe)["top_k"]) if kind == "moe" else 0
         act = Terms() if kind == "noop" else n.act_bytes
         name = n.op if kind in _NAMED else ""
-        key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k, name)
+        key = (kind, n.matmul_flops, n.other_flops, act, wbytes, nk, n.kv_bytes_per_token, experts, top_k, name, n.latent)
         groups[key] = groups.get(key, 0) + 1
     return tuple(
         OpRecord(
@@ -172,6 +174,7 @@ def records_for(g: OpGraph, idx: list[int]) -> tuple[OpRecord, ...]:
             experts=k[7],
             top_k=k[8],
             op=k[9],
+            latent=k[10],
         )
         for k, c in groups.items()
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MODEL_DTYPES", "MXFP4_BYTES", "Terms", "OpNode", "OpGraph", "DTYPE_BYTES", "VIEW_OPS", "MATMUL_OPS", "ATTENTION_OPS", "CONV_OPS"]
+__all__ = ["MODEL_DTYPES", "MXFP4_BYTES", "Terms", "LatentAttention", "OpNode", "OpGraph", "DTYPE_BYTES", "VIEW_OPS", "MATMUL_OPS", "ATTENTION_OPS", "CONV_OPS"]
 
 MODEL_DTYPES = ("bf16", "fp16", "fp8", "fp32")  # what --dtype / --kv-dtype accept
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -84,6 +84,39 @@ class Terms:
         return {"const": self.const, "per_token": self.per_token, "per_token_ctx": self.per_token_ctx}
 
 
+@dataclass(frozen=True, slots=True)
+class LatentAttention:
+    """Multi-head latent attention's sizes (DeepSeek-V2 §2.1), for the FLOPs and bytes of its two kernel
+    forms (hetc/execution.py `mla`): the export's own is the up-projected heads'.
+
+    Args:
+        heads: query heads; rank: kv_lora_rank, the compressed KV a token caches; rope: qk_rope_head_dim,
+            the rotary key cached beside it, shared by the heads; nope: qk_nope_head_dim; v: v_head_dim.
+        itemsize: bytes per element of up-projected keys and values (the export's dtype).
+    """
+
+    heads: int
+    rank: int
+    rope: int
+    nope: int
+    v: int
+    itemsize: float
+
+    def absorbed_flops(self, tokens: float, ctx: float) -> float:
+        """Attention FLOPs of `tokens` queries over `ctx` cached latents with the up-projections absorbed
+        into the query and the output: each head's scores over rank + rope, its output over rank. The
+        absorption's own GEMMs (query × W_UK, output × W_UV) are the export's kv_b_proj FLOPs again."""
+        return 2.0 * self.heads * tokens * ctx * (2 * self.rank + self.rope)
+
+    def expand_flops(self, latents: float) -> float:
+        """kv_b_proj over `latents` cached latents: every head's no-rope key and value of each."""
+        return 2.0 * latents * self.rank * self.heads * (self.nope + self.v)
+
+    def expanded_bytes(self, latents: float) -> float:
+        """The up-projected keys and values of `latents` latents."""
+        return latents * self.heads * (self.nope + self.rope + self.v) * self.itemsize
+
+
 @dataclass(slots=True)
 class OpNode:
     name: str
@@ -95,6 +128,7 @@ class OpNode:
     gather: bool = False  # reads only the rows it returns (embedding): weights not streamed per step
     attention: bool = False
     kv_bytes_per_token: float = 0.0  # K/V bytes this attention node keeps per context token
+    latent: LatentAttention | None = None  # an attention node of multi-head latent attention
     moe: dict | None = None  # {num_experts, top_k} for nodes that read stacked expert weights
     is_view: bool = False
     weight_nk: float = 0.0  # matmul with a weight: N·K of one weight matrix (one expert's for MoE)

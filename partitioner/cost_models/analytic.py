@@ -40,7 +40,7 @@ from hetc.cluster import Profile
 from hetc.execution import Execution
 from hetc.partitioner.cost_models.curves import LogCurve, LogTable
 from hetc.partitioner.capture.op_records import OpRecord
-from hetc.partitioner.capture.terms import Terms
+from hetc.partitioner.capture.terms import LatentAttention, Terms
 from hetc.partitioner.capture.units import Unit
 
 __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
@@ -241,8 +241,37 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
     t, ctx, tp = part.tokens, part.ctx, cp.tp
     act = op.act_bytes.at(t, ctx) / tp
     flops = op.flops.at(t, ctx) / tp
+    if op.latent is not None:
+        return _latent_time(op.latent, cp, part, act, flops, kv_bytes_per_token * part.seqs * ctx)
+    return _heads_time(cp, part, act, flops, kv_bytes_per_token * part.seqs * ctx / tp)
+
+
+def _latent_time(mla: LatentAttention, cp: CostParams, part: Step, act: float, flops: float, latents: float) -> float:
+    """Multi-head latent attention of one part in the engine's form (Execution.mla): a decode part of
+    `absorbed` attends the latents themselves; otherwise the cached latents are up-projected first (each
+    step every one where `expanded`; a prompt chunk's cached context where `absorbed`) and the export's
+    multi-head attention runs over the up-projected keys and values (the new tokens' up-projection is
+    the export's kv_b_proj, priced as its own GEMM). Every rank of a TP group reads every latent
+    (`latents` bytes) and runs its share of the heads."""
+    tp, seqs = cp.tp, max(part.seqs, 1.0)
+    q = part.tokens / seqs
+    stream = cp.bandwidth * cp.eff_memory
+    if q <= 1.0 and cp.execution.mla == "absorbed":
+        e = cp.attention(q, part.ctx) if cp.attention else cp.eff_matmul
+        return _combine(mla.absorbed_flops(part.tokens, part.ctx) / tp / (cp.peak * e), (latents + act) / stream, cp.overlap)
+    cached = seqs * max(part.ctx - q / 2, 0.0)  # ctx is the tokens' mean: q new tokens after C cached ones see C + q/2
+    nk = mla.rank * mla.heads * (mla.nope + mla.v) / tp
+    e = cp.matmul(cached, nk) if cp.matmul and cached > 0 else cp.eff_matmul
+    up = mla.expanded_bytes(seqs * part.ctx) / tp  # written by the up-projection, read by the attention
+    expand = _combine(mla.expand_flops(cached) / tp / (cp.peak * e), (latents + up) / stream, cp.overlap) if cached else 0.0
+    return expand + _heads_time(cp, part, act, flops, up)
+
+
+def _heads_time(cp: CostParams, part: Step, act: float, flops: float, kv: float) -> float:
+    """Attention over K/V of `kv` bytes per device, at the efficiency of the part's query tokens per
+    sequence and context."""
+    t, ctx = part.tokens, part.ctx
     q = t / max(part.seqs, 1.0)
-    kv = kv_bytes_per_token * part.seqs * ctx / tp
     if q <= 1.0 and cp.attention_decode:  # decode: the kernel's efficiency moves with the step's sequences
         e = cp.attention_decode(part.seqs, ctx)
         if cp.decode_kv_basis:  # bound by the K/V read, at the share of bandwidth measured for it

@@ -1,0 +1,117 @@
+"""Multi-head latent attention's two kernel forms (hetc/execution.py `mla`, LatentAttention): the
+FLOPs and bytes each form moves, checked against the computations themselves under torch's FLOP
+counter, and the cost model pricing the form the profile's engine runs."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from hetc.cluster import Profile, load_profile
+from hetc.partitioner.capture.capture import capture, load_hf_config
+from hetc.partitioner.capture.terms import LatentAttention
+from hetc.partitioner.cost_models.analytic import CostParams, Step, cost_params, op_time
+from tests.conftest import FIXTURES
+
+DEEPSEEK = str(FIXTURES / "tiny-deepseek-v3")  # 4 heads, kv_lora_rank 32, rope 8, nope 16, v 16
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return capture(DEEPSEEK, dtype="bf16", kv_dtype="bf16", cache=False)
+
+
+def _attention(model):
+    return [o for u in model.units for o in u.op_records if o.kind == "attention"]
+
+
+def test_capture_keeps_the_latent_sizes_of_mla_attention_only(deepseek):
+    assert {o.latent for o in _attention(deepseek)} == {LatentAttention(heads=4, rank=32, rope=8, nope=16, v=16, itemsize=2.0)}
+    dense = capture(str(FIXTURES / "tiny-llama"), dtype="bf16", cache=False)
+    assert {o.latent for o in _attention(dense)} == {None}
+
+
+def test_absorbed_flops_are_those_of_the_absorbed_computation():
+    """Decode in the absorbed form: the query's no-rope part folded through W_UK into the latent space,
+    scores over the latents and the rotary keys, the output a mix of latents. It equals multi-head
+    attention over the up-projected keys and values (checked), and the FLOP counter reads over its
+    attention what `absorbed_flops` says."""
+    torch.manual_seed(0)
+    h, rank, rope, nope, v, b, ctx = 4, 32, 8, 16, 16, 3, 37
+    mla = LatentAttention(heads=h, rank=rank, rope=rope, nope=nope, v=v, itemsize=4.0)
+    q_nope, q_pe = torch.randn(b, h, nope), torch.randn(b, h, rope)
+    latent, k_pe = torch.randn(b, ctx, rank), torch.randn(b, ctx, rope)
+    w_uk, w_uv = torch.randn(h, nope, rank), torch.randn(h, rank, v)
+    q_latent = torch.einsum("bhn,hnr->bhr", q_nope, w_uk)  # the absorption's GEMM: the export's kv_b_proj FLOPs
+    with FlopCounterMode(display=False) as counter:
+        scores = q_latent @ latent.transpose(1, 2) + q_pe @ k_pe.transpose(1, 2)  # [B, H, L]
+        mixed = scores.softmax(-1) @ latent  # [B, H, R]
+    out = torch.einsum("bhr,hrv->bhv", mixed, w_uv)
+    assert counter.get_total_flops() == mla.absorbed_flops(b, ctx)
+    keys = torch.cat([torch.einsum("blr,hnr->bhln", latent, w_uk), k_pe[:, None].expand(b, h, ctx, rope)], -1)
+    values = torch.einsum("blr,hrv->bhlv", latent, w_uv)
+    query = torch.cat([q_nope, q_pe], -1)[:, :, None]  # [B, H, 1, nope + rope]
+    reference = torch.nn.functional.scaled_dot_product_attention(query, keys, values, scale=1.0)[:, :, 0]
+    torch.testing.assert_close(out, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_expansion_is_transformers_kv_b_proj():
+    """The expanded form's up-projection of n latents: transformers' own kv_b_proj, FLOPs and bytes out."""
+    from transformers import AutoModelForCausalLM
+
+    cfg, _ = load_hf_config(DEEPSEEK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        attn = AutoModelForCausalLM.from_config(cfg).model.layers[0].self_attn
+    mla = LatentAttention(cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim, itemsize=4.0)
+    n = 29
+    with FlopCounterMode(display=False) as counter:
+        kv = attn.kv_b_proj(torch.randn(n, cfg.kv_lora_rank))
+    assert counter.get_total_flops() == mla.expand_flops(n)
+    keys_and_values = kv.numel() + n * cfg.num_attention_heads * cfg.qk_rope_head_dim  # + the rotary key given to each head
+    assert keys_and_values * 4 == mla.expanded_bytes(n)
+
+
+def _form(mla: str, tp: int = 1) -> CostParams:
+    """The H200's parameters for bf16 with its execution's MLA form set to `mla`."""
+    h200: Profile = load_profile("h200-sxm")
+    return cost_params(h200.model_copy(update={"execution": h200.execution.model_copy(update={"mla": mla})}), "bf16", tp)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_each_form_is_priced_as_its_kernels_run(deepseek, tp):
+    (op,) = set(_attention(deepseek))
+    mla = op.latent
+    absorbed, expanded = _form("absorbed", tp), _form("expanded", tp)
+    kv = 2.0 * (mla.rank + mla.rope)  # bf16 latent bytes per token
+    seqs = 8
+    for ctx in (64, 4096):
+        step = Step(seqs, seqs, ctx)  # decode: one token per sequence
+        a = op_time(op, absorbed, step, kv)
+        # every rank reads every latent; the heads split over the group
+        flops = mla.absorbed_flops(seqs, ctx) / tp / (absorbed.peak * absorbed.eff_matmul)
+        latents = (kv * seqs * ctx + op.act_bytes.at(seqs, ctx) / tp) / (absorbed.bandwidth * absorbed.eff_memory)
+        assert max(flops, latents) <= a <= flops + latents
+        e = op_time(op, expanded, step, kv)
+        assert e > a  # the expansion of every cached latent, then attention over every head's K and V
+        up = mla.expanded_bytes(seqs * ctx) / tp
+        assert e >= (mla.expand_flops(seqs * (ctx - 1)) / tp / absorbed.peak + up / absorbed.bandwidth) * (1 - 1e-9)
+    # the expansion grows with the context: the forms part further at 4096 than at 64
+    gap = [op_time(op, expanded, Step(seqs, seqs, c), kv) - op_time(op, absorbed, Step(seqs, seqs, c), kv) for c in (64, 4096)]
+    assert gap[1] > gap[0] > 0
+    # a prompt chunk up-projects its cached context in both forms: priced alike
+    chunk = Step(256, 1, 1024)
+    assert op_time(op, absorbed, chunk, kv) == pytest.approx(op_time(op, expanded, chunk, kv))
+
+
+def test_dense_attention_does_not_depend_on_the_mla_form():
+    dense = capture(str(FIXTURES / "tiny-llama"), dtype="bf16", cache=False)
+    (op,) = set(_attention(dense))
+    a, e = _form("absorbed"), _form("expanded")
+    for step in (Step(8, 8, 4096), Step(256, 1, 1024)):
+        assert op_time(op, a, step, 64.0) == op_time(op, e, step, 64.0)
+    assert not math.isnan(op_time(op, a, Step(8, 8, 4096), 64.0))
