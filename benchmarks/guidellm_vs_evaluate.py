@@ -1,7 +1,7 @@
 """guidellm against `hetc serve`, beside `hetc evaluate` of the same plan and load (BENCHMARKS.md
 "Capacity planning and simulator fidelity"; issue 32's client check).
 
-    python benchmarks/guidellm_vs_evaluate.py [--concurrency 1,4,16] [--rate 0] [--requests 48] [--runs 3]
+    python benchmarks/guidellm_vs_evaluate.py [--concurrency 1,4,16] [--rate 0] [--arrivals constant] [--requests 48] [--runs 3] [--pin]
 
 Model: the Llama of benchmarks/runtime_cpu.py (hidden 768, 12 layers, vocab 32000, context 512;
 random fp32 weights) saved with a 32,000-token byte-level BPE (benchmarks/grammar_mask.py's,
@@ -10,9 +10,13 @@ server reads them. Plan: one worker process (`--placement h:0`, batch = the larg
 on a cluster of one device of this host's measured 1-thread profile; served `--emulate --threads 1`.
 
 Load, the same for both: prompts of P tokens, O output tokens (EOS ignored), guidellm's
-`concurrent` profile at each C (a closed loop of C streams) and, with `--rate R`, its `poisson`
-profile at R requests/s; N requests each. `hetc evaluate` simulates `--concurrency C` (or `--rate R`,
-Poisson) with `--requests N` and the same lengths. Figures: output tok/s, TTFT p50/p99,
+`concurrent` profile at each C (a closed loop of C streams) and, with `--rate R`, an open loop at R
+requests/s; N requests each. `hetc evaluate` simulates `--concurrency C` (or the open loop's arrivals)
+with `--requests N` and the same lengths. The open loop is guidellm's `constant` profile by default
+(request i at i / R, simulated as a trace of those arrivals): guidellm 0.8.1's `poisson` profile sends
+every request at once (benchmarks/logs/guidellm-2026-11-28.md); `--arrivals poisson` still runs it. With `--pin`, the server's worker process has
+core 0 to itself and the server's frontend and guidellm share core 1 (a device of its own, as on a
+real host; by default all share both cores). Figures: output tok/s, TTFT p50/p99,
 TPOT p50/p99 — guidellm's per-request `inter_token_latency` (first token excluded, as vLLM's TPOT
 and hetc's) against evaluate's TPOT. Targets (issue 32): throughput within 10%, p50s within 15%,
 p99s within 25% of the median over the runs, each run a fresh guidellm process against the one
@@ -49,7 +53,20 @@ def build(d: Path) -> Path:
     return d
 
 
-def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, output: int, out: Path) -> dict[str, float]:
+def pin(server: int) -> None:
+    """The server's worker processes (every thread) on core 0; its frontend on core 1."""
+    import psutil
+
+    def move(pid: int, cpus: set[int]) -> None:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(tid), cpus)
+
+    move(server, {1})
+    for child in psutil.Process(server).children(recursive=True):
+        move(child.pid, {0})
+
+
+def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, output: int, out: Path, cpus: set[int] | None) -> dict[str, float]:
     """One guidellm run (a fresh process); its figures, named as `hetc evaluate` names them.
 
     From guidellm's JSON report: output tok/s = output tokens / the benchmark's duration; TTFT and
@@ -60,7 +77,8 @@ def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, ou
     cmd += ["--data", f"kind=synthetic_text,prompt_tokens={prompt},output_tokens={output}", "--tokenizer", f"kind=hf_auto,model={model}"]
     cmd += ["--output", f"kind=json,path={out}", "--disable-console-interactive"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    affinity = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600, preexec_fn=affinity)
     if r.returncode:
         sys.exit(f"guidellm failed ({' '.join(cmd)}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     bench = json.loads(out.read_text())["benchmarks"][0]
@@ -87,48 +105,49 @@ def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, ou
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--concurrency", default="1,4,16", help="guidellm concurrent profiles: streams, comma-separated")
-    ap.add_argument("--rate", type=float, default=0.0, help="also a poisson profile at this many requests/s (0: none)")
+    ap.add_argument("--concurrency", default="1,4,16", help="guidellm concurrent profiles: streams, comma-separated ('' for none)")
+    ap.add_argument("--batch", type=int, default=0, help="the plan's batch and the server's --max-num-seqs (default: the most streams, or 16)")
+    ap.add_argument("--rate", type=float, default=0.0, help="also an open loop at this many requests/s (0: none)")
+    ap.add_argument("--arrivals", choices=["constant", "poisson"], default="constant", help="the open loop's guidellm profile")
     ap.add_argument("--requests", type=int, default=48, help="requests per profile and run")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--output", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
+    ap.add_argument("--pin", action="store_true", help="the server's worker alone on core 0; its frontend and guidellm on core 1")
     a = ap.parse_args()
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-guidellm"))
     work.mkdir(parents=True, exist_ok=True)
     model = build(work / "llama-768x12")
     profile = rc.ensure_profile(Path(a.profile))
     cluster = rc.cluster_yaml(work, profile, 1)
-    streams = [int(c) for c in a.concurrency.split(",")]
-    batch = str(max(streams))
+    streams = [int(c) for c in a.concurrency.split(",") if c]
+    batch = str(a.batch or max(streams, default=16))
     plan = work / "plan.json"
     hetc("plan", str(model), "--profiles", str(cluster), "-o", str(plan), "--dtype", "fp32", "--tp", "1", "--placement", "h:0", "--batch", batch,
          "--input-len", str(a.prompt), "--output-len", str(a.output))  # fmt: skip
-    lengths = [
-        "--requests",
-        str(a.requests),
-        "--input-len-dist",
-        str(a.prompt),
-        "--output-len-dist",
-        str(a.output),
-        "--max-num-seqs",
-        batch,
-        "--max-batched-tokens",
-        "512",
-    ]
-    loads = [(f"concurrent {c}", f"kind=concurrent,streams={c}", ["--concurrency", str(c)]) for c in streams]
-    if a.rate:
-        loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate)]))
-    print(f"model: Llama 768×12 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; P {a.prompt}, O {a.output}, N {a.requests}", flush=True)
+    limits = ["--max-num-seqs", batch, "--max-batched-tokens", "512"]
+    lengths = ["--requests", str(a.requests), "--input-len-dist", str(a.prompt), "--output-len-dist", str(a.output), *limits]
+    loads = [(f"concurrent {c}", f"kind=concurrent,streams={c}", ["--concurrency", str(c), *lengths]) for c in streams]
+    if a.rate and a.arrivals == "poisson":
+        loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate), *lengths]))
+    elif a.rate:
+        trace = work / f"constant-{a.rate:g}.jsonl"
+        trace.write_text("".join(json.dumps({"arrival": i / a.rate, "input_len": a.prompt, "output_len": a.output}) + "\n" for i in range(a.requests)))
+        loads.append((f"constant {a.rate:g}/s", f"kind=constant,rate={a.rate}", ["--trace", str(trace), *limits]))
+    pinned = "; pinned: worker on core 0, frontend and guidellm on core 1" if a.pin else ""
+    print(f"model: Llama 768×12 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; P {a.prompt}, O {a.output}, N {a.requests}{pinned}", flush=True)
     srv = rc.Server(plan, model, 1, int(batch))
     rows = []
     with srv:
+        if a.pin:
+            pin(srv.proc.pid)
         for name, gl_profile, ev_load in loads:
-            predicted = json.loads(hetc("evaluate", str(plan), *ev_load, *lengths, "--json"))
+            predicted = json.loads(hetc("evaluate", str(plan), *ev_load, "--json"))
             runs, la = [], []
             for run in range(a.runs):
-                runs.append(guidellm(srv.url, model, gl_profile, a.requests, a.prompt, a.output, work / f"gl-{name.replace(' ', '-')}-{run}.json"))
+                report = work / f"gl-{name.replace(' ', '-')}-{run}.json"
+                runs.append(guidellm(srv.url, model, gl_profile, a.requests, a.prompt, a.output, report, {1} if a.pin else None))
                 la.append(os.getloadavg()[0])
                 print(f"  {name} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in runs[-1].items()) + f" (load average {la[-1]:.1f})", flush=True)
             print(f"  {name} hetc evaluate: " + ", ".join(f"{k} {predicted[k]:,.1f}" for k in TARGETS), flush=True)
