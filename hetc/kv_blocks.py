@@ -82,17 +82,18 @@ def window_span(window: int, block_size: int = KV_BLOCK_TOKENS) -> int:
     return (-(-(window - 1) // block_size) + 1) * block_size
 
 
-def stage_blocks(kv_budget: float, tp: int, kv_bytes_per_token: float) -> int | None:
+def stage_blocks(kv_budget: float, ways: int, kv_bytes_per_token: float) -> int | None:
     """Blocks a stage's plan budget holds for the KV of its layers (None: it holds no attention).
 
     Args:
         kv_budget: the plan's KV bytes per device of the stage (`memory_bytes.kv`).
-        tp: its tensor-parallel degree (each device keeps 1/tp of the heads).
+        ways: the devices its KV splits over: its tensor-parallel degree (each device keeps 1/tp of
+            the heads), or 1 for a latent every device keeps whole (MLA: Unit.kv_ways).
         kv_bytes_per_token: K+V bytes of one token over the stage's layers, all heads, as stored.
     """
     if kv_bytes_per_token <= 0:
         return None
-    return int(kv_budget * tp // (KV_BLOCK_TOKENS * kv_bytes_per_token))
+    return int(kv_budget * ways // (KV_BLOCK_TOKENS * kv_bytes_per_token))
 
 
 def lane_blocks(stage_caps: list[int | None]) -> int:

@@ -79,7 +79,8 @@ def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[
     per_lane: dict[int, float] = {}
     for w in local_workers:
         layers = sum(1 for u in units[w.stage.units[0] : w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)
-        per_lane[w.stage.lane] = per_lane.get(w.stage.lane, 0.0) + layers * per * kvh / w.stage.tp
+        heads = max(kvh / w.stage.tp, 1.0)  # each rank keeps 1/tp of the KV heads; an MLA latent (one "head") whole
+        per_lane[w.stage.lane] = per_lane.get(w.stage.lane, 0.0) + layers * per * heads
     total = sum(blocks[lane] * b for lane, b in per_lane.items())
     allowed = KV_SHARE * available_bytes()
     if total <= allowed:

@@ -253,7 +253,7 @@ def size_kv(c: Checked) -> None:
         BadInput: a stage's KV budget holds less than one block.
     """
     from hetc.runtime.emulate import cap_kv_blocks
-    from hetc.backends.decoder import kv_tensors
+    from hetc.backends.decoder import is_mla, kv_tensors
     from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout
     from hetc.kv_blocks import PADDING_BLOCKS, lane_blocks, stage_blocks
     from hetc.scheduling import KV_BLOCK_TOKENS
@@ -269,7 +269,8 @@ def size_kv(c: Checked) -> None:
     useful = c.max_seqs * -(-max_len // KV_BLOCK_TOKENS) + PADDING_BLOCKS if max_len else None
     for lane in lanes:
         attn = {s.index: sum(1 for u in c.units[s.units[0] : s.units[1] + 1] if u.kind == UnitKind.ATTENTION) for s in lane.stages}
-        caps = [stage_blocks(s.kv_budget, s.tp, attn[s.index] * per_token_layer) for s in lane.stages]
+        # each rank keeps 1/tp of the K/V heads, but MLA's latent whole (model_runner.py)
+        caps = [stage_blocks(s.kv_budget, 1 if is_mla(c.hf_cfg) else s.tp, attn[s.index] * per_token_layer) for s in lane.stages]
         n = lane_blocks(caps)  # the padding block on top of the plan's budget
         if n < 1:
             s = lane.stages[caps.index(min(x for x in caps if x is not None))]

@@ -21,7 +21,7 @@ from hetc.partitioner.capture.fusion import fused_records
 from hetc.partitioner.capture.op_records import OpRecord, aggregate_records, records_for
 from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, Terms
 
-__all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
+__all__ = ["Unit", "cut_units", "assign_layers", "replicate", "kv_ways"]
 
 
 _COST_KEYS: dict[tuple, int] = {}  # interned cost-relevant contents of units (few distinct per model)
@@ -52,6 +52,8 @@ class Unit:
     kv_window: int | None = None  # a sliding-window layer's window in tokens (gpt-oss's sliding layers, mistral); None: full attention
     # small int naming everything the cost model reads: equal keys cost the same (set in __post_init__)
     cost_key: int = field(default=-1, init=False, repr=False, compare=False)
+    # its attention caches one latent that every device of a TP group keeps whole (MLA; set in __post_init__)
+    kv_latent: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", UnitKind(self.kind))  # a cached capture stores the kind's name
@@ -68,6 +70,7 @@ class Unit:
             self.kv_window,
         )
         object.__setattr__(self, "cost_key", _COST_KEYS.setdefault(key, len(_COST_KEYS)))
+        object.__setattr__(self, "kv_latent", any(o.latent is not None for o in self.ops))
 
     @property
     def op_records(self) -> tuple[OpRecord, ...]:
@@ -99,6 +102,11 @@ class Unit:
         it (`windowed`: the engine's `sliding_windows`, Workload.windowed)."""
         return min(tokens, window_span(self.kv_window)) if windowed and self.kv_window else tokens
 
+    def kv_ways(self, tp: int) -> int:
+        """Devices of a TP group of `tp` the unit's K/V splits over: `tp` (each keeps its heads'), or 1
+        for a latent every device keeps whole (multi-head latent attention: every head reads it)."""
+        return 1 if self.kv_latent else tp
+
     def kv_bytes(self, tokens: float, windowed: bool) -> float:
         """K/V bytes the unit keeps for a sequence of `tokens` tokens (`kv_tokens`)."""
         return self.kv_bytes_per_token * self.kv_tokens(tokens, windowed) if self.kv_bytes_per_token else 0.0
@@ -110,6 +118,11 @@ class Unit:
     @property
     def flops(self) -> Terms:
         return self.matmul_flops + self.other_flops
+
+
+def kv_ways(units: list[Unit], tp: int) -> int:
+    """Devices of a TP group of `tp` a stage of `units` splits its K/V over (Unit.kv_ways)."""
+    return 1 if any(u.kv_latent for u in units) else tp
 
 
 def _roots(g: OpGraph) -> list[int | None]:

@@ -40,7 +40,7 @@ def stage_memory(
         batch: sequences in flight on the stage.
         context: tokens each sequence keeps (prompt + output), rounded up to whole KV blocks.
         prefill_chunk: most tokens one step processes (sizes the transient activations).
-        tp: tensor-parallel degree (weights and KV split k ways).
+        tp: tensor-parallel degree (weights and KV split k ways; an MLA latent is kept whole: Unit.kv_ways).
         logits_bytes_per_token: extra per-token output kept by the last stage (fp32 logits).
         shared_tokens: KV tokens held once for all sequences (shared prompt prefixes), in whole blocks.
         windowed: the engine keeps at most a sliding layer's window (Unit.kv_tokens).
@@ -49,7 +49,7 @@ def stage_memory(
     for u in units:
         params.update(u.params)
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    kv = sum(batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed) for u in units)
+    kv = sum((batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed)) / u.kv_ways(tp) for u in units)
     step_tokens = max(prefill_chunk, batch)
     act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
-    return StageMemory(sum(params.values()) / tp, kv / tp, act)
+    return StageMemory(sum(params.values()) / tp, kv, act)

@@ -164,7 +164,7 @@ class Tables:
 
     def most(self, kind: Kind, phase: Phase = Phase.BOTH) -> np.ndarray:
         """most[i, k]: the most sequences at which units [i, i+k) fit one device of `kind` (0 if
-        none). A stage holds weights/tp + b·KV/tp + max(chunk, b)·activations: linear in b on
+        none). A stage holds weights/tp + b·KV/tp (an MLA latent whole: Unit.kv_ways) + max(chunk, b)·activations: linear in b on
         each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
         key = (self._kind(kind), phase)
         if key not in self._most:
@@ -172,11 +172,11 @@ class Tables:
             wl = self.wl
             chunk = min(wl.prefill_chunk, wl.input_len)
 
-            def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range
-                cum = np.concatenate([[0.0], np.cumsum([x.kv_bytes(tokens, wl.windowed) for x in self.units])])
+            def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range, per device
+                cum = np.concatenate([[0.0], np.cumsum([x.kv_bytes(tokens, wl.windowed) / x.kv_ways(kind.tp) for x in self.units])])
                 return cum[i + k] - cum[i]
 
-            base, per_seq, act = (weights + kv(wl.shared_tokens(phase))) / kind.tp, kv(wl.kv_tokens(phase)) / kind.tp, amax[i, k] + np.where(last, logits, 0.0)
+            base, per_seq, act = weights / kind.tp + kv(wl.shared_tokens(phase)), kv(wl.kv_tokens(phase)), amax[i, k] + np.where(last, logits, 0.0)
             cap = kind.profile.usable_memory
 
             def mem(b: np.ndarray) -> np.ndarray:

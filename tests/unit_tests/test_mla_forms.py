@@ -1,6 +1,7 @@
 """Multi-head latent attention's two kernel forms (hetc/execution.py `mla`, LatentAttention): the
 FLOPs and bytes each form moves, checked against the computations themselves under torch's FLOP
-counter, and the cost model pricing the form the profile's engine runs."""
+counter, and the cost model pricing the form the profile's engine runs; and its one latent, which
+every device of a tensor-parallel group keeps whole (Unit.kv_ways)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from hetc.cluster import Profile, load_profile
+from hetc.kv_blocks import stage_blocks
+from hetc.partitioner.capture.units import kv_ways
+from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.partitioner.capture.capture import capture, load_hf_config
 from hetc.partitioner.capture.terms import LatentAttention
 from hetc.partitioner.cost_models.analytic import CostParams, Step, cost_params, op_time
@@ -115,3 +120,19 @@ def test_dense_attention_does_not_depend_on_the_mla_form():
     for step in (Step(8, 8, 4096), Step(256, 1, 1024)):
         assert op_time(op, a, step, 64.0) == op_time(op, e, step, 64.0)
     assert not math.isnan(op_time(op, a, Step(8, 8, 4096), 64.0))
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_tp_group_keeps_the_whole_latent_on_every_device(deepseek, tp):
+    """A TP group splits the heads; MLA's latent is every head's, so each device keeps all of it (as the
+    runtime's pool does, runtime/model_runner.py), where a dense model's K/V splits with its heads."""
+    dense = capture(str(FIXTURES / "tiny-llama"), dtype="bf16", kv_dtype="bf16", cache=False)
+    for model, ways in ((deepseek, 1), (dense, tp)):
+        assert kv_ways(model.units, tp) == ways
+        mem = stage_memory(model.units, batch=3, context=192, prefill_chunk=32, tp=tp)
+        per_token = sum(u.kv_bytes_per_token for u in model.units)
+        assert mem.kv == pytest.approx(3 * 192 * per_token / ways)
+        assert mem.weights == pytest.approx(model.param_bytes / tp)
+        # the blocks a stage's per-device KV budget holds: the runtime's and the simulator's pools
+        budget = mem.kv
+        assert stage_blocks(budget, kv_ways(model.units, tp), per_token) == 3 * 192 // KV_BLOCK_TOKENS
