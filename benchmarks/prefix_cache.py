@@ -1,10 +1,13 @@
 """Prefix caching served and simulated: a shared-system-prompt workload (BENCHMARKS.md "Capacity
 planning and simulator fidelity").
 
-    python benchmarks/prefix_cache.py [--runs 3] [--requests 24] [--concurrency 4] [--profile out/profile-cpu.yaml]
+    python benchmarks/prefix_cache.py [--runs 3] [--requests 24] [--concurrency 4] [--model small|held-out] [--profile out/profile-cpu.yaml]
 
-Model: a small Llama (hidden 256, 4 layers, 4 heads / 2 KV heads, MLP 688, vocab 32000, context
-2048; random fp32 weights), so that a 1,088-token prefill takes a few hundred ms on one thread.
+Model (random fp32 weights, vocab 32000, context 2048): `small` — a Llama of hidden 256, 4 layers,
+4 heads / 2 KV heads, MLP 688, so that a 1,088-token prefill takes a few hundred ms on one thread;
+`held-out` — the shape of the profile's own held-out steps (hidden 768, 6 layers, 12 / 4 heads, MLP
+2048: `hetc profile --validate`), whose steps are long enough that the profile's per-kernel overheads
+do not dominate them.
 Plan: one worker process (`hetc plan --placement h:0 --batch C --input-len 1088 --output-len 32`
 on a cluster of one device of the host's measured 1-thread profile, as benchmarks/capacity_cpu.py;
 no prefix in the plan, so both settings serve the same KV pool).
@@ -43,21 +46,23 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import runtime_cpu as rc  # noqa: E402  the profile, the cluster file, the quiet-host gating
 from serve_wait import wait_healthy  # noqa: E402
 
-MODEL = dict(
-    vocab_size=32000, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048
-)
+MODELS = {
+    "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2),
+    "held-out": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12, num_key_value_heads=4),
+}
+VOCAB, CONTEXT = 32000, 2048
 SHARED, OWN, OUTPUT = 1024, 64, 32
 TARGET = 0.15
 
 
-def build_model(d: Path) -> None:
+def build_model(d: Path, shape: dict) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if (d / "model.safetensors").is_file():
         return
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(**MODEL)).eval().save_pretrained(d)
+    LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, max_position_embeddings=CONTEXT, **shape)).eval().save_pretrained(d)
 
 
 def hetc(*args: str) -> str:
@@ -126,8 +131,8 @@ def closed_loop(url: str, prompts: list[list[int]], clients: int) -> dict[str, f
 def workload(n: int, run: int) -> list[list[int]]:
     """`n` prompts of one system prompt of this run's own (a cold cache per run) + 64 tokens each."""
     rng = np.random.default_rng(1000 + run)
-    system = rng.integers(2, MODEL["vocab_size"], SHARED).tolist()
-    return [system + rng.integers(2, MODEL["vocab_size"], OWN).tolist() for _ in range(n)]
+    system = rng.integers(2, VOCAB, SHARED).tolist()
+    return [system + rng.integers(2, VOCAB, OWN).tolist() for _ in range(n)]
 
 
 def main() -> None:
@@ -135,12 +140,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs per setting, interleaved on / off")
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--model", choices=sorted(MODELS), default="small", help="the served model's shape (module docstring)")
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
     a = ap.parse_args()
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-prefix"))
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "llama-256x4-ctx2048"
-    build_model(model)
+    shape = MODELS[a.model]
+    name = f"Llama {shape['hidden_size']}×{shape['num_hidden_layers']}"
+    model = work / f"llama-{shape['hidden_size']}x{shape['num_hidden_layers']}-ctx{CONTEXT}"
+    build_model(model, shape)
     profile = rc.ensure_profile(Path(a.profile))
     cluster = rc.cluster_yaml(work, profile, 1)
     plan = work / "plan.json"
@@ -178,7 +186,7 @@ def main() -> None:
         False: {k: sim[f"no_prefix_caching_{k}"] for k in ("median_ttft_ms", "output_throughput")},
     }
     print(
-        f"model: Llama 256×4 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; {a.concurrency} clients, "
+        f"model: {name} (vocab {VOCAB}), fp32; profile {profile}; {rc.describe(plan)}; {a.concurrency} clients, "
         f"{a.requests} requests of {SHARED} shared + {OWN} own tokens, {OUTPUT} out; simulated hit rate "
         f"{sim['prefix_cache_hit_rate']:.1%} ({sim_s:.1f} s for both simulations)",
         flush=True,

@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO))
 import runtime_cpu as rc  # noqa: E402  the profile, the cluster file, the host's load
 from grammar_mask import train_tokenizer  # noqa: E402
-from prefix_cache import MODEL, build_model, closed_loop, hetc, stage_steps  # noqa: E402
+from prefix_cache import MODELS, VOCAB, build_model, closed_loop, hetc, stage_steps  # noqa: E402
 from serve_wait import wait_healthy  # noqa: E402
 
 from hetc.speculation import MeasuredAcceptance, measured_acceptance  # noqa: E402
@@ -61,14 +61,14 @@ def build_target(d: Path, draft_layers: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    build_model(d)
+    build_model(d, MODELS["small"])
     m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     with torch.no_grad():
         for layer in m.model.layers[draft_layers:]:
             layer.self_attn.o_proj.weight.mul_(DAMP)
             layer.mlp.down_proj.weight.mul_(DAMP)
     m.save_pretrained(d)
-    train_tokenizer(MODEL["vocab_size"], d)
+    train_tokenizer(VOCAB, d)
 
 
 class Server:
@@ -103,7 +103,7 @@ def spec_counts(url: str) -> dict[str, float]:
 def workload(n: int, run: int) -> list[list[int]]:
     """`n` prompts, each one random phrase repeated to PROMPT tokens (a run's own phrases)."""
     rng = np.random.default_rng(2000 + run)
-    return [(rng.integers(2, MODEL["vocab_size"], PHRASE).tolist() * (PROMPT // PHRASE))[:PROMPT] for _ in range(n)]
+    return [(rng.integers(2, VOCAB, PHRASE).tolist() * (PROMPT // PHRASE))[:PROMPT] for _ in range(n)]
 
 
 def with_speculation(plan: dict, method: str, m: MeasuredAcceptance, drafter: dict | None) -> dict:
