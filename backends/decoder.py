@@ -213,7 +213,7 @@ class DecoderStage(nn.Module):
             shard, on its device).
         kinds: the unit kinds this executor runs.
         variants: the executor's attention implements sliding windows, attention sinks (`window`,
-            `sinks`) and MLA (`mla_qkv`, `mla_expand`); else a model with any of them is refused.
+            `sinks`) and MLA (`mla_qkv`, `mla_expand`, `mla_absorbed`); else a model with any of them is refused.
         """
         super().__init__()
         from transformers import AutoModelForCausalLM
@@ -361,6 +361,15 @@ class DecoderStage(nn.Module):
         kv, k_rot = latent[..., 0, :].split([attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
         k_nope, v = attn.kv_b_proj(kv).view(*kv.shape[:-1], -1, attn.qk_nope_head_dim + attn.v_head_dim).split([attn.qk_nope_head_dim, attn.v_head_dim], dim=-1)
         return torch.cat((k_nope, k_rot[..., None, :].expand(*k_nope.shape[:-1], -1)), dim=-1), v
+
+    def mla_absorbed(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """kv_b_proj split per head into W_UK [Hq, nope, kv_lora_rank] and W_UV [Hq, v, kv_lora_rank],
+        which a decode step folds into the query and the output (runtime/kv_cache.py latent_decode)."""
+        attn: Any = self.mods[f"attn{layer}"]
+        nope, v = attn.qk_nope_head_dim, attn.v_head_dim
+        w = attn.kv_b_proj.weight
+        uk, uv = w.view(-1, nope + v, w.shape[-1]).split([nope, v], dim=1)
+        return uk, uv
 
     def fuse_projections(self) -> None:
         """Concatenate each layer's q/k/v and (dense MLPs') gate/up weights into one GEMM each: two

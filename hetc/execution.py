@@ -16,11 +16,6 @@ backend (sources below), never a factor solved for from measured throughput:
   unit of a step costs the longer of its device time and its kernels' launches.
 - `kernel_overhead`: device-side time per kernel (its start and drain), paid with or without
   graphs.
-- `mla`: how multi-head latent attention (DeepSeek-V2/V3) runs over its cached latents: `absorbed` —
-  decode attends the latents themselves, the up-projections folded into the query and the output,
-  and prompt chunks up-project their cached context (vLLM's, SGLang's and TensorRT-LLM's MLA
-  kernels); `expanded` — every step up-projects every cached latent to each head's key and value and
-  runs multi-head attention over them (hetc's runtime). Other attention is unaffected.
 - `collective`: the engine's tensor-parallel all-reduce time over the link model's
   (partitioner/cost_models/links.py); 1 unless an engine's figures set it (hetc/engine.py: only
   its release `fit`, fitted on public results, does).
@@ -50,7 +45,6 @@ class Execution(BaseModel):
     graphs: Literal["none", "decode", "all"] = "none"
     launch: Literal["sync", "async"] = "sync"
     kernel_overhead: Seconds = 0.0
-    mla: Literal["absorbed", "expanded"] = "expanded"
     collective: float = Field(default=1.0, gt=0)
 
     def replays(self, decode_only: bool) -> bool:
@@ -58,7 +52,7 @@ class Execution(BaseModel):
         return self.graphs == "all" or (self.graphs == "decode" and decode_only)
 
 
-_GPU_ENGINE = {"fusion": "engine", "graphs": "decode", "launch": "async", "kernel_overhead": "1 us", "mla": "absorbed"}
+_GPU_ENGINE = {"fusion": "engine", "graphs": "decode", "launch": "async", "kernel_overhead": "1 us"}
 _RAW: dict[str, dict[str, str]] = {
     "cuda": _GPU_ENGINE,
     "rocm": _GPU_ENGINE,
@@ -67,13 +61,6 @@ _RAW: dict[str, dict[str, str]] = {
     "cpu": {},
 }
 BACKEND_EXECUTION: dict[str, Execution] = {k: Execution.model_validate(v) for k, v in _RAW.items()}
-
-_MLA_SOURCE = (
-    "mla absorbed: vLLM's MLA backends run decode in the 'data-movement friendly' form over the latent cache (W_UK "
-    "absorbed into the query, W_UV applied to the output) and prefill in the 'compute friendly' up-projected form, "
-    "cached context up-projected in chunks (vllm/v1/attention/backends/mla/common.py, after DeepSeek-V2 §2.1 and "
-    "FlashInfer's MLA); SGLang (FlashMLA, FlashInfer MLA) and TensorRT-LLM (its MLA attention) decode the same way"
-)
 
 BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
     "cuda": [
@@ -88,7 +75,6 @@ BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
         "launch async: CUDA streams run kernels asynchronously to the host (CUDA programming guide, streams)",
         "kernel_overhead 1 us: CUDA.jl documentation 'Graphs': 80 small broadcast kernels launched as one graph "
         "run in 70 us (about 0.9 us per kernel, its own tiny work included), 260 us launched one by one",
-        _MLA_SOURCE,
     ],
     "rocm": [
         "fusion engine: vLLM's ROCm build runs the same fused model code (llama.py, custom ops) as on CUDA",
@@ -96,7 +82,6 @@ BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
         "(mudler/vllm.cpp#332 quotes a vLLM-ROCm run capturing 51 piecewise + 35 full hipGraphs)",
         "launch async: HIP streams, as CUDA's",
         "⚠ kernel_overhead 1 us: CUDA's figure assumed for HIP graphs; unverified on Instinct GPUs",
-        _MLA_SOURCE,
     ],
     "gaudi": [
         "fusion engine: the Intel Gaudi graph compiler fuses ops of the recorded graph into TPC kernels (docs.habana.ai, PyTorch lazy mode / graph compiler)",
@@ -104,7 +89,6 @@ BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
         "(docs.vllm.ai/projects/gaudi 'Warm-Up'), so prefill and decode steps replay recorded graphs",
         "launch async: the HPU runs recorded graphs asynchronously to the host",
         "⚠ kernel_overhead 1 us: CUDA's figure assumed; unverified on Gaudi",
-        "⚠ mla absorbed: vLLM's MLA code path (vllm/v1/attention/backends/mla/common.py), assumed for vLLM on Gaudi",
     ],
     "openvino": [
         "fusion engine: OpenVINO's compile_model applies its graph transformations (element-wise and norm fusions) before the plugin runs the model",
@@ -114,7 +98,6 @@ BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
     "cpu": [
         "fusion none, graphs none, launch sync: hetc serves CPU stages with torch eager (every exported op is one "
         "dispatched kernel run by the calling thread), which is what `hetc profile --device cpu` measures",
-        "mla expanded: hetc's runtime up-projects every cached latent each step (runtime/kv_cache.py latent_attention)",
     ],
 }
 

@@ -43,7 +43,7 @@ Not in this version, or limited (each refused at start with the reason, or noted
     with MoE layers splits their experts over its workers (expert parallelism: each holds E/tp,
     every worker routes all tokens and runs those sent to its experts; the stage's all-reduce
     combines them). Sliding layers keep every block of a sequence (the window is a mask; blocks
-    behind it are not freed yet); MLA expands the latents to K/V each step (no weight absorption);
+    behind it are not freed yet); MLA decodes over the latents with kv_b_proj absorbed (prompt chunks up-project them);
     a disaggregated plan of an MLA model moves the latents (untested);
   - logit soft-capping: refused;
   - prefix caching, logprobs, n > 1, penalties: refused with 400 (logprobs, n, penalties).

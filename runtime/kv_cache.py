@@ -355,15 +355,30 @@ def latent_decode(
     layer: int,
     meta: DecodeMeta,
     scale: float,
-    expand: Expand,
+    absorbed: tuple[torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
-    """A decode step's latent_attention (q: [B, H, Dqk], latent: [B, 1, R]) → [B, H * Dv]."""
+    """A decode step of multi-head latent attention over the cached latents themselves, the
+    up-projections absorbed (DeepSeek-V2 §2.1.2; vLLM's MLA decode): each head's no-rope query goes
+    through W_UK into the latent space, scores are over the latents and the shared rotary keys, and
+    the heads' mixes of latents go through W_UV. The same products as latent_attention's, without
+    up-projecting every cached latent each step.
+
+    Args:
+        q: [B, H, nope + rope] queries (rotary part rotated); latent: [B, 1, R + rope] the new tokens'.
+        absorbed: W_UK [H, nope, R] and W_UV [H, v, R] (DecoderStage.mla_absorbed).
+    Returns:
+        [B, H * v].
+    """
     pool.k[layer].index_copy_(0, meta.slots, latent.to(pool.dtype))
+    w_uk, w_uv = absorbed
+    nope, rank = w_uk.shape[1], w_uk.shape[2]
     b, width = meta.block_table.shape
-    keys, vals = expand(_gather_blocks(pool.k[layer], meta.block_table.flatten().long(), b, pool.block_size).to(q.dtype))
+    cached = _gather_blocks(pool.k[layer], meta.block_table.flatten().long(), b, pool.block_size).to(q.dtype).transpose(1, 2)  # [B, 1, L, R + rope]
+    query = torch.cat((torch.einsum("bhn,hnr->bhr", q[..., :nope], w_uk), q[..., nope:]), dim=-1)  # [B, H, R + rope]
     j = torch.arange(width * pool.block_size, device=q.device)
     mask = (j[None, :] < meta.context_lens[:, None])[:, None, None, :]
-    return attend(q[:, :, None], keys.transpose(1, 2), vals.transpose(1, 2), mask, scale, None)[:, :, 0].flatten(1)
+    mixed = attend(query[:, :, None], cached, cached[..., :rank], mask, scale, None)[:, :, 0]  # [B, H, R]
+    return torch.einsum("bhr,hvr->bhv", mixed, w_uv).flatten(1)
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor | None) -> torch.Tensor:

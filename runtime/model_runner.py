@@ -201,8 +201,11 @@ class StageModel(DecoderStage):
 
             def attend_latent(li: int, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
                 q, latent = self.mla_qkv(layer, h, cos, sin)
-                run = latent_decode if isinstance(meta, DecodeMeta) else latent_attention
-                o = run(q, latent, self.kv, layer, meta, self.attention_scale(layer), lambda c: self.mla_expand(layer, c))  # type: ignore[arg-type]
+                scale = self.attention_scale(layer)
+                if isinstance(meta, DecodeMeta):
+                    o = latent_decode(q, latent, self.kv, layer, meta, scale, self.mla_absorbed(layer))
+                else:
+                    o = latent_attention(q, latent, self.kv, layer, meta, scale, lambda c: self.mla_expand(layer, c))
                 return self._reduce(self.o_proj(layer, o))
 
             return self.run_units(x, meta.positions, None if isinstance(meta, DecodeMeta) else meta.sample_rows, attend_latent)

@@ -246,7 +246,7 @@ def _latent_kv(graph: OpGraph, cfg) -> OpGraph:
     paper, §2.1; vLLM's and SGLang's MLA backends) — not the per-head K and V that transformers' attention
     receives after the up-projection, `heads × (qk_nope + qk_rope + v_head_dim)`. Each attention node's
     KV bytes are scaled from the second to the first, and it keeps MLA's sizes (`OpNode.latent`) for the
-    cost of the engine's kernel form (hetc/execution.py `mla`); other models pass through."""
+    cost of its kernels' forms (analytic.py); other models pass through."""
     rank, rope = getattr(cfg, "kv_lora_rank", None), getattr(cfg, "qk_rope_head_dim", None)
     if not (isinstance(rank, int) and isinstance(rope, int)):
         return graph

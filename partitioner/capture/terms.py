@@ -87,7 +87,7 @@ class Terms:
 @dataclass(frozen=True, slots=True)
 class LatentAttention:
     """Multi-head latent attention's sizes (DeepSeek-V2 §2.1), for the FLOPs and bytes of its two kernel
-    forms (hetc/execution.py `mla`): the export's own is the up-projected heads'.
+    forms (partitioner/cost_models/analytic.py): the export's own is the up-projected heads'.
 
     Args:
         heads: query heads; rank: kv_lora_rank, the compressed KV a token caches; rope: qk_rope_head_dim,

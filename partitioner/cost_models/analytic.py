@@ -247,16 +247,16 @@ def _attention_time(op: OpRecord, cp: CostParams, part: Step, kv_bytes_per_token
 
 
 def _latent_time(mla: LatentAttention, cp: CostParams, part: Step, act: float, flops: float, latents: float) -> float:
-    """Multi-head latent attention of one part in the engine's form (Execution.mla): a decode part of
-    `absorbed` attends the latents themselves; otherwise the cached latents are up-projected first (each
-    step every one where `expanded`; a prompt chunk's cached context where `absorbed`) and the export's
-    multi-head attention runs over the up-projected keys and values (the new tokens' up-projection is
-    the export's kv_b_proj, priced as its own GEMM). Every rank of a TP group reads every latent
-    (`latents` bytes) and runs its share of the heads."""
+    """Multi-head latent attention of one part as engines run it (vllm/v1/attention/backends/mla/common.py:
+    SGLang's and TensorRT-LLM's MLA, hetc's runtime/kv_cache.py likewise): a decode part attends the
+    latents themselves, the up-projections absorbed into its queries and output; a prompt chunk
+    up-projects its cached context and runs the export's multi-head attention over the up-projected keys
+    and values (the new tokens' up-projection is the export's kv_b_proj, priced as its own GEMM). Every
+    rank of a TP group reads every latent (`latents` bytes) and runs its share of the heads."""
     tp, seqs = cp.tp, max(part.seqs, 1.0)
     q = part.tokens / seqs
     stream = cp.bandwidth * cp.eff_memory
-    if q <= 1.0 and cp.execution.mla == "absorbed":
+    if q <= 1.0:
         e = cp.attention(q, part.ctx) if cp.attention else cp.eff_matmul
         return _combine(mla.absorbed_flops(part.tokens, part.ctx) / tp / (cp.peak * e), (latents + act) / stream, cp.overlap)
     cached = seqs * max(part.ctx - q / 2, 0.0)  # ctx is the tokens' mean: q new tokens after C cached ones see C + q/2

@@ -1,25 +1,24 @@
-"""Multi-head latent attention's two kernel forms (hetc/execution.py `mla`, LatentAttention): the
-FLOPs and bytes each form moves, checked against the computations themselves under torch's FLOP
-counter, and the cost model pricing the form the profile's engine runs; and its one latent, which
-every device of a tensor-parallel group keeps whole (Unit.kv_ways)."""
+"""Multi-head latent attention's two kernel forms (LatentAttention): the FLOPs and bytes each moves,
+checked against the computations themselves under torch's FLOP counter; the cost model pricing decode
+in the absorbed form and prompt chunks in the up-projected one, as engines run them; and its one
+latent, which every device of a tensor-parallel group keeps whole (Unit.kv_ways)."""
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from hetc.cluster import Profile, load_profile
+from hetc.cluster import load_profile
 from hetc.kv_blocks import stage_blocks
 from hetc.partitioner.capture.units import kv_ways
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.partitioner.capture.capture import capture, load_hf_config
 from hetc.partitioner.capture.terms import LatentAttention
-from hetc.partitioner.cost_models.analytic import CostParams, Step, cost_params, op_time
+from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time
 from tests.conftest import FIXTURES
 
 DEEPSEEK = str(FIXTURES / "tiny-deepseek-v3")  # 4 heads, kv_lora_rank 32, rope 8, nope 16, v 16
@@ -65,7 +64,7 @@ def test_absorbed_flops_are_those_of_the_absorbed_computation():
 
 
 def test_expansion_is_transformers_kv_b_proj():
-    """The expanded form's up-projection of n latents: transformers' own kv_b_proj, FLOPs and bytes out."""
+    """The up-projection of n cached latents (a prompt chunk's context): transformers' own kv_b_proj, FLOPs and bytes out."""
     from transformers import AutoModelForCausalLM
 
     cfg, _ = load_hf_config(DEEPSEEK)
@@ -81,45 +80,26 @@ def test_expansion_is_transformers_kv_b_proj():
     assert keys_and_values * 4 == mla.expanded_bytes(n)
 
 
-def _form(mla: str, tp: int = 1) -> CostParams:
-    """The H200's parameters for bf16 with its execution's MLA form set to `mla`."""
-    h200: Profile = load_profile("h200-sxm")
-    return cost_params(h200.model_copy(update={"execution": h200.execution.model_copy(update={"mla": mla})}), "bf16", tp)
-
-
 @pytest.mark.parametrize("tp", [1, 2])
-def test_each_form_is_priced_as_its_kernels_run(deepseek, tp):
+def test_decode_attends_the_latents_and_prompt_chunks_up_project_their_context(deepseek, tp):
     (op,) = set(_attention(deepseek))
     mla = op.latent
-    absorbed, expanded = _form("absorbed", tp), _form("expanded", tp)
+    cp = cost_params(load_profile("h200-sxm"), "bf16", tp)
     kv = 2.0 * (mla.rank + mla.rope)  # bf16 latent bytes per token
+    compute, stream = cp.peak * cp.eff_matmul, cp.bandwidth * cp.eff_memory
     seqs = 8
-    for ctx in (64, 4096):
-        step = Step(seqs, seqs, ctx)  # decode: one token per sequence
-        a = op_time(op, absorbed, step, kv)
-        # every rank reads every latent; the heads split over the group
-        flops = mla.absorbed_flops(seqs, ctx) / tp / (absorbed.peak * absorbed.eff_matmul)
-        latents = (kv * seqs * ctx + op.act_bytes.at(seqs, ctx) / tp) / (absorbed.bandwidth * absorbed.eff_memory)
+    for ctx in (64, 4096):  # decode: the absorbed attention over the latents, every rank reading all of them
+        a = op_time(op, cp, Step(seqs, seqs, ctx), kv)
+        flops = mla.absorbed_flops(seqs, ctx) / tp / compute
+        latents = (kv * seqs * ctx + op.act_bytes.at(seqs, ctx) / tp) / stream
         assert max(flops, latents) <= a <= flops + latents
-        e = op_time(op, expanded, step, kv)
-        assert e > a  # the expansion of every cached latent, then attention over every head's K and V
-        up = mla.expanded_bytes(seqs * ctx) / tp
-        assert e >= (mla.expand_flops(seqs * (ctx - 1)) / tp / absorbed.peak + up / absorbed.bandwidth) * (1 - 1e-9)
-    # the expansion grows with the context: the forms part further at 4096 than at 64
-    gap = [op_time(op, expanded, Step(seqs, seqs, c), kv) - op_time(op, absorbed, Step(seqs, seqs, c), kv) for c in (64, 4096)]
-    assert gap[1] > gap[0] > 0
-    # a prompt chunk up-projects its cached context in both forms: priced alike
-    chunk = Step(256, 1, 1024)
-    assert op_time(op, absorbed, chunk, kv) == pytest.approx(op_time(op, expanded, chunk, kv))
-
-
-def test_dense_attention_does_not_depend_on_the_mla_form():
-    dense = capture(str(FIXTURES / "tiny-llama"), dtype="bf16", cache=False)
-    (op,) = set(_attention(dense))
-    a, e = _form("absorbed"), _form("expanded")
-    for step in (Step(8, 8, 4096), Step(256, 1, 1024)):
-        assert op_time(op, a, step, 64.0) == op_time(op, e, step, 64.0)
-    assert not math.isnan(op_time(op, a, Step(8, 8, 4096), 64.0))
+    # a prompt chunk of 256 tokens after 896 cached ones (mean context 1,024): those 896 up-projected first
+    chunk = op_time(op, cp, Step(256, 1, 1024), kv)
+    assert chunk >= (mla.expand_flops(896) / tp / cp.peak + mla.expanded_bytes(1024) / tp / cp.bandwidth) * (1 - 1e-9)
+    assert op_time(op, cp, Step(256, 1, 128), kv) < chunk  # a fresh prompt: nothing cached to up-project
+    # decode is not priced as the export's own form, attention over every head's up-projected K and V
+    heads = op.flops.at(seqs, 4096) / tp / compute
+    assert op_time(op, cp, Step(seqs, seqs, 4096), kv) >= mla.absorbed_flops(seqs, 4096) / tp / compute > heads  # (2R + rope) > nope + rope + v
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
