@@ -42,6 +42,8 @@ import runtime_cpu as rc  # noqa: E402  the model, profile, cluster and server o
 from grammar_mask import train_tokenizer  # noqa: E402
 from prefix_cache import hetc  # noqa: E402
 
+from hetc.capacity.load import Request, write_trace  # noqa: E402
+
 TARGETS = {"output_throughput": 0.10, "median_ttft_ms": 0.15, "p99_ttft_ms": 0.25, "median_tpot_ms": 0.15, "p99_tpot_ms": 0.25}
 
 
@@ -133,7 +135,7 @@ def main() -> None:
         loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate), *lengths]))
     elif a.rate:
         trace = work / f"constant-{a.rate:g}.jsonl"
-        trace.write_text("".join(json.dumps({"arrival": i / a.rate, "input_len": a.prompt, "output_len": a.output}) + "\n" for i in range(a.requests)))
+        write_trace([Request(i / a.rate, a.prompt, a.output) for i in range(a.requests)], trace)
         loads.append((f"constant {a.rate:g}/s", f"kind=constant,rate={a.rate}", ["--trace", str(trace), *limits]))
     pinned = "; pinned: worker on core 0, frontend and guidellm on core 1" if a.pin else ""
     print(f"model: Llama 768×12 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; P {a.prompt}, O {a.output}, N {a.requests}{pinned}", flush=True)

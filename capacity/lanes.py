@@ -22,7 +22,7 @@ from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.cost_models.links import hops, resolve_link, transfer_time
 from hetc.partitioner.estimate.simulate import Workload, stage_time
 from hetc.partitioner.capture.terms import DTYPE_BYTES
-from hetc.partitioner.capture.units import Unit, kv_ways
+from hetc.partitioner.capture.units import Unit
 from hetc.plan import Plan
 from hetc.scheduling import KV_BLOCK_TOKENS, Phase
 from hetc.kv_blocks import lane_blocks, stage_blocks
@@ -217,7 +217,7 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
                     )
                 )
             n = lane_blocks(
-                [stage_blocks(s.memory_bytes.kv, kv_ways(st.units, s.tp), st.kv_bytes_per_token) for s, st in zip(p.stages, stages)]
+                [stage_blocks(s.memory_bytes.kv, min(u.kv_ways(s.tp) for u in st.units), st.kv_bytes_per_token) for s, st in zip(p.stages, stages)]
             )  # the padding block on top, as the runtime
             if n < 1:
                 raise BadInput(

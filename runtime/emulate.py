@@ -12,7 +12,7 @@ from hetc.errors import BadInput
 from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.plan import PlanUnit, UnitKind
 from hetc.scheduling import KV_BLOCK_TOKENS
-from hetc.backends.decoder import kv_tensors
+from hetc.backends.decoder import is_mla, kv_tensors
 from hetc.runtime.model_runner import TORCH_DTYPES, kv_layout, param_count, shrink_config
 from hetc.quantity import Kind, format_quantity
 
@@ -79,7 +79,7 @@ def cap_kv_blocks(plan, cfg, units: list[PlanUnit], local_workers, blocks: dict[
     per_lane: dict[int, float] = {}
     for w in local_workers:
         layers = sum(1 for u in units[w.stage.units[0] : w.stage.units[1] + 1] if u.kind == UnitKind.ATTENTION)
-        heads = max(kvh / w.stage.tp, 1.0)  # each rank keeps 1/tp of the KV heads; an MLA latent (one "head") whole
+        heads = kvh if is_mla(cfg) else kvh // w.stage.tp  # each rank keeps 1/tp of the heads; MLA's latent whole (model_runner.py)
         per_lane[w.stage.lane] = per_lane.get(w.stage.lane, 0.0) + layers * per * heads
     total = sum(blocks[lane] * b for lane, b in per_lane.items())
     allowed = KV_SHARE * available_bytes()

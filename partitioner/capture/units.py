@@ -21,7 +21,7 @@ from hetc.partitioner.capture.fusion import fused_records
 from hetc.partitioner.capture.op_records import OpRecord, aggregate_records, records_for
 from hetc.partitioner.capture.terms import CONV_OPS, OpGraph, Terms
 
-__all__ = ["Unit", "cut_units", "assign_layers", "replicate", "kv_ways"]
+__all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
 
 
 _COST_KEYS: dict[tuple, int] = {}  # interned cost-relevant contents of units (few distinct per model)
@@ -118,11 +118,6 @@ class Unit:
     @property
     def flops(self) -> Terms:
         return self.matmul_flops + self.other_flops
-
-
-def kv_ways(units: list[Unit], tp: int) -> int:
-    """Devices of a TP group of `tp` a stage of `units` splits its K/V over (Unit.kv_ways)."""
-    return 1 if any(u.kv_latent for u in units) else tp
 
 
 def _roots(g: OpGraph) -> list[int | None]:

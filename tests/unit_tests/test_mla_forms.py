@@ -13,7 +13,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hetc.cluster import load_profile
 from hetc.kv_blocks import stage_blocks
-from hetc.partitioner.capture.units import kv_ways
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.scheduling import KV_BLOCK_TOKENS
 from hetc.partitioner.capture.capture import capture, load_hf_config
@@ -108,11 +107,11 @@ def test_a_tp_group_keeps_the_whole_latent_on_every_device(deepseek, tp):
     runtime's pool does, runtime/model_runner.py), where a dense model's K/V splits with its heads."""
     dense = capture(str(FIXTURES / "tiny-llama"), dtype="bf16", kv_dtype="bf16", cache=False)
     for model, ways in ((deepseek, 1), (dense, tp)):
-        assert kv_ways(model.units, tp) == ways
+        assert min(u.kv_ways(tp) for u in model.units) == ways
         mem = stage_memory(model.units, batch=3, context=192, prefill_chunk=32, tp=tp)
         per_token = sum(u.kv_bytes_per_token for u in model.units)
         assert mem.kv == pytest.approx(3 * 192 * per_token / ways)
         assert mem.weights == pytest.approx(model.param_bytes / tp)
         # the blocks a stage's per-device KV budget holds: the runtime's and the simulator's pools
         budget = mem.kv
-        assert stage_blocks(budget, kv_ways(model.units, tp), per_token) == 3 * 192 // KV_BLOCK_TOKENS
+        assert stage_blocks(budget, ways, per_token) == 3 * 192 // KV_BLOCK_TOKENS
