@@ -107,8 +107,12 @@ def rederive(plan: Plan, model: CapturedModel, cluster: Cluster, file: str) -> t
 def workload_of(plan: Plan, cluster: Cluster) -> Workload:
     """The workload the plan was priced for (its shared prefix included), on `cluster` (its engines:
     what a sliding layer keeps)."""
-    w = plan.workload
-    return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv)
+    w, ex = plan.workload, plan.experts
+    if ex is None:  # a dense model, or a plan made before layouts: experts split as tp
+        return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv)
+    return Workload.of(
+        w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv, ex.layout, ex.imbalance
+    )
 
 
 def load_for(req: LoadRequest, plan: Plan) -> Load:

@@ -217,7 +217,7 @@ def lanes_of(plan: Plan, units: list[Unit], cluster: Cluster, wl: Workload, *, n
                     )
                 )
             n = lane_blocks(
-                [stage_blocks(s.memory_bytes.kv, min(u.kv_ways(s.tp) for u in st.units), st.kv_bytes_per_token) for s, st in zip(p.stages, stages)]
+                [stage_blocks(s.memory_bytes.kv, min(u.kv_ways(s.tp, wl.experts) for u in st.units), st.kv_bytes_per_token) for s, st in zip(p.stages, stages)]
             )  # the padding block on top, as the runtime
             if n < 1:
                 raise BadInput(

@@ -13,6 +13,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from hetc.errors import BadInput, HetcError, Infeasible
+from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.terms import MODEL_DTYPES
 from hetc.requests import BuyRequest, CompareRequest, EvaluateRequest, LoadRequest, PlanRequest, ServeLimits, SloRequest, SpecRequest, default
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
@@ -135,6 +136,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--time-limit", type=_nonneg, default=d("time_limit"), metavar="SECONDS", help="solver + bound CPU s (default %(default)s)")
     pl.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP)
+    pl.add_argument(
+        "--experts",
+        choices=["auto", *(x.value for x in ExpertLayout)],
+        default=d("experts"),
+        help="an MoE model's layout on tensor-parallel groups: tp (experts split), ep (experts whole, E/g each), dp-ep (attention "
+        "data-parallel, experts EP); auto: each the engines serve, the best kept (default %(default)s; docs/moe.md)",
+    )
+    pl.add_argument(
+        "--expert-imbalance",
+        type=float,
+        default=d("imbalance"),
+        metavar="X",
+        help="under expert parallelism, the busiest device's routed tokens over the mean (default %(default)s: an assumption with its source in plan.json)",
+    )
     _spec_args(pl)
 
     ins = sub.add_parser("inspect", help="per-unit FLOPs, bytes, params and KV of MODEL")
@@ -485,6 +500,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
         prefix_groups=a.prefix_groups,
         spec=_spec_of(a),
         engine=a.engine,
+        experts=a.experts,
+        imbalance=a.expert_imbalance,
     )
     with _status("planning") as update:
         plan = make_plan(req, progress=update)

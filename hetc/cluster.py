@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from hetc.experts import ExpertLayout
 from hetc.engine import ASSUMED_BEFORE, Engine, WindowKV, apply_engine, default_engine, engine_figures, load_engine
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
@@ -434,6 +435,13 @@ class Cluster:
         with one that does not is priced as keeping it all (one rule for every stage: the bounds'
         and the plan's memory agree)."""
         return all(n.engine is not None and load_engine(n.engine.name).sliding_windows.kv == WindowKV.WINDOW for n in self.nodes)
+
+    @property
+    def expert_layouts(self) -> list[ExpertLayout]:
+        """The MoE layouts every node's engine serves (hetc/engine.py `experts`), in hetc/experts.py's order; a node
+        built without an engine (tests) splits experts as everything else (`tp`)."""
+        served = [set(load_engine(n.engine.name).experts.layouts) if n.engine is not None else {ExpertLayout.TP} for n in self.nodes]
+        return [lay for lay in ExpertLayout if all(lay in s for s in served)]
 
     @property
     def engines(self) -> str:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from hetc.errors import BadInput
 from hetc.execution import Execution
+from hetc.experts import ExpertLayout
 from hetc.quantity import Kind, parse_quantity
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "EngineFigures",
     "EngineSpec",
     "WindowKV",
+    "ExpertLayouts",
     "load_engine",
     "engine_figures",
     "default_engine",
@@ -122,12 +124,20 @@ class SlidingWindows(_Strict):
     source: str = Field(min_length=1)
 
 
+class ExpertLayouts(_Strict):
+    """The MoE layouts (hetc/experts.py) an engine serves a tensor-parallel group's experts in."""
+
+    layouts: list[ExpertLayout] = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
 class EngineSpec(_Strict):
     """hardware_profiles/engines/NAME.yaml: an engine and its figures per backend it serves."""
 
     name: EngineName
     description: str
     sliding_windows: SlidingWindows  # one rule for every backend: the engine's KV manager, not a kernel
+    experts: ExpertLayouts  # one rule for every backend, as sliding_windows
     backends: dict[str, EngineFigures]  # a backend this engine serves -> its figures there
     releases: dict[str, dict[str, EngineFigures]] = {}
 

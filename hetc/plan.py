@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hetc.cluster import ClusterSpec
 from hetc.errors import BadInput
+from hetc.experts import ExpertLayout
 from hetc.scheduling import Objective, Phase
 from hetc.speculation import MAX_SPECULATIVE_TOKENS, AcceptanceSource, SpeculationMethod, expected_tokens_per_round
 
@@ -29,6 +30,8 @@ __all__ = [
     "SCHEMA",
     "Baseline",
     "Drafter",
+    "Experts",
+    "LayoutOption",
     "GivenPlacement",
     "Plan",
     "PlanUnit",
@@ -246,6 +249,27 @@ class Speculation(_M):
         return self
 
 
+class LayoutOption(_M):
+    """One expert layout the planner solved: its plan's figure and bound in the objective's unit."""
+
+    layout: ExpertLayout
+    objective: float | None  # None: no plan of this layout fits (`note` says why)
+    bound: float | None = None  # throughput: its own bound (the plan's is the largest)
+    chosen: bool = False
+    note: str = ""
+
+
+class Experts(_M):
+    """How the plan's tensor-parallel groups run the MoE layers (hetc/experts.py): one layout for every
+    stage of tp > 1, the imbalance its expert-parallel prices assume and where that figure came from,
+    and every layout the planner compared (the engines' own, or `--experts`)."""
+
+    layout: ExpertLayout
+    imbalance: float = Field(ge=1)
+    imbalance_source: str
+    options: list[LayoutOption] = []
+
+
 class Plan(_M):
     schema_: Literal["hetc.plan/1"] = Field(alias="schema")
     hetc_version: str
@@ -262,6 +286,7 @@ class Plan(_M):
     units: list[PlanUnit] = []  # the unit table the stages' [first, last] refer to, unit i at position i
     placement: GivenPlacement | None = None
     speculation: Speculation | None = None  # None: one token per decode step
+    experts: Experts | None = None  # None: a dense model, or a plan made before layouts (experts split as tp)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from hetc.errors import BadInput
 from hetc.scheduling import MAX_WAITING, PREFILL_CHUNK, Disaggregate, Objective
+from hetc.experts import DEFAULT_IMBALANCE, ExpertLayout
 from hetc.speculation import MAX_SPECULATIVE_TOKENS, Acceptance, AcceptanceSource, SpeculationMethod, measured_acceptance
 
 __all__ = ["SpecRequest", "BuyRequest", "CompareRequest", "EvaluateRequest", "LoadRequest", "PlanRequest", "ServeLimits", "SloRequest", "default"]
@@ -132,9 +133,19 @@ class PlanRequest:
     prefix_len: int = 0  # every prompt's first tokens are one of prefix_groups shared prefixes (priced as prefix-cache hits)
     prefix_groups: int = 1
     spec: SpecRequest = dataclasses.field(default_factory=SpecRequest)  # speculative decoding (off by default)
+    experts: str = "auto"  # --experts: an MoE model's layout (hetc/experts.py), or auto: each the engines serve, the best kept
+    imbalance: float = DEFAULT_IMBALANCE  # --expert-imbalance: the busiest device's routed rows over the mean under EP
 
     def __post_init__(self) -> None:
         _check_engine(self.engine)
+        if self.experts != "auto":
+            self.experts = _member(ExpertLayout, self.experts, "--experts")
+        if not self.imbalance >= 1.0:
+            raise BadInput(
+                f"must be ≥ 1, got {self.imbalance}.",
+                field="--expert-imbalance",
+                fix="give the busiest device's routed tokens over the mean (1: perfectly balanced; default 1.2).",
+            )
         for name in ("input_len", "output_len"):
             if getattr(self, name) < 1:
                 raise BadInput(f"must be ≥ 1, got {getattr(self, name)}.", field=f"--{name.replace('_', '-')}", fix="give a positive number of tokens.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc import __version__
 from hetc.cluster import TP_SIZES, Cluster, ClusterSpec, load_cluster
@@ -43,6 +43,7 @@ from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, solve_speculative
 from hetc.partitioner.search.given import evaluate_placement
 from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
+from hetc.partitioner.search.layouts import LayoutRun, chosen_layout, expert_layouts, experts_record
 from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
@@ -83,29 +84,24 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
                 field="power",
                 fix="add `power: 700 W` (the board power, with its source) to each profile.",
             )
-    # the baselines first: they need no plan, and run whole (not interruptible), so the deadlines after
-    # them hold where a fixed tail reserve did not (~1 CPU s on 64 devices, 6% of a 10 s limit)
-    baselines = run_baselines(
-        model.units,
-        cluster,
-        wl,
-        req.objective,
-        batch_ceiling(model.units, cluster, wl, req.max_num_seqs),
-        ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
-        tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
-    )
     plain = cpu.part(req.time_limit * PLAIN_SHARE) if acceptance is not None else cpu  # speculating: the plain search's share
-    searched = solve(
-        model.units,
-        cluster,
-        wl,
-        disaggregate=req.disaggregate,
-        caps=Caps(watts=req.power_budget_w),
-        **_search_limits(req),
-        progress=(lambda s: progress(f"solving: {s}")) if progress else None,
-        cpu=plain,
-        reserve=_reserve(req),
-    )
+    layouts = expert_layouts(req, cluster, model.units)
+    runs: list[LayoutRun] = []
+    for k, lay in enumerate(layouts):  # an MoE model: each layout solved in its share of the limit, the best kept
+        wl = replace(wl, experts=lay, imbalance=req.imbalance)
+        share = plain if len(layouts) == 1 else plain.part(max(0.0, plain.limit - plain.used) / (len(layouts) - k))
+        if progress and len(layouts) > 1:
+            progress(f"experts {lay.value}: solving in {share.limit:.0f} of {req.time_limit:g} CPU s")
+        try:
+            runs.append(LayoutRun(lay, wl, *_search(model.units, cluster, wl, req, share, progress)))
+        except Infeasible as e:
+            if len(layouts) == 1 or (k == len(layouts) - 1 and not runs):
+                raise
+            runs.append(LayoutRun(lay, wl, None, {}, note=str(e)))
+    sense = OBJECTIVES[req.objective][0]
+    best = chosen_layout(runs, req, lambda sol: _value(sol, req, cluster), maximise=sense == "max")
+    wl, searched, baselines = best.wl, best.solution, best.baselines
+    assert searched is not None
     plain.deadline(1.0)  # the plan and the objective's bound: the rest of the limit
     sol, ceiling = searched, searched.batch_ceiling
     if given is not None:
@@ -118,6 +114,7 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     if req.power_budget_w:
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines, cpu=plain)
+    plan.experts = experts_record(runs, best, req, plan, cluster)
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds
@@ -138,6 +135,40 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         )
     plan.solver.command_seconds = time.perf_counter() - t0
     return plan
+
+
+def _value(sol: Solution, req: PlanRequest, cluster: Cluster) -> float:
+    """A solution's figure for the request's objective (plan.json solver.objective)."""
+    t = totals(sol, cluster)
+    floor = req.min_tok_s if req.objective in (Objective.COST, Objective.ENERGY) else 0.0
+    return objective_value(req.objective, sol.output_tok_s, t.tpot_s, t.usd_h, t.watts, floor)
+
+
+def _search(units: list[Unit], cluster: Cluster, wl: Workload, req: PlanRequest, cpu: CpuBudget, progress: Callable[[str], None] | None) -> tuple:
+    """The baselines and the solver's plan for `wl` within `cpu`. The baselines first: they need no plan,
+    and run whole (not interruptible), so the deadlines after them hold where a fixed tail reserve did
+    not (~1 CPU s on 64 devices, 6% of a 10 s limit)."""
+    baselines = run_baselines(
+        units,
+        cluster,
+        wl,
+        req.objective,
+        batch_ceiling(units, cluster, wl, req.max_num_seqs),
+        ttft_slo_s=req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
+        tpot_slo_s=req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,
+    )
+    searched = solve(
+        units,
+        cluster,
+        wl,
+        disaggregate=req.disaggregate,
+        caps=Caps(watts=req.power_budget_w),
+        **{**_search_limits(req), "time_limit": min(req.time_limit, cpu.limit)},
+        progress=(lambda s: progress(f"solving: {s}")) if progress else None,
+        cpu=cpu,
+        reserve=_reserve(req),
+    )
+    return searched, baselines
 
 
 def _reserve(req: PlanRequest) -> float:
@@ -240,6 +271,7 @@ def _part_memory(us: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: 
         logits_bytes_per_token=4.0 * us[-1].out_bytes_per_token / 2 if last else 0.0,
         shared_tokens=wl.shared_tokens(),
         windowed=wl.windowed,
+        layout=wl.experts,
     )
 
 

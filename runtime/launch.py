@@ -187,7 +187,7 @@ def validate(o: ServeOptions) -> Checked:
     from hetc.partitioner.capture.capture import load_hf_config
     from hetc.plan import load_plan
     from hetc.runtime.emulate import fit_width
-    from hetc.runtime.model_runner import check_supported, check_tp
+    from hetc.runtime.model_runner import check_layout, check_supported, check_tp
     from hetc.runtime.rendezvous import rendezvous
     from hetc.runtime.topology import build_topology, hosts_of_nodes, workers
     from hetc.spec_rounds import serve_speculation
@@ -204,6 +204,7 @@ def validate(o: ServeOptions) -> Checked:
     hf_cfg, _ = load_hf_config(model_ref)
     units = plan.units
     check_supported(hf_cfg, units, o.plan, variants=True)  # the eager stages; a compiled one checks its own
+    check_layout(plan, o.plan)
     for lane in lanes:
         for s in lane.stages:
             check_tp(hf_cfg, units[s.units[0] : s.units[1] + 1], s.tp, f"pipelines.{lane.pipeline}.stages.{s.index}.tp", o.plan)

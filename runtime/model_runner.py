@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from hetc.backends.decoder import DecoderStage, check_supported, is_mla, kv_layout
 from hetc.errors import BadInput
+from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.graph import TORCH_DTYPES
 from hetc.plan import PlanUnit, UnitKind
 from hetc.runtime.kv_cache import AttnMeta, DecodeMeta, KVPool, decode_attention, latent_attention, latent_decode, paged_attention
@@ -73,6 +74,23 @@ def check_tp(cfg, units: list[PlanUnit], tp: int, where: str, file: str = "plan.
     if bad:
         raise BadInput(
             f"{where} is tensor-parallel (tp={tp}) but the model's {', '.join(bad)} do not split {tp} ways.", file=file, field=where, fix="plan with `--tp 1`."
+        )
+
+
+def check_layout(plan, file: str = "plan.json") -> None:
+    """Refuse a plan whose tensor-parallel stages run MoE layers in a layout other than the one this
+    runtime has (hetc/experts.py `ep`: experts whole, attention tensor-parallel)."""
+    ex = plan.experts
+    if ex is None or ex.layout == ExpertLayout.EP:
+        return
+    moe = {u.index for u in plan.units if u.kind == UnitKind.MOE}
+    if any(s.tp > 1 and moe & set(range(s.units[0], s.units[1] + 1)) for p in plan.pipelines for s in p.stages):
+        raise BadInput(
+            f"the plan's tensor-parallel stages run their MoE layers as {ex.layout.value}; hetc serve splits experts whole "
+            "over a stage's workers under tensor-parallel attention (ep) only.",
+            file=file,
+            field="experts.layout",
+            fix="re-plan with `--experts ep` (or `--engine hetc`), or serve this plan with the engine it names.",
         )
 
 

@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from hetc.kv_blocks import window_span
+from hetc.experts import ExpertLayout
 from hetc.plan import UnitKind
 from hetc.partitioner.capture.fusion import fused_records
 from hetc.partitioner.capture.op_records import OpRecord, aggregate_records, records_for
@@ -102,10 +103,21 @@ class Unit:
         it (`windowed`: the engine's `sliding_windows`, Workload.windowed)."""
         return min(tokens, window_span(self.kv_window)) if windowed and self.kv_window else tokens
 
-    def kv_ways(self, tp: int) -> int:
-        """Devices of a TP group of `tp` the unit's K/V splits over: `tp` (each keeps its heads'), or 1
-        for a latent every device keeps whole (multi-head latent attention: every head reads it)."""
-        return 1 if self.kv_latent else tp
+    def kv_ways(self, tp: int, layout: ExpertLayout = ExpertLayout.TP) -> int:
+        """Devices of a group of `tp` the unit's K/V splits over: `tp` (each keeps its heads', or,
+        data-parallel, its own sequences'), or 1 for a latent every device of a TP group keeps whole
+        (multi-head latent attention: every head reads it)."""
+        return 1 if self.kv_latent and not layout.data_parallel else tp
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes of its routed experts' weights (0 for a dense unit)."""
+        return self.moe.get("expert_bytes", 0.0) if self.moe else 0.0
+
+    def device_weights(self, tp: int, layout: ExpertLayout = ExpertLayout.TP) -> float:
+        """Weight bytes one device of a group of `tp` holds for this unit: 1/tp, or, data-parallel,
+        all but the routed experts whole (hetc/experts.py)."""
+        return self.param_bytes - self.expert_bytes * (1 - 1 / tp) if layout.data_parallel else self.param_bytes / tp
 
     def kv_bytes(self, tokens: float, windowed: bool) -> float:
         """K/V bytes the unit keeps for a sequence of `tokens` tokens (`kv_tokens`)."""

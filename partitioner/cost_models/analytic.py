@@ -18,7 +18,8 @@ from `efficiency_curves.memory` by bytes moved (or the op's own curve, or its ki
 bound by arithmetic on a CPU; a gather by its bytes per row); where the profile has no
 curve its scalar `efficiency` applies. Decode attention reads each sequence's K/V for its
 context (GQA-aware: the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
-its tokens touch, and each touched expert runs a GEMM of its share of the rows. Every
+its tokens touch, in one grouped kernel as engines run it: a GEMM of the rows per touched expert
+over all the touched weights a device holds (expert layouts: hetc/experts.py). Every
 efficiency and overhead comes from the profile (with its source), none from code.
 
 A step may be mixed (`Step.mixed`): decode sequences and prompt chunks in one batch, as the
@@ -129,6 +130,9 @@ class CostParams:
     profile: Profile
     dtype: str
     tp: int
+    ep: int  # routed experts whole over `ep` devices (1: split like the rest over tp)
+    dp: int  # the token-wise work split over `dp` devices by sequence (data-parallel attention), the routed experts' excepted
+    imbalance: float  # under ep > 1: the busiest device's routed rows over the mean
     peak: float
     bandwidth: float
     eff_matmul: float
@@ -147,12 +151,14 @@ class CostParams:
     memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
 
 
-_PARAMS: dict[tuple[int, str, int], CostParams] = {}
+_PARAMS: dict[tuple, CostParams] = {}
 
 
-def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
-    """The prepared parameters of `profile` for weights of `dtype` on a TP group of `tp` (cached)."""
-    key = (id(profile), dtype, tp)
+def cost_params(profile: Profile, dtype: str, tp: int = 1, ep: int = 1, dp: int = 1, imbalance: float = 1.0) -> CostParams:
+    """The prepared parameters of `profile` for weights of `dtype` on a TP group of `tp` (cached): with
+    `ep` > 1 the routed experts lie whole over ep devices, with `dp` > 1 the rest runs per device on
+    1/dp of the step's sequences (hetc/experts.py's layouts)."""
+    key = (id(profile), dtype, tp, ep, dp, imbalance)
     cp = _PARAMS.get(key)
     if cp is not None and cp.profile is profile:
         return cp
@@ -167,6 +173,9 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1) -> CostParams:
         profile=profile,
         dtype=cd,
         tp=tp,
+        ep=ep,
+        dp=dp,
+        imbalance=imbalance,
         peak=profile.peak_flops[cd],
         bandwidth=profile.memory_bandwidth,
         eff_matmul=profile.efficiency.matmul_for(cd),
@@ -217,12 +226,19 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
     if op.kind in ("matmul", "conv", "moe"):
         flops = _at(op.flops, step) / tp
         weights = op.weight_bytes / tp
-        rows = op.rows(t)
+        rows, nk = op.rows(t), op.nk / tp
         if op.kind == "moe" and op.experts:
             share = _expert_fraction(op.experts, op.top_k, t)
-            weights *= share
             rows = max(t * op.top_k / (op.experts * share), 1.0)  # rows per touched expert
-        e = cp.matmul(rows, op.nk / tp) if cp.matmul and op.nk > 0 else cp.eff_matmul
+            if cp.ep > 1:  # E/ep experts whole on each device: the busiest one's routed rows, its own touched experts
+                flops, act = _at(op.flops, step) / cp.ep * cp.imbalance, _at(op.act_bytes, step) / cp.ep * cp.imbalance
+                weights = op.weight_bytes / cp.ep * share
+            else:
+                weights *= share
+            # one grouped kernel over every touched expert (vLLM's fused_moe, DeepGEMM's grouped GEMMs): a GEMM of
+            # the rows per expert over all the touched weights this device holds, not one small GEMM per expert
+            nk = op.nk * op.experts * share / max(tp, cp.ep)
+        e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
         return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
@@ -287,6 +303,20 @@ def _within(step: Step, window: int) -> Step:
     return Step(step.tokens, step.seqs, min(step.ctx, window), prefill, step.spec)
 
 
+def _per_device(step: Step, dp: int) -> Step:
+    """The part of `step` the busiest of `dp` data-parallel devices runs: each part's sequences
+    spread evenly, a sequence whole on one device (fewer sequences than devices: one each)."""
+
+    def ways(seqs: float) -> float:
+        return min(max(seqs, 1.0), dp)
+
+    pre = step.prefill
+    if pre is not None:
+        pre = Step(pre.tokens / ways(pre.seqs), pre.seqs / ways(pre.seqs), pre.ctx)
+    d = ways(step.seqs)
+    return Step(step.tokens / d, step.seqs / d, step.ctx, pre, step.spec)
+
+
 def unit_time(u: Unit, cp: CostParams, step: Step, windowed: bool = False) -> float:
     """Seconds for unit `u` in `step` on one device, its kernels as the profile's backend runs them
     (a sliding layer's attention over its window alone where `windowed`: Unit.kv_tokens)."""
@@ -298,24 +328,39 @@ def unit_time(u: Unit, cp: CostParams, step: Step, windowed: bool = False) -> fl
     device = kernels * ex.kernel_overhead
     if windowed and u.kv_window:  # every op of the layer that grows with the context (attention, its mask) sees the window's
         step = _within(step, u.kv_window)
+    own = _per_device(step, cp.dp) if cp.dp > 1 else step  # data-parallel: the busiest device's sequences
     for o in ops:
         kv = u.kv_bytes_per_token * o.kv_bytes_per_token / kv_ops if o.kind == "attention" and kv_ops else 0.0
-        device += o.count * op_time(o, cp, step, kv)
+        routed = o.kind == "moe" and o.experts  # dispatched from every device's tokens
+        device += o.count * op_time(o, cp, step if routed else own, kv)
     if ex.replays(step.decode_only):
         return device
     launches = kernels * cp.launch
     return max(device, launches) if ex.launch == "async" else device + launches
 
 
-def units_time(units: list[Unit], profile: Profile, step: Step, *, dtype: str, kv_dtype: str, tp: int = 1, windowed: bool = False) -> float:
+def units_time(
+    units: list[Unit],
+    profile: Profile,
+    step: Step,
+    *,
+    dtype: str,
+    kv_dtype: str,
+    tp: int = 1,
+    windowed: bool = False,
+    ep: int = 1,
+    dp: int = 1,
+    imbalance: float = 1.0,
+) -> float:
     """Seconds for `units` in one step on one device of `profile` (each of a TP group of `tp`
-    doing 1/tp of the work; the group's all-reduce and the step's host overhead are the
+    doing 1/tp of the work; the group's collectives and the step's host overhead are the
     caller's). K/V bytes are the units' own, already at the KV-cache dtype `kv_dtype`; `windowed`:
-    the engine's sliding layers read their window alone (unit_time).
+    the engine's sliding layers read their window alone (unit_time); `ep`, `dp`, `imbalance`: an
+    expert-parallel layout's (cost_params).
 
     Units with equal contents cost the same, so each is computed once per step and profile.
     """
-    cp = cost_params(profile, dtype, tp)
+    cp = cost_params(profile, dtype, tp, ep, dp, imbalance)
     memo = cp.memo.get((step, windowed))
     if memo is None:
         if len(cp.memo) > _MEMO_LIMIT // 64:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hetc.cluster import Cluster, Link, Node, resolve_link
 from hetc.partitioner.cost_models.collectives import MEASURED_ALLREDUCE
 
-__all__ = ["hops", "transfer_time", "path_name", "allreduce_time"]
+__all__ = ["hops", "transfer_time", "path_name", "allreduce_time", "alltoall_time"]
 
 
 def hops(cluster: Cluster, a: Node, b: Node) -> list[Link]:
@@ -62,3 +62,17 @@ def _alpha_beta(nbytes: float, tp: int, link: Link) -> float:
     if link.scope == "per_peer":
         return share / (link.bandwidth * (tp - 1)) + 2 * link.latency
     return share / link.bandwidth + 2 * (tp - 1) * link.latency
+
+
+def alltoall_time(nbytes: float, ways: int, link: Link | None) -> float:
+    """Seconds for one all-to-all over a group of `ways` devices in which each sends `nbytes` spread
+    evenly over the group (its own share stays): an MoE layer's dispatch or combine under expert
+    parallelism. α–β, the sends to every peer at once: a shared fabric carries (ways−1)/ways of the
+    bytes at the device's bandwidth, a mesh of per-peer links each peer's share on its own link."""
+    if ways <= 1:
+        return 0.0
+    if link is None:
+        raise ValueError("an expert-parallel group needs an intra-node link")
+    out = nbytes * (ways - 1) / ways
+    per_peer = link.scope == "per_peer"
+    return out / (link.bandwidth * (ways - 1) if per_peer else link.bandwidth) + link.latency

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import KV_BLOCK_TOKENS
 
@@ -32,6 +33,7 @@ def stage_memory(
     logits_bytes_per_token: float = 0.0,
     shared_tokens: int = 0,
     windowed: bool = False,
+    layout: ExpertLayout = ExpertLayout.TP,
 ) -> StageMemory:
     """Bytes one device of a stage holds.
 
@@ -44,12 +46,19 @@ def stage_memory(
         logits_bytes_per_token: extra per-token output kept by the last stage (fp32 logits).
         shared_tokens: KV tokens held once for all sequences (shared prompt prefixes), in whole blocks.
         windowed: the engine keeps at most a sliding layer's window (Unit.kv_tokens).
+        layout: how a group of tp runs MoE layers (hetc/experts.py); data-parallel, each device holds
+            all but the routed experts whole, and its own 1/tp of the sequences with their K/V.
     """
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
+    weights = sum(params.values())
+    if layout.data_parallel:
+        weights -= sum(u.expert_bytes for u in units) * (1 - 1 / tp)
+    else:
+        weights /= tp
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    kv = sum((batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed)) / u.kv_ways(tp) for u in units)
-    step_tokens = max(prefill_chunk, batch)
+    kv = sum((batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed)) / u.kv_ways(tp, layout) for u in units)
+    step_tokens = max(prefill_chunk, batch / tp if layout.data_parallel else batch)
     act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
-    return StageMemory(sum(params.values()) / tp, kv, act)
+    return StageMemory(weights, kv, act)

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.analytic import Step, units_time
-from hetc.partitioner.cost_models.links import allreduce_time, hops, transfer_time
+from hetc.partitioner.cost_models.links import allreduce_time, alltoall_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.capture.units import Unit
+from hetc.experts import DEFAULT_IMBALANCE, ExpertLayout
 from hetc.kv_blocks import cached_tokens
 from hetc.scheduling import KV_BLOCK_TOKENS, PREFILL_CHUNK, Phase
 
@@ -74,16 +75,32 @@ class Workload:
     spec_tokens: int = 0  # speculation: proposals per round K (0: none); a decode step verifies K + 1 tokens per sequence
     spec_yield: float = 1.0  # tokens a sequence gains per verify step (hetc.speculation.expected_tokens_per_round)
     windowed: bool = False  # the engines keep at most a sliding layer's window of K/V (Cluster.windowed_kv, Unit.kv_tokens)
+    experts: ExpertLayout = ExpertLayout.TP  # how a TP group of g devices runs MoE layers (hetc/experts.py)
+    imbalance: float = DEFAULT_IMBALANCE  # under expert parallelism: the busiest device's routed rows over the mean
 
     def __post_init__(self) -> None:
         if self.spec_tokens < 0 or not 1.0 <= self.spec_yield <= self.spec_tokens + 1:
             raise ValueError(f"speculation: {self.spec_yield} tokens per round is outside [1, K + 1] for K = {self.spec_tokens}")
+        if self.imbalance < 1.0:
+            raise ValueError(f"expert imbalance {self.imbalance} is below 1 (the busiest device's load over the mean)")
 
     @staticmethod
-    def of(input_len: int, output_len: int, dtype: str, kv_dtype: str, prefix_len: int = 0, prefix_groups: int = 1, windowed: bool = False) -> "Workload":
+    def of(
+        input_len: int,
+        output_len: int,
+        dtype: str,
+        kv_dtype: str,
+        prefix_len: int = 0,
+        prefix_groups: int = 1,
+        windowed: bool = False,
+        experts: ExpertLayout = ExpertLayout.TP,
+        imbalance: float = DEFAULT_IMBALANCE,
+    ) -> "Workload":
         """A workload whose prompts begin with one of `prefix_groups` shared prefixes of `prefix_len` tokens."""
         cached = cached_tokens(input_len, prefix_len)
-        return Workload(input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed)
+        return Workload(
+            input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed, experts=experts, imbalance=imbalance
+        )
 
     def kv_bytes(self, units: list[Unit], tokens: float) -> float:
         """K/V bytes `units` keep for `tokens` tokens of one sequence (a sliding layer's window at most, where kept so)."""
@@ -163,12 +180,22 @@ def _engine_steps(step: Step) -> int:
 
 
 def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workload) -> float:
-    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp, windowed=wl.windowed)
-    if tp > 1:
-        ex = node.profile.execution
-        reduce = sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, ex.replays(step.decode_only)) for u in units if u.params)
-        t += reduce * ex.collective if ex.collective != 1.0 else reduce  # the engine's collective path (hetc/engine.py)
-    return t
+    """One step of `units` on a group of `tp` devices in the workload's expert layout (hetc/experts.py):
+    its units' time and its collectives — one all-reduce per unit holding weights, or, data-parallel,
+    an MoE unit's dispatch and combine all-to-alls (the busiest device's share of the routed tokens)."""
+    lay = wl.experts if tp > 1 else ExpertLayout.TP
+    dp = tp if lay.data_parallel else 1
+    ep = tp if lay != ExpertLayout.TP else 1
+    imbalance = wl.imbalance if ep > 1 else 1.0  # one cost-parameter set for every layout of no expert parallelism
+    t = units_time(units, node.profile, step, dtype=wl.dtype, kv_dtype=wl.kv_dtype, tp=tp // dp, windowed=wl.windowed, ep=ep, dp=dp, imbalance=imbalance)
+    if tp == 1:
+        return t
+    if dp > 1:
+        routed = step.total_tokens / tp * wl.imbalance  # the busiest device's routed tokens
+        return t + sum(2 * alltoall_time(routed * u.moe["top_k"] * u.out_bytes_per_token, tp, node.link) for u in units if u.moe)
+    ex = node.profile.execution
+    reduce = sum(allreduce_time(step.total_tokens * u.out_bytes_per_token, tp, node.link, ex.replays(step.decode_only)) for u in units if u.params)
+    return t + (reduce * ex.collective if ex.collective != 1.0 else reduce)  # the engine's collective path (hetc/engine.py)
 
 
 def draft_steps(step: Step) -> tuple[tuple[int, Step], ...]:
@@ -335,6 +362,7 @@ def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, la
         logits_bytes_per_token=logits,
         shared_tokens=wl.shared_tokens(phase),
         windowed=wl.windowed,
+        layout=wl.experts,
     )
 
 

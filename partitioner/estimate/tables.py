@@ -23,6 +23,7 @@ import numpy as np
 from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
+from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
 
@@ -164,7 +165,8 @@ class Tables:
 
     def most(self, kind: Kind, phase: Phase = Phase.BOTH) -> np.ndarray:
         """most[i, k]: the most sequences at which units [i, i+k) fit one device of `kind` (0 if
-        none). A stage holds weights/tp + b·KV/tp (an MLA latent whole: Unit.kv_ways) + max(chunk, b)·activations: linear in b on
+        none). A stage holds weights/tp + b·KV/tp (an MLA latent whole: Unit.kv_ways) + max(chunk, b)·activations (data-parallel
+        layouts: the routed experts' weights alone split, and b/tp in a device's step: stage_memory): linear in b on
         each side of the prefill chunk, so the largest b comes in closed form (then checked)."""
         key = (self._kind(kind), phase)
         if key not in self._most:
@@ -172,20 +174,27 @@ class Tables:
             wl = self.wl
             chunk = min(wl.prefill_chunk, wl.input_len)
 
-            def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range, per device
-                cum = np.concatenate([[0.0], np.cumsum([x.kv_bytes(tokens, wl.windowed) / x.kv_ways(kind.tp) for x in self.units])])
-                return cum[i + k] - cum[i]
+            lay = wl.experts if kind.tp > 1 else ExpertLayout.TP
+            dp = kind.tp if lay.data_parallel else 1  # data-parallel: a device's own 1/tp of the sequences in a step
 
-            base, per_seq, act = weights / kind.tp + kv(wl.shared_tokens(phase)), kv(wl.kv_tokens(phase)), amax[i, k] + np.where(last, logits, 0.0)
+            def cum(per_unit: list[float]) -> np.ndarray:  # each range's sum
+                c = np.concatenate([[0.0], np.cumsum(per_unit)])
+                return c[i + k] - c[i]
+
+            def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range, per device
+                return cum([x.kv_bytes(tokens, wl.windowed) / x.kv_ways(kind.tp, lay) for x in self.units])
+
+            held = weights - cum([x.expert_bytes for x in self.units]) * (1 - 1 / kind.tp) if dp > 1 else weights / kind.tp
+            base, per_seq, act = held + kv(wl.shared_tokens(phase)), kv(wl.kv_tokens(phase)), amax[i, k] + np.where(last, logits, 0.0)
             cap = kind.profile.usable_memory
 
             def mem(b: np.ndarray) -> np.ndarray:
-                return base + b * per_seq + np.maximum(chunk, b) * act
+                return base + b * per_seq + np.maximum(chunk, b / dp) * act
 
             with np.errstate(divide="ignore", invalid="ignore"):
-                above = np.floor((cap - base) / (per_seq + act))  # b ≥ chunk
-                below = np.floor((cap - base - chunk * act) / per_seq)  # b < chunk
-            b = np.where(mem(np.full_like(base, chunk)) <= cap, above, np.minimum(below, chunk - 1))
+                above = np.floor((cap - base) / (per_seq + act / dp))  # b ≥ chunk·dp
+                below = np.floor((cap - base - chunk * act) / per_seq)  # b < chunk·dp
+            b = np.where(mem(np.full_like(base, chunk * dp)) <= cap, above, np.minimum(below, chunk * dp - 1))
             b = np.nan_to_num(np.clip(b, 0, MOST), nan=MOST)
             b = np.where(mem(b + 1) <= cap, b + 1, b)  # the closed form to the last bit
             b = np.where((b > 0) & (mem(b) > cap), b - 1, b)
