@@ -138,10 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--engine", metavar="ENGINE", help=ENGINE_HELP)
     pl.add_argument(
         "--experts",
-        choices=["auto", *(x.value for x in ExpertLayout)],
+        choices=["default", "auto", *(x.value for x in ExpertLayout)],
         default=d("experts"),
         help="an MoE model's layout on tensor-parallel groups: tp (experts split), ep (experts whole, E/g each), dp-ep (attention "
-        "data-parallel, experts EP); auto: each the engines serve, the best kept (default %(default)s; docs/moe.md)",
+        "data-parallel, experts EP); default: the one the engine runs unless told (vLLM, SGLang, TensorRT-LLM: tp; hetc: ep); "
+        "auto: each the engines serve, solved in a share of --time-limit, the best kept (docs/moe.md)",
     )
     pl.add_argument(
         "--expert-imbalance",

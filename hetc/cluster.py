@@ -444,6 +444,14 @@ class Cluster:
         return [lay for lay in ExpertLayout if all(lay in s for s in served)]
 
     @property
+    def expert_layout(self) -> ExpertLayout:
+        """The layout the cluster's engines run unless told: every node's engine's default where they
+        agree, else the first layout all serve (a node built without an engine: `tp`)."""
+        defaults = {load_engine(n.engine.name).experts.default if n.engine is not None else ExpertLayout.TP for n in self.nodes}
+        served = self.expert_layouts
+        return defaults.pop() if len(defaults) == 1 and defaults <= set(served) else (served or [ExpertLayout.TP])[0]
+
+    @property
     def engines(self) -> str:
         """The engines the cluster's figures assume, in words: `hetc`, or `a: vllm, b: hetc`."""
         names = {str(n.engine) for n in self.nodes}

@@ -125,10 +125,18 @@ class SlidingWindows(_Strict):
 
 
 class ExpertLayouts(_Strict):
-    """The MoE layouts (hetc/experts.py) an engine serves a tensor-parallel group's experts in."""
+    """The MoE layouts (hetc/experts.py) an engine serves a tensor-parallel group's experts in, and the
+    one it runs unless told (what `hetc plan` plans by default)."""
 
     layouts: list[ExpertLayout] = Field(min_length=1)
+    default: ExpertLayout
     source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_default(self) -> ExpertLayouts:
+        if self.default not in self.layouts:
+            raise ValueError(f"default {self.default.value} is not among the layouts {[x.value for x in self.layouts]}")
+        return self
 
 
 class EngineSpec(_Strict):

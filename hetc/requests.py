@@ -133,12 +133,12 @@ class PlanRequest:
     prefix_len: int = 0  # every prompt's first tokens are one of prefix_groups shared prefixes (priced as prefix-cache hits)
     prefix_groups: int = 1
     spec: SpecRequest = dataclasses.field(default_factory=SpecRequest)  # speculative decoding (off by default)
-    experts: str = "auto"  # --experts: an MoE model's layout (hetc/experts.py), or auto: each the engines serve, the best kept
+    experts: str = "default"  # --experts: an MoE model's layout (hetc/experts.py); default: the engines' own; auto: each they serve, the best kept
     imbalance: float = DEFAULT_IMBALANCE  # --expert-imbalance: the busiest device's routed rows over the mean under EP
 
     def __post_init__(self) -> None:
         _check_engine(self.engine)
-        if self.experts != "auto":
+        if self.experts not in ("default", "auto"):
             self.experts = _member(ExpertLayout, self.experts, "--experts")
         if not self.imbalance >= 1.0:
             raise BadInput(

@@ -1,9 +1,9 @@
 """Which expert layouts (hetc/experts.py) a plan of an MoE model compares, and the one it keeps.
 
 The layout is one per plan: every tensor-parallel group of it runs its MoE layers the same way, as
-one engine deployment does. The planner solves each layout the cluster's engines serve (or the one
-`--experts` names) in its share of `--time-limit` and keeps the best by the objective; plan.json's
-`experts` lists every layout's figure, so a reader sees why. A throughput plan's bound is the largest
+one engine deployment does. By default the planner plans the layout the engines run unless told;
+`--experts auto` solves each layout they serve in its share of `--time-limit` and keeps the best by
+the objective (plan.json's `experts` lists every layout's figure, so a reader sees why). A throughput plan's bound is the largest
 of the layouts' bounds: a valid bound on every plan of any of them.
 """
 
@@ -45,7 +45,8 @@ def _groups_possible(cluster: Cluster, tp: str) -> bool:
 
 def expert_layouts(req: PlanRequest, cluster: Cluster, units: list[Unit]) -> list[ExpertLayout]:
     """The layouts to solve: [TP] for a dense model or a cluster whose stages are single devices (every
-    layout prices alike there); else `--experts`'s, or every one the cluster's engines serve.
+    layout prices alike there); else `--experts`'s: the engines' default layout, one named, or (auto)
+    every one the cluster's engines serve.
 
     Raises:
         BadInput: `--experts` names a layout an engine of the cluster does not serve.
@@ -53,6 +54,8 @@ def expert_layouts(req: PlanRequest, cluster: Cluster, units: list[Unit]) -> lis
     if not any(u.moe for u in units) or not _groups_possible(cluster, req.tp):
         return [ExpertLayout.TP]
     served = cluster.expert_layouts
+    if req.experts == "default":
+        return [cluster.expert_layout]
     if req.experts == "auto":
         if not served:
             raise BadInput(

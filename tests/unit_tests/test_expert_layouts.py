@@ -148,6 +148,7 @@ def test_whole_experts_never_beat_split_ones_under_tensor_parallel_attention(dee
 def test_hetc_plans_its_own_layout_and_refuses_another(tmp_path):
     plan = _plan(tmp_path, "hetc")
     assert plan.experts is not None and plan.experts.layout == ExpertLayout.EP and plan.experts.options == []
+    assert _plan(tmp_path, "vllm", "default").experts.layout == ExpertLayout.TP  # vLLM's own without flags
     with pytest.raises(BadInput, match="--experts dp-ep"):
         _plan(tmp_path, "hetc", "dp-ep")
 
