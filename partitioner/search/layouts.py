@@ -3,8 +3,9 @@
 The layout is one per plan: every tensor-parallel group of it runs its MoE layers the same way, as
 one engine deployment does. By default the planner plans the layout the engines run unless told;
 `--experts auto` solves each layout they serve in its share of `--time-limit` and keeps the best by
-the objective (plan.json's `experts` lists every layout's figure, so a reader sees why). A throughput plan's bound is the largest
-of the layouts' bounds: a valid bound on every plan of any of them.
+the objective (plan.json's `experts` lists every layout's figure, so a reader sees why). A throughput
+plan's bound is the largest of the layouts' bounds: a valid bound on every plan of any of them; the
+other objectives' bounds are the kept layout's (the plan's notes say so).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hetc.experts import IMBALANCE_SOURCE, DEFAULT_IMBALANCE, ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.search.solver import Solution
-from hetc.plan import Experts, LayoutOption, Plan
+from hetc.plan import Experts, LayoutOption, Plan, UnitKind
 from hetc.requests import PlanRequest
 from hetc.scheduling import Objective
 
@@ -97,10 +98,12 @@ DOMINATED = (
 def experts_record(runs: list[LayoutRun], best: LayoutRun, req: PlanRequest, plan: Plan, cluster: Cluster) -> Experts | None:
     """plan.json's `experts` (None for a dense model's plan): the layout kept, its imbalance and source,
     and every layout compared with its figure (and its own bound, throughput)."""
-    if not any(u.kind.value == "moe" for u in plan.units):
+    if not any(u.kind == UnitKind.MOE for u in plan.units):
         return None
     source = IMBALANCE_SOURCE if req.imbalance == DEFAULT_IMBALANCE else "given by --expert-imbalance"
     options = [LayoutOption(layout=r.layout, objective=r.value, bound=r.bound, chosen=r is best, note=r.note) for r in runs]
+    if len(runs) > 1 and req.objective != Objective.THROUGHPUT:
+        plan.solver.notes.append(f"the {req.objective} bound covers plans of the kept layout ({best.layout.value}) only; the other layouts: experts.options")
     if len(runs) > 1 and ExpertLayout.EP in cluster.expert_layouts and all(r.layout != ExpertLayout.EP for r in runs):
         options.insert(1, LayoutOption(layout=ExpertLayout.EP, objective=None, note=DOMINATED))
     return Experts(layout=best.layout, imbalance=req.imbalance, imbalance_source=source, options=options if len(runs) > 1 else [])
