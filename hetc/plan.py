@@ -29,6 +29,7 @@ SCHEMA: Literal["hetc.plan/1"] = "hetc.plan/1"
 __all__ = [
     "SCHEMA",
     "Baseline",
+    "Disaggregated",
     "Drafter",
     "Experts",
     "LayoutOption",
@@ -259,6 +260,21 @@ class LayoutOption(_M):
     note: str = ""
 
 
+class Disaggregated(_M):
+    """Attention on one node, the MoE layers on another (partitioner/search/split_experts.py): its
+    prediction at its best batch, each side's and the network's busy ms per round, and what the
+    plan's pipelines on those two nodes alone give. An evaluated alternative: not placed."""
+
+    attention_node: str
+    experts_node: str
+    batch: int = Field(ge=1)
+    output_tok_s: float = Field(ge=0)
+    attention_ms: float = Field(ge=0)
+    experts_ms: float = Field(ge=0)
+    network_ms: float = Field(ge=0)
+    plan_tok_s: float = Field(ge=0)
+
+
 class Experts(_M):
     """How the plan's tensor-parallel groups run the MoE layers (hetc/experts.py): one layout for every
     stage of tp > 1, the imbalance its expert-parallel prices assume and where that figure came from,
@@ -268,6 +284,7 @@ class Experts(_M):
     imbalance: float = Field(ge=1)
     imbalance_source: str
     options: list[LayoutOption] = []
+    disaggregated: list[Disaggregated] = []  # attention and experts on different nodes, best first (throughput plans)
 
 
 class Plan(_M):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from hetc import __version__
 from hetc.cluster import TP_SIZES, Cluster, ClusterSpec, load_cluster
 from hetc.errors import BadInput, Infeasible
+from hetc.experts import ExpertLayout
 from hetc.plan import (
     SCHEMA,
     Baseline,
@@ -44,6 +45,7 @@ from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, s
 from hetc.partitioner.search.given import evaluate_placement
 from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
 from hetc.partitioner.search.layouts import LayoutRun, chosen_layout, expert_layouts, experts_record
+from hetc.partitioner.search.split_experts import disaggregated, disaggregation_note
 from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
@@ -115,6 +117,10 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
         sol.notes.append(f"baselines use every device, ignoring --power-budget {req.power_budget_w:g} W")
     plan = build_plan(model, cluster, wl, req, sol, baselines, cpu=plain)
     plan.experts = experts_record(runs, best, req, plan, cluster)
+    if plan.experts is not None and req.objective == Objective.THROUGHPUT and given is None:
+        plan.experts.disaggregated = disaggregated(model.units, cluster, replace(wl, experts=ExpertLayout.DP_EP), sol)
+        if plan.experts.disaggregated:
+            plan.solver.notes.append(disaggregation_note(plan.experts.disaggregated[0]))
     if req.placement:  # recorded as given, beside the predictions
         plan.placement = GivenPlacement(given=req.placement, batch=req.batch)
     plan.solver.cpu_seconds = searched.cpu_seconds

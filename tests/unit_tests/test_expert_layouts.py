@@ -8,6 +8,7 @@ the engines serve and keeps the best, and hetc serve refuses the layouts it does
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -178,3 +179,51 @@ def test_dense_models_have_no_layout(tmp_path):
     cl.write_text("name: two\nengine: vllm\nnodes:\n  - {name: a, device: h100-sxm, count: 2, link: nvlink4}\n")
     plan = make_plan(PlanRequest(model=str(FIXTURES / "tiny-llama"), profiles=str(cl), input_len=128, output_len=32, time_limit=4))
     assert plan.experts is None and math.isfinite(plan.solver.bound)
+
+
+def test_attention_expert_disaggregation_round(deepseek, tmp_path):
+    """Attention on one node, experts on another (split_experts.py): each side busy for its units' steps,
+    the network for two transfers per MoE layer; with a free network the round is the busier side's (the
+    ping-pong hides the other), and an expert node too small to hold the experts gets no estimate."""
+    from hetc.cluster import load_cluster
+    from hetc.partitioner.estimate.simulate import Round
+    from hetc.partitioner.search.split_experts import PING_PONG, split_estimate
+
+    cl = tmp_path / "c.yaml"
+    cl.write_text(
+        "name: two\nengine: vllm\nnodes:\n  - {name: a, device: h100-sxm, count: 2, link: nvlink4}\n"
+        "  - {name: b, device: h200-sxm, count: 4, link: nvlink4}\nnetwork: {default: {bandwidth: 400 PB/s, latency: 1 ns}}\n"
+    )
+    cluster = load_cluster(str(cl))
+    a, b = cluster.nodes
+    wl = Workload(128, 32, "bf16", "bf16", experts=ExpertLayout.DP_EP, imbalance=1.2)
+    got = split_estimate(deepseek.units, cluster, wl, a, b, 64)
+    assert got is not None
+    dense, moe = [u for u in deepseek.units if not u.moe], [u for u in deepseek.units if u.moe]
+    steps = Round.of(wl, 64, PING_PONG).steps
+    kw = dict(dtype="bf16", kv_dtype="bf16")
+    want_a = sum(n * (units_time(dense, a.profile, s, **kw, dp=2) + a.profile.step_overhead) for n, s in steps)
+    want_e = sum(n * (units_time(moe, b.profile, s, **kw, ep=4, dp=4, imbalance=1.2) + b.profile.step_overhead) for n, s in steps)
+    assert (got.attention_s, got.experts_s) == (pytest.approx(want_a), pytest.approx(want_e))
+    assert got.network_s < 1e-3 * max(want_a, want_e)
+    assert got.round_s == pytest.approx(max(want_a, want_e, (want_a + want_e + got.network_s) / PING_PONG))
+    small = b.profile.model_copy(update={"memory": 1e6, "reserved_memory": 0.0})
+    assert split_estimate(deepseek.units, cluster, wl, a, replace(b, profile=small), 64) is None
+
+
+def test_the_plan_reports_disaggregation_beside_its_own_pipelines(tmp_path):
+    from hetc.partitioner.planner import PlanRequest, make_plan
+
+    cl = tmp_path / "c.yaml"
+    cl.write_text(
+        "name: two\nengine: vllm\nnodes:\n  - {name: a, device: h100-sxm, count: 2, link: nvlink4}\n"
+        "  - {name: b, device: a100-80g-sxm, count: 2, link: nvlink3}\nnetwork: {default: roce-400g}\n"
+    )
+    plan = make_plan(PlanRequest(model=str(FIXTURES / "tiny-deepseek-v3"), profiles=str(cl), input_len=128, output_len=32, time_limit=6))
+    dis = plan.experts.disaggregated
+    assert {(d.attention_node, d.experts_node) for d in dis} == {("a", "b"), ("b", "a")}
+    assert dis == sorted(dis, key=lambda d: -d.output_tok_s)
+    assert any(n.startswith(f"attention on {dis[0].attention_node}, experts on {dis[0].experts_node}") for n in plan.solver.notes)
+    on_both = [p for p in plan.pipelines if p.phase == "both"]
+    if len(on_both) == len(plan.pipelines):  # every pipeline lies on the two nodes: the plan's figure is theirs
+        assert dis[0].plan_tok_s == pytest.approx(plan.predicted.output_tok_s, rel=1e-6)
