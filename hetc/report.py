@@ -54,6 +54,16 @@ def print_plan(plan: Plan, console: Console) -> None:
         f"input {plan.workload.input_len} / output {plan.workload.output_len} tokens"
     )
     console.print(f"engine: {plan_engines(plan)} (the serving engine the figures assume; --engine)", markup=False)
+    if plan.experts is not None:
+        ex = plan.experts
+        figures = [(o.layout.value, o.objective) for o in ex.options if o.objective is not None]
+        compared = "; ".join(f"{name} {v:,.0f}" if v >= 100 else f"{name} {v:.3g}" for name, v in figures)
+        console.print(
+            f"experts: {ex.layout.value} on tensor-parallel groups, imbalance {ex.imbalance:g}"
+            + (f" (compared, {plan.objective.unit}: {compared})" if compared else "")
+            + " — docs/moe.md",
+            markup=False,
+        )
     profiles = plan.cluster.profiles
     for p in plan.pipelines:
         role = {Phase.BOTH: "", Phase.PREFILL: " — prefill pool, one prompt per stage", Phase.DECODE: " — decode pool"}[p.phase]
