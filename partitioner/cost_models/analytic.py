@@ -19,7 +19,7 @@ bound by arithmetic on a CPU; a gather by its bytes per row); where the profile 
 curve its scalar `efficiency` applies. Decode attention reads each sequence's K/V for its
 context (GQA-aware: the K/V bytes are the cache's, before any head expansion). A MoE op streams only the experts
 its tokens touch, in one grouped kernel as engines run it: a GEMM of the rows per touched expert
-over all the touched weights a device holds (expert layouts: hetc/experts.py). Every
+over all the expert weights a device holds (expert layouts: hetc/experts.py). Every
 efficiency and overhead comes from the profile (with its source), none from code.
 
 A step may be mixed (`Step.mixed`): decode sequences and prompt chunks in one batch, as the
@@ -235,10 +235,15 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
                 weights = op.weight_bytes / cp.ep * share
             else:
                 weights *= share
-            # one grouped kernel over every touched expert (vLLM's fused_moe, DeepGEMM's grouped GEMMs): a GEMM of
-            # the rows per expert over all the touched weights this device holds, not one small GEMM per expert
-            nk = op.nk * op.experts * share / max(tp, cp.ep)
+            # one grouped kernel over every touched expert (vLLM's fused_moe, DeepGEMM's grouped GEMMs): a GEMM of the
+            # rows per expert over all the expert weights this device holds, not one small GEMM per expert. Read at every
+            # expert's weights, not the touched share's, so that only the rows move with the batch (envelope.py's
+            # running maximum along the rows then keeps the bound's costs per sequence nonincreasing)
+            nk = op.nk * op.experts / max(tp, cp.ep)
         e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
+        if op.kind == "moe" and op.experts and cp.ep > 1 and cp.matmul and nk > 0:
+            # the busiest device's rows per expert grow by the imbalance; its GEMM runs at most that much more efficiently
+            e = min(cp.matmul(rows * cp.imbalance, nk), e * cp.imbalance)
         return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp
