@@ -28,6 +28,12 @@ __all__ = ["Unit", "cut_units", "assign_layers", "replicate"]
 _COST_KEYS: dict[tuple, int] = {}  # interned cost-relevant contents of units (few distinct per model)
 
 
+def held_weights(weights, experts, tp: int, layout: ExpertLayout):
+    """Weight bytes one device of a group of `tp` holds of `weights` bytes, `experts` of them routed
+    experts' (floats or arrays): 1/tp, or, data-parallel, all but the routed experts whole (hetc/experts.py)."""
+    return weights - experts * (1 - 1 / tp) if layout.data_parallel else weights / tp
+
+
 @dataclass(frozen=True, slots=True)
 class Unit:
     """A contiguous slice of the model, the solver's smallest placement."""
@@ -115,9 +121,8 @@ class Unit:
         return self.moe.get("expert_bytes", 0.0) if self.moe else 0.0
 
     def device_weights(self, tp: int, layout: ExpertLayout = ExpertLayout.TP) -> float:
-        """Weight bytes one device of a group of `tp` holds for this unit: 1/tp, or, data-parallel,
-        all but the routed experts whole (hetc/experts.py)."""
-        return self.param_bytes - self.expert_bytes * (1 - 1 / tp) if layout.data_parallel else self.param_bytes / tp
+        """Weight bytes one device of a group of `tp` holds for this unit (`held_weights`)."""
+        return held_weights(self.param_bytes, self.expert_bytes, tp, layout)
 
     def kv_bytes(self, tokens: float, windowed: bool) -> float:
         """K/V bytes the unit keeps for a sequence of `tokens` tokens (`kv_tokens`)."""

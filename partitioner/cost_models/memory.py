@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from hetc.experts import ExpertLayout
-from hetc.partitioner.capture.units import Unit
+from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import KV_BLOCK_TOKENS
 
 __all__ = ["StageMemory", "stage_memory"]
@@ -52,11 +52,7 @@ def stage_memory(
     params: dict[str, float] = {}
     for u in units:
         params.update(u.params)
-    weights = sum(params.values())
-    if layout.data_parallel:
-        weights -= sum(u.expert_bytes for u in units) * (1 - 1 / tp)
-    else:
-        weights /= tp
+    weights = held_weights(sum(params.values()), sum(u.expert_bytes for u in units), tp, layout)
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     kv = sum((batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed)) / u.kv_ways(tp, layout) for u in units)
     step_tokens = max(prefill_chunk, batch / tp if layout.data_parallel else batch)

@@ -102,6 +102,10 @@ class Workload:
             input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed, experts=experts, imbalance=imbalance
         )
 
+    def layout(self, tp: int) -> ExpertLayout:
+        """How a group of `tp` devices runs the MoE layers: the workload's layout, or `tp` for one device (every layout alike)."""
+        return self.experts if tp > 1 else ExpertLayout.TP
+
     def kv_bytes(self, units: list[Unit], tokens: float) -> float:
         """K/V bytes `units` keep for `tokens` tokens of one sequence (a sliding layer's window at most, where kept so)."""
         return sum(u.kv_bytes(tokens, self.windowed) for u in units)
@@ -183,7 +187,7 @@ def _step_time(units: list[Unit], node: Node, tp: int, step: "Step", wl: Workloa
     """One step of `units` on a group of `tp` devices in the workload's expert layout (hetc/experts.py):
     its units' time and its collectives — one all-reduce per unit holding weights, or, data-parallel,
     an MoE unit's dispatch and combine all-to-alls (the busiest device's share of the routed tokens)."""
-    lay = wl.experts if tp > 1 else ExpertLayout.TP
+    lay = wl.layout(tp)
     dp = tp if lay.data_parallel else 1
     ep = tp if lay != ExpertLayout.TP else 1
     imbalance = wl.imbalance if ep > 1 else 1.0  # one cost-parameter set for every layout of no expert parallelism

@@ -19,7 +19,6 @@ from hetc.cluster import Cluster, Node
 from hetc.partitioner.estimate.batches import MAX_BATCH, search
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.estimate.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
-from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Objective, Phase
 
@@ -142,7 +141,7 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     at their peak (tied weights counted per unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
     pointers, a running sum and a sliding-window max."""
     own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
-    lay = wl.experts if tp > 1 else ExpertLayout.TP
+    lay = wl.layout(tp)
     step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch / tp if lay.data_parallel else batch)
     mem_of = [u.device_weights(tp, lay) + (batch * u.kv_bytes(own, wl.windowed) + u.kv_bytes(shared, wl.windowed)) / u.kv_ways(tp, lay) for u in units]
     act = [step_tokens * u.act_bytes.per_token for u in units]

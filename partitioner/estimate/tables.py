@@ -23,8 +23,7 @@ import numpy as np
 from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
-from hetc.experts import ExpertLayout
-from hetc.partitioner.capture.units import Unit
+from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import Phase
 
 __all__ = ["Kind", "Tables", "kinds_of"]
@@ -174,7 +173,7 @@ class Tables:
             wl = self.wl
             chunk = min(wl.prefill_chunk, wl.input_len)
 
-            lay = wl.experts if kind.tp > 1 else ExpertLayout.TP
+            lay = wl.layout(kind.tp)
             dp = kind.tp if lay.data_parallel else 1  # data-parallel: a device's own 1/tp of the sequences in a step
 
             def cum(per_unit: list[float]) -> np.ndarray:  # each range's sum
@@ -184,7 +183,7 @@ class Tables:
             def kv(tokens: int) -> np.ndarray:  # K/V bytes of `tokens` per sequence over each range, per device
                 return cum([x.kv_bytes(tokens, wl.windowed) / x.kv_ways(kind.tp, lay) for x in self.units])
 
-            held = weights - cum([x.expert_bytes for x in self.units]) * (1 - 1 / kind.tp) if dp > 1 else weights / kind.tp
+            held = held_weights(weights, cum([x.expert_bytes for x in self.units]), kind.tp, lay)
             base, per_seq, act = held + kv(wl.shared_tokens(phase)), kv(wl.kv_tokens(phase)), amax[i, k] + np.where(last, logits, 0.0)
             cap = kind.profile.usable_memory
 
