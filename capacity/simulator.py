@@ -344,6 +344,10 @@ class _Sim:
         if self.spec is not None and any(it.draft for it in batch.items):
             accepted = [[0] * self.spec.accepted(len(it.draft)) if it.draft else [] for it in batch.items]
         outs = sched.on_result(batch, [0 if it.sample else -1 for it in batch.items], accepted)
+        # the lane sends its next micro-batch before the tokens reach the clients (lane._recv_loop), so
+        # a closed-loop client's next request cannot join the step its last token freed a place in
+        self._pump(i)
+        done: list[tuple[Callable[[RequestRecord], None], RequestRecord]] = []
         for o in outs:
             rec = self.records[o.seq.seq_id]
             while len(rec.token_times) < o.seq.num_generated:  # a round delivers its tokens at once
@@ -356,10 +360,12 @@ class _Sim:
                 self.spec_rejected += o.accepted < o.drafted
             if o.finished:
                 rec.preemptions = o.seq.preemptions
-                self.on_done.pop(o.seq.seq_id)(rec)
+                done.append((self.on_done.pop(o.seq.seq_id), rec))
         for seq in sched.handoffs:
             self._handoff(seq, i)
         sched.handoffs = []
+        for on_done, rec in done:
+            on_done(rec)
 
 
 def _ignore(_: RequestRecord) -> None:

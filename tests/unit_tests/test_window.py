@@ -80,7 +80,7 @@ def test_warmup_leaves_out_the_opening_burst(lanes):
     kept = o.requests[c : n - c]
     assert m["duration_s"] == pytest.approx(max(r.token_times[-1] for r in kept) - kept[0].arrival)
     assert m["output_throughput"] == pytest.approx(16 * (n - 2 * c) / m["duration_s"])
-    assert serving_metrics(o)["mean_ttft_ms"] > 1.04 * m["mean_ttft_ms"]
+    assert serving_metrics(o)["mean_ttft_ms"] > 1.02 * m["mean_ttft_ms"]
 
 
 def test_no_window_is_the_whole_run_and_seconds_count_from_the_ends(lanes):
