@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from hetc.partitioner.profiling.bench import Case
-from hetc.partitioner.profiling.hf_steps import decode_step, prefill_step
+from hetc.partitioner.profiling.hf_steps import decode_step, prefill_step, step_name
 
 __all__ = ["OpenVinoLlama"]
 
@@ -56,12 +56,13 @@ class OpenVinoLlama:
         args = [torch.randint(0, self.vocab, (sum(n_new),)), *paged.inputs(), paged.select, *caches]
         return Case(name, lambda: self.step(*args), reps=5, meta=meta)
 
-    def prefill_case(self, batch: int, tokens: int) -> Case:
+    def prefill_case(self, batch: int, tokens: int, cached: int = 0) -> Case:
+        """`batch` prompt chunks of `tokens` each, after `cached` tokens in their blocks (0: fresh prompts)."""
         return self._case(
-            f"prefill b{batch} t{tokens} openvino",
-            [0] * batch,
+            f"{step_name(batch, tokens, cached)} openvino",
+            [cached] * batch,
             [tokens] * batch,
-            {"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)},
+            {"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens, cached)},
         )
 
     def decode_case(self, batch: int, ctx: int) -> Case:

@@ -145,9 +145,9 @@ def sampled_step_time(units, profile: Profile, step: Step) -> float:
 def _step_rows(profile: Profile, quick: bool, measured: dict[str, float], units) -> list[Row]:
     shapes = held_out_shapes(quick)
     rows = []
-    for b, t in shapes.prefill_steps:
-        pred = sampled_step_time(units, profile, hf_steps.prefill_step(b, t))
-        rows.append(Row("prefill step", f"b{b} T={t}", pred, measured[f"prefill b{b} t{t}"]))
+    for b, t, c in shapes.prefill_steps:
+        pred = sampled_step_time(units, profile, hf_steps.prefill_step(b, t, c))
+        rows.append(Row("prefill step", f"b{b} T={t}" + (f" after {c}" if c else ""), pred, measured[hf_steps.step_name(b, t, c)]))
     for b, c in shapes.decode_steps:
         pred = sampled_step_time(units, profile, hf_steps.decode_step(b, c))
         rows.append(Row("decode step", f"b{b} L={c}", pred, measured[f"decode b{b} ctx{c}"]))

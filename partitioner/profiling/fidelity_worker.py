@@ -44,7 +44,7 @@ def measure(spec: dict) -> dict:
         model = OpenVinoLlama(spec["model"], units=capture_config(spec["model"]), threads=threads)
     else:
         model = hf_steps.build_llama(spec["model"])
-    steps = [model.prefill_case(b, t) if on["executor"] == "openvino" else hf_steps.prefill_case(model, b, t) for b, t in shapes.prefill_steps] + [
+    steps = [model.prefill_case(b, t, c) if on["executor"] == "openvino" else hf_steps.prefill_case(model, b, t, c) for b, t, c in shapes.prefill_steps] + [
         model.decode_case(b, c) if on["executor"] == "openvino" else hf_steps.decode_case(model, b, c) for b, c in shapes.decode_steps
     ]
     bench.run_cases(steps, rounds=rounds)

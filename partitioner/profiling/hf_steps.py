@@ -17,7 +17,7 @@ import torch
 from hetc.partitioner.cost_models.analytic import Step
 from hetc.partitioner.profiling.bench import Case
 
-__all__ = ["llama_config", "build_llama", "prefill_case", "decode_case", "prefill_step", "decode_step"]
+__all__ = ["llama_config", "build_llama", "prefill_case", "decode_case", "prefill_step", "decode_step", "step_name"]
 
 
 def llama_config(*, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int, vocab: int, max_positions: int = 4096) -> dict:
@@ -51,9 +51,10 @@ def build_llama(cfg: dict, *, device: str = "cpu", dtype: torch.dtype = torch.fl
     return model
 
 
-def prefill_step(batch: int, tokens: int) -> Step:
-    """The cost model's step for a prefill of `batch` prompts of `tokens`: mean context (T+1)/2."""
-    return Step(batch * tokens, batch, (tokens + 1) / 2)
+def prefill_step(batch: int, tokens: int, cached: int = 0) -> Step:
+    """The cost model's step for a prefill of `batch` prompt chunks of `tokens` after `cached` tokens
+    each: mean context cached + (T+1)/2."""
+    return Step(batch * tokens, batch, cached + (tokens + 1) / 2)
 
 
 def decode_step(batch: int, ctx: int) -> Step:
@@ -61,15 +62,38 @@ def decode_step(batch: int, ctx: int) -> Step:
     return Step(batch, batch, ctx + 1)
 
 
-def prefill_case(model, batch: int, tokens: int, *, device: str = "cpu") -> Case:
+def step_name(batch: int, tokens: int, cached: int = 0) -> str:
+    """A prefill case's name: its batch, its new tokens, and the cached ones before them."""
+    return f"prefill b{batch} t{tokens}" + (f" after{cached}" if cached else "")
+
+
+def prefill_case(model, batch: int, tokens: int, cached: int = 0, *, device: str = "cpu") -> Case:
+    """`batch` prompt chunks of `tokens` each, after `cached` tokens already in a static cache (0: a fresh prompt)."""
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, tokens), device=device)
+    meta = {"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens, cached)}
+    if not cached:
 
-    def fn():  # the final norm and LM head on each prompt's last token only, as every executor runs them
+        def fn():  # the final norm and LM head on each prompt's last token only, as every executor runs them
+            with torch.inference_mode():
+                return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+        return Case(step_name(batch, tokens), fn, reps=3, meta=meta)
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=cached + tokens)
+    pos = torch.arange(cached, cached + tokens, device=device)
+
+    def rewind():
+        for layer in cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.fill_(cached)  # type: ignore[union-attr]  # an initialized full-attention layer
+
+    def chunk():
         with torch.inference_mode():
-            return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True, logits_to_keep=1)
 
-    return Case(f"prefill b{batch} t{tokens}", fn, reps=3, meta={"phase": "prefill", "batch": batch, "tokens": tokens, "step": prefill_step(batch, tokens)})
+    return Case(step_name(batch, tokens, cached), chunk, reset=rewind, reps=3, meta=meta)
 
 
 def decode_case(model, batch: int, ctx: int, *, device: str = "cpu") -> Case:

@@ -30,6 +30,7 @@ __all__ = [
     "AttnShape",
     "matmul_cases",
     "attention_cases",
+    "chunk_mask",
     "memory_cases",
     "dispatch_cases",
     "copy_case",
@@ -187,8 +188,9 @@ def _openvino_matmul_cases(shapes: list[tuple[int, int, int]], *, dtype: str, ev
 class AttnShape:
     """Scaled-dot-product attention of `batch` sequences: `q` new tokens each over `kv` keys.
 
-    causal: a fresh prompt (q == kv, each token sees those before it); else every query
-    sees all `kv` keys (decode, q = 1).
+    causal: a prompt chunk: `q` new tokens after `kv − q` cached ones, each seeing the cache
+    and the chunk's tokens before it (q == kv: a fresh prompt; q < kv: a chunk after a cached
+    prefix or an earlier chunk); else every query sees all `kv` keys (decode, q = 1).
     """
 
     batch: int
@@ -201,8 +203,13 @@ class AttnShape:
 
     @property
     def mean_ctx(self) -> float:
-        """Keys each query attends to on average: (T+1)/2 for a causal prompt of T."""
-        return (self.q + 1) / 2 if self.causal else float(self.kv)
+        """Keys each query attends to on average: (T+1)/2 for a causal prompt of T, plus the cached keys before a chunk."""
+        return self.past + (self.q + 1) / 2 if self.causal else float(self.kv)
+
+    @property
+    def past(self) -> int:
+        """Cached keys before the new tokens."""
+        return self.kv - self.q
 
 
 def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
@@ -214,6 +221,12 @@ def attention_record(s: AttnShape, dtype: str) -> tuple[OpRecord, Step, float]:
     return rec, Step(s.batch * s.q, s.batch, s.mean_ctx), kv
 
 
+def chunk_mask(q: int, kv: int, device: str = "cpu") -> torch.Tensor:
+    """[q, kv] bool: which keys each of a chunk's q new tokens sees, after kv − q cached ones (SDPA's
+    `is_causal` aligns its mask top-left, so it cannot say this)."""
+    return torch.arange(kv, device=device)[None, :] <= torch.arange(kv - q, kv, device=device)[:, None]
+
+
 def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: float, executor: str = "torch", threads: int | None = None) -> list[Case]:
     """SDPA (GQA without head expansion), or OpenVINO's paged attention (`executor`); K/V rotate
     out of cache for decode."""
@@ -223,8 +236,8 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
     cases = []
 
     def kv_shape(s: AttnShape) -> tuple[tuple[int, ...], float]:
-        # K and V as one [2, ...] tensor per pool entry; a prompt's own K/V are fresh (in cache)
-        return (2, s.batch, s.kv_heads, s.kv, s.head_dim), 0.0 if s.causal else evict
+        # K and V as one [2, ...] tensor per pool entry; a fresh prompt's own K/V are in cache, a cached past is not
+        return (2, s.batch, s.kv_heads, s.kv, s.head_dim), 0.0 if s.causal and not s.past else evict
 
     arena = _Arena([kv_shape(s) for s in shapes], td, device)
     for s in shapes:
@@ -241,6 +254,12 @@ def attention_cases(shapes: list[AttnShape], *, dtype: str, device: str, evict: 
             def fn(qp=qp, nxt=nxt, mask=mask):
                 k, v = nxt()
                 return F.scaled_dot_product_attention(qp, k, v, attn_mask=mask)
+        elif s.causal and s.past:
+            seen = chunk_mask(s.q, s.kv, device)
+
+            def fn(q=q, nxt=nxt, seen=seen, gqa=gqa):  # type: ignore[misc]
+                k, v = nxt()
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=seen, enable_gqa=gqa)
         else:
 
             def fn(q=q, nxt=nxt, causal=s.causal, gqa=gqa):  # type: ignore[misc]
@@ -268,7 +287,8 @@ def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: flo
     """OpenVINO's paged attention over KV blocks, a chain of nodes with a cache each (a stage's layers)
     run in one inference (Case.per_call: the time is per node): a decode step's sequences hold kv − 1
     tokens and bring one, the chain's caches together larger than `evict` so each node reads its blocks
-    from memory; a prompt (causal) brings all its tokens to empty blocks."""
+    from memory; a prompt chunk (causal) brings its q tokens to blocks holding its kv − q cached ones
+    (none for a fresh prompt)."""
     from hetc.backends.openvino.kernels import paged_attention_step
     from hetc.backends.paged_attention import PagedMeta
     from hetc.scheduling import KV_BLOCK_TOKENS as BS
@@ -279,14 +299,14 @@ def _openvino_attention_cases(shapes: list[AttnShape], *, dtype: str, evict: flo
         cache_bytes = 2 * s.batch * per * s.kv_heads * BS * s.head_dim * 4
         rec, st, kvb = attention_record(s, dtype)
         flops = rec.flops.at(st.tokens, st.ctx)
-        count = max(math.ceil(_ATTN_CHAIN_FLOPS / flops), 0 if s.causal else int(evict // cache_bytes) + 1)
+        count = max(math.ceil(_ATTN_CHAIN_FLOPS / flops), 0 if s.causal and not s.past else int(evict // cache_bytes) + 1)
         count = max(1, min(64, count, _ATTN_CACHE_BYTES // cache_bytes))
         caches = [
             (_rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"), _rand((s.batch * per, s.kv_heads, BS, s.head_dim), torch.float32, "cpu"))
             for _ in range(count)
         ]
         step = paged_attention_step(heads=s.heads, kv_heads=s.kv_heads, head_dim=s.head_dim, scale=s.head_dim**-0.5, caches=caches, threads=threads)
-        past, new = (0, s.q) if s.causal else (s.kv - 1, 1)
+        past, new = (s.past, s.q) if s.causal else (s.kv - 1, 1)
         meta = PagedMeta.build([past] * s.batch, [new] * s.batch, [list(range(b * per, (b + 1) * per)) for b in range(s.batch)], [True] * s.batch).inputs()[1:]
         t = s.batch * new
         q = _rand((t, s.heads * s.head_dim), torch.float32, "cpu")

@@ -27,7 +27,7 @@ class ShapeSet:
     attention: list[AttnShape] = field(default_factory=list)
     memory: list[tuple[str, int, int]] = field(default_factory=list)  # (op, rows, width)
     probe_depths: list[int] = field(default_factory=list)
-    prefill_steps: list[tuple[int, int]] = field(default_factory=list)  # (batch, tokens)
+    prefill_steps: list[tuple[int, int, int]] = field(default_factory=list)  # (batch, tokens, cached tokens before them)
     decode_steps: list[tuple[int, int]] = field(default_factory=list)  # (batch, context)
 
 
@@ -47,6 +47,7 @@ def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
         mm = [(m, n, k) for m in (1, 8, 64, 512) for n, k in ((512, 512), (1024, 1024), (2048, 2048))]
         attn = [AttnShape(1, 8, 2, 64, t, t, True) for t in (32, 128, 512)]
         attn += [AttnShape(b, 8, 2, 64, 1, L, False) for b, L in ((1, 128), (4, 1024))]
+        attn += [AttnShape(1, 8, 2, 64, 64, 1056, True)]
         mem = [(op, r, 1024) for op in ("add", "silu", "mean", "clone", "gather") for r in (1, 64, 1024)]
         return ShapeSet(mm, [], attn, mem, [1, 2])
     mm = [(m, n, k) for m in _MM_M for n, k in _MM_NK if 2 * m * n * k <= max_flops]
@@ -54,6 +55,10 @@ def fit_shapes(quick: bool = False, max_flops: float = 36e9) -> ShapeSet:
     attn = [AttnShape(1, h, kvh, 64, t, t, True) for h, kvh in ((8, 2), (16, 8)) for t in (16, 32, 64, 128, 256, 512, 1024)]
     # decode at the step sizes engines run: the kernel's efficiency moves with the sequences in a step
     attn += [AttnShape(b, h, kvh, 64, 1, L, False) for h, kvh in ((8, 2), (16, 8)) for b in (1, 4, 16, 64) for L in (32, 128, 512, 2048) if b * L <= 64 * 512]
+    # prompt chunks after a cached prefix (a prefix-cache hit, or chunked prefill): q new tokens over a
+    # long past sit far off the fresh prompts' diagonal (q ≈ 2 × mean context); each row of query
+    # tokens measured at mean contexts of 512.5 and 2048.5 (past C − q/2), so the rows' columns align
+    attn += [AttnShape(1, h, kvh, 64, q, c + q // 2, True) for h, kvh in ((8, 2), (16, 8)) for q in (16, 32, 64, 128, 256, 512) for c in (512, 2048)]
     mem = [(op, r, w) for op in _MEM_OPS for w in (1024, 4096) for r in (1, 4, 16, 64, 256, 1024, 4096) if r * w <= 1 << 24]
     # gathers at the hidden sizes models use: a row's size sets its cost, not monotonically
     # (rows that straddle more pages cost more); every power of two of rows, as the cost bends
@@ -70,7 +75,7 @@ def held_out_shapes(quick: bool = False) -> ShapeSet:
             matmul=[(3, 768, 768), (48, 1536, 768), (200, 768, 2048)],
             attention=[AttnShape(1, 12, 4, 64, 96, 96, True), AttnShape(3, 12, 4, 64, 1, 700, False)],
             memory=[("mul", 24, 768), ("silu", 200, 2048), ("mean", 700, 768), ("gather", 60, 768)],
-            prefill_steps=[(1, 48)],
+            prefill_steps=[(1, 48, 0)],
             decode_steps=[(2, 300)],
         )
     mm = [
@@ -90,6 +95,7 @@ def held_out_shapes(quick: bool = False) -> ShapeSet:
     ]
     attn = [AttnShape(b, 12, 4, 64, t, t, True) for b, t in ((1, 24), (1, 48), (1, 96), (1, 200), (1, 400), (1, 800), (2, 150))]
     attn += [AttnShape(b, 12, 4, 64, 1, L, False) for b, L in ((1, 100), (1, 1500), (3, 700), (8, 300), (8, 1500), (24, 700), (2, 3000))]
+    attn += [AttnShape(b, 12, 4, 64, q, kv, True) for b, q, kv in ((1, 48, 1100), (2, 96, 800), (1, 300, 1500), (4, 24, 600))]
     mem = [
         ("add", 3, 768),
         ("mul", 24, 768),
@@ -121,6 +127,7 @@ def held_out_shapes(quick: bool = False) -> ShapeSet:
         matmul=mm,
         attention=attn,
         memory=mem,
-        prefill_steps=[(1, 24), (1, 96), (1, 200), (2, 128), (1, 400), (4, 48)],
+        # fresh prompts, one past the fitted attention's 1,024 tokens, and chunks after a cached prefix
+        prefill_steps=[(1, 24, 0), (1, 96, 0), (1, 200, 0), (2, 128, 0), (1, 400, 0), (4, 48, 0), (1, 1100, 0), (1, 48, 1000), (3, 64, 1024), (1, 200, 600)],
         decode_steps=[(1, 100), (1, 1000), (4, 300), (8, 600), (16, 150), (24, 1200), (32, 500)],
     )

@@ -182,3 +182,26 @@ def test_decode_attention_on_a_kv_bytes_basis_follows_the_kv_read_across_head_sh
     assert t_few == pytest.approx(bytes_few / (base.memory_bandwidth * 0.3))
     assert t_many / t_few == pytest.approx(bytes_many / bytes_few) and bytes_many / bytes_few < 1.05  # the query heads' own bytes only
     assert cost(by_flops, many)[0] / cost(by_flops, few)[0] > 3.0
+
+
+def test_a_chunk_after_a_cached_prefix_is_timed_as_the_last_rows_of_its_whole_prompt():
+    """The chunk shapes `hetc profile` times (q new tokens after kv − q cached ones) see exactly what
+    the same tokens see in a causal pass over the whole prompt; the cost model reads them at their
+    mean context (cached keys plus (q+1)/2), the fresh prompt's formula when nothing is cached."""
+    import torch
+    import torch.nn.functional as F
+
+    from hetc.partitioner.profiling.microbench import AttnShape, attention_record, chunk_mask
+
+    torch.manual_seed(0)
+    q, kv = 8, 40
+    qs, k, v = (torch.randn(1, 4, kv, 16) for _ in range(3))
+    whole = F.scaled_dot_product_attention(qs, k, v, is_causal=True)[:, :, -q:]
+    chunk = F.scaled_dot_product_attention(qs[:, :, -q:], k, v, attn_mask=chunk_mask(q, kv))
+    torch.testing.assert_close(chunk, whole)
+    top_left = F.scaled_dot_product_attention(qs[:, :, -q:], k, v, is_causal=True)  # what is_causal would time
+    assert not torch.allclose(top_left, whole)
+    assert AttnShape(2, 4, 2, 16, q, kv, True).mean_ctx == kv - q + (q + 1) / 2
+    assert AttnShape(2, 4, 2, 16, q, q, True).mean_ctx == (q + 1) / 2
+    _, step, _ = attention_record(AttnShape(2, 4, 2, 16, q, kv, True), "fp32")
+    assert (step.tokens, step.seqs, step.ctx) == (2 * q, 2, kv - q + (q + 1) / 2)
