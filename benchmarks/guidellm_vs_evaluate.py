@@ -1,7 +1,7 @@
 """guidellm against `hetc serve`, beside `hetc evaluate` of the same plan and load (BENCHMARKS.md
 "Capacity planning and simulator fidelity"; issue 32's client check).
 
-    python benchmarks/guidellm_vs_evaluate.py [--concurrency 1,4,16] [--rate 0] [--arrivals constant] [--requests 48] [--runs 3] [--pin]
+    python benchmarks/guidellm_vs_evaluate.py [--concurrency 1,4,16] [--rate 0] [--arrivals constant] [--requests 48] [--runs 3] [--pin] [--control]
 
 Model: the Llama of benchmarks/runtime_cpu.py (hidden 768, 12 layers, vocab 32000, context 512;
 random fp32 weights) saved with a 32,000-token byte-level BPE (benchmarks/grammar_mask.py's,
@@ -20,7 +20,10 @@ real host; by default all share both cores). Figures: output tok/s, TTFT p50/p99
 TPOT p50/p99 — guidellm's per-request `inter_token_latency` (first token excluded, as vLLM's TPOT
 and hetc's) against evaluate's TPOT. Targets (issue 32): throughput within 10%, p50s within 15%,
 p99s within 25% of the median over the runs, each run a fresh guidellm process against the one
-server.
+server. With `--control`, each closed loop is also run from the benchmark's own one-process client
+(benchmarks/prefix_cache.py's `closed_loop`: random token ids of the same lengths), on guidellm's
+cores: on this 2-core host the client's CPU comes out of the server's, and the two clients' figures
+side by side say how much.
 """
 
 from __future__ import annotations
@@ -105,6 +108,23 @@ def guidellm(url: str, model: Path, profile: str, requests: int, prompt: int, ou
     }
 
 
+def control(url: str, streams: int, a: argparse.Namespace, cpus: set[int] | None, run: int) -> dict[str, float]:
+    """The same closed loop from the benchmark's own client: one process, one event loop, a few ms of
+    CPU per request where guidellm spends much more; on this 2-core host the client's CPU comes out
+    of the server's (`--pin`: the frontend's core), so the two clients' figures differ by its share."""
+    from prefix_cache import closed_loop
+
+    rng = np.random.default_rng(run)
+    prompts = [rng.integers(100, 30000, a.prompt).tolist() for _ in range(a.requests)]
+    mask = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        return closed_loop(url, prompts, streams, a.output)
+    finally:
+        os.sched_setaffinity(0, mask)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--concurrency", default="1,4,16", help="guidellm concurrent profiles: streams, comma-separated ('' for none)")
@@ -117,6 +137,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
     ap.add_argument("--pin", action="store_true", help="the server's worker alone on core 0; its frontend and guidellm on core 1")
+    ap.add_argument(
+        "--control", action="store_true", help="also each closed loop from a one-process client (benchmarks/prefix_cache.py's), on guidellm's cores"
+    )
     a = ap.parse_args()
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-guidellm"))
     work.mkdir(parents=True, exist_ok=True)
@@ -154,9 +177,16 @@ def main() -> None:
                 print(f"  {name} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in runs[-1].items()) + f" (load average {la[-1]:.1f})", flush=True)
             print(f"  {name} hetc evaluate: " + ", ".join(f"{k} {predicted[k]:,.1f}" for k in TARGETS), flush=True)
             rows.append((name, runs, predicted, la))
+            if a.control and name.startswith("concurrent"):
+                light = [control(srv.url, int(name.split()[1]), a, {1} if a.pin else None, run) for run in range(a.runs)]
+                for run, m in enumerate(light):
+                    print(f"  {name} one-process client run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in m.items()), flush=True)
+                rows.append((f"{name}, one-process client", light, predicted, la))
     print("\n| load | figure | guidellm (median of runs; each) | hetc evaluate | evaluate / guidellm | target |\n|---|---|---:|---:|---:|---|")
     for name, runs, predicted, _ in rows:
         for k, target in TARGETS.items():
+            if k not in runs[0]:
+                continue
             each = [r[k] for r in runs]
             med, pred = float(np.median(each)), predicted[k]
             ok = "✓" if abs(pred / med - 1) <= target else "✗"

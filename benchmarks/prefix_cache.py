@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -90,10 +91,10 @@ class Server:
         self.proc.wait(60)
 
 
-async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int]) -> dict:
+async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: int = OUTPUT) -> dict:
     t0 = time.perf_counter()
     times: list[float] = []
-    body = {"model": "m", "prompt": prompt, "max_tokens": OUTPUT, "temperature": 0, "stream": True, "ignore_eos": True, "return_token_ids": True}
+    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True, "ignore_eos": True, "return_token_ids": True}
     async with ac.stream("POST", f"{url}/v1/completions", json=body) as r:
         if r.status_code != 200:
             await r.aread()
@@ -104,8 +105,9 @@ async def _one(ac: httpx.AsyncClient, url: str, prompt: list[int]) -> dict:
     return {"status": 200, "sent": t0, "times": times}
 
 
-def closed_loop(url: str, prompts: list[list[int]], clients: int) -> dict[str, float]:
-    """C clients, each sending its next prompt when its last answer ended; TTFT p50 and output tok/s."""
+def closed_loop(url: str, prompts: list[list[int]], clients: int, max_tokens: int = OUTPUT) -> dict[str, float]:
+    """C clients (one process, one event loop), each sending its next prompt when its last answer
+    ended; output tok/s, TTFT p50 and TPOT p50 (first token excluded)."""
 
     async def go():
         todo = list(prompts)
@@ -115,7 +117,7 @@ def closed_loop(url: str, prompts: list[list[int]], clients: int) -> dict[str, f
 
             async def client():
                 while todo:
-                    out.append(await _one(ac, url, todo.pop(0)))
+                    out.append(await _one(ac, url, todo.pop(0), max_tokens))
 
             await asyncio.gather(*(client() for _ in range(clients)))
         return out
@@ -125,7 +127,12 @@ def closed_loop(url: str, prompts: list[list[int]], clients: int) -> dict[str, f
     assert len(ok) == len(prompts), f"{len(prompts) - len(ok)} requests failed"
     ttft = [(r["times"][0] - r["sent"]) * 1e3 for r in ok]
     span = max(r["times"][-1] for r in ok) - min(r["sent"] for r in ok)
-    return {"median_ttft_ms": float(np.median(ttft)), "output_throughput": sum(len(r["times"]) for r in ok) / span}
+    tpot = [(r["times"][-1] - r["times"][0]) / (len(r["times"]) - 1) * 1e3 for r in ok if len(r["times"]) > 1]
+    return {
+        "output_throughput": sum(len(r["times"]) for r in ok) / span,
+        "median_ttft_ms": float(np.median(ttft)),
+        "median_tpot_ms": float(np.median(tpot)) if tpot else math.nan,
+    }
 
 
 def workload(n: int, run: int) -> list[list[int]]:
