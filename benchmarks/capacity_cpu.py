@@ -83,7 +83,7 @@ class Server(rc.Server):
     """hetc serve --emulate with the limits both sides share."""
 
     def __init__(self, plan: Path, model: Path, limits: list[str]):
-        self.port = rc._port()
+        self.port = rc.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [

@@ -75,7 +75,7 @@ def hetc(*args: str) -> str:
 
 class Server:
     def __init__(self, plan: Path, model: Path, limits: list[str], caching: bool):
-        self.port = rc._port()
+        self.port = rc.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         extra = [] if caching else ["--no-prefix-caching"]
         cmd = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model), "--emulate", "--port", str(self.port)]

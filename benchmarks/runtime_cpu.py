@@ -41,7 +41,6 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,8 @@ import httpx2 as httpx
 import torch
 import yaml
 from serve_wait import wait_healthy  # this directory: run as a script
+
+from hetc.host import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = dict(
@@ -155,12 +156,6 @@ def describe(plan: Path) -> str:
     return "; ".join(parts) + f"; predicted {doc['predicted']['output_tok_s']:.1f} output tok/s"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def process_ticks() -> tuple[dict[int, list[int]], dict[int, int]]:
     """(each process's children, each process's CPU ticks so far, user + system), from /proc."""
     kids: dict[int, list[int]] = {}
@@ -235,7 +230,7 @@ def quiet_run(what: str, fn, tries: int = 6, busy: float | None = None):
 
 class Server:
     def __init__(self, plan: Path, model: Path, threads: int, max_seqs: int):
-        self.port = _port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [

@@ -73,7 +73,7 @@ def build_target(d: Path, draft_layers: int) -> None:
 
 class Server:
     def __init__(self, plan: Path, model: Path, extra: list[str]):
-        self.port = rc._port()
+        self.port = rc.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model), "--emulate", "--executor", "torch", "--port", str(self.port)]
         self.proc = subprocess.Popen([*cmd, "--threads", "1", *extra, "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)

@@ -162,9 +162,10 @@ def test_a_short_limit_holds_on_64_devices():
 
 @pytest.mark.slow  # ~5 s of CPU
 def test_a_limit_below_the_least_work_is_said():
-    """Under --time-limit 2 the same plan needs more than its limit (baselines, `rest` over every key, a
-    knapsack round, a search): it still plans, with a bound, and its notes say the limit was too short."""
-    req = PlanRequest(model="llama-3.1-405b", profiles=str(ROOT / "examples" / "fleet-64.yaml"), dtype="fp8", engine="vllm", time_limit=2.0)
+    """Under --time-limit 0.5 the same plan needs more than its limit (baselines, `rest` over every key, a
+    knapsack round, a search: 2.4 CPU s on the fastest host it has run on, 4.5–5.9 on slower ones): it
+    still plans, with a bound, and its notes say the limit was too short."""
+    req = PlanRequest(model="llama-3.1-405b", profiles=str(ROOT / "examples" / "fleet-64.yaml"), dtype="fp8", engine="vllm", time_limit=0.5)
     plan = make_plan(req)
     t = plan.solver.time
     assert t is not None and t.cpu_s > t.limit_cpu_s + 0.5, t

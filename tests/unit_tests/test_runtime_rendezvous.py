@@ -81,3 +81,18 @@ def test_workers_sleep_idle_openmp_threads_only_when_they_oversubscribe_the_host
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert _wait_policy(2) == {}  # 1 stage × 2 threads, or 2 × 1: OpenMP's default, as torch alone
     assert _wait_policy(4) == {"OMP_WAIT_POLICY": "PASSIVE"}  # 2 stages × 2 threads on 2 cores
+
+
+def test_free_port_is_below_the_kernels_ephemeral_range_and_binds():
+    """The port a server or the job's store will bind is one the kernel never hands out by itself (an
+    outgoing connection's, a bind to port 0 such as gloo's pairs), so nothing but an explicit bind can
+    take it before its owner does; it binds now, and successive picks differ."""
+    import socket
+
+    from hetc.host import _ephemeral_start, free_port
+
+    ports = {free_port() for _ in range(8)}
+    assert len(ports) > 1 and all(10000 <= p < _ephemeral_start() for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
