@@ -67,6 +67,26 @@ def step_name(batch: int, tokens: int, cached: int = 0) -> str:
     return f"prefill b{batch} t{tokens}" + (f" after{cached}" if cached else "")
 
 
+def _after_cache(model, ids: torch.Tensor, cached: int, device: str):
+    """A forward of `ids` [B, T] after `cached` tokens in a static cache, and the reset that rewinds
+    the cache to them (each call writes the same slots)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=cached + ids.shape[1])
+    pos = torch.arange(cached, cached + ids.shape[1], device=device)
+
+    def rewind():
+        for layer in cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.fill_(cached)  # type: ignore[union-attr]  # an initialized full-attention layer
+
+    def fn():  # the final norm and LM head on each sequence's last token only, as every executor runs them
+        with torch.inference_mode():
+            return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True, logits_to_keep=1)
+
+    return fn, rewind
+
+
 def prefill_case(model, batch: int, tokens: int, cached: int = 0, *, device: str = "cpu") -> Case:
     """`batch` prompt chunks of `tokens` each, after `cached` tokens already in a static cache (0: a fresh prompt)."""
     vocab = model.config.vocab_size
@@ -79,38 +99,12 @@ def prefill_case(model, batch: int, tokens: int, cached: int = 0, *, device: str
                 return model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
         return Case(step_name(batch, tokens), fn, reps=3, meta=meta)
-    from transformers import StaticCache
-
-    cache = StaticCache(config=model.config, max_cache_len=cached + tokens)
-    pos = torch.arange(cached, cached + tokens, device=device)
-
-    def rewind():
-        for layer in cache.layers:
-            if getattr(layer, "is_initialized", False):
-                layer.cumulative_length.fill_(cached)  # type: ignore[union-attr]  # an initialized full-attention layer
-
-    def chunk():
-        with torch.inference_mode():
-            return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True, logits_to_keep=1)
-
+    chunk, rewind = _after_cache(model, ids, cached, device)
     return Case(step_name(batch, tokens, cached), chunk, reset=rewind, reps=3, meta=meta)
 
 
 def decode_case(model, batch: int, ctx: int, *, device: str = "cpu") -> Case:
-    from transformers import StaticCache
-
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, 1), device=device)
-    cache = StaticCache(config=model.config, max_cache_len=ctx + 1)
-    pos = torch.tensor([ctx], device=device)
-
-    def rewind():
-        for layer in cache.layers:
-            if getattr(layer, "is_initialized", False):
-                layer.cumulative_length.fill_(ctx)  # type: ignore[union-attr]  # an initialized full-attention layer
-
-    def fn():
-        with torch.inference_mode():
-            return model(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True)
-
+    """One token for each of `batch` sequences holding `ctx` tokens in a static cache."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, 1), device=device)
+    fn, rewind = _after_cache(model, ids, ctx, device)
     return Case(f"decode b{batch} ctx{ctx}", fn, reset=rewind, reps=5, meta={"phase": "decode", "batch": batch, "ctx": ctx, "step": decode_step(batch, ctx)})
