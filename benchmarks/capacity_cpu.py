@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import runtime_cpu as rc  # noqa: E402  the model, the profile and the quiet-host gating
 
+from hetc.host import free_port  # noqa: E402
 from hetc.capacity.load import LengthDist, Load, write_trace  # noqa: E402
 
 TARGETS = {"output_throughput": 0.10, "p50_ttft_ms": 0.15, "p50_tpot_ms": 0.15, "p99_ttft_ms": 0.25, "p99_tpot_ms": 0.25}
@@ -83,7 +84,7 @@ class Server(rc.Server):
     """hetc serve --emulate with the limits both sides share."""
 
     def __init__(self, plan: Path, model: Path, limits: list[str]):
-        self.port = rc.free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [

@@ -153,13 +153,16 @@ def main() -> None:
          "--input-len", str(a.prompt), "--output-len", str(a.output))  # fmt: skip
     limits = ["--max-num-seqs", batch, "--max-batched-tokens", "512"]
     lengths = ["--requests", str(a.requests), "--input-len-dist", str(a.prompt), "--output-len-dist", str(a.output), *limits]
-    loads = [(f"concurrent {c}", f"kind=concurrent,streams={c}", ["--concurrency", str(c), *lengths]) for c in streams]
+    # (name, guidellm's profile, evaluate's load, streams of a closed loop or None)
+    loads: list[tuple[str, str, list[str], int | None]] = [
+        (f"concurrent {c}", f"kind=concurrent,streams={c}", ["--concurrency", str(c), *lengths], c) for c in streams
+    ]
     if a.rate and a.arrivals == "poisson":
-        loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate), *lengths]))
+        loads.append((f"poisson {a.rate:g}/s", f"kind=poisson,rate={a.rate}", ["--rate", str(a.rate), *lengths], None))
     elif a.rate:
         trace = work / f"constant-{a.rate:g}.jsonl"
         write_trace([Request(i / a.rate, a.prompt, a.output) for i in range(a.requests)], trace)
-        loads.append((f"constant {a.rate:g}/s", f"kind=constant,rate={a.rate}", ["--trace", str(trace), *limits]))
+        loads.append((f"constant {a.rate:g}/s", f"kind=constant,rate={a.rate}", ["--trace", str(trace), *limits], None))
     pinned = "; pinned: worker on core 0, frontend and guidellm on core 1" if a.pin else ""
     print(f"model: Llama 768×12 (vocab 32000), fp32; profile {profile}; {rc.describe(plan)}; P {a.prompt}, O {a.output}, N {a.requests}{pinned}", flush=True)
     srv = rc.Server(plan, model, 1, int(batch))
@@ -167,7 +170,7 @@ def main() -> None:
     with srv:
         if a.pin:
             pin(srv.proc.pid)
-        for name, gl_profile, ev_load in loads:
+        for name, gl_profile, ev_load, closed in loads:
             predicted = json.loads(hetc("evaluate", str(plan), *ev_load, "--json"))
             runs, la = [], []
             for run in range(a.runs):
@@ -177,12 +180,12 @@ def main() -> None:
                 print(f"  {name} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in runs[-1].items()) + f" (load average {la[-1]:.1f})", flush=True)
             print(f"  {name} hetc evaluate: " + ", ".join(f"{k} {predicted[k]:,.1f}" for k in TARGETS), flush=True)
             rows.append((name, runs, predicted, la))
-            if a.control and name.startswith("concurrent"):
-                light = [control(srv.url, int(name.split()[1]), a, {1} if a.pin else None, run) for run in range(a.runs)]
+            if a.control and closed:
+                light = [control(srv.url, closed, a, {1} if a.pin else None, run) for run in range(a.runs)]
                 for run, m in enumerate(light):
                     print(f"  {name} one-process client run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in m.items()), flush=True)
                 rows.append((f"{name}, one-process client", light, predicted, la))
-    print("\n| load | figure | guidellm (median of runs; each) | hetc evaluate | evaluate / guidellm | target |\n|---|---|---:|---:|---:|---|")
+    print("\n| load | figure | measured (median of runs; each) | hetc evaluate | evaluate / measured | target |\n|---|---|---:|---:|---:|---|")
     for name, runs, predicted, _ in rows:
         for k, target in TARGETS.items():
             if k not in runs[0]:

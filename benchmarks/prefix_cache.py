@@ -47,6 +47,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import runtime_cpu as rc  # noqa: E402  the profile, the cluster file, the quiet-host gating
 from serve_wait import wait_healthy  # noqa: E402
 
+from hetc.host import free_port  # noqa: E402
+
 MODELS = {
     "small": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2),
     "held-out": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12, num_key_value_heads=4),
@@ -75,7 +77,7 @@ def hetc(*args: str) -> str:
 
 class Server:
     def __init__(self, plan: Path, model: Path, limits: list[str], caching: bool):
-        self.port = rc.free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         extra = [] if caching else ["--no-prefix-caching"]
         cmd = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model), "--emulate", "--port", str(self.port)]

@@ -47,6 +47,7 @@ from grammar_mask import train_tokenizer  # noqa: E402
 from prefix_cache import MODELS, VOCAB, build_model, closed_loop, hetc, stage_steps  # noqa: E402
 from serve_wait import wait_healthy  # noqa: E402
 
+from hetc.host import free_port  # noqa: E402
 from hetc.speculation import MeasuredAcceptance, measured_acceptance  # noqa: E402
 
 PROMPT, OUTPUT, PHRASE = 256, 64, 16
@@ -73,7 +74,7 @@ def build_target(d: Path, draft_layers: int) -> None:
 
 class Server:
     def __init__(self, plan: Path, model: Path, extra: list[str]):
-        self.port = rc.free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "hetc.cli", "serve", str(plan), "--model-dir", str(model), "--emulate", "--executor", "torch", "--port", str(self.port)]
         self.proc = subprocess.Popen([*cmd, "--threads", "1", *extra, "--served-model-name", "m"], cwd=REPO, stderr=subprocess.DEVNULL)
