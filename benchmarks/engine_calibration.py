@@ -95,8 +95,12 @@ def fit(cases: list[gpu_public.Case], grid: list[float]) -> tuple[float, float]:
 
 
 def write_fit(fitted: dict[tuple[str, str], tuple[float, float]], groups: dict[tuple[str, str], list[gpu_public.Case]]) -> None:
-    """The fitted figures as the engines' `fit` release (hetc/engine.py FIT_FILE), each with its training rows."""
+    """The fitted figures as the engines' `fit` release (hetc/engine.py FIT_FILE), each with its training rows;
+    the per-architecture (BACKEND:TARGET) figures benchmarks/moe_public.py fits are kept as they are."""
+    old = yaml.safe_load(FIT_FILE.read_text()) if FIT_FILE.is_file() else {}
     doc: dict[str, dict[str, dict]] = defaultdict(dict)
+    for eng, backends in (old or {}).items():
+        doc[eng].update({k: v for k, v in backends.items() if ":" in k})
     for (eng, backend), (k, r) in sorted(fitted.items()):
         rows = groups[(eng, backend)]
         named = ", ".join(sorted({c.named_engine for c in rows}))
@@ -112,7 +116,10 @@ def write_fit(fitted: dict[tuple[str, str], tuple[float, float]], groups: dict[t
                 "scheduling), not GEMMs and all-reduces alone"
             ],
         }
-    head = "# Written by `python benchmarks/engine_calibration.py --write`: do not edit by hand.\n"
+    head = (
+        "# Written by `python benchmarks/engine_calibration.py --write` (BACKEND keys) and\n"
+        "# `python benchmarks/moe_public.py --fit --write` (BACKEND:TARGET keys): do not edit by hand.\n"
+    )
     FIT_FILE.write_text(head + yaml.safe_dump(dict(doc), sort_keys=False, width=200))
     print(f"\nwrote {FIT_FILE}")
 

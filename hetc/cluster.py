@@ -559,7 +559,9 @@ def _build_cluster(
             )
         link = resolve_link(n.link, file, f"{fld}.link") if n.link is not None else None
         eng = _node_engine(spec, n, i, prof, file, engine, embedded)
-        fig = engine_figures(eng, prof.backend, file=None if engine is not None else file, field="--engine" if engine is not None else f"{fld}.engine")
+        fig = engine_figures(
+            eng, prof.backend, file=None if engine is not None else file, field="--engine" if engine is not None else f"{fld}.engine", target=prof.target
+        )
         nodes.append(Node(n.name, apply_engine(prof, fig), n.count, link, where, eng))
     network, pairs = None, {}
     if spec.network is not None:

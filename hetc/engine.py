@@ -16,7 +16,7 @@ hardware_profiles/engines/NAME.yaml with a source for every figure:
   model's; only a fitted release sets it); `collectives`: the engine's all-reduce path, in words.
 
 An engine may name releases (`releases: {"0.10": {rocm: {...}}}`) whose figures replace its base
-figures on a backend: `vllm@0.10`. `ENGINE@fit` is the engine with its kernel figures fitted on
+figures on a backend (or on one architecture of it, `rocm:gfx942`): `vllm@0.10`. `ENGINE@fit` is the engine with its kernel figures fitted on
 public results under a declared split (hardware_profiles/engines/fit.yaml, written by
 benchmarks/engine_calibration.py, each figure with the training rows it came from). The catalog profiles were written for vLLM (their `execution`
 defaults and launch cost describe it), so `vllm` on cuda, rocm and gaudi changes nothing: plans
@@ -147,6 +147,8 @@ class EngineSpec(_Strict):
     sliding_windows: SlidingWindows  # one rule for every backend: the engine's KV manager, not a kernel
     experts: ExpertLayouts  # one rule for every backend, as sliding_windows
     backends: dict[str, EngineFigures]  # a backend this engine serves -> its figures there
+    # release -> {backend, or BACKEND:TARGET for the devices of one architecture (an engine's build per GPU
+    # family, as SGLang's ROCm images for gfx942 and gfx950): its figures there}
     releases: dict[str, dict[str, EngineFigures]] = {}
 
 
@@ -198,8 +200,9 @@ def load_engine(name: EngineName) -> EngineSpec:
         raise BadInput(f"engine file is invalid: {e}", file=str(path)) from None
 
 
-def engine_figures(engine: Engine, backend: str, file: str | None = None, field: str = "engine") -> EngineFigures:
-    """The figures of `engine` on a device of `backend` (its release's over its own).
+def engine_figures(engine: Engine, backend: str, file: str | None = None, field: str = "engine", target: str | None = None) -> EngineFigures:
+    """The figures of `engine` on a device of `backend` and architecture `target`: its own, under its
+    release's BACKEND figures, under the release's BACKEND:TARGET figures (each where it has them).
 
     Raises:
         BadInput: the engine does not run on that backend.
@@ -213,8 +216,10 @@ def engine_figures(engine: Engine, backend: str, file: str | None = None, field:
             field=field,
             fix=f"choose an engine that serves {backend}: {', '.join(e.value for e in EngineName if backend in load_engine(e).backends)}.",
         )
-    rel = spec.releases.get(engine.release or "", {}).get(backend)
-    return rel.over(base) if rel is not None else base
+    release = spec.releases.get(engine.release or "", {})
+    for rel in (release.get(backend), release.get(f"{backend}:{target}")):
+        base = rel.over(base) if rel is not None else base
+    return base
 
 
 def default_engine(backend: str) -> Engine:

@@ -77,6 +77,8 @@ def test_fitted_engine_figures_come_from_training_rows_only():
     assert fitted
     for engine, backends in fitted.items():
         for backend, fig in backends.items():
+            if ":" in backend:  # an architecture's figures, fitted on MoE rows (test_moe_public.py)
+                continue
             rows = [cases[n] for n in fig["calibrated_on"]]
             assert rows and all(c.round in calibration.TRAIN_ROUNDS and not c.held for c in rows)
             assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
