@@ -204,9 +204,10 @@ def generate_small(seed: int) -> SmallCase:
     model, dtype, layers = rng.choice(MODELS), rng.choice(dtypes), rng.choice(SMALL_LAYERS)
     full = sum(c * (profiles[t].memory - profiles[t].reserved_memory) for t, c in zip(types, counts, strict=True))
     scale = _cut_weight_bytes(model, dtype, layers) / (rng.uniform(*SMALL_SHARE) * full)
-    # the largest device holds the largest unit twice over (a cut model's embedding or head can be most of it)
+    # the largest device holds the largest unit four times over (a cut model's embedding or head can be most of it,
+    # and a prefill chunk's activations and logits do not shrink with the memory)
     largest = max(p.memory - p.reserved_memory for p in profiles.values())
-    scale = max(scale, 2 * max(u.param_bytes for u in cut_units(model, dtype, layers)) / largest)
+    scale = max(scale, 4 * max(u.param_bytes for u in cut_units(model, dtype, layers)) / largest)
     return SmallCase(Case(seed, cluster, model, dtype), layers, scale)
 
 
