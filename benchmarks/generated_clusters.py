@@ -10,22 +10,26 @@ usable memory. Each case's cluster.yaml (the contract in docs/cluster.md) is wri
 Seed blocks (fixed; see `benchmarks/solver_scenarios.py --generated tune|check`):
     TUNE_SEEDS   0-11     solver and bound changes may be tried and tuned on these;
     CHECK_SEEDS  1000-1031  only ever run to report; NEVER tune on them.
+    SMALL_SEEDS  2000-2039  a diagnostic block (tuning allowed): tiny cases a brute force enumerates
+                 (`generate_small`, benchmarks/solver_brute.py), to tell a loose plan from a loose bound.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 import yaml
 
-from hetc.cluster import load_profile, profile_names
+from hetc.cluster import Cluster, load_cluster, load_profile, profile_names
 from hetc.partitioner.capture.capture import capture
+from hetc.partitioner.estimate.simulate import Workload
 
 TUNE_SEEDS = range(0, 12)
 CHECK_SEEDS = range(1000, 1032)
+SMALL_SEEDS = range(2000, 2040)
 
 MIN_TYPES, MAX_TYPES = 3, 6
 MIN_DEVICES, MAX_DEVICES = 8, 64
@@ -141,3 +145,96 @@ def generate(seed: int) -> Case:
             network["pairs"] = [{"nodes": list(p), "link": rng.choice(NETWORKS)} for p in sorted(pairs)]
         cluster["network"] = network
     return Case(seed, cluster, model, dtype)
+
+
+# The small block: few devices and a catalog model cut to a few layers, so that every chain, split and
+# batch can be enumerated. Device memory is scaled with the model (`SmallCase.memory_scale`), so that
+# memory binds the splits as it does at full size; batches are capped (`--max-num-seqs`) so that
+# every batch can be tried.
+SMALL_TYPES = (2, 3)
+SMALL_DEVICES = (3, 6)
+SMALL_NODE_SIZES = (1, 2, 4)  # powers of two: tensor-parallel groups then pack by counts alone
+SMALL_LAYERS = (1, 2)
+SMALL_SHARE = (0.2, 0.8)  # the cut model's weights fill this share of the scaled usable memory
+SMALL_MAX_SEQS = 24
+
+
+@dataclass(frozen=True)
+class SmallCase:
+    """One case of the small block: `Case` with the model cut to its first `layers` decoder layers
+    (embedding and head kept) and every device's memory multiplied by `memory_scale`."""
+
+    case: Case
+    layers: int
+    memory_scale: float
+    max_num_seqs: int = SMALL_MAX_SEQS
+
+    @property
+    def name(self) -> str:
+        devices = sum(n["count"] for n in self.case.cluster["nodes"])
+        types = len({n["device"] for n in self.case.cluster["nodes"]})
+        return f"small{self.case.seed}-{self.case.model}-L{self.layers}-{self.case.dtype}-{types}t{devices}d"
+
+
+def generate_small(seed: int) -> SmallCase:
+    """The small-block case of `seed` (the same on every machine and run).
+
+    Args:
+        seed: any integer; SMALL_SEEDS is the block.
+    """
+    rng = random.Random(seed)
+    catalog = [p for p in profile_names() if p not in EXCLUDED]
+    while True:  # redraw until some model and dtype suit every drawn device
+        types = rng.sample(catalog, rng.randint(*SMALL_TYPES))
+        profiles = {t: load_profile(t) for t in types}
+        dtypes = [d for d in DTYPES if all(d in p.peak_flops for p in profiles.values())]
+        if dtypes:
+            break
+    counts = _split(rng.randint(max(SMALL_DEVICES[0], len(types)), SMALL_DEVICES[1]), len(types), rng)
+    nodes: list[dict] = []
+    for i, (t, c) in enumerate(zip(types, counts, strict=True)):
+        link = FABRIC.get(t) or profiles[t].host_link
+        while c:
+            size = rng.choice([s for s in SMALL_NODE_SIZES if s <= c])
+            nodes.append({"name": f"{chr(ord('a') + i)}{len(nodes)}", "device": t, "count": size, **({"link": link} if size > 1 else {})})
+            c -= size
+    cluster: dict = {"name": f"small-{seed}", "nodes": nodes}
+    if len(nodes) > 1:
+        cluster["network"] = {"default": rng.choice(NETWORKS)}
+    model, dtype, layers = rng.choice(MODELS), rng.choice(dtypes), rng.choice(SMALL_LAYERS)
+    full = sum(c * (profiles[t].memory - profiles[t].reserved_memory) for t, c in zip(types, counts, strict=True))
+    scale = _cut_weight_bytes(model, dtype, layers) / (rng.uniform(*SMALL_SHARE) * full)
+    # the largest device holds the largest unit four times over (a cut model's embedding or head can be most of it,
+    # and a prefill chunk's activations and logits do not shrink with the memory)
+    largest = max(p.memory - p.reserved_memory for p in profiles.values())
+    scale = max(scale, 4 * max(u.param_bytes for u in cut_units(model, dtype, layers)) / largest)
+    return SmallCase(Case(seed, cluster, model, dtype), layers, scale)
+
+
+def small_instance(sc: SmallCase, folder: Path, engine: str) -> tuple[list, Cluster, Workload]:
+    """The units, cluster (memory scaled) and workload (1024 prompt / 256 output tokens; the engines'
+    own MoE layout) of a small case.
+
+    Args:
+        folder: where its cluster.yaml is written.
+        engine: the serving engine of every node (solver_scenarios.engine_for).
+    """
+    cluster = load_cluster(sc.case.write(folder), engine=engine)
+    scaled = {"memory": lambda p: p.memory * sc.memory_scale, "reserved_memory": lambda p: p.reserved_memory * sc.memory_scale}
+    cluster.nodes = [replace(n, profile=n.profile.model_copy(update={k: f(n.profile) for k, f in scaled.items()})) for n in cluster.nodes]
+    wl = Workload.of(1024, 256, sc.case.dtype, sc.case.dtype, windowed=cluster.windowed_kv, experts=cluster.expert_layout)  # as `hetc plan` prices it
+    return cut_units(sc.case.model, sc.case.dtype, sc.layers), cluster, wl
+
+
+def cut_units(model: str, dtype: str, layers: int) -> list:
+    """The captured units of `model` with only its first `layers` decoder layers (embedding, final
+    norm and head kept), renumbered."""
+    units = capture(model, dtype=dtype).units
+    body = [u for u in units[1:-2] if u.layer < layers]
+    tail = [replace(u, layer=layers - 1) for u in units[-2:]]  # the final norm and head follow the last layer kept
+    return [replace(u, index=i) for i, u in enumerate([units[0], *body, *tail])]
+
+
+@cache
+def _cut_weight_bytes(model: str, dtype: str, layers: int) -> float:
+    return sum(u.param_bytes for u in cut_units(model, dtype, layers))

@@ -143,3 +143,106 @@ def rows_bound_every_option(units: list[Unit], cluster: Cluster, wl: Workload, c
                 assert r.V[ki, c] >= o.estimate.output_tok_s * (1 - 1e-9), (r.keys[ki], counts, b)
         checked += 1
     return checked
+
+
+# ---- by node counts: the same enumeration where a node's devices are interchangeable (every chain of
+# (node, tensor-parallel degree) stages, not of single devices), so instances of 6 devices stay enumerable
+
+Usage = tuple  # devices a pipeline takes per node, in cluster.nodes order
+
+
+@dataclass(frozen=True, slots=True)
+class Best:
+    """The best pipeline found on one node usage: its tok/s, its stages ((node, tp, first, last)) and batch."""
+
+    tok_s: float
+    stages: tuple
+    batch: int
+
+
+def _classes(cluster: Cluster) -> list[int]:
+    """Each node's class: nodes of one profile, link and count that no network pair names are
+    interchangeable (a chain through one of them costs what it costs through another)."""
+    paired = {name for pair in cluster.pairs for name in pair}
+    keys: dict = {}
+    return [keys.setdefault((type_key(n), n.count) if n.name not in paired else n.name, len(keys)) for n in cluster.nodes]
+
+
+def node_chains(cluster: Cluster, tp: bool, max_len: int) -> Iterator[tuple[tuple[int, int], ...]]:
+    """Every chain of (node index, tp degree) stages within each node's count, up to `max_len` stages,
+    one per class of interchangeable nodes: a node is entered first only where every node of its class
+    before it is already in the chain."""
+    cls = _classes(cluster)
+    kinds = [(i, k) for i, n in enumerate(cluster.nodes) for k in (1, 2, 4, 8) if k == 1 or (tp and n.link and k <= n.count)]
+
+    def grow(chain: tuple, left: list[int]) -> Iterator[tuple]:
+        if chain:
+            yield chain
+        if len(chain) == max_len:
+            return
+        used = {i for i, _ in chain}
+        for i, k in kinds:
+            first_of_class = all(j in used for j in range(i) if cls[j] == cls[i])
+            if k <= left[i] and (i in used or first_of_class):
+                left[i] -= k
+                yield from grow((*chain, (i, k)), left)
+                left[i] += k
+
+    yield from grow((), [n.count for n in cluster.nodes])
+
+
+def best_per_usage(units: list[Unit], cluster: Cluster, wl: Workload, max_num_seqs: int, *, tp: bool = True, relax_loop: bool = False) -> dict[Usage, Best]:
+    """The best pipeline that prefills and decodes on each node usage: every chain, split and batch up
+    to `max_num_seqs`, by the saturation model; every usage a symmetry of the nodes maps onto included.
+
+    Args:
+        relax_loop: value each pipeline without its loop term (the round its busiest stage or link
+            alone sets), as the throughput bound's relaxation does.
+    """
+    best: dict[Usage, Best] = {}
+    for chain in node_chains(cluster, tp, len(units)):
+        usage = [0] * len(cluster.nodes)
+        for i, k in chain:
+            usage[i] += k
+        for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
+            bounds = (0, *cuts, len(units))
+            stages = [StagePlan(cluster.nodes[i], a, b - 1, k) for (i, k), a, b in zip(chain, bounds, bounds[1:])]
+            for batch in range(1, max_num_seqs + 1):
+                est = estimate_pipeline(units, stages, cluster, wl, batch)
+                if est is None:  # memory: a larger batch needs more
+                    break
+                tok = est.output_tok_s
+                if relax_loop:
+                    tok = batch / max(max(e.busy_s for e in est.stages), max(e.link_s for e in est.stages))
+                if tok > best.get(tuple(usage), Best(0.0, (), 0)).tok_s:
+                    best[tuple(usage)] = Best(tok, tuple((i, k, s.first, s.last) for (i, k), s in zip(chain, stages)), batch)
+    return _symmetric(best, _classes(cluster))
+
+
+def _symmetric(best: dict[Usage, Best], cls: list[int]) -> dict[Usage, Best]:
+    """`best` with every usage that permuting interchangeable nodes gives (the same pipelines on other nodes)."""
+    groups = [[i for i, c in enumerate(cls) if c == k] for k in sorted(set(cls))]
+    out = dict(best)
+    for usage, b in best.items():
+        for perms in itertools.product(*(itertools.permutations(g) for g in groups)):
+            moved = list(usage)
+            for g, p in zip(groups, perms):
+                for src, dst in zip(g, p):
+                    moved[dst] = usage[src]
+            if b.tok_s > out.get(tuple(moved), Best(0.0, (), 0)).tok_s:
+                out[tuple(moved)] = b
+    return out
+
+
+def best_fleet(per_usage: dict[Usage, Best], counts: list[int]) -> float:
+    """The most total tok/s of disjoint pipelines within each node's count (an unbounded knapsack over
+    usage vectors: a vector's best is a pipeline on part of it plus the best of the rest)."""
+    vectors = list(itertools.product(*(range(c + 1) for c in counts)))  # lexicographic: v - u comes before v
+    best: dict[Usage, float] = {}
+    for v in vectors:
+        val = max([best[v[:i] + (v[i] - 1,) + v[i + 1 :]] for i in range(len(v)) if v[i]] or [0.0])
+        for u, b in per_usage.items():
+            if all(a <= x for a, x in zip(u, v)):
+                val = max(val, b.tok_s + best[tuple(x - a for a, x in zip(u, v))])
+        best[v] = val
+    return best[tuple(counts)]

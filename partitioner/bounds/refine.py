@@ -88,8 +88,8 @@ def best_chain(
         tp_groups: whether stages may be tensor-parallel groups (never in pools).
         below: only bottlenecks up to this matter (a caller that knows a better chain).
         fit: the sequences every stage must hold in memory (default `batch`).
-        above: no chain's bottleneck is below this (a bound the caller has): the bisection
-            starts there.
+        above: no chain's round is below this (a bound the caller has): the bisection starts
+            there (without the loop term, where the round is the bottleneck).
         loop: the least round with the loop term counted too (loop_dp.py; not in prefill pools,
             which have none); the chain returned is one attaining the DP's bottleneck.
     """
@@ -116,7 +116,10 @@ def best_chain(
         ii, jj = costs.ranges(case, g)
         cand.append(case.P[g][jj] - case.P[g][ii] + case.over[g])
     cand = np.unique(np.concatenate(cand))
-    cand = cand[(cand <= below) & (cand >= above * (1 - 1e-6))]
+    # `above` bounds the round; with the loop counted the round can exceed the bottleneck, so a chain's
+    # bottleneck may lie below it (a round of stage 2.3036 ms and loop 2.3040 ms: starting the bisection
+    # at 2.3040 skipped that chain and bounded the cell by the next stage time, 2.3446 ms: below a real plan)
+    cand = cand[(cand <= below) & (cand >= (0.0 if loop and phase != Phase.PREFILL else above) * (1 - 1e-6))]
     if not len(cand) or not reaches(cand[-1]):
         return None, work
     lo, hi = 0, len(cand) - 1

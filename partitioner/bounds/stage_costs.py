@@ -57,11 +57,7 @@ class StageCosts:
         self.type_of = np.array([self.types.index(k.type_key) for k in kinds])
         self.group = self.type_of  # per kind: the device count it draws on
         self.tp = np.array([k.tp for k in kinds], dtype=np.int64)
-        self.paths = {
-            (a, b): [hops(cluster, ka.nodes[0], ka.nodes[0])] if a == b else [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
-            for a, ka in enumerate(first)
-            for b, kb in enumerate(first)
-        }
+        self.paths = {(a, b): _paths(cluster, ka, kb) for a, ka in enumerate(first) for b, kb in enumerate(first)}
         self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
         self.period = _period(tables.units)
         width = max(len(p) for p in self.paths.values())  # [T, T, paths]: each path's latency and 1/bandwidth summed
@@ -156,6 +152,19 @@ class StageCosts:
                 j = np.searchsorted(case.P[g], case.P[g, :U] + (R - case.over[g]), side="right") - 1
                 out[g] = np.maximum(np.minimum(j, case.jfit[g]), np.arange(U))
         return out
+
+
+def _paths(cluster: Cluster, ka: Kind, kb: Kind) -> list[list]:
+    """The paths a link from a stage of ka's type to a stage of kb's can take (the bound takes the
+    fastest). Two stages of one type share a node only where it holds two devices, else they cross
+    the network between two of its nodes: a type of single-device nodes is not priced as if its
+    stages talked inside one (a free link, which let the bound chain them over a 10 GbE network).
+    """
+    if ka.type_key != kb.type_key:
+        return [hops(cluster, x, y) for x in ka.nodes for y in kb.nodes]
+    inside = [hops(cluster, x, x) for x in ka.nodes if x.count > 1]
+    across = [hops(cluster, x, y) for x in ka.nodes for y in ka.nodes if x.name != y.name]
+    return inside + across or [hops(cluster, ka.nodes[0], ka.nodes[0])]  # one device: no two stages of the type anyway
 
 
 def _period(units: list) -> tuple[int, int, int]:

@@ -207,9 +207,9 @@ def choose_replicas(
 def _undominated(opts: list[Option], key: Callable[[Option], tuple]) -> list[Option]:
     """Per template, the options no other of the same template beats or ties on every figure of
     `key` (smaller is better): they take the same slots, so a dominated one is never needed."""
-    by: dict[str, list[tuple[tuple, Option]]] = {}
+    by: dict[tuple, list[tuple[tuple, Option]]] = {}
     for o in opts:
-        by.setdefault(o.template.label, []).append((key(o), o))
+        by.setdefault(o.template.key, []).append((key(o), o))
     out = []
     for group in by.values():
         group.sort(key=lambda p: p[0])
@@ -288,11 +288,11 @@ def choose(
         cpu: the planner's CPU budget: each solve also stops at its deadline.
     """
     if objective == Objective.THROUGHPUT:
-        best: dict[str, Option] = {}  # one batch per template: the fastest
+        best: dict[tuple, Option] = {}  # one batch per template: the fastest
         for o in opts:
-            cur = best.get(o.template.label)
+            cur = best.get(o.template.key)
             if cur is None or o.found.estimate.output_tok_s > cur.found.estimate.output_tok_s:
-                best[o.template.label] = o
+                best[o.template.key] = o
         pool = list(best.values())
         got = choose_replicas(pool, cluster, min_tok_s, time_limit, caps, cpu)
         return [(pool[j], k) for j, k in sorted(got.items())]

@@ -391,7 +391,7 @@ def _fill_batches(
     batch of every template whose TPOT stays below the fleet's (from 1 up, until one exceeds it),
     within a sixth of the limit's work, and runs CP-SAT again while the fleet's TPOT falls."""
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
-    seen: dict[tuple[str, int], Found | None] = {(o.template.label, o.found.estimate.batch): o.found for o in opts}
+    seen: dict[tuple[tuple, int], Found | None] = {(o.template.key, o.found.estimate.batch): o.found for o in opts}
     for _ in range(FILL_ROUNDS):
         tpot = max(o.found.estimate.tpot_s for o, _ in picks)
         added = 0
@@ -403,15 +403,15 @@ def _fill_batches(
                     if work < budget:
                         cpu.stop("fill")
                     break
-                if (t.label, b) not in seen:
+                if (t.key, b) not in seen:
                     work += EVALUATION_WORK * (len(units) + 20 * len(t.chain))
                     stages = split(b)
                     est = estimate_pipeline(units, stages, cluster, wl, b) if stages else None
-                    seen[t.label, b] = Found(est, stages) if est is not None and stages is not None else None
-                    if seen[t.label, b] is not None and keep(seen[t.label, b]):  # type: ignore[arg-type]
-                        opts.append(Option(t, seen[t.label, b]))  # type: ignore[arg-type]
+                    seen[t.key, b] = Found(est, stages) if est is not None and stages is not None else None
+                    if seen[t.key, b] is not None and keep(seen[t.key, b]):  # type: ignore[arg-type]
+                        opts.append(Option(t, seen[t.key, b]))  # type: ignore[arg-type]
                         added += 1
-                got = seen[t.label, b]
+                got = seen[t.key, b]
                 if got is None or got.estimate.tpot_s >= tpot:
                     break
         if not added:

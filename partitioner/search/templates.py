@@ -35,6 +35,13 @@ class Template:
     batches: tuple[int, ...] = ()  # where the cell bound found chains of these kinds best (tried besides the search's)
     early: bool = False  # a mix of kinds the bound's optimum runs: tried right after its pipelines
 
+    @property
+    def key(self) -> tuple:
+        """What tells templates apart: the phase and each stage's device type and tp degree. Labels
+        name profiles only, so they repeat where one profile sits on two intra-node links (a node of
+        two H200 on NVLink and single H200 nodes are two types, both "1×h200-sxm")."""
+        return (self.phase, *((type_key(s.node), s.tp) for s in self.chain))
+
 
 def usage(t: Template) -> Counter:
     """Stages per (device type, tp) that one replica takes."""
@@ -71,9 +78,10 @@ def generate(
     out: dict[tuple, Template] = {}
 
     def add_chain(chain: tuple[Slot, ...], label: str | None = None, phase: Phase = Phase.BOTH, batch: int = 0, early: bool = False) -> None:
-        key = (phase, *((type_key(s.node), s.tp) for s in chain))
         name = label or " → ".join(s.node.profile.name for s in chain)
-        t = out.setdefault(key, Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase))
+        made = Template(name if phase == Phase.BOTH else f"{phase}: {name}", chain, phase)
+        key = made.key
+        t = out.setdefault(key, made)
         if batch and batch not in t.batches:
             t = out[key] = replace(t, batches=t.batches + (batch,))
         if early and not t.early:
