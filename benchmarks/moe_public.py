@@ -44,7 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 ROWS_FILE = ROOT / "benchmarks/public_moe/inferencex-dsr1.json"
 CLUSTERS = ROOT / "benchmarks/public_gpu"
-FROZEN: str | None = None  # the commit the MoE cost model was frozen at before any held row was looked at
+FROZEN: str | None = "ac425b1"  # the commit the MoE cost model was frozen at before any held row was looked at
 FROZEN_PATHS = ("hardware_profiles", "partitioner/cost_models", "partitioner/estimate", "hetc/experts.py", "hetc/engine.py")
 HARDWARE = {"h200": "h200-sxm", "b200": "b200", "mi300x": "mi300x", "mi325x": "mi325x", "mi355x": "mi355x"}
 ENGINES = {"sglang": "sglang", "trt": "trtllm"}
@@ -245,8 +245,10 @@ def report(rows: list[dict], preds: list[dict | None]) -> None:
         print(f"| {key_of(r)} | " + " | ".join(cells) + " |")
     groups: dict[str, list[int]] = {"all": list(range(len(rows)))}
     for i, r in enumerate(rows):
-        groups.setdefault(r.get("source", "inferencex"), []).append(i)
-        groups.setdefault(f"{r['hardware']}/{r.get('framework', 'trt')}", []).append(i)
+        source = r.get("source", "inferencex")
+        groups.setdefault(source, []).append(i)
+        groups.setdefault(f"{source}: {r['hardware']}/{r.get('framework', 'trt')}", []).append(i)
+        groups.setdefault(f"vendor: {'amd' if r['hardware'].startswith('mi') else 'nvidia'}", []).append(i)
     print("\n| rows | n | refused | median abs. error tok/s/GPU | signed | median abs. error TPOT | signed |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, idx in groups.items():
