@@ -1,4 +1,5 @@
-"""hetc's MoE predictions against InferenceX's published DeepSeek-R1 runs (issue 28).
+"""hetc's MoE predictions against public results (issue 28): InferenceX's DeepSeek-R1 runs and
+TensorRT-LLM's perf overview (gpt-oss, DeepSeek-R1, Qwen3-235B on Hopper).
 
 InferenceX (SemiAnalysis; formerly InferenceMAX) serves DeepSeek-R1-0528 on one 8-GPU node per run
 with SGLang or TensorRT-LLM, and measures it with its own copy of vLLM's `benchmark_serving.py`:
@@ -11,16 +12,19 @@ For each row this script plans the run's own configuration — one tensor-parall
 (`--placement a:0-{TP-1} --batch CONC`), the layout the run used (EP 1: `tp`; EP = TP: `ep`; with
 data-parallel attention: `dp-ep`), the engine, its KV dtype and prefill chunk from the run's launch
 script (SERVER) — and runs `hetc evaluate` on the same closed loop. It prints predicted/published − 1.
+TensorRT-LLM's rows (TRTLLM_ROWS) are replayed as trtllm-bench ran them (`predict`).
 
 Rows (ROWS_FILE) are the fp8, single-node, non-speculative runs on hardware hetc has a profile for,
-the latest date per configuration; rows whose GPU count is not their TP (`num_decode_gpu` 64 on some TP8 × EP8
-runs of one 8-GPU node: which count the per-GPU figure divides by is ambiguous) are left out. The split into `train` and `held` is fixed by a hash of the
-configuration (`split_of`: a third held) and written into the rows file: the MoE cost model may be
-calibrated on the train rows; the held rows are looked at only with `--held`, which refuses to run
-before FROZEN names the commit the model was frozen at (and says whether FROZEN_PATHS moved since).
+the latest date per configuration; rows whose GPU count is not their TP (`num_decode_gpu` 64 on some
+TP8 × EP8 runs of one 8-GPU node: which count the per-GPU figure divides by is ambiguous) are left out.
+The split into `train` and `held` is fixed by a hash of the configuration (`split_of`: a third held)
+and written into the rows file: `--fit` calibrates on the train rows only; the held rows are looked at
+only with `--held`, which refuses to run before FROZEN names the commit the model was frozen at (and
+says whether FROZEN_PATHS moved since).
 
 Usage:
-    python benchmarks/moe_public.py [--held] [--only SUBSTR] [--jobs N] [-o results.json]
+    python benchmarks/moe_public.py [--held] [--engine-release fit] [--only SUBSTR] [--jobs N] [-o results.json]
+    python benchmarks/moe_public.py --fit [--write]   # SGLang's step overhead per AMD architecture → fit.yaml
     python benchmarks/moe_public.py --extract FIXTURE.json [FIXTURE.json ...]   # rebuild ROWS_FILE
 """
 
@@ -102,6 +106,12 @@ def key_of(r: dict) -> str:
     if r.get("source") == "trtllm-perf":
         return f"trtllm-perf/{r['model']}/{r['hardware']}x{r['gpus']}/{r['layout']}/{r['isl']}-{r['osl']}"
     return f"{r['hardware']}/{r['framework']}/tp{r['tp']}/ep{r['ep']}{'/dpa' if r['dp_attention'] else ''}/{r['isl']}-{r['osl']}/c{r['conc']}"
+
+
+def server_chunk(r: dict) -> int:
+    """Most tokens one engine step of the InferenceX run takes: SGLang's chunked-prefill size, or
+    TensorRT-LLM's max_num_tokens = max(8192, ⌈(CONC + ISL + 64) / 64⌉·64) (SERVER's scripts)."""
+    return SERVER[(r["hardware"], r["framework"])]["chunk"] or max(8192, -(-(r["conc"] + r["isl"] + 64) // 64) * 64)
 
 
 def split_of(key: str) -> str:
@@ -197,10 +207,11 @@ def predict(r: dict) -> dict | None:
             if not plan_at(r, plan, "--batch", str(r["conc"])):
                 return None
             conc, requests = r["conc"], 10 * r["conc"]
-            chunk = SERVER[(r["hardware"], r["framework"])]["chunk"] or max(8192, -(-(r["conc"] + r["isl"] + 64) // 64) * 64)
+            chunk = server_chunk(r)
             lens = {k: f"uniform:{int(0.8 * r[k])}-{r[k]}" for k in ("isl", "osl")}
         out = hetc(
             *("evaluate", str(plan), "--concurrency", str(conc), "--requests", str(requests)),
+            # trtllm-bench's budget is at least 2,048 tokens (finetune_setting)
             *("--input-len-dist", str(lens["isl"]), "--output-len-dist", str(lens["osl"]), "--max-batched-tokens", str(max(chunk, 2048))),
             *("--no-prefix-caching", "--json"),
         )
@@ -294,7 +305,7 @@ def quick(r: dict, step: float) -> tuple[float, float] | None:
     cluster = _cluster(r["hardware"], ENGINES[r["framework"]], step)
     isl, osl = round(0.9 * r["isl"]), round(0.9 * r["osl"])
     wl = Workload.of(isl, osl, "fp8", m.kv_dtype, windowed=cluster.windowed_kv, experts=ExpertLayout(layout(r)))
-    wl = dataclasses.replace(wl, prefill_chunk=server["chunk"] or max(8192, -(-(r["conc"] + r["isl"] + 64) // 64) * 64))
+    wl = dataclasses.replace(wl, prefill_chunk=server_chunk(r))
     est = estimate_pipeline(m.units, [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, r["tp"])], cluster, wl, r["conc"])
     return None if est is None else (est.output_tok_s * (isl + osl) / osl / r["tp"], est.tpot_s * 1e3)
 
