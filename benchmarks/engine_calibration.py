@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_public  # noqa: E402
 
 from hetc.cluster import Cluster, load_cluster  # noqa: E402
-from hetc.engine import FIT_FILE, EngineFigures, apply_engine  # noqa: E402
+from hetc.engine import FIT_FILE, FIT_HEADER, EngineFigures, apply_engine  # noqa: E402
 from hetc.partitioner.capture.capture import CapturedModel, capture  # noqa: E402
 from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline  # noqa: E402
 from hetc.placement import parse_placement  # noqa: E402
@@ -116,11 +116,7 @@ def write_fit(fitted: dict[tuple[str, str], tuple[float, float]], groups: dict[t
                 "scheduling), not GEMMs and all-reduces alone"
             ],
         }
-    head = (
-        "# Written by `python benchmarks/engine_calibration.py --write` (BACKEND keys) and\n"
-        "# `python benchmarks/moe_public.py --fit --write` (BACKEND:TARGET keys): do not edit by hand.\n"
-    )
-    FIT_FILE.write_text(head + yaml.safe_dump(dict(doc), sort_keys=False, width=200))
+    FIT_FILE.write_text(FIT_HEADER + yaml.safe_dump(dict(doc), sort_keys=False, width=200))
     print(f"\nwrote {FIT_FILE}")
 
 

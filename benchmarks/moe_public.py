@@ -40,7 +40,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import yaml
@@ -78,7 +78,6 @@ SERVER = {
 # not plan); 1000/1000 left out beside 1024/1024. gpt-oss: OpenAI's checkpoint (MXFP4 experts, bf16 rest),
 # KV "auto" on Hopper (bf16); DeepSeek-R1-0528 and nvidia/Qwen3-235B-A22B-FP8 with FP8 KV. DEPn: n devices,
 # attention data-parallel, experts EP (enable_attention_dp) → dp-ep; TP1: one device.
-TRTLLM_SOURCE = "TensorRT-LLM perf overview, NVIDIA/TensorRT-LLM @ 03e27c7d docs/source/developer-guide/perf-overview.md"
 TRTLLM_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000, (1024, 32768): 1000}  # the page's
 TRTLLM_ROWS = [
     # model, dtype, kv dtype, hardware, devices, layout, (isl, osl, output tok/s per GPU)...
@@ -102,8 +101,13 @@ def trtllm_rows() -> list[dict]:
     return rows
 
 
+def offline(r: dict) -> bool:
+    """A TensorRT-LLM perf-overview row (every request queued at once), not an InferenceX closed loop."""
+    return r.get("source") == "trtllm-perf"
+
+
 def key_of(r: dict) -> str:
-    if r.get("source") == "trtllm-perf":
+    if offline(r):
         return f"trtllm-perf/{r['model']}/{r['hardware']}x{r['gpus']}/{r['layout']}/{r['isl']}-{r['osl']}"
     return f"{r['hardware']}/{r['framework']}/tp{r['tp']}/ep{r['ep']}{'/dpa' if r['dp_attention'] else ''}/{r['isl']}-{r['osl']}/c{r['conc']}"
 
@@ -161,16 +165,13 @@ def hetc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hetc.cli", *args], cwd=ROOT, capture_output=True, text=True)
 
 
-RELEASE: str | None = None  # --engine-release: predict with ENGINE@RELEASE
-
-
-def plan_at(r: dict, path: Path, *extra: str) -> bool:
-    """`hetc plan` of the row's model on its devices at its layout and engine; False where hetc's memory
-    model does not fit it (exit 3, said on stderr)."""
-    inferencex = r.get("source") != "trtllm-perf"
+def plan_at(r: dict, path: Path, release: str | None, *extra: str) -> bool:
+    """`hetc plan` of the row's model on its devices at its layout and engine (at `release` of it); False
+    where hetc's memory model does not fit it (exit 3, said on stderr)."""
+    inferencex = not offline(r)
     gpus = r["tp"] if inferencex else r["gpus"]
     engine = ENGINES[r["framework"]] if inferencex else "trtllm"
-    engine = f"{engine}@{RELEASE}" if RELEASE else engine
+    engine = f"{engine}@{release}" if release else engine
     model, dtype = ("deepseek-v3", "fp8") if inferencex else (r["model"], r["dtype"])
     kv = SERVER[(r["hardware"], r["framework"])]["kv"] if inferencex else r["kv_dtype"]
     planned = hetc(
@@ -186,25 +187,25 @@ def plan_at(r: dict, path: Path, *extra: str) -> bool:
     return True
 
 
-def predict(r: dict) -> dict | None:
+def predict(r: dict, release: str | None = None) -> dict | None:
     """The row's figures as hetc predicts them; None where hetc refuses the configuration.
 
     InferenceX rows: the plan at the run's concurrency, then `hetc evaluate` of InferenceX's closed loop.
     TensorRT-LLM rows: trtllm-bench's run (every request queued at once) as a closed loop of as many
     clients as its batch."""
-    offline = r.get("source") == "trtllm-perf"
     with tempfile.TemporaryDirectory() as d:
         plan = Path(d) / "plan.json"
-        if offline:
+        if offline(r):
             # trtllm-bench's own settings (tensorrt_llm/bench/build/tuning.py, finetune_setting): as many
             # requests as KV memory holds, at most 4096, and a step of at most that × (1 + ISL/OSL) tokens,
             # at most 32,768; every request queued at once. hetc's memory model stands in for its KV estimate.
-            if not plan_at(r, plan, "--max-num-seqs", "4096"):
+            if not plan_at(r, plan, release, "--max-num-seqs", "4096"):
                 return None
             conc = json.loads(plan.read_text())["pipelines"][0]["batch"]
-            chunk, requests, lens = min(int(conc * (1 + r["isl"] / r["osl"])), 32768), TRTLLM_REQUESTS[(r["isl"], r["osl"])], r
+            chunk, requests = min(int(conc * (1 + r["isl"] / r["osl"])), 32768), TRTLLM_REQUESTS[(r["isl"], r["osl"])]
+            lens = {k: str(r[k]) for k in ("isl", "osl")}  # exactly ISL / OSL tokens each
         else:
-            if not plan_at(r, plan, "--batch", str(r["conc"])):
+            if not plan_at(r, plan, release, "--batch", str(r["conc"])):
                 return None
             conc, requests = r["conc"], 10 * r["conc"]
             chunk = server_chunk(r)
@@ -212,12 +213,12 @@ def predict(r: dict) -> dict | None:
         out = hetc(
             *("evaluate", str(plan), "--concurrency", str(conc), "--requests", str(requests)),
             # trtllm-bench's budget is at least 2,048 tokens (finetune_setting)
-            *("--input-len-dist", str(lens["isl"]), "--output-len-dist", str(lens["osl"]), "--max-batched-tokens", str(max(chunk, 2048))),
+            *("--input-len-dist", lens["isl"], "--output-len-dist", lens["osl"], "--max-batched-tokens", str(max(chunk, 2048))),
             *("--no-prefix-caching", "--json"),
         )
         out.check_returncode()
     m = json.loads(out.stdout)
-    if offline:
+    if offline(r):
         return {"output_tput_per_gpu": m["output_throughput"] / r["gpus"]}
     return {
         "tput_per_gpu": m["total_token_throughput"] / r["tp"],
@@ -331,7 +332,7 @@ def calibrate(write: bool) -> None:
     published TPOTs' floor; a GEMM or attention factor beside it lowered the fit's cost by under 1%) —
     print before / after; with
     `write`, merge the figures into the engines' `fit` release (FIT_FILE) as ENGINE: {BACKEND:TARGET: ...}."""
-    from hetc.engine import FIT_FILE
+    from hetc.engine import FIT_FILE, FIT_HEADER
 
     rows = [r for r in json.loads(ROWS_FILE.read_text())["rows"] if r["split"] == "train"]
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -355,11 +356,7 @@ def calibrate(write: bool) -> None:
             ],
         }
     if write:
-        head = (
-            "# Written by `python benchmarks/engine_calibration.py --write` (BACKEND keys) and\n"
-            "# `python benchmarks/moe_public.py --fit --write` (BACKEND:TARGET keys): do not edit by hand.\n"
-        )
-        FIT_FILE.write_text(head + yaml.safe_dump(doc, sort_keys=False, width=200))
+        FIT_FILE.write_text(FIT_HEADER + yaml.safe_dump(doc, sort_keys=False, width=200))
         print(f"\nwrote {FIT_FILE.relative_to(ROOT)}")
 
 
@@ -383,8 +380,6 @@ def main() -> None:
     if args.fit:
         calibrate(args.write)
         return
-    global RELEASE
-    RELEASE = args.engine_release
     if args.held and FROZEN is None:
         sys.exit("moe_public.py: --held needs FROZEN set to the commit the MoE cost model was frozen at")
     split = "held" if args.held else "train"
@@ -393,7 +388,7 @@ def main() -> None:
     if args.held:
         print(f"held rows; cost model {frozen_state()} (FROZEN {FROZEN})")
     with ThreadPoolExecutor(args.jobs) as pool:
-        preds = list(pool.map(predict, rows))
+        preds = list(pool.map(partial(predict, release=args.engine_release), rows))
     report(rows, preds)
     if args.output:
         Path(args.output).write_text(json.dumps([r | {"hetc": p} for r, p in zip(rows, preds, strict=True)], indent=1))

@@ -53,6 +53,7 @@ __all__ = [
     "ENGINE_DIR",
     "FIT",
     "FIT_FILE",
+    "FIT_HEADER",
 ]
 
 ENGINE_DIR = resources.files("hetc.hardware_profiles") / "engines"
@@ -182,7 +183,11 @@ class Engine:
 
 
 FIT = "fit"  # the release name of the figures fitted on public results (FIT_FILE)
-FIT_FILE = ENGINE_DIR / "fit.yaml"  # written by benchmarks/engine_calibration.py: {engine: {backend: figures}}
+FIT_FILE = ENGINE_DIR / "fit.yaml"  # {engine: {BACKEND or BACKEND:TARGET: figures}}, written by the two scripts FIT_HEADER names
+FIT_HEADER = (
+    "# Written by `python benchmarks/engine_calibration.py --write` (BACKEND keys) and\n"
+    "# `python benchmarks/moe_public.py --fit --write` (BACKEND:TARGET keys): do not edit by hand.\n"
+)
 
 
 @cache
