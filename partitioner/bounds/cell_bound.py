@@ -48,6 +48,7 @@ TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 REST_SAMPLES = 16  # keys the first pass times `rest` on, spread over the pass (its cost, where the deadline cuts the pass)
 REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
+ROUTE_TYPES = 4  # types whose KV route inside a node beats the network's, counted apart (2^this prefill closures a round); past it, one set
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
 METHOD = (
@@ -115,18 +116,21 @@ class _Cells:
         self.rows = Rows(costs, space, phase, max_stages, ceiling, self.regimes)  # the first pass (`_first_pass` runs it)
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
+        # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)
+        self.cap = _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool)) if phase == Phase.PREFILL else np.full(len(space), np.inf)
         self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
         self.ub = np.zeros(len(space))
 
     def refresh(self) -> None:
         """Each cell's bound again, after the first pass wrote rows."""
-        self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(self.space))
+        self.ub = np.minimum(self.V.max(axis=0), self.cap) if len(self.keys) else np.zeros(len(self.space))
         for c in self.pieces.keys() | self.exact.keys():
             self.ub[c] = max(self.exact.get(c, (0.0, None))[0], self._open(c))
 
     def _open(self, c: int) -> float:
-        return max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0))
+        """Cell c's bound over what refinement has not settled (prefill pools: within their KV cap)."""
+        return min(max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0)), self.cap[c])
 
     def settled(self, c: int) -> bool:
         return self.ub[c] <= 0 or (c in self.exact and self.exact[c][0] * (1 + TOLERANCE) >= self._open(c))
@@ -177,7 +181,7 @@ class _Cells:
         if got is None:
             return work
         R, chain = got
-        ub = min(rate / R, piece.ub)  # the first pass bounded it already
+        ub = min(rate / R, piece.ub, self.cap[c])  # the first pass bounded it already; prefill pools: their KV cap
         most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
         value, batch = ub, most
         if most < piece.top:  # the chain holds fewer sequences than the top: its value there, and split
@@ -186,6 +190,34 @@ class _Cells:
         if value > best[0]:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
         return work + STEP
+
+
+def _feed_cap(costs: StageCosts, space: CountSpace, inside: np.ndarray) -> np.ndarray:
+    """Per cell: the most output tok/s one prefill pool on its devices can feed, its last stage on
+    the cell's type of the fastest KV route (`StageCosts.feed_across`; `feed_inside` too for the
+    types `inside` marks, those a decode pool starts on); 0 for the empty cell. A pool's tok/s above
+    it never reaches a decode pool, so the knapsack does not credit it.
+
+    Args:
+        inside: per type, whether a decode pool may start on it (a KV route inside a node).
+    """
+    feed = np.where(inside, np.maximum(costs.feed_across, costs.feed_inside), costs.feed_across)
+    return np.where(space.cells > 0, feed, 0.0).max(axis=1)
+
+
+def route_caps(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill pools' KV caps per set of decode types, and which set each cell of decode pools
+    opens: ([sets, cells] caps, [cells] set index). A prefill pool hands its KV inside a node only to
+    a decode pool starting on its own type, so the types a route inside a node speeds up (`gain`)
+    count only where the decode pools' devices hold them: a set per subset of those, where at most
+    2^ROUTE_TYPES; past that, one set opening every route (valid, looser)."""
+    gain = np.flatnonzero(costs.feed_inside > costs.feed_across)
+    if len(gain) > ROUTE_TYPES:
+        return _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool))[None], np.zeros(len(space), dtype=np.int64)
+    subsets = [np.isin(np.arange(len(costs.types)), gain[[k for k in range(len(gain)) if s >> k & 1]]) for s in range(1 << len(gain))]
+    caps = np.stack([_feed_cap(costs, space, s) for s in subsets])
+    route = (space.cells[:, gain] > 0) @ (1 << np.arange(len(gain)))  # the subset of `gain` each cell holds
+    return caps, route.astype(np.int64)
 
 
 def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
@@ -289,7 +321,10 @@ def cell_bound_rounds(
     table = {p: _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None) for p in phases}
     if progress:
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
-    round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
+    pools = Phase.PREFILL in phases and Phase.DECODE in phases
+    caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), np.zeros(len(space), dtype=np.int64))
+    closures = len(phases) + 1 + (len(caps) - 1 if pools else 0)  # a round's closures and combine, a prefill closure per set of routes
+    round_cpu = closures * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
     if cut and progress:
         progress("cell bound: first pass cut at the CPU deadline; the keys left are bounded by a looser relaxation")
@@ -303,14 +338,17 @@ def cell_bound_rounds(
     while True:
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
-        work += (len(phases) + 1) * space.closure_work
-        K = {p: closure(space, table[p].ub) for p in phases}
-        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), K.get(Phase.PREFILL, zero))
-        items = [
-            (p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, table[p].ub, K[p], top)
-        ]
-        todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
-        got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
+        work += closures * space.closure_work
+        K = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
+        fed = [np.minimum(table[Phase.PREFILL].ub, cap) for cap in caps] if Phase.PREFILL in phases else [zero]
+        Kp = np.stack([closure(space, ub) for ub in fed]) if Phase.PREFILL in phases else zero[None]
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, route)
+        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[route[c2]]}
+        K[Phase.PREFILL] = Kp[route[c2]]
+        items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, ub[p], K[p], top)]
+        # a prefill cell whose pipeline reaches its cap under the decode pools' routes is settled too
+        todo = sorted({(p, c) for p, c in items if not table[p].settled(c) and table[p].exact.get(c, (0.0,))[0] * (1 + TOLERANCE) < ub[p][c]})
+        got = {p: sum(min(table[p].exact.get(c, (0.0,))[0], ub[p][c]) for q, c in items if q == p) for p in Phase}
         attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
         done = value <= attained * (1 + TOLERANCE)
         if demand is not None:  # the cheapest devices' cells are the ones that matter: done when they are settled
