@@ -339,7 +339,7 @@ def cell_bound_rounds(
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
         work += closures * space.closure_work
-        K = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
+        K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
         fed = [np.minimum(table[Phase.PREFILL].ub, cap) for cap in caps] if Phase.PREFILL in phases else [zero]
         Kp = np.stack([closure(space, ub) for ub in fed]) if Phase.PREFILL in phases else zero[None]
         value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, route)
