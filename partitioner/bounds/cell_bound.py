@@ -220,6 +220,20 @@ def route_caps(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.nda
     return caps, route.astype(np.int64)
 
 
+def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct arrays of `arrays` and the index of each among them: where no KV cap binds (a fast
+    network), every set of routes gives the prefill pools the same bounds and one closure serves all."""
+    out: list[np.ndarray] = []
+    which = np.zeros(len(arrays), dtype=np.int64)
+    for i, a in enumerate(arrays):
+        j = next((j for j, b in enumerate(out) if np.array_equal(a, b)), None)
+        if j is None:
+            j = len(out)
+            out.append(a)
+        which[i] = j
+    return out, which
+
+
 def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
     """Every phase's first-pass rows in turn, until `cpu`'s deadline, less `keep` seconds (the
     knapsack after), would leave less than the CPU to bound the keys left by `FirstPass.rest` (at
@@ -323,8 +337,7 @@ def cell_bound_rounds(
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
     caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), np.zeros(len(space), dtype=np.int64))
-    closures = len(phases) + 1 + (len(caps) - 1 if pools else 0)  # a round's closures and combine, a prefill closure per set of routes
-    round_cpu = closures * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
+    round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
     if cut and progress:
         progress("cell bound: first pass cut at the CPU deadline; the keys left are bounded by a looser relaxation")
@@ -338,13 +351,13 @@ def cell_bound_rounds(
     while True:
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
-        work += closures * space.closure_work
         K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
-        fed = [np.minimum(table[Phase.PREFILL].ub, cap) for cap in caps] if Phase.PREFILL in phases else [zero]
-        Kp = np.stack([closure(space, ub) for ub in fed]) if Phase.PREFILL in phases else zero[None]
-        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, route)
-        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[route[c2]]}
-        K[Phase.PREFILL] = Kp[route[c2]]
+        fed, which = _distinct([np.minimum(table[Phase.PREFILL].ub, cap) for cap in caps] if Phase.PREFILL in phases else [zero])
+        work += (len(phases) + len(fed)) * space.closure_work  # the closures and the combine
+        Kp = np.stack([closure(space, ub) for ub in fed])
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[route])
+        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[which[route[c2]]]}
+        K[Phase.PREFILL] = Kp[which[route[c2]]]
         items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, ub[p], K[p], top)]
         # a prefill cell whose pipeline reaches its cap under the decode pools' routes is settled too
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c) and table[p].exact.get(c, (0.0,))[0] * (1 + TOLERANCE) < ub[p][c]})

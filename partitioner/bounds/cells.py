@@ -73,7 +73,10 @@ def combine(space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: np
         for c in space.order[1:]:
             v = space.cells[c]
             box = _box(v)
-            fed_by = np.take_along_axis(P[(slice(None), *_flip(v))], R[box][None], axis=0)[0]  # prefill on c − c2, under c2's routes
+            if len(P) == 1:  # one set of routes (no KV cap tells decode pools' types apart)
+                fed_by = P[0][_flip(v)]
+            else:  # prefill on c − c2, under the routes c2's decode pools open
+                fed_by = np.take_along_axis(P[(slice(None), *_flip(v))], R[box][None], axis=0)[0]
             m = np.minimum(D[box], fed_by)
             j = int(np.argmax(m))
             fed[c] = m.flat[j]
