@@ -234,6 +234,19 @@ def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
     return out, which
 
 
+def _routed(space: CountSpace, ubs: list[np.ndarray], caps: np.ndarray, route: np.ndarray) -> float:
+    """The knapsack's bound with each prefill pool capped under the KV routes its decode pools open.
+
+    Args:
+        ubs: each cell's bound on one pipeline doing both phases, one decode pool, one prefill pool.
+        caps, route: `route_caps`.
+    """
+    both, decode, prefill = ubs
+    fed, which = _distinct([np.minimum(prefill, cap) for cap in caps])
+    Kp = np.stack([closure(space, ub) for ub in fed])
+    return combine(space, closure(space, both), closure(space, decode), Kp, which[route])[0]
+
+
 def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
     """Every phase's first-pass rows in turn, until `cpu`'s deadline, less `keep` seconds (the
     knapsack after), would leave less than the CPU to bound the keys left by `FirstPass.rest` (at
@@ -336,7 +349,9 @@ def cell_bound_rounds(
     if progress:
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
-    caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), np.zeros(len(space), dtype=np.int64))
+    one = np.zeros(len(space), dtype=np.int64)  # every decode cell opens the one set of routes
+    caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), one)
+    routed = False  # the rounds steer by every KV route open until they settle, then by the sets decode pools open (cheaper first)
     round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
     if cut and progress:
@@ -352,12 +367,13 @@ def cell_bound_rounds(
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
         K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
-        fed, which = _distinct([np.minimum(table[Phase.PREFILL].ub, cap) for cap in caps] if Phase.PREFILL in phases else [zero])
+        sets, opens = (caps, route) if routed else (caps[-1:], one)
+        fed, which = _distinct([np.minimum(table[Phase.PREFILL].ub, cap) for cap in sets] if Phase.PREFILL in phases else [zero])
         work += (len(phases) + len(fed)) * space.closure_work  # the closures and the combine
         Kp = np.stack([closure(space, ub) for ub in fed])
-        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[route])
-        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[which[route[c2]]]}
-        K[Phase.PREFILL] = Kp[which[route[c2]]]
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[opens])
+        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[which[opens[c2]]]}
+        K[Phase.PREFILL] = Kp[which[opens[c2]]]
         items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, ub[p], K[p], top)]
         # a prefill cell whose pipeline reaches its cap under the decode pools' routes is settled too
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c) and table[p].exact.get(c, (0.0,))[0] * (1 + TOLERANCE) < ub[p][c]})
@@ -374,15 +390,21 @@ def cell_bound_rounds(
                 + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else "")
             )
 
-        def snapshot(value: float = value, items: list = items, least: float = least) -> CellBound:
+        if cpu is not None:
+            round_cpu = cpu.clock() - round_from
+
+        def snapshot(value: float = value, items: list = items, least: float = least, routed: bool = routed, round_cpu: float = round_cpu) -> CellBound:
             # the optimum's refined pipelines first, then every other refined one, best first
             refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe), key=lambda e: -e[0])
             first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
             pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
+            # refinement only tightens the tables: their bound holds for this round too. Where the deadline leaves
+            # less than twice its CPU (a closure per set, at the last round's CPU per closure), the round's stands
+            routed_cpu = len(caps) * round_cpu / (len(phases) + 1)
+            if not routed and len(caps) > 1 and (cpu is None or cpu.left() >= 2 * routed_cpu):
+                value = min(value, _routed(space, [table[p].ub if p in table else zero for p in (Phase.BOTH, Phase.DECODE, Phase.PREFILL)], caps, route))
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
-        if cpu is not None:
-            round_cpu = cpu.clock() - round_from
         yield snapshot, late()
         while late() and (cut or not (not todo or work >= budget or done)):
             yield snapshot, True  # resumed with no time for a round: the same bound, until a later deadline
@@ -391,8 +413,11 @@ def cell_bound_rounds(
             for p in phases:
                 table[p].refresh()
             continue
-        if not todo or work >= budget or done:
+        if work >= budget or (not todo or done) and (routed or len(caps) == 1 or late()):
             return
+        if not todo or done:  # settled with every KV route open: on, steering by the routes decode pools' types open
+            routed = True
+            continue
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
                 if work >= budget or table[p].settled(c) or late():
