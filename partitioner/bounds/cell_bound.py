@@ -3,7 +3,10 @@
 1. First pass (aggregate.py): for every phase and cell (devices per type), a quick upper
    bound on one pipeline's tok/s on exactly those devices, per operating point (batch, class
    of pipeline lengths).
-2. The knapsack (cells.py) over those bounds gives an upper bound on every plan.
+2. The knapsack (cells.py) over those bounds gives an upper bound on every plan. A prefill pool
+   counts at most what its prompts' KV can cross to a decode pool (`route_caps`: the fastest route
+   from its last stage's type, inside a node only to a decode pool of that type); the rounds steer
+   with every route open until they settle, then by the sets of routes decode pools' types open.
 3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
    each length exactly, costed at the top of a batch interval with memory at its first batch
    (batches.py); where that chain holds fewer sequences than the top, its value at the most it

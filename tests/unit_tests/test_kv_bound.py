@@ -66,16 +66,27 @@ def _uncapped(monkeypatch) -> None:
     monkeypatch.setattr(StageCosts, "__init__", wide)
 
 
-@pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    """small2011 (two single-MI355X and two single-H100 nodes, one layer of llama-2-70b at fp8) on a
-    1 Gbit/s network: every KV route crosses it, and a prompt's KV takes longer than its prefill."""
+def _slow(tmp, paired: bool):
+    """small2011 (two MI355X and two H100, one layer of llama-2-70b at fp8) on a 1 Gbit/s network, a
+    prompt's KV slower across it than its prefill: every node single, or the MI355X paired on
+    Infinity Fabric (a route inside a node, for decode pools starting on an MI355X only)."""
     gen, scenarios = _module("generated_clusters"), _module("solver_scenarios")
     sc = gen.generate_small(2011)
     sc.case.cluster["network"] = {"default": {"bandwidth": "1 Gbit/s", "latency": "10 us"}}
-    units, cluster, wl = gen.small_instance(sc, tmp_path_factory.mktemp("kv"), scenarios.engine_for(sc.case).value)
-    assert all(n.count == 1 for n in cluster.nodes)
+    if paired:
+        sc.case.cluster["nodes"] = [{"name": "a0", "device": "mi355x", "count": 2, "link": "infinity-fabric"}] + sc.case.cluster["nodes"][2:]
+    units, cluster, wl = gen.small_instance(sc, tmp, scenarios.engine_for(sc.case).value)
     return sc, units, cluster, wl
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    return _slow(tmp_path_factory.mktemp("kv"), paired=False)
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory):
+    return _slow(tmp_path_factory.mktemp("kv"), paired=True)
 
 
 def test_pools_bound_is_above_the_optimum_with_kv_links_and_tighter_than_without(case, monkeypatch):
@@ -96,12 +107,19 @@ def test_auto_bound_is_above_the_optimum_with_kv_links(case):
     assert sol.bound >= opt * (1 - 1e-9)
 
 
-def test_a_kv_route_inside_a_node_counts_only_where_decode_pools_take_its_type(case):
-    """route_caps: a type whose KV route inside a node beats the network's speeds its prefill pools up
-    only in the set where decode pools hold that type; every set caps at least as tightly as all routes."""
-    _, units, cluster, wl = case
+@pytest.mark.parametrize("disaggregate", ["on", "auto"])
+def test_a_kv_route_inside_a_node_is_counted_and_the_bound_holds(paired, disaggregate, monkeypatch):
+    """The MI355X pair's route inside its node: the sets of routes decode pools open (route_caps)
+    keep the bound above the optimum, and below the bound with no route priced. With pools only the
+    optimum (19,988 tok/s) hands KV inside the node: a bound that priced only the network's route
+    would read 15,250, as the single nodes' case does."""
+    sc, units, cluster, wl = paired
     costs = StageCosts(Tables(units, wl), kinds_of(cluster, TP_SIZES), cluster)
-    space = CountSpace(costs.devices)
-    caps, route = cell_bound.route_caps(costs, space)
-    assert (caps <= caps[-1] + 1e-9).all()  # the last set opens every route
-    assert route[0] == 0 and route.max() == len(caps) - 1
+    caps, route = cell_bound.route_caps(costs, CountSpace(costs.devices))
+    assert len(caps) == 2 and (caps[0] <= caps[1]).all()  # decode pools without an MI355X, with one
+    phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
+    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
+    sol = solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs)
+    assert sol.bound >= opt * (1 - 1e-9)
+    _uncapped(monkeypatch)
+    assert sol.bound <= solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs).bound
