@@ -3,7 +3,10 @@
 1. First pass (aggregate.py): for every phase and cell (devices per type), a quick upper
    bound on one pipeline's tok/s on exactly those devices, per operating point (batch, class
    of pipeline lengths).
-2. The knapsack (cells.py) over those bounds gives an upper bound on every plan.
+2. The knapsack (cells.py) over those bounds gives an upper bound on every plan. A prefill pool
+   counts at most what its prompts' KV can cross to a decode pool (`route_caps`: the fastest route
+   from its last stage's type, inside a node only to a decode pool of that type); the rounds steer
+   with every route open until they settle, then by the sets of routes decode pools' types open.
 3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
    each length exactly, costed at the top of a batch interval with memory at its first batch
    (batches.py); where that chain holds fewer sequences than the top, its value at the most it
@@ -48,6 +51,7 @@ TEMPLATES = 32  # refined pipelines handed to the solver as templates
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 REST_SAMPLES = 16  # keys the first pass times `rest` on, spread over the pass (its cost, where the deadline cuts the pass)
 REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
+ROUTE_TYPES = 4  # types whose KV route inside a node beats the network's, counted apart (2^this prefill closures a round); past it, one set
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
 METHOD = (
@@ -115,18 +119,21 @@ class _Cells:
         self.rows = Rows(costs, space, phase, max_stages, ceiling, self.regimes)  # the first pass (`_first_pass` runs it)
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
+        # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)
+        self.cap = _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool)) if phase == Phase.PREFILL else np.full(len(space), np.inf)
         self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
         self.ub = np.zeros(len(space))
 
     def refresh(self) -> None:
         """Each cell's bound again, after the first pass wrote rows."""
-        self.ub = self.V.max(axis=0) if len(self.keys) else np.zeros(len(self.space))
+        self.ub = np.minimum(self.V.max(axis=0), self.cap) if len(self.keys) else np.zeros(len(self.space))
         for c in self.pieces.keys() | self.exact.keys():
             self.ub[c] = max(self.exact.get(c, (0.0, None))[0], self._open(c))
 
     def _open(self, c: int) -> float:
-        return max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0))
+        """Cell c's bound over what refinement has not settled (prefill pools: within their KV cap)."""
+        return min(max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0)), self.cap[c])
 
     def settled(self, c: int) -> bool:
         return self.ub[c] <= 0 or (c in self.exact and self.exact[c][0] * (1 + TOLERANCE) >= self._open(c))
@@ -177,7 +184,7 @@ class _Cells:
         if got is None:
             return work
         R, chain = got
-        ub = min(rate / R, piece.ub)  # the first pass bounded it already
+        ub = min(rate / R, piece.ub, self.cap[c])  # the first pass bounded it already; prefill pools: their KV cap
         most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
         value, batch = ub, most
         if most < piece.top:  # the chain holds fewer sequences than the top: its value there, and split
@@ -186,6 +193,61 @@ class _Cells:
         if value > best[0]:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
         return work + STEP
+
+
+def _feed_cap(costs: StageCosts, space: CountSpace, inside: np.ndarray) -> np.ndarray:
+    """Per cell: the most output tok/s one prefill pool on its devices can feed, its last stage on
+    the cell's type of the fastest KV route (`StageCosts.feed_across`; `feed_inside` too for the
+    types `inside` marks, those a decode pool starts on); 0 for the empty cell. A pool's tok/s above
+    it never reaches a decode pool, so the knapsack does not credit it.
+
+    Args:
+        inside: per type, whether a decode pool may start on it (a KV route inside a node).
+    """
+    feed = np.where(inside, np.maximum(costs.feed_across, costs.feed_inside), costs.feed_across)
+    return np.where(space.cells > 0, feed, 0.0).max(axis=1)
+
+
+def route_caps(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill pools' KV caps per set of decode types, and which set each cell of decode pools
+    opens: ([sets, cells] caps, [cells] set index). A prefill pool hands its KV inside a node only to
+    a decode pool starting on its own type, so the types a route inside a node speeds up (`gain`)
+    count only where the decode pools' devices hold them: a set per subset of those, where at most
+    2^ROUTE_TYPES; past that, one set opening every route (valid, looser)."""
+    gain = np.flatnonzero(costs.feed_inside > costs.feed_across)
+    if len(gain) > ROUTE_TYPES:
+        return _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool))[None], np.zeros(len(space), dtype=np.int64)
+    subsets = [np.isin(np.arange(len(costs.types)), gain[[k for k in range(len(gain)) if s >> k & 1]]) for s in range(1 << len(gain))]
+    caps = np.stack([_feed_cap(costs, space, s) for s in subsets])
+    route = (space.cells[:, gain] > 0) @ (1 << np.arange(len(gain)))  # the subset of `gain` each cell holds
+    return caps, route.astype(np.int64)
+
+
+def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct arrays of `arrays` and the index of each among them: where no KV cap binds (a fast
+    network), every set of routes gives the prefill pools the same bounds and one closure serves all."""
+    out: list[np.ndarray] = []
+    which = np.zeros(len(arrays), dtype=np.int64)
+    for i, a in enumerate(arrays):
+        j = next((j for j, b in enumerate(out) if np.array_equal(a, b)), None)
+        if j is None:
+            j = len(out)
+            out.append(a)
+        which[i] = j
+    return out, which
+
+
+def _routed(space: CountSpace, ubs: list[np.ndarray], caps: np.ndarray, route: np.ndarray) -> float:
+    """The knapsack's bound with each prefill pool capped under the KV routes its decode pools open.
+
+    Args:
+        ubs: each cell's bound on one pipeline doing both phases, one decode pool, one prefill pool.
+        caps, route: `route_caps`.
+    """
+    both, decode, prefill = ubs
+    fed, which = _distinct([np.minimum(prefill, cap) for cap in caps])
+    Kp = np.stack([closure(space, ub) for ub in fed])
+    return combine(space, closure(space, both), closure(space, decode), Kp, which[route])[0]
 
 
 def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
@@ -289,6 +351,10 @@ def cell_bound_rounds(
     table = {p: _Cells(costs, space, p, max_stages, ceiling, loop=demand is not None) for p in phases}
     if progress:
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
+    pools = Phase.PREFILL in phases and Phase.DECODE in phases
+    one = np.zeros(len(space), dtype=np.int64)  # every decode cell opens the one set of routes
+    caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), one)
+    routed = False  # the rounds steer by every KV route open until they settle, then by the sets decode pools open (cheaper first)
     round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
     if cut and progress:
@@ -303,14 +369,18 @@ def cell_bound_rounds(
     while True:
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
-        work += (len(phases) + 1) * space.closure_work
-        K = {p: closure(space, table[p].ub) for p in phases}
-        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), K.get(Phase.PREFILL, zero))
-        items = [
-            (p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, table[p].ub, K[p], top)
-        ]
-        todo = sorted({(p, c) for p, c in items if not table[p].settled(c)})
-        got = {p: sum(table[p].exact.get(c, (0.0,))[0] for q, c in items if q == p) for p in Phase}
+        K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
+        sets, opens = (caps, route) if routed else (caps[-1:], one)
+        fed, which = _distinct([np.minimum(table[Phase.PREFILL].ub, cap) for cap in sets] if Phase.PREFILL in phases else [zero])
+        work += (len(phases) + len(fed)) * space.closure_work  # the closures and the combine
+        Kp = np.stack([closure(space, ub) for ub in fed])
+        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[opens])
+        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[which[opens[c2]]]}
+        K[Phase.PREFILL] = Kp[which[opens[c2]]]
+        items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, ub[p], K[p], top)]
+        # a prefill cell whose pipeline reaches its cap under the decode pools' routes is settled too
+        todo = sorted({(p, c) for p, c in items if not table[p].settled(c) and table[p].exact.get(c, (0.0,))[0] * (1 + TOLERANCE) < ub[p][c]})
+        got = {p: sum(min(table[p].exact.get(c, (0.0,))[0], ub[p][c]) for q, c in items if q == p) for p in Phase}
         attained = got[Phase.BOTH] + min(got[Phase.DECODE], got[Phase.PREFILL])  # by pipelines the optimum's cells hold
         done = value <= attained * (1 + TOLERANCE)
         if demand is not None:  # the cheapest devices' cells are the ones that matter: done when they are settled
@@ -323,15 +393,21 @@ def cell_bound_rounds(
                 + (f"; least spend for {demand.floor:,.0f} tok/s {least:,.2f}" if demand is not None else "")
             )
 
-        def snapshot(value: float = value, items: list = items, least: float = least) -> CellBound:
+        if cpu is not None:
+            round_cpu = cpu.clock() - round_from
+
+        def snapshot(value: float = value, items: list = items, least: float = least, routed: bool = routed, round_cpu: float = round_cpu) -> CellBound:
             # the optimum's refined pipelines first, then every other refined one, best first
             refined = sorted(((v, p, c) for p in phases for c, (v, pipe) in table[p].exact.items() if pipe), key=lambda e: -e[0])
             first = [(p, c) for p, c in items if c in table[p].exact and table[p].exact[c][1]]
             pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
+            # refinement only tightens the tables: their bound holds for this round too. Where the deadline leaves
+            # less than twice its CPU (a closure per set, at the last round's CPU per closure), the round's stands
+            routed_cpu = len(caps) * round_cpu / (len(phases) + 1)
+            if not routed and len(caps) > 1 and (cpu is None or cpu.left() >= 2 * routed_cpu):
+                value = min(value, _routed(space, [table[p].ub if p in table else zero for p in (Phase.BOTH, Phase.DECODE, Phase.PREFILL)], caps, route))
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
-        if cpu is not None:
-            round_cpu = cpu.clock() - round_from
         yield snapshot, late()
         while late() and (cut or not (not todo or work >= budget or done)):
             yield snapshot, True  # resumed with no time for a round: the same bound, until a later deadline
@@ -340,8 +416,11 @@ def cell_bound_rounds(
             for p in phases:
                 table[p].refresh()
             continue
-        if not todo or work >= budget or done:
+        if work >= budget or (not todo or done) and (routed or len(caps) == 1 or late()):
             return
+        if not todo or done:  # settled with every KV route open: on, steering by the routes decode pools' types open
+            routed = True
+            continue
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
                 if work >= budget or table[p].settled(c) or late():

@@ -6,7 +6,8 @@ devices of cell c, then the best sum of ub over cells that together fit the clus
 bounds every plan of such pipelines, integrality included: an unbounded knapsack in as
 many dimensions as there are types, solved exactly by dynamic programming over the cells
 in order of their total. Prefill and decode pools combine as decode output limited by
-what prefill pools feed.
+what prefill pools feed, where what a prefill pool feeds depends on which device types the decode
+pools take (the KV routes open to it: cell_bound.py).
 """
 
 from __future__ import annotations
@@ -56,16 +57,27 @@ def closure(space: CountSpace, ub: np.ndarray) -> np.ndarray:
     return K.ravel()
 
 
-def combine(space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: np.ndarray) -> tuple[float, tuple]:
-    """max over c1 + c2 + c3 ≤ the cluster of both[c1] + min(decode[c2], prefill[c3]) (closures),
-    and the maximising (c1, c2, c3)."""
-    D, P = decode.reshape(space.dims), prefill.reshape(space.dims)
+def combine(space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: np.ndarray, route: np.ndarray) -> tuple[float, tuple]:
+    """max over c1 + c2 + c3 ≤ the cluster of both[c1] + min(decode[c2], prefill[route[c2], c3])
+    (closures), and the maximising (c1, c2, c3).
+
+    Args:
+        prefill: [sets, cells]: the prefill pools' closure under each set of KV routes.
+        route: per cell (the decode pools' devices), the row of `prefill` whose routes they open.
+    """
+    D, R = decode.reshape(space.dims), route.reshape(space.dims)
+    P = prefill.reshape((len(prefill), *space.dims))
     fed = np.zeros(len(space))  # fed[c]: the best pools on the devices of c
     split = np.zeros(len(space), dtype=np.int64)  # …and the decode pools' cell
     if decode.any() and prefill.any():
         for c in space.order[1:]:
             v = space.cells[c]
-            m = np.minimum(D[_box(v)], P[_flip(v)])
+            box = _box(v)
+            if len(P) == 1:  # one set of routes (no KV cap tells decode pools' types apart)
+                fed_by = P[0][_flip(v)]
+            else:  # prefill on c − c2, under the routes c2's decode pools open
+                fed_by = np.take_along_axis(P[(slice(None), *_flip(v))], R[box][None], axis=0)[0]
+            m = np.minimum(D[box], fed_by)
             j = int(np.argmax(m))
             fed[c] = m.flat[j]
             split[c] = int(np.ravel_multi_index(np.unravel_index(j, m.shape), space.dims))

@@ -4,7 +4,9 @@ For a phase, a batch and m micro-batches, `StageCosts.case` gives per stage kind
 prefix sums of its units' busy seconds per round (simulate.unit_round_costs), its fixed
 overhead per round, the furthest unit a stage starting at each unit can hold in memory,
 and the link busy time between two types at each cut (the fastest path between any of
-their nodes; within a type, its node's fabric).
+their nodes; within a type, its node's fabric). `feed_across` and `feed_inside` bound what a prefill
+pool ending on each type can hand a decode pool: its prompts' KV over the fastest route a plan
+could give it, across nodes or inside one.
 
 Devices are counted per type: `group` (per kind) and `devices` (per type) name the count a
 stage draws on (the cell bound enumerates vectors of them up to cell_bound.MAX_CELLS; past
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetc.cluster import Cluster
-from hetc.partitioner.cost_models.links import hops
+from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
 
@@ -67,6 +69,7 @@ class StageCosts:
             for j, p in enumerate(paths):
                 lat[a, b, j], inv[a, b, j] = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
         self._alpha_beta = (lat, inv)
+        self.feed_across, self.feed_inside = _feeds(tables, cluster, first)
         self._most: dict = {}
         self._cases: dict = {}
         self._memory: dict = {}
@@ -165,6 +168,29 @@ def _paths(cluster: Cluster, ka: Kind, kb: Kind) -> list[list]:
     inside = [hops(cluster, x, x) for x in ka.nodes if x.count > 1]
     across = [hops(cluster, x, y) for x in ka.nodes for y in ka.nodes if x.name != y.name]
     return inside + across or [hops(cluster, ka.nodes[0], ka.nodes[0])]  # one device: no two stages of the type anyway
+
+
+def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndarray, np.ndarray]:
+    """Per type, the most output tok/s one prefill pool whose last stage is of that type can feed, its
+    prompts' KV sent over the fastest route any plan could give it (the solver's `_kv_transfers` sends
+    it from the pool's last stage to a decode pool's first, on other devices, and caps the pool at its
+    slowest route's rate: every real pool is within this): (across, inside). across: to a device of
+    another node, of any type; inside: to another device of one of its own nodes, which only a decode
+    pool starting on the same type can be (0 where no node of the type holds two devices).
+
+    Args:
+        first: one kind of each type, in the order of `StageCosts.types`.
+    """
+    wl = tables.wl
+    nbytes = wl.input_len * (wl.kv_bytes(tables.units, wl.input_len) / wl.input_len)  # as the solver prices a route
+
+    def rate(paths: list[list]) -> float:
+        seconds = min((transfer_time(nbytes, p) for p in paths), default=INF)
+        return wl.output_len / seconds if seconds > 0 else INF
+
+    across = [rate([hops(cluster, x, y) for kb in first for y in kb.nodes for x in ka.nodes if x.name != y.name]) for ka in first]
+    inside = [rate([hops(cluster, x, x) for x in ka.nodes if x.count > 1]) for ka in first]
+    return np.array(across), np.array(inside)
 
 
 def _period(units: list) -> tuple[int, int, int]:

@@ -44,18 +44,22 @@ def test_closure_and_decomposition_match_brute_force(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_combine_matches_brute_force(seed):
+    """Prefill pools under two sets of KV routes (decode pools holding type 0, or not): each split
+    takes the set its decode cell opens."""
     rng = np.random.default_rng(seed)
     space = CountSpace(np.array([2, 2, 1]))
     K = {}
-    for p in ("both", "decode", "prefill"):
+    for p in ("both", "decode", "prefill", "prefill, routes inside type 0"):
         ub = np.where(rng.random(len(space)) < 0.6, rng.random(len(space)) * 10, 0.0)
         ub[0] = 0.0
         K[p] = closure(space, ub)
-    value, (c1, c2, c3) = combine(space, K["both"], K["decode"], K["prefill"])
+    Kp = np.stack([K["prefill"], K["prefill, routes inside type 0"]])
+    route = (space.cells[:, 0] > 0).astype(np.int64)
+    value, (c1, c2, c3) = combine(space, K["both"], K["decode"], Kp, route)
     want = 0.0
     for a, b, c in itertools.product(range(len(space)), repeat=3):
         if (space.cells[a] + space.cells[b] + space.cells[c] <= space.devices).all():
-            want = max(want, K["both"][a] + min(K["decode"][b], K["prefill"][c]))
+            want = max(want, K["both"][a] + min(K["decode"][b], Kp[route[b], c]))
     assert value == pytest.approx(want)
     assert (space.cells[c1] + space.cells[c2] + space.cells[c3] <= space.devices).all()
-    assert K["both"][c1] + min(K["decode"][c2], K["prefill"][c3]) == pytest.approx(want)
+    assert K["both"][c1] + min(K["decode"][c2], Kp[route[c2], c3]) == pytest.approx(want)

@@ -1,0 +1,125 @@
+"""The throughput bound prices prefill pools' KV routes (cell_bound.route_caps): a prefill pool feeds
+at most what its prompts' KV can cross to a decode pool, over the fastest route a plan could give
+it. Checked on a small-block case on a slow network (small2011 on 1 Gbit/s) against a brute force over
+every pool and pipeline on its four devices whose pools are valued as the solver values them (each prefill pool at its slowest route to a
+decode pool: solver._kv_transfers, _feed_caps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hetc.cluster import TP_SIZES, Node
+from hetc.partitioner.bounds import cell_bound
+from hetc.partitioner.bounds.cells import CountSpace
+from hetc.partitioner.bounds.stage_costs import StageCosts
+from hetc.partitioner.cost_models.links import hops, transfer_time
+from hetc.partitioner.estimate.tables import Tables, kinds_of
+from hetc.partitioner.search.solver import solve
+from hetc.scheduling import Phase
+from tests.brute_force import options
+from tests.unit_tests.test_solver_small_block import _module
+
+
+def _optimum_with_kv(units, cluster, wl, max_num_seqs: int, phases: tuple[Phase, ...] = tuple(Phase)) -> float:
+    """The most output tok/s of disjoint pipelines and pools, each prefill pool capped at its slowest
+    KV route to the decode pools taken (as the solver prices a fleet). Pools are kept apart by the
+    node their KV leaves (a prefill pool's last stage) or arrives at (a decode pool's first)."""
+    best: dict[tuple, tuple[float, Node]] = {}
+    for o in options(units, cluster, wl, tp=False, phases=phases, max_num_seqs=max_num_seqs):
+        node = o.stages[-1].node if o.phase == Phase.PREFILL else o.stages[0].node
+        key = (o.devices, o.phase, node.name)
+        if key not in best or o.estimate.output_tok_s > best[key][0]:
+            best[key] = (o.estimate.output_tok_s, node)
+    nbytes = wl.input_len * (wl.kv_bytes(units, wl.input_len) / wl.input_len)
+    items = [(devs, phase, tok, node) for (devs, phase, _), (tok, node) in best.items()]
+
+    def value(pick: list) -> float:
+        both = sum(tok for _, p, tok, _ in pick if p == Phase.BOTH)
+        decode = [(tok, node) for _, p, tok, node in pick if p == Phase.DECODE]
+        feed = sum(
+            min(tok, wl.output_len / max(transfer_time(nbytes, hops(cluster, node, d)) for _, d in decode))
+            for _, p, tok, node in pick
+            if p == Phase.PREFILL and decode
+        )
+        return both + min(sum(t for t, _ in decode), feed)
+
+    def search(i: int, taken: frozenset, pick: list) -> float:
+        top = value(pick)
+        for j in range(i, len(items)):
+            if not items[j][0] & taken:
+                top = max(top, search(j + 1, taken | items[j][0], pick + [items[j]]))
+        return top
+
+    return search(0, frozenset(), [])
+
+
+def _uncapped(monkeypatch) -> None:
+    """The bound as it was: no KV route caps a prefill pool."""
+    init = StageCosts.__init__
+
+    def wide(self, *a, **k):
+        init(self, *a, **k)
+        self.feed_across = np.full(len(self.types), np.inf)
+        self.feed_inside = np.full(len(self.types), np.inf)
+
+    monkeypatch.setattr(StageCosts, "__init__", wide)
+
+
+def _slow(tmp, paired: bool):
+    """small2011 (two MI355X and two H100, one layer of llama-2-70b at fp8) on a 1 Gbit/s network, a
+    prompt's KV slower across it than its prefill: every node single, or the MI355X paired on
+    Infinity Fabric (a route inside a node, for decode pools starting on an MI355X only)."""
+    gen, scenarios = _module("generated_clusters"), _module("solver_scenarios")
+    sc = gen.generate_small(2011)
+    sc.case.cluster["network"] = {"default": {"bandwidth": "1 Gbit/s", "latency": "10 us"}}
+    if paired:
+        sc.case.cluster["nodes"] = [{"name": "a0", "device": "mi355x", "count": 2, "link": "infinity-fabric"}] + sc.case.cluster["nodes"][2:]
+    units, cluster, wl = gen.small_instance(sc, tmp, scenarios.engine_for(sc.case).value)
+    return sc, units, cluster, wl
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    return _slow(tmp_path_factory.mktemp("kv"), paired=False)
+
+
+@pytest.fixture(scope="module")
+def paired(tmp_path_factory):
+    return _slow(tmp_path_factory.mktemp("kv"), paired=True)
+
+
+def test_pools_bound_is_above_the_optimum_with_kv_links_and_tighter_than_without(case, monkeypatch):
+    sc, units, cluster, wl = case
+    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, (Phase.PREFILL, Phase.DECODE))
+    sol = solve(units, cluster, wl, disaggregate="on", max_num_seqs=sc.max_num_seqs)
+    assert opt > 0 and sol.output_tok_s <= opt * (1 + 1e-9)
+    assert sol.bound >= opt * (1 - 1e-9)
+    _uncapped(monkeypatch)
+    before = solve(units, cluster, wl, disaggregate="on", max_num_seqs=sc.max_num_seqs)
+    assert sol.bound < before.bound * (1 - 1e-3)
+
+
+def test_auto_bound_is_above_the_optimum_with_kv_links(case):
+    sc, units, cluster, wl = case
+    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs)
+    sol = solve(units, cluster, wl, disaggregate="auto", max_num_seqs=sc.max_num_seqs)
+    assert sol.bound >= opt * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("disaggregate", ["on", "auto"])
+def test_a_kv_route_inside_a_node_is_counted_and_the_bound_holds(paired, disaggregate, monkeypatch):
+    """The MI355X pair's route inside its node: the sets of routes decode pools open (route_caps)
+    keep the bound above the optimum, and below the bound with no route priced. With pools only the
+    optimum (19,988 tok/s) hands KV inside the node: a bound that priced only the network's route
+    would read 15,250, as the single nodes' case does."""
+    sc, units, cluster, wl = paired
+    costs = StageCosts(Tables(units, wl), kinds_of(cluster, TP_SIZES), cluster)
+    caps, route = cell_bound.route_caps(costs, CountSpace(costs.devices))
+    assert len(caps) == 2 and (caps[0] <= caps[1]).all()  # decode pools without an MI355X, with one
+    phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
+    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
+    sol = solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs)
+    assert sol.bound >= opt * (1 - 1e-9)
+    _uncapped(monkeypatch)
+    assert sol.bound <= solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs).bound
