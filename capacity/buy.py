@@ -91,7 +91,7 @@ def buy(catalog: Catalog, req: BuyRequest, progress: Callable[[str], None] | Non
     if progress:
         progress(f"capturing {req.model}")
     model = capture(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype)
-    wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype, windowed=stock.windowed_kv, experts=stock.expert_layout)
+    wl = Workload(req.input_len, req.output_len, req.dtype, model.kv_dtype, windowed=stock.windowed_kv, experts=stock.expert_layout, dp_budget=stock.dp_budget)
     slo: dict[str, Any] = {
         "ttft_slo_s": req.ttft_slo_ms / 1e3 if req.ttft_slo_ms else None,
         "tpot_slo_s": req.tpot_slo_ms / 1e3 if req.tpot_slo_ms else None,

@@ -110,9 +110,10 @@ def workload_of(plan: Plan, cluster: Cluster) -> Workload:
     w, ex = plan.workload, plan.experts
     if ex is None:  # a dense model, or a plan made before layouts: experts split as tp
         return Workload.of(w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv)
-    return Workload.of(
+    wl = Workload.of(
         w.input_len, w.output_len, plan.model.dtype, plan.model.kv_dtype, w.prefix_len, w.prefix_groups, cluster.windowed_kv, ex.layout, ex.imbalance
     )
+    return dataclasses.replace(wl, dp_budget=ex.dp_budget)
 
 
 def load_for(req: LoadRequest, plan: Plan) -> Load:

@@ -119,6 +119,12 @@ class SimLane:
     def devices(self) -> int:
         return sum(s.tp for s in self.stages)
 
+    @property
+    def budget_ranks(self) -> int:
+        """The ranks a micro-step's token budget spans: its narrowest stage's, where each data-parallel
+        rank schedules its own (Workload.ranked), else 1."""
+        return self.wl.ranked(min(s.tp for s in self.stages)).dp_ranks
+
     def step_time(self, i: int, shape: StepShape) -> float:
         """Seconds stage i is busy with a micro-batch: the cost model's time for its units (those
         after the cut over the sampled rows), the profile's per-step overhead, the runtime's host

@@ -108,7 +108,7 @@ def sweep(
     acceptance = spec.alpha() if spec is not None and spec.on else None  # a bad metrics file before any capture
     model = capture(model_ref, dtype=dtype, kv_dtype=kv_dtype)
     draft = capture_draft(model, spec.draft, progress) if spec is not None and spec.draft else None
-    wl = Workload(input_len, output_len, dtype, model.kv_dtype, windowed=cluster.windowed_kv, experts=cluster.expert_layout)
+    wl = Workload(input_len, output_len, dtype, model.kv_dtype, windowed=cluster.windowed_kv, experts=cluster.expert_layout, dp_budget=cluster.dp_budget)
     out: list[Point] = []
 
     def point(sol: Solution, series: str, ceiling_ms: float | None, cap: int | None = None) -> Point:

@@ -148,7 +148,7 @@ class _Sim:
         self.sched = [
             Scheduler(
                 BlockManager(l.num_blocks, reserved=PADDING_BLOCKS, caching=cfg.prefix_caching and l.phase != Phase.DECODE),
-                lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs)),
+                lane_config(self.cfg, len(l.stages), l.phase, lane_max_seqs(l.batch, len(l.stages), cfg.max_num_seqs), l.budget_ranks),
                 on_preempt=self._requeue if l.phase == Phase.DECODE else None,
                 clock=clock,
                 propose=(lambda seq, k: spec.propose(k)) if spec is not None else None,

@@ -80,6 +80,7 @@ __all__ = [
 class SchedulerConfig:
     max_num_seqs: int = 64  # sequences running at once (holding KV)
     max_batched_tokens: int = PREFILL_CHUNK  # tokens in one micro-batch: the prefill chunk
+    max_chunk_tokens: int = 0  # one sequence's tokens in a micro-batch at most (a data-parallel rank's budget; 0: the micro-batch's)
     max_waiting: int = MAX_WAITING  # the bounded wait queue; submit beyond it is refused (HTTP 429)
     n_stages: int = 1  # micro-batches that may be in flight at once
     handoff: bool = False  # a prefill pool: a sequence leaves after its first sampled token
@@ -355,7 +356,7 @@ class Scheduler:
                     seq.num_draft_computed = seq.num_tokens + 1
                     budget -= 1
                 continue
-            n = self._chunk(seq, min(seq.remaining, budget))
+            n = self._chunk(seq, min(seq.remaining, budget, self.cfg.max_chunk_tokens or budget))
             draft = self._round(seq, budget - n) if n == seq.remaining == 1 else None
             if draft and not self.blocks.can_grow(seq, 1 + len(draft)):
                 draft = []  # a round never preempts: one token instead
@@ -374,7 +375,7 @@ class Scheduler:
         while not preempted and self.waiting and budget > 0 and len(batch.items) < seq_cap and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
             hit = self.blocks.cached_prefix(seq)  # its KV there is computed: prefill starts after it
-            n = min(seq.num_tokens - len(hit) * self.blocks.block_size, budget)
+            n = min(seq.num_tokens - len(hit) * self.blocks.block_size, budget, self.cfg.max_chunk_tokens or budget)
             n = n - 1 if seq.forks and n == seq.num_tokens - len(hit) * self.blocks.block_size else n
             if not self.blocks.can_admit(seq, hit, max(n, 1)) or seq.forks and self.running and len(self.running) + 1 + len(seq.forks) > self.cfg.max_num_seqs:
                 break  # first come first served: later arrivals do not overtake it
@@ -568,10 +569,18 @@ def inflight_depth(n_stages: int, phase: Phase, speculation: SpecConfig | None =
     return n_stages * (2 if looks_ahead(phase) and speculation is None else 1)
 
 
-def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None) -> SchedulerConfig:
+def lane_config(base: SchedulerConfig, n_stages: int, phase: Phase, max_num_seqs: int | None = None, ranks: int = 1) -> SchedulerConfig:
     """`base` for one lane: micro-batches split over its stages, prefill pools hand sequences off,
-    and its own `max_num_seqs` when given (`lane_max_seqs`)."""
-    return dataclasses.replace(base, n_stages=n_stages, handoff=phase == Phase.PREFILL, max_num_seqs=max_num_seqs or base.max_num_seqs)
+    its own `max_num_seqs` when given (`lane_max_seqs`), and a micro-batch's token budget over `ranks`
+    data-parallel ranks that each schedule their own (`max_batched_tokens` is a rank's)."""
+    return dataclasses.replace(
+        base,
+        n_stages=n_stages,
+        handoff=phase == Phase.PREFILL,
+        max_num_seqs=max_num_seqs or base.max_num_seqs,
+        max_batched_tokens=base.max_batched_tokens * ranks,
+        max_chunk_tokens=base.max_batched_tokens if ranks > 1 else base.max_chunk_tokens,  # a prompt's chunk: on one rank
+    )
 
 
 def lane_max_seqs(batch: int, n_stages: int, override: int | None = None) -> int:

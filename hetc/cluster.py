@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from hetc.experts import ExpertLayout
+from hetc.experts import ExpertLayout, StepBudget
 from hetc.engine import ASSUMED_BEFORE, Engine, WindowKV, apply_engine, default_engine, engine_figures, load_engine
 from hetc.efficiency import AttentionCurve, Curve1D, Curve2D, Efficiency, EfficiencyCurves, GatherCurve
 from hetc.errors import BadInput
@@ -450,6 +450,14 @@ class Cluster:
         defaults = {load_engine(n.engine.name).experts.default if n.engine is not None else ExpertLayout.TP for n in self.nodes}
         served = self.expert_layouts
         return defaults.pop() if len(defaults) == 1 and defaults <= set(served) else (served or [ExpertLayout.TP])[0]
+
+    @property
+    def dp_budget(self) -> StepBudget:
+        """Whose token budget a data-parallel group's step fills: each rank's own where every node's engine
+        schedules its ranks so (hetc/engine.py `dp_budget`), else the group's one (a node built without an
+        engine: one)."""
+        per_rank = all(n.engine is not None and load_engine(n.engine.name).experts.dp_budget == StepBudget.PER_RANK for n in self.nodes)
+        return StepBudget.PER_RANK if per_rank else StepBudget.SHARED
 
     @property
     def engines(self) -> str:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from hetc.errors import BadInput
 from hetc.execution import Execution
-from hetc.experts import ExpertLayout
+from hetc.experts import ExpertLayout, StepBudget
 from hetc.quantity import Kind, parse_quantity
 
 __all__ = [
@@ -132,6 +132,8 @@ class ExpertLayouts(_Strict):
     layouts: list[ExpertLayout] = Field(min_length=1)
     default: ExpertLayout
     source: str = Field(min_length=1)
+    dp_budget: StepBudget  # a data-parallel group's step budget: one for the group, or each rank's own
+    dp_budget_source: str = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check_default(self) -> ExpertLayouts:

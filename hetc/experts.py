@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ExpertLayout", "DEFAULT_IMBALANCE", "IMBALANCE_SOURCE"]
+__all__ = ["ExpertLayout", "StepBudget", "DEFAULT_IMBALANCE", "IMBALANCE_SOURCE"]
 
 
 class ExpertLayout(StrEnum):
@@ -35,6 +35,16 @@ class ExpertLayout(StrEnum):
     def data_parallel(self) -> bool:
         """Attention and dense layers run data-parallel: each device its own sequences."""
         return self is ExpertLayout.DP_EP
+
+
+class StepBudget(StrEnum):
+    """Whose token budget a step of a data-parallel group (`dp-ep`) fills: the group's one budget split
+    over its ranks (SGLang divides `--chunked-prefill-size` by the DP size), or each rank's own (vLLM's and
+    TensorRT-LLM's data-parallel ranks each schedule their own steps). A pipeline's micro-step is then
+    within `prefill_chunk` × the data-parallel ranks of its narrowest stage (Workload.ranked)."""
+
+    SHARED = "shared"
+    PER_RANK = "per-rank"
 
 
 # The busiest device's routed rows over the mean under expert parallelism, without redundant experts.

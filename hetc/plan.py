@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hetc.cluster import ClusterSpec
 from hetc.errors import BadInput
-from hetc.experts import ExpertLayout
+from hetc.experts import ExpertLayout, StepBudget
 from hetc.scheduling import Objective, Phase
 from hetc.speculation import MAX_SPECULATIVE_TOKENS, AcceptanceSource, SpeculationMethod, expected_tokens_per_round
 
@@ -283,6 +283,7 @@ class Experts(_M):
     layout: ExpertLayout
     imbalance: float = Field(ge=1)
     imbalance_source: str
+    dp_budget: StepBudget = StepBudget.SHARED  # a data-parallel group's step budget the figures assume (hetc/experts.py)
     options: list[LayoutOption] = []
     disaggregated: list[Disaggregated] = []  # attention and experts on different nodes, best first (throughput plans)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from hetc import __version__
 from hetc.cluster import TP_SIZES, Cluster, ClusterSpec, load_cluster
 from hetc.errors import BadInput, Infeasible
-from hetc.experts import ExpertLayout
+from hetc.experts import ExpertLayout, StepBudget
 from hetc.plan import (
     SCHEMA,
     Baseline,
@@ -88,9 +88,11 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
             )
     plain = cpu.part(req.time_limit * PLAIN_SHARE) if acceptance is not None else cpu  # speculating: the plain search's share
     layouts = expert_layouts(req, cluster, model.units)
+    # the latency bound is built for one step budget: a latency plan prices a data-parallel group's so (docs/moe.md)
+    dp_budget = cluster.dp_budget if req.objective != Objective.LATENCY else StepBudget.SHARED
     runs: list[LayoutRun] = []
     for k, lay in enumerate(layouts):  # an MoE model: each layout solved in its share of the limit, the best kept
-        wl = replace(wl, experts=lay, imbalance=req.imbalance)
+        wl = replace(wl, experts=lay, imbalance=req.imbalance, dp_budget=dp_budget)
         share = plain if len(layouts) == 1 else plain.part(max(0.0, plain.limit - plain.used) / (len(layouts) - k))
         if progress and len(layouts) > 1:
             progress(f"experts {lay.value}: solving in {share.limit:.0f} of {req.time_limit:g} CPU s")

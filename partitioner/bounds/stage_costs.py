@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetc.cluster import Cluster
+from hetc.cluster import TP_SIZES, Cluster
 from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
@@ -119,7 +119,7 @@ class StageCosts:
         key = (phase, batch, m)
         if key not in self._link:
             u = self.u
-            r = self.tables.round(m, batch, phase)
+            r = self.tables.round(m, batch, phase, max(TP_SIZES))  # the most budget: the fewest messages any pipeline sends
             T = len(self.types)
             link = np.zeros((T, T, u + 1))
             ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1

@@ -40,7 +40,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from hetc.cluster import Cluster
+from hetc.cluster import TP_SIZES, Cluster
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
@@ -83,33 +83,43 @@ def octaves(ceiling: int, per_octave: int = 1) -> list[tuple[int, int]]:
 class Regimes:
     """Where a pipeline's step regime changes with its batch (simulate.Round.of), the breaks the
     bound's batch intervals must not straddle: a pipeline of n stages at b sequences runs
-    k = max(min(n, b), ⌈b · decode_rows / prefill_chunk⌉) micro-steps per pass of s = b / k seats each, and
+    k = max(min(n, b), ⌈b · decode_rows / budget⌉) micro-steps per pass of s = b / k seats each, and
     (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
-    budget the decode tokens leave. While k (or s = 1, b ≤ n) and r stay put, a round's busy
-    seconds per sequence never grow with b; where r differs between two lengths at one batch,
+    budget the decode tokens leave (`prefill_chunk` × the data-parallel ranks of the pipeline's
+    narrowest stage, Workload.ranked: the breaks are those of every budget a pipeline may run at).
+    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b; where r differs between two lengths at one batch,
     the longer one's round need not cost more (test_batches.py measures both on every profile)."""
 
     def __init__(self, wl: Workload, phase: Phase, ceiling: int) -> None:
         self.wl, self.phase, self.ceiling = wl, phase, ceiling
+        # every budget a pipeline may run at (its narrowest stage's data-parallel ranks: Workload.ranked)
+        self.budgets = list({id(w): w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
         self._codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _of(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(regime code, r) per batch 0 … ceiling for pipelines of n stages."""
+        """(regime code, r per budget) per batch 0 … ceiling for pipelines of n stages: the code changes
+        where k or r changes under any budget."""
         if n not in self._codes:
             b = np.arange(self.ceiling + 1)
-            k = np.maximum(np.minimum(n, b), np.ceil(b * self.wl.decode_rows / self.wl.prefill_chunk)).astype(np.int64)
-            r = self._chunks(b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
-            k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
-            self._codes[n] = (k * (1 << 24) + r, r)
+            codes, chunks = [], []
+            for wl in self.budgets:
+                k = np.maximum(np.minimum(n, b), np.ceil(b * wl.decode_rows / wl.step_budget)).astype(np.int64)
+                r = self._chunks(wl, b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
+                k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
+                codes.append(k * (1 << 24) + r)
+                chunks.append(r)
+            code = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].ravel() if len(codes) > 1 else codes[0]
+            self._codes[n] = (code, np.stack(chunks))
         return self._codes[n]
 
-    def _chunks(self, s: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _chunks(wl: Workload, s: np.ndarray) -> np.ndarray:
         """simulate._seat_life's r at s seats per micro-step, for an array of s."""
-        inp, dec, rows, budget = self.wl.prefill_len, self.wl.decode_steps, self.wl.decode_rows, self.wl.prefill_chunk
+        inp, dec, rows, budget = wl.prefill_len, wl.decode_steps, wl.decode_rows, wl.step_budget
         r, todo, t = np.zeros(len(s), dtype=np.int64), np.ones(len(s), dtype=bool), 1
         while todo.any():
             spare = budget - s * rows * dec / (t + dec)
-            ok = todo & (spare > 0) & (np.ceil(inp / np.where(spare > 0, spare, 1.0)) <= t)
+            ok = todo & (spare > 0) & (np.ceil(inp * wl.dp_ranks / np.where(spare > 0, spare, 1.0)) <= t)
             r[ok], todo, t = t, todo & ~ok, t + 1
         return r
 
@@ -125,7 +135,7 @@ class Regimes:
     def shared(self, lo: int, hi: int, b: int, top: int) -> bool:
         """Whether pipelines of lo … hi stages prefill in the same chunks at every batch of [b, top]
         (then a longer one's round costs at least a shorter one's)."""
-        return bool((self._of(lo)[1][b : top + 1] == self._of(hi)[1][b : top + 1]).all())
+        return bool((self._of(lo)[1][:, b : top + 1] == self._of(hi)[1][:, b : top + 1]).all())
 
 
 def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int, hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:

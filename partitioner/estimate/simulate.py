@@ -28,15 +28,16 @@ sequences in the same memory).
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import allreduce_time, alltoall_time, hops, transfer_time
 from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
 from hetc.partitioner.capture.units import Unit
-from hetc.experts import DEFAULT_IMBALANCE, ExpertLayout
+from hetc.experts import DEFAULT_IMBALANCE, ExpertLayout, StepBudget
 from hetc.kv_blocks import cached_tokens
 from hetc.scheduling import KV_BLOCK_TOKENS, PREFILL_CHUNK, Phase
 
@@ -77,6 +78,8 @@ class Workload:
     windowed: bool = False  # the engines keep at most a sliding layer's window of K/V (Cluster.windowed_kv, Unit.kv_tokens)
     experts: ExpertLayout = ExpertLayout.TP  # how a TP group of g devices runs MoE layers (hetc/experts.py)
     imbalance: float = DEFAULT_IMBALANCE  # under expert parallelism: the busiest device's routed rows over the mean
+    dp_budget: StepBudget = StepBudget.SHARED  # a data-parallel group's step budget: its one, or each rank's (hetc/experts.py)
+    dp_ranks: int = 1  # the ranks a micro-step's budget spans: the narrowest stage's data-parallel ranks (`ranked`)
 
     def __post_init__(self) -> None:
         if self.spec_tokens < 0 or not 1.0 <= self.spec_yield <= self.spec_tokens + 1:
@@ -101,6 +104,19 @@ class Workload:
         return Workload(
             input_len, output_len, dtype, kv_dtype, cached_len=cached, shared_kv=cached * prefix_groups, windowed=windowed, experts=experts, imbalance=imbalance
         )
+
+    @property
+    def step_budget(self) -> int:
+        """The most tokens one micro-step of the pipeline takes: `prefill_chunk` per rank of its narrowest stage."""
+        return self.prefill_chunk * self.dp_ranks
+
+    def ranked(self, tp: int) -> "Workload":
+        """The workload as a pipeline whose narrowest stage is a group of `tp` devices schedules it: with
+        data-parallel attention and engines that give each rank its own budget, a micro-step spreads its
+        sequences over the stage's `tp` ranks and takes `tp` × `prefill_chunk` tokens (memory is still sized
+        per rank at `prefill_chunk`); else one budget."""
+        ranks = tp if self.dp_budget == StepBudget.PER_RANK and self.layout(tp).data_parallel else 1
+        return self if ranks == self.dp_ranks else _ranked(self, ranks)
 
     def layout(self, tp: int) -> ExpertLayout:
         """How a group of `tp` devices runs the MoE layers: the workload's layout, or `tp` for one device (every layout alike)."""
@@ -152,6 +168,11 @@ class Workload:
     def decode_step(self, seqs: float) -> Step:
         """A decode-only step of `seqs` sequences at the mean decode context."""
         return Step(seqs * self.decode_rows, seqs, self.decode_ctx, spec=self.spec_tokens)
+
+
+@functools.cache
+def _ranked(wl: Workload, ranks: int) -> Workload:
+    return replace(wl, dp_ranks=ranks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +252,7 @@ class Round:
         if phase == Phase.PREFILL:
             return _prefill_round(wl)
         rows = wl.decode_rows  # tokens per decoding sequence in a step (K + 1 when speculating)
-        k = max(m, math.ceil(batch * rows / wl.prefill_chunk))  # micro-steps per pass: each within the token budget
+        k = max(m, math.ceil(batch * rows / wl.step_budget))  # micro-steps per pass: each within the token budget
         b, dec_ctx = batch / k, wl.decode_ctx
         decode = wl.decode_step(b)
         if phase == Phase.DECODE:
@@ -241,7 +262,7 @@ class Round:
         d = b * wl.decode_steps / life  # decoding seats per micro-step
         # sequences admitted together finish together, so freed seats refill in bursts: a step that
         # takes prompts fills the budget the decode tokens leave (and holds every seat not decoding)
-        mixed = min(1.0, max(q * wl.prefill_len / (wl.prefill_chunk - d * rows), 1 - d / b))
+        mixed = min(1.0, max(q * wl.prefill_len / (wl.step_budget - d * rows), 1 - d / b))
         decode_seqs = (d - (1 - mixed) * b) / mixed  # the step's other seats prefill, or wait for the budget
         step = Step.mixed(decode_seqs, dec_ctx, q * wl.prefill_len / mixed, q * chunks / mixed, wl.prefill_ctx, wl.spec_tokens)
         # a pass of k micro-steps gives every seat one step, but only 1 + decode_steps of a seat's
@@ -272,11 +293,11 @@ def _seat_life(wl: Workload, b: float) -> tuple[float, int]:
     (ceil(input / (budget − decode tokens)) ≤ r, one chunk per round); the seat's life is r +
     decode_steps rounds (output − 1 without speculation), or longer where the prompts admitted per micro-step exceed that budget
     (seats then wait for it, prefilling nothing, and every step carries `prefill_chunk` tokens)."""
-    inp, dec, rows, budget = wl.prefill_len, wl.decode_steps, wl.decode_rows, wl.prefill_chunk
+    inp, dec, rows, budget = wl.prefill_len, wl.decode_steps, wl.decode_rows, wl.step_budget
     r = 1
     while True:
-        spare = budget - b * rows * dec / (r + dec)
-        if spare > 0 and math.ceil(inp / spare) <= r:
+        spare = budget - b * rows * dec / (r + dec)  # a prompt's chunk fits one rank's share of it
+        if spare > 0 and math.ceil(inp * wl.dp_ranks / spare) <= r:
             break
         r += 1
     return max(r + dec, b * (inp + rows * dec) / budget), r
@@ -287,22 +308,21 @@ def decode_share_floor(wl: Workload) -> float:
     number of seats per micro-step a round holds (at most prefill_chunk / decode_rows): its decode
     steps over its life, which grows with the seats (`_seat_life`). Every other step of a round
     has a decode part too, or is a prompt's alone (Round.of)."""
-    return wl.decode_steps / _seat_life(wl, wl.prefill_chunk / wl.decode_rows)[0]
+    return wl.decode_steps / _seat_life(wl, wl.step_budget / wl.decode_rows)[0]
 
 
 def _prefill_round(wl: Workload) -> Round:
     """A prefill pool's work per prompt: whole prompts packed up to the token budget per step, or
-    one prompt in equal chunks where it is longer than the budget."""
+    one prompt in equal chunks where it is longer than the budget (a rank's: each data-parallel rank
+    prefills its own prompts, `prompts_per_step` of them together)."""
     per_step = prompts_per_step(wl)
-    if per_step > 1:
-        return Round(((1 / per_step, Step(per_step * wl.prefill_len, per_step, wl.prefill_ctx)),))
-    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk)
-    return Round(((chunks, Step(wl.prefill_len / chunks, 1, wl.prefill_ctx)),))
+    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk) if per_step == wl.dp_ranks else 1
+    return Round(((chunks / per_step, Step(per_step * wl.prefill_len / chunks, per_step, wl.prefill_ctx)),))
 
 
 def prompts_per_step(wl: Workload) -> int:
-    """Whole prompts a prefill pool packs into one step (1 where a prompt needs the budget or more)."""
-    return max(1, wl.prefill_chunk // wl.prefill_len)
+    """Whole prompts a prefill pool's step takes: as many as fit a rank's budget (at least 1), on each rank."""
+    return wl.dp_ranks * max(1, wl.prefill_chunk // wl.prefill_len)
 
 
 def cost_signature(u: Unit) -> tuple:
@@ -393,12 +413,13 @@ def estimate_pipeline(
         phase: BOTH; DECODE (no prefills); PREFILL (batch = prompts in flight: one packed step per stage).
     """
     n = len(stages)
+    wl = wl.ranked(min(sp.tp for sp in stages))  # a micro-step's budget: its narrowest stage's ranks
     if phase == Phase.PREFILL:
         batch = n * prompts_per_step(wl)
     m = max(1, min(n, batch))
     r = Round.of(wl, batch, m, phase)
     b = batch / m
-    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk)
+    chunks = math.ceil(wl.prefill_len / wl.prefill_chunk)  # one prompt alone: on one rank
     alone = r.steps if phase == Phase.PREFILL else ((chunks, Step(wl.prefill_len / chunks, 1, wl.prefill_ctx)),)
     scale = prompts_per_step(wl) if phase == Phase.PREFILL else 1  # a packed step finishes all its prompts at once
     ests = []

@@ -77,10 +77,11 @@ def split_chain(
             cluster and workload (the solver splits many chains of the same kinds).
     """
     n = len(chain)
-    if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:
+    if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:  # estimate_pipeline ranks the workload itself
         return _all_splits(units, chain, cluster, wl, batch, phase)
     if phase == Phase.PREFILL:
         batch = n
+    wl = wl.ranked(min(s.tp for s in chain))  # a micro-step's budget: the narrowest slot's ranks
     memo = {} if memo is None else memo
     n_units = len(units)
     reaches = []

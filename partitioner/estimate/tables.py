@@ -138,7 +138,7 @@ class Tables:
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
         key = (self._kind(kind), m, batch, phase)
         if key not in self._cost:
-            r = self.round(m, batch, phase)
+            r = self.round(m, batch, phase, kind.tp)  # at the kind's own budget: no pipeline holding it has more (Workload.ranked)
             same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
             if same not in self._cost:
                 self.evaluations += 1
@@ -150,11 +150,13 @@ class Tables:
             self._cost[key] = self._cost[same]
         return self._cost[key]
 
-    def round(self, m: int, batch: int, phase: Phase) -> Round:
-        """simulate.Round.of, kept: every kind asks for the same rounds."""
-        key = (m, batch, phase)
+    def round(self, m: int, batch: int, phase: Phase, tp: int = 1) -> Round:
+        """simulate.Round.of for a pipeline whose narrowest stage is a group of `tp` (its step budget:
+        Workload.ranked), kept: every kind asks for the same rounds."""
+        wl = self.wl.ranked(tp)
+        key = (m, batch, phase, wl.dp_ranks)
         if key not in self._rounds:
-            self._rounds[key] = Round.of(self.wl, batch, m, phase)
+            self._rounds[key] = Round.of(wl, batch, m, phase)
         return self._rounds[key]
 
     def fits(self, kind: Kind, batch: int, phase: Phase = Phase.BOTH) -> np.ndarray:

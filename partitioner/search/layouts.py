@@ -106,4 +106,4 @@ def experts_record(runs: list[LayoutRun], best: LayoutRun, req: PlanRequest, pla
         plan.solver.notes.append(f"the {req.objective} bound covers plans of the kept layout ({best.layout.value}) only; the other layouts: experts.options")
     if len(runs) > 1 and ExpertLayout.EP in cluster.expert_layouts and all(r.layout != ExpertLayout.EP for r in runs):
         options.insert(1, LayoutOption(layout=ExpertLayout.EP, objective=None, note=DOMINATED))
-    return Experts(layout=best.layout, imbalance=req.imbalance, imbalance_source=source, options=options if len(runs) > 1 else [])
+    return Experts(layout=best.layout, imbalance=req.imbalance, imbalance_source=source, dp_budget=best.wl.dp_budget, options=options if len(runs) > 1 else [])

@@ -87,7 +87,7 @@ def split_estimate(units: list[Unit], cluster: Cluster, wl: Workload, attention:
         c = sum(2 * transfer_time(step.total_tokens / na * b, path) for b in sent)
         return a, e, c
 
-    r = Round.of(wl, batch, PING_PONG)
+    r = Round.of(wl.ranked(na), batch, PING_PONG)  # each attention rank schedules its share (its own budget where the engine gives one)
     parts = [(n, costs(step)) for n, step in r.steps]
     a, e, c = (sum(n * t[i] for n, t in parts) for i in range(3))
     round_s = max(a, e, c, (a + e + c) / PING_PONG)

@@ -59,7 +59,7 @@ def test_regimes_break_where_the_step_changes(tiny):
     for n in (1, 3, 30):
         for b in range(1, 3001, 7):
             k = max(min(n, b), math.ceil(b / WL.prefill_chunk))
-            assert both._of(n)[1][b] == _seat_life(WL, b / k)[1], (n, b)
+            assert both._of(n)[1][0, b] == _seat_life(WL, b / k)[1], (n, b)
 
 
 @pytest.mark.parametrize("name", profile_names())
