@@ -409,7 +409,12 @@ def _load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-num-seqs", type=_positive_int, default=sl("max_num_seqs"), help="as hetc serve: sequences running at once per lane (default: the plan's batch)"
     )
-    p.add_argument("--max-batched-tokens", type=_positive_int, default=sl("max_batched_tokens"))
+    p.add_argument(
+        "--max-batched-tokens",
+        type=_positive_int,
+        default=sl("max_batched_tokens"),
+        help="as hetc serve: tokens in one step (a data-parallel rank's, where the plan's experts.dp_budget is per-rank)",
+    )
     p.add_argument("--max-waiting", type=_positive_int, default=sl("max_waiting"))
     p.add_argument("--max-queue-wait", type=_nonneg, default=sl("max_queue_wait"), metavar="SECONDS")
     p.add_argument("--num-kv-blocks", type=_positive_int, default=sl("num_kv_blocks"))
