@@ -87,8 +87,9 @@ class Regimes:
     (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
     budget the decode tokens leave (`prefill_chunk` × the data-parallel ranks of the pipeline's
     narrowest stage, Workload.ranked: the breaks are those of every budget a pipeline may run at).
-    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b; where r differs between two lengths at one batch,
-    the longer one's round need not cost more (test_batches.py measures both on every profile)."""
+    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b;
+    where r differs between two lengths at one batch, the longer one's round need not cost more
+    (test_batches.py measures both on every profile)."""
 
     def __init__(self, wl: Workload, phase: Phase, ceiling: int) -> None:
         self.wl, self.phase, self.ceiling = wl, phase, ceiling
