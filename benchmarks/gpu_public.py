@@ -7,15 +7,16 @@ came from), run hetc twice on the same devices and workload:
   states it or the engine's cap on running sequences, else the best batch that fits);
 - as `hetc plan` would run it (its own choice of parallelism, pools and batch).
 It prints a markdown table with pred/public − 1, then the median |error| over the figures held
-to the target (HELD_ROUNDS: gathered after the cost model was frozen at FROZEN), overall and per
+to the target (HELD_ROUNDS: gathered after the cost model was frozen, at FROZEN_BY_ROUND[round]), overall and per
 vendor over the held rounds together and per round, with the earlier rounds reported beside (round 1:
 the first comparison; rounds 2, 3, 4 and 5 + 6: gathered after the freezes at 11b21d7, 48fca1d, fd4908c and
 005d8e2). Every public figure is output tokens per
 second of the whole system, all its devices together (`predicted.output_tok_s`).
 
 The cost model and profiles were frozen at FROZEN (the commit recorded in BENCHMARKS.md) before
-any figure held to the target was looked at; the script says if any of FROZEN_PATHS has moved
-since. Nothing in the cost model is fitted to these figures and there are no per-case constants.
+any figure held to the target was looked at, and again at FROZEN_BY_ROUND[8] before round 8's; the
+script says if any of FROZEN_PATHS has moved since (each held round against its own freeze).
+Nothing in the cost model is fitted to these figures and there are no per-case constants.
 
 Every figure is predicted with the engine its source names (`--engine`, hetc/engine.py; SOURCE_ENGINE,
 HETC_ENGINE: vLLM's figures stand in for optimum-habana, TGI-Gaudi and LLMBoost).
@@ -38,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
-HELD_ROUNDS = (7,)  # the rounds of figures gathered after FROZEN (the earlier rounds are reported beside)
+# each held round's freeze: the cost-model commit made before any of that round's figures was looked at
+FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d"}
+HELD_ROUNDS = (7, 8)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = (
     "hardware_profiles",
@@ -204,12 +207,53 @@ SOURCES = {
     "Left out: Mistral 120-batch and Mixtral 96-batch rows (commented out of the suite; Gaudi 2 = Gaudi 3 "
     "values), Mixtral 2 x 768 (Gaudi 2 = Gaudi 3), bf16 and DeepSpeed batch-1 rows (default prompt, input "
     "length not stated), Falcon-180B and phi-2 (not in the catalog)",
+    # ---- round 8 (gathered after the freeze at FROZEN_BY_ROUND[8] = dedf7ee) ----
+    # The rule, fixed before any round-8 prediction (as round 7's): every figure below is held unless it is marked beside
+    # (hold=False), which is so where (a) rounds 1-7 used a figure of the same device, model, device count, parallelism,
+    # batch and lengths from an earlier release of the same page (a re-measurement of a configuration already compared;
+    # ROCm/vllm's docs/dev-docker/README.md counts as the same page as AMD's "Performance results" page: AMD publishes one
+    # table on both, and the README's June 10, 2025 release repeats the page's 0605 release that round 7 used), or (b) the
+    # figure was seen before the freeze. Other rounds of a benchmark that rounds 1-7 used at other rounds (MLPerf v4.0's
+    # NVIDIA systems, v5.0's open division) and releases of a page older than those used are held, as rounds 4, 5 and 7
+    # held theirs. Left out, not beside: a table release that repeats one already used (the README's June 10 release =
+    # the page's 0605), a second run of a configuration in the same source (Krai's llama3_1-70b-interactive offline run
+    # = its fp8_pre run), rows whose 'Throughput' may count prompt tokens by more than rocm25's 3-6% (500/2000,
+    # 2048/2048), Server-scenario figures, models or devices without a profile, FP4 and int4. Intel: no Gaudi figure
+    # not already used was found in the stored material (see benchmarks/logs/gpu-public-round8.md).
+    "krai50": "MLPerf Inference v5.0, open division, Krai, Llama-2-70B task (OpenOrca, 24,576 samples) served by "
+    "Llama-2-70B or Llama-3.1-70B-Instruct through vLLM 0.6.4 / 0.7.3 or SGLang on 8xH200 (HPE XD670) and 8xMI300X "
+    "(Dell XE9680); 'Tokens per second' of open/Krai/results/<sut>/<benchmark>/offline/performance/run_1/"
+    "mlperf_log_summary.txt in the mirror ntuhpc/mlperf_inference_results_v5.0 @ cf354115915ea369f05db424b051da8c5bf957dc "
+    "(rounds 5 and 7 used Krai's v5.1 and v6.0 runs); tp, dp and max_num_seqs from open/Krai/measurements/<sut>/"
+    "<benchmark>/offline/README.md (the PerformanceOnly command): tp=1, dp=8, quantization=fp8 (dynamic FP8 of the "
+    "bf16 checkpoint; 'fp8_pre': Meta-Llama-3.1-70B-Instruct-FP8); no kv_cache_dtype given: the engines' default "
+    "'auto' (bf16 KV), as krai51. ⚠ SGLang on H200: image lmsysorg/sglang:latest (version not stated) and "
+    "max_num_seqs=700 in Krai's command, not shown to reach SGLang's --max-running-requests; SGLang on MI300X: "
+    "lmsysorg/sglang:v0.4.3.post2-rocm630-srt, no max_num_seqs (the largest that fits). ⚠ Lengths as the MLPerf "
+    "dataset's (222/294, Llama 2 tokenizer); the runs' tokens/s ÷ samples/s give 292-301 output tokens per sample",
+    "mlperf40nv": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, NVIDIA's DGX-H100 systems: "
+    "'Tokens per second' of closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx{2,8}_TRT/llama2-70b-99.9/Offline/performance/"
+    "run_1/mlperf_log_summary.txt in mlcommons/inference_results_v4.0 @ 3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f; "
+    "TensorRT-LLM, FP8 (use_fp8; the 99.9% configs inherit the 99% ones), TP2 x (GPUs / 2), gpu_batch_size 896 from "
+    "closed/NVIDIA/configs/llama2-70b/Offline/__init__.py (H100_SXM_80GB_TP2x1 / TP2x4 and their _HighAccuracy) @ "
+    "8121a811. Round 3 used only Intel's Gaudi 2 entry of v4.0; rounds 2-4 used v4.1 and v5.0 NVIDIA systems at the "
+    "same 8-GPU configuration (later rounds of the benchmark: held, as in round 7's rule)",
+    "rocmvllm": "AMD's vLLM docker README, docs/dev-docker/README.md of ROCm/vllm ('Performance Results' / 'Throughput "
+    "Measurements': benchmark_throughput.py, infinite request rate, 'Max Num Seqs' = the batch, --kv-cache-dtype fp8, "
+    "amd/Llama-3.1-{70B,405B}-Instruct-FP8-KV, TP8 on 8xMI300X in a Supermicro AS-8125GS-TNMR2), three releases: "
+    "vLLM 0.7.3 / ROCm 6.3.1 @ 25070a1841df0dca585b7ddcb967c42aaec4b7c5 ('Docs_update_20250327 (#493)', 2x EPYC 9554, "
+    "docker built from ROCm/vllm 51641aaa), vLLM 0.8.5 / ROCm 6.3.1 @ 7bb0618b1fe725b7d4fad9e525aa44da12c94a8b ('Added "
+    "benchmark results and commit hash (#556)', 2025-05-29, 2x EPYC 9575F, docker 91a56009), vLLM 0.10.0 / ROCm 6.4.1 "
+    "@ 040de12d45c16d6de6ad386cc57dd68b8c5b805e ('August 12 RC2', 2x EPYC 9554, docker 340ea86d; not on main). Rows at "
+    "input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput (tokens/s)' may count prompt tokens: "
+    "3-6% at these lengths). The 0.10.0 release post-dates the page's 0605 release (round 7) of the same "
+    "configurations: beside by the rule; the 0.7.3 and 0.8.5 releases pre-date every release rounds 4 and 7 used: held",
 }
 # The engine each source's figures were measured with, as the source names it (MLPerf rows: NVIDIA's
 # submissions run TensorRT-LLM, AMD's vLLM; a row's note overrides where it names another).
 SOURCE_ENGINE = {
-    **dict.fromkeys(("trt17", "trt10", "trt12"), "TensorRT-LLM"),
-    **dict.fromkeys(("oci", "rocm25", "rocm25b", "gaudi3vllm", "krai60"), "vLLM"),
+    **dict.fromkeys(("trt17", "trt10", "trt12", "mlperf40nv"), "TensorRT-LLM"),
+    **dict.fromkeys(("oci", "rocm25", "rocm25b", "gaudi3vllm", "krai60", "rocmvllm"), "vLLM"),
     **dict.fromkeys(("gaudi", "gaudi2b", "gaudi2c", "gaudi2d", "gaudi3", "gaudi3b", "gaudi3c", "gaudi120", "ohci"), "optimum-habana"),
     "mlperf40": "TGI-Gaudi",
 }
@@ -247,7 +291,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8: dedf7ee
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
@@ -267,7 +311,7 @@ class Case:
 
     @property
     def held(self) -> bool:
-        """Gathered after FROZEN and not set aside by its round's rule: held to the target."""
+        """Gathered after its round's freeze (FROZEN_BY_ROUND) and not set aside by its round's rule: held to the target."""
         return self.round in HELD_ROUNDS and self.hold
 
 
@@ -737,12 +781,75 @@ CASES = [
         )
         for g, v in (("gaudi2", g2), ("gaudi3", g3))
     ],
+    # ---- round 8: gathered after the freeze at FROZEN_BY_ROUND[8] (held to the target, by the rule with SOURCES) ----
+    # MLPerf v5.0 open division, Krai: vLLM 0.6.4 / 0.7.3 and SGLang serving the Llama-2-70B task, TP1 x 8, bf16 KV
+    *[
+        Case(f"krai50-8x{gpu}-{what}", f"8x{gpu}", model, "fp8", MLPERF_ISL, MLPERF_OSL, v, "krai50", vendor, "a:0 x8", b, 8, note, "bf16")
+        for gpu, what, vendor, model, b, v, note in (
+            ("h200", "vllm064", "nvidia", "llama-2-70b", 1024, 15906.1, "vLLM 0.6.4, dynamic FP8"),
+            ("h200", "vllm064-flashinfer", "nvidia", "llama-2-70b", 1024, 21372.3, "vLLM 0.6.4, FlashInfer attention, dynamic FP8"),
+            ("h200", "vllm073", "nvidia", "llama-2-70b", 1024, 16229.0, "vLLM 0.7.3, dynamic FP8"),
+            ("h200", "sglang-dyn", "nvidia", "llama-3.1-70b", 700, 24624.1, "SGLang (image 'latest' ⚠), dynamic FP8, max_num_seqs 700 ⚠"),
+            ("h200", "sglang-pre", "nvidia", "llama-3.1-70b", 700, 27687.9, "SGLang (image 'latest' ⚠), FP8 checkpoint, max_num_seqs 700 ⚠"),
+            ("mi300x", "vllm064", "amd", "llama-2-70b", 2048, 18561.4, "vLLM 0.6.4 (ROCm), dynamic FP8"),
+            ("mi300x", "vllm073", "amd", "llama-2-70b", 2048, 17128.9, "vLLM 0.7.3 (ROCm), dynamic FP8"),
+            ("mi300x", "sglang-dyn", "amd", "llama-3.1-70b", None, 16162.8, "SGLang 0.4.3.post2 (ROCm 6.3.0), dynamic FP8"),
+        )
+    ],
+    # MLPerf v4.0 Llama-2-70B Offline, closed: NVIDIA's DGX-H100 systems (TensorRT-LLM, FP8, TP2 groups)
+    *[
+        Case(f"mlperf40-{n}xh100-nvidia", f"{n}xh100", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf40nv", "nvidia", spec, 896, 8, note)
+        for n, spec, v, note in (
+            (2, "a:0-1", 5539.47, "DGX-H100, 99.9%; TRT-LLM, TP2 × 1, gpu_batch_size 896"),
+            (8, "a:0-1 x4", 21805.8, "DGX-H100, 99.9%; TRT-LLM, TP2 × 4, gpu_batch_size 896"),
+        )
+    ],
+    # AMD's vLLM docker README, three releases: TP8 on 8xMI300X, FP8 weights and KV (0.10.0 beside, by the rule)
+    *[
+        Case(
+            f"rocmvllm-{rel}-8xmi300x-{m}-128/{o}",
+            "8xmi300x",
+            f"llama-3.1-{m}",
+            "fp8",
+            128,
+            o,
+            v,
+            "rocmvllm",
+            "amd",
+            "a:0-7",
+            b,
+            8,
+            f"max seqs {b}; {docker}",
+            hold=hold,
+        )
+        for rel, docker, hold, rows in (
+            (
+                "0327",
+                "vLLM 0.7.3, ROCm 6.3.1",
+                True,
+                (("70b", 2048, 3200, 15684.7), ("70b", 4096, 1500, 11761.5), ("405b", 2048, 1500, 4218.6), ("405b", 4096, 1500, 3326.2)),
+            ),
+            (
+                "0529",
+                "vLLM 0.8.5, ROCm 6.3.1",
+                True,
+                (("70b", 2048, 3200, 16622.2), ("70b", 4096, 1500, 13779.8), ("405b", 2048, 1500, 4243.9), ("405b", 4096, 1500, 3394.4)),
+            ),
+            (
+                "0812",
+                "vLLM 0.10.0, ROCm 6.4.1",
+                False,
+                (("70b", 2048, 3200, 13383.3), ("70b", 4096, 1500, 11203.6), ("405b", 2048, 1500, 3867.7), ("405b", 4096, 1500, 3043.3)),
+            ),
+        )
+        for m, o, b, v in rows
+    ],
 ]
 
 
-def frozen_state() -> str:
-    """Whether the frozen paths still match FROZEN (working tree included)."""
-    moved = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", FROZEN, "--", *FROZEN_PATHS]).returncode
+def frozen_state(commit: str = FROZEN) -> str:
+    """Whether the frozen paths still match `commit` (FROZEN, or a round's FROZEN_BY_ROUND; working tree included)."""
+    moved = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", commit, "--", *FROZEN_PATHS]).returncode
     return "unchanged" if moved == 0 else "CHANGED since the freeze"
 
 
@@ -827,7 +934,11 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
     a = ap.parse_args()
     release = "fit" if a.fit else None
-    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else "") + "\n")
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else ""))
+    for r, commit in sorted(FROZEN_BY_ROUND.items()):
+        if commit != FROZEN and (not a.round or r in a.round):
+            print(f"round {r}'s figures: cost model frozen at {commit[:12]}: {frozen_state(commit)}")
+    print()
     cols = (
         "case",
         "vendor",
