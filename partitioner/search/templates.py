@@ -3,7 +3,8 @@
 A template names device types and tp degrees, not devices; `allocate` later gives each
 replica real devices. Templates come from three places:
 - homogeneous: a chains of a groups of one kind (one type, one tp degree);
-- even mixes: every device of a subset of types split evenly over r replicas;
+- even mixes: every device (or tensor-parallel group of one degree) of a subset of types split evenly
+  over r replicas;
 - the pipelines of the bound's optimum (cell_bound.py, colgen.py), and with a floor on cost or
   energy past the cell bound every mix of two of their kinds in any counts (`uneven`);
 - on tiny clusters, every ordered chain of devices (so small instances are solved exactly).
@@ -25,6 +26,7 @@ from hetc.scheduling import Phase
 __all__ = ["Template", "generate", "usage"]
 
 SMALL = 4  # clusters with at most this many devices get every ordered chain as a template
+MIXED_GROUP_TYPES = 3  # even mixes of tensor-parallel groups span at most this many device types
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,9 @@ def _two_kinds(kinds: list[Kind], pipelines: list[Pipeline], runs: list[Pipeline
 
 
 def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:
-    """Pipelines that prefill and decode: homogeneous, even mixes, every chain on tiny clusters."""
+    """Pipelines that prefill and decode: homogeneous, even mixes of single devices and of
+    tensor-parallel groups (one degree; e.g. an H200 TP8 group feeding a Gaudi 3 TP8 group, a
+    data-parallel MoE pipeline the bound's own pipelines need not name), every chain on tiny clusters."""
     for k in kinds:  # homogeneous
         for a in range(1, k.groups + 1):
             add([(k, a)])
@@ -146,6 +150,13 @@ def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_ch
             low = min(counts)
             for r in (d for d in range(1, low + 1) if low % d == 0):
                 add([(single[t], c // r) for t, c in zip(group, counts)])
+    for tp in sorted({k.tp for k in kinds if k.tp > 1}):  # even mixes of tp groups of one degree over 2-3 types
+        grouped = {k.type_key: k for k in kinds if k.tp == tp}
+        for size in range(2, min(MIXED_GROUP_TYPES, len(grouped)) + 1):
+            for group in itertools.combinations(grouped.values(), size):
+                low = min(k.groups for k in group)
+                for r in (d for d in range(1, low + 1) if low % d == 0):
+                    add([(k, k.groups // r) for k in group])
     if sum(k.groups for k in kinds if k.tp == 1) <= SMALL:  # tiny clusters: every chain of devices
         pool = [k for k in kinds if k.tp == 1]
         for size in range(1, max_stages + 1):
