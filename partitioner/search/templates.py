@@ -153,10 +153,10 @@ def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_ch
     for tp in sorted({k.tp for k in kinds if k.tp > 1}):  # even mixes of tp groups of one degree over 2-3 types
         grouped = {k.type_key: k for k in kinds if k.tp == tp}
         for size in range(2, min(MIXED_GROUP_TYPES, len(grouped)) + 1):
-            for group in itertools.combinations(grouped.values(), size):
-                low = min(k.groups for k in group)
+            for mix in itertools.combinations(grouped.values(), size):
+                low = min(k.groups for k in mix)
                 for r in (d for d in range(1, low + 1) if low % d == 0):
-                    add([(k, k.groups // r) for k in group])
+                    add([(k, k.groups // r) for k in mix])
     if sum(k.groups for k in kinds if k.tp == 1) <= SMALL:  # tiny clusters: every chain of devices
         pool = [k for k in kinds if k.tp == 1]
         for size in range(1, max_stages + 1):
