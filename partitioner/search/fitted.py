@@ -19,7 +19,8 @@ The DP is refine.py's cover with a vector of resources for state: for the resour
 furthest unit reached within R (a cell that a cell of one resource fewer reaches as far is dropped:
 its chains are never needed). A cluster whose resource vectors are too many (past STATES) is capped
 type by type: a chain is then sought within a sub-cluster, and the rest of the fleet in what it leaves.
-The chains are seeds: the templates evaluate them exactly (split, batch, the loop term, real links).
+Every stage is costed at the micro-batches of the longest chain allowed (m = min(n, B)): the chains are
+seeds, and the templates evaluate them exactly (split, batch, micro-batches, the loop term, real links).
 """
 
 from __future__ import annotations
