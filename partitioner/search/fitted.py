@@ -270,7 +270,7 @@ def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: fl
         if p.phase == Phase.BOTH and not fits(p.kinds, costs.kinds) and p.batch not in batches:
             batches.append(p.batch)
     leave = [None] + sorted(range(len(costs.types)), key=lambda t: -int(costs.devices[t]))  # the largest types first
-    jobs = [(b, t) for b in batches[:BATCHES] for t in leave]
+    jobs = [(b, t) for t in leave for b in batches[:BATCHES]]  # each left-out type at every batch before the next type
     out: dict[tuple, Pipeline] = {}
     work = 0.0
     for i, (b, t) in enumerate(jobs):

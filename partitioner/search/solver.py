@@ -277,11 +277,12 @@ def solve(
     if cpu.left() < SEARCH_LEAST * cpu.limit:  # the bound's pass ran into the search's reserve: the plan comes first
         cpu.until = search_from + SEARCH_LEAST * cpu.limit
     seeds = bound.pipelines
-    if isinstance(bound, ColumnBound) and Phase.BOTH in phases:
-        # column generation's pipelines need not fit the cluster: chains that do, at their batches, first
-        costs = StageCosts(tables, kinds, cluster)
-        half = lambda: cpu.left() < 0.5 * (cpu.until - search_from)  # noqa: E731 (the templates get the other half at least)
-        seeds = fitted(costs, seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half) + seeds
+    if isinstance(bound, ColumnBound) and objective == Objective.THROUGHPUT and Phase.BOTH in phases:
+        # column generation's pipelines need not fit the cluster: chains that do, at their batches, first (fitted.py)
+        def half() -> bool:  # the search's CPU half spent: the templates get the rest
+            return cpu.left() < 0.5 * (cpu.until - search_from)
+
+        seeds = fitted(StageCosts(tables, kinds, cluster), seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half) + seeds
     templates = _by_promise(generate(cluster, kinds, seeds, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
