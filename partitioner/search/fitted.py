@@ -257,7 +257,8 @@ def fleet(costs: StageCosts, batch: int, n: int, counts: np.ndarray, budget: flo
 
 def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: float, past: Callable[[], bool] = lambda: False) -> list[Pipeline]:
     """Fleets of chains that fit the cluster (the module's greedy: on every device, then with each
-    type left out), at the batches of the seeds that do not fit it; none where all fit.
+    type left out), at the batches of the seeds that do not fit it; none where the best seed that
+    prefills and decodes fits (its pipelines are templates already: an 8B model's 1–2-device chains).
 
     Args:
         seeds: the bound's pipelines, best first (colgen.ColumnBound.pipelines).
@@ -265,9 +266,12 @@ def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: fl
         budget: work in all (refine.STEP's unit); each fleet gets a share of what is left.
         past: a CPU deadline.
     """
+    both = [p for p in seeds if p.phase == Phase.BOTH]
+    if not both or fits(both[0].kinds, costs.kinds):  # the relaxation's best pipeline is a template already
+        return []
     batches: list[int] = []
-    for p in seeds:
-        if p.phase == Phase.BOTH and not fits(p.kinds, costs.kinds) and p.batch not in batches:
+    for p in both:
+        if not fits(p.kinds, costs.kinds) and p.batch not in batches:
             batches.append(p.batch)
     leave = [None] + sorted(range(len(costs.types)), key=lambda t: -int(costs.devices[t]))  # the largest types first
     jobs = [(b, t) for t in leave for b in batches[:BATCHES]]  # each left-out type at every batch before the next type

@@ -90,7 +90,7 @@ def test_each_chain_has_the_least_bottleneck_left(setup):
         counts = counts - np.bincount(costs.type_of[list(chain[0])], weights=costs.tp[list(chain[0])], minlength=len(counts)).astype(int)
 
 
-def test_seeds_that_fit_get_no_fleet(setup):
+def test_fleets_only_where_the_best_seed_does_not_fit(setup):
     _, _, kinds, costs = setup
     from hetc.partitioner.bounds.cell_bound import Pipeline
 
@@ -100,8 +100,9 @@ def test_seeds_that_fit_get_no_fleet(setup):
     tp4 = next(g for g, k in enumerate(kinds) if k.tp == 4)
     two = Pipeline(Phase.BOTH, (tp4, tp4), (0, 3, costs.u), BATCH, 1.0)  # two tp-4 groups: the nodes hold one
     assert not fits(two.kinds, kinds)
-    out = F.fitted(costs, [two], 16, np.inf)
+    out = F.fitted(costs, [two, fit], 16, np.inf)
     assert out and all(fits(p.kinds, kinds) for p in out)
+    assert F.fitted(costs, [fit, two], 16, np.inf) == []  # the best seed fits
 
 
 def test_allocation_keeps_a_replicas_singles_on_one_node(setup, tmp_path):
