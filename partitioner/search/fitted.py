@@ -105,8 +105,8 @@ def _layers(
     reach = costs.reach(case, R)[kk]  # [K, U]
     head = res.caps - cells  # [S, D]: what is left at each cell
     E = np.full(size, -1, dtype=np.int64)
-    for i in np.nonzero((use <= res.caps).all(axis=1))[0]:
-        E[step[i]] = max(E[step[i]], reach[i, 0])
+    for one in np.nonzero((use <= res.caps).all(axis=1))[0]:
+        E[step[one]] = max(E[step[one]], reach[one, 0])
     E = _undominated(E, dims)
     needs = [[(d, int(use[i, d])) for d in np.nonzero(use[i])[0]] for i in range(len(kk))]  # the resources each kind takes
     layers, work = [E], STEP
@@ -170,7 +170,7 @@ def _backtrack(costs: StageCosts, case: Case, R: float, res: Resources, layers: 
 def _best(costs: StageCosts, batch: int, n: int, res: Resources) -> tuple[Any, float]:
     """(the chain that prefills and decodes, of at most n stages within `res`, of least bottleneck
     (within GRID) and fewest devices, or None), and the work it took."""
-    use = (res.use <= res.caps).all(axis=1)
+    use: np.ndarray = np.asarray((res.use <= res.caps).all(axis=1), dtype=bool)
     case = costs.case(Phase.BOTH, batch, min(n, batch), use, fit=batch)
     if case is None:
         return None, STEP
