@@ -135,9 +135,12 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
     for neg_tp, j, s, r in jobs:
         tp, nodes = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)]
         prev = where.get((j, s, r - 1))
-        mine = {nd.name for nd in nodes}  # a single device goes beside its own replica's neighbouring stage where that
-        # node has room (a link inside the node, not the network); groups, placed first, go to the roomiest node
-        near = [where[k][0] for k in ((j, s - 1, r), (j, s + 1, r)) if tp == 1 and k in where and where[k][0].name in mine]
+        # a stage goes beside its own replica's neighbouring stage where that node has room (a link inside the node,
+        # not the network): a single device always, a group where every node that holds one holds a whole number of
+        # them (largest first, every node's room then stays a multiple of the group: any node with room does)
+        mine = {nd.name for nd in nodes}
+        aligned = tp == 1 or all(nd.count % tp == 0 for nd in nodes if nd.count >= tp)
+        near = [where[k][0] for k in ((j, s - 1, r), (j, s + 1, r)) if aligned and k in where and where[k][0].name in mine]
         near = [nd for nd in near if nd.count - used[nd.name] >= tp]
         if prev and prev[0].count - used[prev[0].name] >= tp:
             node = prev[0]

@@ -1,7 +1,7 @@
 """Chains that fit (partitioner/search/fitted.py, issue 31): the fleets column generation's cluster gets
 stay within each type's devices and each tp kind's groups, and each chain has the least bottleneck
-within what was left (to the DP's grid); the allocation keeps a replica's single-device stages of one
-type on one node where it has room."""
+within what was left (to the DP's grid); the allocation keeps a replica's stages of one type on one
+node where it has room (single devices always, groups where the nodes hold whole groups)."""
 
 from __future__ import annotations
 
@@ -119,3 +119,19 @@ def test_allocation_keeps_a_replicas_singles_on_one_node(setup, tmp_path):
     cands, notes = _allocate([(opt, 1)], units, cluster, WL)
     assert not notes and len(cands) == 1
     assert [s.node.name for s in cands[0].stages] == ["x", "x", "y", "y"]
+
+
+def test_allocation_keeps_a_replicas_groups_on_one_node_where_nodes_hold_whole_groups(setup, tmp_path):
+    """Four tp-2 groups on two nodes of four: x, y, x, y by the roomiest node, x, x, y, y beside their
+    neighbours; nodes of three (a group and a spare device each) keep the roomiest node's rule and fit."""
+    _, units, _, _ = setup
+    for counts, want in (((4, 4), ["x", "x", "y", "y"]), ((3, 3, 3, 3), None)):
+        nodes = "".join(f"  - {{name: {'xyzw'[i]}, device: ./fast.yaml, count: {c}, link: pcie4}}\n" for i, c in enumerate(counts))
+        (tmp_path / "g.yaml").write_text(f"engine: vllm\nnodes:\n{nodes}network: {{default: ethernet-10g}}\n")
+        cluster = load_cluster(tmp_path / "g.yaml")
+        t = Template("four groups", (Slot(cluster.nodes[0], 2),) * 4)
+        opt = Option(t, batch_options(units, list(t.chain), cluster, WL)[0])
+        cands, notes = _allocate([(opt, 1)], units, cluster, WL)
+        assert not notes and len(cands) == 1
+        if want:
+            assert [s.node.name for s in cands[0].stages] == want
