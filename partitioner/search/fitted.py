@@ -76,12 +76,20 @@ class Resources:
         return Resources(np.array(caps, dtype=np.int64), use, T)
 
     def left(self, chain: tuple[int, ...]) -> Resources:
-        """What is left once one replica of `chain` (kinds) takes its resources."""
+        """What is left once one replica of a chain takes its resources.
+
+        Args:
+            chain: the chain's stage kinds (indices into StageCosts.kinds).
+        """
         return Resources(self.caps - self.use[list(chain)].sum(axis=0), self.use, self.types)
 
     def capped(self, states: int) -> Resources:
         """The same with the largest device counts lowered one at a time until the resource
-        vectors number at most `states` (a sub-cluster to seek one chain in)."""
+        vectors number at most `states` (a sub-cluster to seek one chain in).
+
+        Args:
+            states: the most resource vectors (STATES).
+        """
         caps = self.caps.copy()
         while int(np.prod(caps + 1)) > states and caps[: self.types].max() > 1:
             caps[int(np.argmax(caps[: self.types]))] -= 1
