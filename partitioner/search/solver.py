@@ -30,6 +30,7 @@ from hetc.partitioner.bounds.bound import cost_bound
 from hetc.partitioner.bounds.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, CellBound, Demand, cell_bound_rounds
 from hetc.partitioner.bounds.colgen import METHOD as COLUMNS
 from hetc.partitioner.bounds.colgen import ColumnBound, column_bound_rounds
+from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.envelope import falling_curves
@@ -38,6 +39,7 @@ from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Work
 from hetc.partitioner.estimate.split import Found, batch_options, slo_filter, split_chain
 from hetc.partitioner.estimate.tables import Tables, devices_per_type, kinds_of, type_key
 from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose, runs_alone
+from hetc.partitioner.search.fitted import fitted
 from hetc.partitioner.search.templates import Template, generate
 from hetc.partitioner.capture.units import Unit
 from hetc.quantity import Kind, format_quantity
@@ -115,6 +117,7 @@ COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work
 SEARCH_RESERVE = 0.25  # what the bound's first rounds leave: templates, CP-SAT, re-estimation
 SEARCH_LEAST = 0.1  # the search's CPU even where the bound's last pass (not interruptible) ran into its reserve
 TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's plan (its baselines run before the search)
+FITTED_SHARE = 0.1  # of --time-limit, as work: chains within the cluster's counts where column generation's seeds do not fit (fitted.py)
 BOUND, SEARCH = "bound", "search"  # plan.json solver.time: where the CPU went
 
 
@@ -132,7 +135,17 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
     for neg_tp, j, s, r in jobs:
         tp, nodes = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)]
         prev = where.get((j, s, r - 1))
-        node = prev[0] if prev and prev[0].count - used[prev[0].name] >= tp else max(nodes, key=lambda nd: nd.count - used[nd.name])
+        # a stage goes beside its own replica's neighbouring stage where that node has room (a link inside the node,
+        # not the network): a single device always, a group where every node that holds one holds a whole number of
+        # them (largest first, every node's room then stays a multiple of the group: any node with room does)
+        mine = {nd.name for nd in nodes}
+        aligned = tp == 1 or all(nd.count % tp == 0 for nd in nodes if nd.count >= tp)
+        near = [where[k][0] for k in ((j, s - 1, r), (j, s + 1, r)) if aligned and k in where and where[k][0].name in mine]
+        near = [nd for nd in near if nd.count - used[nd.name] >= tp]
+        if prev and prev[0].count - used[prev[0].name] >= tp:
+            node = prev[0]
+        else:
+            node = near[0] if near else max(nodes, key=lambda nd: nd.count - used[nd.name])
         if node.count - used[node.name] < tp:
             notes.append(f"a replica of {choice[j][0].template.label} found no devices left")
             continue
@@ -260,17 +273,23 @@ def solve(
                 "each curve's running maximum (valid for every batch, looser than the profile)"
             )
     uneven = bound.pipelines[: bound.used] if demand is not None and isinstance(bound, ColumnBound) else None
-    templates = _by_promise(generate(cluster, kinds, bound.pipelines, max_stages, phases, uneven=uneven))
-    opts: list[Option] = []
-    splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
-    memo: dict = {}  # split_chain's per-kind costs, shared by every template
-
     within_slos = slo_filter(ttft_slo_s, tpot_slo_s)
 
     cpu.deadline(1.0 - reserve)
     search_from = cpu.clock()
     if cpu.left() < SEARCH_LEAST * cpu.limit:  # the bound's pass ran into the search's reserve: the plan comes first
         cpu.until = search_from + SEARCH_LEAST * cpu.limit
+    seeds = bound.pipelines
+    if isinstance(bound, ColumnBound) and objective == Objective.THROUGHPUT and Phase.BOTH in phases:
+        # column generation's pipelines need not fit the cluster: chains that do, at their batches, first (fitted.py)
+        def half() -> bool:  # the search's CPU half spent: the templates get the rest
+            return cpu.left() < 0.5 * (cpu.until - search_from)
+
+        seeds = fitted(StageCosts(tables, kinds, cluster), seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half) + seeds
+    templates = _by_promise(generate(cluster, kinds, seeds, max_stages, phases, uneven=uneven))
+    opts: list[Option] = []
+    splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
+    memo: dict = {}  # split_chain's per-kind costs, shared by every template
     work, budget = 0.0, time_limit / 6 * WORK_PER_SECOND
     for i, t in enumerate(templates):
         # work, not seconds: the same templates on any machine; within the CPU limit too; never

@@ -23,7 +23,7 @@ from hetc.partitioner.estimate.split import Slot
 from hetc.partitioner.estimate.tables import Kind, type_key
 from hetc.scheduling import Phase
 
-__all__ = ["Template", "generate", "usage"]
+__all__ = ["Template", "fits", "generate", "usage"]
 
 SMALL = 4  # clusters with at most this many devices get every ordered chain as a template
 MIXED_GROUP_TYPES = 3  # even mixes of tensor-parallel groups span at most this many device types
@@ -100,8 +100,8 @@ def generate(
                 add([(k, a)], phase)
     if Phase.BOTH in phases:
         _pipelines(cluster, kinds, max_stages, add, add_chain)
-    fitting = [p for p in pipelines if _fits(p.kinds, kinds)]  # column generation's may not fit one replica
-    uneven = [p for p in uneven or [] if _fits(p.kinds, kinds)]
+    fitting = [p for p in pipelines if fits(p.kinds, kinds)]  # column generation's may not fit one replica
+    uneven = [p for p in uneven or [] if fits(p.kinds, kinds)]
     if uneven and Phase.BOTH in phases:
         _two_kinds(kinds, fitting, uneven, min(max_stages, max(len(p.kinds) for p in uneven)), add)
     for p in fitting:  # the bound's pipelines, as chains of kinds
@@ -109,7 +109,7 @@ def generate(
     return list(out.values())
 
 
-def _fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
+def fits(chain: tuple[int, ...], kinds: list[Kind]) -> bool:
     """Whether one replica of a chain of kinds (indices into `kinds`) fits each kind's groups and each type's devices."""
     groups, devices = Counter(chain), Counter[Any]()
     for g, k in groups.items():
@@ -128,7 +128,7 @@ def _two_kinds(kinds: list[Kind], pipelines: list[Pipeline], runs: list[Pipeline
     for g, h in itertools.combinations(used, 2):
         for a in range(1, longest):
             for b in range(1, longest - a + 1):
-                if _fits((g,) * a + (h,) * b, kinds):
+                if fits((g,) * a + (h,) * b, kinds):
                     add([(kinds[g], a), (kinds[h], b)], early=g in run and h in run)
 
 
