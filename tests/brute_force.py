@@ -5,7 +5,11 @@ saturation model; then the best plan of disjoint pipelines for an objective."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import sys
+from pathlib import Path
+from types import ModuleType
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -19,6 +23,20 @@ from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
 
 Devices = frozenset  # of (node name, index)
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def bench_module(name: str) -> ModuleType:
+    """benchmarks/NAME.py as a module (the generated clusters, the scenarios): the benchmarks import each
+    other by name, so their folder goes on the path and the module into sys.modules."""
+    if name not in sys.modules:
+        sys.path.insert(0, str(BENCH))
+        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # its dataclasses look their module up
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search.solver import solve
 from hetc.scheduling import Phase
 from tests.brute_force import options
-from tests.unit_tests.test_solver_small_block import _module
+from tests.brute_force import bench_module as _module
 
 
 def _optimum_with_kv(units, cluster, wl, max_num_seqs: int, phases: tuple[Phase, ...] = tuple(Phase)) -> float:

@@ -7,8 +7,6 @@ one type), 2004 (the chain DP with the loop term started above a chain's bottlen
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,19 +22,8 @@ from hetc.partitioner.search.solver import solve
 from hetc.partitioner.search.templates import Template
 from hetc.partitioner.estimate.split import Slot
 from hetc.scheduling import Phase
+from tests.brute_force import bench_module as _module
 from tests.brute_force import best_fleet, best_per_usage
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _module(name: str):
-    if name not in sys.modules:  # the benchmarks import each other by name
-        sys.path.insert(0, str(BENCH))
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # its dataclasses look their module up
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 def small(seed: int, folder: Path):
