@@ -286,7 +286,7 @@ def solve(
             return cpu.left() < 0.5 * (cpu.until - search_from)
 
         seeds = fitted(StageCosts(tables, kinds, cluster), seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half) + seeds
-    templates = _by_promise(generate(cluster, kinds, seeds, max_stages, phases, uneven=uneven))
+    templates = _by_promise(generate(kinds, seeds, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
     memo: dict = {}  # split_chain's per-kind costs, shared by every template

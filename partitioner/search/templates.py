@@ -17,7 +17,6 @@ from typing import Any
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from hetc.cluster import Cluster, Node
 from hetc.partitioner.bounds.cell_bound import Pipeline
 from hetc.partitioner.estimate.split import Slot
 from hetc.partitioner.estimate.tables import Kind, type_key
@@ -60,7 +59,6 @@ def _label(parts: list[tuple[Kind, int]]) -> str:
 
 
 def generate(
-    cluster: Cluster,
     kinds: list[Kind],
     pipelines: list[Pipeline],
     max_stages: int,
@@ -99,7 +97,7 @@ def generate(
             for a in range(1, k.groups + 1):
                 add([(k, a)], phase)
     if Phase.BOTH in phases:
-        _pipelines(cluster, kinds, max_stages, add, add_chain)
+        _pipelines(kinds, max_stages, add, add_chain)
     fitting = [p for p in pipelines if fits(p.kinds, kinds)]  # column generation's may not fit one replica
     uneven = [p for p in uneven or [] if fits(p.kinds, kinds)]
     if uneven and Phase.BOTH in phases:
@@ -132,27 +130,17 @@ def _two_kinds(kinds: list[Kind], pipelines: list[Pipeline], runs: list[Pipeline
                     add([(kinds[g], a), (kinds[h], b)], early=g in run and h in run)
 
 
-def _pipelines(cluster: Cluster, kinds: list[Kind], max_stages: int, add, add_chain) -> None:
+def _pipelines(kinds: list[Kind], max_stages: int, add, add_chain) -> None:
     """Pipelines that prefill and decode: homogeneous, even mixes of single devices and of
     tensor-parallel groups (one degree; e.g. an H200 TP8 group feeding a Gaudi 3 TP8 group, a
     data-parallel MoE pipeline the bound's own pipelines need not name), every chain on tiny clusters."""
     for k in kinds:  # homogeneous
         for a in range(1, k.groups + 1):
             add([(k, a)])
-    by_type: dict[tuple, list[Node]] = {}
-    for n in cluster.nodes:
-        by_type.setdefault(type_key(n), []).append(n)
-    single = {k.type_key: k for k in kinds if k.tp == 1}
-    types = list(by_type)
-    for size in range(2, len(types) + 1):  # even mixes of tp=1 devices
-        for group in itertools.combinations(types, size):
-            counts = [sum(n.count for n in by_type[t]) for t in group]
-            low = min(counts)
-            for r in (d for d in range(1, low + 1) if low % d == 0):
-                add([(single[t], c // r) for t, c in zip(group, counts)])
-    for tp in sorted({k.tp for k in kinds if k.tp > 1}):  # even mixes of tp groups of one degree over 2-3 types
+    for tp in sorted({k.tp for k in kinds}):  # even mixes of one degree: single devices over any types, groups over 2-3
         grouped = {k.type_key: k for k in kinds if k.tp == tp}
-        for size in range(2, min(MIXED_GROUP_TYPES, len(grouped)) + 1):
+        most = len(grouped) if tp == 1 else MIXED_GROUP_TYPES
+        for size in range(2, min(most, len(grouped)) + 1):
             for mix in itertools.combinations(grouped.values(), size):
                 low = min(k.groups for k in mix)
                 for r in (d for d in range(1, low + 1) if low % d == 0):

@@ -141,10 +141,7 @@ def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):
     runs = [Pipeline(Phase.BOTH, (at["fast×tp2"], at["big"]), (0, 1, 2), 4, 1.0), Pipeline(Phase.BOTH, (at["fast"],) * 3, (0, 1, 2, 3), 4, 1.0)]
     other = Pipeline(Phase.BOTH, (at["mid"],), (0, 5), 4, 1.0)  # not run: mixed, not early
     name = {(k.type_key, k.tp): k.name for k in kinds}
-    mixes = {
-        tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early
-        for t in generate(cluster, kinds, runs + [other], 10, uneven=runs)
-    }
+    mixes = {tuple(sorted(Counter(name[(type_key(s.node), s.tp)] for s in t.chain).items())): t.early for t in generate(kinds, runs + [other], 10, uneven=runs)}
     want = {}
     for a_name, b_name in itertools.combinations(["fast×tp2", "fast", "big", "mid"], 2):
         for a in range(1, 3):

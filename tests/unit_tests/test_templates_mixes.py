@@ -12,7 +12,7 @@ from hetc.partitioner.search.templates import generate
 def _chains(tmp_path, nodes: str) -> set[tuple]:
     (tmp_path / "c.yaml").write_text(f"engine: vllm\nnodes:\n{nodes}network: {{default: roce-400g}}\n")
     cluster = load_cluster(tmp_path / "c.yaml")
-    return {tuple((type_key(s.node)[0], s.tp) for s in t.chain) for t in generate(cluster, kinds_of(cluster), [], max_stages=8)}
+    return {tuple((type_key(s.node)[0], s.tp) for s in t.chain) for t in generate(kinds_of(cluster), [], max_stages=8)}
 
 
 def test_groups_of_one_degree_mix_evenly_over_types(tmp_path):
