@@ -86,6 +86,12 @@ def test_a_wider_budget_never_costs_a_stage_more(deepseek, name, phase):
                 assert wide <= narrow * (1 + 1e-9) and wide_msgs <= narrow_msgs + 1e-9, (batch, m)
 
 
+def _shape(wl: Workload, phase: Phase, n: int, b: int) -> tuple[int, int]:
+    """(micro-steps per pass, 0 at one seat each; prompt chunks) of an n-stage pipeline at b sequences, as Round.of counts them."""
+    k = max(min(n, b), math.ceil(b / wl.step_budget))
+    return (k if b > n else 0, _seat_life(wl, b / k)[1] if phase == Phase.BOTH else 0)
+
+
 def test_regimes_break_where_any_budget_does():
     """No batch interval straddles a change of micro-steps or prompt chunks under any budget."""
     for phase in (Phase.BOTH, Phase.DECODE):
@@ -93,13 +99,7 @@ def test_regimes_break_where_any_budget_does():
         for n in (1, 3):
             for lo, hi in regimes.runs(n, 1, 1200):
                 for ranks in (1, 2, 4, 8):
-                    wl = PER_RANK.ranked(ranks)
-
-                    def shape(b: int) -> tuple[int, int]:
-                        k = max(min(n, b), math.ceil(b / wl.step_budget))  # noqa: B023 (wl: this iteration's)
-                        return (k if b > n else 0, _seat_life(wl, b / k)[1] if phase == Phase.BOTH else 0)  # noqa: B023
-
-                    shapes = {shape(b) for b in range(lo, hi + 1)}
+                    shapes = {_shape(PER_RANK.ranked(ranks), phase, n, b) for b in range(lo, hi + 1)}
                     assert len(shapes) == 1, (phase, n, lo, hi, ranks, shapes)
 
 
