@@ -94,7 +94,7 @@ class Regimes:
     def __init__(self, wl: Workload, phase: Phase, ceiling: int) -> None:
         self.wl, self.phase, self.ceiling = wl, phase, ceiling
         # every budget a pipeline may run at (its narrowest stage's data-parallel ranks: Workload.ranked)
-        self.budgets = list({id(w): w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
+        self.budgets = list({w.dp_ranks: w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
         self._codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _of(self, n: int) -> tuple[np.ndarray, np.ndarray]:
