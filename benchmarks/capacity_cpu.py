@@ -2,6 +2,7 @@
 against hetc serve").
 
     python benchmarks/capacity_cpu.py [--quick] [--profile out/profile-cpu.yaml] [--bare-only]
+    python benchmarks/capacity_cpu.py --model moe [--profile out/profile-cpu-torch.yaml]
 
 Model and profile as benchmarks/runtime_cpu.py: a Llama of hidden 768, 12 layers, vocab 32000
 (124M parameters, random fp32 weights), plans made with a measured 1-thread profile of this host
@@ -28,6 +29,13 @@ Compared (client side for the server, the same definitions for the simulator): o
 throughput (tokens / first arrival to last token), TTFT and TPOT p50 and p99, 429s. Targets:
 throughput within 10%, p50 within 15%, p99 within 25%. Each served run waits for a quiet host
 (runtime_cpu.quiet_run) and is run again when other processes took more than 5% of it.
+
+`--model moe`: a Qwen3-MoE of the same width and depth (16 routed experts of 512, top 2; 330M
+parameters, random fp32 weights). Its stages run on the eager torch stage (MoE routing has no
+compiled lowering: backends/decoder.py eager_only), so the profile is one measured on that executor
+(`hetc profile --device cpu --threads 1 --executor torch`). Plans: "1 stage" as above, and "EP 2":
+one stage over both devices (`--placement h:0-1`), attention tensor-parallel and each worker holding
+8 experts whole (`--experts ep`, what hetc serve runs), joined by gloo.
 """
 
 from __future__ import annotations
@@ -62,15 +70,47 @@ def hetc(*args: str) -> str:
     return r.stdout
 
 
-def make_plans(model: Path, work: Path, profile: Path, batch: int, prompt: int, output: int) -> dict[str, Path]:
+# a Qwen3-MoE as wide and deep as runtime_cpu.MODEL's Llama
+MOE_MODEL = dict(
+    vocab_size=32000,
+    hidden_size=768,
+    intermediate_size=2048,
+    moe_intermediate_size=512,
+    num_experts=16,
+    num_experts_per_tok=2,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+    head_dim=64,
+    max_position_embeddings=512,
+)
+
+
+def build_moe(d: Path) -> None:
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if (d / "model.safetensors").is_file():
+        return
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(Qwen3MoeConfig(**MOE_MODEL)).eval().save_pretrained(d)
+
+
+def make_plans(model: Path, work: Path, profile: Path, batch: int, prompt: int, output: int, moe: bool) -> dict[str, Path]:
     c1, c2 = rc.cluster_yaml(work, profile, 1), rc.cluster_yaml(work, profile, 2)
-    common = ["--dtype", "fp32", "--tp", "1", "--input-len", str(prompt), "--output-len", str(output), "--time-limit", "5"]
+    common = ["--dtype", "fp32", "--input-len", str(prompt), "--output-len", str(output), "--time-limit", "5"]
+    at = ["--batch", str(batch)]
+    cases = (
+        (("1 stage", c1, ["--tp", "1", "--placement", "h:0", *at]), ("EP 2", c2, ["--experts", "ep", "--placement", "h:0-1", *at]))
+        if moe
+        else (
+            ("1 stage", c1, ["--tp", "1", "--placement", "h:0", *at]),
+            ("2 stages", c2, ["--tp", "1", "--placement", "h:0|h:1", *at]),
+            ("pools", c2, ["--tp", "1", "--disaggregate", "on"]),
+        )
+    )
     out = {}
-    for name, cluster, extra in (
-        ("1 stage", c1, ["--placement", "h:0", "--batch", str(batch)]),
-        ("2 stages", c2, ["--placement", "h:0|h:1", "--batch", str(batch)]),
-        ("pools", c2, ["--disaggregate", "on"]),
-    ):
+    for name, cluster, extra in cases:
         path = work / f"plan-{name.replace(' ', '-')}.json"
         args = [*common, *extra]
         if name == "pools":  # the server takes prompt + output ≤ its smallest lane's KV, and a prefill pool's
@@ -201,11 +241,12 @@ def step_ms(before: dict[str, list[float]], after: dict[str, list[float]]) -> di
     return {k: (v[0] - before.get(k, [0, 0])[0]) / max(1.0, v[1] - before.get(k, [0, 0])[1]) * 1e3 for k, v in after.items()}
 
 
-def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
+def bare_vs_model(model: Path, plan: Path, moe: bool) -> list[tuple[str, float, float]]:
     """(step, measured ms, the simulator's cost-model part ms): the whole model's steps run bare in
-    this process by the executor that serves it (OpenVINO, as `hetc profile` runs its probe: no
-    frontend, transport or second process), against what the 1-stage lane's step costs in the
-    simulator less the profile's serving host work — which part of a gap is the cost model's."""
+    this process by the executor that serves it (OpenVINO for the Llama, as `hetc profile` runs its
+    probe; the eager torch stage for the MoE: no frontend, transport or second process), against what
+    the 1-stage lane's step costs in the simulator less the profile's serving host work — which part of
+    a gap is the cost model's."""
     from hetc.capacity.evaluate import model_of
     from hetc.capacity.lanes import StepShape, lanes_of
     from hetc.cluster import Cluster
@@ -219,17 +260,20 @@ def bare_vs_model(model: Path, plan: Path) -> list[tuple[str, float, float]]:
     units = model_of(p, str(plan)).units
     lane = lanes_of(p, units, Cluster.from_json(p.cluster), Workload(32, 64, p.model.dtype, p.model.kv_dtype))[0]
     sv, vocab = lane.stages[0].node.profile.serving, lane.stages[0].vocab
-    ov = OpenVinoLlama(json.loads((model / "config.json").read_text()), units=units, threads=1)
-    cases = [*(ov.decode_case(b, 64) for b in (1, 4, 8, 16)), ov.prefill_case(1, 32)]
-    run_cases(cases, rounds=3)
+    assert vocab  # the 1-stage lane samples
+    if moe:  # decode steps at context 64 (runtime_cpu.bare_step_ms: the served stage class on 1 thread)
+        steps = [(f"decode b{b} ctx64", Step(b, b, 64), rc.bare_step_ms(model, plan, 0, b, 64, 1) / 1e3) for b in (1, 2, 4, 8)]
+    else:
+        ov = OpenVinoLlama(json.loads((model / "config.json").read_text()), units=units, threads=1)
+        cases = [*(ov.decode_case(b, 64) for b in (1, 4, 8, 16)), ov.prefill_case(1, 32)]
+        run_cases(cases, rounds=3)
+        steps = [(c.name, c.meta["step"], c.seconds) for c in cases]
     out = []
-    for c in cases:
-        st = c.meta["step"]
+    for name, st, seconds in steps:
         seqs, tokens = int(st.seqs), int(st.tokens)
         shape = StepShape(Step(st.tokens, st.seqs, st.ctx), seqs, seqs, tokens)
         host = sv.stage_step(seqs, tokens) + seqs * lane.overheads.sample_per_row
-        out.append((c.name, c.seconds * 1e3, (lane.step_time(0, shape) - host) * 1e3))
-    assert vocab  # the 1-stage lane samples
+        out.append((name, seconds * 1e3, (lane.step_time(0, shape) - host) * 1e3))
     return out
 
 
@@ -259,7 +303,8 @@ def main() -> None:
     ap.add_argument("--loads", default="0.5,1.5", help="rates as fractions of each plan's predicted saturation")
     ap.add_argument("--max-queue-wait", type=float, default=3.0)
     ap.add_argument("--only", default="", help="comma-separated plan names (default: all)")
-    ap.add_argument("--profile", default=str(REPO / "out" / "profile-cpu.yaml"))
+    ap.add_argument("--model", choices=("llama", "moe"), default="llama", help="the served model (above)")
+    ap.add_argument("--profile", default=None, help="default out/profile-cpu.yaml (llama), out/profile-cpu-torch.yaml (moe)")
     ap.add_argument("--quiet-wait", type=float, default=900.0, help="seconds to wait for a quiet host before each run")
     ap.add_argument("--tries", type=int, default=3, help="runs made when other processes took over 5%% of the host")
     ap.add_argument("--bare-only", action="store_true", help="only the whole model's bare steps against the cost model (no server; a minute)")
@@ -268,17 +313,18 @@ def main() -> None:
         a.requests = 30
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-runtime"))
     work.mkdir(parents=True, exist_ok=True)
-    model = work / "llama-124m-ctx512"
-    rc.build_model(model)
-    profile = rc.ensure_profile(Path(a.profile))
-    plans = make_plans(model, work, profile, a.batch, a.prompt, a.output)
+    moe = a.model == "moe"
+    model = work / ("qwen3moe-330m-ctx512" if moe else "llama-124m-ctx512")
+    (build_moe if moe else rc.build_model)(model)
+    profile = rc.ensure_profile(Path(a.profile or REPO / "out" / ("profile-cpu-torch.yaml" if moe else "profile-cpu.yaml")), "torch" if moe else "auto")
+    plans = make_plans(model, work, profile, a.batch, a.prompt, a.output, moe)
     if a.bare_only:
-        print_bare(model, plans["1 stage"])
+        print_bare(model, plans["1 stage"], moe)
         return
     limits = ["--max-num-seqs", str(a.batch), "--max-batched-tokens", "512", "--max-queue-wait", str(a.max_queue_wait)]
     print(
-        f"model: Llama 768×12, fp32; profile {profile}; host {os.cpu_count()} cores; load: Poisson, prompt "
-        f"{a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}",
+        f"model: {'Qwen3-MoE 768×12, 16 experts top 2' if moe else 'Llama 768×12'}, fp32; profile {profile}; host {os.cpu_count()} cores; "
+        f"load: Poisson, prompt {a.prompt}, output {a.output}, {a.requests} requests; limits {' '.join(limits)}",
         flush=True,
     )
     rows = []
@@ -327,15 +373,15 @@ def main() -> None:
             ratio = f"{s / m:.2f}" if m else "—"
             print(f"| {name} | {frac:g}× ({rate:.2f} req/s; {other:.0%}, {load:.1f}) | {k} | {m:,.1f} | {s:,.1f} | {ratio} | {verdict} |")
     if not only or "1 stage" in only:
-        print_bare(model, plans["1 stage"])
+        print_bare(model, plans["1 stage"], moe)
     print(f"\nhost load average at the end: {os.getloadavg()[0]:.2f}")
 
 
-def print_bare(model: Path, plan: Path) -> None:
+def print_bare(model: Path, plan: Path, moe: bool) -> None:
     load = rc._cpu_ticks(), time.monotonic()
-    rows = bare_vs_model(model, plan)
+    rows = bare_vs_model(model, plan, moe)
     print(
-        f"\nbare steps of the whole model (OpenVINO, this process, as the profile's probe runs them) vs the "
+        f"\nbare steps of the whole model ({'the eager torch stage' if moe else 'OpenVINO'}, this process) vs the "
         f"simulator's cost-model part of the 1-stage lane's step (other processes {rc.others_share(load):.0%} of the "
         f"host, load average {os.getloadavg()[0]:.1f}):\n| step | bare ms | cost model ms | model/bare |\n|---|---:|---:|---:|"
     )

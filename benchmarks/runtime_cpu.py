@@ -70,12 +70,14 @@ def build_model(d: Path) -> None:
     LlamaForCausalLM(LlamaConfig(**MODEL)).eval().save_pretrained(d)
 
 
-def ensure_profile(path: Path) -> Path:
-    """The 1-thread profile of this host; measured now (about a minute) when the file is missing."""
+def ensure_profile(path: Path, executor: str = "auto") -> Path:
+    """The 1-thread profile of this host on `executor` (hetc profile --executor); measured now (a few
+    minutes) when the file is missing."""
     if not path.is_file():
-        print(f"no profile at {path}: measuring one (hetc profile --device cpu --threads 1)", flush=True)
+        cmd = ["profile", "--device", "cpu", "--threads", "1", "--executor", executor, "-o", str(path)]
+        print(f"no profile at {path}: measuring one (hetc {' '.join(cmd[:-2])})", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "hetc.cli", "profile", "--device", "cpu", "--threads", "1", "-o", str(path)], cwd=REPO, check=True)
+        subprocess.run([sys.executable, "-m", "hetc.cli", *cmd], cwd=REPO, check=True)
     return path
 
 

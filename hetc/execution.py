@@ -16,6 +16,10 @@ backend (sources below), never a factor solved for from measured throughput:
   unit of a step costs the longer of its device time and its kernels' launches.
 - `kernel_overhead`: device-side time per kernel (its start and drain), paid with or without
   graphs.
+- `experts`: how a step's routed-expert GEMMs run: `grouped` — one grouped kernel over every expert
+  the device holds, at the rows per touched expert (vLLM's fused_moe, DeepGEMM, CUTLASS grouped GEMMs,
+  torch's `grouped_mm` on CUDA); `per-expert` — one GEMM per touched expert, each at its own weight's
+  shape (torch's CPU `_grouped_mm` loops over the groups with `mm`).
 - `collective`: the engine's tensor-parallel all-reduce time over the link model's
   (partitioner/cost_models/links.py); 1 unless an engine's figures set it (hetc/engine.py: only
   its release `fit`, fitted on public results, does).
@@ -45,6 +49,7 @@ class Execution(BaseModel):
     graphs: Literal["none", "decode", "all"] = "none"
     launch: Literal["sync", "async"] = "sync"
     kernel_overhead: Seconds = 0.0
+    experts: Literal["grouped", "per-expert"] = "grouped"
     collective: float = Field(default=1.0, gt=0)
 
     def replays(self, decode_only: bool) -> bool:
@@ -58,7 +63,7 @@ _RAW: dict[str, dict[str, str]] = {
     "rocm": _GPU_ENGINE,
     "gaudi": {**_GPU_ENGINE, "graphs": "all"},
     "openvino": {**_GPU_ENGINE, "graphs": "all"},
-    "cpu": {},
+    "cpu": {"experts": "per-expert"},
 }
 BACKEND_EXECUTION: dict[str, Execution] = {k: Execution.model_validate(v) for k, v in _RAW.items()}
 
@@ -98,6 +103,9 @@ BACKEND_EXECUTION_SOURCES: dict[str, list[str]] = {
     "cpu": [
         "fusion none, graphs none, launch sync: hetc serves CPU stages with torch eager (every exported op is one "
         "dispatched kernel run by the calling thread), which is what `hetc profile --device cpu` measures",
+        "experts per-expert: MoE stages run eagerly on torch (backends/decoder.py eager_only) through transformers' "
+        "grouped_mm experts, whose CPU kernel (aten::_grouped_mm) calls aten::mm once per expert group (torch.profiler: "
+        "16 mm under each grouped_mm call of a 16-expert layer, torch 2.13 CPU)",
     ],
 }
 

@@ -235,11 +235,14 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
                 weights = op.weight_bytes / cp.ep * share
             else:
                 weights *= share
-            # one grouped kernel over every touched expert (vLLM's fused_moe, DeepGEMM's grouped GEMMs): a GEMM of the
-            # rows per expert over all the expert weights this device holds, not one small GEMM per expert. Read at every
-            # expert's weights, not the touched share's, so that only the rows move with the batch (envelope.py's
-            # running maximum along the rows then keeps the bound's costs per sequence nonincreasing)
-            nk = op.nk * op.experts / max(tp, cp.ep)
+            # grouped (vLLM's fused_moe, DeepGEMM's grouped GEMMs): one GEMM of the rows per expert over all the expert
+            # weights this device holds, read at every expert's weights, not the touched share's, so that only the rows
+            # move with the batch (envelope.py's running maximum along the rows keeps the bound's costs per sequence
+            # nonincreasing); per-expert (torch's CPU grouped_mm): one GEMM per touched expert, at its own weight
+            if cp.execution.experts == "grouped":
+                nk = op.nk * op.experts / max(tp, cp.ep)
+            else:  # one expert's weight: split over the group (tp layout) or whole (expert-parallel)
+                nk = op.nk / (tp if cp.ep == 1 else 1)
         e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
         if op.kind == "moe" and op.experts and cp.ep > 1 and cp.matmul and nk > 0:
             # the busiest device's rows per expert grow by the imbalance; its GEMM runs at most that much more efficiently

@@ -170,6 +170,32 @@ def test_moe_streams_the_experts_a_batch_touches():
     assert op_time(rec, cp, Step(64, 64, 1)) == pytest.approx(8 * expert / (2e12 * 0.8), rel=1e-6)
 
 
+def test_per_expert_gemms_run_at_one_experts_shape_grouped_ones_at_all_of_them():
+    # a GEMM's efficiency grows ten-fold between one expert's weight (N·K) and eight's; low enough to be compute-bound
+    curves = {"matmul": {"bf16": {"m": [1, 64], "nk": [1024.0 * 1024, 8 * 1024.0 * 1024], "eff": [[1e-4, 1e-3], [1e-4, 1e-3]]}}}
+    rec = OpRecord("moe", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=8 * 2.0 * 1024 * 1024, nk=1024.0 * 1024, experts=8, top_k=2)
+    step = Step(64, 64, 1)  # every expert touched, 16 rows each
+
+    def t(experts: str, tp: int = 1, ep: int = 1) -> float:
+        p = prof(efficiency_curves=curves, execution={**BASE["execution"], "experts": experts})
+        return op_time(rec, cost_params(p, "bf16", tp, ep), step)
+
+    def expect(eff: float, devices: int = 1) -> float:  # the FLOPs at `eff`, the touched experts' bytes beside
+        compute, memory = 64 * 2 * 2.0 * 1024 * 1024 / devices / (1000e12 * eff), 8 * 2.0 * 1024 * 1024 / devices / (2e12 * 0.8)
+        return analytic._combine(compute, memory, cost_params(prof(), "bf16").overlap)
+
+    assert t("grouped") == pytest.approx(expect(1e-3))
+    assert t("per-expert") == pytest.approx(expect(1e-4))
+    # a tensor-parallel group splits each expert's weight: per expert N·K/2 (the curve's floor), grouped 8·N·K/2
+    assert t("per-expert", tp=2) == pytest.approx(expect(1e-4, 2))
+    assert t("grouped", tp=2) < t("per-expert", tp=2)
+    # whole experts over two devices (ep): each expert's GEMM keeps its whole weight, a device half the experts
+    assert t("per-expert", tp=2, ep=2) == pytest.approx(expect(1e-4, 2))
+    # a cpu profile's backend runs torch's CPU grouped_mm: one mm per expert
+    assert Profile.model_validate({**BASE, "backend": "cpu", "execution": {}}).execution.experts == "per-expert"
+    assert prof().execution.experts == "grouped"
+
+
 def test_tensor_parallel_splits_the_work_not_the_launches():
     u, p = matmul_unit(), prof()
     step = Step(4096, 1, 2048)
