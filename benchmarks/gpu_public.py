@@ -21,7 +21,10 @@ Nothing in the cost model is fitted to these figures and there are no per-case c
 Every figure is predicted with the engine its source names (`--engine`, hetc/engine.py; SOURCE_ENGINE,
 HETC_ENGINE: vLLM's figures stand in for optimum-habana, TGI-Gaudi and LLMBoost).
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit]
+`--per-release` predicts each figure at the figures fitted for the engine release it names
+(benchmarks/engine_releases.py: `vllm@0.9`), the engine's `fit` where that release has none (said per row).
+
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit | --per-release]
 """
 
 from __future__ import annotations
@@ -932,9 +935,14 @@ def main() -> None:
     ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
+    ap.add_argument(
+        "--per-release", action="store_true", help="each row at its engine release's fitted figures (ENGINE@REL, engine_releases.py), else ENGINE@fit"
+    )
     a = ap.parse_args()
-    release = "fit" if a.fit else None
-    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else ""))
+    if a.per_release:
+        import engine_releases  # imports this module: loaded here, not at the top
+    figures = ", each row's release (@REL, engine_releases.py; @fit where it has none)" if a.per_release else ", their fitted figures (@fit)" if a.fit else ""
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own{figures}")
     for r, commit in sorted(FROZEN_BY_ROUND.items()):
         if commit != FROZEN and (not a.round or r in a.round):
             print(f"round {r}'s figures: cost model frozen at {commit[:12]}: {frozen_state(commit)}")
@@ -960,6 +968,7 @@ def main() -> None:
     for c in CASES:
         if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
+        release, why = engine_releases.release_for(c) if a.per_release else ("fit" if a.fit else None, "")
         cfg = at_public_config(c, release)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
         mine, choice = "", ""
@@ -969,9 +978,10 @@ def main() -> None:
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
         b = run_batch(c)
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + (f"; {c.note}" if c.note else "")
+        eng = f"{c.named_engine} → {c.engine}" + (f"@{release}" if release else "") + (f" ({why})" if why else "")
         mark = " (held)" if c.held else " (beside)" if c.round in HELD_ROUNDS else ""
         print(
-            f"| {c.name} | {c.vendor} | {c.named_engine} → {c.engine} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+            f"| {c.name} | {c.vendor} | {eng} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
             f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |",
             flush=True,
         )
