@@ -43,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
 # each held round's freeze: the cost-model commit made before any of that round's figures was looked at
-FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d"}
+# (9: the per-release engine figures, engine_releases.py, committed before any round-9 figure was looked at;
+# round 9 joins HELD_ROUNDS with its figures)
+FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d", 9: "58f17c198612f9b5f0a0a59252b12a1a37c4cd83"}
 HELD_ROUNDS = (7, 8)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = (
@@ -62,6 +64,7 @@ FROZEN_PATHS = (
     "hetc/engine.py",
     "hetc/efficiency.py",
     "hetc/scheduling.py",
+    "benchmarks/engine_releases.py",  # which release's figures a row gets (--per-release)
 )
 
 SOURCES = {
@@ -294,7 +297,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8: dedf7ee
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8: dedf7ee; 9: 58f17c1
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
