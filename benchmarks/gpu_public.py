@@ -43,10 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
 # each held round's freeze: the cost-model commit made before any of that round's figures was looked at
-# (9: the per-release engine figures, engine_releases.py, committed before any round-9 figure was looked at;
-# round 9 joins HELD_ROUNDS with its figures)
+# (9: the per-release engine figures, engine_releases.py, committed before any round-9 figure was looked at)
 FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d", 9: "58f17c198612f9b5f0a0a59252b12a1a37c4cd83"}
-HELD_ROUNDS = (7, 8)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
+HELD_ROUNDS = (7, 8, 9)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = (
     "hardware_profiles",
@@ -254,6 +253,19 @@ SOURCES = {
     "input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput (tokens/s)' may count prompt tokens: "
     "3-6% at these lengths). The 0.10.0 release post-dates the page's 0605 release (round 7) of the same "
     "configurations: beside by the rule; the 0.7.3 and 0.8.5 releases pre-date every release rounds 4 and 7 used: held",
+    "mlperf40x": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, systems of other submitters "
+    "running NVIDIA's TensorRT-LLM code (round 9, gathered after the freeze at 58f17c1): 'Tokens per second' of "
+    "closed/<submitter>/results/<system>/llama2-70b-99.9/Offline/performance/run_1/mlperf_log_summary.txt in "
+    "mlcommons/inference_results_v4.0 @ 3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f (only the 99.9% entries are stored), "
+    "FP8 (use_fp8) with FP8 KV as mlperf40nv, parallelism and gpu_batch_size from each submitter's "
+    "configs/llama2-70b/Offline/ (__init__.py or custom.py): Supermicro SYS_821GE_TNHR, Google, GigaComputing G593-SD1 "
+    "and HPE XD670 inherit H100_SXM_80GB_TP2x4 (TP2, 896); Dell XE9680 TP2, 896; Dell XE8640 H100_SXM_80GB_TP2x1 "
+    "(896); Dell XE9640 TP2, 920; Fujitsu GX2560M7 TP2, 1024; NVIDIA H200_SXM_141GBx8 (closed/NVIDIA/configs @ "
+    "8121a811) TP1, 806. The TensorRT-LLM release is not stated (the system files name TensorRT): predicted at "
+    "trtllm@fit. Rule (benchmarks/logs/engine-releases-2026-11-29.md, written before any figure was read): held "
+    "unless rounds 1-8 compared the same device, model, device count, parallelism, batch and lengths from another "
+    "release of the same submission (beside: NVIDIA H200 x8, HPE XD670, Dell XE9680 and XE8640 = their v4.1 entries "
+    "of round 2-3) or the figure was seen before the freeze (none)",
 }
 # The engine each source's figures were measured with, as the source names it (MLPerf rows: NVIDIA's
 # submissions run TensorRT-LLM, AMD's vLLM; a row's note overrides where it names another).
@@ -849,6 +861,22 @@ CASES = [
             ),
         )
         for m, o, b, v in rows
+    ],
+    # ---- round 9 (gathered after the freeze at FROZEN_BY_ROUND[9] = 58f17c1; the rule with SOURCES) ----
+    # MLPerf v4.0 Llama-2-70B Offline, closed: other submitters' H100 systems and NVIDIA's H200 (TensorRT-LLM, FP8)
+    *[
+        Case(f"mlperf40-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf40x", "nvidia", spec, b, 9, note, hold=hold)
+        for n, gpu, who, spec, b, v, hold, note in (
+            (8, "h100", "supermicro", "a:0-1 x4", 896, 22202.2, True, "SYS-821GE-TNHR, 99.9%; TRT-LLM, TP2 × 4"),
+            (8, "h100", "google", "a:0-1 x4", 896, 20992.0, True, "99.9%; TRT-LLM, TP2 × 4"),
+            (8, "h100", "giga", "a:0-1 x4", 896, 22289.7, True, "G593-SD1, 99.9%; TRT-LLM, TP2 × 4"),
+            (4, "h100", "dell-xe9640", "a:0-1 x2", 920, 9248.35, True, "XE9640, 99.9%; TRT-LLM, TP2 × 2"),
+            (4, "h100", "fujitsu", "a:0-1 x2", 1024, 8435.97, True, "GX2560M7, 99.9%; TRT-LLM, TP2 × 2, gpu_batch_size 1024"),
+            (8, "h200", "nvidia", "a:0 x8", 806, 27738.3, False, "99.9%; TRT-LLM, TP1 × 8 (= mlperf41-8xh200-nvidia's configuration)"),
+            (8, "h100", "hpe", "a:0-1 x4", 896, 20973.2, False, "Cray XD670, 99.9%; TRT-LLM, TP2 × 4 (= mlperf41-8xh100-hpe's)"),
+            (8, "h100", "dell", "a:0-1 x4", 896, 21884.2, False, "XE9680, 99.9%; TRT-LLM, TP2 × 4 (= mlperf41-8xh100-dell's)"),
+            (4, "h100", "dell-xe8640", "a:0-1 x2", 896, 9896.75, False, "XE8640, 99.9%; TRT-LLM, TP2 × 2 (= mlperf41-4xh100-dell's)"),
+        )
     ],
 ]
 
