@@ -21,7 +21,10 @@ Nothing in the cost model is fitted to these figures and there are no per-case c
 Every figure is predicted with the engine its source names (`--engine`, hetc/engine.py; SOURCE_ENGINE,
 HETC_ENGINE: vLLM's figures stand in for optimum-habana, TGI-Gaudi and LLMBoost).
 
-Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit]
+`--per-release` predicts each figure at the figures fitted for the engine release it names
+(benchmarks/engine_releases.py: `vllm@0.9`), the engine's `fit` where that release has none (said per row).
+
+Usage: python benchmarks/gpu_public.py [--only NAME] [--round N ...] [--no-plan] [--fit | --per-release]
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = "benchmarks/public_gpu"
 FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, made before any held figure was looked at
 # each held round's freeze: the cost-model commit made before any of that round's figures was looked at
-FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d"}
-HELD_ROUNDS = (7, 8)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
+# (9: the per-release engine figures, engine_releases.py, committed before any round-9 figure was looked at)
+FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d", 9: "58f17c198612f9b5f0a0a59252b12a1a37c4cd83"}
+HELD_ROUNDS = (7, 8, 9)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = (
     "hardware_profiles",
@@ -59,6 +63,7 @@ FROZEN_PATHS = (
     "hetc/engine.py",
     "hetc/efficiency.py",
     "hetc/scheduling.py",
+    "benchmarks/engine_releases.py",  # which release's figures a row gets (--per-release)
 )
 
 SOURCES = {
@@ -248,6 +253,19 @@ SOURCES = {
     "input 128 with outputs 2048 and 4096 only, by rocm25's rule (⚠ 'Throughput (tokens/s)' may count prompt tokens: "
     "3-6% at these lengths). The 0.10.0 release post-dates the page's 0605 release (round 7) of the same "
     "configurations: beside by the rule; the 0.7.3 and 0.8.5 releases pre-date every release rounds 4 and 7 used: held",
+    "mlperf40x": "MLPerf Inference v4.0 Datacenter, closed, Llama-2-70B (99.9%) Offline, systems of other submitters "
+    "running NVIDIA's TensorRT-LLM code (round 9, gathered after the freeze at 58f17c1): 'Tokens per second' of "
+    "closed/<submitter>/results/<system>/llama2-70b-99.9/Offline/performance/run_1/mlperf_log_summary.txt in "
+    "mlcommons/inference_results_v4.0 @ 3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f (only the 99.9% entries are stored), "
+    "FP8 (use_fp8) with FP8 KV as mlperf40nv, parallelism and gpu_batch_size from each submitter's "
+    "configs/llama2-70b/Offline/ (__init__.py or custom.py): Supermicro SYS_821GE_TNHR, Google, GigaComputing G593-SD1 "
+    "and HPE XD670 inherit H100_SXM_80GB_TP2x4 (TP2, 896); Dell XE9680 TP2, 896; Dell XE8640 H100_SXM_80GB_TP2x1 "
+    "(896); Dell XE9640 TP2, 920; Fujitsu GX2560M7 TP2, 1024; NVIDIA H200_SXM_141GBx8 (closed/NVIDIA/configs @ "
+    "8121a811) TP1, 806. The TensorRT-LLM release is not stated (the system files name TensorRT): predicted at "
+    "trtllm@fit. Rule (benchmarks/logs/engine-releases-2026-11-29.md, written before any figure was read): held "
+    "unless rounds 1-8 compared the same device, model, device count, parallelism, batch and lengths from another "
+    "release of the same submission (beside: NVIDIA H200 x8, HPE XD670, Dell XE9680 and XE8640 = their v4.1 entries "
+    "of round 2-3) or the figure was seen before the freeze (none)",
 }
 # The engine each source's figures were measured with, as the source names it (MLPerf rows: NVIDIA's
 # submissions run TensorRT-LLM, AMD's vLLM; a row's note overrides where it names another).
@@ -291,7 +309,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8: dedf7ee
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8: dedf7ee; 9: 58f17c1
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source
@@ -844,6 +862,22 @@ CASES = [
         )
         for m, o, b, v in rows
     ],
+    # ---- round 9 (gathered after the freeze at FROZEN_BY_ROUND[9] = 58f17c1; the rule with SOURCES) ----
+    # MLPerf v4.0 Llama-2-70B Offline, closed: other submitters' H100 systems and NVIDIA's H200 (TensorRT-LLM, FP8)
+    *[
+        Case(f"mlperf40-{n}x{gpu}-{who}", f"{n}x{gpu}", "llama-2-70b", "fp8", MLPERF_ISL, MLPERF_OSL, v, "mlperf40x", "nvidia", spec, b, 9, note, hold=hold)
+        for n, gpu, who, spec, b, v, hold, note in (
+            (8, "h100", "supermicro", "a:0-1 x4", 896, 22202.2, True, "SYS-821GE-TNHR, 99.9%; TRT-LLM, TP2 × 4"),
+            (8, "h100", "google", "a:0-1 x4", 896, 20992.0, True, "99.9%; TRT-LLM, TP2 × 4"),
+            (8, "h100", "giga", "a:0-1 x4", 896, 22289.7, True, "G593-SD1, 99.9%; TRT-LLM, TP2 × 4"),
+            (4, "h100", "dell-xe9640", "a:0-1 x2", 920, 9248.35, True, "XE9640, 99.9%; TRT-LLM, TP2 × 2"),
+            (4, "h100", "fujitsu", "a:0-1 x2", 1024, 8435.97, True, "GX2560M7, 99.9%; TRT-LLM, TP2 × 2, gpu_batch_size 1024"),
+            (8, "h200", "nvidia", "a:0 x8", 806, 27738.3, False, "99.9%; TRT-LLM, TP1 × 8 (= mlperf41-8xh200-nvidia's configuration)"),
+            (8, "h100", "hpe", "a:0-1 x4", 896, 20973.2, False, "Cray XD670, 99.9%; TRT-LLM, TP2 × 4 (= mlperf41-8xh100-hpe's)"),
+            (8, "h100", "dell", "a:0-1 x4", 896, 21884.2, False, "XE9680, 99.9%; TRT-LLM, TP2 × 4 (= mlperf41-8xh100-dell's)"),
+            (4, "h100", "dell-xe8640", "a:0-1 x2", 896, 9896.75, False, "XE8640, 99.9%; TRT-LLM, TP2 × 2 (= mlperf41-4xh100-dell's)"),
+        )
+    ],
 ]
 
 
@@ -932,9 +966,14 @@ def main() -> None:
     ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
     ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
+    ap.add_argument(
+        "--per-release", action="store_true", help="each row at its engine release's fitted figures (ENGINE@REL, engine_releases.py), else ENGINE@fit"
+    )
     a = ap.parse_args()
-    release = "fit" if a.fit else None
-    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own" + (", their fitted figures (@fit)" if a.fit else ""))
+    if a.per_release:
+        import engine_releases  # imports this module: loaded here, not at the top
+    figures = ", each row's release (@REL, engine_releases.py; @fit where it has none)" if a.per_release else ", their fitted figures (@fit)" if a.fit else ""
+    print(f"cost model frozen at {FROZEN[:12]}: {frozen_state()}; engines: each figure's own{figures}")
     for r, commit in sorted(FROZEN_BY_ROUND.items()):
         if commit != FROZEN and (not a.round or r in a.round):
             print(f"round {r}'s figures: cost model frozen at {commit[:12]}: {frozen_state(commit)}")
@@ -960,6 +999,7 @@ def main() -> None:
     for c in CASES:
         if (a.only and a.only != c.name) or (a.round and c.round not in a.round):
             continue
+        release, why = engine_releases.release_for(c) if a.per_release else ("fit" if a.fit else None, "")
         cfg = at_public_config(c, release)["predicted"]["output_tok_s"]
         at.append((c, cfg / c.public - 1))
         mine, choice = "", ""
@@ -969,9 +1009,10 @@ def main() -> None:
             own.append((c, p["predicted"]["output_tok_s"] / c.public - 1))
         b = run_batch(c)
         run = f"{c.placement} b{b}" + (f" (of {c.batch}: memory)" if c.batch and b < c.batch else "") + (f"; {c.note}" if c.note else "")
+        eng = f"{c.named_engine} → {c.engine}" + (f"@{release}" if release else "") + (f" ({why})" if why else "")
         mark = " (held)" if c.held else " (beside)" if c.round in HELD_ROUNDS else ""
         print(
-            f"| {c.name} | {c.vendor} | {c.named_engine} → {c.engine} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
+            f"| {c.name} | {c.vendor} | {eng} | {c.public:,.0f} | {run} | {cfg:,.0f} | {cfg / c.public - 1:+.0%} | "
             f"{mine or '– | –'} | {choice or '–'} | {c.round}{mark} | {c.source} |",
             flush=True,
         )

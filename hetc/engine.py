@@ -18,7 +18,10 @@ hardware_profiles/engines/NAME.yaml with a source for every figure:
 An engine may name releases (`releases: {"0.10": {rocm: {...}}}`) whose figures replace its base
 figures on a backend (or on one architecture of it, `rocm:gfx942`): `vllm@0.10`. `ENGINE@fit` is the engine with its kernel figures fitted on
 public results under a declared split (hardware_profiles/engines/fit.yaml, written by
-benchmarks/engine_calibration.py, each figure with the training rows it came from). The catalog profiles were written for vLLM (their `execution`
+benchmarks/engine_calibration.py, each figure with the training rows it came from); `ENGINE@REL` for a
+release of it the public rows name (`vllm@0.9`: the figures fitted on the training rows measured with
+that release, FIT_RELEASES_FILE, benchmarks/engine_releases.py; on a backend with too few such rows,
+the engine's `fit` figures, saying so). The catalog profiles were written for vLLM (their `execution`
 defaults and launch cost describe it), so `vllm` on cuda, rocm and gaudi changes nothing: plans
 made under it are the plans made before engines were an input.
 """
@@ -54,6 +57,8 @@ __all__ = [
     "FIT",
     "FIT_FILE",
     "FIT_HEADER",
+    "FIT_RELEASES_FILE",
+    "SAME_AS",
 ]
 
 ENGINE_DIR = resources.files("hetc.hardware_profiles") / "engines"
@@ -190,6 +195,12 @@ FIT_HEADER = (
     "# Written by `python benchmarks/engine_calibration.py --write` (BACKEND keys) and\n"
     "# `python benchmarks/moe_public.py --fit --write` (BACKEND:TARGET keys): do not edit by hand.\n"
 )
+# {engine: {release: {BACKEND or BACKEND:TARGET: figures, or {same_as: fit, why: ...}}}}: figures fitted per
+# engine release on the training rows that name it (benchmarks/engine_releases.py --write); a backend with
+# too few rows of that release takes the engine's `fit` figures, saying so (`same_as`), so that
+# `vllm@0.6` means one thing on every backend the engine's fit covers
+FIT_RELEASES_FILE = ENGINE_DIR / "fit_releases.yaml"
+SAME_AS = "same_as"
 
 
 @cache
@@ -202,9 +213,23 @@ def load_engine(name: EngineName) -> EngineSpec:
         fitted = (yaml.safe_load(FIT_FILE.read_text()) or {}).get(name.value) if FIT_FILE.is_file() else None
         if fitted:
             spec = spec.model_copy(update={"releases": {**spec.releases, FIT: {b: EngineFigures.model_validate(f) for b, f in fitted.items()}}})
+        per_release = (yaml.safe_load(FIT_RELEASES_FILE.read_text()) or {}).get(name.value) if FIT_RELEASES_FILE.is_file() else None
+        if per_release:
+            rels = {r: {b: _fitted_or_fit(spec, r, b, f) for b, f in backends.items()} for r, backends in per_release.items()}
+            spec = spec.model_copy(update={"releases": {**spec.releases, **rels}})
         return spec
     except ValidationError as e:  # a repository file: its own test keeps it valid
         raise BadInput(f"engine file is invalid: {e}", file=str(path)) from None
+
+
+def _fitted_or_fit(spec: EngineSpec, release: str, backend: str, fig: dict[str, Any]) -> EngineFigures:
+    """A fitted release's figures on `backend`, or (`same_as: fit`) the engine's `fit` figures there with the reason."""
+    if SAME_AS not in fig:
+        return EngineFigures.model_validate(fig)
+    if fig[SAME_AS] != FIT or backend not in spec.releases.get(FIT, {}):
+        raise BadInput(f"{spec.name.value}@{release} on {backend}: same_as {fig[SAME_AS]!r} names no `fit` figures there.", file=str(FIT_RELEASES_FILE))
+    fit = spec.releases[FIT][backend]
+    return fit.model_copy(update={"sources": [*fit.sources, f"{spec.name.value}@{release} on {backend}: {fig['why']}"]})
 
 
 def engine_figures(engine: Engine, backend: str, file: str | None = None, field: str = "engine", target: str | None = None) -> EngineFigures:

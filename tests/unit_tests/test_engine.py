@@ -24,7 +24,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_every_engine_has_its_file_and_every_figure_a_source():
-    files = sorted(p.name for p in ENGINE_DIR.iterdir() if p.name.endswith(".yaml") and p.name != "fit.yaml")
+    files = sorted(p.name for p in ENGINE_DIR.iterdir() if p.name.endswith(".yaml") and p.name not in ("fit.yaml", "fit_releases.yaml"))
     assert files == sorted(f"{e.value}.yaml" for e in EngineName)
     for e in EngineName:
         spec = load_engine(e)
@@ -177,3 +177,22 @@ def test_fit_release_is_an_engine_release():
         assert str(Engine.parse(f"{e}@fit")) == f"{e}@fit"
     fig = engine_figures(Engine.parse("vllm@fit"), "rocm")
     assert fig.calibrated_on and fig.matmul != 1.0 and fig.sources[-1].startswith("matmul")
+
+
+def test_a_fitted_engine_release_is_named_by_its_key_and_falls_back_to_fit():
+    """`vllm@0.6` (hardware_profiles/engines/fit_releases.yaml): its own figures where that release has
+    training rows (rocm), the engine's `fit` figures elsewhere, the reason among the sources."""
+    own, fit = engine_figures(Engine.parse("vllm@0.6"), "rocm"), engine_figures(Engine.parse("vllm@fit"), "rocm")
+    assert own.calibrated_on and own.calibrated_on != fit.calibrated_on and own.matmul != fit.matmul
+    on_cuda, fit_cuda = engine_figures(Engine.parse("vllm@0.6"), "cuda"), engine_figures(Engine.parse("vllm@fit"), "cuda")
+    assert (on_cuda.matmul, on_cuda.collective, on_cuda.calibrated_on) == (fit_cuda.matmul, fit_cuda.collective, fit_cuda.calibrated_on)
+    assert "fewer than" in on_cuda.sources[-1] and "`fit`" in on_cuda.sources[-1]
+    with pytest.raises(BadInput) as e:
+        Engine.parse("vllm@0.8")
+    assert "vllm@0.6" in e.value.fix
+
+
+def test_cli_plans_at_a_fitted_release(tmp_path):
+    out = tmp_path / "p.json"
+    assert main(["plan", "--profiles", str(ONE_H100), "llama-3.1-8b", "--dtype", "fp8", "--engine", "vllm@0.9", "-o", str(out)]) == 0
+    assert {n["engine"] for n in json.loads(out.read_text())["cluster"]["nodes"]} == {"vllm@0.9"}

@@ -84,3 +84,51 @@ def test_fitted_engine_figures_come_from_training_rows_only():
             assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
             want = [c.name for c in gpu_public.CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
             assert fig["calibrated_on"] == want  # every training row of the group, none left out
+
+
+def _releases():
+    spec = importlib.util.spec_from_file_location("engine_releases", REPO / "benchmarks" / "engine_releases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_rows_release_picks_its_figures():
+    """--per-release: a row naming a release fitted on its backend is predicted at that release's figures;
+    an unknown release, one without figures, or one too thin on the row's backend falls back to `@fit`."""
+    import dataclasses
+
+    from hetc.engine import Engine, engine_figures
+
+    rel = _releases()
+    row = next(c for c in gpu_public.CASES if c.name == "krai51-8xh200-vllm-dyn")
+    assert rel.release_of(row)[0] == "0.9.2" and rel.release_for(row) == ("0.9", "0.9.2")
+    assert row.name in engine_figures(Engine.parse("vllm@0.9"), "cuda").calibrated_on
+    assert rel.release_for(dataclasses.replace(row, note="vLLM 0.8.5"))[0] == "fit"  # no vllm@0.8
+    early, why = rel.release_for(dataclasses.replace(row, note="vLLM 0.6.4"))  # vllm@0.6 has rocm rows only
+    assert early == "fit" and "fewer than" in why
+    mlperf = next(c for c in gpu_public.CASES if c.name == "mlperf41-8xh100-nvidia")
+    assert rel.release_of(mlperf)[0] is None and rel.release_for(mlperf)[0] == "fit"
+    stand_in = next(c for c in gpu_public.CASES if c.named_engine in gpu_public.STAND_INS)
+    assert rel.release_of(stand_in)[0] is None
+
+
+def test_release_figures_come_from_training_rows_of_that_release():
+    """hardware_profiles/engines/fit_releases.yaml: each fitted (engine, release, backend) names every training
+    row of that release and no other, at least MIN_ROWS of them; a fallback to `fit` had fewer."""
+    rel = _releases()
+    from engine_calibration import TRAIN_ROUNDS, backend_of
+
+    train = [c for c in gpu_public.CASES if c.round in TRAIN_ROUNDS and not c.held]
+    groups, _ = rel.fit_groups(train, backend_of)
+    doc = rel.fitted_releases()
+    assert doc
+    for engine, keys in doc.items():
+        for key, backends in keys.items():
+            for backend, fig in backends.items():
+                rows = [c.name for c in groups.get((engine, key, backend), [])]
+                if rel.SAME_AS in fig:
+                    assert fig[rel.SAME_AS] == "fit" and len(rows) < rel.MIN_ROWS
+                else:
+                    assert fig["calibrated_on"] == rows and len(rows) >= rel.MIN_ROWS
+    assert all(k in doc.get(e, {}) for (e, k, b), rows in groups.items() if len(rows) >= rel.MIN_ROWS)

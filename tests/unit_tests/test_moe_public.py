@@ -92,6 +92,7 @@ def test_release_figures_compose_backend_then_architecture(tmp_path, monkeypatch
         )
     )
     monkeypatch.setattr(engine, "FIT_FILE", fit)
+    monkeypatch.setattr(engine, "FIT_RELEASES_FILE", tmp_path / "none.yaml")  # the per-release figures fall back to the real fit's keys
     engine.load_engine.cache_clear()
     try:
         gfx950 = engine.engine_figures(Engine(EngineName.VLLM, "fit"), "rocm", target="gfx950")
