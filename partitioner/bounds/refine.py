@@ -7,10 +7,11 @@ far, type of the last stage, devices used per type), value the furthest unit rea
 (reaching further is never worse: a stage reaches at least as far from a later start),
 capped so that every stage still to come keeps a unit. A link between two stages must carry
 its activations within R at its cheapest cut (the fastest path between the two types).
-Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only relaxations
-left are the loop term and the choice of the fastest link. R comes from a bisection over
-the stage and link times that can occur, so it is exact. On request (cost or energy with a
-floor, cell_bound.Demand) the loop term is counted too (loop_dp.py); links stay relaxed.
+Costs are those of the pipeline's own m = min(n, B) micro-batches. R comes from a bisection
+over the stage and link times that can occur, so it is exact. With `loop` (the cell bound's
+refinement, every objective) the round counts the loop term too (loop_dp.py): where the chain
+found already passes its micro-batches within R, no chain's loop binds and its DP is skipped.
+Links stay relaxed to the fastest path between two types.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from hetc.partitioner.bounds.loop_dp import loop_round
-from hetc.partitioner.bounds.stage_costs import Case, StageCosts
+from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.scheduling import Phase
 
 __all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
@@ -132,12 +133,21 @@ def best_chain(
     R = float(cand[lo])
     chain = _backtrack(costs, case, R, counts, n, kinds)
     work += last  # backtracking: one more pass
-    if loop and phase != Phase.PREFILL:
+    # the chain found bounds f(R) (loop_dp.py): where its own loop fits within R no chain's loop binds, and the DP is not needed
+    if loop and phase != Phase.PREFILL and _loop_sum(costs, case, chain) / m > R * (1 + SLACK):
         R, w = loop_round(costs, case, R, cand, counts, n, kinds, m)
         work += w * LOOP
         if R > below:
             return None, work
     return (R, chain), work
+
+
+def _loop_sum(costs: StageCosts, case: Case, chain: Chain) -> float:
+    """Σ busy + Σ links at their cuts of `chain` at `case` (what loop_dp.least_sum minimises)."""
+    kinds, cuts = chain
+    busy = sum(float(case.P[g, j] - case.P[g, i] + case.over[g]) for g, i, j in zip(kinds, cuts, cuts[1:]))
+    types = [int(costs.type_of[g]) for g in kinds]
+    return busy + sum(float(case.link[a, b, i]) for a, b, i in zip(types, types[1:], cuts[1:-1]))
 
 
 def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
