@@ -119,6 +119,7 @@ def bound_layouts(runs: list[LayoutRun], cpu: CpuBudget, progress: Callable[[str
             elif cpu.clock() >= end:
                 sol.rounds = None
                 r.cpu.stop(BOUND)
+                r.note = "bound stopped by --time-limit's CPU seconds (valid, looser; a longer limit tightens it)"
         todo = [r for r in todo if r.solution.rounds is not None]  # type: ignore[union-attr]
         if todo:
             r = max(todo, key=lambda r: r.solution.bound)  # type: ignore[union-attr]
