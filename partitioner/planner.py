@@ -44,7 +44,7 @@ from hetc.partitioner.capture.terms import DTYPE_BYTES
 from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, solve_speculative
 from hetc.partitioner.search.given import evaluate_placement
 from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
-from hetc.partitioner.search.layouts import LayoutRun, chosen_layout, expert_layouts, experts_record
+from hetc.partitioner.search.layouts import chosen_layout, expert_layouts, experts_record, solve_layouts
 from hetc.partitioner.search.split_experts import disaggregated, disaggregation_note
 from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
@@ -90,18 +90,15 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     layouts = expert_layouts(req, cluster, model.units)
     # the latency bound is built for one step budget: a latency plan prices a data-parallel group's so (docs/moe.md)
     dp_budget = cluster.dp_budget if req.objective != Objective.LATENCY else StepBudget.SHARED
-    runs: list[LayoutRun] = []
-    for k, lay in enumerate(layouts):  # an MoE model: each layout solved in its share of the limit, the best kept
-        wl = replace(wl, experts=lay, imbalance=req.imbalance, dp_budget=dp_budget)
-        share = plain if len(layouts) == 1 else plain.part(max(0.0, plain.limit - plain.used) / (len(layouts) - k))
-        if progress and len(layouts) > 1:
-            progress(f"experts {lay.value}: solving in {share.limit:.0f} of {req.time_limit:g} CPU s")
-        try:
-            runs.append(LayoutRun(lay, wl, *_search(model.units, cluster, wl, req, share, progress)))
-        except Infeasible as e:
-            if len(layouts) == 1 or (k == len(layouts) - 1 and not runs):
-                raise
-            runs.append(LayoutRun(lay, wl, None, {}, note=str(e)))
+    # an MoE model: each layout solved in its share of the limit (several under throughput: plans first, then bounds), the best kept
+    runs = solve_layouts(
+        layouts,
+        replace(wl, imbalance=req.imbalance, dp_budget=dp_budget),
+        req,
+        plain,
+        lambda w, part, defer: _search(model.units, cluster, w, req, part, progress, defer),
+        progress,
+    )
     sense = OBJECTIVES[req.objective][0]
     best = chosen_layout(runs, req, lambda sol: _value(sol, req, cluster), maximise=sense == "max")
     wl, searched, baselines = best.wl, best.solution, best.baselines
@@ -152,10 +149,12 @@ def _value(sol: Solution, req: PlanRequest, cluster: Cluster) -> float:
     return objective_value(req.objective, sol.output_tok_s, t.tpot_s, t.usd_h, t.watts, floor)
 
 
-def _search(units: list[Unit], cluster: Cluster, wl: Workload, req: PlanRequest, cpu: CpuBudget, progress: Callable[[str], None] | None) -> tuple:
+def _search(
+    units: list[Unit], cluster: Cluster, wl: Workload, req: PlanRequest, cpu: CpuBudget, progress: Callable[[str], None] | None, defer: bool = False
+) -> tuple:
     """The baselines and the solver's plan for `wl` within `cpu`. The baselines first: they need no plan,
     and run whole (not interruptible), so the deadlines after them hold where a fixed tail reserve did
-    not (~1 CPU s on 64 devices, 6% of a 10 s limit)."""
+    not (~1 CPU s on 64 devices, 6% of a 10 s limit). `defer`: a paused bound is left to the caller (solve's defer_bound)."""
     baselines = run_baselines(
         units,
         cluster,
@@ -175,6 +174,7 @@ def _search(units: list[Unit], cluster: Cluster, wl: Workload, req: PlanRequest,
         progress=(lambda s: progress(f"solving: {s}")) if progress else None,
         cpu=cpu,
         reserve=_reserve(req),
+        defer_bound=defer,
     )
     return searched, baselines
 

@@ -7,10 +7,11 @@ far, type of the last stage, devices used per type), value the furthest unit rea
 (reaching further is never worse: a stage reaches at least as far from a later start),
 capped so that every stage still to come keeps a unit. A link between two stages must carry
 its activations within R at its cheapest cut (the fastest path between the two types).
-Costs are those of the pipeline's own m = min(n, B) micro-batches, so the only relaxations
-left are the loop term and the choice of the fastest link. R comes from a bisection over
-the stage and link times that can occur, so it is exact. On request (cost or energy with a
-floor, cell_bound.Demand) the loop term is counted too (loop_dp.py); links stay relaxed.
+Costs are those of the pipeline's own m = min(n, B) micro-batches. R comes from a bisection
+over the stage and link times that can occur, so it is exact. With `loop` (the cell bound's
+refinement, every objective) the round counts the loop term too (loop_dp.py) for chains of at
+most `loop_stages` (LOOP_STAGES under throughput): where the chain found already passes its micro-batches within R, no
+chain's loop binds and its DP is skipped. Links stay relaxed to the fastest path between two types.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from hetc.partitioner.bounds.loop_dp import loop_round
-from hetc.partitioner.bounds.stage_costs import Case, StageCosts
+from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.scheduling import Phase
 
 __all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
@@ -29,6 +30,7 @@ Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
 LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
 CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
+LOOP_STAGES = 4  # the loop term counted for chains of at most this many (tune block gen8 at 30 CPU s: 0.991, 0.940 at every length)
 
 
 def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int], keep: bool = False):
@@ -78,6 +80,7 @@ def best_chain(
     fit: int | None = None,
     above: float = 0.0,
     loop: bool = False,
+    loop_stages: int = LOOP_STAGES,
 ) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per type, None if none fits within R ≤ `below`; and the work it took.
@@ -92,6 +95,7 @@ def best_chain(
             there (without the loop term, where the round is the bottleneck).
         loop: the least round with the loop term counted too (loop_dp.py; not in prefill pools,
             which have none); the chain returned is one attaining the DP's bottleneck.
+        loop_stages: with `loop`, the longest chains it is counted for (longer ones: relaxed).
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
     use = counts[costs.group] >= costs.tp  # the kinds this cell can form
@@ -132,12 +136,22 @@ def best_chain(
     R = float(cand[lo])
     chain = _backtrack(costs, case, R, counts, n, kinds)
     work += last  # backtracking: one more pass
-    if loop and phase != Phase.PREFILL:
+    # the chain found bounds f(R) (loop_dp.py): where its own loop fits within R no chain's loop binds, and the DP is not needed;
+    # past loop_stages stages the loop is left out (a relaxation): its DP grows with them, and over m = n micro-batches it rarely binds
+    if loop and phase != Phase.PREFILL and n <= loop_stages and _loop_sum(costs, case, chain) / m > R * (1 + SLACK):
         R, w = loop_round(costs, case, R, cand, counts, n, kinds, m)
         work += w * LOOP
         if R > below:
             return None, work
     return (R, chain), work
+
+
+def _loop_sum(costs: StageCosts, case: Case, chain: Chain) -> float:
+    """Σ busy + Σ links at their cuts of `chain` at `case` (what loop_dp.least_sum minimises)."""
+    kinds, cuts = chain
+    busy = sum(float(case.P[g, j] - case.P[g, i] + case.over[g]) for g, i, j in zip(kinds, cuts, cuts[1:]))
+    types = [int(costs.type_of[g]) for g in kinds]
+    return busy + sum(float(case.link[a, b, i]) for a, b, i in zip(types, types[1:], cuts[1:-1]))
 
 
 def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:

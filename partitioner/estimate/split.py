@@ -84,12 +84,20 @@ def split_chain(
     wl = wl.ranked(min(s.tp for s in chain))  # a micro-step's budget: the narrowest slot's ranks
     memo = {} if memo is None else memo
     n_units = len(units)
-    reaches = []
+    reaches, to_end = [], []  # per slot: its memory reach, and from which units it holds the rest with the logits
     for s in chain:
         key: tuple = (_slot_key(s), batch, phase)
         if key not in memo:
-            memo[key] = _memory_reach(units, wl, batch, phase, s.tp, s.node.profile.usable_memory)
-        reaches.append(memo[key])
+            cap = s.node.profile.usable_memory
+            # the stage holding the last unit also keeps the step's fp32 logits (simulate._stage_memory): without
+            # them a split's last stage could overflow, and the batch search's bisection skip batches that fit
+            memo[key] = (
+                _memory_reach(units, wl, batch, phase, s.tp, cap),
+                _memory_reach(units, wl, batch, phase, s.tp, cap - _logits_bytes(units, wl, batch, s.tp)),
+            )
+        reach, last = memo[key]
+        reaches.append(reach)
+        to_end.append([r >= n_units - 1 for r in last])
     u = 0
     for reach in reaches:  # memory alone, each slot as far as it holds: no split fits if this does not
         u = max(u, reach[u] + 1) if u < n_units else u
@@ -97,29 +105,31 @@ def split_chain(
         return None
     r = Round.of(wl, batch, max(1, min(n, batch)), phase)
     out = units[0].out_bytes_per_token
-    slots = []  # per slot: prefix sums of its unit costs, its memory reach, fixed time + link out
-    for i, (s, reach) in enumerate(zip(chain, reaches)):
+    slots = []  # per slot: prefix sums of its unit costs, its memory reach, whether it may end at the last unit, fixed time + link out
+    for i, (s, reach, ends) in enumerate(zip(chain, reaches, to_end)):
         key = (_slot_key(s), r)
         if key not in memo:
             cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
             memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
         prefix, fixed = memo[key]
         path = hops(cluster, s.node, chain[i + 1].node) if i + 1 < n else []
-        slots.append((prefix, reach, fixed + (r.link_time(out, path) if path else 0.0), s))
+        slots.append((prefix, reach, ends, fixed + (r.link_time(out, path) if path else 0.0), s))
 
     def greedy(tau: float) -> list[StagePlan] | None:
         """Each slot in turn takes as many units as fit within `tau` and its memory."""
         stages, u = [], 0
-        for P, reach, base, s in slots:
+        for P, reach, ends, base, s in slots:
             if u == n_units:
                 break
             hi = min(bisect.bisect_right(P, P[u] + (tau - base)) - 2, reach[u])  # P[hi+1] − P[u] ≤ tau − base
+            if hi == n_units - 1 and not ends[u]:
+                hi -= 1  # the logits do not fit beside the rest: a later slot ends the chain
             if hi >= u:
                 stages.append(StagePlan(s.node, u, hi, s.tp))
                 u = hi + 1
         return stages if u == n_units else None
 
-    total = max(P[-1] + base for P, _, base, _ in slots)
+    total = max(P[-1] + base for P, _, _, base, _ in slots)
     if greedy(total * 1.0001) is None:
         return None
     lo, hi = 0.0, total * 1.0001
@@ -130,6 +140,12 @@ def split_chain(
         else:
             hi = mid
     return greedy(hi)
+
+
+def _logits_bytes(units: list[Unit], wl: Workload, batch: int, tp: int) -> float:
+    """The last stage's fp32 logits of one step on a device (as simulate._stage_memory sizes them)."""
+    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch / tp if wl.layout(tp).data_parallel else batch)
+    return step_tokens * 4.0 * units[-1].out_bytes_per_token / 2
 
 
 def _slot_key(s: Slot) -> tuple:

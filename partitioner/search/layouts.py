@@ -6,24 +6,33 @@ one engine deployment does. By default the planner plans the layout the engines 
 the objective (plan.json's `experts` lists every layout's figure, so a reader sees why). A throughput
 plan's bound is the largest of the layouts' bounds: a valid bound on every plan of any of them; the
 other objectives' bounds are the kept layout's (the plan's notes say so).
+
+Throughput over several layouts spends the limit where the plan's bound needs it: every layout's plan
+first (its bound's first rounds included: they seed its templates), then the bound rounds the deadline
+paused, a slice at a time to the layout whose bound is largest (it is the plan's bound). A layout whose
+bound falls below the best plan of any layout stops there: the plan's bound, the largest of them, is at
+least that plan already, so more work on it cannot lower the plan's (its option's note says so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hetc.cluster import TP_SIZES, Cluster
-from hetc.errors import BadInput
+from hetc.errors import BadInput, Infeasible
 from hetc.experts import IMBALANCE_SOURCE, DEFAULT_IMBALANCE, ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.partitioner.estimate.simulate import Workload
-from hetc.partitioner.search.solver import Solution
+from hetc.partitioner.budget import CpuBudget
+from hetc.partitioner.search.solver import BOUND, TAIL_RESERVE, Solution
 from hetc.plan import Experts, LayoutOption, Plan, UnitKind
 from hetc.requests import PlanRequest
 from hetc.scheduling import Objective
 
-__all__ = ["LayoutRun", "chosen_layout", "expert_layouts", "experts_record"]
+__all__ = ["LayoutRun", "bound_layouts", "chosen_layout", "expert_layouts", "experts_record", "solve_layouts"]
+
+SLICE = 0.05  # of --time-limit: the bound work the layout of the largest bound gets at a time (doubled where a round needs more)
 
 
 @dataclass(slots=True)
@@ -37,6 +46,109 @@ class LayoutRun:
     note: str = ""  # why no plan fits
     value: float | None = None  # the objective's figure (chosen_layout)
     bound: float | None = None  # its own throughput bound, before the plan's becomes the largest
+    cpu: CpuBudget | None = None  # its part of the limit (bound_layouts resumes its paused bound in it)
+    slice: float = SLICE  # of the limit, its next turn of bound work
+
+
+Search = Callable[[Workload, CpuBudget, bool], tuple[Solution, dict]]
+
+
+def solve_layouts(
+    layouts: list[ExpertLayout], wl: Workload, req: PlanRequest, cpu: CpuBudget, search: Search, progress: Callable[[str], None] | None = None
+) -> list[LayoutRun]:
+    """Every layout's plan, each in its share of what `cpu`'s limit has left (one layout: all of it);
+    throughput over several: their searches without the bound (each ends early), then their bounds
+    (`bound_layouts`) in what the searches left.
+
+    Args:
+        wl: the workload; each run replaces its layout.
+        search: (workload, its CPU budget, whether to leave a paused bound to the caller) → (plan,
+            baselines); raises Infeasible where no plan of the layout fits.
+
+    Raises:
+        Infeasible: no layout has a plan (the last one's reason).
+    """
+    defer = len(layouts) > 1 and req.objective == Objective.THROUGHPUT
+    runs: list[LayoutRun] = []
+    for k, lay in enumerate(layouts):
+        lwl = replace(wl, experts=lay)
+        part = cpu if len(layouts) == 1 else cpu.part(max(0.0, cpu.limit - cpu.used) / (len(layouts) - k))
+        if progress and len(layouts) > 1:
+            progress(f"experts {lay.value}: solving in {part.limit:.0f} of {req.time_limit:g} CPU s")
+        try:
+            sol, baselines = search(lwl, part, defer)
+            runs.append(LayoutRun(lay, lwl, sol, baselines, cpu=part))
+        except Infeasible as e:
+            if len(layouts) == 1 or (k == len(layouts) - 1 and not any(r.solution for r in runs)):
+                raise
+            runs.append(LayoutRun(lay, lwl, None, {}, note=str(e)))
+    if defer:
+        bound_layouts(runs, cpu, progress)
+    return runs
+
+
+def bound_layouts(runs: list[LayoutRun], cpu: CpuBudget, progress: Callable[[str], None] | None = None, tail: float = TAIL_RESERVE) -> None:
+    """Resume the bounds the deadline paused (`Solution.rounds`) until `cpu`'s limit less `tail` (the
+    planner's plan): a slice at a time to the layout whose bound is largest, each until its rounds end, or
+    its bound falls below the best plan of any layout (it no longer sets the plan's bound: said in its
+    note), or the limit (named in `stopped_by_limit`).
+
+    Args:
+        runs: the layouts' runs, each with its part of `cpu`.
+        tail: the share of the limit left after the bounds.
+    """
+    solved = [r for r in runs if r.solution is not None]
+    if not solved:
+        return
+    top = max(solved, key=lambda r: r.solution.output_tok_s)  # type: ignore[union-attr]
+    best = top.solution.output_tok_s  # type: ignore[union-attr]
+    end = cpu.start + cpu.limit * (1 - tail)
+    todo = [r for r in solved if r.solution.rounds is not None]  # type: ignore[union-attr]
+    # every layout's first round (its first valid bound), the lesser plans first: one often shows theirs below the
+    # best plan, and the best plan's layout, whose bound is the plan's, then has the rest of the limit
+    first = sorted(todo, key=lambda r: r.solution.output_tok_s)  # type: ignore[union-attr]
+    for k, r in enumerate(first):
+        _advance(r, best, cpu.clock() + max(0.0, end - cpu.clock()) / (len(first) - k), progress)
+    while todo:
+        for r in todo:
+            sol = r.solution
+            assert sol is not None and r.cpu is not None
+            if sol.bound < best:
+                sol.rounds = None
+                r.note = f"bound stopped once below the best plan ({best:,.0f} output tok/s, {top.layout.value}): it cannot raise the plan's"
+            elif cpu.clock() >= end:
+                sol.rounds = None
+                r.cpu.stop(BOUND)
+                r.note = "bound stopped by --time-limit's CPU seconds (valid, looser; a longer limit tightens it)"
+        todo = [r for r in todo if r.solution.rounds is not None]  # type: ignore[union-attr]
+        if todo:
+            r = max(todo, key=lambda r: r.solution.bound)  # type: ignore[union-attr]
+            _advance(r, best, min(end, cpu.clock() + r.slice * cpu.limit), progress)
+
+
+def _advance(run: LayoutRun, best: float, until: float, progress: Callable[[str], None] | None) -> None:
+    """Run's paused bound rounds until `until` (on its CPU clock), its bound below `best`, or their end."""
+    sol, part = run.solution, run.cpu
+    assert sol is not None and sol.rounds is not None and part is not None
+    part.until, before, turns = until, sol.bound, 0
+    with part.phase(BOUND):
+        for snap, pause in sol.rounds:
+            turns += 1
+            sol.bound = min(sol.bound, snap().value)  # every round's bound is valid
+            if pause or sol.bound < best:
+                break
+        else:
+            sol.rounds = None  # ended within its work budget
+    if turns == 1 and sol.bound >= before:  # no round fitted the slice: a longer one next time
+        run.slice *= 2
+    if sol.bound < before:
+        sol.status = "OPTIMAL" if sol.bound - sol.output_tok_s <= 1e-6 * sol.bound else "FEASIBLE"
+        sol.notes[:] = [n for n in sol.notes if not n.startswith(AFTER)] + [f"{AFTER}: {sol.bound:,.0f} tok/s"]
+        if progress:
+            progress(f"experts {run.layout.value}: bound {sol.bound:,.0f} tok/s")
+
+
+AFTER = "the bound ran after every layout's search (in the CPU seconds they left), the layout of the largest bound first"
 
 
 def _groups_possible(cluster: Cluster, tp: str) -> bool:

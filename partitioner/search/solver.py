@@ -34,12 +34,15 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.envelope import falling_curves
-from hetc.partitioner.cost_models.links import hops, path_name, transfer_time
 from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
 from hetc.partitioner.estimate.split import Found, batch_options, slo_filter, split_chain
 from hetc.partitioner.estimate.tables import Tables, devices_per_type, kinds_of, type_key
 from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose, runs_alone
 from hetc.partitioner.search.fitted import fitted
+from hetc.partitioner.search.kv_routes import KVRoute
+from hetc.partitioner.search.kv_routes import cap_feeds as _cap_feeds
+from hetc.partitioner.search.kv_routes import feed_caps as _feed_caps
+from hetc.partitioner.search.kv_routes import kv_transfers as _kv_transfers
 from hetc.partitioner.search.templates import Template, generate
 from hetc.partitioner.capture.units import Unit
 from hetc.quantity import Kind, format_quantity
@@ -79,22 +82,12 @@ class Solution:
     status: str
     explored: int = 0
     notes: list[str] = field(default_factory=list)
-    kv_transfers: list["KVRoute"] = field(default_factory=list)
+    kv_transfers: list[KVRoute] = field(default_factory=list)
     batch_ceiling: int = MAX_BATCH  # the most sequences a pipeline could run (batches.batch_ceiling)
     cpu_seconds: float = 0.0  # the process's CPU time in solve (a shared host stretches `seconds`, not this)
     least_spend: float = 0.0  # cost / energy with a floor: the cell bound's (colgen's) least USD/h (W) of any plan giving it
     tables: Tables | None = None  # the unit costs the search computed (the planner's objective bound reuses them)
-
-
-@dataclass(frozen=True, slots=True)
-class KVRoute:
-    """A prefill pool's KV on its way to a decode pool."""
-
-    source: int  # candidate index of the prefill pool
-    target: int  # candidate index of a decode pool
-    bytes_per_token: float
-    link: str
-    seconds_per_seq: float  # one prompt's KV over the link
+    rounds: Iterator | None = None  # solve(defer_bound=True): the bound's rounds the deadline paused, for the caller to resume
 
 
 def _tok_s(cands: list[Candidate], feed_cap: dict[int, float] | None = None) -> float:
@@ -189,6 +182,7 @@ def solve(
     progress: Callable[[str], None] | None = None,
     cpu: CpuBudget | None = None,
     reserve: float = TAIL_RESERVE,
+    defer_bound: bool = False,
 ) -> Solution:
     """Search placements and return the best for `objective`.
 
@@ -210,6 +204,9 @@ def solve(
             paused it. Where no deadline is reached first the plan is the work budgets' alone.
         reserve: the share of the CPU limit left after the solver (the planner's plan and
             objective bound: TAIL_RESERVE, or more where the objective has a bound of its own).
+        defer_bound: search without the bound's rounds (nor their pipelines as templates) and
+            leave them to the caller (`Solution.rounds`, the bound inf until they run: layouts.py
+            runs those whose bound still matters once every layout has its plan).
 
     Raises:
         Infeasible: nothing meets memory, floors and SLOs; the message says which and by how much.
@@ -249,9 +246,8 @@ def solve(
             cpu=cpu,
         )
     cpu.deadline(1.0 - reserve - SEARCH_RESERVE)
-    with cpu.phase(BOUND):
-        first, paused = _rounds(rounds)
-    if paused:
+    first, paused = (CellBound(math.inf), True) if defer_bound else _timed(rounds, cpu)  # deferred: no bound yet, no seeds
+    if paused and not defer_bound:
         cpu.stop(BOUND)
     assert first is not None  # the first round always yields
     bound = first
@@ -345,14 +341,14 @@ def solve(
                     cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, alt_tok_s
     notes += more
     cpu.charge(SEARCH, search_from)
-    if paused:
+    if paused and not defer_bound:
         with cpu.phase(BOUND):
             more_bound, _ = _rounds(rounds)
         if more_bound is not None and more_bound.value < bound.value:
             notes.append(f"the bound went on after the search, within --time-limit's CPU seconds: {bound.value:,.0f} → {more_bound.value:,.0f} tok/s")
             bound_value = min(bound_value, more_bound.value)
             bound = replace(bound, value=more_bound.value, least_spend=max(bound.least_spend, more_bound.least_spend))
-    gap = (bound_value - tok_s) / bound_value if bound_value else 0.0
+    gap = 1.0 if math.isinf(bound_value) else (bound_value - tok_s) / bound_value if bound_value else 0.0  # inf: deferred, not bounded yet
     status = "OPTIMAL" if objective == Objective.THROUGHPUT and gap <= 1e-6 else "FEASIBLE"
     return Solution(
         cands,
@@ -368,6 +364,7 @@ def solve(
         cpu_seconds=time.process_time() - cpu0,
         least_spend=bound.least_spend,
         tables=tables,
+        rounds=rounds if paused and defer_bound else None,
     )
 
 
@@ -376,6 +373,12 @@ def _servable(opts: list[Option], cluster: Cluster, caps: Caps) -> bool:
     the cluster's devices and the caps can run."""
     phases = {o.template.phase for o in opts if runs_alone(o, cluster, caps)}
     return Phase.BOTH in phases or {Phase.PREFILL, Phase.DECODE} <= phases
+
+
+def _timed(rounds: Iterator[tuple[Callable[[], CellBound], bool]], cpu: CpuBudget) -> tuple[CellBound | None, bool]:
+    """`_rounds`, its CPU charged to the bound."""
+    with cpu.phase(BOUND):
+        return _rounds(rounds)
 
 
 def _rounds(rounds: Iterator[tuple[Callable[[], CellBound], bool]]) -> tuple[CellBound | None, bool]:
@@ -448,48 +451,6 @@ def _by_promise(templates: list[Template]) -> list[Template]:
     (homogeneous chains, then even mixes of two types, …): the order in which a spent budget
     leaves templates out."""
     return sorted(templates, key=lambda t: (not t.batches, not t.early, len({type_key(s.node) for s in t.chain})))
-
-
-def _kv_transfers(units: list[Unit], cands: list[Candidate], cluster: Cluster, wl: Workload) -> list[KVRoute]:
-    """A route from each prefill pool to each decode pool: a prompt's KV crosses the path from
-    the pool's last stage's node to the decode pool's first node."""
-    per_token = wl.kv_bytes(units, wl.input_len) / wl.input_len  # a sliding layer sends its window's
-    out = []
-    for i, c in enumerate(cands):
-        for j, d in enumerate(cands):
-            if c.phase == Phase.PREFILL and d.phase == Phase.DECODE:
-                path = hops(cluster, c.stages[-1].node, d.stages[0].node)
-                out.append(KVRoute(i, j, per_token, path_name(path), transfer_time(wl.input_len * per_token, path)))
-    return out
-
-
-def _cap_feeds(units: list[Unit], opts: list[Option], cluster: Cluster, wl: Workload) -> None:
-    """Set each prefill option's `feed`: the output tok/s one replica's KV can carry over the slowest
-    route from a node of its last stage's type to a node of a type decode options start on (as
-    `_feed_caps` counts the chosen pools' routes), so that CP-SAT need not choose pools at rates their
-    KV links then cap (gen7 of the generated clusters: pools chosen at 360k tok/s gave 308k). Slower
-    than the allocation's routes may be: the solver keeps the better of the fleets with and without it."""
-    per_token = wl.kv_bytes(units, wl.input_len) / wl.input_len
-    by_type: dict[tuple, list[Node]] = {}
-    for n in cluster.nodes:
-        by_type.setdefault(type_key(n), []).append(n)
-    targets = [n for t in {type_key(o.found.stages[0].node) for o in opts if o.template.phase == Phase.DECODE} for n in by_type[t]]
-    slowest: dict[tuple, float] = {}
-    for o in opts:
-        if o.template.phase != Phase.PREFILL or not targets:
-            continue
-        t = type_key(o.found.stages[-1].node)
-        if t not in slowest:
-            slowest[t] = max(transfer_time(wl.input_len * per_token, hops(cluster, a, b)) for a in by_type[t] for b in targets)
-        o.feed = wl.output_len / slowest[t] if slowest[t] > 0 else math.inf
-
-
-def _feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
-    """Output tok/s each prefill pool's KV links let it feed (its slowest route, to be safe)."""
-    slowest: dict[int, float] = {}
-    for r in routes:
-        slowest[r.source] = max(slowest.get(r.source, 0.0), r.seconds_per_seq)
-    return {i: wl.output_len / s if s > 0 else float("inf") for i, s in slowest.items()}
 
 
 def _over_caps(opts: list[Option], cluster: Cluster, caps: Caps) -> str:

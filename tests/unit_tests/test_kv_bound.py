@@ -2,7 +2,7 @@
 at most what its prompts' KV can cross to a decode pool, over the fastest route a plan could give
 it. Checked on a small-block case on a slow network (small2011 on 1 Gbit/s) against a brute force over
 every pool and pipeline on its four devices whose pools are valued as the solver values them (each prefill pool at its slowest route to a
-decode pool: solver._kv_transfers, _feed_caps)."""
+decode pool: kv_routes.kv_transfers, feed_caps)."""
 
 from __future__ import annotations
 
