@@ -65,19 +65,33 @@ def test_profile_times_attention_per_node_of_a_chain_whose_caches_leave_the_cach
         c.fn()
 
 
-@pytest.mark.parametrize("executor", ["openvino", "torch"])
-def test_matmul_weights_are_out_of_cache_when_timed_even_where_the_pool_is_capped(executor):
-    """At most 64 weights rotate; where they cannot exceed the cache (small weights, a large
+def test_openvino_matmul_weights_are_out_of_cache_when_timed_even_where_the_pool_is_capped():
+    """OpenVINO chains hold at most 128 MiB of weights; where they cannot exceed the cache (small weights, a large
     last-level cache) each timed call is preceded by an untimed read of `evict` bytes."""
     from hetc.partitioner.profiling.microbench import matmul_cases
 
     evict = 96 << 20  # as 2× a 48 MiB cache: 64 weights of 256×256 (16 MiB) cannot leave it by themselves
-    small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict, executor=executor, threads=1)
+    small, large = matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict, executor="openvino", threads=1)
     assert small.reset is not None and small.reset.numel * 4 >= evict
-    if executor == "torch":
-        assert large.reset is None  # its pool (3 × 32 MiB) exceeds evict by itself
-    else:  # OpenVINO holds each chain's weights twice (constants, packed): chains stay small, always evicted
-        assert large.reset is small.reset and large.per_call * 2048 * 4096 * 4 <= 128 << 20
+    # OpenVINO holds each chain's weights twice (constants, packed): chains stay small, always evicted
+    assert large.reset is small.reset and large.per_call * 2048 * 4096 * 4 <= 128 << 20
     small.reset()
+    small.fn()
+    large.fn()
+
+
+def test_torch_matmuls_stream_a_pool_past_the_cache_back_to_back():
+    """Every torch matmul's pool exceeds `evict` however small its weight, and a timed call runs a chain of
+    calls over successive weights (as a stage streams its layers), no flush between them."""
+    from hetc.partitioner.profiling import microbench
+
+    evict = 96 << 20
+    small, large = microbench.matmul_cases([(8, 256, 256), (8, 2048, 4096)], dtype="fp32", device="cpu", evict=evict)
+    assert small.reset is None and large.reset is None
+    pool = small.fn.args[1]  # the cycle over the shape's pool
+    ptrs = [pool().data_ptr() for _ in range(small.per_call + 1)]
+    # a chain is the whole pool of 256×256 weights (385: past 96 MiB), each read once; the next chain starts over
+    assert small.per_call * 256 * 256 * 4 > evict and len(set(ptrs[:-1])) == small.per_call and ptrs[-1] == ptrs[0]
+    assert large.per_call == 4  # 32 MiB weights: four to a 128 MiB chain
     small.fn()
     large.fn()
