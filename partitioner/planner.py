@@ -34,7 +34,7 @@ from hetc.plan import Workload as PlanWorkload
 from hetc.partitioner.search.baselines import run_baselines
 from hetc.partitioner.capture.capture import CapturedModel, capture
 from hetc.partitioner.capture.units import Unit
-from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
+from hetc.partitioner.cost_models.memory import StageMemory, logits_per_token, stage_memory
 from hetc.partitioner.bounds.bound import cost_bound, least_holding
 from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
 from hetc.partitioner.estimate.batches import batch_ceiling
@@ -276,7 +276,7 @@ def _part_memory(us: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: 
         context=wl.kv_tokens(),
         prefill_chunk=min(wl.prefill_chunk, wl.input_len),
         tp=sp.tp,
-        logits_bytes_per_token=4.0 * us[-1].out_bytes_per_token / 2 if last else 0.0,
+        logits_bytes_per_token=logits_per_token(us) if last else 0.0,
         shared_tokens=wl.shared_tokens(),
         windowed=wl.windowed,
         layout=wl.experts,

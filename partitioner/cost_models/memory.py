@@ -9,7 +9,7 @@ from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import KV_BLOCK_TOKENS
 
-__all__ = ["StageMemory", "stage_memory"]
+__all__ = ["StageMemory", "logits_per_token", "stage_memory", "step_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,18 @@ class StageMemory:
     @property
     def total(self) -> float:
         return self.weights + self.kv + self.activations
+
+
+def logits_per_token(units: list[Unit]) -> float:
+    """Bytes per step token of the fp32 logits the stage holding the model's last unit keeps (the
+    head's output is captured at 2 bytes an element)."""
+    return 4.0 * units[-1].out_bytes_per_token / 2
+
+
+def step_tokens(prefill_chunk: float, batch: float, tp: int, layout: ExpertLayout) -> float:
+    """Most tokens one step of a device runs: a prompt chunk, or a token for each sequence in flight
+    (data-parallel layouts: the device's own 1/tp of them)."""
+    return max(prefill_chunk, batch / tp if layout.data_parallel else batch)
 
 
 def stage_memory(
@@ -55,6 +67,5 @@ def stage_memory(
     weights = held_weights(sum(params.values()), sum(u.expert_bytes for u in units), tp, layout)
     blocks = math.ceil(context / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     kv = sum((batch * u.kv_bytes(blocks, windowed) + u.kv_bytes(shared_tokens, windowed)) / u.kv_ways(tp, layout) for u in units)
-    step_tokens = max(prefill_chunk, batch / tp if layout.data_parallel else batch)
-    act = step_tokens * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
+    act = step_tokens(prefill_chunk, batch, tp, layout) * (max((u.act_bytes.per_token for u in units), default=0.0) + logits_bytes_per_token)
     return StageMemory(weights, kv, act)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import allreduce_time, alltoall_time, hops, transfer_time
-from hetc.partitioner.cost_models.memory import StageMemory, stage_memory
+from hetc.partitioner.cost_models.memory import StageMemory, logits_per_token, stage_memory
 from hetc.partitioner.capture.units import Unit
 from hetc.experts import DEFAULT_IMBALANCE, ExpertLayout, StepBudget
 from hetc.kv_blocks import cached_tokens
@@ -376,7 +376,7 @@ class PipelineEstimate:
 
 
 def _stage_memory(units: list[Unit], sp: StagePlan, batch: int, wl: Workload, last: bool, phase: Phase = Phase.BOTH) -> StageMemory:
-    logits = 4.0 * units[-1].out_bytes_per_token / 2 if last else 0.0  # fp32 logits of the last step
+    logits = logits_per_token(units) if last else 0.0  # fp32 logits of the last step
     return stage_memory(
         units,
         batch=batch,

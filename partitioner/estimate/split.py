@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hetc.cluster import Cluster, Node
 from hetc.partitioner.estimate.batches import MAX_BATCH, search
 from hetc.partitioner.cost_models.links import hops
+from hetc.partitioner.cost_models.memory import logits_per_token, step_tokens
 from hetc.partitioner.estimate.simulate import PipelineEstimate, Round, StagePlan, Workload, estimate_pipeline, unit_round_costs
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Objective, Phase
@@ -144,8 +145,7 @@ def split_chain(
 
 def _logits_bytes(units: list[Unit], wl: Workload, batch: int, tp: int) -> float:
     """The last stage's fp32 logits of one step on a device (as simulate._stage_memory sizes them)."""
-    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch / tp if wl.layout(tp).data_parallel else batch)
-    return step_tokens * 4.0 * units[-1].out_bytes_per_token / 2
+    return step_tokens(min(wl.prefill_chunk, wl.input_len), batch, tp, wl.layout(tp)) * logits_per_token(units)
 
 
 def _slot_key(s: Slot) -> tuple:
@@ -159,9 +159,9 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
     pointers, a running sum and a sliding-window max."""
     own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
     lay = wl.layout(tp)
-    step_tokens = max(min(wl.prefill_chunk, wl.input_len), batch / tp if lay.data_parallel else batch)
+    tokens = step_tokens(min(wl.prefill_chunk, wl.input_len), batch, tp, lay)
     mem_of = [u.device_weights(tp, lay) + (batch * u.kv_bytes(own, wl.windowed) + u.kv_bytes(shared, wl.windowed)) / u.kv_ways(tp, lay) for u in units]
-    act = [step_tokens * u.act_bytes.per_token for u in units]
+    act = [tokens * u.act_bytes.per_token for u in units]
     peak: collections.deque[int] = collections.deque()  # indices, act decreasing
     n, out, hi, mem = len(units), [], -1, 0.0
     for u in range(n):

@@ -22,6 +22,7 @@ import numpy as np
 
 from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
+from hetc.partitioner.cost_models.memory import logits_per_token
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import Phase
@@ -122,7 +123,7 @@ class Tables:
             full.update(x.params)
         weights[0, u] = sum(full.values())
         last = (i + k == u) & valid
-        logits = 4.0 * self.units[-1].out_bytes_per_token / 2
+        logits = logits_per_token(self.units)
         self._ranges = (i, k, valid, weights, amax, last, logits)
 
     def _kind(self, kind: Kind) -> tuple:

@@ -26,7 +26,7 @@ from hetc.experts import ExpertLayout
 from hetc.partitioner.capture.units import Unit
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import hops, transfer_time
-from hetc.partitioner.cost_models.memory import stage_memory
+from hetc.partitioner.cost_models.memory import logits_per_token, stage_memory
 from hetc.partitioner.estimate.batches import search
 from hetc.partitioner.estimate.simulate import Round, Workload
 from hetc.partitioner.search.solver import Solution
@@ -66,7 +66,7 @@ def split_estimate(units: list[Unit], cluster: Cluster, wl: Workload, attention:
     """
     dense, moe = _sides(units)
     na, ne = attention.count, experts.count
-    last = 4.0 * units[-1].out_bytes_per_token / 2  # fp32 logits on the attention side (it holds the head)
+    last = logits_per_token(units)  # fp32 logits on the attention side (it holds the head)
     dp = ExpertLayout.DP_EP
     ctx, chunk, shared = wl.kv_tokens(), min(wl.prefill_chunk, wl.input_len), wl.shared_tokens()
     held = stage_memory(
