@@ -172,7 +172,7 @@ def _paths(cluster: Cluster, ka: Kind, kb: Kind) -> list[list]:
 
 def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndarray, np.ndarray]:
     """Per type, the most output tok/s one prefill pool whose last stage is of that type can feed, its
-    prompts' KV sent over the fastest route any plan could give it (the solver's `_kv_transfers` sends
+    prompts' KV sent over the fastest route any plan could give it (search/kv_routes.py's `kv_transfers` sends
     it from the pool's last stage to a decode pool's first, on other devices, and caps the pool at its
     slowest route's rate: every real pool is within this): (across, inside). across: to a device of
     another node, of any type; inside: to another device of one of its own nodes, which only a decode

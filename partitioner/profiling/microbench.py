@@ -58,14 +58,15 @@ class _Arena:
     out of cache. All pools share the buffer: memory is the largest pool's, not the sum.
     """
 
-    def __init__(self, needs: list[tuple[tuple[int, ...], float]], td: torch.dtype, device: str, cap: int = 64):
+    def __init__(self, needs: list[tuple[tuple[int, ...], float]], td: torch.dtype, device: str, cap: int | None = 64):
         self.td, self.es, self.cap = td, torch.tensor([], dtype=td).element_size(), cap
         total = max((self._count(shape, evict) * torch.Size(shape).numel() for shape, evict in needs), default=0)
         self.buf = _rand((max(total, 1),), td, device)
 
     def _count(self, shape: tuple[int, ...], evict: float) -> int:
         nbytes = torch.Size(shape).numel() * self.es
-        return max(1, min(self.cap, int(evict // max(nbytes, 1)) + 1))
+        count = int(evict // max(nbytes, 1)) + 1  # past `evict` bytes
+        return max(1, count if self.cap is None else min(self.cap, count))
 
     def pool(self, shape: tuple[int, ...], evict: float) -> list[torch.Tensor]:
         numel = torch.Size(shape).numel()
@@ -133,7 +134,7 @@ def matmul_cases(
     # a pool past `evict` for every shape (no cap): small weights stream from memory back to back, as a stage's
     # layers read them, where one call timed after a cache flush ran at about half the streaming rate (the
     # prefetchers idle, the flush's lines in flight): 1×1024×768 fp32 at 0.017 of peak against 0.031 streamed
-    arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device, cap=1 << 20)
+    arena = _Arena([((n, k), evict) for _, n, k in shapes], td, device, cap=None)
     for m, n, k in shapes:
         x = _rand((m, k), td, device)
         pool = arena.pool((n, k), evict)

@@ -39,10 +39,8 @@ from hetc.partitioner.estimate.split import Found, batch_options, slo_filter, sp
 from hetc.partitioner.estimate.tables import Tables, devices_per_type, kinds_of, type_key
 from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose, runs_alone
 from hetc.partitioner.search.fitted import fitted
+from hetc.partitioner.search import kv_routes
 from hetc.partitioner.search.kv_routes import KVRoute
-from hetc.partitioner.search.kv_routes import cap_feeds as _cap_feeds
-from hetc.partitioner.search.kv_routes import feed_caps as _feed_caps
-from hetc.partitioner.search.kv_routes import kv_transfers as _kv_transfers
 from hetc.partitioner.search.templates import Template, generate
 from hetc.partitioner.capture.units import Unit
 from hetc.quantity import Kind, format_quantity
@@ -324,19 +322,19 @@ def solve(
             raise Infeasible(_over_caps(opts, cluster, caps))
         raise Infeasible(_why_infeasible(units, cluster, wl, min_tok_s, ttft_slo_s, tpot_slo_s, Phase.BOTH not in phases))
     cands, more = _allocate(picks, units, cluster, wl)
-    kv = _kv_transfers(units, cands, cluster, wl)
-    tok_s = _tok_s(cands, _feed_caps(kv, wl))
+    kv = kv_routes.kv_transfers(units, cands, cluster, wl)
+    tok_s = _tok_s(cands, kv_routes.feed_caps(kv, wl))
     if objective == Objective.THROUGHPUT and kv:
         # CP-SAT valued pools before their KV links capped them: again with each prefill option at its
         # slowest route (a guess: the routes are the allocation's), then without pools; the best real fleet
-        _cap_feeds(units, opts, cluster, wl)
+        kv_routes.cap_feeds(units, opts, cluster, wl)
         both = [o for o in opts if o.template.phase == Phase.BOTH]
         for alt_opts in (opts, both) if Phase.BOTH in phases else (opts,):
             alt = choose(objective, alt_opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu) if alt_opts else []
             if alt:
                 alt_cands, alt_more = _allocate(alt, units, cluster, wl)
-                alt_kv = _kv_transfers(units, alt_cands, cluster, wl)
-                alt_tok_s = _tok_s(alt_cands, _feed_caps(alt_kv, wl))
+                alt_kv = kv_routes.kv_transfers(units, alt_cands, cluster, wl)
+                alt_tok_s = _tok_s(alt_cands, kv_routes.feed_caps(alt_kv, wl))
                 if alt_tok_s > tok_s:
                     cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, alt_tok_s
     notes += more

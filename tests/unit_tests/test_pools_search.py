@@ -11,7 +11,7 @@ from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.split import Slot
 from hetc.partitioner.search.mix import Option, choose_replicas
-from hetc.partitioner.search.solver import _cap_feeds
+from hetc.partitioner.search.kv_routes import cap_feeds
 from hetc.partitioner.search.templates import Template
 from hetc.scheduling import Phase
 from tests.conftest import two_type_cluster
@@ -40,7 +40,7 @@ def test_a_prefill_options_feed_is_its_slowest_route_to_a_decode_type(tmp_path, 
     cluster = two_type_cluster(tmp_path, "16 GB", "16 GB", a_count=2)
     a, b = cluster.nodes
     opts = [_option(b, Phase.PREFILL, 1e9), _option(a, Phase.DECODE, 1e9), _option(a, Phase.BOTH, 1e9)]
-    _cap_feeds(tiny.units, opts, cluster, WL)
+    cap_feeds(tiny.units, opts, cluster, WL)
     kv = WL.input_len * sum(u.kv_bytes_per_token for u in tiny.units)
     path = hops(cluster, b, a)  # the big AMD device's host link, the 10 GbE network, the fast NVIDIA node's host link
     assert len(path) == 3
