@@ -31,7 +31,8 @@ throughput within 10%, p50 within 15%, p99 within 25%. Each served run waits for
 (runtime_cpu.quiet_run) and is run again when other processes took more than 5% of it.
 
 `--model moe`: a Qwen3-MoE of the same width and depth (16 routed experts of 512, top 2; 330M
-parameters, random fp32 weights). Its stages run on the eager torch stage (MoE routing has no
+parameters, random fp32 weights; the embedding drawn wide enough that a prompt's tokens spread over
+the experts as a load-balanced router's do: EMBED_STD, and the run prints the spread it measured). Its stages run on the eager torch stage (MoE routing has no
 compiled lowering: backends/decoder.py eager_only), so the profile is one measured on that executor
 (`hetc profile --device cpu --threads 1 --executor torch`). Plans: "1 stage" as above, and "EP 2":
 one stage over both devices (`--placement h:0-1`), attention tensor-parallel and each worker holding
@@ -86,6 +87,14 @@ MOE_MODEL = dict(
 )
 
 
+# The embedding's init std. At transformers' 0.02 the random layers' outputs swamp each token's own
+# direction in the residual stream (by layer 11 the tokens of a prompt share 96% of their norm), so a
+# random router sends a 32-token prompt to 6.5 of 16 experts where a load-balanced router sends it to
+# 15.8: a step far cheaper than the cost model's uniform routing prices. At 2.0 the token dominates
+# and a prompt's tokens spread over the experts as uniform routing expects (`routing_spread`).
+EMBED_STD = 2.0
+
+
 def build_moe(d: Path) -> None:
     import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -93,7 +102,30 @@ def build_moe(d: Path) -> None:
     if (d / "model.safetensors").is_file():
         return
     torch.manual_seed(0)
-    Qwen3MoeForCausalLM(Qwen3MoeConfig(**MOE_MODEL)).eval().save_pretrained(d)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**MOE_MODEL)).eval()
+    torch.nn.init.normal_(model.model.embed_tokens.weight, std=EMBED_STD)
+    model.save_pretrained(d)
+
+
+def routing_spread(model: Path, tokens: tuple[int, ...] = (1, 8, 32, 128), prompts: int = 6) -> list[tuple[int, float, float]]:
+    """(tokens, experts a prompt of that many tokens touches per MoE layer, the count uniform routing
+    expects: E·(1 − (1 − k/E)^T), which the cost model prices), measured with transformers on
+    random prompts."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    e, k = MOE_MODEL["num_experts"], MOE_MODEL["num_experts_per_tok"]
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for t in tokens:
+        touched = []
+        for _ in range(prompts):
+            with torch.no_grad():
+                logits = hf(torch.randint(3, MOE_MODEL["vocab_size"], (1, t), generator=g), output_router_logits=True).router_logits
+            touched += [int(torch.bincount(r.topk(k, dim=-1).indices.flatten(), minlength=e).count_nonzero()) for r in logits]
+        out.append((t, float(np.mean(touched)), e * (1 - (1 - k / e) ** t)))
+    return out
 
 
 def make_plans(model: Path, work: Path, profile: Path, batch: int, prompt: int, output: int, moe: bool) -> dict[str, Path]:
@@ -261,8 +293,9 @@ def bare_vs_model(model: Path, plan: Path, moe: bool) -> list[tuple[str, float, 
     lane = lanes_of(p, units, Cluster.from_json(p.cluster), Workload(32, 64, p.model.dtype, p.model.kv_dtype))[0]
     sv, vocab = lane.stages[0].node.profile.serving, lane.stages[0].vocab
     assert vocab  # the 1-stage lane samples
-    if moe:  # decode steps at context 64 (runtime_cpu.bare_step_ms: the served stage class on 1 thread)
+    if moe:  # decode steps at context 64 and one-prompt prefills (runtime_cpu.bare_step_ms: the served stage class on 1 thread)
         steps = [(f"decode b{b} ctx64", Step(b, b, 64), rc.bare_step_ms(model, plan, 0, b, 64, 1) / 1e3) for b in (1, 2, 4, 8)]
+        steps += [(f"prefill {t} tokens", Step(t, 1, t / 2), rc.bare_step_ms(model, plan, 0, 1, 0, 1, new=t) / 1e3) for t in (8, 32, 128)]
     else:
         ov = OpenVinoLlama(json.loads((model / "config.json").read_text()), units=units, threads=1)
         cases = [*(ov.decode_case(b, 64) for b in (1, 4, 8, 16)), ov.prefill_case(1, 32)]
@@ -314,7 +347,7 @@ def main() -> None:
     work = Path(os.environ.get("HETC_BENCH_DIR", Path(tempfile.gettempdir()) / "hetc-bench-runtime"))
     work.mkdir(parents=True, exist_ok=True)
     moe = a.model == "moe"
-    model = work / ("qwen3moe-330m-ctx512" if moe else "llama-124m-ctx512")
+    model = work / ("qwen3moe-330m-ctx512-spread" if moe else "llama-124m-ctx512")
     (build_moe if moe else rc.build_model)(model)
     profile = rc.ensure_profile(Path(a.profile or REPO / "out" / ("profile-cpu-torch.yaml" if moe else "profile-cpu.yaml")), "torch" if moe else "auto")
     plans = make_plans(model, work, profile, a.batch, a.prompt, a.output, moe)
@@ -387,6 +420,11 @@ def print_bare(model: Path, plan: Path, moe: bool) -> None:
     )
     for name, meas, model_ms in rows:
         print(f"| {name} | {meas:.1f} | {model_ms:.1f} | {model_ms / meas:.2f} |")
+    if moe:
+        print("\nrouting (transformers, random prompts): experts a prompt touches per MoE layer, measured / uniform routing's count")
+        print("| tokens | touched | uniform |\n|---:|---:|---:|")
+        for t, touched, uniform in routing_spread(model):
+            print(f"| {t} | {touched:.2f} | {uniform:.2f} |")
 
 
 def _fmt(m: dict) -> str:

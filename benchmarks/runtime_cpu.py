@@ -354,9 +354,9 @@ def predicted_decode(plan: Path) -> dict[str, float]:
     return {f"0.{i}": s["predicted_ms"]["decode"] / 1e3 for i, s in enumerate(stages)}
 
 
-def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threads: int, reps: int = 15) -> float:
-    """Median decode step (ms) of one stage of `plan` run in this process with no runtime around it:
-    `seqs` sequences at context `ctx`, on `threads` torch threads."""
+def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threads: int, reps: int = 15, new: int = 1) -> float:
+    """Median step (ms) of one stage of `plan` run in this process with no runtime around it: `seqs`
+    sequences of `new` tokens each (1: a decode step) after `ctx` cached ones, on `threads` torch threads."""
     from hetc.partitioner.capture.capture import load_hf_config
     from hetc.kv_blocks import blocks_for
     from hetc.runtime.kv_cache import AttnMeta
@@ -368,11 +368,11 @@ def bare_step_ms(model: Path, plan: Path, stage: int, seqs: int, ctx: int, threa
     first, last = doc.pipelines[0].stages[stage].units
     units = doc.units
     cfg, _ = load_hf_config(str(model))
-    per_seq = blocks_for(ctx + 1)
+    per_seq = blocks_for(ctx + new)
     torch.set_num_threads(threads)
     sm = StageModel(cfg, units, first, last, dtype=torch.float32, kv_dtype=torch.float32, num_blocks=seqs * per_seq, weights=SafetensorsWeights(model))
-    meta = AttnMeta.build([ctx] * seqs, [1] * seqs, [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(seqs)], [True] * seqs)
-    x = torch.randint(3, cfg.vocab_size, (seqs,)) if first == 0 else torch.randn(seqs, cfg.hidden_size)
+    meta = AttnMeta.build([ctx] * seqs, [new] * seqs, [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(seqs)], [True] * seqs)
+    x = torch.randint(3, cfg.vocab_size, (seqs * new,)) if first == 0 else torch.randn(seqs * new, cfg.hidden_size)
     times = []
     for i in range(reps + 3):
         t = time.perf_counter()

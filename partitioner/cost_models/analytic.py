@@ -33,6 +33,8 @@ all-reduce of a tensor-parallel group by the caller too (it needs the node's lin
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import Any
 
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from hetc.partitioner.capture.units import Unit
 
 __all__ = ["Step", "CostParams", "compute_dtype", "cost_params", "op_time", "unit_time", "units_time"]
 
+SPREAD_ROWS = 64.0  # mean rows per expert from which per-expert GEMMs are priced at the mean (_spread_efficiency)
 _MEMO_LIMIT = 200_000  # cached unit times per parameter set before the cache is dropped
 
 
@@ -201,6 +204,26 @@ def _expert_fraction(experts: int, top_k: int, tokens: float) -> float:
     return 1.0 - (1.0 - top_k / experts) ** max(tokens, 1.0)
 
 
+@lru_cache(maxsize=_MEMO_LIMIT)
+def _spread_efficiency(curve: LogTable, tokens: float, p: float, nk: float, rows: float) -> float:
+    """The efficiency a step's per-expert GEMMs run at together: each expert's GEMM has its own count of
+    the step's rows, Binomial(tokens, p = k/E) under uniform routing, and runs at that count's efficiency.
+    Time is FLOPs / efficiency, so the experts' FLOPs run at the row-weighted harmonic mean
+    E[m] / E[m / eff(m)]: at a few rows per expert the curve bends (a 32-token step's experts hold
+    0–10 rows where the mean is 4). Past SPREAD_ROWS the spread is small beside the mean: the touched
+    experts' mean `rows` stands."""
+    if tokens <= 1.0 or tokens * p >= SPREAD_ROWS:
+        return curve(rows, nk)
+    top = min(math.floor(tokens), math.ceil(tokens * p + SPREAD_ROWS))  # the mean's sd is under √SPREAD_ROWS: 8 sd and more
+    base = math.lgamma(tokens + 1.0)
+    num = den = 0.0
+    for m in range(1, top + 1):  # the count's pmf at real `tokens` (a mean step's), through the gamma function
+        w = m * math.exp(base - math.lgamma(m + 1.0) - math.lgamma(tokens - m + 1.0) + m * math.log(p) + (tokens - m) * math.log1p(-p))
+        num += w
+        den += w / curve(m, nk)
+    return num / den if den > 0 else curve(rows, nk)
+
+
 def _combine(compute: float, memory: float, overlap: float) -> float:
     hi, lo = (compute, memory) if compute >= memory else (memory, compute)
     return hi + (1.0 - overlap) * lo
@@ -243,7 +266,10 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
                 nk = op.nk * op.experts / max(tp, cp.ep)
             else:  # one expert's weight: split over the group (tp layout) or whole (expert-parallel)
                 nk = op.nk / (tp if cp.ep == 1 else 1)
-        e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
+        if op.kind == "moe" and op.experts and cp.execution.experts == "per-expert" and cp.matmul and nk > 0:
+            e = _spread_efficiency(cp.matmul, t, op.top_k / op.experts, nk, rows)
+        else:
+            e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
         if op.kind == "moe" and op.experts and cp.ep > 1 and cp.matmul and nk > 0:
             # the busiest device's rows per expert grow by the imbalance; its GEMM runs at most that much more efficiently
             e = min(cp.matmul(rows * cp.imbalance, nk), e * cp.imbalance)
