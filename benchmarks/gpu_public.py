@@ -45,7 +45,10 @@ FROZEN = "aa910d803a8733d2d4819468b97fd86d7883017c"  # the cost-model commit, ma
 # each held round's freeze: the cost-model commit made before any of that round's figures was looked at
 # (9: the per-release engine figures, engine_releases.py, committed before any round-9 figure was looked at)
 FROZEN_BY_ROUND = {7: FROZEN, 8: "dedf7eed2591c63ecd6be9ffcd5f827b7985d01d", 9: "58f17c198612f9b5f0a0a59252b12a1a37c4cd83"}
-HELD_ROUNDS = (7, 8, 9)  # the rounds of figures gathered after their freeze (the earlier rounds are reported beside)
+# the rounds of figures gathered after their freeze and not yet trained on (the earlier rounds are reported beside):
+# rounds 7, 8 and 9 were held at their freezes (checked once each: benchmarks/logs/gpu-public-round8.md,
+# engine-releases-2026-11-29.md) and are training rows of the engine figures frozen before round 10
+HELD_ROUNDS = (10,)
 # what a prediction reads: the profiles, the cost model, the saturation model and the scheduling numbers
 FROZEN_PATHS = (
     "hardware_profiles",
@@ -965,7 +968,7 @@ def main() -> None:
     ap.add_argument("--only", help="one case by name")
     ap.add_argument("--round", type=int, action="append", help="only the cases of this round (repeatable)")
     ap.add_argument("--no-plan", action="store_true", help="skip hetc plan's own choice (the slower half)")
-    ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on rounds 1-6 (ENGINE@fit, benchmarks/engine_calibration.py)")
+    ap.add_argument("--fit", action="store_true", help="each engine's figures fitted on the training rounds (ENGINE@fit, engine_calibration.py TRAIN_ROUNDS)")
     ap.add_argument(
         "--per-release", action="store_true", help="each row at its engine release's fitted figures (ENGINE@REL, engine_releases.py), else ENGINE@fit"
     )
