@@ -54,9 +54,21 @@ ROW_RELEASE: dict[str, tuple[str, str]] = {
         "system; its other, 8xMI325x_2xEPYC-9655, runs shark-ai), ntuhpc/mlperf_inference_results_v5.0 @ cf354115",
     ),
 }
+# MLPerf rows run on NVIDIA's TensorRT-LLM code (engine trtllm): the TensorRT-LLM its harness builds, as the round's
+# closed/NVIDIA/Makefile.build pins it (USE_RELEASE_TRTLLM=1: TRTLLM_PUBLIC_HASH of github.com/NVIDIA/TensorRT-LLM; v5.1:
+# TRTLLM_HASH). Not a numbered release but a snapshot of main (v4.0-v5.0) or of a side branch (v5.1), named here by it;
+# the key is the whole name (release_key). Other submitters run NVIDIA's code of the same round (SOURCES mlperf41x,
+# mlperf51x, mlperf40x): ⚠ their own copies of Makefile.build were not read.
+_MK = "TRTLLM{} = {} ('{}') of closed/NVIDIA/Makefile.build, {}"
+MLPERF_TRTLLM: dict[str, tuple[str, str]] = {
+    "mlperf40": ("main-2024-02-21", _MK.format("_PUBLIC_HASH", "eb8f26c7", "2/21/2024 Github main", "mlcommons/inference_results_v4.0 @ 27fd4ed2")),
+    "mlperf41": ("main-2024-07-16", _MK.format("_PUBLIC_HASH", "2d234357", "7/16/2024 Github main", "mlcommons/inference_results_v4.1 @ a2f5d66d")),
+    "mlperf50": ("main-2025-02-18", _MK.format("_PUBLIC_HASH", "2ea17cda", "2/18/2025 GitHub release main", "mlcommons/inference_results_v5.0 @ 823da2c9")),
+    "mlperf51": ("1.0-mlpinf", _MK.format("_HASH", "18c0333e", "7/24/25 1.0-mlpinf side branch (AG optimization)", "ntuhpc/inference_results_v5.1 @ a634ab77")),
+}
 # why the release of the other rows is not recorded, by source
 UNKNOWN = {
-    "mlperf": "MLPerf: NVIDIA's system files name TensorRT 10.x, not a TensorRT-LLM release; other AMD systems' files not read",
+    "mlperf": "MLPerf: AMD systems' files other than those of ROW_RELEASE not read",
     "oci": "Oracle's post names no vLLM release",
     "krai51": "the TensorRT-LLM B200 run names no release",
 }
@@ -73,11 +85,15 @@ def release_of(case: Case) -> tuple[str | None, str]:
     for table, key in ((ROW_RELEASE, case.name), (SOURCE_RELEASE, case.source)):
         if key in table:
             return table[key]
+    mlperf = case.name.split("-")[0]
+    if case.engine == "trtllm" and case.source.startswith("mlperf") and mlperf in MLPERF_TRTLLM:
+        return MLPERF_TRTLLM[mlperf]
     return None, "not stated: " + UNKNOWN.get("mlperf" if case.source.startswith("mlperf") else case.source, "the source names no release")
 
 
 def release_key(release: str) -> str:
-    """The key a release's figures are fitted and named under: major.minor (0.9.2 → 0.9)."""
+    """The key a release's figures are fitted and named under: major.minor (0.9.2 → 0.9); a snapshot named
+    by its branch and date (MLPERF_TRTLLM: main-2024-02-21, 1.0-mlpinf) is its own key."""
     return ".".join(release.split(".")[:2])
 
 
@@ -193,7 +209,7 @@ def main() -> None:
         what: {c.name: ec.predicted(c, f(c)) / c.public - 1 for c in train}
         for what, f in (("base", lambda c: (1.0, 1.0)), ("@fit", at_fit), ("per release", per_release))
     }
-    print("\n## In-sample (training rows, rounds 1-6: the rows every figure was fitted on; not a check)\n")
+    print(f"\n## In-sample (training rows, rounds {', '.join(map(str, ec.TRAIN_ROUNDS))}: the rows every figure was fitted on; not a check)\n")
     print("| rows | n | base | `@fit` | per release |\n|---|---:|---:|---:|---:|")
     subsets = [("all", lambda c: True)] + [(v, lambda c, v=v: c.vendor == v) for v in ("nvidia", "amd", "intel")]
     subsets += [(f"engine {n}", lambda c, n=n: c.named_engine == n) for n in sorted({c.named_engine for c in train})]

@@ -20,6 +20,7 @@ PROFILES = ["h100-sxm", "h200-sxm", "b200", "a100-80g-sxm", "l40s", "l4", "t4", 
 LINKS = [
     "nvlink3",
     "nvlink4",
+    "nvlink4-mesh4",
     "nvlink5",
     "infinity-fabric",
     "pcie3",

@@ -180,16 +180,16 @@ def test_fit_release_is_an_engine_release():
 
 
 def test_a_fitted_engine_release_is_named_by_its_key_and_falls_back_to_fit():
-    """`vllm@0.6` (hardware_profiles/engines/fit_releases.yaml): its own figures where that release has
+    """`vllm@0.7` (hardware_profiles/engines/fit_releases.yaml): its own figures where that release has
     training rows (rocm), the engine's `fit` figures elsewhere, the reason among the sources."""
-    own, fit = engine_figures(Engine.parse("vllm@0.6"), "rocm"), engine_figures(Engine.parse("vllm@fit"), "rocm")
+    own, fit = engine_figures(Engine.parse("vllm@0.7"), "rocm"), engine_figures(Engine.parse("vllm@fit"), "rocm")
     assert own.calibrated_on and own.calibrated_on != fit.calibrated_on and own.matmul != fit.matmul
-    on_cuda, fit_cuda = engine_figures(Engine.parse("vllm@0.6"), "cuda"), engine_figures(Engine.parse("vllm@fit"), "cuda")
+    on_cuda, fit_cuda = engine_figures(Engine.parse("vllm@0.7"), "cuda"), engine_figures(Engine.parse("vllm@fit"), "cuda")
     assert (on_cuda.matmul, on_cuda.collective, on_cuda.calibrated_on) == (fit_cuda.matmul, fit_cuda.collective, fit_cuda.calibrated_on)
     assert "fewer than" in on_cuda.sources[-1] and "`fit`" in on_cuda.sources[-1]
     with pytest.raises(BadInput) as e:
-        Engine.parse("vllm@0.8")
-    assert "vllm@0.6" in e.value.fix
+        Engine.parse("vllm@0.5")
+    assert "vllm@0.7" in e.value.fix
 
 
 def test_cli_plans_at_a_fitted_release(tmp_path):

@@ -105,10 +105,12 @@ def test_a_rows_release_picks_its_figures():
     assert rel.release_of(row)[0] == "0.9.2" and rel.release_for(row) == ("0.9", "0.9.2")
     assert row.name in engine_figures(Engine.parse("vllm@0.9"), "cuda").calibrated_on
     assert rel.release_for(dataclasses.replace(row, note="vLLM 0.8.5"))[0] == "fit"  # no vllm@0.8
-    early, why = rel.release_for(dataclasses.replace(row, note="vLLM 0.6.4"))  # vllm@0.6 has rocm rows only
+    early, why = rel.release_for(dataclasses.replace(row, note="vLLM 0.7.3"))  # vllm@0.7 has one cuda row: too few
     assert early == "fit" and "fewer than" in why
-    mlperf = next(c for c in gpu_public.CASES if c.name == "mlperf41-8xh100-nvidia")
-    assert rel.release_of(mlperf)[0] is None and rel.release_for(mlperf)[0] == "fit"
+    mlperf = next(c for c in gpu_public.CASES if c.name == "mlperf41-8xh100-nvidia")  # the TensorRT-LLM its round's Makefile.build pins
+    assert rel.release_of(mlperf)[0] == "main-2024-07-16" and rel.release_for(mlperf) == ("main-2024-07-16", "main-2024-07-16")
+    unknown = next(c for c in gpu_public.CASES if c.name == "krai51-8xb200-trtllm")
+    assert rel.release_of(unknown)[0] is None and rel.release_for(unknown)[0] == "fit"
     stand_in = next(c for c in gpu_public.CASES if c.named_engine in gpu_public.STAND_INS)
     assert rel.release_of(stand_in)[0] is None
 
