@@ -4,7 +4,7 @@ The split (declared here, before any fit): TRAIN = every figure of benchmarks/gp
 rounds 1-9 (the committed training list; rounds 7-9 were held at their own freezes, FROZEN_BY_ROUND, checked
 once there and recorded in benchmarks/logs, and join the training rows for the fit frozen before round 10),
 CHECK = round 10's held figures (the first fit, frozen before round 7, trained on rounds 1-6 and checked round 7). For each engine and
-backend (the engine each figure names, gpu_public.Case.engine), two figures are fitted on its TRAIN
+backend (the engine each figure names, Case.engine in benchmarks/public_figures/case.py), two figures are fitted on its TRAIN
 rows only: `matmul`, the factor on the profile's achievable GEMM efficiency (hetc/engine.py), the
 grid value that minimises the median |pred / public - 1| of those rows at their public
 configuration; and `collective`, the factor on the link model's tensor-parallel all-reduce time, where
@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_public  # noqa: E402
+from public_figures import CASES  # noqa: E402
+from public_figures.case import Case  # noqa: E402
 
 from hetc.cluster import Cluster, load_cluster  # noqa: E402
 from hetc.engine import FIT_FILE, FIT_HEADER, EngineFigures, apply_engine  # noqa: E402
@@ -54,7 +56,7 @@ def _capture(model: str, dtype: str, kv_dtype: str | None) -> CapturedModel:
 
 
 @cache
-def _cluster(case: gpu_public.Case, matmul: float, collective: float) -> Cluster:
+def _cluster(case: Case, matmul: float, collective: float) -> Cluster:
     """The case's cluster under its engine, every node's GEMM efficiency × `matmul` and all-reduce time ×
     `collective` on top (trial figures)."""
     cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
@@ -64,7 +66,7 @@ def _cluster(case: gpu_public.Case, matmul: float, collective: float) -> Cluster
     return dataclasses.replace(cluster, nodes=[dataclasses.replace(n, profile=apply_engine(n.profile, trial)) for n in cluster.nodes])
 
 
-def predicted(case: gpu_public.Case, fig: tuple[float, float] = (1.0, 1.0)) -> float:
+def predicted(case: Case, fig: tuple[float, float] = (1.0, 1.0)) -> float:
     """Output tok/s of the whole run at its public configuration, the engine's figures × `fig` (matmul, collective)."""
     m = _capture(case.model, case.dtype, case.kv_dtype)
     cluster = _cluster(case, *fig)
@@ -77,11 +79,11 @@ def predicted(case: gpu_public.Case, fig: tuple[float, float] = (1.0, 1.0)) -> f
     return est.output_tok_s * sum(p.replicas for p in spec)
 
 
-def backend_of(case: gpu_public.Case) -> str:
+def backend_of(case: Case) -> str:
     return load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml")).nodes[0].profile.backend
 
 
-def fit(cases: list[gpu_public.Case], grid: list[float]) -> tuple[float, float]:
+def fit(cases: list[Case], grid: list[float]) -> tuple[float, float]:
     """(matmul, collective) minimising the median |error| of `cases` (ties: nearest 1), by coordinate descent."""
 
     def cost(f: tuple[float, float]) -> tuple[float, float]:
@@ -96,7 +98,7 @@ def fit(cases: list[gpu_public.Case], grid: list[float]) -> tuple[float, float]:
     return f
 
 
-def write_fit(fitted: dict[tuple[str, str], tuple[float, float]], groups: dict[tuple[str, str], list[gpu_public.Case]]) -> None:
+def write_fit(fitted: dict[tuple[str, str], tuple[float, float]], groups: dict[tuple[str, str], list[Case]]) -> None:
     """The fitted figures as the engines' `fit` release (hetc/engine.py FIT_FILE), each with its training rows;
     the per-architecture (BACKEND:TARGET) figures benchmarks/moe_public.py fits are kept as they are."""
     old = yaml.safe_load(FIT_FILE.read_text()) if FIT_FILE.is_file() else {}
@@ -132,9 +134,9 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="freeze the fit into hardware_profiles/engines/fit.yaml (the engines' `fit` release)")
     a = ap.parse_args()
     grid = [round(0.5 + a.grid_step * i, 4) for i in range(int(0.7 / a.grid_step) + 1)]  # 0.50 … 1.20
-    train = [c for c in gpu_public.CASES if c.round in TRAIN_ROUNDS]
-    check = [c for c in gpu_public.CASES if c.round in CHECK_ROUNDS and c.held]
-    groups: dict[tuple[str, str], list[gpu_public.Case]] = defaultdict(list)
+    train = [c for c in CASES if c.round in TRAIN_ROUNDS]
+    check = [c for c in CASES if c.round in CHECK_ROUNDS and c.held]
+    groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
     for c in train:
         groups[(c.engine, backend_of(c))].append(c)
     fitted: dict[tuple[str, str], tuple[float, float]] = {}

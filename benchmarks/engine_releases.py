@@ -30,7 +30,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_public  # noqa: E402
-from gpu_public import STAND_INS, Case  # noqa: E402
+from public_figures.case import STAND_INS, Case  # noqa: E402
 
 from hetc.engine import FIT, FIT_RELEASES_FILE, SAME_AS  # noqa: E402
 
@@ -170,7 +170,7 @@ def write(fitted: dict[tuple[str, str, str], tuple[float, float]], groups: dict[
 
 def main() -> None:
     import engine_calibration as ec
-    import gpu_public
+    from public_figures import CASES
 
     from hetc.engine import EngineName, load_engine
 
@@ -179,7 +179,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help=f"freeze the fit into {FIT_RELEASES_FILE.name}")
     a = ap.parse_args()
     grid = [round(0.5 + a.grid_step * i, 4) for i in range(int(0.7 / a.grid_step) + 1)]
-    train = [c for c in gpu_public.CASES if c.round in ec.TRAIN_ROUNDS and not c.held]  # never a held row
+    train = [c for c in CASES if c.round in ec.TRAIN_ROUNDS and not c.held]  # never a held row
     groups, unknown = fit_groups(train, ec.backend_of)
     print(f"## Releases of the training rows (rounds {', '.join(map(str, ec.TRAIN_ROUNDS))}): {len(train) - len(unknown)} named, {len(unknown)} unknown\n")
     for why in sorted({w for _, w in unknown}):

@@ -19,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gpu_public  # noqa: E402  (the cases and their run batch)
+import gpu_public  # noqa: E402  (the run batch and the cluster files)
+from public_figures import CASES  # noqa: E402
+from public_figures.case import Case  # noqa: E402
 
 from hetc.cluster import load_cluster  # noqa: E402
 from hetc.partitioner.capture.capture import capture  # noqa: E402
@@ -31,7 +33,7 @@ from hetc.placement import parse_placement  # noqa: E402
 KINDS = {"matmul": "GEMMs", "moe": "GEMMs", "conv": "GEMMs", "attention": "attention"}
 
 
-def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
+def breakdown(case: Case) -> tuple[dict[str, float], int, float]:
     """Seconds per round by component for one replica of `case` at its run batch, the batch, and
     the replica's output tok/s (batch / round)."""
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
@@ -70,7 +72,7 @@ def breakdown(case: gpu_public.Case) -> tuple[dict[str, float], int, float]:
 
 def main() -> None:
     names = sys.argv[1:]
-    cases = {c.name: c for c in gpu_public.CASES}
+    cases = {c.name: c for c in CASES}
     for name in names:
         c = cases[name]
         parts, batch, tok_s = breakdown(c)
@@ -84,7 +86,7 @@ def main() -> None:
                 print(f"  {k:28s} {v * 1e3:10.1f} ms  {v / total:6.1%}")
 
 
-def replicas(case: gpu_public.Case) -> int:
+def replicas(case: Case) -> int:
     """The run's replicas: every pipeline of its placement, each as many times as it is repeated."""
     cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
     return sum(p.replicas for p in parse_placement(case.placement, cluster, 80))

@@ -20,13 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gpu_public  # noqa: E402  (the cases)
+from public_figures import CASES  # noqa: E402
+from public_figures.case import Case  # noqa: E402
 
 
-def groups() -> list[list[gpu_public.Case]]:
+def groups() -> list[list[Case]]:
     """Configurations with more than one public figure, widest spread first."""
-    by: dict[tuple, list[gpu_public.Case]] = defaultdict(list)
-    for c in gpu_public.CASES:
+    by: dict[tuple, list[Case]] = defaultdict(list)
+    for c in CASES:
         by[(c.cluster, c.model, c.dtype, c.kv_dtype, c.isl, c.osl, c.placement, c.batch)].append(c)
     many = [cs for cs in by.values() if len(cs) > 1]
     return sorted(many, key=lambda cs: -max(c.public for c in cs) / min(c.public for c in cs))
@@ -47,7 +48,7 @@ def main() -> None:
         figs = ", ".join(f"{c.source}: {c.public:,.0f}" for c in cs)
         print(f"| {c0.cluster} | {c0.model} | {c0.isl}/{c0.osl} | {c0.placement}, b{c0.batch} | {figs} | {spread:.1%} |")
     print(
-        f"\n{len(gs)} configurations with more than one figure ({sum(map(len, gs))} of {len(gpu_public.CASES)} "
+        f"\n{len(gs)} configurations with more than one figure ({sum(map(len, gs))} of {len(CASES)} "
         f"cases): spread median {statistics.median(spreads):.1%}, max {max(spreads):.1%}; "
         f"|figure / its group's median − 1| median {statistics.median(dists):.1%}, "
         f"{sum(s > 0.2 for s in spreads)} groups spread over 20%"

@@ -14,13 +14,14 @@ from hetc.cluster import load_cluster
 from hetc.placement import parse_placement
 
 REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gpu_public", REPO / "benchmarks" / "gpu_public.py")
-gpu_public = importlib.util.module_from_spec(spec)
-sys.modules["gpu_public"] = gpu_public  # its dataclasses look their module up
-spec.loader.exec_module(gpu_public)
+sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmark scripts and their data, public_figures, import each other by name
+import gpu_public  # noqa: E402  (the cluster files)
+from public_figures import CASES, SOURCES  # noqa: E402
+from public_figures.case import HETC_ENGINE, STAND_INS  # noqa: E402
+from public_figures.freeze import FROZEN  # noqa: E402
 
 
-@pytest.mark.parametrize("case", gpu_public.CASES, ids=[c.name for c in gpu_public.CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case_matches_its_cluster_and_catalog(case):
     cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
     assert len({n.profile.name for n in cl.nodes}) == 1, "one device type: the public run's devices"
@@ -31,13 +32,13 @@ def test_case_matches_its_cluster_and_catalog(case):
     assert (REPO / "hardware_profiles" / "models" / f"{case.model}.json").is_file()
     assert case.dtype in ("bf16", "fp16", "fp8") and case.isl > 0 and case.osl > 0 and case.public > 0
     assert case.batch is None or case.batch > 0
-    assert case.source in gpu_public.SOURCES and case.vendor in ("nvidia", "amd", "intel")
-    assert case.named_engine in gpu_public.HETC_ENGINE  # every figure is predicted with the engine it names (or its stated stand-in)
+    assert case.source in SOURCES and case.vendor in ("nvidia", "amd", "intel")
+    assert case.named_engine in HETC_ENGINE  # every figure is predicted with the engine it names (or its stated stand-in)
     assert load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine).engines == case.engine
 
 
 def test_frozen_commit_is_a_full_hash():
-    assert re.fullmatch(r"[0-9a-f]{40}", gpu_public.FROZEN)
+    assert re.fullmatch(r"[0-9a-f]{40}", FROZEN)
 
 
 @pytest.mark.parametrize("name", ["g3vllm-1x-8b-1868/2048", "g120-gaudi2-2x-70b-2048/128", "mlperf51-8xh200-qct"])
@@ -50,7 +51,7 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     bspec = importlib.util.spec_from_file_location("gpu_public_breakdown", REPO / "benchmarks" / "gpu_public_breakdown.py")
     breakdown = importlib.util.module_from_spec(bspec)
     bspec.loader.exec_module(breakdown)
-    case = next(c for c in gpu_public.CASES if c.name == name)
+    case = next(c for c in CASES if c.name == name)
     parts, batch, tok_s = breakdown.breakdown(case)
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
     cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
@@ -72,7 +73,7 @@ def test_fitted_engine_figures_come_from_training_rows_only():
     spec = importlib.util.spec_from_file_location("engine_calibration", REPO / "benchmarks" / "engine_calibration.py")
     calibration = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(calibration)
-    cases = {c.name: c for c in gpu_public.CASES}
+    cases = {c.name: c for c in CASES}
     fitted = yaml.safe_load(FIT_FILE.read_text())
     assert fitted
     for engine, backends in fitted.items():
@@ -82,7 +83,7 @@ def test_fitted_engine_figures_come_from_training_rows_only():
             rows = [cases[n] for n in fig["calibrated_on"]]
             assert rows and all(c.round in calibration.TRAIN_ROUNDS and not c.held for c in rows)
             assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
-            want = [c.name for c in gpu_public.CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
+            want = [c.name for c in CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
             assert fig["calibrated_on"] == want  # every training row of the group, none left out
 
 
@@ -101,17 +102,17 @@ def test_a_rows_release_picks_its_figures():
     from hetc.engine import Engine, engine_figures
 
     rel = _releases()
-    row = next(c for c in gpu_public.CASES if c.name == "krai51-8xh200-vllm-dyn")
+    row = next(c for c in CASES if c.name == "krai51-8xh200-vllm-dyn")
     assert rel.release_of(row)[0] == "0.9.2" and rel.release_for(row) == ("0.9", "0.9.2")
     assert row.name in engine_figures(Engine.parse("vllm@0.9"), "cuda").calibrated_on
     assert rel.release_for(dataclasses.replace(row, note="vLLM 0.8.5"))[0] == "fit"  # no vllm@0.8
     early, why = rel.release_for(dataclasses.replace(row, note="vLLM 0.7.3"))  # vllm@0.7 has one cuda row: too few
     assert early == "fit" and "fewer than" in why
-    mlperf = next(c for c in gpu_public.CASES if c.name == "mlperf41-8xh100-nvidia")  # the TensorRT-LLM its round's Makefile.build pins
+    mlperf = next(c for c in CASES if c.name == "mlperf41-8xh100-nvidia")  # the TensorRT-LLM its round's Makefile.build pins
     assert rel.release_of(mlperf)[0] == "main-2024-07-16" and rel.release_for(mlperf) == ("main-2024-07-16", "main-2024-07-16")
-    unknown = next(c for c in gpu_public.CASES if c.name == "krai51-8xb200-trtllm")
+    unknown = next(c for c in CASES if c.name == "krai51-8xb200-trtllm")
     assert rel.release_of(unknown)[0] is None and rel.release_for(unknown)[0] == "fit"
-    stand_in = next(c for c in gpu_public.CASES if c.named_engine in gpu_public.STAND_INS)
+    stand_in = next(c for c in CASES if c.named_engine in STAND_INS)
     assert rel.release_of(stand_in)[0] is None
 
 
@@ -121,7 +122,7 @@ def test_release_figures_come_from_training_rows_of_that_release():
     rel = _releases()
     from engine_calibration import TRAIN_ROUNDS, backend_of
 
-    train = [c for c in gpu_public.CASES if c.round in TRAIN_ROUNDS and not c.held]
+    train = [c for c in CASES if c.round in TRAIN_ROUNDS and not c.held]
     groups, _ = rel.fit_groups(train, backend_of)
     doc = rel.fitted_releases()
     assert doc
