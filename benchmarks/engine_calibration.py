@@ -38,7 +38,7 @@ import gpu_public  # noqa: E402
 from public_figures import CASES  # noqa: E402
 from public_figures.case import Case  # noqa: E402
 
-from hetc.cluster import Cluster, load_cluster  # noqa: E402
+from hetc.cluster import Cluster  # noqa: E402
 from hetc.engine import FIT_FILE, FIT_HEADER, EngineFigures, apply_engine  # noqa: E402
 from hetc.partitioner.capture.capture import CapturedModel, capture  # noqa: E402
 from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline  # noqa: E402
@@ -59,7 +59,7 @@ def _capture(model: str, dtype: str, kv_dtype: str | None) -> CapturedModel:
 def _cluster(case: Case, matmul: float, collective: float) -> Cluster:
     """The case's cluster under its engine, every node's GEMM efficiency × `matmul` and all-reduce time ×
     `collective` on top (trial figures)."""
-    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
+    cluster = gpu_public.cluster_of(case, case.engine)
     if matmul == collective == 1.0:
         return cluster
     trial = EngineFigures(matmul=matmul, collective=collective, sources=["calibration trial"])
@@ -77,10 +77,6 @@ def predicted(case: Case, fig: tuple[float, float] = (1.0, 1.0)) -> float:
     est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, stage.tp)], cluster, wl, gpu_public.run_batch(case))
     assert est is not None, case.name
     return est.output_tok_s * sum(p.replicas for p in spec)
-
-
-def backend_of(case: Case) -> str:
-    return load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml")).nodes[0].profile.backend
 
 
 def fit(cases: list[Case], grid: list[float]) -> tuple[float, float]:
@@ -138,7 +134,7 @@ def main() -> None:
     check = [c for c in CASES if c.round in CHECK_ROUNDS and c.held]
     groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
     for c in train:
-        groups[(c.engine, backend_of(c))].append(c)
+        groups[(c.engine, gpu_public.backend_of(c))].append(c)
     fitted: dict[tuple[str, str], tuple[float, float]] = {}
     print("## Fit (TRAIN: rounds " + ", ".join(map(str, TRAIN_ROUNDS)) + ")\n")
     print("| engine | backend | rows | matmul × | collective × | median before | median after | rows (named engines) |")
@@ -157,7 +153,7 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|")
     before_e, after_e = [], []
     for c in check:
-        k = fitted.get((c.engine, backend_of(c)), (1.0, 1.0))
+        k = fitted.get((c.engine, gpu_public.backend_of(c)), (1.0, 1.0))
         p0, p1 = predicted(c), predicted(c, k)
         before_e.append((c, p0 / c.public - 1))
         after_e.append((c, p1 / c.public - 1))

@@ -23,7 +23,6 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -105,9 +104,8 @@ def fitted_releases() -> dict[str, dict[str, dict[str, Any]]]:
 def release_for(case: Case) -> tuple[str, str]:
     """The release of `case.engine` to predict the row at, and why: its release's key where fitted on the
     row's backend, else FIT (the engine's figures fitted on every training row of it)."""
-    from hetc.cluster import load_cluster
 
-    backend = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml")).nodes[0].profile.backend
+    backend = gpu_public.backend_of(case)
     release, where = release_of(case)
     if release is None:
         return FIT, f"release unknown ({where})"
@@ -120,7 +118,7 @@ def release_for(case: Case) -> tuple[str, str]:
     return key, release
 
 
-def fit_groups(cases: list[Case], backend_of: Callable[[Case], str]) -> tuple[dict[tuple[str, str, str], list[Case]], list[tuple[Case, str]]]:
+def fit_groups(cases: list[Case]) -> tuple[dict[tuple[str, str, str], list[Case]], list[tuple[Case, str]]]:
     """Training rows by (engine, release key, backend), and the rows left to `fit` with why."""
     groups: dict[tuple[str, str, str], list[Case]] = defaultdict(list)
     unknown: list[tuple[Case, str]] = []
@@ -129,7 +127,7 @@ def fit_groups(cases: list[Case], backend_of: Callable[[Case], str]) -> tuple[di
         if release is None:
             unknown.append((c, where))
         else:
-            groups[(c.engine, release_key(release), backend_of(c))].append(c)
+            groups[(c.engine, release_key(release), gpu_public.backend_of(c))].append(c)
     return groups, unknown
 
 
@@ -180,7 +178,7 @@ def main() -> None:
     a = ap.parse_args()
     grid = [round(0.5 + a.grid_step * i, 4) for i in range(int(0.7 / a.grid_step) + 1)]
     train = [c for c in CASES if c.round in ec.TRAIN_ROUNDS and not c.held]  # never a held row
-    groups, unknown = fit_groups(train, ec.backend_of)
+    groups, unknown = fit_groups(train)
     print(f"## Releases of the training rows (rounds {', '.join(map(str, ec.TRAIN_ROUNDS))}): {len(train) - len(unknown)} named, {len(unknown)} unknown\n")
     for why in sorted({w for _, w in unknown}):
         print(f"- unknown ({sum(w == why for _, w in unknown)} rows): {why}")
@@ -197,13 +195,13 @@ def main() -> None:
         write(fitted, groups, grid)
 
     def at_fit(c: Case) -> tuple[float, float]:
-        f = load_engine(EngineName(c.engine)).releases[FIT].get(ec.backend_of(c))
+        f = load_engine(EngineName(c.engine)).releases[FIT].get(gpu_public.backend_of(c))
         return (f.matmul, f.collective) if f else (1.0, 1.0)
 
     def per_release(c: Case) -> tuple[float, float]:
         release, _ = release_of(c)
         key = release_key(release) if release else None
-        return fitted.get((c.engine, key or "", ec.backend_of(c))) or at_fit(c)
+        return fitted.get((c.engine, key or "", gpu_public.backend_of(c))) or at_fit(c)
 
     errs = {
         what: {c.name: ec.predicted(c, f(c)) / c.public - 1 for c in train}

@@ -95,16 +95,27 @@ def run_batch(case: Case) -> int:
     """The batch the public run held per replica: its stated batch (or the engine's cap on running
     sequences), no more than fits one replica in hetc's memory model (every sequence reserves its
     prompt + output); with no stated batch, the largest that fits."""
-    from hetc.cluster import load_cluster
     from hetc.partitioner.capture.capture import capture
     from hetc.partitioner.estimate.simulate import StagePlan, Workload, max_batch
     from hetc.placement import parse_placement
 
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cluster = load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
+    cluster = cluster_of(case, case.engine)
     tp = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0].tp
     stages = [StagePlan(cluster.nodes[0], 0, len(m.units) - 1, tp)]
     return max_batch(m.units, stages, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), limit=case.batch or 4096)
+
+
+def cluster_of(case: Case, engine: str | None = None):
+    """The cluster file of `case`'s devices (benchmarks/public_gpu), under `engine` (None: the file's own)."""
+    from hetc.cluster import load_cluster
+
+    return load_cluster(str(ROOT / CLUSTERS / f"{case.cluster}.yaml"), engine=engine)
+
+
+def backend_of(case: Case) -> str:
+    """The backend of `case`'s devices (the per-engine figures are fitted per engine and backend)."""
+    return cluster_of(case).nodes[0].profile.backend
 
 
 def at_public_config(case: Case, release: str | None = None) -> dict:

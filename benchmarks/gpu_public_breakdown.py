@@ -23,7 +23,6 @@ import gpu_public  # noqa: E402  (the run batch and the cluster files)
 from public_figures import CASES  # noqa: E402
 from public_figures.case import Case  # noqa: E402
 
-from hetc.cluster import load_cluster  # noqa: E402
 from hetc.partitioner.capture.capture import capture  # noqa: E402
 from hetc.partitioner.cost_models.analytic import cost_params, op_time  # noqa: E402
 from hetc.partitioner.cost_models.links import allreduce_time  # noqa: E402
@@ -37,7 +36,7 @@ def breakdown(case: Case) -> tuple[dict[str, float], int, float]:
     """Seconds per round by component for one replica of `case` at its run batch, the batch, and
     the replica's output tok/s (batch / round)."""
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
+    cluster = gpu_public.cluster_of(case, case.engine)
     stage = parse_placement(case.placement, cluster, m.num_layers)[0].stages[0]
     node = next(n for n in cluster.nodes if n.name == stage.node)
     wl = Workload(case.isl, case.osl, case.dtype, m.kv_dtype)
@@ -88,7 +87,7 @@ def main() -> None:
 
 def replicas(case: Case) -> int:
     """The run's replicas: every pipeline of its placement, each as many times as it is repeated."""
-    cluster = load_cluster(str(gpu_public.ROOT / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
+    cluster = gpu_public.cluster_of(case, case.engine)
     return sum(p.replicas for p in parse_placement(case.placement, cluster, 80))
 
 

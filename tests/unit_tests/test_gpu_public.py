@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from hetc.cluster import load_cluster
 from hetc.placement import parse_placement
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +22,7 @@ from public_figures.freeze import FROZEN  # noqa: E402
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case_matches_its_cluster_and_catalog(case):
-    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"))
+    cl = gpu_public.cluster_of(case)
     assert len({n.profile.name for n in cl.nodes}) == 1, "one device type: the public run's devices"
     spec = parse_placement(case.placement, cl, 80)
     assert all(len(p.stages) == 1 for p in spec), "the public runs are tensor-parallel groups, no pipelines"
@@ -34,7 +33,7 @@ def test_case_matches_its_cluster_and_catalog(case):
     assert case.batch is None or case.batch > 0
     assert case.source in SOURCES and case.vendor in ("nvidia", "amd", "intel")
     assert case.named_engine in HETC_ENGINE  # every figure is predicted with the engine it names (or its stated stand-in)
-    assert load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine).engines == case.engine
+    assert gpu_public.cluster_of(case, case.engine).engines == case.engine
 
 
 def test_frozen_commit_is_a_full_hash():
@@ -54,7 +53,7 @@ def test_breakdown_adds_up_to_the_planners_estimate(name):
     case = next(c for c in CASES if c.name == name)
     parts, batch, tok_s = breakdown.breakdown(case)
     m = capture(case.model, dtype=case.dtype, kv_dtype=case.kv_dtype)
-    cl = load_cluster(str(REPO / gpu_public.CLUSTERS / f"{case.cluster}.yaml"), engine=case.engine)
+    cl = gpu_public.cluster_of(case, case.engine)
     st = parse_placement(case.placement, cl, m.num_layers)[0].stages[0]
     node = next(n for n in cl.nodes if n.name == st.node)
     est = estimate_pipeline(m.units, [StagePlan(node, 0, len(m.units) - 1, st.tp)], cl, Workload(case.isl, case.osl, case.dtype, m.kv_dtype), batch)
@@ -82,8 +81,8 @@ def test_fitted_engine_figures_come_from_training_rows_only():
                 continue
             rows = [cases[n] for n in fig["calibrated_on"]]
             assert rows and all(c.round in calibration.TRAIN_ROUNDS and not c.held for c in rows)
-            assert {c.engine for c in rows} == {engine} and {calibration.backend_of(c) for c in rows} == {backend}
-            want = [c.name for c in CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and calibration.backend_of(c) == backend]
+            assert {c.engine for c in rows} == {engine} and {gpu_public.backend_of(c) for c in rows} == {backend}
+            want = [c.name for c in CASES if c.round in calibration.TRAIN_ROUNDS and c.engine == engine and gpu_public.backend_of(c) == backend]
             assert fig["calibrated_on"] == want  # every training row of the group, none left out
 
 
@@ -120,10 +119,10 @@ def test_release_figures_come_from_training_rows_of_that_release():
     """hardware_profiles/engines/fit_releases.yaml: each fitted (engine, release, backend) names every training
     row of that release and no other, at least MIN_ROWS of them; a fallback to `fit` had fewer."""
     rel = _releases()
-    from engine_calibration import TRAIN_ROUNDS, backend_of
+    from engine_calibration import TRAIN_ROUNDS
 
     train = [c for c in CASES if c.round in TRAIN_ROUNDS and not c.held]
-    groups, _ = rel.fit_groups(train, backend_of)
+    groups, _ = rel.fit_groups(train)
     doc = rel.fitted_releases()
     assert doc
     for engine, keys in doc.items():
