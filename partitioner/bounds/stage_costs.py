@@ -119,12 +119,12 @@ class StageCosts:
         key = (phase, batch, m)
         if key not in self._link:
             u = self.u
-            r = self.tables.round(m, batch, phase, max(TP_SIZES))  # the most budget: the fewest messages any pipeline sends
+            messages, tokens = self.tables.traffic(m, batch, phase, max(TP_SIZES))  # the most budget: the fewest messages any pipeline sends
             T = len(self.types)
             link = np.zeros((T, T, u + 1))
             ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1
             lat, inv = self._alpha_beta  # Round.link_time, vectorized over type pairs, paths and cuts (α–β per hop)
-            link[:, :, 1:u] = (r.messages * lat[..., None] + r.tokens * ob * inv[..., None]).min(axis=2)
+            link[:, :, 1:u] = (messages * lat[..., None] + tokens * ob * inv[..., None]).min(axis=2)
             self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))
         return self._link[key]
 

@@ -49,6 +49,7 @@ __all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "Regimes", "search"]
 
 MAX_BATCH = 1 << 16  # a model with no KV has no memory cap: sequences in flight considered at most
 ALL_BATCHES = 64  # a chain that holds at most this many sequences has every batch evaluated
+PAST = -1  # Regimes' chunks where the budget sets the micro-steps (no r matters there: budget_floor.py)
 
 T = TypeVar("T")
 
@@ -107,6 +108,8 @@ class Regimes:
                 k = np.maximum(np.minimum(n, b), np.ceil(b * wl.decode_rows / wl.step_budget)).astype(np.int64)
                 r = self._chunks(wl, b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
                 k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
+                past = k > n  # the budget sets k: priced at its floor per sequence, whatever k and r (budget_floor.py)
+                k[past], r[past] = -1, PAST
                 codes.append(k * (1 << 24) + r)
                 chunks.append(r)
             code = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].ravel() if len(codes) > 1 else codes[0]
@@ -135,8 +138,10 @@ class Regimes:
 
     def shared(self, lo: int, hi: int, b: int, top: int) -> bool:
         """Whether pipelines of lo … hi stages prefill in the same chunks at every batch of [b, top]
-        (then a longer one's round costs at least a shorter one's)."""
-        return bool((self._of(lo)[1][:, b : top + 1] == self._of(hi)[1][:, b : top + 1]).all())
+        (then a longer one's round costs at least a shorter one's), under every budget that does not set
+        the micro-steps of lo stages there (one that does prices the class at its floor: budget_floor.py)."""
+        short, long = self._of(lo)[1][:, b : top + 1], self._of(hi)[1][:, b : top + 1]
+        return bool(((short == long) | (short == PAST)).all())
 
 
 def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int, hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:
