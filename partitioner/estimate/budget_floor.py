@@ -12,8 +12,9 @@ The bound's tables price a kind at this floor (times the batch) wherever the bud
 count, sets k (b·rows > m·budget): there k and r change with every few sequences (a decode batch one past
 k budgets takes another step; the chunks follow s), and batch intervals cut at every such change were
 most of the cell bound's keys (DeepSeek-V3 dp-ep over 24 devices: 3,007 of 3,848, each a cost-model run
-per kind). Regimes does not cut there (batches.py), and nothing above the floor is lost: the best batch
-of such a pipeline has s at a regime's top, where the floor is what it costs.
+per kind). Regimes does not cut there (batches.py). Little is lost: a pipeline within the budget reaches the
+same seats per micro-step at n·s sequences, so the floor is near what the best batch of a cell costs wherever
+its memory holds that many.
 """
 
 from __future__ import annotations

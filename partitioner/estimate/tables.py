@@ -134,14 +134,14 @@ class Tables:
             got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
         return got[1]
 
-    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
+    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH, floor: bool = False) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
         overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
-        key = (self._kind(kind), m, batch, phase)
+        floor = floor and past_budget(self.wl.ranked(kind.tp), m, batch, phase)  # at the kind's own budget (Workload.ranked)
+        key = (self._kind(kind), m, batch, phase, floor)
         if key not in self._cost:
-            wl = self.wl.ranked(kind.tp)  # at the kind's own budget: no pipeline holding it has more (Workload.ranked)
-            if past_budget(wl, m, batch, phase):  # the budget sets the micro-steps: its floor per sequence (budget_floor.py)
+            if floor:  # the budget sets the micro-steps: its floor per sequence (budget_floor.py)
                 cost, over = self._floor(kind, phase)
                 self._cost[key] = (cost * batch, over * batch)
             else:
@@ -170,12 +170,12 @@ class Tables:
             self._cost[key] = (cost, min(o / s for (_, o), s in got) * SHORT)
         return self._cost[key]
 
-    def traffic(self, m: int, batch: int, phase: Phase, tp: int) -> tuple[float, float]:
+    def traffic(self, m: int, batch: int, phase: Phase, tp: int, floor: bool = False) -> tuple[float, float]:
         """(messages, tokens) a stage sends per round at `batch` sequences in m micro-batches under the budget
         of `tp` ranks (Round.messages, Round.tokens): past the budget, their floors per sequence times the
         batch (budget_floor.py)."""
         wl = self.wl.ranked(tp)
-        if not past_budget(wl, m, batch, phase):
+        if not (floor and past_budget(wl, m, batch, phase)):
             r = self.round(m, batch, phase, tp)
             return r.messages, r.tokens
         key = ("traffic", wl.dp_ranks, phase)
@@ -237,14 +237,14 @@ class Tables:
             self._most[key] = np.where(valid & (mem(np.ones_like(b)) <= cap), b, 0).astype(np.int64)
         return self._most[key]
 
-    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None) -> np.ndarray:
+    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None, floor: bool = False) -> np.ndarray:
         """busy_min[k] for k = 0 … U: the least busy seconds per round of a range of k units at
         `batch` sequences that fits memory at `fit` (default: `batch`); inf where none fits.
         Pipelines that prefill and decode."""
         fit = batch if fit is None else fit
-        key = (self._kind(kind), m, batch, fit)
+        key = (self._kind(kind), m, batch, fit, floor)
         if key not in self._busy:
-            cost, over = self.unit_costs(kind, m, batch)
+            cost, over = self.unit_costs(kind, m, batch, floor=floor)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
             busy = np.where(self.fits(kind, fit), p[i + k] - p[i] + over, np.inf)

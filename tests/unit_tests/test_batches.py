@@ -205,14 +205,14 @@ def test_unit_costs_are_kept_per_round_and_past_the_budget_at_its_floor(tmp_path
     for phase in (Phase.BOTH, Phase.DECODE):
         for batch in (3, 200, 513):
             for m in (1, 2, 3):
-                cost, over = tables.unit_costs(kind, m, batch, phase)
+                cost, over = tables.unit_costs(kind, m, batch, phase, floor=True)
                 want, want_over = unit_round_costs(tiny.units, node, 1, WL, Round.of(WL, batch, m, phase))
                 if past_budget(WL, m, batch, phase):
                     assert (cost <= np.array(want) * (1 + 1e-12)).all() and over <= want_over * (1 + 1e-12)
-                    floor, _ = tables.unit_costs(kind, 1, 10 * batch, phase)  # one floor per sequence
+                    floor, _ = tables.unit_costs(kind, 1, 10 * batch, phase, floor=True)  # one floor per sequence
                     assert cost.tolist() == pytest.approx((floor / 10).tolist(), rel=1e-12)
                 else:
                     assert cost.tolist() == pytest.approx(want, rel=1e-12) and over == pytest.approx(want_over, rel=1e-12)
     before = tables.evaluations
-    tables.unit_costs(kind, 1, 1000, Phase.BOTH)
+    tables.unit_costs(kind, 1, 1000, Phase.BOTH, floor=True)
     assert tables.evaluations == before  # the floor is kept

@@ -38,11 +38,11 @@ def test_the_floor_never_costs_more_than_a_round_past_the_budget(tiny, name, pha
             for batch in (b * ranks for b in PAST):
                 if not past_budget(wl, m, batch, phase):
                     continue
-                cost, over = tables.unit_costs(kind, m, batch, phase)
+                cost, over = tables.unit_costs(kind, m, batch, phase, floor=True)
                 r = Round.of(wl, batch, m, phase)
                 want, want_over = unit_round_costs(tiny.units, bound_node(node), 1, wl, r)
                 assert (cost <= np.array(want) * (1 + 1e-12)).all() and over <= want_over * (1 + 1e-12), (ranks, m, batch)
-                messages, tokens = tables.traffic(m, batch, phase, 1)
+                messages, tokens = tables.traffic(m, batch, phase, 1, floor=True)
                 assert messages <= r.messages * (1 + 1e-12) and tokens <= r.tokens * (1 + 1e-12), (ranks, m, batch)
 
 
