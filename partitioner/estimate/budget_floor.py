@@ -8,11 +8,13 @@ the bound rests on), and s·rows ≤ budget always. So the least, over the regim
 of the cost per sequence at the top of the regime bounds a stage's cost per sequence at any batch and
 micro-batch count, under that budget, from below.
 
-The bound's tables price a kind at this floor (times the batch) wherever the budget, not the micro-batch
-count, sets k (b·rows > m·budget): there k and r change with every few sequences (a decode batch one past
-k budgets takes another step; the chunks follow s), and batch intervals cut at every such change were
-most of the cell bound's keys (DeepSeek-V3 dp-ep over 24 devices: 3,007 of 3,848, each a cost-model run
-per kind). Regimes does not cut there (batches.py). Little is lost: a pipeline within the budget reaches the
+The first pass of the bound (its keys: aggregate.py, and the cost LP, whole-device MIP and column
+generation's pricing over the same keys) prices a kind at this floor (times the batch) wherever the budget,
+not the micro-batch count, sets k (b·rows > m·budget): there k and r change with every few sequences (a
+decode batch one past k budgets takes another step; the chunks follow s), and batch intervals cut at every
+such change were most of the cell bound's keys (DeepSeek-V3 dp-ep over 24 devices: 3,007 of 3,848, each a
+cost-model run per kind). Its Regimes does not cut there (batches.py); refinement does, and costs its pieces
+exactly (`floor=False`), so the chains it hands the search sit at real batches. Little is lost: a pipeline within the budget reaches the
 same seats per micro-step at n·s sequences, so the floor is near what the best batch of a cell costs wherever
 its memory holds that many.
 """
