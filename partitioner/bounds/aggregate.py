@@ -220,7 +220,7 @@ class FirstPass:
         least busy time on a kind that holds it alone."""
         out = np.zeros(len(self.space))
         costs, idx = self.costs, self.cells(key)
-        case = costs.case(self.phase, key.top, key.m, fit=key.batch)
+        case = costs.case(self.phase, key.top, key.m, fit=key.batch, floor=True)
         if case is None or not len(idx):
             return out
         kk = np.array([g for g in self.kinds if np.isfinite(case.P[g, -1])], dtype=np.int64)
@@ -246,7 +246,7 @@ class FirstPass:
         costs, kinds, G = self.costs, self.kinds, self.G
         out = np.zeros(len(idx))
         batch, hi = key.batch, key.hi
-        case = costs.case(self.phase, key.top, key.m, fit=batch)
+        case = costs.case(self.phase, key.top, key.m, fit=batch, floor=True)
         if case is None or not len(idx):
             return out
         rate = np.full(len(idx), float(key.rate(costs.tables.wl.output_len)))

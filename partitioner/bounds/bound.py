@@ -140,7 +140,7 @@ def cost_bound(
         for gi, g in enumerate(kinds):
             if most[gi] < key.batch:
                 continue
-            cost, over = tables.unit_costs(g, key.m, key.top)
+            cost, over = tables.unit_costs(g, key.m, key.top, floor=True)
             f, big_g = solver.NumVar(0, inf, ""), solver.NumVar(0, inf, "")
             y = [solver.NumVar(0, inf, "") for _ in rep]
             row(-inf, 0, [(f, over), (big_g, -key.top), *((v, float(cost[j])) for j, v in zip(rep, y))])

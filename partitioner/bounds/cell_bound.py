@@ -120,8 +120,10 @@ class _Cells:
     ) -> None:
         self.costs, self.space, self.phase, self.loop, self.loop_stages = costs, space, phase, loop, loop_stages
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
-        self.regimes = Regimes(costs.tables.wl, phase, ceiling)
-        self.rows = Rows(costs, space, phase, max_stages, ceiling, self.regimes)  # the first pass (`_first_pass` runs it)
+        # the first pass prices keys past the budget at its floor (budget_floor.py); refinement splits them at every
+        # change of the steps and costs its pieces exactly, as a pipeline runs
+        self.regimes = Regimes(costs.tables.wl, phase, ceiling, floor=False)
+        self.rows = Rows(costs, space, phase, max_stages, ceiling)  # the first pass (`_first_pass` runs it)
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)

@@ -69,7 +69,7 @@ class KeyPricer:
     def __init__(self, costs: StageCosts, key: Key, tp_groups: bool) -> None:
         self.costs, self.key = costs, key
         self.rate = float(key.rate(costs.tables.wl.output_len))
-        self.case: Any = costs.case(key.phase, key.top, key.m, fit=key.batch)  # a Case, or None: no kind holds the key
+        self.case: Any = costs.case(key.phase, key.top, key.m, fit=key.batch, floor=True)  # a Case, or None: no kind holds the key
         case = self.case
         U = costs.u
         self.kinds = np.array(

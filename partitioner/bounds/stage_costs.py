@@ -76,13 +76,13 @@ class StageCosts:
         self._link: dict = {}
         self._ranges: dict = {}
 
-    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None) -> Case | None:
+    def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None, floor: bool = False) -> Case | None:
         """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m
         micro-batches, with memory at `fit` sequences (default `batch`; batches.py: costs at an
         interval's top, memory at its first batch), for the kinds `use` marks (default all; the
         others cost inf); None if no kind holds any unit. Pools are one device per stage."""
         fit = batch if fit is None else fit
-        key = (phase, batch, m, fit, None if use is None else use.tobytes())
+        key = (phase, batch, m, fit, None if use is None else use.tobytes(), floor)
         if key not in self._cases:
             mem = self.memory(phase, fit)
             P, over = mem.P.copy(), np.zeros(len(self.kinds))
@@ -90,9 +90,9 @@ class StageCosts:
                 if use is not None and not use[g]:
                     P[g] = INF
                 elif np.isfinite(P[g, -1]):
-                    cost, over[g] = self.tables.unit_costs(kind, m, batch, phase)
+                    cost, over[g] = self.tables.unit_costs(kind, m, batch, phase, floor)
                     P[g, 1:] = np.cumsum(cost)
-            link, cheapest = self.links(phase, batch, m)
+            link, cheapest = self.links(phase, batch, m, floor)
             self._cases[key] = None if np.isinf(P).all() else Case(P, over, mem.jfit, link, cheapest)
         return self._cases[key]
 
@@ -114,17 +114,18 @@ class StageCosts:
             self._memory[key] = Case(P, np.zeros(G), jfit, np.zeros((T, T, u + 1)), np.zeros((T, T)))
         return self._memory[key]
 
-    def links(self, phase: Phase, batch: int, m: int) -> tuple[np.ndarray, np.ndarray]:
-        """link[t', t, i] and cheapest[t', t] (see Case) at one operating point, cached."""
-        key = (phase, batch, m)
+    def links(self, phase: Phase, batch: int, m: int, floor: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """link[t', t, i] and cheapest[t', t] (see Case) at one operating point, cached (`floor`: past the budget, at
+        its floor per sequence: budget_floor.py)."""
+        key = (phase, batch, m, floor)
         if key not in self._link:
             u = self.u
-            r = self.tables.round(m, batch, phase, max(TP_SIZES))  # the most budget: the fewest messages any pipeline sends
+            messages, tokens = self.tables.traffic(m, batch, phase, max(TP_SIZES), floor)  # the most budget: the fewest messages any pipeline sends
             T = len(self.types)
             link = np.zeros((T, T, u + 1))
             ob = self.out_bytes[: u - 1]  # crossing cut i: the output of unit i − 1
             lat, inv = self._alpha_beta  # Round.link_time, vectorized over type pairs, paths and cuts (α–β per hop)
-            link[:, :, 1:u] = (r.messages * lat[..., None] + r.tokens * ob * inv[..., None]).min(axis=2)
+            link[:, :, 1:u] = (messages * lat[..., None] + tokens * ob * inv[..., None]).min(axis=2)
             self._link[key] = (link, link[:, :, 1:u].min(axis=2) if u > 1 else np.zeros((T, T)))
         return self._link[key]
 

@@ -75,7 +75,7 @@ def whole_devices_bound(
             cap = np.zeros(u + 1)
             for b, top in (run for lo, hi in batches for run in regimes.runs(n, lo, hi)):
                 # every batch in [b, top]: at most top's tokens over top's cost (batches.py)
-                busy = tables.busy_min(g, min(n, top), top, fit=b)
+                busy = tables.busy_min(g, min(n, top), top, fit=b, floor=True)
                 with np.errstate(divide="ignore"):
                     cap = np.maximum(cap, np.where(np.isfinite(busy), top / busy, 0.0))
             ok = np.nonzero(cap[1:] > 0)[0] + 1

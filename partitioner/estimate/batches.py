@@ -22,7 +22,9 @@ sequences, batch ≤ b ≤ top, is bounded by `top` sequences' tokens over its r
   add the seat-life terms of simulate.Round.of, continuous in s while r is fixed; there the
   property is measured, not proved (test_batches.py: every catalog profile, several workloads,
   every batch of a regime), and it fails across regimes — a decode batch one past the token
-  budget takes two steps and streams the weights twice — so no interval straddles one. The
+  budget takes two steps and streams the weights twice — so no interval straddles one, except
+  past the budget (k > n): there the bound prices a stage at one floor per sequence that holds
+  at every batch (budget_floor.py), and Regimes keeps one run from there up. The
   same holds for busy(b, m) nondecreasing in m at fixed b where the lengths prefill in the
   same chunks, which lets a class of pipelines of lengths ≥ lo be costed at m = min(lo, top)
   (classes that do not are split into single lengths). Profiles whose fitted curves fall
@@ -49,6 +51,7 @@ __all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "Regimes", "search"]
 
 MAX_BATCH = 1 << 16  # a model with no KV has no memory cap: sequences in flight considered at most
 ALL_BATCHES = 64  # a chain that holds at most this many sequences has every batch evaluated
+PAST = -1  # Regimes' chunks where the budget sets the micro-steps (no r matters there: budget_floor.py)
 
 T = TypeVar("T")
 
@@ -87,12 +90,14 @@ class Regimes:
     (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
     budget the decode tokens leave (`prefill_chunk` × the data-parallel ranks of the pipeline's
     narrowest stage, Workload.ranked: the breaks are those of every budget a pipeline may run at).
-    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b;
+    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b; past
+    the budget (k > n) one run, priced at a floor that holds for every k and r (budget_floor.py);
     where r differs between two lengths at one batch, the longer one's round need not cost more
     (test_batches.py measures both on every profile)."""
 
-    def __init__(self, wl: Workload, phase: Phase, ceiling: int) -> None:
-        self.wl, self.phase, self.ceiling = wl, phase, ceiling
+    def __init__(self, wl: Workload, phase: Phase, ceiling: int, floor: bool = True) -> None:
+        """`floor`: one run past the budget, for costs priced at its floor there (False: every change, for exact costs)."""
+        self.wl, self.phase, self.ceiling, self.floor = wl, phase, ceiling, floor
         # every budget a pipeline may run at (its narrowest stage's data-parallel ranks: Workload.ranked)
         self.budgets = list({w.dp_ranks: w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
         self._codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -107,6 +112,8 @@ class Regimes:
                 k = np.maximum(np.minimum(n, b), np.ceil(b * wl.decode_rows / wl.step_budget)).astype(np.int64)
                 r = self._chunks(wl, b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
                 k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
+                past = (k > n) & self.floor  # the budget sets k: priced at its floor per sequence, whatever k and r (budget_floor.py)
+                k[past], r[past] = -1, PAST
                 codes.append(k * (1 << 24) + r)
                 chunks.append(r)
             code = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].ravel() if len(codes) > 1 else codes[0]
@@ -135,8 +142,10 @@ class Regimes:
 
     def shared(self, lo: int, hi: int, b: int, top: int) -> bool:
         """Whether pipelines of lo … hi stages prefill in the same chunks at every batch of [b, top]
-        (then a longer one's round costs at least a shorter one's)."""
-        return bool((self._of(lo)[1][:, b : top + 1] == self._of(hi)[1][:, b : top + 1]).all())
+        (then a longer one's round costs at least a shorter one's), under every budget that does not set
+        the micro-steps of lo stages there (one that does prices the class at its floor: budget_floor.py)."""
+        short, long = self._of(lo)[1][:, b : top + 1], self._of(hi)[1][:, b : top + 1]
+        return bool(((short == long) | (short == PAST)).all())
 
 
 def search(evaluate: Callable[[int], T | None], score: Callable[[T], float], ceiling: int, hints: tuple[int, ...] = ()) -> list[tuple[int, T]]:

@@ -251,9 +251,15 @@ class Round:
         """The round of a pipeline of `batch` sequences in `m` micro-batches (a prefill pool: per prompt)."""
         if phase == Phase.PREFILL:
             return _prefill_round(wl)
-        rows = wl.decode_rows  # tokens per decoding sequence in a step (K + 1 when speculating)
-        k = max(m, math.ceil(batch * rows / wl.step_budget))  # micro-steps per pass: each within the token budget
-        b, dec_ctx = batch / k, wl.decode_ctx
+        k = max(m, math.ceil(batch * wl.decode_rows / wl.step_budget))  # micro-steps per pass: each within the token budget
+        return Round.at(wl, k, batch / k, phase)
+
+    @staticmethod
+    def at(wl: Workload, k: int, b: float, phase: Phase = Phase.BOTH) -> "Round":
+        """The round of k micro-steps per pass of `b` seats each (pipelines that prefill and decode, or
+        decode pools): k times a round of one micro-step of `b` seats, so tok/s per stage depends on `b`
+        alone (budget_floor.py)."""
+        rows, dec_ctx = wl.decode_rows, wl.decode_ctx
         decode = wl.decode_step(b)
         if phase == Phase.DECODE:
             return Round(((k, decode),), 1 / wl.spec_yield)

@@ -23,6 +23,7 @@ import numpy as np
 from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.cost_models.memory import logits_per_token
+from hetc.partitioner.estimate.budget_floor import SHORT, floor_points, past_budget
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import Phase
@@ -133,23 +134,56 @@ class Tables:
             got = self._kind_keys[id(kind)] = (kind, (kind.name, kind.type_key))
         return got[1]
 
-    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH) -> tuple[np.ndarray, float]:
+    def unit_costs(self, kind: Kind, m: int, batch: int, phase: Phase = Phase.BOTH, floor: bool = False) -> tuple[np.ndarray, float]:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
         overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
-        key = (self._kind(kind), m, batch, phase)
+        floor = floor and past_budget(self.wl.ranked(kind.tp), m, batch, phase)  # at the kind's own budget (Workload.ranked)
+        key = (self._kind(kind), m, batch, phase, floor)
         if key not in self._cost:
-            r = self.round(m, batch, phase, kind.tp)  # at the kind's own budget: no pipeline holding it has more (Workload.ranked)
-            same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
-            if same not in self._cost:
-                self.evaluations += 1
-                node, steps = self._steps.setdefault(self._kind(kind), (bound_node(kind.nodes[0]), {}))
-                before = len(steps)
-                cost, over = unit_round_costs(self.reps, node, kind.tp, self.wl, r, steps)
-                self.step_costs += len(steps) - before
-                self._cost[same] = (np.array(cost)[self.signature], over)  # units of one signature cost the same
-            self._cost[key] = self._cost[same]
+            if floor:  # the budget sets the micro-steps: its floor per sequence (budget_floor.py)
+                cost, over = self._floor(kind, phase)
+                self._cost[key] = (cost * batch, over * batch)
+            else:
+                self._cost[key] = self._round_costs(kind, self.round(m, batch, phase, kind.tp))
         return self._cost[key]
+
+    def _round_costs(self, kind: Kind, r: Round) -> tuple[np.ndarray, float]:
+        """Per-unit busy seconds of a stage of `kind` per round `r`, and its fixed overhead, kept per round."""
+        same = (self._kind(kind), r)  # other (m, batch) with the same steps (e.g. m below the token budget's)
+        if same not in self._cost:
+            self.evaluations += 1
+            node, steps = self._steps.setdefault(self._kind(kind), (bound_node(kind.nodes[0]), {}))
+            before = len(steps)
+            cost, over = unit_round_costs(self.reps, node, kind.tp, self.wl, r, steps)
+            self.step_costs += len(steps) - before
+            self._cost[same] = (np.array(cost)[self.signature], over)  # units of one signature cost the same
+        return self._cost[same]
+
+    def _floor(self, kind: Kind, phase: Phase) -> tuple[np.ndarray, float]:
+        """Per unit and for the overhead, the least busy seconds per sequence of a stage of `kind` at any
+        batch under its budget (budget_floor.py), kept."""
+        key = ("floor", self._kind(kind), phase)
+        if key not in self._cost:
+            got = [(self._round_costs(kind, r), s) for s, r in floor_points(self.wl.ranked(kind.tp), phase)]
+            cost = np.min([c / s for (c, _), s in got], axis=0) * SHORT
+            self._cost[key] = (cost, min(o / s for (_, o), s in got) * SHORT)
+        return self._cost[key]
+
+    def traffic(self, m: int, batch: int, phase: Phase, tp: int, floor: bool = False) -> tuple[float, float]:
+        """(messages, tokens) a stage sends per round at `batch` sequences in m micro-batches under the budget
+        of `tp` ranks (Round.messages, Round.tokens): past the budget, their floors per sequence times the
+        batch (budget_floor.py)."""
+        wl = self.wl.ranked(tp)
+        if not (floor and past_budget(wl, m, batch, phase)):
+            r = self.round(m, batch, phase, tp)
+            return r.messages, r.tokens
+        key = ("traffic", wl.dp_ranks, phase)
+        if key not in self._cost:
+            got = floor_points(wl, phase)
+            self._cost[key] = (min(r.messages / s for s, r in got) * SHORT, min(r.tokens / s for s, r in got) * SHORT)
+        msg, tok = self._cost[key]
+        return msg * batch, tok * batch
 
     def round(self, m: int, batch: int, phase: Phase, tp: int = 1) -> Round:
         """simulate.Round.of for a pipeline whose narrowest stage is a group of `tp` (its step budget:
@@ -203,14 +237,14 @@ class Tables:
             self._most[key] = np.where(valid & (mem(np.ones_like(b)) <= cap), b, 0).astype(np.int64)
         return self._most[key]
 
-    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None) -> np.ndarray:
+    def busy_min(self, kind: Kind, m: int, batch: int, fit: int | None = None, floor: bool = False) -> np.ndarray:
         """busy_min[k] for k = 0 … U: the least busy seconds per round of a range of k units at
         `batch` sequences that fits memory at `fit` (default: `batch`); inf where none fits.
         Pipelines that prefill and decode."""
         fit = batch if fit is None else fit
-        key = (self._kind(kind), m, batch, fit)
+        key = (self._kind(kind), m, batch, fit, floor)
         if key not in self._busy:
-            cost, over = self.unit_costs(kind, m, batch)
+            cost, over = self.unit_costs(kind, m, batch, floor=floor)
             i, k, valid, *_ = self._ranges
             p = np.concatenate([[0.0], np.cumsum(cost)])
             busy = np.where(self.fits(kind, fit), p[i + k] - p[i] + over, np.inf)

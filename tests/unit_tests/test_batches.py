@@ -5,11 +5,13 @@ the ceiling, interval and search helpers."""
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from hetc.cluster import Node, load_profile, profile_names, resolve_link
 from hetc.efficiency import DecodeAttentionCurve
-from hetc.partitioner.estimate.batches import Regimes, batch_ceiling, octaves, search
+from hetc.partitioner.estimate.batches import PAST, Regimes, batch_ceiling, octaves, search
+from hetc.partitioner.estimate.budget_floor import past_budget
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.envelope import bound_node, falling_curves
@@ -38,6 +40,8 @@ def _check_per_sequence(units, node, tp, phase, wl=WL):
     regimes = Regimes(wl, phase, 4000)
     for n in (1, 2, 3, 8):
         for lo, hi in regimes.runs(n, 1, 4000):
+            if past_budget(wl, n, lo, phase):  # one run past the budget, priced at its floor (test_budget_floor.py)
+                continue
             batches = sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi} & set(range(lo, min(hi, 700) + 1)))
             per_seq = [_busy(units, node, tp, b, min(n, b), phase, wl) / b for b in batches]
             assert all(y <= x * (1 + 1e-12) for x, y in zip(per_seq, per_seq[1:])), (node.profile.name, tp, n, batches)
@@ -53,13 +57,14 @@ def test_regimes_break_where_the_step_changes(tiny):
     node = Node("a", load_profile("h100-sxm"), 8, resolve_link("nvlink4", "test", "link"))
     assert _busy(tiny.units, node, 1, 65, 1, Phase.DECODE) / 65 > 1.5 * _busy(tiny.units, node, 1, 64, 1, Phase.DECODE) / 64
     decode = Regimes(WL, Phase.DECODE, 300)
-    assert decode.runs(1, 1, 300) == [(1, 1), (2, 64), (65, 128), (129, 192), (193, 256), (257, 300)]
+    assert decode.runs(1, 1, 300) == [(1, 1), (2, 64), (65, 300)]  # past the budget: one run, at the floor (budget_floor.py)
+    assert decode.runs(2, 1, 300) == [(1, 2), (3, 128), (129, 300)]
     assert decode.runs(8, 1, 300)[0] == (1, 8) and decode.shared(1, 8, 1, 300)
     both = Regimes(WL, Phase.BOTH, 3000)
     for n in (1, 3, 30):
         for b in range(1, 3001, 7):
             k = max(min(n, b), math.ceil(b / WL.prefill_chunk))
-            assert both._of(n)[1][0, b] == _seat_life(WL, b / k)[1], (n, b)
+            assert both._of(n)[1][0, b] == (PAST if k > n else _seat_life(WL, b / k)[1]), (n, b)
 
 
 @pytest.mark.parametrize("name", profile_names())
@@ -123,6 +128,8 @@ def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny)
     ):
         for phase in (Phase.BOTH, Phase.DECODE):
             for lo, hi in Regimes(WL, phase, 300).runs(len(stages), 1, 300):
+                if past_budget(WL, len(stages), lo, phase):  # priced at the floor instead (test_budget_floor.py)
+                    continue
                 prev = 0.0
                 for batch in range(lo, hi + 1):
                     tok = estimate_pipeline(units, stages, cluster, WL, batch, phase).output_tok_s
@@ -186,23 +193,26 @@ def test_search_tries_the_hints():
     assert got[611] == 10 and 9000 not in got
 
 
-def test_unit_costs_are_shared_between_operating_points_with_the_same_round(tmp_path, tiny):
-    """Tables runs the cost model once per round: an (m, batch) whose steps are another's (m below
-    the micro-steps the token budget needs) gets the same costs without a new evaluation, and every
-    (m, batch) gets what unit_round_costs gives for its own round."""
+def test_unit_costs_are_kept_per_round_and_past_the_budget_at_its_floor(tmp_path, tiny):
+    """Tables runs the cost model once per round: every (m, batch) within the token budget gets what
+    unit_round_costs gives for its own round; past it (200 and 513 sequences need more micro-steps than
+    m) every (m, batch) gets the batch times one floor per sequence, run once per phase, and never more
+    than its own round costs (budget_floor.py)."""
     cluster = two_type_cluster(tmp_path, "1 GB", "1 GB")
     tables = Tables(tiny.units, WL)
     kind = Kind(cluster.nodes[0].profile, 1, None, (cluster.nodes[0],), 1)
     node = bound_node(cluster.nodes[0])
-    seen: set = set()
     for phase in (Phase.BOTH, Phase.DECODE):
         for batch in (3, 200, 513):
             for m in (1, 2, 3):
-                before = tables.evaluations
-                cost, over = tables.unit_costs(kind, m, batch, phase)
-                r = Round.of(WL, batch, m, phase)
-                assert tables.evaluations - before == (r not in seen)
-                seen.add(r)
-                want, want_over = unit_round_costs(tiny.units, node, 1, WL, r)
-                assert cost.tolist() == pytest.approx(want, rel=1e-12) and over == pytest.approx(want_over, rel=1e-12)
-    assert tables.evaluations == len(seen) < 18  # 200 and 513 sequences need more micro-steps than m: shared
+                cost, over = tables.unit_costs(kind, m, batch, phase, floor=True)
+                want, want_over = unit_round_costs(tiny.units, node, 1, WL, Round.of(WL, batch, m, phase))
+                if past_budget(WL, m, batch, phase):
+                    assert (cost <= np.array(want) * (1 + 1e-12)).all() and over <= want_over * (1 + 1e-12)
+                    floor, _ = tables.unit_costs(kind, 1, 10 * batch, phase, floor=True)  # one floor per sequence
+                    assert cost.tolist() == pytest.approx((floor / 10).tolist(), rel=1e-12)
+                else:
+                    assert cost.tolist() == pytest.approx(want, rel=1e-12) and over == pytest.approx(want_over, rel=1e-12)
+    before = tables.evaluations
+    tables.unit_costs(kind, 1, 1000, Phase.BOTH, floor=True)
+    assert tables.evaluations == before  # the floor is kept
