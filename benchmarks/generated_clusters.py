@@ -7,8 +7,11 @@ network of 10-400 Gbit/s with a few node pairs on a different link, and a catalo
 that every drawn device has FLOPs for and whose weights fill at most WEIGHT_SHARE of the cluster's
 usable memory. Each case's cluster.yaml (the contract in docs/cluster.md) is written to a temp dir.
 
-Seed blocks (fixed; see `benchmarks/solver_scenarios.py --generated tune|check`):
+Seed blocks (fixed; see `benchmarks/solver_scenarios.py --generated tune|tune-wide|check`):
     TUNE_SEEDS   0-11     solver and bound changes may be tried and tuned on these;
+    TUNE_WIDE_SEEDS 12-43 a second tuning block (tuning allowed), as large as the check block, so that the
+                 families twelve seeds rarely draw (qwen3-235b-a22b, mixtral-8x7b, llama-3.1-405b fp16, small
+                 models on ~60 devices) show on the tuning side too;
     CHECK_SEEDS  1000-1031  only ever run to report; NEVER tune on them.
     SMALL_SEEDS  2000-2039  a diagnostic block (tuning allowed): tiny cases a brute force enumerates
                  (`generate_small`, benchmarks/solver_brute.py), to tell a loose plan from a loose bound.
@@ -28,6 +31,7 @@ from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.estimate.simulate import Workload
 
 TUNE_SEEDS = range(0, 12)
+TUNE_WIDE_SEEDS = range(12, 44)
 CHECK_SEEDS = range(1000, 1032)
 SMALL_SEEDS = range(2000, 2040)
 

@@ -1,11 +1,13 @@
 """Replicas get real devices: tensor-parallel groups stay inside a node, and what CP-SAT may
 choose always fits the nodes (tp sizes divide one another; largest groups are placed first)."""
 
+from dataclasses import replace
+
 import pytest
 
 from hetc.cluster import load_cluster
 from hetc.partitioner.capture.capture import capture
-from hetc.partitioner.estimate.simulate import Workload
+from hetc.partitioner.estimate.simulate import Workload, estimate_pipeline
 from hetc.partitioner.search.mix import Option as _Option, slot_use as _slot_use, slots_of as _slots
 from hetc.partitioner.search.solver import _allocate
 from hetc.partitioner.estimate.split import Slot, batch_options
@@ -61,3 +63,22 @@ def test_slots_count_what_the_nodes_hold(setup):
     placed = [(s.node.name, f, s.tp) for s, f in zip(cands[0].stages, cands[0].first_device)]
     tp4 = next(p for p in placed if p[2] == 4)
     assert tp4[1] == 0 and all(p[0] != tp4[0] for p in placed if p[2] < 4)
+
+
+def test_replicas_stages_stay_on_one_node_each(setup, tmp_path):
+    """Two replicas of a two-stage chain on two nodes of two: placed stage by stage, both replicas' first
+    stages took node x and both second stages y (every replica across the network); a replica's stages
+    placed together keep each replica inside one node, and it predicts more."""
+    _, units, _ = setup
+    (tmp_path / "two.yaml").write_text(
+        "nodes:\n  - {name: x, device: ./fast.yaml, count: 2, link: pcie4}\n"
+        "  - {name: y, device: ./fast.yaml, count: 2, link: pcie4}\nnetwork: {default: ethernet-10g}\n"
+    )
+    cluster = load_cluster(tmp_path / "two.yaml")
+    t = Template("two singles", (Slot(cluster.nodes[0], 1),) * 2)
+    opt = _Option(t, batch_options(units, list(t.chain), cluster, WL)[0])
+    cands, notes = _allocate([(opt, 2)], units, cluster, WL)
+    assert not notes and sum(c.replicas for c in cands) == 2
+    assert sorted(tuple(s.node.name for s in c.stages) for c in cands for _ in range(c.replicas)) == [("x", "x"), ("y", "y")]
+    across = estimate_pipeline(units, [replace(s, node=cluster.nodes[i]) for i, s in enumerate(cands[0].stages)], cluster, WL, opt.found.estimate.batch)
+    assert across is not None and cands[0].estimate.output_tok_s > across.output_tok_s

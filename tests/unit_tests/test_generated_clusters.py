@@ -1,5 +1,6 @@
 """benchmarks/generated_clusters.py (issue 31): every seed of both blocks gives a valid cluster.yaml
-within the drawn ranges, with a model and dtype that fit it, the same on every run."""
+within the drawn ranges, with a model and dtype that fit it, the same on every run; no tuning seed is a
+check seed."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ gen = importlib.util.module_from_spec(spec)
 sys.modules["generated_clusters"] = gen  # its dataclass looks its module up
 spec.loader.exec_module(gen)
 
-SEEDS = [*gen.TUNE_SEEDS, *gen.CHECK_SEEDS]
+SEEDS = [*gen.TUNE_SEEDS, *gen.TUNE_WIDE_SEEDS, *gen.CHECK_SEEDS]
 
 
 def test_blocks_are_disjoint_and_the_check_block_is_large_enough():
-    assert not set(gen.TUNE_SEEDS) & set(gen.CHECK_SEEDS)
+    tuning = [*gen.TUNE_SEEDS, *gen.TUNE_WIDE_SEEDS, *gen.SMALL_SEEDS]
+    assert len(set(tuning)) == len(tuning), "the tuning blocks do not overlap each other"
+    assert not set(tuning) & set(gen.CHECK_SEEDS), "no seed tuned on is ever a check seed"
     assert len(gen.CHECK_SEEDS) >= 30
 
 
