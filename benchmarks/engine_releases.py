@@ -104,7 +104,6 @@ def fitted_releases() -> dict[str, dict[str, dict[str, Any]]]:
 def release_for(case: Case) -> tuple[str, str]:
     """The release of `case.engine` to predict the row at, and why: its release's key where fitted on the
     row's backend, else FIT (the engine's figures fitted on every training row of it)."""
-
     backend = gpu_public.backend_of(case)
     release, where = release_of(case)
     if release is None:

@@ -250,7 +250,9 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
         flops = _at(op.flops, step) / tp
         weights = op.weight_bytes / tp
         rows, nk = op.rows(t), op.nk / tp
-        if op.kind == "moe" and op.experts:
+        routed = op.kind == "moe" and bool(op.experts)
+        spread = 0.0  # per-expert GEMMs: each expert's rows are its own, Binomial(tokens, k/E) (_spread_efficiency)
+        if routed:
             share = _expert_fraction(op.experts, op.top_k, t)
             rows = max(t * op.top_k / (op.experts * share), 1.0)  # rows per touched expert
             if cp.ep > 1:  # E/ep experts whole on each device: the busiest one's routed rows, its own touched experts
@@ -265,12 +267,12 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
             if cp.execution.experts == "grouped":
                 nk = op.nk * op.experts / max(tp, cp.ep)
             else:  # one expert's weight: split over the group (tp layout) or whole (expert-parallel)
-                nk = op.nk / (tp if cp.ep == 1 else 1)
-        if op.kind == "moe" and op.experts and cp.execution.experts == "per-expert" and cp.matmul and nk > 0:
-            e = _spread_efficiency(cp.matmul, t, op.top_k / op.experts, nk, rows)
+                nk, spread = op.nk / (tp if cp.ep == 1 else 1), op.top_k / op.experts
+        if not (cp.matmul and nk > 0):
+            e = cp.eff_matmul
         else:
-            e = cp.matmul(rows, nk) if cp.matmul and nk > 0 else cp.eff_matmul
-        if op.kind == "moe" and op.experts and cp.ep > 1 and cp.matmul and nk > 0:
+            e = _spread_efficiency(cp.matmul, t, spread, nk, rows) if spread else cp.matmul(rows, nk)
+        if routed and cp.ep > 1 and cp.matmul and nk > 0:
             # the busiest device's rows per expert grow by the imbalance; its GEMM runs at most that much more efficiently
             e = min(cp.matmul(rows * cp.imbalance, nk), e * cp.imbalance)
         return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
