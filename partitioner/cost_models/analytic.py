@@ -221,7 +221,7 @@ def _spread_efficiency(curve: LogTable, tokens: float, p: float, nk: float, rows
         w = m * math.exp(base - math.lgamma(m + 1.0) - math.lgamma(tokens - m + 1.0) + m * math.log(p) + (tokens - m) * math.log1p(-p))
         num += w
         den += w / curve(m, nk)
-    return num / den if den > 0 else curve(rows, nk)
+    return num / den
 
 
 def _combine(compute: float, memory: float, overlap: float) -> float:
