@@ -156,10 +156,11 @@ def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: floa
     )
 
 
-def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
-    """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
-    class's shortest (n > lo); [key] when neither."""
-    if not prefill and key.batch <= most < key.top:
+def _split(key: Key, most: int, n: int, prefill: bool, flat: bool) -> list[Key]:
+    """`key` cut where its best chain stops holding sequences (at `most`; not where `flat`: priced at the
+    floor, a chain's tok/s is the same at every batch of the key) or is longer than the class's shortest
+    (n > lo); [key] when neither."""
+    if not prefill and not flat and key.batch <= most < key.top:
         mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
         rest: Any = (
             [key._replace(batch=most + 1)]
@@ -260,9 +261,8 @@ def column_bound_rounds(
     floor = demand.floor if demand is not None else 0.0
     G = np.array([groups.get(g, 0) for g in range(len(kinds))], dtype=float)
     least = -np.inf  # with a demand: the best spend bound so far
-    todo: list[tuple[Phase, Key]] = []
-    for p in phases:
-        todo += [(p, k) for k in keys(p, max_stages, ceiling, Regimes(tables.wl, p, ceiling))]
+    regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
+    todo = [(p, k) for p in phases for k in keys(p, max_stages, ceiling, regimes[p])]
     pricers: dict[tuple[Phase, Key], KeyPricer] = {}
     cols: list[_Column] = []
     seen: set = set()
@@ -346,7 +346,7 @@ def column_bound_rounds(
             top = max(top, got.found / lo)
             phase, key = pk
             most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
-            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL)
+            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL, key.batch >= regimes[phase].floor_from(key.lo))
             nxt += [(phase, k) for k in parts]
             for k in parts:
                 last[(phase, k)] = got.upper / lo
