@@ -115,7 +115,7 @@ class Regimes:
                 r = self._chunks(wl, b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
                 k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
                 # the steps full (budget_floor.floored at m = n): priced at the floor per sequence, whatever k and r
-                past = (b > n * floor_seats(wl, self.phase)) & self.floor & (self.phase != Phase.PREFILL)
+                past = b > n * floor_seats(wl, self.phase) if self.floor and self.phase != Phase.PREFILL else np.zeros(len(b), dtype=bool)
                 k[past], r[past] = -1, PAST
                 codes.append(k * (1 << 24) + r)
                 chunks.append(r)
