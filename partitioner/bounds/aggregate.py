@@ -71,14 +71,18 @@ def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[
     """Operating points that cover every pipeline of `phase` at every batch up to `ceiling`
     (prefill pools keep one prompt per stage, so at most `ceiling` stages); no key straddles a
     change of its shortest pipelines' step regime, and a class whose lengths prefill in
-    different chunks somewhere in a key is split into single lengths there (batches.Regimes)."""
+    different chunks somewhere in a key is split into single lengths there (batches.Regimes).
+    Where the steps are full one key runs to the ceiling: priced at the floor, a chain's tok/s is the
+    same at every batch there, so octaves would only repeat it (budget_floor.py)."""
     out = []
     for lo, hi in classes(max_stages):
         if phase == Phase.PREFILL:
             if lo <= ceiling:
                 out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
-        for b, top in octaves(ceiling, PER_OCTAVE):
+        full = regimes.floor_from(lo)
+        spans = [(b, min(top, full - 1)) for b, top in octaves(ceiling, PER_OCTAVE) if b < full] + [(full, ceiling)]
+        for b, top in spans:
             for rb, rt in regimes.runs(lo, b, top):
                 if regimes.shared(lo, hi, rb, rt):
                     out.append(Key(phase, rb, rt, min(lo, rt), lo, hi))

@@ -68,6 +68,7 @@ AHEAD = 1.3  # the last full pass is started where this many times its estimate 
 # more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
 SHORT = 10.0  # cost master: tok/s short of the floor cost this many times all devices' spend over the floor
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
+STALL = 1e-6  # a pass's columns that move the master by less than this share of its value leave it where it was
 
 METHOD = (
     "column generation over pipelines: an LP over device counts per type with a Lagrangian bound from exact chain pricing (loop term and link choice relaxed)"
@@ -116,7 +117,7 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
         else:
             feed[c.pipe.phase].SetCoefficient(v, -c.pipe.tok_s)
     obj.SetMaximization()
-    if s.Solve() != pywraplp.Solver.OPTIMAL:
+    if not _solved(s):
         raise RuntimeError("the column-generation master LP did not solve to optimality")
     pi = np.array([max(0.0, ct.dual_value()) for ct in dev])
     sigma = {g: max(0.0, ct.dual_value()) for g, ct in grp.items()}
@@ -124,6 +125,14 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
     if pools:
         mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
     return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
+
+
+def _solved(s: pywraplp.Solver) -> bool:
+    """Solve the master; where GLOP's presolve ends it ABNORMAL (gen13, 193 columns), again without presolve."""
+    if s.Solve() == pywraplp.Solver.OPTIMAL:
+        return True
+    s.SetSolverSpecificParametersAsString("use_preprocessing: false")
+    return s.Solve() == pywraplp.Solver.OPTIMAL
 
 
 def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray, floor: float):
@@ -138,28 +147,29 @@ def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.nd
         obj.SetCoefficient(v, float(spend @ c.devices))
         row.SetCoefficient(v, c.pipe.tok_s)
     obj.SetMinimization()
-    if s.Solve() != pywraplp.Solver.OPTIMAL:
+    if not _solved(s):
         raise RuntimeError("the column-generation cost master LP did not solve to optimality")
     pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
     sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
     return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}
 
 
-def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int) -> _Column:
-    """A chain as a column, valued at the most sequences it holds within its key (prefill pools:
-    `rate` output tokens per prompt)."""
+def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int, floor_R: float | None = None) -> _Column:
+    """A chain as a column, valued at the most sequences it holds within its key (prefill pools: `rate`
+    output tokens per prompt); in a key at the floor, as pricing valued it (`rate` / `floor_R`): at `most`
+    it was worth less, kept its reduced cost in the master and the bound stayed above the LP (gen38: 0.8%)."""
     kinds_ = list(chain[0])
     devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
     tokens = rate if phase == Phase.PREFILL else most
-    return _Column(
-        Pipeline(phase, chain[0], chain[1], most, tokens / chain_round(costs, phase, most, chain)), devices, np.bincount(np.array(kinds_), minlength=n_kinds)
-    )
+    tok_s = rate / floor_R if floor_R is not None else tokens / chain_round(costs, phase, most, chain)
+    return _Column(Pipeline(phase, chain[0], chain[1], most, tok_s), devices, np.bincount(np.array(kinds_), minlength=n_kinds))
 
 
-def _split(key: Key, most: int, n: int, prefill: bool) -> list[Key]:
-    """`key` cut where its best chain stops holding sequences (at `most`) or is longer than the
-    class's shortest (n > lo); [key] when neither."""
-    if not prefill and key.batch <= most < key.top:
+def _split(key: Key, most: int, n: int, prefill: bool, flat: bool) -> list[Key]:
+    """`key` cut where its best chain stops holding sequences (at `most`; not where `flat`: priced at the
+    floor, a chain's tok/s is the same at every batch of the key) or is longer than the class's shortest
+    (n > lo); [key] when neither."""
+    if not prefill and not flat and key.batch <= most < key.top:
         mid = int(np.sqrt((most + 1) * key.top))  # the rest in two, evenly in log: a chain that holds a few more
         rest: Any = (
             [key._replace(batch=most + 1)]
@@ -260,9 +270,8 @@ def column_bound_rounds(
     floor = demand.floor if demand is not None else 0.0
     G = np.array([groups.get(g, 0) for g in range(len(kinds))], dtype=float)
     least = -np.inf  # with a demand: the best spend bound so far
-    todo: list[tuple[Phase, Key]] = []
-    for p in phases:
-        todo += [(p, k) for k in keys(p, max_stages, ceiling, Regimes(tables.wl, p, ceiling))]
+    regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
+    todo = [(p, k) for p in phases for k in keys(p, max_stages, ceiling, regimes[p])]
     pricers: dict[tuple[Phase, Key], KeyPricer] = {}
     cols: list[_Column] = []
     seen: set = set()
@@ -272,6 +281,7 @@ def column_bound_rounds(
     center = None  # the duals of the best bound so far (before any, pricing takes the master's own)
     spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
+    stall = None  # the master's value before the last pass's columns, where it priced smoothed duals and found some
     clock = cpu.clock if cpu is not None else (lambda: 0.0)
     cpu0, pass_cpu = clock(), 0.0  # CPU at the start; of the last full pass
     shown: Callable[[], ColumnBound] | None = None  # the last pass's bound, once a full pass made it valid
@@ -281,6 +291,10 @@ def column_bound_rounds(
             continue
         it += 1
         z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {})
+        # smoothed duals' columns that leave the master where it was are a misprice (Wentges): price its own next
+        # (gen41 without pools: an early center found 24 such columns a pass for 80 passes, none full)
+        if stall is not None and (z <= stall * (1 + STALL) if spend is None else z >= stall * (1 - STALL)):
+            missed = True
         if pools and not cols:
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
         duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]), np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
@@ -346,11 +360,12 @@ def column_bound_rounds(
             top = max(top, got.found / lo)
             phase, key = pk
             most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
-            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL)
+            flat = key.batch >= regimes[phase].floor_from(key.lo)  # priced at the floor at every batch of the key
+            parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL, flat)
             nxt += [(phase, k) for k in parts]
             for k in parts:
                 last[(phase, k)] = got.upper / lo
-            col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds))
+            col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds), got.R if flat else None)
             if (phase, got.chain, most) not in seen:
                 seen.add((phase, got.chain, most))
                 new.append(col)
@@ -368,6 +383,7 @@ def column_bound_rounds(
                 best = value
                 center = duals if spend is None else center
         missed = smooth and not new and not cut  # a cut pass found nothing for want of time
+        stall = z if smooth and new else None
         todo = nxt
         cols += new
         if progress:

@@ -23,8 +23,9 @@ sequences, batch ≤ b ≤ top, is bounded by `top` sequences' tokens over its r
   property is measured, not proved (test_batches.py: every catalog profile, several workloads,
   every batch of a regime), and it fails across regimes — a decode batch one past the token
   budget takes two steps and streams the weights twice — so no interval straddles one, except
-  past the budget (k > n): there the bound prices a stage at one floor per sequence that holds
-  at every batch (budget_floor.py), and Regimes keeps one run from there up. The
+  where the steps are full (b > n·s₁, s₁ the first chunk regime's top; past the budget, always):
+  there the bound prices a stage at one floor per sequence that holds at every batch
+  (budget_floor.py), and Regimes keeps one run from there up (`floor_from`). The
   same holds for busy(b, m) nondecreasing in m at fixed b where the lengths prefill in the
   same chunks, which lets a class of pipelines of lengths ≥ lo be costed at m = min(lo, top)
   (classes that do not are split into single lengths). Profiles whose fitted curves fall
@@ -43,6 +44,7 @@ from typing import TypeVar
 import numpy as np
 
 from hetc.cluster import TP_SIZES, Cluster
+from hetc.partitioner.estimate.budget_floor import floor_seats
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.capture.units import Unit
 from hetc.scheduling import Phase
@@ -51,7 +53,7 @@ __all__ = ["ALL_BATCHES", "batch_ceiling", "octaves", "Regimes", "search"]
 
 MAX_BATCH = 1 << 16  # a model with no KV has no memory cap: sequences in flight considered at most
 ALL_BATCHES = 64  # a chain that holds at most this many sequences has every batch evaluated
-PAST = -1  # Regimes' chunks where the budget sets the micro-steps (no r matters there: budget_floor.py)
+PAST = -1  # Regimes' chunks where a round is priced at the floor (no k or r matters there: budget_floor.py)
 
 T = TypeVar("T")
 
@@ -90,13 +92,13 @@ class Regimes:
     (prefill and decode together) prefills a prompt in r(s) chunks, the fewest that fit the
     budget the decode tokens leave (`prefill_chunk` × the data-parallel ranks of the pipeline's
     narrowest stage, Workload.ranked: the breaks are those of every budget a pipeline may run at).
-    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b; past
-    the budget (k > n) one run, priced at a floor that holds for every k and r (budget_floor.py);
+    While k (or s = 1, b ≤ n) and r stay put, a round's busy seconds per sequence never grow with b; where
+    the steps are full (b > n·s₁) one run, priced at a floor that holds for every k and r (budget_floor.py);
     where r differs between two lengths at one batch, the longer one's round need not cost more
     (test_batches.py measures both on every profile)."""
 
     def __init__(self, wl: Workload, phase: Phase, ceiling: int, floor: bool = True) -> None:
-        """`floor`: one run past the budget, for costs priced at its floor there (False: every change, for exact costs)."""
+        """`floor`: one run where the steps are full, for costs priced at the floor there (False: every change, for exact costs)."""
         self.wl, self.phase, self.ceiling, self.floor = wl, phase, ceiling, floor
         # every budget a pipeline may run at (its narrowest stage's data-parallel ranks: Workload.ranked)
         self.budgets = list({w.dp_ranks: w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
@@ -112,7 +114,8 @@ class Regimes:
                 k = np.maximum(np.minimum(n, b), np.ceil(b * wl.decode_rows / wl.step_budget)).astype(np.int64)
                 r = self._chunks(wl, b / np.maximum(k, 1)) if self.phase == Phase.BOTH else np.zeros(len(b), dtype=np.int64)
                 k[b <= n] = 0  # one seat per micro-step: the same steps, b of them
-                past = (k > n) & self.floor  # the budget sets k: priced at its floor per sequence, whatever k and r (budget_floor.py)
+                # the steps full (budget_floor.floored at m = n): priced at the floor per sequence, whatever k and r
+                past = b > n * floor_seats(wl, self.phase) if self.floor and self.phase != Phase.PREFILL else np.zeros(len(b), dtype=bool)
                 k[past], r[past] = -1, PAST
                 codes.append(k * (1 << 24) + r)
                 chunks.append(r)
@@ -130,6 +133,13 @@ class Regimes:
             ok = todo & (spare > 0) & (np.ceil(inp * wl.dp_ranks / np.where(spare > 0, spare, 1.0)) <= t)
             r[ok], todo, t = t, todo & ~ok, t + 1
         return r
+
+    def floor_from(self, n: int) -> int:
+        """The least batch from which n-stage pipelines are priced at the floor under every budget, up to
+        the ceiling (ceiling + 1 where none): one interval covers them all, its costs per sequence the
+        same at every batch (budget_floor.py)."""
+        floor = (self._of(n)[1] == PAST).all(axis=0)
+        return int(len(floor) - np.argmin(floor[::-1])) if not floor.all() else 0
 
     def runs(self, n: int, b: int, top: int) -> list[tuple[int, int]]:
         """[b, top] cut where the regime of n-stage pipelines changes (none if top < b)."""

@@ -1,4 +1,4 @@
-"""Past the token budget: one lower bound per sequence for every batch whose micro-steps the budget sets.
+"""Past the first chunk regime: one lower bound per sequence for every batch where the steps are full.
 
 A pipeline at b sequences in m micro-batches runs k = max(m, ⌈b·rows / budget⌉) micro-steps per pass of
 s = b / k seats (simulate.Round.of), and its round is k times a round of one micro-step of s seats
@@ -9,40 +9,52 @@ of the cost per sequence at the top of the regime bounds a stage's cost per sequ
 micro-batch count, under that budget, from below.
 
 The first pass of the bound (its keys: aggregate.py, and the cost LP, whole-device MIP and column
-generation's pricing over the same keys) prices a kind at this floor (times the batch) wherever the budget,
-not the micro-batch count, sets k (b·rows > m·budget): there k and r change with every few sequences (a
-decode batch one past k budgets takes another step; the chunks follow s), and batch intervals cut at every
-such change were most of the cell bound's keys (DeepSeek-V3 dp-ep over 24 devices: 3,007 of 3,848, each a
-cost-model run per kind). Its Regimes does not cut there (batches.py); refinement does, and costs its pieces
-exactly (`floor=False`), so the chains it hands the search sit at real batches. Little is lost: a pipeline within the budget reaches the
-same seats per micro-step at n·s sequences, so the floor is near what the best batch of a cell costs wherever
-its memory holds that many.
+generation's pricing over the same keys) prices a kind at this floor (times the batch) wherever a pipeline's
+micro-steps hold more seats than the first regime's top s₁ (b > m·s₁): past the budget (b·rows > m·budget,
+s₁ ≤ budget / rows) k and r change with every few sequences (a decode batch one past k budgets takes another
+step; the chunks follow s), and between m·s₁ and the budget r does (a prompt in ever more chunks as the decode
+seats fill the step); batch intervals cut at every such change were most of the bound's keys (DeepSeek-V3
+dp-ep over 24 devices: 3,007 of 3,848; qwen2.5-7b over 52 devices of 6 types: 12 of the 28 intervals of
+one-stage pipelines lay between s₁ = 1,028 and the budget of 2,048, 6 past it), each a cost-model run per
+kind. Its Regimes does not cut there and its keys run on to the ceiling in one (batches.py, aggregate.keys);
+refinement does, and costs its pieces exactly (`floor=False`), so the chains it hands the search sit at real
+batches. Little is lost: the cost per sequence is flat once the steps are full (the cost at s₁ is the floor
+itself on every catalog profile for qwen2.5-7b and llama-3.1-70b at 1,024 / 256 and 8,192 / 512 tokens; the
+tests' 96-token prompts in 64-token chunks put it 12–16% above), and a pipeline reaches the same seats per
+micro-step at m·s sequences, so the floor is near what the best batch of a cell costs wherever its memory
+holds that many.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable
 
 from hetc.partitioner.estimate.simulate import Round, Workload, _seat_life
 from hetc.scheduling import Phase
 
-__all__ = ["SHORT", "past_budget", "floor_points"]
+__all__ = ["SHORT", "floored", "floor_points", "floor_seats"]
 
 BISECT = 60  # halvings toward a regime's top (to 2^-60 of the budget)
 SHORT = 1 - 1e-9  # per-sequence costs scaled by this: the top of a regime is approached, not reached
 
 
-def past_budget(wl: Workload, m: int, batch: int, phase: Phase) -> bool:
-    """Whether the budget, not the m micro-batches, sets the micro-steps of `batch` sequences (then a round
-    at that batch is priced at the floor: module docstring)."""
-    return phase != Phase.PREFILL and math.ceil(batch * wl.decode_rows / wl.step_budget) > m
+def floored(wl: Workload, m: int, batch: int, phase: Phase) -> bool:
+    """Whether a round of `batch` sequences in m micro-batches is priced at the floor (module docstring): its
+    micro-steps hold more than the first chunk regime's top (past the budget, always)."""
+    return phase != Phase.PREFILL and batch > m * floor_seats(wl, phase)
 
 
+def floor_seats(wl: Workload, phase: Phase) -> float:
+    """s₁: the top of the first chunk regime (decode pools: the budget's seats), past which a micro-step is priced at the floor."""
+    return floor_points(wl, phase)[0][0]
+
+
+@functools.cache
 def floor_points(wl: Workload, phase: Phase) -> list[tuple[float, Round]]:
     """(seats s, the round of one micro-step of s seats) at the top of every prefill-chunk regime of s in
     (0, budget / rows] (decode pools: the top alone): the rounds whose cost per sequence, at least, bounds
-    every batch past the budget from below."""
+    every batch from below (kept: the same few per workload)."""
     top = wl.step_budget / wl.decode_rows
     seats = [top] if phase == Phase.DECODE else _regime_tops(lambda s: _seat_life(wl, s)[1], top)
     return [(s, Round.at(wl, 1, s, phase)) for s in seats]

@@ -23,7 +23,7 @@ import numpy as np
 from hetc.cluster import TP_SIZES, Cluster, Link, Node, Profile
 from hetc.partitioner.cost_models.envelope import bound_node
 from hetc.partitioner.cost_models.memory import logits_per_token
-from hetc.partitioner.estimate.budget_floor import SHORT, floor_points, past_budget
+from hetc.partitioner.estimate.budget_floor import SHORT, floor_points, floored
 from hetc.partitioner.estimate.simulate import Round, Workload, cost_signature, unit_round_costs
 from hetc.partitioner.capture.units import Unit, held_weights
 from hetc.scheduling import Phase
@@ -138,10 +138,10 @@ class Tables:
         """Per-unit busy seconds per round (prefill pools: per prompt), and the stage's fixed
         overhead per round, as simulate.estimate_pipeline counts them for `phase` — with the
         profile's envelope where its efficiency curves fall (envelope.py: never more)."""
-        floor = floor and past_budget(self.wl.ranked(kind.tp), m, batch, phase)  # at the kind's own budget (Workload.ranked)
+        floor = floor and floored(self.wl.ranked(kind.tp), m, batch, phase)  # at the kind's own budget (Workload.ranked)
         key = (self._kind(kind), m, batch, phase, floor)
         if key not in self._cost:
-            if floor:  # the budget sets the micro-steps: its floor per sequence (budget_floor.py)
+            if floor:  # the steps full: the floor per sequence (budget_floor.py)
                 cost, over = self._floor(kind, phase)
                 self._cost[key] = (cost * batch, over * batch)
             else:
@@ -172,10 +172,10 @@ class Tables:
 
     def traffic(self, m: int, batch: int, phase: Phase, tp: int, floor: bool = False) -> tuple[float, float]:
         """(messages, tokens) a stage sends per round at `batch` sequences in m micro-batches under the budget
-        of `tp` ranks (Round.messages, Round.tokens): past the budget, their floors per sequence times the
+        of `tp` ranks (Round.messages, Round.tokens): where the steps are full, their floors per sequence times the
         batch (budget_floor.py)."""
         wl = self.wl.ranked(tp)
-        if not (floor and past_budget(wl, m, batch, phase)):
+        if not (floor and floored(wl, m, batch, phase)):
             r = self.round(m, batch, phase, tp)
             return r.messages, r.tokens
         key = ("traffic", wl.dp_ranks, phase)

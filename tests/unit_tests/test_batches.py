@@ -11,7 +11,7 @@ import pytest
 from hetc.cluster import Node, load_profile, profile_names, resolve_link
 from hetc.efficiency import DecodeAttentionCurve
 from hetc.partitioner.estimate.batches import PAST, Regimes, batch_ceiling, octaves, search
-from hetc.partitioner.estimate.budget_floor import past_budget
+from hetc.partitioner.estimate.budget_floor import floor_seats, floored
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.envelope import bound_node, falling_curves
@@ -40,14 +40,14 @@ def _check_per_sequence(units, node, tp, phase, wl=WL):
     regimes = Regimes(wl, phase, 4000)
     for n in (1, 2, 3, 8):
         for lo, hi in regimes.runs(n, 1, 4000):
-            if past_budget(wl, n, lo, phase):  # one run past the budget, priced at its floor (test_budget_floor.py)
+            if floored(wl, n, lo, phase):  # one run where the steps are full, priced at the floor (test_budget_floor.py)
                 continue
             batches = sorted({lo, lo + 1, (lo + hi) // 2, hi - 1, hi} & set(range(lo, min(hi, 700) + 1)))
             per_seq = [_busy(units, node, tp, b, min(n, b), phase, wl) / b for b in batches]
             assert all(y <= x * (1 + 1e-12) for x, y in zip(per_seq, per_seq[1:])), (node.profile.name, tp, n, batches)
     for b in (5, 64, 65, 513):
         for m in (1, 2, 3, 4):
-            if regimes.shared(m, m + 1, b, b):
+            if regimes.shared(m, m + 1, b, b) and not floored(wl, m, b, phase):  # floored: priced at the floor, whatever m
                 assert _busy(units, node, tp, b, m, phase, wl) <= _busy(units, node, tp, b, m + 1, phase, wl) * (1 + 1e-12)
 
 
@@ -64,7 +64,7 @@ def test_regimes_break_where_the_step_changes(tiny):
     for n in (1, 3, 30):
         for b in range(1, 3001, 7):
             k = max(min(n, b), math.ceil(b / WL.prefill_chunk))
-            assert both._of(n)[1][0, b] == (PAST if k > n else _seat_life(WL, b / k)[1]), (n, b)
+            assert both._of(n)[1][0, b] == (PAST if b > n * floor_seats(WL, Phase.BOTH) else _seat_life(WL, b / k)[1]), (n, b)
 
 
 @pytest.mark.parametrize("name", profile_names())
@@ -128,7 +128,7 @@ def test_a_fixed_pipelines_throughput_never_falls_with_its_batch(tmp_path, tiny)
     ):
         for phase in (Phase.BOTH, Phase.DECODE):
             for lo, hi in Regimes(WL, phase, 300).runs(len(stages), 1, 300):
-                if past_budget(WL, len(stages), lo, phase):  # priced at the floor instead (test_budget_floor.py)
+                if floored(WL, len(stages), lo, phase):  # priced at the floor instead (test_budget_floor.py)
                     continue
                 prev = 0.0
                 for batch in range(lo, hi + 1):
@@ -194,10 +194,10 @@ def test_search_tries_the_hints():
 
 
 def test_unit_costs_are_kept_per_round_and_past_the_budget_at_its_floor(tmp_path, tiny):
-    """Tables runs the cost model once per round: every (m, batch) within the token budget gets what
-    unit_round_costs gives for its own round; past it (200 and 513 sequences need more micro-steps than
-    m) every (m, batch) gets the batch times one floor per sequence, run once per phase, and never more
-    than its own round costs (budget_floor.py)."""
+    """Tables runs the cost model once per round: every (m, batch) short of full steps gets what
+    unit_round_costs gives for its own round; past them (200 and 513 sequences: more than m × the first
+    chunk regime's top, and past the budget) every (m, batch) gets the batch times one floor per sequence,
+    run once per phase, and never more than its own round costs (budget_floor.py)."""
     cluster = two_type_cluster(tmp_path, "1 GB", "1 GB")
     tables = Tables(tiny.units, WL)
     kind = Kind(cluster.nodes[0].profile, 1, None, (cluster.nodes[0],), 1)
@@ -207,7 +207,7 @@ def test_unit_costs_are_kept_per_round_and_past_the_budget_at_its_floor(tmp_path
             for m in (1, 2, 3):
                 cost, over = tables.unit_costs(kind, m, batch, phase, floor=True)
                 want, want_over = unit_round_costs(tiny.units, node, 1, WL, Round.of(WL, batch, m, phase))
-                if past_budget(WL, m, batch, phase):
+                if floored(WL, m, batch, phase):
                     assert (cost <= np.array(want) * (1 + 1e-12)).all() and over <= want_over * (1 + 1e-12)
                     floor, _ = tables.unit_costs(kind, 1, 10 * batch, phase, floor=True)  # one floor per sequence
                     assert cost.tolist() == pytest.approx((floor / 10).tolist(), rel=1e-12)

@@ -8,11 +8,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from hetc.cluster import load_cluster
 from hetc.partitioner.search import solver as solver_module
 from hetc.partitioner.bounds.aggregate import keys
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cell_bound import Pipeline
+from hetc.partitioner.bounds import colgen
 from hetc.partitioner.bounds.colgen import column_bound
+from hetc.partitioner.bounds.price_dp import typed_dp
 from hetc.partitioner.bounds.pricing import KeyPricer
 from hetc.partitioner.search.solver import solve
 from hetc.partitioner.bounds.stage_costs import StageCosts
@@ -155,3 +158,62 @@ def test_uneven_templates_are_every_fitting_mix_of_two_kinds(tmp_path):
         assert mixes.get(mix) == early, mix
     assert not any(dict(m).get("big", 0) > 1 or dict(m).get("fast×tp2", 0) > 2 for m in mixes)
     assert not any(sum(n for _, n in m) > 3 for m, early in mixes.items() if early)
+
+
+def test_rows_with_links_out_of_reach_take_the_exact_dp_only_where_the_relaxation_leaves_room(tmp_path, tiny):
+    """pricing._dp: where some link is not within R it runs free_dp with the links ignored first and the exact
+    typed_dp only on the rows where that stays below their cap. Against typed_dp on every such row: a lower
+    bound on its least price, the same least price (and chain price) wherever that is below the cap, and
+    some rows ruled out without it (10 GbE between the types: the long keys' rows)."""
+    many_type_cluster(tmp_path, 3)
+    path = tmp_path / "c.yaml"
+    path.write_text(path.read_text().replace("{default: ethernet-10g}", "{default: {bandwidth: 100 Mbit/s, latency: 200 us}}"))
+    cluster = load_cluster(path)
+    costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
+    rng = np.random.default_rng(7)
+    ruled_out = compared = 0
+    for key in keys(Phase.BOTH, 6, 40, Regimes(WL, Phase.BOTH, 40)):
+        pricer = KeyPricer(costs, key, tp_groups=True)
+        if not len(pricer.cand):
+            continue
+        Rs = pricer.cand
+        typed = ~(pricer.case.cheapest[None] <= (Rs * (1 + 1e-9))[:, None, None]).all(axis=(1, 2))
+        if not typed.any():
+            continue
+        prices = rng.uniform(0.05, 0.6, len(costs.kinds)) * pricer.rate / Rs[0] * costs.tp
+        cap = pricer.rate / Rs * rng.uniform(0.2, 1.2)
+        low, best, _ = pricer._dp(Rs, prices, cap)
+        u0 = pricer._reach_u0(Rs[typed])
+        pk = prices[pricer.kinds]
+        _, want_best, _ = typed_dp(
+            u0, pk, pricer.type_of, pricer.T, pricer.case.cheapest[None] <= (Rs[typed] * (1 + 1e-9))[:, None, None], key.lo, min(key.hi, costs.u), cap[typed]
+        )
+        exact, _, _ = typed_dp(
+            u0, pk, pricer.type_of, pricer.T, pricer.case.cheapest[None] <= (Rs[typed] * (1 + 1e-9))[:, None, None], key.lo, min(key.hi, costs.u)
+        )
+        assert (low[typed] <= exact * (1 + 1e-12) + 1e-12).all(), key
+        below = exact < cap[typed]
+        assert np.allclose(low[typed][below], exact[below], rtol=1e-12) and np.allclose(best[typed][below], want_best[below], rtol=1e-12), key
+        ruled_out += int((low[typed] >= cap[typed]).sum())
+        compared += int(typed.sum())
+    assert compared and ruled_out
+
+
+def test_a_column_of_a_key_at_the_floor_is_worth_what_pricing_found(tmp_path, tiny):
+    """A key whose every batch is priced at the floor (decode pools past the budget) enters the master at the
+    tok/s pricing valued its chain at, so that its reduced cost there is what pricing found and the LP can
+    price it out; valued at the most sequences it holds exactly (here 2.5 budgets: three steps short of
+    full), it was worth less, kept a positive reduced cost inside the master, and the bound stayed above the LP."""
+    cluster = two_type_cluster(tmp_path, "1 GB", "1 GB")
+    costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
+    regimes = Regimes(WL, Phase.DECODE, 4096)
+    key = next(k for k in keys(Phase.DECODE, 1, 4096, regimes) if k.batch >= regimes.floor_from(k.lo))
+    assert key.top == 4096
+    pricer = KeyPricer(costs, key, tp_groups=False)
+    prices = np.full(len(costs.kinds), 1.0)
+    got = pricer.price(prices, 1.0, -np.inf, 0.0)
+    most = int(2.5 * WL.step_budget)
+    col = colgen._column(costs, Phase.DECODE, got.chain, most, pricer.rate, len(costs.kinds), got.R)
+    assert col.pipe.tok_s - col.stages @ prices == pytest.approx(got.found, rel=1e-9)
+    exact = colgen._column(costs, Phase.DECODE, got.chain, most, pricer.rate, len(costs.kinds))
+    assert exact.pipe.tok_s < col.pipe.tok_s * (1 - 1e-3)

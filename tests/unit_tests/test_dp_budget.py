@@ -17,7 +17,7 @@ from hetc.engine import EngineName, load_engine
 from hetc.experts import ExpertLayout, StepBudget
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.cost_models.envelope import bound_node
-from hetc.partitioner.estimate.budget_floor import past_budget
+from hetc.partitioner.estimate.budget_floor import floored
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.estimate.simulate import Round, StagePlan, Workload, _seat_life, estimate_pipeline, unit_round_costs
 from hetc.partitioner.search.solver import solve
@@ -95,14 +95,14 @@ def _shape(wl: Workload, phase: Phase, n: int, b: int) -> tuple[int, int]:
 
 def test_regimes_break_where_any_budget_does():
     """No batch interval straddles a change of micro-steps or prompt chunks under any budget, short of
-    where that budget sets the micro-steps (priced at its floor per sequence there: budget_floor.py)."""
+    where that budget's steps are full (priced at its floor per sequence there: budget_floor.py)."""
     for phase in (Phase.BOTH, Phase.DECODE):
         regimes = Regimes(PER_RANK, phase, 1200)
         for n in (1, 3):
             for lo, hi in regimes.runs(n, 1, 1200):
                 for ranks in (1, 2, 4, 8):
                     wl = PER_RANK.ranked(ranks)
-                    shapes = {_shape(wl, phase, n, b) if not past_budget(wl, n, b, phase) else "past" for b in range(lo, hi + 1)}
+                    shapes = {_shape(wl, phase, n, b) if not floored(wl, n, b, phase) else "past" for b in range(lo, hi + 1)}
                     assert len(shapes) == 1, (phase, n, lo, hi, ranks, shapes)
 
 
