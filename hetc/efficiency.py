@@ -33,7 +33,9 @@ class Efficiency(BaseModel):
     the longer (1: a pure roofline, max(compute, memory); 0: they add up). `matmul_by_dtype`
     gives the matmul fraction for a compute dtype that reaches a different share of its own
     peak (FP8 GEMMs on H100 reach 70.9% of FP8 peak where BF16 reaches 80.3%); `matmul`
-    applies to the others.
+    applies to the others. `experts` is the share of that (or the curve's) efficiency a step's
+    routed-expert GEMMs reach as the serving engine runs its MoE layer (its grouped GEMMs with the
+    permute and finalize around them): 1 unless an engine's figures set it (hetc/engine.py).
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -41,6 +43,7 @@ class Efficiency(BaseModel):
     memory: Fraction
     overlap: Annotated[float, Field(ge=0, le=1)] = 1.0
     matmul_by_dtype: dict[DType, Fraction] = {}
+    experts: Fraction = 1.0
 
     def matmul_for(self, dtype: str) -> float:
         """The achievable matmul fraction of peak for compute dtype `dtype`."""

@@ -12,6 +12,9 @@ hardware_profiles/engines/NAME.yaml with a source for every figure:
   the profile's (the catalog's were measured or estimated for a torch-based engine, vLLM).
 - `matmul`, `attention`: the engine's GEMM and attention kernels relative to the profile's
   achievable efficiencies (1: the profile's figures as they are).
+- `experts`: the engine's MoE layer (grouped expert GEMMs, with the permute and finalize around them)
+  relative to its dense GEMMs at the same rows: a factor on the efficiency of the routed experts' GEMMs
+  only, over `matmul` (1: as the dense ones).
 - `collective`: the engine's tensor-parallel all-reduce time over the link model's (1: the link
   model's; only a fitted release sets it); `collectives`: the engine's all-reduce path, in words.
 
@@ -97,6 +100,7 @@ class EngineFigures(_Strict):
     step_overhead: Seconds | None = None
     matmul: Scale = 1.0
     attention: Scale = 1.0
+    experts: Annotated[float, Field(gt=0, le=1)] = 1.0  # × the GEMM efficiency for the routed experts' GEMMs (Efficiency.experts)
     collective: Annotated[float, Field(gt=0, le=4)] = 1.0  # × the link model's tensor-parallel all-reduce time (Execution.collective)
     collectives: str = ""
     calibrated_on: list[str] = []  # the training rows a calibrated figure came from (benchmarks/engine_calibration.py)
@@ -115,7 +119,7 @@ class EngineFigures(_Strict):
     @property
     def changes_nothing(self) -> bool:
         untouched = self.launch_overhead is None and self.step_overhead is None
-        return not self.execution and untouched and self.matmul == self.attention == self.collective == 1.0
+        return not self.execution and untouched and self.matmul == self.attention == self.collective == self.experts == 1.0
 
 
 class WindowKV(StrEnum):
@@ -276,10 +280,14 @@ def apply_engine(profile: Any, fig: EngineFigures) -> Any:
         update["launch_overhead"] = fig.launch_overhead
     if fig.step_overhead is not None:
         update["step_overhead"] = fig.step_overhead
-    if fig.matmul != 1.0:
+    if fig.matmul != 1.0 or fig.experts != 1.0:
         e = profile.efficiency
         update["efficiency"] = e.model_copy(
-            update={"matmul": e.matmul * fig.matmul, "matmul_by_dtype": {d: v * fig.matmul for d, v in e.matmul_by_dtype.items()}}
+            update={
+                "matmul": e.matmul * fig.matmul,
+                "matmul_by_dtype": {d: v * fig.matmul for d, v in e.matmul_by_dtype.items()},
+                "experts": e.experts * fig.experts,
+            }
         )
     c = profile.efficiency_curves
     if c is not None and (fig.matmul != 1.0 or fig.attention != 1.0):

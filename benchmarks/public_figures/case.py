@@ -50,7 +50,7 @@ class Case:
     vendor: str  # nvidia | amd | intel
     placement: str  # the run's parallelism as a --placement SPEC
     batch: int | None  # the run's batch (or the engine's cap on running sequences); None: the best that fits
-    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8-11: FROZEN_BY_ROUND
+    round: int  # 1: the first comparison; 2, 3, 4, 5 + 6: after the freezes at 11b21d7, 48fca1d, fd4908c, 005d8e2; 7: FROZEN; 8-12: FROZEN_BY_ROUND
     note: str = ""
     kv_dtype: str | None = None  # the run's KV-cache dtype where it is not the weights' (hetc's default)
     hold: bool = True  # False: gathered in a held round but reported beside, by a rule stated with its source

@@ -151,6 +151,7 @@ class CostParams:
     memory_kinds: dict[str, LogCurve]
     memory_ops: dict[str, LogCurve]
     gather: LogTable | None
+    eff_experts: float = 1.0  # the routed experts' GEMMs at this share of the dense GEMM efficiency (Efficiency.experts)
     memo: dict = field(default_factory=dict)  # Step -> {unit cost_key: seconds}
 
 
@@ -194,6 +195,7 @@ def cost_params(profile: Profile, dtype: str, tp: int = 1, ep: int = 1, dp: int 
         memory_kinds={k: LogCurve(c) for k, c in curves.memory_kinds.items()} if curves else {},
         memory_ops={k: LogCurve(c) for k, c in curves.memory_ops.items()} if curves else {},
         gather=LogTable(curves.gather) if curves and curves.gather else None,
+        eff_experts=profile.efficiency.experts,
     )
     _PARAMS[key] = cp  # holds the profile, so its id is not reused while cached
     return cp
@@ -275,6 +277,8 @@ def op_time(op: OpRecord, cp: CostParams, step: Step, kv_bytes_per_token: float 
         if routed and cp.ep > 1 and cp.matmul and nk > 0:
             # the busiest device's rows per expert grow by the imbalance; its GEMM runs at most that much more efficiently
             e = min(cp.matmul(rows * cp.imbalance, nk), e * cp.imbalance)
+        if routed:  # the engine's MoE kernels beside its dense GEMMs at the same rows (1 unless its figures say)
+            e *= cp.eff_experts
         return _combine(flops / (cp.peak * e), (weights + act) / stream, cp.overlap)
     # element-wise, norms, copies, gathers: bytes at the bandwidth an op of this size reaches
     nbytes = act + op.weight_bytes / tp

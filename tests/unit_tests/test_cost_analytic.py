@@ -364,3 +364,16 @@ def test_a_dtype_may_reach_its_own_share_of_peak():
         efficiency={"matmul": 0.8, "memory": 0.8, "matmul_by_dtype": {"fp8": 0.7}},
     )
     assert cost_params(p, "fp8").eff_matmul == 0.7 and cost_params(p, "bf16").eff_matmul == 0.8
+
+
+def test_an_engines_experts_figure_scales_the_routed_gemms_only():
+    # compute-bound grouped experts (efficiency 1e-3 of peak) and a dense GEMM of the same FLOPs
+    curves = {"matmul": {"bf16": {"m": [1, 64], "nk": [1024.0 * 1024, 8 * 1024.0 * 1024], "eff": [[1e-3, 1e-3], [1e-3, 1e-3]]}}}
+    moe = OpRecord("moe", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=8 * 2.0 * 1024 * 1024, nk=1024.0 * 1024, experts=8, top_k=2)
+    dense = OpRecord("matmul", 1, Terms(0, 2 * 2.0 * 1024 * 1024, 0), Terms(), Terms(), weight_bytes=2.0 * 1024 * 1024, nk=1024.0 * 1024)
+    step = Step(64, 64, 1)
+    base = prof(efficiency_curves=curves)
+    half = base.model_copy(update={"efficiency": base.efficiency.model_copy(update={"experts": 0.5})})
+    assert base.efficiency.experts == 1.0  # a profile's own: as the dense GEMMs
+    assert op_time(moe, cost_params(half, "bf16"), step) == pytest.approx(2 * op_time(moe, cost_params(base, "bf16"), step), rel=1e-3)
+    assert op_time(dense, cost_params(half, "bf16"), step) == op_time(dense, cost_params(base, "bf16"), step)

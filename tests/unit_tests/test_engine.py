@@ -196,3 +196,15 @@ def test_cli_plans_at_a_fitted_release(tmp_path):
     out = tmp_path / "p.json"
     assert main(["plan", "--profiles", str(ONE_H100), "llama-3.1-8b", "--dtype", "fp8", "--engine", "vllm@0.9", "-o", str(out)]) == 0
     assert {n["engine"] for n in json.loads(out.read_text())["cluster"]["nodes"]} == {"vllm@0.9"}
+
+
+def test_experts_figure_reaches_the_profile_and_trtllm_sets_it():
+    prof = load_profile("h100-sxm")
+    got = apply_engine(prof, EngineFigures(experts=0.5, sources=["test"]))
+    assert got.efficiency.experts == 0.5 and got.efficiency.matmul == prof.efficiency.matmul
+    assert got.efficiency_curves == prof.efficiency_curves  # the dense GEMMs' curves untouched
+    assert not EngineFigures(experts=0.5, sources=["test"]).changes_nothing
+    # TensorRT-LLM's MoE layer (from its v0.17 perf overview's Mixtral / Mistral-7B pairs): every release and the fit carry it
+    for release in (None, "fit", "main-2024-07-16"):
+        assert engine_figures(Engine(EngineName.TRTLLM, release), "cuda").experts == 0.72
+    assert engine_figures(Engine(EngineName.VLLM), "cuda").experts == 1.0
