@@ -45,7 +45,7 @@ from hetc.partitioner.search.speculate import draft_step_ms, exchange_seconds, s
 from hetc.partitioner.search.given import evaluate_placement
 from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
 from hetc.partitioner.search.layouts import chosen_layout, expert_layouts, experts_record, solve_layouts
-from hetc.partitioner.search.split_experts import disaggregated, disaggregation_note
+from hetc.partitioner.search.split_experts import DISAGGREGATION, disaggregated, disaggregation_note
 from hetc.partitioner.search.solver import BOUND, OBJECTIVES, SEARCH, TAIL_RESERVE, Caps, Solution, solve
 from hetc.requests import PlanRequest
 from hetc.placement import parse_placement
@@ -117,7 +117,11 @@ def make_plan(req: PlanRequest, progress: Callable[[str], None] | None = None) -
     plan = build_plan(model, cluster, wl, req, sol, baselines, cpu=plain)
     plan.experts = experts_record(runs, best, req, plan, cluster)
     if plan.experts is not None and req.objective == Objective.THROUGHPUT and given is None:
-        plan.experts.disaggregated = disaggregated(model.units, cluster, replace(wl, experts=ExpertLayout.DP_EP), sol)
+        plan.experts.disaggregated = disaggregated(model.units, cluster, replace(wl, experts=ExpertLayout.DP_EP), sol, plain)
+        if DISAGGREGATION in plain.stopped:
+            plan.solver.notes.append(
+                "attention/expert disaggregation: the node pairs left when --time-limit ran out were not estimated; a longer limit estimates every pair"
+            )
         if plan.experts.disaggregated:
             plan.solver.notes.append(disaggregation_note(plan.experts.disaggregated[0]))
     if req.placement:  # recorded as given, beside the predictions

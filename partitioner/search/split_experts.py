@@ -19,10 +19,11 @@ yet: the planner reports each pair of nodes' prediction beside what its plan run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc.cluster import Cluster, Node
 from hetc.experts import ExpertLayout
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.capture.units import Unit
 from hetc.partitioner.cost_models.analytic import Step, units_time
 from hetc.partitioner.cost_models.links import hops, transfer_time
@@ -33,7 +34,9 @@ from hetc.partitioner.search.solver import Solution
 from hetc.plan import Disaggregated
 from hetc.scheduling import Phase
 
-__all__ = ["PING_PONG", "SplitEstimate", "best_split", "disaggregated", "disaggregation_note", "split_estimate"]
+DISAGGREGATION = "disaggregation"  # plan.json stopped_by_limit: the node pairs past the deadline were not estimated
+
+__all__ = ["DISAGGREGATION", "PING_PONG", "SplitEstimate", "best_split", "disaggregated", "disaggregation_note", "split_estimate"]
 
 PING_PONG = 2  # micro-batches in flight between the two sides: MegaScale-Infer's ping-pong needs at least two
 
@@ -94,16 +97,26 @@ def split_estimate(units: list[Unit], cluster: Cluster, wl: Workload, attention:
     return SplitEstimate(attention, experts, batch, batch / round_s, a, e, c, round_s)
 
 
-def best_split(units: list[Unit], cluster: Cluster, wl: Workload, ceiling: int) -> list[SplitEstimate]:
+def best_split(units: list[Unit], cluster: Cluster, wl: Workload, ceiling: int, cpu: CpuBudget | None = None) -> list[SplitEstimate]:
     """For every ordered pair of nodes (attention on one, experts on another), its best batch's
-    estimate, best first (none for a dense model or a one-node cluster)."""
+    estimate, best first (none for a dense model or a one-node cluster). Pairs alike (the same profiles,
+    device counts and links between them) share one search; past `cpu`'s deadline the pairs not yet
+    searched are left out (`cpu.stop`)."""
     if not any(u.moe for u in units) or len(cluster.nodes) < 2:
         return []
     out: list[SplitEstimate] = []
+    alike: dict[tuple, list[SplitEstimate]] = {}
     for a in cluster.nodes:
         for e in cluster.nodes:
-            if a is not e:
-                out += _best(units, cluster, wl, a, e, ceiling)
+            if a is e:
+                continue
+            key = (id(a.profile), a.count, id(e.profile), e.count, tuple(hops(cluster, a, e)))
+            if key not in alike:
+                if cpu is not None and cpu.past():
+                    cpu.stop(DISAGGREGATION)
+                    return sorted(out, key=lambda s: -s.output_tok_s)
+                alike[key] = _best(units, cluster, wl, a, e, ceiling)
+            out += [replace(s, attention=a, experts=e) for s in alike[key]]
     return sorted(out, key=lambda s: -s.output_tok_s)
 
 
@@ -120,11 +133,11 @@ def _best(units: list[Unit], cluster: Cluster, wl: Workload, attention: Node, ex
     return [max((s for _, s in got), key=rate)] if got else []
 
 
-def disaggregated(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution) -> list[Disaggregated]:
+def disaggregated(units: list[Unit], cluster: Cluster, wl: Workload, sol: Solution, cpu: CpuBudget | None = None) -> list[Disaggregated]:
     """plan.json's `experts.disaggregated`: each pair of nodes' best disaggregated estimate beside the
     output of the plan's pipelines that lie on those two nodes alone (prefill and decode together)."""
     out = []
-    for s in best_split(units, cluster, wl, sol.batch_ceiling):
+    for s in best_split(units, cluster, wl, sol.batch_ceiling, cpu):
         pair = {s.attention.name, s.experts.name}
         mine = sum(c.estimate.output_tok_s * c.replicas for c in sol.pipelines if c.phase == Phase.BOTH and {sp.node.name for sp in c.stages} <= pair)
         out.append(

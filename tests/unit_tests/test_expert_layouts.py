@@ -227,3 +227,31 @@ def test_the_plan_reports_disaggregation_beside_its_own_pipelines(tmp_path):
     on_both = [p for p in plan.pipelines if p.phase == "both"]
     if len(on_both) == len(plan.pipelines):  # every pipeline lies on the two nodes: the plan's figure is theirs
         assert dis[0].plan_tok_s == pytest.approx(plan.predicted.output_tok_s, rel=1e-6)
+
+
+def test_alike_node_pairs_share_one_search_and_the_deadline_stops_the_rest(deepseek, tmp_path, monkeypatch):
+    """best_split over three nodes, two alike (same device, count and links): each ordered pair gets the
+    estimate split_estimate's batch search gives it alone, but alike pairs cost one search; past the CPU
+    deadline no pair is searched and the budget says the disaggregation was stopped."""
+    from hetc.cluster import load_cluster
+    from hetc.partitioner.budget import CpuBudget
+    from hetc.partitioner.estimate.batches import search
+    from hetc.partitioner.search import split_experts as se
+
+    cl = tmp_path / "c.yaml"
+    cl.write_text(
+        "name: three\nengine: vllm\nnodes:\n  - {name: a, device: h100-sxm, count: 2, link: nvlink4}\n"
+        "  - {name: b, device: h100-sxm, count: 2, link: nvlink4}\n  - {name: c, device: h200-sxm, count: 4, link: nvlink4}\n"
+        "network: {default: roce-400g}\n"
+    )
+    cluster = load_cluster(str(cl))
+    wl = Workload(128, 32, "bf16", "bf16", experts=ExpertLayout.DP_EP)
+    searched, best = [], se._best
+    monkeypatch.setattr(se, "_best", lambda *a: searched.append(a[3:5]) or best(*a))
+    got = se.best_split(deepseek.units, cluster, wl, 256)
+    assert len(got) == 6 and len(searched) == 3  # alike: a→b with b→a, a→c with b→c, c→a with c→b
+    for s in got:
+        alone = search(lambda b, s=s: se.split_estimate(deepseek.units, cluster, wl, s.attention, s.experts, b), lambda x: x.output_tok_s, 256)
+        assert s.output_tok_s == pytest.approx(max(x.output_tok_s for _, x in alone))
+    late = CpuBudget(0.0)
+    assert se.best_split(deepseek.units, cluster, wl, 256, late) == [] and late.stopped == [se.DISAGGREGATION]
