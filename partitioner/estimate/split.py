@@ -3,7 +3,9 @@
 A slot is one device or a tensor-parallel group of tp devices on one node. For a chain
 and a batch, `split_chain` finds contiguous unit ranges minimising the busiest slot
 (binary search on the bottleneck with a greedy fill: optimal for contiguous ranges over
-an ordered chain when costs and memory grow with the range). Slots may stay empty.
+an ordered chain when costs and memory grow with the range), filled once by busy time plus
+the link out and once by busy time alone, keeping the split of the lesser round as
+estimate_pipeline counts it (busiest stage, busiest link, the loop). Slots may stay empty.
 """
 
 from __future__ import annotations
