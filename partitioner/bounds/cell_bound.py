@@ -39,7 +39,7 @@ from hetc.partitioner.bounds.aggregate import Rows, most_sequences
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
-from hetc.partitioner.bounds.refine import CASE, LOOP_STAGES, STEP, best_chain, chain_most, chain_round
+from hetc.partitioner.bounds.refine import LOOP_STAGES, STEP, best_chain, chain_most, chain_round, model_work
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
@@ -50,7 +50,7 @@ __all__ = ["CellBound", "Demand", "Pipeline", "cell_bound", "cell_bound_rounds",
 # machine's load; about this many take a second on one core of the reference machine.
 WORK_PER_SECOND = 4e7
 MAX_CELLS = 13_000  # count vectors the cell bound enumerates at most (4 types of 8 devices: 6,561); past that, colgen.py
-TEMPLATES = 32  # refined pipelines handed to the solver as templates
+TEMPLATES = 64  # refined pipelines handed to the solver as templates: at 32, the largest cells crowded out small ones the plan runs (gen39: Gaudi 3 ×3 → H100)
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 REST_SAMPLES = 16  # keys the first pass times `rest` on, spread over the pass (its cost, where the deadline cuts the pass)
 REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
@@ -151,7 +151,6 @@ class _Cells:
         at its top), whose best chain either fits at the top (the piece is exact) or is evaluated
         at the most sequences it holds (a value the cell attains) and the piece split there.
         Returns the work done (DP cells)."""
-        before = self.costs.tables.evaluations
         pieces = self.pieces.setdefault(c, [])
         ki = int(np.argmax(self.V[:, c]))
         if not pieces or self.V[ki, c] > max(p.ub for p in pieces):
@@ -170,7 +169,7 @@ class _Cells:
         best = self.exact.get(c, (0.0, None))[0]
         self.pieces[c] = [p for p in self.pieces[c] if p.ub > best]
         self.ub[c] = max(best, self._open(c))
-        return work + CASE * (self.costs.tables.evaluations - before)
+        return work
 
     def _split(self, c: int, piece: _Piece) -> float:
         costs, phase = self.costs, self.phase
@@ -191,6 +190,7 @@ class _Cells:
         )
         if got is None:
             return work
+        before = costs.tables.evaluations, costs.tables.step_costs  # best_chain charged its own operating points; chain_round's, here
         R, chain = got
         ub = min(rate / R, piece.ub, self.cap[c])  # the first pass bounded it already; prefill pools: their KV cap
         most = piece.top if phase == Phase.PREFILL else min(piece.top, chain_most(costs, phase, chain))
@@ -200,7 +200,7 @@ class _Cells:
             self.pieces[c] += [_Piece(ub, piece.fit, most, piece.n), _Piece(ub, most + 1, piece.top, piece.n)]
         if value > best[0]:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
-        return work + STEP
+        return work + STEP + model_work(costs, before)
 
 
 def _feed_cap(costs: StageCosts, space: CountSpace, inside: np.ndarray) -> np.ndarray:

@@ -24,12 +24,17 @@ from hetc.partitioner.bounds.loop_dp import loop_round
 from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.scheduling import Phase
 
-__all__ = ["Chain", "best_chain", "chain_most", "chain_round"]
+__all__ = ["Chain", "best_chain", "chain_most", "chain_round", "model_work"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
 LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
-CASE = 1e5  # work of one kind's costs at a new operating point (the cost model over its units), same unit
+# the cost model at a new operating point: one kind's unit costs, and each unit's stage time at a step not met before
+# (tables.py: rounds of other batches share steps), same unit. Measured as colgen.EVALUATION and STEP_COST are (0.14 ms
+# an evaluation, steps included, on gen39 of the wide tuning block); a flat 2.5 ms an evaluation before, 18x its CPU, spent
+# most of the refinement budget on phantom work
+CASE = 4.4e3
+CASE_STEP = 1.2e3
 LOOP_STAGES = 4  # the loop term counted for chains of at most this many (tune block gen8 at 30 CPU s: 0.991, 0.940 at every length)
 
 
@@ -69,6 +74,11 @@ def _cover(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, 
     return (E, layers, cells, strides, full) if keep else (E, work)
 
 
+def model_work(costs: StageCosts, before: tuple[int, int]) -> float:
+    """The cost model's work since `before` (the tables' evaluations and new step costs then)."""
+    return CASE * (costs.tables.evaluations - before[0]) + CASE_STEP * (costs.tables.step_costs - before[1])
+
+
 def best_chain(
     costs: StageCosts,
     phase: Phase,
@@ -99,9 +109,9 @@ def best_chain(
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
     use = counts[costs.group] >= costs.tp  # the kinds this cell can form
-    before = costs.tables.evaluations
+    before = costs.tables.evaluations, costs.tables.step_costs
     case = costs.case(phase, b, m, use, fit=b if phase == Phase.PREFILL or fit is None else fit)
-    work = CASE * (costs.tables.evaluations - before)  # the cost model run at a new operating point
+    work = model_work(costs, before)  # the cost model run at a new operating point
     if case is None:
         return None, work + STEP
     kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
