@@ -103,6 +103,7 @@ class Regimes:
         # every budget a pipeline may run at (its narrowest stage's data-parallel ranks: Workload.ranked)
         self.budgets = list({w.dp_ranks: w for w in (wl.ranked(tp) for tp in TP_SIZES)}.values())
         self._codes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._floor_from: dict[int, int] = {}  # floor_from per n: column generation asks for it at every key it prices
 
     def _of(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(regime code, r per budget) per batch 0 … ceiling for pipelines of n stages: the code changes
@@ -138,8 +139,10 @@ class Regimes:
         """The least batch from which n-stage pipelines are priced at the floor under every budget, up to
         the ceiling (ceiling + 1 where none): one interval covers them all, its costs per sequence the
         same at every batch (budget_floor.py)."""
-        floor = (self._of(n)[1] == PAST).all(axis=0)
-        return int(len(floor) - np.argmin(floor[::-1])) if not floor.all() else 0
+        if n not in self._floor_from:
+            floor = (self._of(n)[1] == PAST).all(axis=0)
+            self._floor_from[n] = int(len(floor) - np.argmin(floor[::-1])) if not floor.all() else 0
+        return self._floor_from[n]
 
     def runs(self, n: int, b: int, top: int) -> list[tuple[int, int]]:
         """[b, top] cut where the regime of n-stage pipelines changes (none if top < b)."""
