@@ -13,7 +13,7 @@ from public_figures.freeze import HELD_ROUNDS
 SOURCE_ENGINE = {
     **dict.fromkeys(("trt17", "trt10", "trt12", "mlperf40nv", "trt09"), "TensorRT-LLM"),
     **dict.fromkeys(("oci", "rocm25", "rocm25b", "gaudi3vllm", "krai60", "rocmvllm", "amd0715", "oci10"), "vLLM"),
-    **dict.fromkeys(("gaudi", "gaudi2b", "gaudi2c", "gaudi2d", "gaudi3", "gaudi3b", "gaudi3c", "gaudi120", "ohci"), "optimum-habana"),
+    **dict.fromkeys(("gaudi", "gaudi2b", "gaudi2c", "gaudi2d", "gaudi3", "gaudi3b", "gaudi3c", "gaudi120", "ohci", "gaudi116"), "optimum-habana"),
     "mlperf40": "TGI-Gaudi",
 }
 # hetc's engine (hetc/engine.py) whose figures a named engine is predicted with. optimum-habana,
