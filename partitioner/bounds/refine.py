@@ -28,7 +28,7 @@ __all__ = ["Chain", "best_chain", "chain_most", "chain_round", "model_work"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
-LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
+LOOP = 0.12  # work of one state × unit × sparse-table level of the loop DP (loop_dp.py; ~3 ns each measured), same unit
 # the cost model at a new operating point: one kind's unit costs, and each unit's stage time at a step not met before
 # (tables.py: rounds of other batches share steps), same unit. Measured as colgen.EVALUATION and STEP_COST are (0.14 ms
 # an evaluation, steps included, on gen39 of the wide tuning block); a flat 2.5 ms an evaluation before, 18x its CPU, spent
