@@ -4,9 +4,10 @@
    bound on one pipeline's tok/s on exactly those devices, per operating point (batch, class
    of pipeline lengths).
 2. The knapsack (cells.py) over those bounds gives an upper bound on every plan. A prefill pool
-   counts at most what its prompts' KV can cross to a decode pool (`route_caps`: the fastest route
-   from its last stage's type, inside a node only to a decode pool of that type); the rounds steer
-   with every route open until they settle, then by the sets of routes decode pools' types open.
+   counts at most what its prompts' KV can cross to a decode pool (kv_feed.py's `route_caps`: the
+   fastest route from its last stage's type, inside a node only to a decode pool of that type; a
+   refined cell per group of last-stage types); the rounds steer with every route open until they
+   settle, then by the sets of routes decode pools' types open.
 3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
    each length exactly, costed at the top of a batch interval with memory at its first batch
    (batches.py); where that chain holds fewer sequences than the top, its value at the most it
@@ -39,6 +40,7 @@ from hetc.partitioner.bounds.aggregate import Rows, most_sequences
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
+from hetc.partitioner.bounds.kv_feed import end_groups, feed_cap, route_caps, under_routes
 from hetc.partitioner.bounds.refine import LOOP_STAGES, STEP, best_chain, chain_most, chain_round, model_work
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
@@ -54,7 +56,6 @@ TEMPLATES = 64  # refined pipelines handed to the solver as templates: at 32, th
 TOLERANCE = 1e-3  # a cell is settled when its attained value is within this of its bound; the bound, when its optimum attains it within this
 REST_SAMPLES = 16  # keys the first pass times `rest` on, spread over the pass (its cost, where the deadline cuts the pass)
 REST_AHEAD = 2.0  # the first pass is cut where the deadline leaves less than this many times the CPU its looser bound for the keys left has cost a key
-ROUTE_TYPES = 4  # types whose KV route inside a node beats the network's, counted apart (2^this prefill closures a round); past it, one set
 STEPS = 4  # refinement steps on each cell of the knapsack's optimum before the knapsack is solved again
 
 METHOD = (
@@ -127,7 +128,9 @@ class _Cells:
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)
-        self.cap = _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool)) if phase == Phase.PREFILL else np.full(len(space), np.inf)
+        self.cap = feed_cap(costs, space, np.ones(len(costs.types), dtype=bool)) if phase == Phase.PREFILL else np.full(len(space), np.inf)
+        self.groups = end_groups(costs)  # prefill pools: refined per group of last-stage types alike in their KV feed (kv_feed.py)
+        self.ends: dict[int, np.ndarray] = {}  # prefill pools: per refined cell, the best tok/s of a chain ending in each group
         self.pieces: dict[int, list[_Piece]] = {}
         self.exact: dict[int, tuple[float, Pipeline | None]] = {}
         self.ub = np.zeros(len(space))
@@ -167,12 +170,21 @@ class _Cells:
             todo = [pieces.pop(int(np.argmax([p.ub for p in pieces])))]
         work = sum(self._split(c, p) for p in todo)
         best = self.exact.get(c, (0.0, None))[0]
-        self.pieces[c] = [p for p in self.pieces[c] if p.ub > best]
+        if self.phase != Phase.PREFILL:  # a prefill piece below the best may still end on a type fed faster
+            self.pieces[c] = [p for p in self.pieces[c] if p.ub > best]
         self.ub[c] = max(best, self._open(c))
         return work
 
+    def under(self, cap: np.ndarray, feed: np.ndarray) -> np.ndarray:
+        """Prefill pools: each cell's bound under one set of KV routes (its per-cell `cap`, per-type
+        `feed`: kv_feed.route_caps), with the chains refinement found per end group."""
+        rest = {c: max(self.V[:, c].max(initial=0.0), max((p.ub for p in self.pieces.get(c, ())), default=0.0)) for c in self.ends}
+        return under_routes(self.ub, cap, feed, {c: (e, rest[c]) for c, e in self.ends.items()}, self.groups)
+
     def _split(self, c: int, piece: _Piece) -> float:
         costs, phase = self.costs, self.phase
+        if phase == Phase.PREFILL:
+            return self._split_ends(c, piece)
         rate = costs.tables.wl.output_len if phase == Phase.PREFILL else piece.top
         best = self.exact.get(c, (0.0, None))
         got, work = best_chain(
@@ -202,33 +214,27 @@ class _Cells:
             self.exact[c] = (value, Pipeline(phase, chain[0], chain[1], batch, value))
         return work + STEP + model_work(costs, before)
 
-
-def _feed_cap(costs: StageCosts, space: CountSpace, inside: np.ndarray) -> np.ndarray:
-    """Per cell: the most output tok/s one prefill pool on its devices can feed, its last stage on
-    the cell's type of the fastest KV route (`StageCosts.feed_across`; `feed_inside` too for the
-    types `inside` marks, those a decode pool starts on); 0 for the empty cell. A pool's tok/s above
-    it never reaches a decode pool, so the knapsack does not credit it.
-
-    Args:
-        inside: per type, whether a decode pool may start on it (a KV route inside a node).
-    """
-    feed = np.where(inside, np.maximum(costs.feed_across, costs.feed_inside), costs.feed_across)
-    return np.where(space.cells > 0, feed, 0.0).max(axis=1)
-
-
-def route_caps(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.ndarray]:
-    """The prefill pools' KV caps per set of decode types, and which set each cell of decode pools
-    opens: ([sets, cells] caps, [cells] set index). A prefill pool hands its KV inside a node only to
-    a decode pool starting on its own type, so the types a route inside a node speeds up (`gain`)
-    count only where the decode pools' devices hold them: a set per subset of those, where at most
-    2^ROUTE_TYPES; past that, one set opening every route (valid, looser)."""
-    gain = np.flatnonzero(costs.feed_inside > costs.feed_across)
-    if len(gain) > ROUTE_TYPES:
-        return _feed_cap(costs, space, np.ones(len(costs.types), dtype=bool))[None], np.zeros(len(space), dtype=np.int64)
-    subsets = [np.isin(np.arange(len(costs.types)), gain[[k for k in range(len(gain)) if s >> k & 1]]) for s in range(1 << len(gain))]
-    caps = np.stack([_feed_cap(costs, space, s) for s in subsets])
-    route = (space.cells[:, gain] > 0) @ (1 << np.arange(len(gain)))  # the subset of `gain` each cell holds
-    return caps, route.astype(np.int64)
+    def _split_ends(self, c: int, piece: _Piece) -> float:
+        """A prefill piece: its best chain ending in each group of types the cell holds (only those
+        better than the group's best so far), each a value the cell attains (within its KV cap)."""
+        costs, counts = self.costs, self.space.cells[c]
+        rate = costs.tables.wl.output_len
+        ends = self.ends.setdefault(c, np.zeros(len(self.groups)))
+        work = 0.0
+        for k, mask in enumerate(self.groups):
+            if not (counts[mask] > 0).any():
+                continue
+            below = rate / ends[k] if ends[k] else np.inf
+            got, w = best_chain(costs, Phase.PREFILL, piece.top, piece.n, counts, self.tp_groups, below=below, above=rate / piece.ub, last=mask)
+            work += w + STEP
+            if got is None:
+                continue
+            R, chain = got
+            ends[k] = max(ends[k], min(rate / R, piece.ub))
+            value = min(ends[k], self.cap[c])
+            if value > self.exact.get(c, (0.0, None))[0]:
+                self.exact[c] = (value, Pipeline(Phase.PREFILL, chain[0], chain[1], piece.top, value))
+        return work
 
 
 def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -245,15 +251,15 @@ def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
     return out, which
 
 
-def _routed(space: CountSpace, ubs: list[np.ndarray], caps: np.ndarray, route: np.ndarray) -> float:
+def _routed(space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: list[np.ndarray], route: np.ndarray) -> float:
     """The knapsack's bound with each prefill pool capped under the KV routes its decode pools open.
 
     Args:
-        ubs: each cell's bound on one pipeline doing both phases, one decode pool, one prefill pool.
-        caps, route: `route_caps`.
+        both, decode: each cell's bound on one pipeline doing both phases, one decode pool.
+        prefill: per set of routes (`route_caps`), each cell's bound on one prefill pool under it.
+        route: `route_caps`.
     """
-    both, decode, prefill = ubs
-    fed, which = _distinct([np.minimum(prefill, cap) for cap in caps])
+    fed, which = _distinct(prefill)
     Kp = np.stack([closure(space, ub) for ub in fed])
     return combine(space, closure(space, both), closure(space, decode), Kp, which[route])[0]
 
@@ -363,7 +369,7 @@ def cell_bound_rounds(
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
     one = np.zeros(len(space), dtype=np.int64)  # every decode cell opens the one set of routes
-    caps, route = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), one)
+    caps, route, feeds = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), one, np.full((1, len(costs.types)), np.inf))
     routed = False  # the rounds steer by every KV route open until they settle, then by the sets decode pools open (cheaper first)
     round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
@@ -380,8 +386,8 @@ def cell_bound_rounds(
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
         K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
-        sets, opens = (caps, route) if routed else (caps[-1:], one)
-        fed, which = _distinct([np.minimum(table[Phase.PREFILL].ub, cap) for cap in sets] if Phase.PREFILL in phases else [zero])
+        sets, opens = (range(len(caps)), route) if routed else ([len(caps) - 1], one)
+        fed, which = _distinct([table[Phase.PREFILL].under(caps[s], feeds[s]) for s in sets] if Phase.PREFILL in phases else [zero])
         work += (len(phases) + len(fed)) * space.closure_work  # the closures and the combine
         Kp = np.stack([closure(space, ub) for ub in fed])
         value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[opens])
@@ -415,7 +421,9 @@ def cell_bound_rounds(
             # less than twice its CPU (a closure per set, at the last round's CPU per closure), the round's stands
             routed_cpu = len(caps) * round_cpu / (len(phases) + 1)
             if not routed and len(caps) > 1 and (cpu is None or cpu.left() >= 2 * routed_cpu):
-                value = min(value, _routed(space, [table[p].ub if p in table else zero for p in (Phase.BOTH, Phase.DECODE, Phase.PREFILL)], caps, route))
+                both, decode = (table[p].ub if p in table else zero for p in (Phase.BOTH, Phase.DECODE))
+                prefill = [table[Phase.PREFILL].under(caps[s], feeds[s]) if Phase.PREFILL in table else zero for s in range(len(caps))]
+                value = min(value, _routed(space, both, decode, prefill, route))
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
         yield snapshot, late()

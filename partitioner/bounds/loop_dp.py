@@ -26,23 +26,53 @@ __all__ = ["loop_round"]
 CHUNK = 1 << 22  # values of one min-plus step at most (32 MiB): rows of a large cell go in parts
 
 
+def _windows(reach: np.ndarray, U: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The valid starts of a stage of one kind per end j, as windows [lo_j, j): (ends j, lo_j, level
+    ⌊log2(j − lo_j)⌋), ends with an empty window left out. A start i may end at j ≤ reach[i]; reach
+    does not fall with i (a stage from a later unit reaches at least as far), and where it would its
+    running maximum stands in: a superset of starts, so f(R) only falls (still a lower bound)."""
+    top = np.maximum.accumulate(reach)
+    j = np.arange(1, U + 1)
+    lo = np.searchsorted(top, j, side="left")  # the first start that reaches j
+    keep = lo < j
+    j, lo = j[keep], lo[keep]
+    return j, lo, np.floor(np.log2(j - lo)).astype(np.int64)
+
+
+def _window_min(val: np.ndarray, ends: np.ndarray, lo: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """min over i in [lo_k, ends_k) of val[:, i], per row and window k (a sparse table over i:
+    each window is two overlapping power-of-two spans), as [rows, windows]."""
+    out = np.empty((len(val), len(ends)))
+    span = val
+    for k in range(int(level.max(initial=0)) + 1):
+        if k:
+            h = 1 << (k - 1)  # span k at i: min of span k − 1 at i and at i + 2^(k − 1)
+            span = np.minimum(span[:, :-h], span[:, h:])
+        at = np.nonzero(level == k)[0]
+        if len(at):
+            out[:, at] = np.minimum(span[:, lo[at]], span[:, ends[at] - (1 << k)])
+    return out
+
+
 def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> tuple[float, float]:
     """f(R) (module docstring; inf if no chain is feasible) and the work it took (states × units
-    × units touched)."""
+    × sparse-table levels touched: each stage's valid starts per end are a window whose ends do not
+    fall, so its minimum over them is two lookups in a table of power-of-two spans)."""
     T, U = len(costs.types), costs.u
     grid = CountSpace(counts)  # the device vectors a chain may have used so far
     dims, strides, cells = np.array(grid.dims), grid.strides, grid.cells
     reach = costs.reach(case, R)
-    j = np.arange(U + 1)
-    ok = {g: (j[None, :] > np.arange(U)[:, None]) & (j[None, :] <= reach[g][:, None]) for g in kinds}  # stage [i, j)
+    win = {g: _windows(reach[g], U) for g in kinds}  # stage [i, j): i in [lo_j, j)
     link_ok = case.cheapest <= R * (1 + SLACK)
-    chunk = max(1, CHUNK // (U * (U + 1)))
+    levels = 1 + int(np.log2(U)) + 1
+    chunk = max(1, CHUNK // (U * levels))
     E = np.full((T, len(grid), U + 1), np.inf)  # least Σ busy + links of s + 1 stages ending at unit j
     for g in kinds:
         t, k, gr = costs.type_of[g], int(costs.tp[g]), costs.group[g]
-        if k <= counts[gr]:
+        ends = np.arange(1, int(reach[g][0]) + 1)
+        if k <= counts[gr] and len(ends):
             row = E[t, k * strides[gr]]
-            np.minimum(row, np.where(ok[g][0], case.P[g] + case.over[g], np.inf), out=row)
+            row[ends] = np.minimum(row[ends], case.P[g, ends] + case.over[g])
     work = 0.0
     for s in range(1, n + 1):
         E[:, :, U - (n - s) + 1 :] = np.inf  # every stage still to come keeps a unit
@@ -55,18 +85,19 @@ def least_sum(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: in
                 continue
             for g in kinds:
                 t, k, gr = costs.type_of[g], int(costs.tp[g]), costs.group[g]
-                if not link_ok[t2, t]:
+                ends, lo, level = win[g]
+                if not link_ok[t2, t] or not len(ends):
                     continue
                 rows = live[cells[live, gr] + k < dims[gr]]
                 if not len(rows):
                     continue
-                for part in np.array_split(rows, -(-len(rows) // chunk)):  # [rows, U, U + 1] at most ~CHUNK values
+                for part in np.array_split(rows, -(-len(rows) // chunk)):  # [rows, U] per level at most ~CHUNK values
                     # leaving unit i into a stage of kind g: the link at cut i, then P[g, j] − P[g, i] + over
                     val = E[t2, part, :U] + case.link[t2, t, :U] - case.P[g, :U] + case.over[g]
-                    best = np.where(ok[g][None], val[:, :, None], np.inf).min(axis=1) + case.P[g]
+                    best = _window_min(val, ends, lo, level) + case.P[g, ends]
                     dst = part + k * strides[gr]
-                    F[t, dst] = np.minimum(F[t, dst], best)
-                work += len(rows) * U * (U + 1)
+                    F[t, dst[:, None], ends[None, :]] = np.minimum(F[t, dst[:, None], ends[None, :]], best)
+                work += len(rows) * U * (int(level.max()) + 2)
         E = F
     return float(E[:, :, U].min()), work
 

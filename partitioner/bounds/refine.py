@@ -28,7 +28,7 @@ __all__ = ["Chain", "best_chain", "chain_most", "chain_round", "model_work"]
 
 Chain = tuple  # (kinds per stage, cuts: stage s holds units [cuts[s], cuts[s+1]))
 STEP = 1200.0  # work of one numpy step, in the refinement budget's unit (cell_bound.WORK_PER_SECOND)
-LOOP = 0.07  # work of one state × unit × unit of the loop DP (loop_dp.py; 1.7 ns each measured), same unit
+LOOP = 0.12  # work of one state × unit × sparse-table level of the loop DP (loop_dp.py; ~3 ns each measured), same unit
 # the cost model at a new operating point: one kind's unit costs, and each unit's stage time at a step not met before
 # (tables.py: rounds of other batches share steps), same unit. Measured as colgen.EVALUATION and STEP_COST are (0.14 ms
 # an evaluation, steps included, on gen39 of the wide tuning block); a flat 2.5 ms an evaluation before, 18x its CPU, spent
@@ -91,6 +91,7 @@ def best_chain(
     above: float = 0.0,
     loop: bool = False,
     loop_stages: int = LOOP_STAGES,
+    last: np.ndarray | None = None,
 ) -> tuple[tuple[float, Chain] | None, float]:
     """(least bottleneck R, a chain attaining it) over n-stage pipelines of `phase` on at most
     `counts` devices per type, None if none fits within R ≤ `below`; and the work it took.
@@ -106,6 +107,8 @@ def best_chain(
         loop: the least round with the loop term counted too (loop_dp.py; not in prefill pools,
             which have none); the chain returned is one attaining the DP's bottleneck.
         loop_stages: with `loop`, the longest chains it is counted for (longer ones: relaxed).
+        last: per type, whether the last stage may be of it (default: every type; prefill
+            pools: the types whose KV route feeds a decode pool fast enough).
     """
     b, m = (n, 1) if phase == Phase.PREFILL else (batch, min(n, batch))
     use = counts[costs.group] >= costs.tp  # the kinds this cell can form
@@ -117,13 +120,14 @@ def best_chain(
     kinds = [g for g in range(len(costs.kinds)) if np.isfinite(case.P[g, -1]) and (tp_groups or costs.tp[g] == 1)]
     if not kinds:
         return None, work + STEP
-    last = 0.0
+    ends = np.ones(len(costs.types), dtype=bool) if last is None else last
+    spent = 0.0
 
     def reaches(R: float) -> bool:
-        nonlocal work, last
-        E, last = _cover(costs, case, R, counts, n, kinds)
-        work += last
-        return bool((E >= costs.u).any())
+        nonlocal work, spent
+        E, spent = _cover(costs, case, R, counts, n, kinds)
+        work += spent
+        return bool((E[ends] >= costs.u).any())
 
     cand: Any = [case.cheapest.ravel()]  # every link time and stage time that can bind
     for g in kinds:
@@ -144,8 +148,8 @@ def best_chain(
         else:
             lo = mid + 1
     R = float(cand[lo])
-    chain = _backtrack(costs, case, R, counts, n, kinds)
-    work += last  # backtracking: one more pass
+    chain = _backtrack(costs, case, R, counts, n, kinds, ends)
+    work += spent  # backtracking: one more pass
     # the chain found bounds f(R) (loop_dp.py): where its own loop fits within R no chain's loop binds, and the DP is not needed;
     # past loop_stages stages the loop is left out (a relaxation): its DP grows with them, and over m = n micro-batches it rarely binds
     if loop and phase != Phase.PREFILL and n <= loop_stages and _loop_sum(costs, case, chain) / m > R * (1 + SLACK):
@@ -164,11 +168,11 @@ def _loop_sum(costs: StageCosts, case: Case, chain: Chain) -> float:
     return busy + sum(float(case.link[a, b, i]) for a, b, i in zip(types, types[1:], cuts[1:-1]))
 
 
-def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int]) -> Chain:
+def _backtrack(costs: StageCosts, case: Case, R: float, counts: np.ndarray, n: int, kinds: list[int], ends: np.ndarray) -> Chain:
     E, layers, cells, strides, reach = _cover(costs, case, R, counts, n, kinds, keep=True)
     U = costs.u
     link_ok = case.cheapest <= R
-    t, c = map(int, np.argwhere(E >= U)[0])
+    t, c = map(int, np.argwhere((E >= U) & ends[:, None])[0])
     target, chain, cuts = U, [], [U]
     for s in range(n - 1, -1, -1):
         for g in (g for g in kinds if costs.type_of[g] == t):

@@ -115,7 +115,7 @@ def test_a_kv_route_inside_a_node_is_counted_and_the_bound_holds(paired, disaggr
     would read 15,250, as the single nodes' case does."""
     sc, units, cluster, wl = paired
     costs = StageCosts(Tables(units, wl), kinds_of(cluster, TP_SIZES), cluster)
-    caps, route = cell_bound.route_caps(costs, CountSpace(costs.devices))
+    caps, route, _ = cell_bound.route_caps(costs, CountSpace(costs.devices))
     assert len(caps) == 2 and (caps[0] <= caps[1]).all()  # decode pools without an MI355X, with one
     phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
     opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
