@@ -285,7 +285,11 @@ def column_bound_rounds(
     regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
     # pools are priced per type of the stage their KV leaves or enters by (routes.py), at a cap that can bind
     base = {(Phase.PREFILL, k): KeyPricer(costs, k, tp_groups=False) for k in keys(Phase.PREFILL, max_stages, ceiling, regimes[Phase.PREFILL])} if pools else {}
-    routes = Routes.of(costs, max([p.rate / p.least for p in base.values() if len(p.cand)], default=0.0)) if pools else None
+    # only where a one-device pool could outrun its KV route across nodes (gen41: 25 GbE, 16,088 tok/s against 5,959): a
+    # pricer per type costs passes, and on a fast network (gen13: RoCE 100G) the bound no longer converged within the limit
+    alone = max([p.rate / max(p.least, p.busy()) for (_, k), p in base.items() if k.lo == 1 and len(p.cand)], default=0.0)
+    slow = pools and bool((costs.feed_across < alone).any())
+    routes = Routes.of(costs, max([p.rate / p.least for p in base.values() if len(p.cand)], default=0.0)) if slow else None
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
     pricers: dict[tuple[Phase, Key, int], KeyPricer] = {}
@@ -339,9 +343,9 @@ def column_bound_rounds(
         # with a demand a column's gain is λ·tok/s less its devices' spend and duals (μ_d holds λ)
         paid = pi if spend is None else pi + spend
         prices = costs.tp * (paid[costs.type_of] + eps) + sig
+        plain = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mus[1]}
         worth = {
-            pk: (1.0 if spend is None else mu_d) if pk[0] == Phase.BOTH else cast(Routes, routes).worth(pk[0], grouped[pk[0]][pk[2]], mus, rho, beta, kappa)
-            for pk in todo
+            pk: plain[pk[0]] if routes is None or pk[0] == Phase.BOTH else routes.worth(pk[0], grouped[pk[0]][pk[2]], mus, rho, beta, kappa) for pk in todo
         }
         tol = GAP * max(scale, 1e-9) / n_dev
         start, evaluations, steps, start_cpu = work, tables.evaluations, tables.step_costs, clock()

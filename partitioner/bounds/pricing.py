@@ -172,10 +172,14 @@ class KeyPricer:
         spare = _worth(worth).most * self.rate - self.weight(prices)
         if spare <= 0:
             return 0.0
+        return spare * (1 + SLACK) / max(self.busy(), self.least * max(1, self.key.lo))
+
+    def busy(self) -> float:
+        """Σ_u min_g tp_g·c_g(u): no chain of the key keeps its devices busy less per round (device-seconds)."""
         if self._work is None:
             tp = self.costs.tp[self.kinds][:, None]
             self._work = float(np.where(np.isfinite(self.unit), tp * self.unit, INF).min(axis=0).sum())
-        return spare * (1 + SLACK) / max(self._work, self.least * max(1, self.key.lo))
+        return self._work
 
     def price(self, prices: np.ndarray, worth: "float | Worth", beat: float, tol: float) -> Priced:
         """The best reduced cost of the key's chains where it exceeds `beat` (then `found` is
