@@ -27,6 +27,8 @@ least Σ spend·x with Σ tok/s·x ≥ F, and pricing values a chain at λ·tok/
 and tok/s ≤ ((s + π)·N + σ·G + N_dev·(ε + …)) / λ: each full pass gives both; the best of each is
 reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solver's templates.
 
+Prefill pools are capped by their KV routes (routes.py), where a network is slow enough to cap them.
+
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
 split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
@@ -285,11 +287,7 @@ def column_bound_rounds(
     regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
     # pools are priced per type of the stage their KV leaves or enters by (routes.py), at a cap that can bind
     base = {(Phase.PREFILL, k): KeyPricer(costs, k, tp_groups=False) for k in keys(Phase.PREFILL, max_stages, ceiling, regimes[Phase.PREFILL])} if pools else {}
-    # only where a one-device pool could outrun its KV route across nodes (gen41: 25 GbE, 16,088 tok/s against 5,959): a
-    # pricer per type costs passes, and on a fast network (gen13: RoCE 100G) the bound no longer converged within the limit
-    alone = max([p.rate / max(p.least, p.busy()) for (_, k), p in base.items() if k.lo == 1 and len(p.cand)], default=0.0)
-    slow = pools and bool((costs.feed_across < alone).any())
-    routes = Routes.of(costs, max([p.rate / p.least for p in base.values() if len(p.cand)], default=0.0)) if slow else None
+    routes = Routes.where_slow(costs, list(base.values())) if pools else None
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
     pricers: dict[tuple[Phase, Key, int], KeyPricer] = {}

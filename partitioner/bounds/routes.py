@@ -9,7 +9,7 @@ a decode column's (t(q) its first stage's), the master's feed rows are
 
     F ≤ Σ_q d_q·x_q                                          (μ_d)
     F ≤ Σ_p min(r_p, A_t(p))·x_p + Σ_t i_t                   (μ_p)
-    i_t ≤ Σ_{p: t(p) = t} (min(r_p, I_t) − min(r_p, A_t))·x_p  (ρ_t)
+    i_t ≤ Σ_{p: t(p) = t} (min(r_p, I_t) − min(r_p, A_t))·w_p  (ρ_t)
     i_t ≤ Σ_{q: t(q) = t} d_q·z_q                             (β_t)
     w_p ≤ x_p,  z_q ≤ x_q,  Σ_t (Σ_{p: t(p) = t} w_p + Σ_{q: t(q) = t} z_q) / M_t ≤ 1   (κ)
 
@@ -26,7 +26,8 @@ generation credited a pool its whole tok/s: gen41 of the generated clusters (25 
 Pricing values a prefill pool ending on t at μ_p·min(r, A_t) + (ρ_t·(min(r, I_t) − A_t)⁺ − κ/M_t)⁺ and
 a decode pool starting on t at μ_d·d + (β_t·d − κ/M_t)⁺ (the w and z columns' duals at their least),
 each priced by a pricer restricted to those types (`groups`); the Lagrangian bound adds κ and needs
-the duals of F and i_t feasible, μ_d + μ_p ≥ 1 and μ_p ≤ ρ_t + β_t (`feasible`).
+the duals of F and i_t feasible, μ_d + μ_p ≥ 1 and μ_p ≤ ρ_t + β_t (`feasible`). Where no one-device
+prefill pool can outrun its route across nodes (`where_slow`) column generation keeps its plain feed rows.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from hetc.partitioner.bounds.pricing import Worth
+from hetc.partitioner.bounds.pricing import KeyPricer, Worth
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.scheduling import Phase
 
@@ -75,6 +76,16 @@ class Routes:
         for g, k in enumerate(costs.kinds):
             node[costs.type_of[g]] = max(node[costs.type_of[g]], max(n.count for n in k.nodes))
         return Routes(across, costs.feed_inside, inside, costs.type_of, node)
+
+    @staticmethod
+    def where_slow(costs: StageCosts, prefill: list[KeyPricer]) -> Routes | None:
+        """`of` over the prefill keys' pricers (`prefill`), where a one-device pool could outrun its route across
+        nodes (gen41: 25 GbE, 16,088 tok/s against 5,959), else None: a pricer per type costs passes, and on a
+        fast network (gen13: RoCE 100G) the bound no longer converged within the limit (0.995 -> 0.863)."""
+        alone = max([p.rate / max(p.least, p.busy()) for p in prefill if p.key.lo == 1 and len(p.cand)], default=0.0)
+        if not (costs.feed_across < alone).any():
+            return None
+        return Routes.of(costs, max([p.rate / p.least for p in prefill if len(p.cand)], default=0.0))
 
     def groups(self, phase: Phase) -> list[Group]:
         """The pricers a pool key of `phase` takes: one per type with an i_t, one per cap over the rest."""
