@@ -27,6 +27,8 @@ least Σ spend·x with Σ tok/s·x ≥ F, and pricing values a chain at λ·tok/
 and tok/s ≤ ((s + π)·N + σ·G + N_dev·(ε + …)) / λ: each full pass gives both; the best of each is
 reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solver's templates.
 
+Prefill pools are capped by their KV routes (routes.py), where a network is slow enough to cap them.
+
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
 split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
@@ -49,6 +51,7 @@ from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND, CellBound, Demand, Pipeline
 from hetc.partitioner.bounds.pricing import KeyPricer
 from hetc.partitioner.bounds.refine import chain_most, chain_round
+from hetc.partitioner.bounds.routes import Group, Routes
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
@@ -87,10 +90,13 @@ class _Column:
     stages: np.ndarray  # per kind
 
 
-def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None, floor: float = 0.0):
-    """(value, x, π per type, σ per kind, μ_d, μ_p) of the master LP over `cols`. With `spend` (per
-    device of each type), the cost master: the least spend giving `floor` tok/s, short tok/s bought
-    at a price no column beats (so it is feasible before any column); μ_d is then the floor row's dual λ."""
+def _master(
+    cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None, floor: float = 0.0, routes: Routes | None = None
+):
+    """(value, x, π per type, σ per kind, μ_d and μ_p, ρ and β per type) of the master LP over `cols`
+    (pools within their KV `routes`: routes.py). With `spend` (per device of each type), the cost master:
+    the least spend giving `floor` tok/s, short tok/s bought at a price no column beats (so it is feasible
+    before any column); μ_d is then the floor row's dual λ."""
     s = pywraplp.Solver.CreateSolver("GLOP")
     inf = s.infinity()
     x = [s.NumVar(0, inf, "") for _ in cols]
@@ -111,10 +117,11 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
         obj.SetCoefficient(F, 1.0)
         for ct in feed.values():
             ct.SetCoefficient(F, 1.0)
+    rho, beta, node = routes.rows(s, [c.pipe for c in cols], x, feed[Phase.PREFILL]) if routes is not None and pools else ({}, {}, None)
     for c, v in zip(cols, x):
         if c.pipe.phase == Phase.BOTH:
             obj.SetCoefficient(v, c.pipe.tok_s)
-        else:
+        elif c.pipe.phase == Phase.DECODE or routes is None:
             feed[c.pipe.phase].SetCoefficient(v, -c.pipe.tok_s)
     obj.SetMaximization()
     if not _solved(s):
@@ -124,7 +131,14 @@ def _master(cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: b
     mu = {p: max(0.0, ct.dual_value()) for p, ct in feed.items()}
     if pools:
         mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
-    return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu
+    ends = [np.array([max(0.0, rows[t].dual_value()) if t in rows else 0.0 for t in range(len(N))]) for rows in (rho, beta)]
+    ends.append(np.array([max(0.0, node.dual_value()) if node is not None else 0.0]))
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu, ends
+
+
+def _NO_ENDS(T: int) -> list[np.ndarray]:
+    """ρ, β per type and [κ] where no pools' routes are counted."""
+    return [np.zeros(T), np.zeros(T), np.zeros(1)]
 
 
 def _solved(s: pywraplp.Solver) -> bool:
@@ -151,7 +165,7 @@ def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.nd
         raise RuntimeError("the column-generation cost master LP did not solve to optimality")
     pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
     sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
-    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}, _NO_ENDS(len(N))
 
 
 def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int, floor_R: float | None = None) -> _Column:
@@ -271,13 +285,17 @@ def column_bound_rounds(
     G = np.array([groups.get(g, 0) for g in range(len(kinds))], dtype=float)
     least = -np.inf  # with a demand: the best spend bound so far
     regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
-    todo = [(p, k) for p in phases for k in keys(p, max_stages, ceiling, regimes[p])]
-    pricers: dict[tuple[Phase, Key], KeyPricer] = {}
+    # pools are priced per type of the stage their KV leaves or enters by (routes.py), at a cap that can bind
+    base = {(Phase.PREFILL, k): KeyPricer(costs, k, tp_groups=False) for k in keys(Phase.PREFILL, max_stages, ceiling, regimes[Phase.PREFILL])} if pools else {}
+    routes = Routes.where_slow(costs, list(base.values())) if pools else None
+    grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
+    todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
+    pricers: dict[tuple[Phase, Key, int], KeyPricer] = {}
     cols: list[_Column] = []
     seen: set = set()
     best, work, it = np.inf, 0.0, 0
     x: list[float] = []
-    last: dict[tuple[Phase, Key], float] = {}  # each key's upper estimate when last priced: the order to price in
+    last: dict[tuple[Phase, Key, int], float] = {}  # each key's upper estimate when last priced: the order to price in
     center = None  # the duals of the best bound so far (before any, pricing takes the master's own)
     spent, priced = 0.0, [0.0, 0]  # the work of the last full pass; of pricing so far, and the keys priced
     missed = False  # the last pass priced smoothed duals and found nothing: price the master's own
@@ -290,14 +308,18 @@ def column_bound_rounds(
             yield shown, True  # another full pass would end past the deadline: pause (the caller may extend it)
             continue
         it += 1
-        z, x, pi, sigma, mu = _master(cols, N, groups, pools, spend, floor) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {})
+        z, x, pi, sigma, mu, ends = (
+            _master(cols, N, groups, pools, spend, floor, routes) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {}, _NO_ENDS(len(N)))
+        )
         # smoothed duals' columns that leave the master where it was are a misprice (Wentges): price its own next
         # (gen41 without pools: an early center found 24 such columns a pass for 80 passes, none full)
         if stall is not None and (z <= stall * (1 + STALL) if spend is None else z >= stall * (1 - STALL)):
             missed = True
         if pools and not cols:
             mu = {Phase.DECODE: 0.5, Phase.PREFILL: 0.5}
-        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]), np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)]))
+        mus = np.array([mu.get(Phase.DECODE, 0.0), mu.get(Phase.PREFILL, 0.0)])
+        rho = routes.feasible(mus, ends[0], ends[1]) if routes is not None else ends[0]
+        duals = (pi, np.array([sigma.get(g, 0.0) for g in range(len(kinds))]), mus, rho, ends[1], ends[2])
         # this pass would end past the budget (a full pass costs what the last one did, or before any,
         # what a key has cost so far per key; AHEAD times that): price every key, then stop
         ahead = AHEAD * (spent or len(todo) * priced[0] / max(1, priced[1]))
@@ -312,22 +334,28 @@ def column_bound_rounds(
         smooth = center is not None and not missed
         if smooth:
             duals = tuple(SMOOTH * c + (1 - SMOOTH) * d for c, d in zip(cast(tuple, center), duals))
-        pi, sig, (mu_d, mu_p) = duals
+        pi, sig, mus, rho, beta, kappa = duals
+        mu_d = mus[0]
         scale = z if spend is None else min(z, float(spend @ N))  # the short tok/s' price is no scale
         eps = TOLERANCE * scale / n_dev
         # with a demand a column's gain is λ·tok/s less its devices' spend and duals (μ_d holds λ)
         paid = pi if spend is None else pi + spend
         prices = costs.tp * (paid[costs.type_of] + eps) + sig
-        worth = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mu_p}
+        plain = {Phase.BOTH: 1.0 if spend is None else mu_d, Phase.DECODE: mu_d, Phase.PREFILL: mus[1]}
+        worth = {
+            pk: plain[pk[0]] if routes is None or pk[0] == Phase.BOTH else routes.worth(pk[0], grouped[pk[0]][pk[2]], mus, rho, beta, kappa) for pk in todo
+        }
         tol = GAP * max(scale, 1e-9) / n_dev
         start, evaluations, steps, start_cpu = work, tables.evaluations, tables.step_costs, clock()
         for pk in todo:
             if pk not in pricers:
-                pricers[pk] = KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH)
+                one = base.get(pk[:2]) or base.setdefault(pk[:2], KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH))
+                g = grouped[pk[0]][pk[2]]
+                pricers[pk] = one if g.first is None and g.last is None else one.restricted(g.first, g.last)
         work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
-        cert = {pk: pricers[pk].certificate(prices, worth[pk[0]]) for pk in todo}
+        cert = {pk: pricers[pk].certificate(prices, worth[pk]) for pk in todo}
         order = sorted(todo, key=lambda pk: -min(cert[pk], last.get(pk, np.inf)))
         new: list[Any]
         nxt: list[Any]
@@ -341,7 +369,7 @@ def column_bound_rounds(
             if cpu is not None and (new or cols) and cpu.past():  # not before some column: they seed the search's templates
                 # the deadline, mid-pass: each key left pays at most its certificate per device (pricing.py),
                 # so the pass still gives a valid, looser bound; its keys are priced in later passes
-                upper = max([upper] + [pricers[k].per_device(prices, worth[k[0]]) for k in order[i:]])
+                upper = max([upper] + [pricers[k].per_device(prices, worth[k]) for k in order[i:]])
                 nxt += order[i:]
                 cut = True
                 break
@@ -349,7 +377,7 @@ def column_bound_rounds(
             # a key whose reduced cost per device stays below the best upper estimate so far leaves the bound
             # where it is: it is priced only as far as that (and its columns past SHARE of the best found)
             beat = max(lo * top * (1.0 if final_or_due else SHARE), lo * upper - tol if np.isfinite(upper) else -np.inf)
-            got = pricers[pk].price(prices, worth[pk[0]], beat, tol)
+            got = pricers[pk].price(prices, worth[pk], beat, tol)
             work += got.work
             priced[0], priced[1] = priced[0] + got.work, priced[1] + 1
             upper = max(upper, got.upper / lo)
@@ -358,13 +386,13 @@ def column_bound_rounds(
                 nxt.append(pk)
                 continue
             top = max(top, got.found / lo)
-            phase, key = pk
+            phase, key, gi = pk
             most = key.top if phase == Phase.PREFILL else min(key.top, chain_most(costs, phase, got.chain))
             flat = key.batch >= regimes[phase].floor_from(key.lo)  # priced at the floor at every batch of the key
             parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL, flat)
-            nxt += [(phase, k) for k in parts]
+            nxt += [(phase, k, gi) for k in parts]
             for k in parts:
-                last[(phase, k)] = got.upper / lo
+                last[(phase, k, gi)] = got.upper / lo
             col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds), got.R if flat else None)
             if (phase, got.chain, most) not in seen:
                 seen.add((phase, got.chain, most))
@@ -372,7 +400,7 @@ def column_bound_rounds(
         if full:  # every key was priced against these duals (or cut: bounded by its certificate): a valid bound (keys split meanwhile cover theirs)
             if not cut:  # a cut pass says nothing of a full one's cost
                 spent, pass_cpu = work - start, clock() - start_cpu
-            rest = float(sig @ G + n_dev * (eps + max(0.0, upper)))
+            rest = float(sig @ G + kappa[0] + n_dev * (eps + max(0.0, upper)))  # κ: the node row's right side, 1
             if spend is None:
                 value = float(pi @ N) + rest
             else:  # λ·tok/s ≤ (spend + π)·N + rest and spend ≥ λ·F − π·N − rest (module docstring)

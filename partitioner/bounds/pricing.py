@@ -24,11 +24,17 @@ Before any DP, W = Σ_u min_g price_g·c_g(u) (c_g(u): the unit's busy seconds o
 where g can't hold it) bounds every chain: a stage busy at most R is worth at least its price ×
 its units' busy / R, so Σ prices ≥ W / R and the reduced cost is at most (worth·rate − W) / R,
 at most that over the least bottleneck any chain can have (every unit sits in some stage).
+
+Prefill and decode pools are worth what their KV routes let them feed (colgen's `routes.py`): a
+`Worth` caps a pool's tok/s at its route across nodes and values what an in-node route adds at its
+own dual, and a pricer may restrict the first or last stage to some types (`restricted`), so that
+each pool is priced at the worth of the type its KV leaves (prefill) or enters (decode) by.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, NamedTuple
 
 from dataclasses import dataclass
 
@@ -40,7 +46,7 @@ from hetc.partitioner.bounds.price_dp import free_chain, free_dp, typed_chain, t
 from hetc.partitioner.bounds.refine import Chain
 from hetc.partitioner.bounds.stage_costs import SLACK, StageCosts
 
-__all__ = ["KeyPricer", "Priced"]
+__all__ = ["KeyPricer", "Priced", "Worth"]
 
 INF = np.inf
 # work, in cell_bound.WORK_PER_SECOND's unit (seconds on one core of the reference machine, measured on
@@ -51,6 +57,32 @@ REACH = 3e-8 * WORK_PER_SECOND  # one u0 entry (kind × row × unit): ~3.2e7 a s
 CERTIFICATE = 6e-5 * WORK_PER_SECOND  # one key's certificate at new prices
 DOMINATES = 1e-6  # a kind dominates another busy on every unit at most this share less (or exactly as busy)
 FIRST = 5  # R values of the first DP round: quantiles of the candidates
+
+
+class Worth(NamedTuple):
+    """What a chain's output tok/s r is worth: per·min(r, across) + (inside_per·(min(r, inside) − start)⁺ − toll)⁺
+    (a plain number w is Worth(w): w·r). Nondecreasing in r and at most `most`·r."""
+
+    per: float
+    across: float = INF
+    inside_per: float = 0.0
+    inside: float = INF
+    start: float = 0.0
+    toll: float = 0.0
+
+    def of(self, r: Any) -> Any:
+        """The worth of tok/s r (a number or an array)."""
+        extra = np.maximum(0.0, self.inside_per * np.maximum(0.0, np.minimum(r, self.inside) - self.start) - self.toll) if self.inside_per else 0.0
+        return self.per * np.minimum(r, self.across) + extra
+
+    @property
+    def most(self) -> float:
+        """A slope no part of it exceeds: worth·r ≤ most·r."""
+        return self.per + self.inside_per
+
+
+def _worth(worth: "float | Worth") -> Worth:
+    return worth if isinstance(worth, Worth) else Worth(float(worth))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +130,22 @@ class KeyPricer:
         self.none, self.hint = -1, -1  # the last candidate known to admit no chain; the best at the last call
         self.type_of = costs.type_of[kk]
         self.T = len(costs.types)
+        self.first: np.ndarray | None = None  # [T]: the types the first (last) stage may be of; None: any
+        self.last: np.ndarray | None = None
+
+    def restricted(self, first: np.ndarray | None, last: np.ndarray | None) -> "KeyPricer":
+        """This key's pricer over the chains whose first (last) stage is of a type `first` (`last`) marks
+        ([T] bools; None: any), sharing what does not depend on it (candidates, reach). Kinds dominate
+        only kinds of their own type there: one of another type may not stand in at the ends."""
+        out = copy.copy(self)
+        out.first, out.last, out.hint = first, last, -1
+        out._stands_in, out._keep = None, (b"", None)
+        return out
+
+    def _ends(self, sel: np.ndarray | None = None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """`first`, `last` per kind (of `sel`, indices into self.kinds; default all)."""
+        of = self.type_of if sel is None else self.type_of[sel]
+        return (None if self.first is None else self.first[of]), (None if self.last is None else self.last[of])
 
     def weight(self, prices: np.ndarray) -> float:
         """W: no chain's price is below W / R (kept for the last prices: a pass asks several times)."""
@@ -107,29 +155,33 @@ class KeyPricer:
             self._weight = (at, float(np.where(finite, prices[self.kinds][:, None] * np.where(finite, self.unit, 0.0), INF).min(axis=0).sum()))
         return self._weight[1]
 
-    def certificate(self, prices: np.ndarray, worth: float) -> float:
+    def certificate(self, prices: np.ndarray, worth: "float | Worth") -> float:
         """An upper bound on every chain's reduced cost, from W (no DP)."""
         if not len(self.cand):
             return -INF
-        W = self.weight(prices)
-        return (worth * self.rate - W) / (self.least if worth * self.rate > W else self.cand[-1])
+        W, top = self.weight(prices), _worth(worth).most * self.rate
+        return (top - W) / (self.least if top > W else self.cand[-1])
 
-    def per_device(self, prices: np.ndarray, worth: float) -> float:
+    def per_device(self, prices: np.ndarray, worth: "float | Worth") -> float:
         """An upper bound on every chain's reduced cost per device, from W (no DP), for a key a CPU
         deadline leaves unpriced (colgen.py). A chain of bottleneck R on d devices has reduced cost at
         most (worth·rate − W) / R, and R·d ≥ Σ_u min_g tp_g·c_g(u) (each stage's tp_g devices
         busy ≤ R cover its units) and ≥ the least bottleneck × the class's fewest stages."""
         if not len(self.cand):
             return -INF
-        spare = worth * self.rate - self.weight(prices)
+        spare = _worth(worth).most * self.rate - self.weight(prices)
         if spare <= 0:
             return 0.0
+        return spare * (1 + SLACK) / max(self.busy(), self.least * max(1, self.key.lo))
+
+    def busy(self) -> float:
+        """Σ_u min_g tp_g·c_g(u): no chain of the key keeps its devices busy less per round (device-seconds)."""
         if self._work is None:
             tp = self.costs.tp[self.kinds][:, None]
             self._work = float(np.where(np.isfinite(self.unit), tp * self.unit, INF).min(axis=0).sum())
-        return spare * (1 + SLACK) / max(self._work, self.least * max(1, self.key.lo))
+        return self._work
 
-    def price(self, prices: np.ndarray, worth: float, beat: float, tol: float) -> Priced:
+    def price(self, prices: np.ndarray, worth: "float | Worth", beat: float, tol: float) -> Priced:
         """The best reduced cost of the key's chains where it exceeds `beat` (then `found` is
         within `tol` of it, and `upper` too); otherwise an `upper` ≤ beat + tol.
 
@@ -140,8 +192,13 @@ class KeyPricer:
         cert = self.certificate(prices, worth)
         if cert <= beat + tol:
             return Priced(cert, -INF, None, 0.0, CERTIFICATE)
-        cand, top = self.cand, worth * self.rate
+        cand, w = self.cand, _worth(worth)
+        top = w.most * self.rate
         spare = top - self.weight(prices)  # no chain of bottleneck R does better than spare / R
+
+        def gain(R: Any) -> Any:  # a chain's worth at bottleneck R (nonincreasing in R)
+            return w.of(self.rate / R)
+
         N = len(cand)
         f: dict[int, float] = {}  # the least price of a chain with bottleneck ≤ cand[i], or a lower bound on it
         att: dict[int, float] = {}  # the least price of such a chain the DP found (inf: none)
@@ -152,8 +209,8 @@ class KeyPricer:
             idx = [i for i in dict.fromkeys(idx) if i not in f]
             if idx:  # a chain priced above top / R − beat at bottleneck R pays less than beat
                 Rs = cand[idx]
-                low, best, w = self._dp(Rs, prices, top / Rs - beat if np.isfinite(beat) else np.full(len(idx), INF))
-                work += w
+                low, best, dp_work = self._dp(Rs, prices, gain(Rs) - beat if np.isfinite(beat) else np.full(len(idx), INF))
+                work += dp_work
                 f.update(zip(idx, low))
                 att.update(zip(idx, best))
                 none = [i for i, x in zip(idx, low) if x == INF]  # no chain at all: whatever the prices
@@ -169,10 +226,10 @@ class KeyPricer:
         while True:
             pts = sorted(f)
             for i in pts:  # a point: some chain attains it (its bottleneck ≤ cand[i], price att)
-                if top / cand[i] - att[i] > found:
-                    found, at = top / cand[i] - att[i], i
+                if gain(cand[i]) - att[i] > found:
+                    found, at = gain(cand[i]) - att[i], i
             est = [
-                (min(top / cand[a + 1] - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b) for a, b in zip(pts, pts[1:]) if b > a + 1
+                (min(gain(cand[a + 1]) - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b) for a, b in zip(pts, pts[1:]) if b > a + 1
             ]  # pts holds N − 1, and 0 or the last without a chain
             live = [(a, b) for e, a, b in est if e > max(found, beat) + tol]
             upper = max([found] + [e for e, _, _ in est])
@@ -185,13 +242,13 @@ class KeyPricer:
         self.hint = at
         if at < 0 or found <= -INF:
             return Priced(min(upper, cert), -INF, None, 0.0, work)
-        chain, w = self._backtrack(float(cand[at]), prices, att[at])
-        return Priced(min(max(upper, found), cert), found, chain, float(cand[at]), work + w)
+        chain, back = self._backtrack(float(cand[at]), prices, att[at])
+        return Priced(min(max(upper, found), cert), found, chain, float(cand[at]), work + back)
 
     def _split(self, a: int, b: int, top: float, fb: float, thr: float) -> int:
         """Where to evaluate inside the live interval (a, b): halfway in tok/s (top / R), or further left
         where the chains right of it can't beat `thr` even at f[b] (a chain of bottleneck R pays at most
-        top / R − f[b])."""
+        top / R − f[b], `top` the steepest worth × rate)."""
         cand = self.cand
         x = max(0.5 * (1.0 / cand[a + 1] + 1.0 / cand[b]), (thr + fb) / top if top > 0 else 0.0)
         c = int(np.searchsorted(cand, 1.0 / x, side="right")) - 1
@@ -231,6 +288,8 @@ class KeyPricer:
             cost, over, jfit = np.diff(case.P[kk], axis=1), case.over[kk], case.jfit[kk]
             less = ((cost[:, None, :] <= cost[None, :, :] * (1 - DOMINATES)) | (cost[:, None, :] == cost[None, :, :])).all(axis=2)
             self._stands_in = less & (over[:, None] <= over[None, :]) & (jfit[:, None, :] >= jfit[None, :, :]).all(axis=2)
+            if self.first is not None or self.last is not None:  # restricted ends: only a kind of its own type stands in
+                self._stands_in &= self.type_of[:, None] == self.type_of[None, :]
         idx = np.arange(len(pk))
         dom = self._stands_in & (pk[:, None] <= pk[None, :]) & (idx[:, None] != idx[None, :])
         dom &= ~(dom.T & (idx[None, :] < idx[:, None]))  # two that stand in for each other: the first stays
@@ -252,13 +311,14 @@ class KeyPricer:
         link_ok = self.case.cheapest[None, :, :] <= (Rs * (1 + SLACK))[:, None, None]  # [L, T', T]
         free = link_ok.all(axis=(1, 2))
         u0 = self._reach_u0(Rs, keep)
-        low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap)
+        first, last = self._ends(keep)
+        low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap, first=first, last=last)
         best = np.where(free, found, INF)  # a chain that ignores a link out of R is no chain
         work = w * FREE_CELL + REACH * u0.size
         rows = np.nonzero(~free & (low < cap))[0]
         if len(rows):
             u0 = self._reach_u0(Rs[rows])
-            low[rows], best[rows], w = typed_dp(u0, pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows])
+            low[rows], best[rows], w = typed_dp(u0, pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows], first=self.first, last=self.last)
             work += w * TYPED_CELL + REACH * u0.size
         return low, best, work
 
@@ -269,8 +329,9 @@ class KeyPricer:
         if link_ok.all():
             keep = self._undominated(pk)
             u0 = self._reach_u0(np.array([R]), keep)
-            chain, work = free_chain(u0, pk[keep], self.kinds[keep], self.key.lo, hi, f)
+            first, last = self._ends(keep)
+            chain, work = free_chain(u0, pk[keep], self.kinds[keep], self.key.lo, hi, f, first, last)
             return chain, work * FREE_CELL + REACH * u0.size
         u0 = self._reach_u0(np.array([R]))
-        chain, work = typed_chain(u0, pk, self.kinds, self.type_of, self.T, link_ok, self.key.lo, hi, f)
+        chain, work = typed_chain(u0, pk, self.kinds, self.type_of, self.T, link_ok, self.key.lo, hi, f, self.first, self.last)
         return chain, work * TYPED_CELL + REACH * u0.size
