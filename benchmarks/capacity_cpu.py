@@ -229,7 +229,8 @@ def quiet(fn, wait_s: float, busy: float = 0.05, tries: int = 3, judgeable=lambd
         other = rc.others_share(since)
         if (other <= busy and judgeable(out)) or i == tries - 1:
             return out, other, waited
-        print(f"  other processes took {other:.0%} of the host meanwhile, or it ran unlike its profile: measured again", flush=True)
+        why = f"other processes took {other:.0%} of the host meanwhile" if other > busy else "the host ran unlike its profile"
+        print(f"  {why}: measured again", flush=True)
     raise AssertionError("unreachable")
 
 
