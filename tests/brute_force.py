@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import Rows
 from hetc.partitioner.bounds.cells import CountSpace
+from hetc.partitioner.bounds.pricing import KeyPricer, Worth
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
@@ -264,3 +265,27 @@ def best_fleet(per_usage: dict[Usage, Best], counts: list[int]) -> float:
                 val = max(val, b.tok_s + best[tuple(x - a for a, x in zip(u, v))])
         best[v] = val
     return best[tuple(counts)]
+
+
+def best_reduced_cost(pricer: KeyPricer, prices, worth: Worth, padded: bool = False) -> float:
+    """The best worth(rate / R) − price over every chain of the key's class its pricer allows (first and
+    last stages' types) and every cut, R its bottleneck at the key's costs (busiest stage, or a link at
+    its cheapest cut). `padded`: also chains shorter than the class, paying the cheapest kind's price
+    for each stage short of it (price_dp.free_dp's relaxation)."""
+    costs, key, case = pricer.costs, pricer.key, pricer.case
+    U, best = costs.u, float("-inf")
+    for n in range(1 if padded else key.lo, min(key.hi, U) + 1):
+        for ks in itertools.product(pricer.kinds.tolist(), repeat=n):
+            if pricer.first is not None and not pricer.first[costs.type_of[ks[0]]]:
+                continue
+            if pricer.last is not None and not pricer.last[costs.type_of[ks[-1]]]:
+                continue
+            price = sum(prices[g] for g in ks) + max(0, key.lo - n) * prices[pricer.kinds].min()
+            link = max([0.0] + [case.cheapest[costs.type_of[x], costs.type_of[y]] for x, y in zip(ks, ks[1:])])
+            for cuts in itertools.combinations(range(1, U), n - 1):
+                bd = (0, *cuts, U)
+                if any(bd[s + 1] > case.jfit[g, bd[s]] for s, g in enumerate(ks)):
+                    continue
+                R = max([link] + [case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks)])
+                best = max(best, float(worth.of(pricer.rate / R)) - price)
+    return best

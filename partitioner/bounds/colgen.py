@@ -136,7 +136,7 @@ def _master(
     return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu, ends
 
 
-def _NO_ENDS(T: int) -> list[np.ndarray]:
+def _no_ends(T: int) -> list[np.ndarray]:
     """ρ, β per type and [κ] where no pools' routes are counted."""
     return [np.zeros(T), np.zeros(T), np.zeros(1)]
 
@@ -165,7 +165,7 @@ def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.nd
         raise RuntimeError("the column-generation cost master LP did not solve to optimality")
     pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
     sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
-    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}, _NO_ENDS(len(N))
+    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}, _no_ends(len(N))
 
 
 def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int, floor_R: float | None = None) -> _Column:
@@ -309,7 +309,7 @@ def column_bound_rounds(
             continue
         it += 1
         z, x, pi, sigma, mu, ends = (
-            _master(cols, N, groups, pools, spend, floor, routes) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {}, _NO_ENDS(len(N)))
+            _master(cols, N, groups, pools, spend, floor, routes) if cols or spend is not None else (0.0, [], np.zeros(len(N)), {}, {}, _no_ends(len(N)))
         )
         # smoothed duals' columns that leave the master where it was are a misprice (Wentges): price its own next
         # (gen41 without pools: an early center found 24 such columns a pass for 80 passes, none full)

@@ -16,35 +16,15 @@ from hetc.partitioner.bounds.cell_bound import Pipeline
 from hetc.partitioner.bounds import colgen
 from hetc.partitioner.bounds.colgen import column_bound
 from hetc.partitioner.bounds.price_dp import typed_dp
-from hetc.partitioner.bounds.pricing import KeyPricer
+from hetc.partitioner.bounds.pricing import KeyPricer, Worth
 from hetc.partitioner.search.solver import solve
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.partitioner.search.templates import generate
 from hetc.scheduling import Objective, Phase
-from tests.brute_force import best_per_set, best_with_pools, options
+from tests.brute_force import best_per_set, best_reduced_cost, best_with_pools, options
 from tests.conftest import two_type_cluster
 from tests.fixtures.fleets import WL, disjoint_fleets, many_type_cluster, solution_spend, three_type_cluster
-
-
-def _brute_price(pricer: KeyPricer, prices: np.ndarray, worth: float, padded: bool = False) -> float:
-    """The best worth·rate/R − price over every chain of the key's class and every cut, R its
-    bottleneck at the key's costs (busiest stage, or a link at its cheapest cut). `padded`: also
-    chains shorter than the class, paying the cheapest kind's price for each stage short of it
-    (price_dp.free_dp's relaxation)."""
-    costs, key, case = pricer.costs, pricer.key, pricer.case
-    U, best = costs.u, -np.inf
-    for n in range(1 if padded else key.lo, min(key.hi, U) + 1):
-        for ks in itertools.product(pricer.kinds.tolist(), repeat=n):
-            price = sum(prices[g] for g in ks) + max(0, key.lo - n) * prices[pricer.kinds].min()
-            link = max([0.0] + [case.cheapest[costs.type_of[x], costs.type_of[y]] for x, y in zip(ks, ks[1:])])
-            for cuts in itertools.combinations(range(1, U), n - 1):
-                bd = (0, *cuts, U)
-                if any(bd[s + 1] > case.jfit[g, bd[s]] for s, g in enumerate(ks)):
-                    continue
-                R = max([link] + [case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks)])
-                best = max(best, worth * pricer.rate / R - price)
-    return best
 
 
 @pytest.mark.parametrize("types", [2, 3])
@@ -65,8 +45,8 @@ def test_pricing_finds_the_best_reduced_cost_exactly(tmp_path, tiny, types, phas
         free = pricer.rate / pricer.cand[0]  # the best tok/s of any chain: prices around a share of it
         for _ in range(2):
             prices = rng.uniform(0.05, 0.6, len(costs.kinds)) * free * costs.tp
-            want = _brute_price(pricer, prices, 0.7)
-            padded = _brute_price(pricer, prices, 0.7, padded=True)
+            want = best_reduced_cost(pricer, prices, Worth(0.7))
+            padded = best_reduced_cost(pricer, prices, Worth(0.7), padded=True)
             got = pricer.price(prices, 0.7, -np.inf, 0.0)
             assert got.upper >= max(want, got.found) - 1e-9 * abs(want), key
             if not np.isfinite(padded):

@@ -4,8 +4,6 @@ every chain of every key of short pools: an upper estimate above the best reduce
 allowed, and a chain that is allowed and attains what pricing found, the best to 1e-9 (never more
 than the best padded chain)."""
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -15,29 +13,8 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
+from tests.brute_force import best_reduced_cost
 from tests.fixtures.fleets import WL, many_type_cluster
-
-
-def _brute(pricer: KeyPricer, prices: np.ndarray, worth: Worth, padded: bool) -> float:
-    """The best worth(rate/R) − price over every allowed chain of the key's class and every cut (`padded`:
-    chains shorter than the class too, paying the cheapest kind's price per stage short of it)."""
-    costs, key, case = pricer.costs, pricer.key, pricer.case
-    U, best = costs.u, -np.inf
-    for n in range(1 if padded else key.lo, min(key.hi, U) + 1):
-        for ks in itertools.product(pricer.kinds.tolist(), repeat=n):
-            if pricer.first is not None and not pricer.first[costs.type_of[ks[0]]]:
-                continue
-            if pricer.last is not None and not pricer.last[costs.type_of[ks[-1]]]:
-                continue
-            price = sum(prices[g] for g in ks) + max(0, key.lo - n) * prices[pricer.kinds].min()
-            link = max([0.0] + [case.cheapest[costs.type_of[x], costs.type_of[y]] for x, y in zip(ks, ks[1:])])
-            for cuts in itertools.combinations(range(1, U), n - 1):
-                bd = (0, *cuts, U)
-                if any(bd[s + 1] > case.jfit[g, bd[s]] for s, g in enumerate(ks)):
-                    continue
-                R = max([link] + [case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks)])
-                best = max(best, float(worth.of(pricer.rate / R)) - price)
-    return best
 
 
 @pytest.mark.parametrize("phase", [Phase.PREFILL, Phase.DECODE])
@@ -60,7 +37,7 @@ def test_restricted_pricing_finds_the_best_allowed_chain(tmp_path, tiny, phase):
                 worth = Worth(0.6, 0.4 * free, 0.9, 0.8 * free, 0.4 * free, 0.02 * free)
             else:
                 worth = Worth(0.6, np.inf, 0.3, np.inf, 0.0, 0.1 * free)
-            want, padded = _brute(pricer, prices, worth, False), _brute(pricer, prices, worth, True)
+            want, padded = best_reduced_cost(pricer, prices, worth), best_reduced_cost(pricer, prices, worth, padded=True)
             got = pricer.price(prices, worth, -np.inf, 0.0)
             assert got.upper >= max(want, got.found) - 1e-9 * abs(want), (key, t)
             if not np.isfinite(padded):
