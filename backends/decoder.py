@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from hetc.backends.experts import ExpertsKernel, LocalExperts, experts_kernel, set_experts_kernel
 from hetc.errors import BadInput
 from hetc.plan import UnitKind
 from hetc.stage import select_at
@@ -38,7 +39,6 @@ from hetc.stage import select_at
 __all__ = [
     "DECODER_KINDS",
     "DecoderStage",
-    "LocalExperts",
     "UnitLike",
     "apply_rotary",
     "apply_rotary_interleaved",
@@ -230,6 +230,7 @@ class DecoderStage(nn.Module):
         self.head = self.kinds[-1][0] is UnitKind.HEAD
         self.attention_layers = [layer for kind, layer in self.kinds if kind is UnitKind.ATTENTION]
         self.moe_layers = {layer for kind, layer in self.kinds if kind is UnitKind.MOE}
+        self.experts_kernel = ExpertsKernel.LOOP  # transformers' default: a GEMM pair per expert hit
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             full = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="eager")
@@ -384,6 +385,23 @@ class DecoderStage(nn.Module):
                 mod.gate_up_proj = _concat_linear([mod.gate_proj, mod.up_proj])
                 del mod.gate_proj, mod.up_proj
 
+    def static_experts(self, kernel: ExpertsKernel | None = None) -> None:
+        """Run the MoE layers' experts with shapes the routing does not change (no host sync), so a
+        CUDA graph can hold the step: `kernel`, by default the one `experts_kernel` picks for the
+        stage's expert weights. The sums are the loop's products, added in another order."""
+        for layer in self.moe_layers:
+            experts: Any = self.mods[f"mlp{layer}"].experts
+            inner = experts.inner if isinstance(experts, LocalExperts) else experts
+            self.experts_kernel = kernel or experts_kernel(next(inner.parameters()))
+            set_experts_kernel(experts, self.experts_kernel)
+
+    @property
+    def capturable(self) -> bool:
+        """Whether a CUDA graph can hold this stage's step: no MoE layer, or experts of static shapes
+        held whole (a LocalExperts part picks its tokens on the host)."""
+        split = any(isinstance(self.mods[f"mlp{layer}"].experts, LocalExperts) for layer in self.moe_layers)
+        return not self.moe_layers or (self.experts_kernel is not ExpertsKernel.LOOP and not split)
+
     def split_experts(self, rank: int, parts: int) -> None:
         """Expert parallelism: this stage holds experts [rank·E/parts, (rank+1)·E/parts) of each MoE
         layer (loaded so: each `experts` tensor's first E/parts rows), and its MoE blocks return their
@@ -445,29 +463,6 @@ class DecoderStage(nn.Module):
 
     def _head(self, x: torch.Tensor) -> torch.Tensor:
         return self.mods["head"](x).float()
-
-
-class LocalExperts(nn.Module):
-    """A part of an MoE layer's routed experts (experts [first, first + count) of the model's), run
-    through the model's own experts module holding just those: tokens with none of them routed here
-    are skipped; a token's other slots point at local expert 0 with weight 0 (exactly nothing added).
-    Returns this part's sum only; the parts' sums add up to the whole layer's."""
-
-    def __init__(self, inner: nn.Module, first: int, count: int):
-        super().__init__()
-        self.inner, self.first, self.count = inner, first, count
-
-    def forward(self, h: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-        # h: [N, D]; top_k_index, top_k_weights: [N, K] (the model's expert ids and routing weights)
-        local = top_k_index - self.first
-        mine = (local >= 0) & (local < self.count)
-        rows = mine.any(dim=-1).nonzero()[:, 0]
-        out = torch.zeros_like(h)
-        if rows.numel():
-            idx = torch.where(mine, local, 0)[rows]
-            w = torch.where(mine, top_k_weights, 0)[rows]
-            out[rows] = self.inner(h[rows], idx, w).to(h.dtype)
-        return out
 
 
 def _concat_linear(parts: list[nn.Linear]) -> nn.Linear:

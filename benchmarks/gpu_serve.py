@@ -10,11 +10,22 @@ with its fp32 plan on one h100-sxm, llama-3.1-8b plans (random bf16 weights, 512
 128 output tokens) at batch 8 and 32 on one H100 and on one H200 (catalog profiles), and the units
 of both models captured here (seeded there only when the host's torch cannot capture them).
 
+It also writes WORK/moe-ARCH (the MoE serving tests' tiny gpt-oss, DeepSeek-V3 and Qwen3-MoE, fp32)
+with their plans on one h200-sxm, and qwen3-30b-a3b plans at batch 8 and 32 (bf16).
+
 `check` runs, in priority order, each check within its own share of the budget and OUT/gpu-serve.json
 rewritten after each (a check that runs out of time says so):
   env      the host's torch, triton and card
   kernel   the paged decode kernel against SDPA over the gathered context (8B shapes), and both timed
-  capture  `capture()` of both models on the host's own torch (torch.export of the dynamic token dim)
+  capture  `capture()` of every model on the host's own torch (torch.export of the dynamic token dim)
+  moe      each tiny MoE model served (experts as one GEMM, decode steps replayed from CUDA graphs)
+           against transformers' `generate` (its own per-expert loop) on the same GPU: token-identical
+  moe30b   qwen3-30b-a3b (random bf16 weights on the GPU) as a cuda worker runs it, in process: decode
+           step at batch 8 and 32 with transformers' expert loop, with the grouped GEMM, and replayed
+           from CUDA graphs, against the plan's prediction; the grouped GEMM's logits against the loop's;
+           one MoE block alone: its error against an fp32 product, its graphed time
+  dense8b  llama-3.1-8b built the same way: its graphed decode step alone, the kernels in it
+  moe30b_served  qwen3-30b-a3b under `hetc serve` (graphs on): decode steps at batch 8 and 32
   tiny     greedy completions through the `openai` client, CUDA graphs on, against transformers'
            `generate` on the same GPU (fp32, TF32 off): token-identical expected
   logits   llama-3.1-8b as a cuda worker runs it (fused projections, graphs, the kernel), in process,
@@ -53,6 +64,7 @@ TEXTS = [
     "paged kv cache with blocks of sixteen tokens",
 ]
 DEVICES = {"H200": "h200-sxm", "H100": "h100-sxm"}  # the card's name → its catalog profile
+MOE_MODEL = "qwen3-30b-a3b"  # 61 GB in bf16: one H200 holds it with its KV
 
 
 def _hetc(*args: str) -> None:
@@ -88,14 +100,40 @@ def prepare(work: Path) -> None:
     _hetc(
         "plan", "--profiles", str(work / "one-h100-sxm.yaml"), str(work / "tiny"), "--dtype", "fp32", "--placement", "a:0", "-o", str(work / "tiny-plan.json")
     )
+    from tests.fixtures.moe_models import ARCHS, build_moe
+
+    for arch in ARCHS:
+        if not (work / f"moe-{arch}" / "config.json").exists():
+            build_moe(work / f"moe-{arch}", arch)
+        one = str(work / "one-h200-sxm.yaml")
+        _hetc("plan", "--profiles", one, str(work / f"moe-{arch}"), "--dtype", "fp32", "--placement", "a:0", "-o", str(work / f"moe-{arch}-plan.json"))
+    for b in BATCHES:
+        args = ("--placement", "a:0", "--batch", str(b), "--input-len", str(PROMPT), "--output-len", str(OUTPUT))
+        _hetc("plan", "--profiles", str(work / "one-h200-sxm.yaml"), MOE_MODEL, *args, "-o", str(work / f"30b-b{b}.json"))
     _capture_entries(work)
 
 
+def _archs() -> tuple[str, ...]:
+    """The tiny MoE architectures of the serving tests (the repository after the installed hetc on the path)."""
+    if str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+    from tests.fixtures.moe_models import ARCHS
+
+    return ARCHS
+
+
+def _captured(work: Path) -> list[tuple[str, str, str, Path]]:
+    """(name, model, dtype, a plan of it) of every model a check serves or builds."""
+    rows = [("tiny", str(work / "tiny"), "fp32", work / "tiny-plan.json"), ("8b", "llama-3.1-8b", "bf16", work / "8b-h200-sxm-b8.json")]
+    rows += [(f"moe-{a}", str(work / f"moe-{a}"), "fp32", work / f"moe-{a}-plan.json") for a in _archs()]
+    return rows + [("30b", MOE_MODEL, "bf16", work / "30b-b8.json")]
+
+
 def _capture_entries(work: Path) -> None:
-    """The captured units of both models as capture-cache entries, WORK/captures/NAME/KEY.json."""
+    """The captured units of every model as capture-cache entries, WORK/captures/NAME/KEY.json."""
     from hetc.partitioner.capture.capture import capture
 
-    for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
+    for name, ref, dtype, _ in _captured(work):
         folder = work / "captures" / name
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("*.json"):
@@ -113,7 +151,7 @@ def _seed_capture(work: Path) -> None:
     could not capture the models itself: `check capture` says so)."""
     from hetc.partitioner.capture import capture_cache
 
-    for name, ref in (("tiny", str(work / "tiny")), ("8b", "llama-3.1-8b")):
+    for name, ref, _, _ in _captured(work):
         folder = work / "captures" / name
         dtype = (folder / "dtype").read_text()
         key = capture_cache.cache_key(ref, dtype, dtype)
@@ -295,29 +333,30 @@ def check_capture(work: Path, out: Path, res: dict) -> dict:
     serving checks still run (and the failure is the result)."""
     from hetc.partitioner.capture.capture import capture
 
-    got = {}
-    for name, ref, dtype in (("tiny", str(work / "tiny"), "fp32"), ("8b", "llama-3.1-8b", "bf16")):
+    got: dict = {}
+    for name, ref, dtype, plan in _captured(work):
         t0 = time.perf_counter()
         try:
             c = capture(ref, dtype=dtype, kv_dtype=dtype)
-            got[name] = {"ok": True, "units": len(c.units), "graph_hash": c.graph_hash[:16], "s": time.perf_counter() - t0}
+            want = json.loads(plan.read_text())["model"]["graph_hash"]
+            got[name] = {"ok": c.graph_hash == want, "units": len(c.units), "same_hash_as_prepare": c.graph_hash == want, "s": time.perf_counter() - t0}
         except Exception as e:  # noqa: BLE001 — the result is the error
             got[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:600]}"}
-    want = {p.name: json.loads((work / p.name).read_text())["model"]["graph_hash"][:16] for p in (work / "tiny-plan.json", work / "8b-h200-sxm-b8.json")}
-    got["same_hash_as_prepare"] = [got["tiny"].get("graph_hash") == want["tiny-plan.json"], got["8b"].get("graph_hash") == want["8b-h200-sxm-b8.json"]]
-    if not all(v["ok"] for k, v in got.items() if k in ("tiny", "8b")):
+    if not all(v["ok"] for v in got.values()):
         _seed_capture(work)
         got["seeded"] = True
     return got
 
 
-def check_tiny(work: Path, out: Path, res: dict) -> dict:
+def _served_vs_generate(model_dir: Path, plan: Path, log: Path, **load) -> dict:
+    """Greedy completions of TEXTS from `hetc serve` (CUDA graphs on), each alone and all at once,
+    against transformers' `generate` on the same GPU (fp32, TF32 off)."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    tok = AutoTokenizer.from_pretrained(work / "tiny")
-    model = LlamaForCausalLM.from_pretrained(work / "tiny", torch_dtype=torch.float32).cuda().eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **load).cuda().eval()
     lengths = [24, 9, 31, 16]
     ref = []
     for text, n in zip(TEXTS, lengths):
@@ -326,7 +365,7 @@ def check_tiny(work: Path, out: Path, res: dict) -> dict:
         ref.append(g[0, ids.shape[1] :].tolist())
     del model
     torch.cuda.empty_cache()
-    with Served(work / "tiny-plan.json", "--model-dir", str(work / "tiny"), log=out / "serve-tiny.log") as srv:
+    with Served(plan, "--model-dir", str(model_dir), log=log) as srv:
         got = []
         for text, n in zip(TEXTS, lengths):  # each alone, then all at once: graphs of 1 and of 4
             got.append(asyncio.run(_complete(srv, [text], n))[0])
@@ -340,6 +379,23 @@ def check_tiny(work: Path, out: Path, res: dict) -> dict:
         "served": got,
         "hf": ref,
     }
+
+
+def check_tiny(work: Path, out: Path, res: dict) -> dict:
+    return _served_vs_generate(work / "tiny", work / "tiny-plan.json", out / "serve-tiny.log")
+
+
+def check_moe(work: Path, out: Path, res: dict) -> dict:
+    """Each tiny MoE model served: its experts as one batched GEMM (fp32), decode replayed from graphs;
+    the reference runs transformers' own per-expert loop."""
+    got = {}
+    for arch in _archs():
+        try:
+            got[arch] = _served_vs_generate(work / f"moe-{arch}", work / f"moe-{arch}-plan.json", out / f"serve-moe-{arch}.log", experts_implementation="eager")
+        except Exception as e:  # noqa: BLE001 — the next architecture still runs
+            got[arch] = {"error": f"{type(e).__name__}: {str(e)[:600]}"}
+        print(json.dumps({arch: {k: v for k, v in got[arch].items() if k not in ("served", "hf")}}), flush=True)
+    return got
 
 
 def check_logits(work: Path, out: Path, res: dict) -> dict:
@@ -393,6 +449,195 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
         "agree": sum(sum(r["argmax_agree"]) for r in rows),
         "of": 4 * len(rows),
     }
+
+
+class _GpuRandom:
+    """Random bf16 weights drawn on the GPU (seconds for 61 GB, where the host draws minutes): norm
+    gains one, every matrix N(0, 0.02), as RandomWeights."""
+
+    def get(self, name: str, shape, dtype):
+        import torch
+
+        if len(shape) == 1:
+            return torch.ones(shape, dtype=dtype, device="cuda")
+        return torch.empty(shape, dtype=dtype, device="cuda").normal_(0.0, 0.02)
+
+
+def _time_steps(fn, *args, n: int = 20) -> float:
+    """Mean ms of `fn(*args)` over n calls after 3 warm-ups (CUDA events)."""
+    import torch
+
+    for _ in range(3):
+        fn(*args)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n):
+        fn(*args)
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / n
+
+
+def _moe_layer(stage) -> list[dict]:
+    """One MoE block of the stage alone, at each batch: the grouped GEMM's and the loop's outputs
+    against an fp32 product of the same routed experts (relative error), and the block's time
+    replayed from a CUDA graph (router, sort, both grouped GEMMs, the weighted sum)."""
+    import torch
+
+    from hetc.backends.experts import ExpertsKernel, set_experts_kernel
+
+    layer = min(stage.moe_layers)
+    mlp = stage.mods[f"mlp{layer}"]
+    ex = mlp.experts
+    rows = []
+    for n in BATCHES:
+        h = torch.randn(n, ex.gate_up_proj.shape[-1], dtype=torch.bfloat16, device="cuda")
+        with torch.inference_mode():
+            _, w, idx = mlp.gate(h)  # [n, K] routing weights and expert ids
+            got = {}
+            for kernel in (ExpertsKernel.GROUPED, ExpertsKernel.LOOP):
+                set_experts_kernel(ex, kernel)
+                got[kernel] = ex(h, idx, w).float()
+            set_experts_kernel(ex, ExpertsKernel.GROUPED)
+            gu = torch.einsum("nkod,nd->nko", ex.gate_up_proj[idx].float(), h.float())  # [n, K, 2I]
+            act = ex._apply_gate(gu)
+            ref = (torch.einsum("nkdi,nki->nkd", ex.down_proj[idx].float(), act) * w.float()[..., None]).sum(1)
+            x = h.unsqueeze(0).clone()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    mlp(x)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                mlp(x)
+        norm = ref.norm().item()
+        rows.append(
+            {
+                "batch": n,
+                "layer": layer,
+                "grouped_rel_err": (got[ExpertsKernel.GROUPED] - ref).norm().item() / norm,
+                "loop_rel_err": (got[ExpertsKernel.LOOP] - ref).norm().item() / norm,
+                "block_graphed_us": _time_steps(graph.replay, n=50) * 1e3,
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def _stage(model: str, plan: Path, blocks: int):
+    """The whole model as one cuda stage, as a worker builds it (fused projections, static experts),
+    weights random on the GPU."""
+    import torch
+
+    from hetc.partitioner.capture.capture import load_hf_config
+    from hetc.plan import load_plan
+    from hetc.runtime.model_runner import StageModel
+
+    cfg, _ = load_hf_config(model)
+    units = load_plan(str(plan)).units
+    bf16 = torch.bfloat16
+    return cfg, StageModel(cfg, units, 0, len(units) - 1, dtype=bf16, kv_dtype=bf16, num_blocks=blocks, weights=_GpuRandom(), device="cuda", fuse=True)
+
+
+def _kernels(fn, *args) -> dict:
+    """The GPU kernels one call of fn(*args) runs (a graph replay's too): count, their summed
+    time, and the call's wall time, from torch.profiler (CUPTI)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn(*args)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    ks = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels": len(ks), "kernel_sum_ms": sum(e.device_time for e in ks) / 1e3, "wall_ms": wall * 1e3}
+
+
+def _graphed_steps(cfg, stage, rows: list[dict], per: int) -> float:
+    """Each row's decode step (batch row["batch"], context row["context"]) replayed from CUDA graphs:
+    its time, the kernels in it, and the time over the plan's prediction. Returns the capture's seconds."""
+    import torch
+
+    from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
+
+    t0 = time.perf_counter()
+    graphs = DecodeGraphs(stage, max_batch=max(BATCHES), max_context=2048, hidden=cfg.hidden_size, dtype=torch.bfloat16)
+    graphs.capture()
+    graphed = GraphedStage(stage, graphs)
+    capture_s = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(1)
+    for row in rows:
+        b, ctx = row["batch"], row["context"]
+        tables = [[1 + i * per + j for j in range(per)] for i in range(b)]
+        x = torch.randint(3, cfg.vocab_size, (b,), generator=g).cuda()
+        step = graphed.step_meta([ctx] * b, [1] * b, tables, [True] * b)
+        row["graphed_ms"] = _time_steps(graphed, x, step)
+        row["replayed"] = graphed.replayed
+        try:
+            row["graph_kernels"] = _kernels(graphed.graphs.graphs[step.size].replay)
+        except Exception as e:  # noqa: BLE001 — the timing above stands without it
+            row["graph_kernels"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        row["graphed_over_predicted"] = row["graphed_ms"] / row["predicted_ms"]  # predicted: the hetc engine's host step overhead included
+        print(json.dumps(row), flush=True)
+    return capture_s
+
+
+_CTX, _PER = PROMPT + OUTPUT // 2, -(-(PROMPT + OUTPUT // 2 + 1) // 16)  # a decode step mid-output; its blocks per sequence
+
+
+def _predicted(plan: Path) -> float:
+    return json.loads(plan.read_text())["pipelines"][0]["stages"][0]["predicted_ms"]["decode"]
+
+
+def check_moe30b(work: Path, out: Path, res: dict) -> dict:
+    """Qwen3-30B-A3B as a cuda worker runs it (one stage, fused projections, the paged decode kernel),
+    weights random on the GPU: the decode step at each batch with transformers' per-expert loop
+    (eager, what a MoE stage ran before), with the grouped GEMM (eager), and replayed from CUDA
+    graphs; the grouped GEMM's logits against the loop's on one step; the plans' predictions."""
+    import torch
+
+    from hetc.backends.experts import ExpertsKernel
+
+    t0 = time.perf_counter()
+    cfg, stage = _stage(MOE_MODEL, work / "30b-b8.json", 1 + max(BATCHES) * _PER)
+    doc: dict = {"build_s": time.perf_counter() - t0, "param_gb": stage.param_bytes / 1e9, "kernel": str(stage.experts_kernel), "rows": []}
+    g = torch.Generator().manual_seed(0)
+    for b in BATCHES:
+        tables = [[1 + i * _PER + j for j in range(_PER)] for i in range(b)]
+        x = torch.randint(3, cfg.vocab_size, (b,), generator=g).cuda()
+        meta = stage.step_meta([_CTX] * b, [1] * b, tables, [True] * b)
+        row: dict = {"batch": b, "context": _CTX}
+        with torch.inference_mode():
+            grouped = stage(x, meta).clone()
+            row["grouped_eager_ms"] = _time_steps(stage, x, meta)
+            stage.static_experts(ExpertsKernel.LOOP)
+            loop = stage(x, meta)
+            row["loop_eager_ms"] = _time_steps(stage, x, meta)
+            stage.static_experts(ExpertsKernel.GROUPED)
+        row["logits_max_abs_diff"] = (grouped - loop).abs().max().item()
+        row["logit_scale"] = loop.abs().max().item()
+        row["argmax_agree"] = (grouped.argmax(-1) == loop.argmax(-1)).float().mean().item()
+        row["predicted_ms"] = _predicted(work / f"30b-b{b}.json")
+        doc["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    doc["layer"] = _moe_layer(stage)
+    res["moe30b"] = doc
+    doc["capture_s"] = _graphed_steps(cfg, stage, doc["rows"], _PER)
+    return doc
+
+
+def check_dense8b(work: Path, out: Path, res: dict) -> dict:
+    """Llama-3.1-8B built the same way: its graphed decode step on the GPU alone (the served step of
+    `check 8b` is this plus the worker's host work around each replay)."""
+    prof = _card_profile(res)
+    cfg, stage = _stage("llama-3.1-8b", work / f"8b-{prof}-b8.json", 1 + max(BATCHES) * _PER)
+    rows = [{"batch": b, "context": _CTX, "predicted_ms": _predicted(work / f"8b-{prof}-b{b}.json")} for b in BATCHES]
+    return {"rows": rows, "capture_s": _graphed_steps(cfg, stage, rows, _PER)}
 
 
 def check_load(work: Path, out: Path, res: dict) -> dict:
@@ -452,6 +697,15 @@ def check_8b(work: Path, out: Path, res: dict) -> dict:
     return doc
 
 
+def check_moe30b_served(work: Path, out: Path, res: dict) -> dict:
+    """`hetc serve` of qwen3-30b-a3b (seeded random bf16 weights, drawn on the host), CUDA graphs on:
+    decode steps at batch 8 and 32 from /metrics, against the plans' predictions."""
+    plan_for = lambda b: work / f"30b-b{b}.json"  # noqa: E731
+    extra = ("--random-weights", "--max-num-seqs", str(max(BATCHES)))
+    with Served(plan_for(max(BATCHES)), *extra, log=out / "serve-30b.log", start_s=res["_left"]() - 30) as srv:
+        return {"graphs": _served_batches(srv, plan_for, random.Random(0))}
+
+
 def check_lean(work: Path, out: Path, res: dict) -> dict:
     import torch
 
@@ -507,6 +761,10 @@ CHECKS = [
     ("kernel", check_kernel, 60),
     ("capture", check_capture, 60),
     ("tiny", check_tiny, 90),
+    ("moe", check_moe, 120),
+    ("moe30b", check_moe30b, 120),
+    ("dense8b", check_dense8b, 60),
+    ("moe30b_served", check_moe30b_served, 120),
     ("logits", check_logits, 60),
     ("8b", check_8b, 240),
     ("lean", check_lean, 40),

@@ -61,13 +61,23 @@ def print_fidelity(report, console: Console) -> None:
         t.add_row(r.cls, r.case, f"{r.predicted_s * 1e3:.4g}", f"{r.measured_s * 1e3:.4g}", f"{r.ratio:.3f}", style=style)
     console.print(t)
     s = Table(title="median |predicted/measured − 1| per class")
-    for col, just in (("class", "left"), ("cases", "right"), ("median", "right"), ("max", "right"), ("target", "right"), ("", "left")):
+    cols = (("class", "left"), ("cases", "right"), ("median", "right"), ("max", "right"), ("target", "right"), ("", "left"), ("vs fitted shapes", "right"))
+    for col, just in cols:
         s.add_column(col, justify=just)  # type: ignore[arg-type]
     for cls, v in report.classes().items():
+        vs = f"{v['error_vs_fitted']:.1%} (fitted {v['fitted_ratio']:.2f})" if "fitted_ratio" in v else "–"
         s.add_row(
-            cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}", "[green]ok[/]" if v["ok"] else "[red]over[/]"
+            cls, str(v["cases"]), f"{v['median_error']:.1%}", f"{v['max_error']:.1%}", f"≤ {v['target']:.0%}", "[green]ok[/]" if v["ok"] else "[red]over[/]", vs
         )
     console.print(s)
+    moved = {g: f for g, f in report.fitted_ratio().items() if abs(f - 1.0) > 0.10}
+    if moved:
+        console.print(
+            "shapes the profile was fitted on, measured again beside these, read predicted ÷ measured "
+            + ", ".join(f"{g} {f:.2f}" for g, f in moved.items())
+            + ": this machine runs at another speed than when it was profiled, and the errors above"
+            " carry that; 'vs fitted shapes' reads each class against its fitted shapes now. Re-profile on a quiet machine to compare."
+        )
     load = report.machine.get("foreign_load")
     if load is not None:
         console.print(

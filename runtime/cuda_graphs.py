@@ -7,8 +7,9 @@ from step to step. A decode micro-batch of n sequences runs as the graph of the 
 ≥ n: its metadata is copied into the buffers, rows past n are padding (they write and attend the
 lane's padding block only, their outputs are dropped), and the graph replays every kernel of the
 step without the host launching them. Steps with prompt tokens, steps of more sequences than the
-largest graph, tensor-parallel stages (their collectives are not captured) and stages with MoE
-layers (their routing has data-dependent shapes) run eagerly. Graphs share one memory pool,
+largest graph and tensor-parallel stages (their collectives are not captured; their MoE experts
+pick tokens on the host) run eagerly. A single-device stage's MoE experts run as one grouped GEMM
+(backends/experts.py), whose shapes the routing does not change, and are captured with the rest. Graphs share one memory pool,
 captured largest first.
 """
 

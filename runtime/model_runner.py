@@ -166,7 +166,8 @@ class StageModel(DecoderStage):
         weights: a SafetensorsWeights or RandomWeights (`.get(name, shape, dtype)`).
         tp_rank, tp_size: this device's place in a tensor-parallel stage; set `tp_group`
             (a torch.distributed group) before running when tp_size > 1.
-        fuse: q/k/v and gate/up as one GEMM each (DecoderStage.fuse_projections).
+        fuse: q/k/v and gate/up as one GEMM each (DecoderStage.fuse_projections), and the MoE
+            experts as one grouped or batched GEMM (static_experts): what GPUs run.
         """
         check_tp(cfg, units[first : last + 1], tp_size, "stage")
 
@@ -183,6 +184,7 @@ class StageModel(DecoderStage):
             self.rotary.to(device)
         if fuse:
             self.fuse_projections()
+            self.static_experts()
         if not self.mla:  # MLA's latent is every head's: each tp rank caches it whole
             self.kv_heads //= tp_size  # this device's share of the heads
         self.vocab_part = cfg.vocab_size // tp_size

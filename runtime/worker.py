@@ -138,8 +138,8 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
             fuse=device.type == "cuda",
         )
     stage: Any = backend.prepare_stage(model, index, threads=cfg.threads)
-    # MoE blocks route tokens with data-dependent shapes, which a CUDA graph cannot hold: they run eagerly
-    if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1 and not stage.moe_layers:
+    # a stage whose MoE experts pick their tokens on the host (a loop, or a part of them) runs eagerly
+    if name == "torch" and stage.kv_device.type == "cuda" and cfg.cuda_graphs and spec.tp == 1 and stage.capturable:
         from hetc.runtime.cuda_graphs import DecodeGraphs, GraphedStage
 
         graphs = DecodeGraphs(

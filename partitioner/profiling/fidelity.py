@@ -1,7 +1,8 @@
 """Fidelity report: the cost model's predictions against held-out measurements.
 
 The measurements come from a separate process (`fidelity_worker`) on shapes calibration
-never timed (`shapes.held_out_shapes`). Each op is predicted by `analytic.op_time` from
+never timed (`shapes.held_out_shapes`), beside a few it did (`shapes.reference_shapes`): how far
+those read from the profile now is how far the host moved since the fit. Each op is predicted by `analytic.op_time` from
 its record plus one dispatch; each whole prefill or decode step of a small Llama is the
 planner's own prediction — `units_time` over the captured units (the final norm and LM head
 over the sampled rows only, as every executor runs them) plus the profile's `step_overhead` —
@@ -27,7 +28,7 @@ from hetc.partitioner.profiling import hf_steps, microbench
 from hetc.partitioner.cost_models.analytic import Step, cost_params, op_time, units_time
 from hetc.partitioner.profiling.bench import ForeignLoad
 from hetc.partitioner.profiling.probe import capture_config
-from hetc.partitioner.profiling.shapes import STEP_MODEL, STEP_MODEL_QUICK, held_out_shapes
+from hetc.partitioner.profiling.shapes import STEP_MODEL, STEP_MODEL_QUICK, ShapeSet, held_out_shapes, reference_shapes
 from hetc.stage import select_at
 
 __all__ = ["Row", "FidelityReport", "validate", "TARGETS", "step_model_config", "sampled_step_time"]
@@ -52,21 +53,43 @@ class Row:
         return abs(self.ratio - 1.0)
 
 
+def _group(cls: str) -> str:
+    """The kind of fitted curve a class is priced from: matmul, attention, memory, or (whole) step."""
+    return "matmul" if cls == "matmul" else "attention" if cls.startswith("attention") else "step" if cls.endswith("step") else "memory"
+
+
 @dataclass
 class FidelityReport:
     profile: str
     machine: dict
     rows: list[Row]
     model: dict = field(default_factory=dict)
+    references: list[Row] = field(default_factory=list)  # fitted shapes, measured again beside the rows
+
+    def fitted_ratio(self) -> dict[str, float]:
+        """Per curve kind (matmul, attention, memory; step: all of them): the median predicted/measured
+        of the fitted shapes measured again now — 1 where the host runs as when it was fitted."""
+        out = {g: statistics.median(r.ratio for r in self.references if _group(r.cls) == g) for g in dict.fromkeys(_group(r.cls) for r in self.references)}
+        if self.references:
+            out["step"] = statistics.median(r.ratio for r in self.references)
+        return out
 
     def classes(self) -> dict[str, dict]:
-        """Per class: cases, median and max |predicted/measured − 1|, target and whether it is met."""
+        """Per class: cases, median and max |predicted/measured − 1|, target and whether it is met;
+        `fitted_ratio`, the same ratio of the class's fitted shapes now, and `error_vs_fitted`, the
+        median error with the held-out ratios read against it (what the model gets wrong beside
+        what the host moved since the fit)."""
         out: dict[str, dict] = {}
+        fitted = self.fitted_ratio()
         for cls in dict.fromkeys(r.cls for r in self.rows):
-            errs = [r.error for r in self.rows if r.cls == cls]
+            rows = [r for r in self.rows if r.cls == cls]
+            errs = [r.error for r in rows]
             target = TARGETS["step" if cls.endswith("step") else "op"]
             med = statistics.median(errs)
             out[cls] = {"cases": len(errs), "median_error": med, "max_error": max(errs), "target": target, "ok": med <= target}
+            if _group(cls) in fitted:
+                f = fitted[_group(cls)]
+                out[cls] |= {"fitted_ratio": f, "error_vs_fitted": statistics.median(abs(r.ratio / f - 1.0) for r in rows)}
         return out
 
     def to_json(self) -> dict:
@@ -75,10 +98,13 @@ class FidelityReport:
             "machine": self.machine,
             "model": self.model,
             "classes": self.classes(),
-            "rows": [
-                {"class": r.cls, "case": r.case, "predicted_ms": r.predicted_s * 1e3, "measured_ms": r.measured_s * 1e3, "ratio": r.ratio} for r in self.rows
-            ],
+            "rows": [_row_json(r) for r in self.rows],
+            "references": [_row_json(r) for r in self.references],
         }
+
+
+def _row_json(r: Row) -> dict:
+    return {"class": r.cls, "case": r.case, "predicted_ms": r.predicted_s * 1e3, "measured_ms": r.measured_s * 1e3, "ratio": r.ratio}
 
 
 def step_model_config(quick: bool = False) -> dict:
@@ -107,8 +133,7 @@ def _measure(spec: dict, timeout_s: float) -> dict:
         return json.loads(out_path.read_text())
 
 
-def _op_rows(profile: Profile, quick: bool, measured: dict[str, float]) -> list[Row]:
-    shapes = held_out_shapes(quick)
+def _op_rows(profile: Profile, shapes: ShapeSet, measured: dict[str, float]) -> list[Row]:
     cp = cost_params(profile, "fp32")
     curves = profile.efficiency_curves
     dispatch = curves.dispatch_overhead if curves and curves.dispatch_overhead is not None else profile.launch_overhead
@@ -187,6 +212,7 @@ def validate(
     units = capture_config(cfg)
     ops = dict((n, s) for n, s in out["ops"])
     steps = dict((n, s) for n, s in out["steps"])
-    rows = _op_rows(profile, quick, ops) + _step_rows(profile, quick, steps, units)
+    rows = _op_rows(profile, held_out_shapes(quick), ops) + _step_rows(profile, quick, steps, units)
+    references = _op_rows(profile, reference_shapes(quick), dict((n, s) for n, s in out["references"]))
     model = {k: cfg[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")}
-    return FidelityReport(profile.name, out["machine"], rows, model)
+    return FidelityReport(profile.name, out["machine"], rows, model, references)

@@ -2,7 +2,8 @@
 
 Run as `python -m hetc.partitioner.profiling.fidelity_worker SPEC.json OUT.json`; SPEC
 holds {threads, quick, model (config.json dict), rounds, executor}. Writes {name: seconds} per op
-case and per whole step, in the order `held_out_shapes` lists them. Nothing here reads a
+case and per whole step, in the order `held_out_shapes` lists them, and per fitted shape of
+`reference_shapes` (timed in the same rounds). Nothing here reads a
 profile: the prediction side never sees these timings until they are compared.
 """
 
@@ -16,11 +17,11 @@ __all__ = ["measure", "main"]
 
 
 def measure(spec: dict) -> dict:
-    """Time every held-out case of `spec`; {"ops": [[name, s], ...], "steps": [[name, s], ...], "machine": {...}}."""
+    """Time every held-out case of `spec`; {"ops": [[name, s], ...], "references": [...], "steps": [...], "machine": {...}}."""
     import torch
 
     from hetc.partitioner.profiling import bench, hf_steps, microbench
-    from hetc.partitioner.profiling.shapes import held_out_shapes
+    from hetc.partitioner.profiling.shapes import ShapeSet, held_out_shapes, reference_shapes
 
     threads = bench.set_threads(spec.get("threads"))
     bench.warm_allocator()
@@ -29,14 +30,18 @@ def measure(spec: dict) -> dict:
     rounds = int(spec.get("rounds", 3))
     evict = bench.evict_bytes(info)
     on: dict[str, Any] = {"executor": spec.get("executor") or "torch", "threads": threads}  # what the profile measured
-    ops = (
-        microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
-        + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
-        + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu")
-    )
-    bench.run_cases(ops, rounds=rounds)
-    op_times = [[c.name.removesuffix(" openvino"), c.seconds] for c in ops]
-    del ops  # the weight pools are large; free them before the model is built
+
+    def cases(shapes: ShapeSet) -> list:
+        return (
+            microbench.matmul_cases(shapes.matmul, dtype="fp32", device="cpu", evict=evict, **on)
+            + microbench.attention_cases(shapes.attention, dtype="fp32", device="cpu", evict=evict, **on)
+            + microbench.memory_cases(shapes.memory, dtype="fp32", device="cpu")
+        )
+
+    ops, refs = cases(shapes), cases(reference_shapes(spec.get("quick", False)))
+    bench.run_cases(ops + refs, rounds=rounds)  # the same rounds: the references see the held-out cases' host
+    op_times, ref_times = ([[c.name.removesuffix(" openvino"), c.seconds] for c in group] for group in (ops, refs))
+    del ops, refs  # the weight pools are large; free them before the model is built
     if on["executor"] == "openvino":
         from hetc.partitioner.profiling.compiled_steps import OpenVinoLlama
         from hetc.partitioner.profiling.probe import capture_config
@@ -50,6 +55,7 @@ def measure(spec: dict) -> dict:
     bench.run_cases(steps, rounds=rounds)
     return {
         "ops": op_times,
+        "references": ref_times,
         "steps": [[c.name.removesuffix(" openvino"), c.seconds] for c in steps],
         "machine": {"cpu": info.model, "cores": info.cores, "threads": threads, "torch": torch.__version__},
     }

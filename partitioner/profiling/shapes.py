@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hetc.partitioner.profiling.microbench import AttnShape
 
-__all__ = ["ShapeSet", "fit_shapes", "held_out_shapes", "PROBE_MODEL", "STEP_MODEL", "STEP_MODEL_QUICK"]
+__all__ = ["ShapeSet", "fit_shapes", "held_out_shapes", "reference_shapes", "PROBE_MODEL", "STEP_MODEL", "STEP_MODEL_QUICK"]
 
 # overhead probe: a Llama so narrow its arithmetic is negligible next to its op dispatch
 PROBE_MODEL = dict(hidden=64, intermediate=176, heads=4, kv_heads=2, vocab=256)
@@ -130,4 +130,22 @@ def held_out_shapes(quick: bool = False) -> ShapeSet:
         # fresh prompts, one past the fitted attention's 1,024 tokens, and chunks after a cached prefix
         prefill_steps=[(1, 24, 0), (1, 96, 0), (1, 200, 0), (2, 128, 0), (1, 400, 0), (4, 48, 0), (1, 1100, 0), (1, 48, 1000), (3, 64, 1024), (1, 200, 600)],
         decode_steps=[(1, 100), (1, 1000), (4, 300), (8, 600), (16, 150), (24, 1200), (32, 500)],
+    )
+
+
+def reference_shapes(quick: bool = False) -> ShapeSet:
+    """Fitted shapes the fidelity report measures again beside the held-out ones: what the profile
+    predicts for shapes it was fitted on, read against how fast they run now, says how far the host
+    moved since the fit (a machine shared with others runs at another speed from minute to minute),
+    apart from how well the model carries to shapes it never saw. A subset of `fit_shapes` (a test checks it)."""
+    if quick:
+        return ShapeSet(
+            matmul=[(8, 1024, 1024), (64, 2048, 2048)],
+            attention=[AttnShape(1, 8, 2, 64, 128, 128, True), AttnShape(4, 8, 2, 64, 1, 1024, False)],
+            memory=[("add", 64, 1024), ("clone", 1024, 1024)],
+        )
+    return ShapeSet(
+        matmul=[(1, 1024, 1024), (16, 2048, 1024), (256, 2048, 2048)],
+        attention=[AttnShape(1, 8, 2, 64, 256, 256, True), AttnShape(16, 8, 2, 64, 1, 512, False)],
+        memory=[("add", 1024, 4096), ("silu", 256, 4096), ("gather", 256, 2048)],
     )
