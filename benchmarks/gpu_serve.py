@@ -451,18 +451,6 @@ def check_logits(work: Path, out: Path, res: dict) -> dict:
     }
 
 
-class _GpuRandom:
-    """Random bf16 weights drawn on the GPU (seconds for 61 GB, where the host draws minutes): norm
-    gains one, every matrix N(0, 0.02), as RandomWeights."""
-
-    def get(self, name: str, shape, dtype):
-        import torch
-
-        if len(shape) == 1:
-            return torch.ones(shape, dtype=dtype, device="cuda")
-        return torch.empty(shape, dtype=dtype, device="cuda").normal_(0.0, 0.02)
-
-
 def _time_steps(fn, *args, n: int = 20) -> float:
     """Mean ms of `fn(*args)` over n calls after 3 warm-ups (CUDA events)."""
     import torch
@@ -527,18 +515,20 @@ def _moe_layer(stage) -> list[dict]:
 
 
 def _stage(model: str, plan: Path, blocks: int):
-    """The whole model as one cuda stage, as a worker builds it (fused projections, static experts),
-    weights random on the GPU."""
+    """The whole model as one cuda stage, as a worker builds it (fused projections, static experts,
+    random weights drawn on the GPU)."""
     import torch
 
     from hetc.partitioner.capture.capture import load_hf_config
     from hetc.plan import load_plan
     from hetc.runtime.model_runner import StageModel
+    from hetc.weights import RandomWeights
 
     cfg, _ = load_hf_config(model)
     units = load_plan(str(plan)).units
     bf16 = torch.bfloat16
-    return cfg, StageModel(cfg, units, 0, len(units) - 1, dtype=bf16, kv_dtype=bf16, num_blocks=blocks, weights=_GpuRandom(), device="cuda", fuse=True)
+    w = RandomWeights(device="cuda")
+    return cfg, StageModel(cfg, units, 0, len(units) - 1, dtype=bf16, kv_dtype=bf16, num_blocks=blocks, weights=w, device="cuda", fuse=True)
 
 
 def _kernels(fn, *args) -> dict:

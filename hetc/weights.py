@@ -171,16 +171,19 @@ class SafetensorsWeights:
 
 
 class RandomWeights:
-    """Deterministic random parameters: the same name gives the same tensor in every process."""
+    """Deterministic random parameters: the same name gives the same tensor in every process that
+    draws on the same kind of device. `device`: where they are drawn — a GPU stage's own device, as
+    the host draws ~40 M values a second per tensor (a 30B model's weights took minutes there) where
+    the GPU's generator takes seconds; the values differ from the host's (another generator)."""
 
-    def __init__(self, std: float = 0.02, seed: int = 0):
-        self.std, self.seed = std, seed
+    def __init__(self, std: float = 0.02, seed: int = 0, device: torch.device | str = "cpu"):
+        self.std, self.seed, self.device = std, seed, torch.device(device)
 
     def get(self, name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        g = torch.Generator().manual_seed(zlib.crc32(name.encode()) ^ self.seed)
+        g = torch.Generator(device=self.device).manual_seed(zlib.crc32(name.encode()) ^ self.seed)
         if len(shape) == 1:  # norm gains start at one, biases at zero
-            return (torch.zeros if name.endswith("bias") else torch.ones)(shape, dtype=dtype)
-        return torch.empty(shape, dtype=torch.float32).normal_(0.0, self.std, generator=g).to(dtype)
+            return (torch.zeros if name.endswith("bias") else torch.ones)(shape, dtype=dtype, device=self.device)
+        return torch.empty(shape, dtype=torch.float32, device=self.device).normal_(0.0, self.std, generator=g).to(dtype)
 
 
 class MetaWeights:

@@ -87,7 +87,7 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
     from hetc.runtime.compiled_stage import build_compiled_stage, stage_executor
     from hetc.runtime.model_runner import TORCH_DTYPES, StageModel, shrink_config
     from hetc.scheduling import KV_BLOCK_TOKENS
-    from hetc.weights import stage_weights
+    from hetc.weights import RandomWeights, stage_weights
 
     spec = w.stage
     backend = get_backend("cpu" if cfg.emulate else spec.backend)
@@ -122,6 +122,8 @@ def build_stage(cfg: WorkerConfig, plan, lanes, w):
         device = backend.torch_device(index)
         if device.type == "cuda":
             torch.cuda.set_device(device)  # what an NCCL group of the stage binds to
+            if isinstance(weights, RandomWeights):
+                weights.device = device  # drawn where they live: seconds, where the host takes minutes
         # one GEMM for q/k/v and one for gate/up where launches cost (GPUs); CPU stages keep theirs
         model = StageModel(
             hf_cfg,
