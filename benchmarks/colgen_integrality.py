@@ -2,7 +2,7 @@
 and sets the master LP's last value beside an integer master over the same columns (SCIP), with the columns
 the LP uses most and their devices per type against the fleet's.
 
-usage: .venv/bin/python benchmarks/colgen_integrality.py SEED [--time-limit S] [--fitting]
+usage: .venv/bin/python benchmarks/colgen_integrality.py SEED [--time-limit S] [--fitting] [--counted STATES]
 
 The integer master over the bound's columns is no bound (pricing never enumerates every pipeline) and no
 plan (columns are priced at their keys' relaxed costs); a wide gap between the two values, with the LP
@@ -14,6 +14,11 @@ than exist is priced again with those types dearer, up to STEER times) and keeps
 master LP then says what fractional copies of pipelines that do fit give: neither a bound nor a plan (the
 steering is a heuristic, so it is a lower estimate of that LP), but against the plain master it measures how
 much of the bound the impossible pipelines hold up (gen9, 2026-11-29: 31,072 against 36,817, plan 31,346).
+
+`--counted STATES` sets `fitting.COUNT_STATES`: once column generation has converged over every chain, it
+drops the columns that do not fit and prices on within each over-used type's devices (a valid bound,
+partitioner/bounds/fitting.py), each key counting types up to STATES count states. Its master LP is then
+over columns that fit, found by exact pricing within those counts.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 import hetc.partitioner.bounds.colgen as colgen
+from hetc.partitioner.bounds import fitting
 from hetc.partitioner.bounds.pricing import KeyPricer, Priced
 from hetc.partitioner.planner import PlanRequest, make_plan
 from hetc.scheduling import Phase
@@ -95,12 +101,13 @@ def main() -> None:
     ap.add_argument("seed", type=int)
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--fitting", action="store_true", help="columns only of pipelines that fit the fleet (module docstring)")
+    ap.add_argument("--counted", type=int, default=0, help="count states per key once converged (fitting.COUNT_STATES; 0: off)")
     args = ap.parse_args()
     last: dict[str, Any] = {}
     master = colgen._master
 
-    def recording(cols, N, groups, pools, spend=None, floor=0.0):
-        out = master(cols, N, groups, pools, spend, floor)
+    def recording(cols, N, groups, pools, spend=None, floor=0.0, routes=None):
+        out = master(cols, N, groups, pools, spend, floor, routes)
         last.update(cols=list(cols), N=N, groups=dict(groups), pools=pools, value=out[0], x=out[1])
         return out
 
@@ -112,6 +119,7 @@ def main() -> None:
 
     colgen._master = recording  # type: ignore[assignment]
     KeyPricer.__init__ = remember  # type: ignore[method-assign]
+    fitting.COUNT_STATES = args.counted
     if args.fitting:
         KeyPricer.price = steered(KeyPricer.price)  # type: ignore[method-assign]
     case = generate(args.seed)

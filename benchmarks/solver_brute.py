@@ -8,7 +8,11 @@ solver's plan and bound: plan/opt is the plan's looseness, opt/bound the bound's
 optimum with every pipeline valued without its loop term (the throughput bound's relaxation), so
 opt-no-loop/bound says how much of the bound's gap the loop term explains.
 
-Usage: python benchmarks/solver_brute.py [--seeds A,B] [--time-limit S]
+`--counted STATES` bounds with column generation (as past solver.MAX_CELLS) that, once converged, prices
+within each over-used type's devices (partitioner/bounds/fitting.py, COUNT_STATES = STATES): its bound
+must stay above the optimum too.
+
+Usage: python benchmarks/solver_brute.py [--seeds A,B] [--time-limit S] [--counted STATES]
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from solver_scenarios import engine_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.brute_force
 
 from hetc.errors import Infeasible  # noqa: E402
+from hetc.partitioner.bounds import fitting  # noqa: E402
+from hetc.partitioner.search import solver as solver_module  # noqa: E402
 from hetc.partitioner.search.solver import solve  # noqa: E402
 from tests.brute_force import best_fleet, best_per_usage  # noqa: E402
 
@@ -33,7 +39,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", help="seeds of the small block, comma-separated (default: all)")
     ap.add_argument("--time-limit", type=float, default=30.0, help="the solver's --time-limit (CPU s)")
+    ap.add_argument("--counted", type=int, default=0, help="column generation counting up to this many states per key (module docstring)")
     a = ap.parse_args()
+    if a.counted:
+        solver_module.MAX_CELLS, fitting.COUNT_STATES = 1, a.counted
     seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else list(SMALL_SEEDS)
     if not set(seeds) <= set(SMALL_SEEDS):
         ap.error(f"--seeds {a.seeds}: not all in the small block ({SMALL_SEEDS.start}-{SMALL_SEEDS.stop - 1})")

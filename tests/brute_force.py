@@ -13,6 +13,8 @@ from types import ModuleType
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import Rows
 from hetc.partitioner.bounds.cells import CountSpace
@@ -267,11 +269,12 @@ def best_fleet(per_usage: dict[Usage, Best], counts: list[int]) -> float:
     return best[tuple(counts)]
 
 
-def best_reduced_cost(pricer: KeyPricer, prices, worth: Worth, padded: bool = False) -> float:
+def best_reduced_cost(pricer: KeyPricer, prices, worth: Worth, padded: bool = False, fits: bool = False) -> float:
     """The best worth(rate / R) − price over every chain of the key's class its pricer allows (first and
     last stages' types) and every cut, R its bottleneck at the key's costs (busiest stage, or a link at
     its cheapest cut). `padded`: also chains shorter than the class, paying the cheapest kind's price
-    for each stage short of it (price_dp.free_dp's relaxation)."""
+    for each stage short of it (price_dp.free_dp's relaxation). `fits`: only chains that take at most
+    the fleet's devices of each type."""
     costs, key, case = pricer.costs, pricer.key, pricer.case
     U, best = costs.u, float("-inf")
     for n in range(1 if padded else key.lo, min(key.hi, U) + 1):
@@ -279,6 +282,8 @@ def best_reduced_cost(pricer: KeyPricer, prices, worth: Worth, padded: bool = Fa
             if pricer.first is not None and not pricer.first[costs.type_of[ks[0]]]:
                 continue
             if pricer.last is not None and not pricer.last[costs.type_of[ks[-1]]]:
+                continue
+            if fits and (np.bincount(costs.type_of[list(ks)], weights=costs.tp[list(ks)], minlength=len(costs.devices)) > costs.devices).any():
                 continue
             price = sum(prices[g] for g in ks) + max(0, key.lo - n) * prices[pricer.kinds].min()
             link = max([0.0] + [case.cheapest[costs.type_of[x], costs.type_of[y]] for x, y in zip(ks, ks[1:])])

@@ -29,6 +29,12 @@ reported. Its optimum's pipelines are the cheapest ways to give tok/s, the solve
 
 Prefill pools are capped by their KV routes (routes.py), where a network is slow enough to cap them.
 
+Pricing does not count devices per type, so the master may run fractions of pipelines that need more
+devices of a type than exist (a 235B model: most columns). Where fitting.COUNT_STATES > 1 (default 0),
+once the passes converge with budget left the master keeps only the columns that fit and pricing goes on
+within each over-used type's devices (fitting.py: a valid bound, every real pipeline fits the fleet).
+The master's LP is in master.py.
+
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
 split there (as refine.py splits a cell's) and the rest halved in log; where it is longer than the shortest length of its
 class, the class is split into that length and the rest: both make the priced tok/s the chain's
@@ -42,13 +48,15 @@ from typing import Any, cast
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import Key, keys
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND, CellBound, Demand, Pipeline
+from hetc.partitioner.bounds import fitting
+from hetc.partitioner.bounds.fitting import Fitting
+from hetc.partitioner.bounds.master import Column as _Column, master as _master, no_ends as _no_ends
 from hetc.partitioner.bounds.pricing import KeyPricer
 from hetc.partitioner.bounds.refine import chain_most, chain_round
 from hetc.partitioner.bounds.routes import Group, Routes
@@ -69,7 +77,6 @@ EVALUATION = 1.1e-4 * WORK_PER_SECOND
 STEP_COST = 3e-5 * WORK_PER_SECOND
 AHEAD = 1.3  # the last full pass is started where this many times its estimate still fits the budget: full passes cost
 # more as the duals converge (+10–25% a pass on types8-64), and the first, estimated from partial passes, ran 16% over
-SHORT = 10.0  # cost master: tok/s short of the floor cost this many times all devices' spend over the floor
 SHARE = 0.5  # while searching, a key is priced only where it may beat this share of the best reduced cost so far
 STALL = 1e-6  # a pass's columns that move the master by less than this share of its value leave it where it was
 
@@ -81,91 +88,6 @@ METHOD = (
 @dataclass(slots=True)
 class ColumnBound(CellBound):
     used: int = 0  # the first `used` pipelines are those the master's optimum runs (x > 0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Column:
-    pipe: Pipeline  # batch: the most sequences it runs within its key; tok_s: as pricing valued it at the key's costs
-    devices: np.ndarray  # per type
-    stages: np.ndarray  # per kind
-
-
-def _master(
-    cols: list[_Column], N: np.ndarray, groups: dict[int, int], pools: bool, spend: np.ndarray | None = None, floor: float = 0.0, routes: Routes | None = None
-):
-    """(value, x, π per type, σ per kind, μ_d and μ_p, ρ and β per type) of the master LP over `cols`
-    (pools within their KV `routes`: routes.py). With `spend` (per device of each type), the cost master:
-    the least spend giving `floor` tok/s, short tok/s bought at a price no column beats (so it is feasible
-    before any column); μ_d is then the floor row's dual λ."""
-    s = pywraplp.Solver.CreateSolver("GLOP")
-    inf = s.infinity()
-    x = [s.NumVar(0, inf, "") for _ in cols]
-    dev = [s.Constraint(-inf, float(n)) for n in N]
-    grp = {g: s.Constraint(-inf, float(k)) for g, k in groups.items()}
-    for c, v in zip(cols, x):
-        for t in np.nonzero(c.devices)[0]:
-            dev[t].SetCoefficient(v, float(c.devices[t]))
-        for g, ct in grp.items():
-            if c.stages[g]:
-                ct.SetCoefficient(v, float(c.stages[g]))
-    if spend is not None:
-        return _cost_master(s, cols, x, dev, grp, N, spend, floor)
-    obj = s.Objective()
-    F = s.NumVar(0, inf, "F") if pools else None
-    feed = {p: s.Constraint(-inf, 0.0) for p in (Phase.DECODE, Phase.PREFILL)} if pools else {}
-    if F is not None:
-        obj.SetCoefficient(F, 1.0)
-        for ct in feed.values():
-            ct.SetCoefficient(F, 1.0)
-    rho, beta, node = routes.rows(s, [c.pipe for c in cols], x, feed[Phase.PREFILL]) if routes is not None and pools else ({}, {}, None)
-    for c, v in zip(cols, x):
-        if c.pipe.phase == Phase.BOTH:
-            obj.SetCoefficient(v, c.pipe.tok_s)
-        elif c.pipe.phase == Phase.DECODE or routes is None:
-            feed[c.pipe.phase].SetCoefficient(v, -c.pipe.tok_s)
-    obj.SetMaximization()
-    if not _solved(s):
-        raise RuntimeError("the column-generation master LP did not solve to optimality")
-    pi = np.array([max(0.0, ct.dual_value()) for ct in dev])
-    sigma = {g: max(0.0, ct.dual_value()) for g, ct in grp.items()}
-    mu = {p: max(0.0, ct.dual_value()) for p, ct in feed.items()}
-    if pools:
-        mu[Phase.PREFILL] = max(mu[Phase.PREFILL], 1.0 - mu[Phase.DECODE])  # μ_d + μ_p ≥ 1: the bound needs it
-    ends = [np.array([max(0.0, rows[t].dual_value()) if t in rows else 0.0 for t in range(len(N))]) for rows in (rho, beta)]
-    ends.append(np.array([max(0.0, node.dual_value()) if node is not None else 0.0]))
-    return obj.Value(), [v.solution_value() for v in x], pi, sigma, mu, ends
-
-
-def _no_ends(T: int) -> list[np.ndarray]:
-    """ρ, β per type and [κ] where no pools' routes are counted."""
-    return [np.zeros(T), np.zeros(T), np.zeros(1)]
-
-
-def _solved(s: pywraplp.Solver) -> bool:
-    """Solve the master; where GLOP's presolve ends it ABNORMAL (gen13, 193 columns), again without presolve."""
-    if s.Solve() == pywraplp.Solver.OPTIMAL:
-        return True
-    s.SetSolverSpecificParametersAsString("use_preprocessing: false")
-    return s.Solve() == pywraplp.Solver.OPTIMAL
-
-
-def _cost_master(s, cols: list[_Column], x: list, dev: list, grp: dict, N: np.ndarray, spend: np.ndarray, floor: float):
-    """The cost master over `_master`'s device and group rows: min Σ spend·devices·x + SHORT·short,
-    Σ tok/s·x + short ≥ floor."""
-    obj = s.Objective()
-    short = s.NumVar(0, s.infinity(), "short")
-    row = s.Constraint(float(floor), s.infinity())
-    row.SetCoefficient(short, 1.0)
-    obj.SetCoefficient(short, SHORT * float(spend @ N) / floor)  # a real fleet giving the floor spends ≤ spend·N
-    for c, v in zip(cols, x):
-        obj.SetCoefficient(v, float(spend @ c.devices))
-        row.SetCoefficient(v, c.pipe.tok_s)
-    obj.SetMinimization()
-    if not _solved(s):
-        raise RuntimeError("the column-generation cost master LP did not solve to optimality")
-    pi = np.array([max(0.0, -ct.dual_value()) for ct in dev])  # ≤ rows of a minimisation: duals ≤ 0
-    sigma = {g: max(0.0, -ct.dual_value()) for g, ct in grp.items()}
-    return obj.Value(), [v.solution_value() for v in x], pi, sigma, {Phase.DECODE: max(0.0, row.dual_value())}, _no_ends(len(N))
 
 
 def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int, floor_R: float | None = None) -> _Column:
@@ -290,9 +212,10 @@ def column_bound_rounds(
     routes = Routes.where_slow(costs, list(base.values())) if pools else None
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
-    pricers: dict[tuple[Phase, Key, int], KeyPricer] = {}
+    pricers: dict[tuple[Phase, Key, int], KeyPricer | Fitting] = {}
     cols: list[_Column] = []
     seen: set = set()
+    counting = False  # converged over every chain: priced since within the devices per type (fitting.py)
     best, work, it = np.inf, 0.0, 0
     x: list[float] = []
     last: dict[tuple[Phase, Key, int], float] = {}  # each key's upper estimate when last priced: the order to price in
@@ -351,7 +274,8 @@ def column_bound_rounds(
             if pk not in pricers:
                 one = base.get(pk[:2]) or base.setdefault(pk[:2], KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH))
                 g = grouped[pk[0]][pk[2]]
-                pricers[pk] = one if g.first is None and g.last is None else one.restricted(g.first, g.last)
+                ends = g.first is not None or g.last is not None
+                pricers[pk] = one.restricted(g.first, g.last) if ends else Fitting(one) if counting else one
         work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
@@ -432,5 +356,12 @@ def column_bound_rounds(
         if full:
             shown = snapshot
         yield snapshot, full and (due or cpu is not None and cpu.past())
+        if ended and not final and not counting and fitting.COUNT_STATES > 1 and any((c.devices > N).any() for c in cols):
+            # converged with budget left and columns no plan can run: price only chains within the devices
+            # of the types they over-use, over a master of the columns that fit (a valid bound: fitting.py)
+            counting, center, missed, stall = True, None, False, None
+            cols = [c for c in cols if not (c.devices > N).any()]
+            pricers = {pk: Fitting(p) if isinstance(p, KeyPricer) and p.first is None and p.last is None else p for pk, p in pricers.items()}
+            continue
         if ended:
             return

@@ -42,6 +42,7 @@ import numpy as np
 
 from hetc.partitioner.bounds.aggregate import Key
 from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND
+from hetc.partitioner.bounds.counted_dp import Counts, counted_chain, counted_dp
 from hetc.partitioner.bounds.price_dp import free_chain, free_dp, typed_chain, typed_dp
 from hetc.partitioner.bounds.refine import Chain
 from hetc.partitioner.bounds.stage_costs import SLACK, StageCosts
@@ -132,6 +133,7 @@ class KeyPricer:
         self.T = len(costs.types)
         self.first: np.ndarray | None = None  # [T]: the types the first (last) stage may be of; None: any
         self.last: np.ndarray | None = None
+        self.counts: Counts | None = None  # the types whose devices a chain is held to (fitting.py); None: none
 
     def restricted(self, first: np.ndarray | None, last: np.ndarray | None) -> "KeyPricer":
         """This key's pricer over the chains whose first (last) stage is of a type `first` (`last`) marks
@@ -139,6 +141,16 @@ class KeyPricer:
         only kinds of their own type there: one of another type may not stand in at the ends."""
         out = copy.copy(self)
         out.first, out.last, out.hint = first, last, -1
+        out._stands_in, out._keep = None, (b"", None)
+        return out
+
+    def counted(self, types: tuple[int, ...]) -> "KeyPricer":
+        """This key's pricer over the chains that take at most the fleet's devices of each of `types`
+        (counted_dp.py), sharing what does not depend on it. A kind stands in for another there only
+        where it takes no more devices of a counted type."""
+        assert self.first is None and self.last is None, "counts are priced over unrestricted ends"
+        out = copy.copy(self)
+        out.counts, out.hint = Counts(types, self.costs.devices, self.type_of, self.costs.tp[self.kinds]), -1
         out._stands_in, out._keep = None, (b"", None)
         return out
 
@@ -232,7 +244,8 @@ class KeyPricer:
                 (min(gain(cand[a + 1]) - f[b], spare / cand[a + 1 if spare > 0 else b]), a, b) for a, b in zip(pts, pts[1:]) if b > a + 1
             ]  # pts holds N − 1, and 0 or the last without a chain
             live = [(a, b) for e, a, b in est if e > max(found, beat) + tol]
-            upper = max([found] + [e for e, _, _ in est])
+            # a point the DP bounds but attains no chain at (counted rows where links bind) holds up to gain − f
+            upper = max([found] + [e for e, _, _ in est] + [gain(cand[i]) - f[i] for i in pts if f[i] < att[i]])
             if not live:
                 break
             thr = max(found, beat) + tol
@@ -288,8 +301,12 @@ class KeyPricer:
             cost, over, jfit = np.diff(case.P[kk], axis=1), case.over[kk], case.jfit[kk]
             less = ((cost[:, None, :] <= cost[None, :, :] * (1 - DOMINATES)) | (cost[:, None, :] == cost[None, :, :])).all(axis=2)
             self._stands_in = less & (over[:, None] <= over[None, :]) & (jfit[:, None, :] >= jfit[None, :, :]).all(axis=2)
+            same = self.type_of[:, None] == self.type_of[None, :]
             if self.first is not None or self.last is not None:  # restricted ends: only a kind of its own type stands in
-                self._stands_in &= self.type_of[:, None] == self.type_of[None, :]
+                self._stands_in &= same
+            if self.counts is not None:  # counted: only one that adds no devices of a counted type
+                tp = self.costs.tp[kk]
+                self._stands_in &= (self.counts.inc == 0)[:, None] | (same & (tp[:, None] <= tp[None, :]))
         idx = np.arange(len(pk))
         dom = self._stands_in & (pk[:, None] <= pk[None, :]) & (idx[:, None] != idx[None, :])
         dom &= ~(dom.T & (idx[None, :] < idx[:, None]))  # two that stand in for each other: the first stays
@@ -312,13 +329,17 @@ class KeyPricer:
         free = link_ok.all(axis=(1, 2))
         u0 = self._reach_u0(Rs, keep)
         first, last = self._ends(keep)
-        low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap, first=first, last=last)
+        if self.counts is None:
+            low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap, first=first, last=last)
+        else:
+            low, found, w = counted_dp(u0, pk[keep], self.counts.of(keep), key.lo, hi, cap)
         best = np.where(free, found, INF)  # a chain that ignores a link out of R is no chain
         work = w * FREE_CELL + REACH * u0.size
         rows = np.nonzero(~free & (low < cap))[0]
-        if len(rows):
+        if len(rows):  # counted: links and counts are not priced together, the typed DP's least price bounds f (no chain)
             u0 = self._reach_u0(Rs[rows])
-            low[rows], best[rows], w = typed_dp(u0, pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows], first=self.first, last=self.last)
+            low[rows], typed, w = typed_dp(u0, pk, self.type_of, self.T, link_ok[rows], key.lo, hi, cap[rows], first=self.first, last=self.last)
+            best[rows] = typed if self.counts is None else INF
             work += w * TYPED_CELL + REACH * u0.size
         return low, best, work
 
@@ -329,6 +350,9 @@ class KeyPricer:
         if link_ok.all():
             keep = self._undominated(pk)
             u0 = self._reach_u0(np.array([R]), keep)
+            if self.counts is not None:
+                chain, work = counted_chain(u0, pk[keep], self.kinds[keep], self.counts.of(keep), self.key.lo, hi, f)
+                return chain, work * FREE_CELL + REACH * u0.size
             first, last = self._ends(keep)
             chain, work = free_chain(u0, pk[keep], self.kinds[keep], self.key.lo, hi, f, first, last)
             return chain, work * FREE_CELL + REACH * u0.size

@@ -1,0 +1,73 @@
+"""Pricing held to the fleet's devices per type, for column generation (colgen.py).
+
+Column generation's bound needs, at the master's duals, an upper bound on the reduced cost of every
+pipeline a plan could run (colgen's module docstring), and every such pipeline takes at most N_t
+devices of each type t: a plan's pipelines share the fleet, so each alone fits it. Pricing may
+therefore leave out every chain that takes more devices of some type than exist, and the bound holds.
+Without that, a 235B model's pricing returned chains such as 13 H200 where the fleet has 8: a fraction
+of an impossible long pipeline is worth more per device than any whole possible one, and the master LP
+ran them (gen9 of the generated clusters: 22 of 432 columns fit; the LP over fitting ones read ~15% less).
+
+Counting every type is the cell bound's enumeration again (gen9: 87,480 count vectors), so a key's
+pricer counts only the types its best chains over-use: where the chain it finds takes more devices of a
+type than exist, that type is counted too (counted_dp.py) and the key priced again, while the count
+states stay within COUNT_STATES. Counting a subset of the types is a relaxation of counting all of
+them, so the key's upper estimate is valid at every step; past COUNT_STATES its chain may still over-use
+a type, and is a column as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetc.partitioner.bounds.pricing import KeyPricer, Priced, Worth
+
+__all__ = ["Fitting", "COUNT_STATES"]
+
+# a key's count states at most (Π (N_t + 1) over its counted types): each multiplies its DP's work. 0: column
+# generation never counts (the default: on gen9 a counted pass cost ~15 CPU s against the plain pass's ~2)
+COUNT_STATES = 0
+
+
+class Fitting:
+    """A key's pricer, counting devices of the types its chains have over-used (module docstring)."""
+
+    def __init__(self, plain: KeyPricer) -> None:
+        self.plain = self.now = plain
+        self.rate = plain.rate
+        self.counted: tuple[int, ...] = ()
+
+    def certificate(self, prices: np.ndarray, worth: "float | Worth") -> float:
+        """The plain pricer's certificate (it bounds every chain, fitting or not)."""
+        return self.plain.certificate(prices, worth)
+
+    def per_device(self, prices: np.ndarray, worth: "float | Worth") -> float:
+        """The plain pricer's bound per device (it bounds every chain, fitting or not)."""
+        return self.plain.per_device(prices, worth)
+
+    def over(self, chain: tuple) -> tuple[int, ...]:
+        """The types of which `chain` takes more devices than the fleet has."""
+        costs, kinds = self.plain.costs, list(chain[0])
+        used = np.bincount(costs.type_of[kinds], weights=costs.tp[kinds], minlength=len(costs.devices))
+        return tuple(int(t) for t in np.nonzero(used > costs.devices)[0])
+
+    def price(self, prices: np.ndarray, worth: "float | Worth", beat: float, tol: float) -> Priced:
+        """KeyPricer.price over the chains within the counted types' devices, counting more types
+        while the chain found over-uses one and the count states allow.
+
+        Args:
+            prices, worth, beat, tol: as KeyPricer.price.
+        """
+        got = self.now.price(prices, worth, beat, tol)
+        work = got.work
+        while got.chain is not None and self.plain.first is None and self.plain.last is None:
+            more = tuple(sorted(set(self.counted) | set(self.over(got.chain))))
+            states = int(np.prod([int(self.plain.costs.devices[t]) + 1 for t in more]))
+            if more == self.counted or states > COUNT_STATES:
+                break
+            self.counted, self.now = more, self.plain.counted(more)
+            got = self.now.price(prices, worth, beat, tol)
+            work += got.work
+        if got.chain is not None and self.over(got.chain):  # past COUNT_STATES: no column a plan could run
+            return Priced(got.upper, -np.inf, None, 0.0, work)
+        return Priced(got.upper, got.found, got.chain, got.R, work)
