@@ -391,8 +391,7 @@ class DecoderStage(nn.Module):
         stage's expert weights. The sums are the loop's products, added in another order."""
         for layer in self.moe_layers:
             experts: Any = self.mods[f"mlp{layer}"].experts
-            inner = experts.inner if isinstance(experts, LocalExperts) else experts
-            self.experts_kernel = kernel or experts_kernel(next(inner.parameters()))
+            self.experts_kernel = kernel or experts_kernel(next(experts.parameters()))
             set_experts_kernel(experts, self.experts_kernel)
 
     @property
