@@ -6,7 +6,8 @@
    optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
    pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
-   of kinds (cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
+   of kinds (where column generation's do not fit: chains that do, fitted.py, and chains of tp
+   groups of different degrees over a few types, degree_mixes.py; cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
    column-generation optimum runs, in any counts). Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
    a work budget.
