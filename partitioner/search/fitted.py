@@ -37,7 +37,7 @@ from hetc.partitioner.bounds.stage_costs import Case, StageCosts
 from hetc.partitioner.search.templates import fits
 from hetc.scheduling import Phase
 
-__all__ = ["Resources", "fleet", "fitted"]
+__all__ = ["Resources", "fleet", "fitted", "unfit_batches"]
 
 STATES = 40_000  # resource vectors one DP counts apart at most (gen9's whole cluster: 174,960, its tp-4 A100 group apart)
 BATCHES = 2  # distinct batches of the seeds fleets are built at
@@ -263,6 +263,19 @@ def fleet(costs: StageCosts, batch: int, n: int, counts: np.ndarray, budget: flo
     return out, work
 
 
+def unfit_batches(costs: StageCosts, seeds: list[Pipeline]) -> list[int]:
+    """The batches of the seeds that prefill and decode and do not fit the cluster, in their order; none
+    where the best such seed fits (its pipelines are templates already: an 8B model's 1–2-device chains).
+
+    Args:
+        seeds: the bound's pipelines, best first (colgen.ColumnBound.pipelines).
+    """
+    both = [p for p in seeds if p.phase == Phase.BOTH]
+    if not both or fits(both[0].kinds, costs.kinds):
+        return []
+    return list(dict.fromkeys(p.batch for p in both if not fits(p.kinds, costs.kinds)))
+
+
 def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: float, past: Callable[[], bool] = lambda: False) -> list[Pipeline]:
     """Fleets of chains that fit the cluster (the module's greedy: on every device, then with each
     type left out), at the batches of the seeds that do not fit it; none where the best seed that
@@ -274,13 +287,9 @@ def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: fl
         budget: work in all (refine.STEP's unit); each fleet gets a share of what is left.
         past: a CPU deadline.
     """
-    both = [p for p in seeds if p.phase == Phase.BOTH]
-    if not both or fits(both[0].kinds, costs.kinds):  # the relaxation's best pipeline is a template already
+    batches = unfit_batches(costs, seeds)
+    if not batches:
         return []
-    batches: list[int] = []
-    for p in both:
-        if not fits(p.kinds, costs.kinds) and p.batch not in batches:
-            batches.append(p.batch)
     leave = [None] + sorted(range(len(costs.types)), key=lambda t: -int(costs.devices[t]))  # the largest types first
     jobs = [(b, t) for t in leave for b in batches[:BATCHES]]  # each left-out type at every batch before the next type
     out: dict[tuple, Pipeline] = {}

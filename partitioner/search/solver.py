@@ -6,7 +6,8 @@
    optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
    pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
-   of kinds (cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
+   of kinds (where column generation's do not fit: chains that do, fitted.py, and chains of tp
+   groups of different degrees over a few types, degree_mixes.py; cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
    column-generation optimum runs, in any counts). Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
    a work budget.
@@ -38,7 +39,8 @@ from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Work
 from hetc.partitioner.estimate.split import Found, batch_options, slo_filter, split_chain
 from hetc.partitioner.estimate.tables import Tables, devices_per_type, kinds_of, type_key
 from hetc.partitioner.search.mix import NO_CAPS, Caps, Option, choose, runs_alone
-from hetc.partitioner.search.fitted import fitted
+from hetc.partitioner.search.degree_mixes import degree_mixes
+from hetc.partitioner.search.fitted import fitted, unfit_batches
 from hetc.partitioner.search import kv_routes
 from hetc.partitioner.search.kv_routes import KVRoute
 from hetc.partitioner.search.templates import Template, generate
@@ -109,6 +111,7 @@ SEARCH_RESERVE = 0.25  # what the bound's first rounds leave: templates, CP-SAT,
 SEARCH_LEAST = 0.1  # the search's CPU even where the bound's last pass (not interruptible) ran into its reserve
 TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's plan (its baselines run before the search)
 FITTED_SHARE = 0.1  # of --time-limit, as work: chains within the cluster's counts where column generation's seeds do not fit (fitted.py)
+MIXES_SHARE = 0.03  # of --time-limit, as work, the same cases: chains of tp groups of different degrees over a few types (degree_mixes.py)
 BOUND, SEARCH = "bound", "search"  # plan.json solver.time: where the CPU went
 
 
@@ -285,7 +288,11 @@ def solve(
         def half() -> bool:  # the search's CPU half spent: the templates get the rest
             return cpu.left() < 0.5 * (cpu.until - search_from)
 
-        seeds = fitted(StageCosts(tables, kinds, cluster), seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half) + seeds
+        costs = StageCosts(tables, kinds, cluster)
+        fit = fitted(costs, seeds, max_stages, time_limit * FITTED_SHARE * WORK_PER_SECOND, half)
+        # and chains of tp groups of different degrees over a few types each, as one fleet (degree_mixes.py)
+        mixes = degree_mixes(costs, unfit_batches(costs, seeds), max_stages, time_limit * MIXES_SHARE * WORK_PER_SECOND, half)
+        seeds = fit + mixes + seeds
     templates = _by_promise(generate(kinds, seeds, max_stages, phases, uneven=uneven))
     opts: list[Option] = []
     splits: list[tuple[Template, Callable[[int], list[StagePlan] | None]]] = []  # each template's best split per batch
