@@ -64,8 +64,8 @@ def test_two_stage_splits_skip_those_whose_busiest_stage_is_slower_than_the_best
             est = estimate_pipeline(llama.units, stages, cl, WL, batch)
             if est is not None and est.output_tok_s > best_x:
                 best, best_x = stages, est.output_tok_s
-        calls = []
-        counted = lambda *a, **k: calls.append(1) or estimate_pipeline(*a, **k)  # noqa: E731
+        calls: list[int] = []
+        counted = lambda *a, calls=calls, **k: calls.append(1) or estimate_pipeline(*a, **k)  # noqa: E731
         monkeypatch.setattr(split, "estimate_pipeline", counted)
         assert split_chain(llama.units, chain, cl, WL, batch) == best, (network, batch)
         monkeypatch.undo()
