@@ -52,18 +52,49 @@ def score(objective: str, tok_s: float, tpot_s: float, usd_h: float, watts: floa
 
 
 EXHAUSTIVE = 120  # up to this many ways to split, every one is evaluated exactly
+FLOOR_SLACK = 1e-9  # relative: a split's floor against the best round, for rounding in the sums
 
 
-def _all_splits(units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, batch: int, phase: Phase) -> list[StagePlan] | None:
-    """Every split with each slot non-empty, scored by the saturation model itself."""
-    best, best_x = None, -1.0
-    for cuts in itertools.combinations(range(1, len(units)), len(chain) - 1):
-        bounds = (0, *cuts, len(units))
+def _all_splits(
+    units: list[Unit], chain: list[Slot], cluster: Cluster, wl: Workload, batch: int, phase: Phase, memo: dict | None = None
+) -> list[StagePlan] | None:
+    """Every split with each slot non-empty, scored by the saturation model itself: the split of most
+    tok/s, the first in combination order among equals. Splits are evaluated by a floor under
+    estimate_pipeline's round from their stages' busy times (unit_round_costs' prefix sums, as it sums
+    them): the busiest stage, and the micro-batches' loop without the links; least first, until the floor passes the best round found:
+    tok/s = batch / round, so no split left can beat or tie it. A two-stage chain of a 7B model was 58
+    estimates a batch (~90% of the template search's CPU on gen20 and gen37 of the generated clusters)."""
+    every = list(itertools.combinations(range(1, len(units)), len(chain) - 1))
+    floor = [0.0] * len(every)
+    if phase != Phase.PREFILL:  # a prefill pool's one batch: every split (estimate_pipeline sets its prompts)
+        ranked = wl.ranked(min(s.tp for s in chain))  # as estimate_pipeline ranks and rounds it
+        m = max(1, min(len(chain), batch))
+        r = Round.of(ranked, batch, m, phase)
+        memo = {} if memo is None else memo
+        sums = [_prefix_costs(units, s, ranked, r, memo) for s in chain]
+        for j, cuts in enumerate(every):
+            bounds = (0, *cuts, len(units))
+            busy = [P[b] - P[a] + fixed for (P, fixed), a, b in zip(sums, bounds, bounds[1:])]
+            floor[j] = max(max(busy), sum(busy) / m)  # the busiest stage, and the loop without its links
+    best, best_x, best_j, best_round = None, -1.0, -1, math.inf
+    for j in sorted(range(len(every)), key=floor.__getitem__):
+        if floor[j] > best_round * (1 + FLOOR_SLACK):
+            break
+        bounds = (0, *every[j], len(units))
         stages = [StagePlan(s.node, a, b - 1, s.tp) for s, a, b in zip(chain, bounds, bounds[1:])]
         est = estimate_pipeline(units, stages, cluster, wl, batch, phase)
-        if est is not None and est.output_tok_s > best_x:
-            best, best_x = stages, est.output_tok_s
+        if est is not None and (est.output_tok_s > best_x or (est.output_tok_s == best_x and j < best_j)):
+            best, best_x, best_j, best_round = stages, est.output_tok_s, j, est.round_s
     return best
+
+
+def _prefix_costs(units: list[Unit], s: Slot, wl: Workload, r: Round, memo: dict) -> tuple[list[float], float]:
+    """A slot's prefix sums of its units' busy seconds per round `r`, and its fixed seconds per round (memoised)."""
+    key = (_slot_key(s), r)
+    if key not in memo:
+        cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
+        memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
+    return memo[key]
 
 
 def split_chain(
@@ -81,7 +112,7 @@ def split_chain(
     """
     n = len(chain)
     if n <= len(units) and math.comb(len(units) - 1, n - 1) <= EXHAUSTIVE:  # estimate_pipeline ranks the workload itself
-        return _all_splits(units, chain, cluster, wl, batch, phase)
+        return _all_splits(units, chain, cluster, wl, batch, phase, memo)
     if phase == Phase.PREFILL:
         batch = n
     wl = wl.ranked(min(s.tp for s in chain))  # a micro-step's budget: the narrowest slot's ranks
@@ -110,11 +141,7 @@ def split_chain(
     r = Round.of(wl, batch, m, phase)
     slots = []  # per slot: prefix sums of its unit costs, its memory reach, whether it may end at the last unit, fixed time
     for s, reach, ends in zip(chain, reaches, to_end):
-        key = (_slot_key(s), r)
-        if key not in memo:
-            cost, fixed = unit_round_costs(units, s.node, s.tp, wl, r)
-            memo[key] = list(itertools.accumulate(cost, initial=0.0)), fixed
-        prefix, fixed = memo[key]
+        prefix, fixed = _prefix_costs(units, s, wl, r, memo)
         slots.append((prefix, reach, ends, fixed, s))
 
     def link(i: int, j: int, last: int) -> float:

@@ -144,7 +144,13 @@ def _model(opts: list[Option], cluster: Cluster, caps: Caps) -> _Model:
 LAST_RESORT = 0.2  # CP-SAT's deterministic time where the CPU limit left it none to find a fleet
 
 
-def _solve(model: cp_model.CpModel, r: list, time_limit: float, cpu: CpuBudget | None = None) -> dict[int, int]:
+def _solve(model: cp_model.CpModel, r: list, time_limit: float, cpu: CpuBudget | None = None, fallback: dict[int, int] | None = None) -> dict[int, int]:
+    """Replicas per option (the indices of `r` not zero); {} where CP-SAT proved none or found none.
+
+    Args:
+        fallback: a fleet known to be feasible (the warm start), returned where the CPU limit left
+            CP-SAT no time to find one, instead of the error.
+    """
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1  # deterministic
     s.parameters.max_deterministic_time = time_limit  # work, not seconds: the same plan on any machine
@@ -163,6 +169,8 @@ def _solve(model: cp_model.CpModel, r: list, time_limit: float, cpu: CpuBudget |
         s.parameters.num_workers = 1
         s.parameters.max_deterministic_time = min(time_limit, LAST_RESORT)
         status = s.Solve(model)
+        if status == cp_model.UNKNOWN and fallback:
+            return fallback
         if status == cp_model.UNKNOWN:
             raise BadInput(
                 "CP-SAT found no fleet before --time-limit's CPU seconds ran out (the bound and the templates took them).",
@@ -201,7 +209,16 @@ def choose_replicas(
     best = max(range(len(opts)), key=lambda j: gain[j] * most[j])
     for j, x in enumerate(r):  # warm start: the best option replicated as far as it goes
         m.AddHint(x, most[j] if j == best and gain[j] else 0)
-    return _solve(m, r, time_limit, cpu)
+    warm = {best: most[best]} if gain[best] and most[best] and gain[best] * most[best] >= math.ceil(min_tok_s * SCALE) else {}
+
+    def value(got: dict[int, int]) -> int:
+        fed = [sum(rate[j] * got.get(j, 0) for j in pools[p]) for p in (Phase.PREFILL, Phase.DECODE)]
+        return sum(gain[j] * k for j, k in got.items()) + min(fed)
+
+    got = _solve(m, r, time_limit, cpu, warm)
+    # CP-SAT cut short by the CPU limit on a loaded host may end below its own warm start, or with no
+    # fleet at all (gen41 of the generated clusters once failed to plan so); the warm start is a fleet
+    return got if value(got) >= value(warm) else warm
 
 
 def _undominated(opts: list[Option], key: Callable[[Option], tuple]) -> list[Option]:

@@ -459,9 +459,12 @@ def _fill_batches(
 def _by_promise(templates: list[Template]) -> list[Template]:
     """The cell bound's pipelines first (where the bound says plans are), then mixes of the kinds
     they run (templates.generate's `uneven`), then by how many device types a chain mixes
-    (homogeneous chains, then even mixes of two types, …): the order in which a spent budget
-    leaves templates out."""
-    return sorted(templates, key=lambda t: (not t.batches, not t.early, len({type_key(s.node) for s in t.chain})))
+    (homogeneous chains, then even mixes of two types, …), then by stages: the order in which a
+    spent budget leaves templates out. Shorter chains first, every kind's one-stage chain before
+    any kind's two: in kind order, one kind's chains of every length (18 H100s in a row for a 7B
+    model) used the CPU before the next kind's single device was tried (gen20 of the generated
+    clusters: MI300X served only as pools, 0.92 of the bound, against 0.996 with every template)."""
+    return sorted(templates, key=lambda t: (not t.batches, not t.early, len({type_key(s.node) for s in t.chain}), len(t.chain)))
 
 
 def _over_caps(opts: list[Option], cluster: Cluster, caps: Caps) -> str:

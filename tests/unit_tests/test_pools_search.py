@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+from ortools.sat.python import cp_model
+
+from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.bounds.colgen import TEMPLATES, _seeds
 from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.split import Slot
+from hetc.partitioner.search import mix
 from hetc.partitioner.search.mix import Option, choose_replicas
 from hetc.partitioner.search.kv_routes import cap_feeds
 from hetc.partitioner.search.templates import Template
@@ -56,3 +61,34 @@ def test_the_bound_seeds_pipelines_doing_both_phases_even_where_pools_rank_first
     cols = [pipe(Phase.PREFILL if j % 2 else Phase.DECODE) for j in range(2 * TEMPLATES)] + [pipe(Phase.BOTH) for _ in range(5)]
     got = _seeds(list(range(len(cols))), cols)  # type: ignore[arg-type]
     assert got == list(range(TEMPLATES)) + list(range(2 * TEMPLATES, 2 * TEMPLATES + 5))
+
+
+class _CutShort:
+    """A CpSolver that the CPU limit stopped at once: its time spent, `status` (no fleet, or the empty one)."""
+
+    status = 0
+
+    def __init__(self) -> None:
+        self.parameters = SimpleNamespace(num_workers=1, max_deterministic_time=0.0, max_time_in_seconds=0.25)
+
+    def Solve(self, model) -> int:  # noqa: N802  # CpSolver's name
+        return self.status
+
+    def WallTime(self) -> float:  # noqa: N802
+        return self.parameters.max_time_in_seconds
+
+    def Value(self, x) -> int:  # noqa: N802
+        return 0
+
+
+@pytest.mark.parametrize("status", [cp_model.UNKNOWN, cp_model.FEASIBLE])
+def test_cpsat_cut_short_by_the_cpu_limit_still_returns_its_warm_start(tmp_path, monkeypatch, status):
+    """On a loaded host CP-SAT may get no CPU before the limit (gen41 of the generated clusters once
+    failed to plan: 'no placement fits'); the warm start (the best option replicated) is a fleet."""
+    cluster = two_type_cluster(tmp_path, "16 GB", "16 GB", a_count=2)
+    a, b = cluster.nodes
+    opts = [_option(b, Phase.BOTH, 50.0), _option(a, Phase.BOTH, 100.0)]
+    monkeypatch.setattr(mix.cp_model, "CpSolver", type("Cut", (_CutShort,), {"status": status}))
+    late = CpuBudget(0.0)
+    assert choose_replicas(opts, cluster, 0.0, 5.0, cpu=late) == {1: 2}  # 2 × 100 tok/s on node a
+    assert late.stopped == ["cp-sat"]
