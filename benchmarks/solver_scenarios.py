@@ -8,12 +8,13 @@ as wall time and as CPU time (a shared host stretches the first), the CPU second
 bounds (search + bound + the rest after the capture: plan.json `solver.time`, issue 31) against
 the limit and the phases its deadline stopped, and the 1-minute load average after the run.
 
-Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [--generated tune|tune-wide|check]
+Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] [--generated tune|tune-wide|explore|check]
 [--plans DIR] [-- EXTRA hetc plan ARGS] (e.g. `-- --disaggregate off` to plan without prefill/decode pools).
 `--record` stores each row in benchmarks/results/solver.json, which BENCHMARKS.md's solver table is
-drawn from (tables.py). `--generated tune|tune-wide|check` runs seeded random clusters instead of the
+drawn from (tables.py). `--generated tune|tune-wide|explore|check` runs seeded random clusters instead of the
 table (benchmarks/generated_clusters.py): `tune` and `tune-wide` are the blocks solver changes may be tuned on
-(12 and 32 seeds), `check` the block that is only ever reported, never tuned on; `--seeds A,B` picks seeds of the block.
+(12 and 32 seeds), `explore` a pool of 200 more to draw one family's analogues from, `check` the block that is
+only ever reported, never tuned on; `--seeds A,B` picks seeds of the block.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from generated_clusters import CHECK_SEEDS, TUNE_SEEDS, TUNE_WIDE_SEEDS, Case, generate
+from generated_clusters import CHECK_SEEDS, EXPLORE_SEEDS, TUNE_SEEDS, TUNE_WIDE_SEEDS, Case, generate
 from results import record
 
 from hetc.cluster import load_profile
@@ -108,7 +109,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="scenario names to run, comma-separated (default: all)")
     ap.add_argument("--record", action="store_true", help="store each row in benchmarks/results/solver.json (BENCHMARKS.md's table)")
-    ap.add_argument("--generated", choices=("tune", "tune-wide", "check"), help="run a block of generated clusters instead of the table")
+    ap.add_argument("--generated", choices=("tune", "tune-wide", "explore", "check"), help="run a block of generated clusters instead of the table")
     ap.add_argument("--seeds", help="with --generated: only these seeds of the block, comma-separated")
     ap.add_argument("--plans", type=Path, help="keep each plan.json in this folder, as SCENARIO.json")
     ap.add_argument("extra", nargs="*", help="more `hetc plan` arguments, after --")
@@ -118,7 +119,7 @@ def main() -> None:
     scenarios = SCENARIOS
     tmp = tempfile.TemporaryDirectory()
     if a.generated:
-        block = {"tune": TUNE_SEEDS, "tune-wide": TUNE_WIDE_SEEDS, "check": CHECK_SEEDS}[a.generated]
+        block = {"tune": TUNE_SEEDS, "tune-wide": TUNE_WIDE_SEEDS, "explore": EXPLORE_SEEDS, "check": CHECK_SEEDS}[a.generated]
         seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else list(block)
         if not set(seeds) <= set(block):
             ap.error(f"--seeds {a.seeds}: not all in the {a.generated} block ({block.start}-{block.stop - 1})")
