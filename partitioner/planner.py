@@ -59,6 +59,7 @@ __all__ = ["PlanRequest", "Totals", "make_plan", "build_plan", "capture_draft", 
 # own bound with a floor (LPs over fleets giving it: as long as the solver's bound, or longer; for
 # latency the solver's own bound only seeds templates). Past the limit it keeps a looser valid bound.
 OBJECTIVE_BOUND_RESERVE = 0.3
+LATENCY_BOUND_RESERVE = 0.4  # latency with a floor: its LPs' intervals of seats (~400 on 48 devices) take ~9 CPU s
 COST_BOUND_RESERVE = 0.15  # cost and energy without a floor: one LP (bound.cost_bound), a few CPU seconds on 48 devices
 OVER_LIMIT_NOTE = 0.5  # CPU seconds past --time-limit that plan.json's solver notes explain
 PLAIN_SHARE = 0.5  # speculating: the plain search's share of --time-limit; the speculative one gets what it leaves
@@ -187,6 +188,8 @@ def _reserve(req: PlanRequest) -> float:
     """The share of a search's CPU limit it leaves for the planner after it (baselines, the plan, the objective's own bound)."""
     if req.objective == Objective.THROUGHPUT or req.objective == Objective.LATENCY and not req.min_tok_s:
         return TAIL_RESERVE  # the solver's bound, or the least TPOT of one pipeline: no LP of its own
+    if req.objective == Objective.LATENCY:
+        return LATENCY_BOUND_RESERVE  # with a floor
     return OBJECTIVE_BOUND_RESERVE if req.min_tok_s else COST_BOUND_RESERVE
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from hetc.cluster import Cluster
-from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget
+from hetc.partitioner.budget import OBJECTIVE_BOUND, CpuBudget, OutOfTime
 from hetc.partitioner.cost_models.links import hops
 from hetc.partitioner.cost_models.envelope import flat_node
 from hetc.partitioner.bounds.latency_columns import Block, columns
@@ -288,14 +288,18 @@ class _FloorLP:
                 y = solver.NumVar(0, solver.infinity(), "")
                 cover.SetCoefficient(y, float(k))
                 time.SetCoefficient(y, a)
-                self._take(y, gi, a / (st.hi * st.share))  # groups per tok/s
+                self._take(y, {gi: a / (st.hi * st.share)})  # groups per tok/s
                 ys.append((y, ready))
             self.times.append((time, x, ys))
 
-    def _take(self, var: pywraplp.Variable, gi: int, groups: float) -> None:
-        """`var` takes `groups` groups of kind gi (added: a pair's two kinds may share a type)."""
-        for row, add in ((self.groups[gi], groups), (self.of_type[gi], groups * self.kinds[gi].tp)):
-            row.SetCoefficient(var, row.GetCoefficient(var) + add)
+    def _take(self, var: pywraplp.Variable, groups: dict[int, float]) -> None:
+        """A new `var` takes `groups`[g] groups of each kind g (summed per row: a pair's two kinds may share a type)."""
+        rows: dict[pywraplp.Constraint, float] = {}
+        for gi, n in groups.items():
+            rows[self.groups[gi]] = rows.get(self.groups[gi], 0.0) + n
+            rows[self.of_type[gi]] = rows.get(self.of_type[gi], 0.0) + n * self.kinds[gi].tp
+        for row, coefficient in rows.items():
+            row.SetCoefficient(var, coefficient)
 
     def _pipelines(self, t: float) -> None:
         """The columns at t, in place of the last T's (held at 0)."""
@@ -309,12 +313,11 @@ class _FloorLP:
             if tok > 0:
                 self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
                 self.objective.SetCoefficient(z, float(tok))
-                self._take(z, gi, 1.0)
+                self._take(z, {gi: 1.0})
         for gi, hi, of_g, of_h, tok in cols.pairs:
             self.columns.append(z := self.solver.NumVar(0, self.solver.infinity(), ""))
             self.objective.SetCoefficient(z, float(tok))
-            self._take(z, int(gi), float(of_g))
-            self._take(z, int(hi), float(of_h))
+            self._take(z, {int(gi): float(of_g), int(hi): float(of_h)})  # g ≠ h: K_g < U/N ≤ K_h
 
     def most(self, t: float) -> float:
         """The relaxation's most tok/s with every pipeline's TPOT at most t seconds; inf where GLOP
@@ -399,10 +402,15 @@ def tpot_floor_bound(tables: Tables, kinds: list[Kind], cluster: Cluster, floor:
         seats.append(got)
         if lo > 1:  # whole pipelines need k ≥ n micro-steps: s > 1 (latency_columns)
             blocks.append(Block.of(got.least, hi * got.share))
-    pipelines, stages = _FloorLP(seats[:1], blocks, kinds, cluster, u, cpu), _FloorLP(seats, [], kinds, cluster, u, cpu)
-    lo, _, paused = _threshold([pipelines], floor, least, cpu)  # the tighter on the clusters measured; where the
-    if not paused and stages.most(lo) < floor * (1 - 1e-9):  # stage flows' alone is larger, it is the bound
-        lo, _, paused = _threshold([pipelines, stages], floor, lo, cpu)
+    pipelines = _FloorLP(seats[:1], blocks, kinds, cluster, u, cpu)
+    lo, _, paused = _threshold([pipelines], floor, least, cpu)  # the tighter on the clusters measured
+    if not paused:  # where the stage flows' LP alone is larger, it is the bound; built only now, so that a
+        try:  # deadline falling while it is built keeps the pipelines' bound
+            stages = _FloorLP(seats, [], kinds, cluster, u, cpu)
+            if stages.most(lo) < floor * (1 - 1e-9):
+                lo, _, paused = _threshold([pipelines, stages], floor, lo, cpu)
+        except OutOfTime:
+            paused = True
     if paused and cpu is not None:
         cpu.stop(OBJECTIVE_BOUND)
     return max(least, lo)

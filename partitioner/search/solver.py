@@ -110,6 +110,9 @@ COLUMN_SHARE = 0.6  # of --time-limit, column generation's pricing (all its work
 SEARCH_RESERVE = 0.25  # what the bound's first rounds leave: templates, CP-SAT, re-estimation
 SEARCH_LEAST = 0.1  # the search's CPU even where the bound's last pass (not interruptible) ran into its reserve
 TAIL_RESERVE = 0.06  # what the search leaves by default: the planner's plan (its baselines run before the search)
+# latency: the solver's tok/s bound is not the objective's (planner._bound's TPOT bound is), its rounds run for
+# their pipelines (the templates' seeds) only: until this share of the limit, and not again after the search
+SEEDS_ONLY_SHARE = 0.05
 FITTED_SHARE = 0.1  # of --time-limit, as work: chains within the cluster's counts where column generation's seeds do not fit (fitted.py)
 MIXES_SHARE = 0.03  # of --time-limit, as work, the same cases: chains of tp groups of different degrees over a few types (degree_mixes.py)
 BOUND, SEARCH = "bound", "search"  # plan.json solver.time: where the CPU went
@@ -207,8 +210,9 @@ def solve(
             and CP-SAT again for each of up to FILL_ROUNDS rounds (_fill_batches).
         cpu: the same limit in process CPU seconds, which every phase also stops at (default: a
             budget of `time_limit` from now): the bound's rounds until SEARCH_RESERVE of it is
-            left, the search until TAIL_RESERVE is, the bound again with the rest if the deadline
-            paused it. Where no deadline is reached first the plan is the work budgets' alone.
+            left (latency: until SEEDS_ONLY_SHARE is spent), the search until `reserve` is, the
+            bound again with the rest if the deadline paused it (not for latency). Where no
+            deadline is reached first the plan is the work budgets' alone.
         reserve: the share of the CPU limit left after the solver (the planner's plan and
             objective bound: TAIL_RESERVE, or more where the objective has a bound of its own).
         defer_bound: search without the bound's rounds (nor their pipelines as templates) and
@@ -252,9 +256,10 @@ def solve(
             progress=progress,
             cpu=cpu,
         )
-    cpu.deadline(1.0 - reserve - SEARCH_RESERVE)
+    seeds_only = objective == Objective.LATENCY
+    cpu.deadline(min(SEEDS_ONLY_SHARE, 1.0 - reserve - SEARCH_RESERVE) if seeds_only else 1.0 - reserve - SEARCH_RESERVE)
     first, paused = (CellBound(math.inf), True) if defer_bound else _timed(rounds, cpu)  # deferred: no bound yet, no seeds
-    if paused and not defer_bound:
+    if paused and not defer_bound and not seeds_only:
         cpu.stop(BOUND)
     assert first is not None  # the first round always yields
     bound = first
@@ -352,7 +357,7 @@ def solve(
                     cands, more, kv, tok_s = alt_cands, alt_more, alt_kv, alt_tok_s
     notes += more
     cpu.charge(SEARCH, search_from)
-    if paused and not defer_bound:
+    if paused and not defer_bound and not seeds_only:
         with cpu.phase(BOUND):
             more_bound, _ = _rounds(rounds)
         if more_bound is not None and more_bound.value < bound.value:

@@ -15,6 +15,7 @@ from hetc.cluster import load_cluster
 from hetc.partitioner.bounds.cell_bound import cell_bound, cell_bound_rounds
 from hetc.partitioner.bounds.colgen import column_bound, column_bound_rounds
 from hetc.partitioner.bounds.bound import cost_bound
+from hetc.partitioner.bounds import latency_bound
 from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
 from hetc.partitioner.budget import CPSAT_FLOOR, OBJECTIVE_BOUND, STRETCH_SLACK, CpuBudget, OutOfTime
 from hetc.partitioner.estimate.batches import batch_ceiling
@@ -22,8 +23,8 @@ from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search import mix
-from hetc.partitioner.search.solver import BOUND, SEARCH, solve
-from hetc.scheduling import Phase
+from hetc.partitioner.search.solver import BOUND, SEARCH, SEEDS_ONLY_SHARE, solve
+from hetc.scheduling import Objective, Phase
 from tests.fixtures.cpu_clock import Ticks
 from tests.conftest import PROFILE
 
@@ -192,3 +193,35 @@ def test_the_cost_bound_past_the_deadline_raises(tiny, cluster):
     with pytest.raises(OutOfTime):
         cost_bound(tables, kinds, 4, price, ceiling, floor=1.0, cpu=CpuBudget(0.0))
     assert cost_bound(tables, kinds, 4, price, ceiling, floor=1.0, cpu=CpuBudget(60.0)) == cost_bound(tables, kinds, 4, price, ceiling, floor=1.0)
+
+
+def test_a_deadline_while_the_stage_flows_lp_is_built_keeps_the_pipelines_bound(tiny, cluster, monkeypatch):
+    """The stage flows' LP is built after the pipelines' bisection: cut there, the bound is the pipelines'."""
+    tables, kinds, ceiling = _latency_inputs(tiny, cluster)
+    one = tpot_floor_bound(tables, kinds, cluster, 0.0, ceiling)
+    floor = 0.5 / one
+    whole = tpot_floor_bound(tables, kinds, cluster, floor, ceiling)
+
+    class CutWhenStages(latency_bound._FloorLP):
+        def __init__(self, seats, blocks, *args, **kwargs):
+            if not blocks:  # the stage flows' LP (no pipeline columns)
+                raise OutOfTime
+            super().__init__(seats, blocks, *args, **kwargs)
+
+    monkeypatch.setattr(latency_bound, "_FloorLP", CutWhenStages)
+    cpu = CpuBudget(math.inf)
+    cut = tpot_floor_bound(tables, kinds, cluster, floor, ceiling, cpu)
+    assert one < cut <= whole * (1 + 1e-9) and OBJECTIVE_BOUND in cpu.stopped
+
+
+def test_latency_runs_the_throughput_bound_for_its_seeds_only(tiny, cluster):
+    """Latency: the solver's tok/s bound is not the objective's; its rounds stop at SEEDS_ONLY_SHARE of the
+    limit (no 'bound' stop recorded) and do not resume after the search, which gets the CPU."""
+    limit = 2.0
+    cpu = CpuBudget(limit, clock=Ticks(1e-3))
+    sol = solve(tiny.units, cluster, WL, objective=Objective.LATENCY, time_limit=30, cpu=cpu)
+    assert sol.pipelines
+    assert cpu.spent[BOUND] <= SEEDS_ONLY_SHARE * limit + 5e-3 and BOUND not in cpu.stopped
+    throughput = CpuBudget(limit, clock=Ticks(1e-3))
+    solve(tiny.units, cluster, WL, time_limit=30, cpu=throughput)
+    assert throughput.spent[BOUND] > 2 * SEEDS_ONLY_SHARE * limit  # the same rounds run longer for throughput
