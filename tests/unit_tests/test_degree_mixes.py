@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from hetc.cluster import TP_SIZES, load_cluster
+from hetc.cluster import TP_SIZES
 from hetc.partitioner.bounds.cell_bound import Pipeline
 from hetc.partitioner.bounds.refine import chain_round
 from hetc.partitioner.bounds.stage_costs import StageCosts
@@ -21,7 +21,8 @@ from hetc.partitioner.estimate.tables import Tables, kinds_of, type_key
 from hetc.partitioner.search import degree_mixes as D
 from hetc.partitioner.search.templates import fits, generate
 from hetc.scheduling import Phase
-from tests.conftest import FIXTURES, PROFILE
+from tests.conftest import FIXTURES
+from tests.fixtures.fleets import write_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 
@@ -30,18 +31,13 @@ WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 def costs(tmp_path_factory):
     """Fast devices on a node of 4 (one tp-4 group), three single slow ones of another vendor and a node of
     two mid devices; each device holds a few of tiny-llama's units."""
-    tmp = tmp_path_factory.mktemp("mixes")
-    (tmp / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="1.2 MB", bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp / "slow.yaml").write_text(PROFILE.format(name="slow", vendor="amd", backend="rocm", memory="1.6 MB", bw="10 GB/s", flops="1 TFLOP/s"))
-    (tmp / "mid.yaml").write_text(PROFILE.format(name="mid", vendor="nvidia", backend="cuda", memory="1.4 MB", bw="20 GB/s", flops="2 TFLOP/s"))
-    (tmp / "c.yaml").write_text(
-        "engine: hetc\nnodes:\n"
+    nodes = (
         "  - {name: a, device: ./fast.yaml, count: 4, link: pcie4}\n"
         "  - {name: d, device: ./slow.yaml, count: 1}\n  - {name: e, device: ./slow.yaml, count: 1}\n"
         "  - {name: f, device: ./slow.yaml, count: 1}\n"
-        "  - {name: g, device: ./mid.yaml, count: 2, link: pcie4}\nnetwork: {default: ethernet-10g}\n"
+        "  - {name: g, device: ./mid.yaml, count: 2, link: pcie4}\n"
     )
-    cluster = load_cluster(tmp / "c.yaml")
+    cluster = write_cluster(tmp_path_factory.mktemp("mixes"), nodes, engine="hetc")
     units = capture(str(FIXTURES / "tiny-llama"), dtype="fp32").units
     return StageCosts(Tables(units, WL), kinds_of(cluster, TP_SIZES), cluster)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetc.cluster import TP_SIZES, load_cluster
+from hetc.cluster import TP_SIZES
 from hetc.partitioner.bounds.refine import best_chain
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.capture.capture import capture
@@ -20,7 +20,8 @@ from hetc.partitioner.search.mix import Option
 from hetc.partitioner.search.solver import _allocate
 from hetc.partitioner.search.templates import Template, fits
 from hetc.scheduling import Phase
-from tests.conftest import FIXTURES, PROFILE
+from tests.conftest import FIXTURES
+from tests.fixtures.fleets import write_cluster
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 BATCH = 1  # one micro-batch whatever the length: the costs do not depend on it (fitted.py costs at the longest)
@@ -30,17 +31,14 @@ BATCH = 1  # one micro-batch whatever the length: the costs do not depend on it 
 def setup(tmp_path):
     """Fast devices on NVLink-less nodes of 4, 2 and 2 (one tp-4 group, four tp-2), and three single slow
     ones; each device holds a few of tiny-llama's units."""
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="1.2 MB", bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "slow.yaml").write_text(PROFILE.format(name="slow", vendor="amd", backend="rocm", memory="1.6 MB", bw="10 GB/s", flops="1 TFLOP/s"))
-    (tmp_path / "c.yaml").write_text(
-        "engine: vllm\nnodes:\n"
+    nodes = (
         "  - {name: a, device: ./fast.yaml, count: 4, link: pcie4}\n"
         "  - {name: b, device: ./fast.yaml, count: 2, link: pcie4}\n"
         "  - {name: c, device: ./fast.yaml, count: 2, link: pcie4}\n"
         "  - {name: d, device: ./slow.yaml, count: 1}\n  - {name: e, device: ./slow.yaml, count: 1}\n"
-        "  - {name: f, device: ./slow.yaml, count: 1}\nnetwork: {default: ethernet-10g}\n"
+        "  - {name: f, device: ./slow.yaml, count: 1}\n"
     )
-    cluster = load_cluster(tmp_path / "c.yaml")
+    cluster = write_cluster(tmp_path, nodes)
     units = capture(str(FIXTURES / "tiny-llama"), dtype="fp32").units
     kinds = kinds_of(cluster, TP_SIZES)
     return cluster, units, kinds, StageCosts(Tables(units, WL), kinds, cluster)
@@ -109,11 +107,7 @@ def test_allocation_keeps_a_replicas_singles_on_one_node(setup, tmp_path):
     """Four single-device stages of one type on two nodes of two: placed one by one on the roomiest node
     they alternated (x, y, x, y: three network hops); beside their neighbours they cross it once."""
     _, units, _, _ = setup
-    (tmp_path / "two.yaml").write_text(
-        "engine: vllm\nnodes:\n  - {name: x, device: ./fast.yaml, count: 2, link: pcie4}\n"
-        "  - {name: y, device: ./fast.yaml, count: 2, link: pcie4}\nnetwork: {default: ethernet-10g}\n"
-    )
-    cluster = load_cluster(tmp_path / "two.yaml")
+    cluster = write_cluster(tmp_path, "  - {name: x, device: ./fast.yaml, count: 2, link: pcie4}\n  - {name: y, device: ./fast.yaml, count: 2, link: pcie4}\n")
     t = Template("four singles", (Slot(cluster.nodes[0], 1),) * 4)
     opt = Option(t, batch_options(units, list(t.chain), cluster, WL)[0])
     cands, notes = _allocate([(opt, 1)], units, cluster, WL)
@@ -127,8 +121,7 @@ def test_allocation_keeps_a_replicas_groups_on_one_node_where_nodes_hold_whole_g
     _, units, _, _ = setup
     for counts, want in (((4, 4), ["x", "x", "y", "y"]), ((3, 3, 3, 3), None)):
         nodes = "".join(f"  - {{name: {'xyzw'[i]}, device: ./fast.yaml, count: {c}, link: pcie4}}\n" for i, c in enumerate(counts))
-        (tmp_path / "g.yaml").write_text(f"engine: vllm\nnodes:\n{nodes}network: {{default: ethernet-10g}}\n")
-        cluster = load_cluster(tmp_path / "g.yaml")
+        cluster = write_cluster(tmp_path, nodes)
         t = Template("four groups", (Slot(cluster.nodes[0], 2),) * 4)
         opt = Option(t, batch_options(units, list(t.chain), cluster, WL)[0])
         cands, notes = _allocate([(opt, 1)], units, cluster, WL)
