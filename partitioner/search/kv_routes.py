@@ -4,7 +4,7 @@ pool's KV links let it feed (the solver caps pools at their slowest route)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hetc.cluster import Cluster, Node
@@ -18,9 +18,7 @@ from hetc.scheduling import Phase
 if TYPE_CHECKING:
     from hetc.partitioner.search.solver import Candidate
 
-__all__ = ["KVRoute", "cap_feeds", "feed_caps", "kv_transfers", "node_fleets"]
-
-NODE_FLEETS = 2  # node-local fleets tried (node_fleets), each one more CP-SAT solve
+__all__ = ["KVRoute", "cap_feeds", "feed_caps", "kv_transfers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,44 +72,3 @@ def feed_caps(routes: list[KVRoute], wl: Workload) -> dict[int, float]:
     for r in routes:
         slowest[r.source] = max(slowest.get(r.source, 0.0), r.seconds_per_seq)
     return {i: wl.output_len / s if s > 0 else float("inf") for i, s in slowest.items()}
-
-
-def node_fleets(units: list[Unit], opts: list[Option], cluster: Cluster, wl: Workload) -> list[list[Option]]:
-    """Fleets whose decode pools all lie in one node N, so that prefill pools in N hand their KV over
-    N's fabric (`feed_caps` takes a pool's slowest route to any decode pool: every decode pool in N
-    is the only way a route inside a node counts). Per device type a largest node N; its options: the
-    pipelines doing both, the pools on N's type that fit N (bound to it, prefill ones capped at the
-    route inside), and every prefill pool capped at its slowest route into N. Only where a prefill
-    pool in N would feed more than its cap over the network (`opts`' `feed`, from `cap_feeds`);
-    at most NODE_FLEETS, the largest gains first (gen37 of the generated clusters: MI325X pools
-    inside one node's Infinity Fabric, each capped at 10 GbE's rate otherwise)."""
-    nbytes = wl.kv_bytes(units, wl.input_len)
-
-    def rate(a: Node, b: Node) -> float:
-        s = transfer_time(nbytes, hops(cluster, a, b))
-        return wl.output_len / s if s > 0 else math.inf
-
-    by_type: dict[tuple, list[Node]] = {}
-    for n in cluster.nodes:
-        by_type.setdefault(type_key(n), []).append(n)
-    both = [o for o in opts if o.template.phase == Phase.BOTH]
-    prefill = [o for o in opts if o.template.phase == Phase.PREFILL]
-    ranked: list[tuple[float, list[Option]]] = []
-    for t, nodes in by_type.items():
-        n = max(nodes, key=lambda nd: nd.count)
-        inside = rate(n, n)
-        mine = [o for o in opts if o.template.phase != Phase.BOTH and _within(o, t, n.count)]
-        gain = sum(min(o.found.estimate.output_tok_s, inside) - min(o.found.estimate.output_tok_s, o.feed) for o in mine if o.template.phase == Phase.PREFILL)
-        if n.count < 2 or gain <= 0 or not any(o.template.phase == Phase.DECODE for o in mine):
-            continue
-        into = {u: min(rate(a, n) for a in by_type[u]) for u in {type_key(o.found.stages[-1].node) for o in prefill}}
-        bound = [replace(o, node=n.name, feed=inside if o.template.phase == Phase.PREFILL else math.inf) for o in mine]
-        across = [replace(o, feed=into[type_key(o.found.stages[-1].node)]) for o in prefill]
-        ranked.append((gain, both + bound + across))
-    ranked.sort(key=lambda g: -g[0])
-    return [fleet for _, fleet in ranked[:NODE_FLEETS]]
-
-
-def _within(o: Option, t: tuple, devices: int) -> bool:
-    """Every stage of `o` on type `t`, all of them within `devices` devices."""
-    return all(type_key(s.node) == t for s in o.found.stages) and sum(s.tp for s in o.found.stages) <= devices

@@ -76,7 +76,6 @@ class Option:
     template: Template
     found: Found
     feed: float = math.inf  # a prefill pool: the output tok/s one replica's KV links carry to the decode pools
-    node: str | None = None  # the one node every replica lies in (pools sharing its fabric: kv_routes.node_fleets)
 
 
 def _value(o: Option) -> float:
@@ -115,25 +114,6 @@ class _Model:
     spend: list[tuple[float, float]]
 
 
-def _use(o: Option) -> Counter:
-    """The slots one replica of `o` takes: its types', and its node's where it must lie in one."""
-    use = slot_use(usage(o.template))
-    if o.node is not None:
-        for (_, s), k in list(use.items()):
-            use[(o.node, s)] += k
-    return use
-
-
-def _slots(cluster: Cluster, opts: list[Option]) -> Counter:
-    """`slots_of`, and the slots of each node an option must lie in (keyed by its name)."""
-    out = slots_of(cluster)
-    for n in cluster.nodes:
-        if any(o.node == n.name for o in opts):
-            for s in TP_SIZES:
-                out[(n.name, s)] += n.count // s
-    return out
-
-
 def runs_alone(o: Option, cluster: Cluster, caps: Caps) -> bool:
     """At least one replica of `o` fits the cluster's devices and the caps."""
     return _most(o, slot_use(usage(o.template)), slots_of(cluster), cluster, caps) >= 1
@@ -145,9 +125,9 @@ def _most(o: Option, use: Counter, slots: Counter, cluster: Cluster, caps: Caps)
 
 
 def _model(opts: list[Option], cluster: Cluster, caps: Caps) -> _Model:
-    slots = _slots(cluster, opts)
+    slots = slots_of(cluster)
     m: Any = cp_model.CpModel()  # its CamelCase methods are left out of ortools' stubs
-    uses = [_use(o) for o in opts]
+    uses = [slot_use(usage(o.template)) for o in opts]
     most = [_most(o, use, slots, cluster, caps) for o, use in zip(opts, uses)]
     r = [m.NewIntVar(0, k, f"r{j}") for j, k in enumerate(most)]
     for key, cnt in slots.items():
@@ -325,11 +305,11 @@ def choose(
         cpu: the planner's CPU budget: each solve also stops at its deadline.
     """
     if objective == Objective.THROUGHPUT:
-        best: dict[tuple, Option] = {}  # one batch per template (and node it must lie in): the fastest
+        best: dict[tuple, Option] = {}  # one batch per template: the fastest
         for o in opts:
-            cur = best.get((o.template.key, o.node))
+            cur = best.get(o.template.key)
             if cur is None or o.found.estimate.output_tok_s > cur.found.estimate.output_tok_s:
-                best[(o.template.key, o.node)] = o
+                best[o.template.key] = o
         pool = list(best.values())
         got = choose_replicas(pool, cluster, min_tok_s, time_limit, caps, cpu)
         return [(pool[j], k) for j, k in sorted(got.items())]

@@ -127,13 +127,11 @@ def _allocate(choice: list[tuple[Option, int]], units: list[Unit], cluster: Clus
     for n in cluster.nodes:
         by_type.setdefault(type_key(n), []).append(n)
     used = {n.name: 0 for n in cluster.nodes}
-    # stages bound to a node (mix.Option.node) first, then largest groups first
-    jobs = sorted(((opt.node is None, -sp.tp, j, r, s) for j, (opt, want) in enumerate(choice) for s, sp in enumerate(opt.found.stages) for r in range(want)))
+    jobs = sorted(((-sp.tp, j, r, s) for j, (opt, want) in enumerate(choice) for s, sp in enumerate(opt.found.stages) for r in range(want)))
     where: dict[tuple, tuple[Node, int]] = {}
     notes = []
-    for _, neg_tp, j, r, s in jobs:
-        tp, nodes, bound = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)], choice[j][0].node
-        nodes = [nd for nd in nodes if bound is None or nd.name == bound]
+    for neg_tp, j, r, s in jobs:
+        tp, nodes = -neg_tp, by_type[type_key(choice[j][0].found.stages[s].node)]
         prev = where.get((j, s, r - 1))
         # a stage goes beside its own replica's neighbouring stage where that node has room (a link inside the node,
         # not the network): a single device always, a group where every node that holds one holds a whole number of
@@ -339,14 +337,12 @@ def solve(
     cands, more = _allocate(picks, units, cluster, wl)
     kv = kv_routes.kv_transfers(units, cands, cluster, wl)
     tok_s = _tok_s(cands, kv_routes.feed_caps(kv, wl))
-    if objective == Objective.THROUGHPUT and any(o.template.phase == Phase.PREFILL for o in opts):
+    if objective == Objective.THROUGHPUT and kv:
         # CP-SAT valued pools before their KV links capped them: again with each prefill option at its
-        # slowest route (a guess: the routes are the allocation's), then without pools; and fleets whose
-        # pools share one node's fabric (even where the first had no pools); the best real fleet
+        # slowest route (a guess: the routes are the allocation's), then without pools; the best real fleet
         kv_routes.cap_feeds(units, opts, cluster, wl)
         both = [o for o in opts if o.template.phase == Phase.BOTH]
-        again = ((opts, both) if Phase.BOTH in phases else (opts,)) if kv else ()
-        for alt_opts in [*again, *kv_routes.node_fleets(units, opts, cluster, wl)]:
+        for alt_opts in (opts, both) if Phase.BOTH in phases else (opts,):
             alt = choose(objective, alt_opts, cluster, min_tok_s, max(0.1, time_limit / 3), caps, cpu) if alt_opts else []
             if alt:
                 alt_cands, alt_more = _allocate(alt, units, cluster, wl)
