@@ -5,9 +5,9 @@
    of pipeline lengths).
 2. The knapsack (cells.py) over those bounds gives an upper bound on every plan. A prefill pool
    counts at most what its prompts' KV can cross to a decode pool (kv_feed.py's `route_caps`: the
-   fastest route from its last stage's type, inside a node only to a decode pool of that type; a
-   refined cell per group of last-stage types); the rounds steer with every route open until they
-   settle, then by the sets of routes decode pools' types open.
+   fastest route from its last stage's type, inside a node only where every decode pool starts on
+   that type; a refined cell per group of last-stage types); the rounds steer with every route open
+   until they settle, then by each set of routes a plan's decode pools may open.
 3. The cells of its optimum are refined (refine.py): the chain DP finds their best pipeline of
    each length exactly, costed at the top of a batch interval with memory at its first batch
    (batches.py); where that chain holds fewer sequences than the top, its value at the most it
@@ -40,7 +40,7 @@ from hetc.partitioner.bounds.aggregate import Rows, most_sequences
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
-from hetc.partitioner.bounds.kv_feed import end_groups, feed_cap, route_caps, under_routes
+from hetc.partitioner.bounds.kv_feed import combine_sets, end_groups, every_route, feed_cap, route_caps, under_routes
 from hetc.partitioner.bounds.refine import LOOP_STAGES, STEP, best_chain, chain_most, chain_round, model_work
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
@@ -237,33 +237,6 @@ class _Cells:
         return work
 
 
-def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The distinct arrays of `arrays` and the index of each among them: where no KV cap binds (a fast
-    network), every set of routes gives the prefill pools the same bounds and one closure serves all."""
-    out: list[np.ndarray] = []
-    which = np.zeros(len(arrays), dtype=np.int64)
-    for i, a in enumerate(arrays):
-        j = next((j for j, b in enumerate(out) if np.array_equal(a, b)), None)
-        if j is None:
-            j = len(out)
-            out.append(a)
-        which[i] = j
-    return out, which
-
-
-def _routed(space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: list[np.ndarray], route: np.ndarray) -> float:
-    """The knapsack's bound with each prefill pool capped under the KV routes its decode pools open.
-
-    Args:
-        both, decode: each cell's bound on one pipeline doing both phases, one decode pool.
-        prefill: per set of routes (`route_caps`), each cell's bound on one prefill pool under it.
-        route: `route_caps`.
-    """
-    fed, which = _distinct(prefill)
-    Kp = np.stack([closure(space, ub) for ub in fed])
-    return combine(space, closure(space, both), closure(space, decode), Kp, which[route])[0]
-
-
 def _first_pass(rows: list[Rows], cpu: CpuBudget | None, keep: float) -> bool:
     """Every phase's first-pass rows in turn, until `cpu`'s deadline, less `keep` seconds (the
     knapsack after), would leave less than the CPU to bound the keys left by `FirstPass.rest` (at
@@ -368,8 +341,10 @@ def cell_bound_rounds(
     if progress:
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
     pools = Phase.PREFILL in phases and Phase.DECODE in phases
-    one = np.zeros(len(space), dtype=np.int64)  # every decode cell opens the one set of routes
-    caps, route, feeds = route_caps(costs, space) if pools else (np.full((1, len(space)), np.inf), one, np.full((1, len(costs.types)), np.inf))
+    one = (np.full((1, len(space)), np.inf), np.ones((1, len(space)), dtype=bool), np.full((1, len(costs.types)), np.inf))  # no pools: no routes
+    caps, admit, feeds = route_caps(costs, space) if pools else one
+    steer = every_route(costs, space)
+    every = np.ones(len(space), dtype=bool)  # the decode cells under every route open
     routed = False  # the rounds steer by every KV route open until they settle, then by the sets decode pools open (cheaper first)
     round_cpu = (len(phases) + 1) * space.closure_work / WORK_PER_SECOND  # a knapsack round's CPU: estimated, then measured
     cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
@@ -385,14 +360,19 @@ def cell_bound_rounds(
     while True:
         round_from = cpu.clock() if cpu is not None else 0.0
         rounds += 1
-        K: dict[Phase, np.ndarray] = {p: closure(space, table[p].ub) for p in phases if p != Phase.PREFILL}
-        sets, opens = (range(len(caps)), route) if routed else ([len(caps) - 1], one)
-        fed, which = _distinct([table[Phase.PREFILL].under(caps[s], feeds[s]) for s in sets] if Phase.PREFILL in phases else [zero])
-        work += (len(phases) + len(fed)) * space.closure_work  # the closures and the combine
-        Kp = np.stack([closure(space, ub) for ub in fed])
-        value, (c1, c2, c3) = combine(space, K.get(Phase.BOTH, zero), K.get(Phase.DECODE, zero), Kp, which[opens])
-        ub = {p: table[p].ub for p in K} | {Phase.PREFILL: fed[which[opens[c2]]]}
-        K[Phase.PREFILL] = Kp[which[opens[c2]]]
+        K: dict[Phase, np.ndarray] = {Phase.BOTH: closure(space, table[Phase.BOTH].ub)} if Phase.BOTH in phases else {}
+        ub = {p: table[p].ub for p in K}
+        if pools:  # every route open until the rounds settle (None), then each set of routes (`route_caps`)
+            sets = list(range(len(caps))) if routed else [None]
+            fed = [table[Phase.PREFILL].under(*(steer if s is None else (caps[s], feeds[s]))) for s in sets]
+            allow = [every if s is None else admit[s] for s in sets]
+            got_sets = combine_sets(space, K.get(Phase.BOTH, zero), table[Phase.DECODE].ub, fed, allow)
+            value, (c1, c2, c3), s, ub[Phase.DECODE], K[Phase.DECODE], K[Phase.PREFILL] = got_sets
+            ub[Phase.PREFILL] = fed[s]
+            work += (len(K) - 2 + 3 * len(sets)) * space.closure_work  # the closures and the combines
+        else:
+            value, (c1, c2, c3) = combine(space, K[Phase.BOTH], zero, zero[None], np.zeros(len(space), dtype=np.int64))
+            work += 2 * space.closure_work
         items = [(p, c) for p, top in ((Phase.BOTH, c1), (Phase.DECODE, c2), (Phase.PREFILL, c3)) if p in phases for c in decompose(space, ub[p], K[p], top)]
         # a prefill cell whose pipeline reaches its cap under the decode pools' routes is settled too
         todo = sorted({(p, c) for p, c in items if not table[p].settled(c) and table[p].exact.get(c, (0.0,))[0] * (1 + TOLERANCE) < ub[p][c]})
@@ -419,11 +399,11 @@ def cell_bound_rounds(
             pipes = [table[p].exact[c][1] for p, c in dict.fromkeys(first + [(p, c) for _, p, c in refined])][:TEMPLATES]
             # refinement only tightens the tables: their bound holds for this round too. Where the deadline leaves
             # less than twice its CPU (a closure per set, at the last round's CPU per closure), the round's stands
-            routed_cpu = len(caps) * round_cpu / (len(phases) + 1)
-            if not routed and len(caps) > 1 and (cpu is None or cpu.left() >= 2 * routed_cpu):
-                both, decode = (table[p].ub if p in table else zero for p in (Phase.BOTH, Phase.DECODE))
-                prefill = [table[Phase.PREFILL].under(caps[s], feeds[s]) if Phase.PREFILL in table else zero for s in range(len(caps))]
-                value = min(value, _routed(space, both, decode, prefill, route))
+            routed_cpu = 3 * len(caps) * round_cpu / (len(phases) + 1)
+            if pools and not routed and len(caps) > 1 and (cpu is None or cpu.left() >= 2 * routed_cpu):
+                both = closure(space, table[Phase.BOTH].ub) if Phase.BOTH in table else zero
+                prefill = [table[Phase.PREFILL].under(caps[s], feeds[s]) for s in range(len(caps))]
+                value = min(value, combine_sets(space, both, table[Phase.DECODE].ub, prefill, list(admit))[0])
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
         yield snapshot, late()

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetc.partitioner.bounds.cells import CountSpace
+from hetc.partitioner.bounds.cells import CountSpace, closure, combine
 from hetc.partitioner.bounds.stage_costs import StageCosts
 
-__all__ = ["ROUTE_TYPES", "end_groups", "feed_cap", "route_caps", "under_routes"]
+__all__ = ["ROUTE_TYPES", "combine_sets", "end_groups", "every_route", "feed_cap", "route_caps", "under_routes"]
 
-ROUTE_TYPES = 4  # types whose KV route inside a node beats the network's, counted apart (2^this prefill closures a round); past it, one set
+ROUTE_TYPES = 8  # device types whose decode pools' routes are counted apart (a set each, and one for several: 3 closures each a round); past it, one set
 
 
 def feed_cap(costs: StageCosts, space: CountSpace, inside: np.ndarray) -> np.ndarray:
@@ -39,37 +39,69 @@ def _feed(costs: StageCosts, inside: np.ndarray) -> np.ndarray:
     return np.where(inside, np.maximum(costs.feed_across, costs.feed_inside), costs.feed_across)
 
 
-def _sets(costs: StageCosts) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(`gain`: the types whose route inside a node beats the network's, the sets of them decode pools
-    may open: one per subset of `gain` where at most 2^ROUTE_TYPES, else one opening every route)."""
-    gain = np.flatnonzero(costs.feed_inside > costs.feed_across)
+def _sets(costs: StageCosts) -> tuple[list[np.ndarray], list[int | None]]:
+    """Per set of routes a plan's decode pools may open: each type's feed, and the one type every
+    decode pool starts on (None: several, or any). A prefill pool is capped at its slowest route to
+    any decode pool (`kv_routes.feed_caps`), so where every decode pool starts on type u, a pool
+    ending on t feeds at most r[t, u]: the fastest route from a node of t to another of u
+    (`StageCosts.feed_to`), or for t = u inside one node too (`feed_inside`); where they start on
+    two types or more, at most the smaller of the two, so the second largest of r[t, ·]. Past
+    ROUTE_TYPES types, one set: every route open (valid, looser)."""
     T = len(costs.types)
-    if len(gain) > ROUTE_TYPES:
-        return gain, [np.ones(T, dtype=bool)]
-    return gain, [np.isin(np.arange(T), gain[[k for k in range(len(gain)) if s >> k & 1]]) for s in range(1 << len(gain))]
+    if T > ROUTE_TYPES:
+        return [_feed(costs, np.ones(T, dtype=bool))], [None]
+    r = np.minimum(costs.feed_to, costs.feed_across[:, None])
+    r[np.diag_indices(T)] = np.maximum(r.diagonal(), costs.feed_inside)
+    if T == 1:
+        return [r[:, 0]], [0]
+    return [r[:, u] for u in range(T)] + [np.sort(r, axis=1)[:, -2]], [*range(T), None]
 
 
 def route_caps(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The prefill pools' KV caps per set of decode types, which set each cell of decode pools opens,
-    and each set's feed per type: ([sets, cells] caps, [cells] set index, [sets, types] feeds). A
-    prefill pool hands its KV inside a node only to a decode pool starting on its own type, so the
-    types a route inside a node speeds up (`gain`) count only where the decode pools' devices hold
-    them: a set per subset of those, where at most 2^ROUTE_TYPES; past that, one set opening every
-    route (valid, looser)."""
-    gain, subsets = _sets(costs)
-    caps = np.stack([feed_cap(costs, space, s) for s in subsets])
-    feeds = np.stack([_feed(costs, s) for s in subsets])
-    if len(subsets) == 1:
-        return caps, np.zeros(len(space), dtype=np.int64), feeds
-    route = (space.cells[:, gain] > 0) @ (1 << np.arange(len(gain)))  # the subset of `gain` each cell holds
-    return caps, route.astype(np.int64), feeds
+    """The prefill pools' KV caps per set of routes (`_sets`), the decode cells each set admits, and
+    each set's feed per type: ([sets, cells] caps, [sets, cells] bools, [sets, types] feeds). Under
+    the set of decode pools starting on u only decode cells holding u count (a pool starting on u
+    holds one); under the set of several types, every decode cell."""
+    feeds, starts = _sets(costs)
+    caps = np.stack([np.where(space.cells > 0, f, 0.0).max(axis=1) for f in feeds])
+    admit = np.stack([np.ones(len(space), dtype=bool) if u is None else space.cells[:, u] > 0 for u in starts])
+    return caps, admit, np.stack(feeds)
+
+
+def every_route(costs: StageCosts, space: CountSpace) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill pools' caps per cell and feeds per type with every route inside a node open, for
+    every decode cell: looser than each of `route_caps`' sets (the cell bound's rounds steer by it
+    until they settle)."""
+    every = np.ones(len(costs.types), dtype=bool)
+    return feed_cap(costs, space, every), _feed(costs, every)
+
+
+def combine_sets(
+    space: CountSpace, both: np.ndarray, decode: np.ndarray, prefill: list[np.ndarray], admit: list[np.ndarray]
+) -> tuple[float, tuple, int, np.ndarray, np.ndarray, np.ndarray]:
+    """The knapsack's best over sets of routes: max over s of both + min(decode pools on the cells
+    `admit[s]` allows, prefill pools under s) (cells.combine). Returns (value, its (c1, c2, c3), s,
+    and under s the decode pools' per-cell bounds and closure, and the prefill pools' closure).
+
+    Args:
+        both: the closure of pipelines doing both phases.
+        decode, prefill: per-cell bounds of one decode pool, and of one prefill pool per set.
+    """
+    best: tuple | None = None
+    for s, (p, a) in enumerate(zip(prefill, admit)):
+        d = np.where(a, decode, 0.0)
+        Kd, Kp = closure(space, d), closure(space, p)
+        value, cells = combine(space, both, Kd, Kp[None], np.zeros(len(space), dtype=np.int64))
+        if best is None or value > best[0]:
+            best = (value, cells, s, d, Kd, Kp)
+    assert best is not None  # at least one set
+    return best
 
 
 def end_groups(costs: StageCosts) -> list[np.ndarray]:
     """Masks over types whose pools' KV feeds alike under every set of routes (`route_caps`): a
     prefill pool's chain is refined once per group its last stage may lie in."""
-    _, subsets = _sets(costs)
-    feeds = np.stack([_feed(costs, s) for s in subsets]).T  # [types, sets]
+    feeds = np.stack(_sets(costs)[0]).T  # [types, sets]
     keys = {tuple(row) for row in feeds}
     return [np.array([tuple(row) == k for row in feeds]) for k in sorted(keys)]
 

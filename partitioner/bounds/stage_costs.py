@@ -69,7 +69,7 @@ class StageCosts:
             for j, p in enumerate(paths):
                 lat[a, b, j], inv[a, b, j] = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
         self._alpha_beta = (lat, inv)
-        self.feed_across, self.feed_inside = _feeds(tables, cluster, first)
+        self.feed_across, self.feed_inside, self.feed_to = _feeds(tables, cluster, first)
         self._most: dict = {}
         self._cases: dict = {}
         self._memory: dict = {}
@@ -171,13 +171,14 @@ def _paths(cluster: Cluster, ka: Kind, kb: Kind) -> list[list]:
     return inside + across or [hops(cluster, ka.nodes[0], ka.nodes[0])]  # one device: no two stages of the type anyway
 
 
-def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndarray, np.ndarray]:
+def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per type, the most output tok/s one prefill pool whose last stage is of that type can feed, its
     prompts' KV sent over the fastest route any plan could give it (search/kv_routes.py's `kv_transfers` sends
     it from the pool's last stage to a decode pool's first, on other devices, and caps the pool at its
     slowest route's rate: every real pool is within this): (across, inside). across: to a device of
     another node, of any type; inside: to another device of one of its own nodes, which only a decode
-    pool starting on the same type can be (0 where no node of the type holds two devices).
+    pool starting on the same type can be (0 where no node of the type holds two devices); and [types,
+    types] to: across to a device of another node of the second type (kv_feed.py's sets of routes).
 
     Args:
         first: one kind of each type, in the order of `StageCosts.types`.
@@ -189,9 +190,9 @@ def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndar
         seconds = min((transfer_time(nbytes, p) for p in paths), default=INF)
         return wl.output_len / seconds if seconds > 0 else INF
 
-    across = [rate([hops(cluster, x, y) for kb in first for y in kb.nodes for x in ka.nodes if x.name != y.name]) for ka in first]
+    to = np.array([[rate([hops(cluster, x, y) for y in kb.nodes for x in ka.nodes if x.name != y.name]) for kb in first] for ka in first])
     inside = [rate([hops(cluster, x, x) for x in ka.nodes if x.count > 1]) for ka in first]
-    return np.array(across), np.array(inside)
+    return to.max(axis=1), np.array(inside), to
 
 
 def _period(units: list) -> tuple[int, int, int]:

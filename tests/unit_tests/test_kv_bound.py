@@ -63,6 +63,7 @@ def _uncapped(monkeypatch) -> None:
         init(self, *a, **k)
         self.feed_across = np.full(len(self.types), np.inf)
         self.feed_inside = np.full(len(self.types), np.inf)
+        self.feed_to = np.full((len(self.types), len(self.types)), np.inf)
 
     monkeypatch.setattr(StageCosts, "__init__", wide)
 
@@ -116,8 +117,8 @@ def test_a_kv_route_inside_a_node_is_counted_and_the_bound_holds(paired, disaggr
     would read 15,250, as the single nodes' case does."""
     sc, units, cluster, wl = paired
     costs = StageCosts(Tables(units, wl), kinds_of(cluster, TP_SIZES), cluster)
-    caps, route, _ = cell_bound.route_caps(costs, CountSpace(costs.devices))
-    assert len(caps) == 2 and (caps[0] <= caps[1]).all()  # decode pools without an MI355X, with one
+    caps, admit, _ = cell_bound.route_caps(costs, CountSpace(costs.devices))
+    assert len(caps) == 3 and admit[-1].all() and not admit[0].all()  # decode pools starting on one type (each), on both
     phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
     opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
     sol = solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs)

@@ -51,6 +51,7 @@ def test_a_prefill_cell_is_worth_its_best_chain_per_end_type_within_that_types_f
     fastest = max(_brute(costs, c, np.full(2, np.inf)) for c in space.cells[1:])
     costs.feed_across = np.where(np.arange(2) == slow, fastest / 2, np.inf)
     costs.feed_inside = np.zeros(2)
+    costs.feed_to = np.full((2, 2), np.inf)  # every set of routes feeds a type at its route across
     cells = _Cells(costs, space, Phase.PREFILL, max_stages=4, ceiling=64)
     while cells.rows.left:
         cells.rows.step()
