@@ -62,12 +62,16 @@ class StageCosts:
         self.paths = {(a, b): _paths(cluster, ka, kb) for a, ka in enumerate(first) for b, kb in enumerate(first)}
         self.out_bytes = np.array([u.out_bytes_per_token for u in tables.units])
         self.period = _period(tables.units)
-        width = max(len(p) for p in self.paths.values())  # [T, T, paths]: each path's latency and 1/bandwidth summed
-        T = len(self.types)  # over its hops (0 for a path of none); inf latency pads a pair with fewer paths
+        # [T, T, paths]: each path's latency and 1/bandwidth summed over its hops (0 for a path of none); inf
+        # latency pads a pair with fewer paths. Only each pair's Pareto front: a link's time is messages·lat +
+        # bytes·inv with both factors ≥ 0, so a path no faster in either never is the least (gen25: 36 → 1-2 a pair)
+        fronts = {ab: _front([(sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)) for p in paths]) for ab, paths in self.paths.items()}
+        width = max(len(f) for f in fronts.values())
+        T = len(self.types)
         lat, inv = np.full((T, T, width), INF), np.zeros((T, T, width))
-        for (a, b), paths in self.paths.items():
-            for j, p in enumerate(paths):
-                lat[a, b, j], inv[a, b, j] = sum(h.latency for h in p), sum(1 / h.bandwidth for h in p)
+        for (a, b), front in fronts.items():
+            for j, (la, iv) in enumerate(front):
+                lat[a, b, j], inv[a, b, j] = la, iv
         self._alpha_beta = (lat, inv)
         self.feed_across, self.feed_inside, self.feed_to = _feeds(tables, cluster, first)
         self._most: dict = {}
@@ -169,6 +173,15 @@ def _paths(cluster: Cluster, ka: Kind, kb: Kind) -> list[list]:
     inside = [hops(cluster, x, x) for x in ka.nodes if x.count > 1]
     across = [hops(cluster, x, y) for x in ka.nodes for y in ka.nodes if x.name != y.name]
     return inside + across or [hops(cluster, ka.nodes[0], ka.nodes[0])]  # one device: no two stages of the type anyway
+
+
+def _front(paths: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (latency, 1/bandwidth) pairs no other pair is at most in both (one of equal pairs kept)."""
+    out: list[tuple[float, float]] = []
+    for la, iv in sorted(set(paths)):  # latency ascending: a pair stays where its 1/bandwidth is below every kept one's
+        if not out or iv < out[-1][1]:
+            out.append((la, iv))
+    return out
 
 
 def _feeds(tables: Tables, cluster: Cluster, first: list[Kind]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
