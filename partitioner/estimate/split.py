@@ -126,8 +126,8 @@ def split_chain(
             # the stage holding the last unit also keeps the step's fp32 logits (simulate._stage_memory): without
             # them a split's last stage could overflow, and the batch search's bisection skip batches that fit
             memo[key] = (
-                _memory_reach(units, wl, batch, phase, s.tp, cap),
-                _memory_reach(units, wl, batch, phase, s.tp, cap - _logits_bytes(units, wl, batch, s.tp)),
+                _memory_reach(units, wl, batch, phase, s.tp, cap, memo),
+                _memory_reach(units, wl, batch, phase, s.tp, cap - _logits_bytes(units, wl, batch, s.tp), memo),
             )
         reach, last = memo[key]
         reaches.append(reach)
@@ -206,16 +206,42 @@ def _slot_key(s: Slot) -> tuple:
     return s.node.profile.name, s.tp, id(s.node.link)  # within one solve: links are the cluster's objects
 
 
-def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float) -> list[int]:
+def _unit_memory(units: list[Unit], wl: Workload, phase: str, tp: int) -> tuple[list[float], list[float], list[float], list[int], list[float]]:
+    """Per unit: weight bytes on a device of a group of `tp`, its own K/V bytes per sequence, the shared K/V
+    bytes, the devices its K/V splits over and its activation bytes per token (_memory_reach's terms that do
+    not depend on the batch)."""
+    own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
+    lay = wl.layout(tp)
+    return (
+        [u.device_weights(tp, lay) for u in units],
+        [u.kv_bytes(own, wl.windowed) for u in units],
+        [u.kv_bytes(shared, wl.windowed) for u in units],
+        [u.kv_ways(tp, lay) for u in units],
+        [u.act_bytes.per_token for u in units],
+    )
+
+
+def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: int, cap: float, memo: dict | None = None) -> list[int]:
     """reach[u]: the last unit a stage starting at unit u holds within `cap` bytes (u − 1 if
     none): weights and KV split over tp (an MLA latent kept whole; data-parallel layouts: Unit.device_weights), activations
     at their peak (tied weights counted per unit: conservative; estimate_pipeline counts them once). Nondecreasing in u: two
-    pointers, a running sum and a sliding-window max."""
-    own, shared = wl.kv_tokens(Phase(phase)), wl.shared_tokens(Phase(phase))
+    pointers, a running sum and a sliding-window max. With `memo` (split_chain's: one set of units and workload) the
+    per-unit terms are kept per (phase, tp) and the reach per (cap, batch, phase, tp): kinds of one device over
+    different links share it (a third of the search's CPU on gen3143 of the generated clusters was this, recomputed)."""
+    at = ("reach", tp, cap, batch, phase, wl.dp_ranks)
+    if memo is not None and at in memo:
+        return memo[at]
+    per = ("unit memory", tp, phase)
+    if memo is None or per not in memo:
+        terms = _unit_memory(units, wl, phase, tp)
+        if memo is None:
+            memo = {}
+        memo[per] = terms
+    weights, kv, kv_shared, ways, act_per = memo[per]
     lay = wl.layout(tp)
     tokens = step_tokens(min(wl.prefill_chunk, wl.input_len), batch, tp, lay)
-    mem_of = [u.device_weights(tp, lay) + (batch * u.kv_bytes(own, wl.windowed) + u.kv_bytes(shared, wl.windowed)) / u.kv_ways(tp, lay) for u in units]
-    act = [tokens * u.act_bytes.per_token for u in units]
+    mem_of = [w + (batch * k + sh) / d for w, k, sh, d in zip(weights, kv, kv_shared, ways)]
+    act = [tokens * a for a in act_per]
     peak: collections.deque[int] = collections.deque()  # indices, act decreasing
     n, out, hi, mem = len(units), [], -1, 0.0
     for u in range(n):
@@ -232,6 +258,7 @@ def _memory_reach(units: list[Unit], wl: Workload, batch: int, phase: str, tp: i
         out.append(hi)
         if hi >= u:
             mem -= mem_of[u]
+    memo[at] = out
     return out
 
 

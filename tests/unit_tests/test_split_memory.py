@@ -13,6 +13,7 @@ import pytest
 from hetc.cluster import Cluster, Node, load_profile, resolve_link
 from hetc.partitioner.capture.capture import capture
 from hetc.partitioner.estimate.simulate import StagePlan, Workload, estimate_pipeline
+from hetc.partitioner.estimate import split
 from hetc.partitioner.estimate.split import Slot, split_chain
 
 WL = Workload(1024, 256, "bf16", "bf16")
@@ -56,3 +57,26 @@ def test_every_split_returned_fits_and_one_is_returned_wherever_one_fits(llama):
         fitted.append(est is not None)
     assert overflowed == 0
     assert True in fitted and False in fitted and fitted == sorted(fitted, reverse=True)  # fits up to a batch, then never
+
+
+def test_memory_reach_is_shared_across_kinds_of_one_device_and_batches(llama, monkeypatch):
+    """With split_chain's memo, the per-unit memory terms are computed once per (phase, tp) and a reach once per
+    (cap, batch, phase, tp): two kinds of one device over different links, and later batches, reuse them, and
+    every reach equals the one computed afresh (a third of the search's CPU on a 405B generated cluster)."""
+    units = llama.units
+    calls = {"terms": 0}
+    terms = split._unit_memory
+
+    def counted(*args):
+        calls["terms"] += 1
+        return terms(*args)
+
+    monkeypatch.setattr(split, "_unit_memory", counted)
+    memo: dict = {}
+    cap = 30e9
+    for batch in (1, 64, 700):
+        for tp in (1, 2):
+            fresh = split._memory_reach(units, WL, batch, "both", tp, cap)
+            assert split._memory_reach(units, WL, batch, "both", tp, cap, memo) == fresh
+            assert split._memory_reach(units, WL, batch, "both", tp, cap, memo) is memo[("reach", tp, cap, batch, "both", WL.dp_ranks)]
+    assert calls["terms"] == 3 * 2 + 2  # afresh each time, with the memo once per tp
