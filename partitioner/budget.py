@@ -15,12 +15,22 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import IntEnum
 
-__all__ = ["CPSAT_FLOOR", "OBJECTIVE_BOUND", "CpuBudget", "OutOfTime"]
+__all__ = ["CPSAT_FLOOR", "OBJECTIVE_BOUND", "CpuBudget", "OutOfTime", "Pause"]
 
 OBJECTIVE_BOUND = "objective bound"  # plan.json stopped_by_limit: the latency / cost / energy bound the deadline cut (a looser one kept)
 STRETCH_SLACK = 0.5  # CPU seconds a wall-timed solver may run past the deadline where the host frees up meanwhile
 CPSAT_FLOOR = 0.25  # seconds CP-SAT gets past the deadline, to take its warm start as a fleet
+
+
+class Pause(IntEnum):
+    """Why a bound's rounds (cell_bound_rounds, column_bound_rounds) yield control: a round's second
+    item; `False` and `True` read as NO and DEADLINE."""
+
+    NO = 0
+    DEADLINE = 1  # the CPU deadline leaves no time for another round: resume it with a later one
+    WORK = 2  # the work budget is spent, refinement not done: resumed, it goes on until a deadline (the CPU left)
 
 
 class OutOfTime(Exception):

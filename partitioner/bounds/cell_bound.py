@@ -37,7 +37,7 @@ import numpy as np
 
 from hetc.cluster import Cluster
 from hetc.partitioner.bounds.aggregate import Rows, most_sequences
-from hetc.partitioner.budget import CpuBudget
+from hetc.partitioner.budget import CpuBudget, Pause
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
 from hetc.partitioner.bounds.kv_feed import combine_sets, end_groups, every_route, feed_cap, route_caps, under_routes
@@ -320,7 +320,7 @@ def cell_bound_rounds(
     demand: Demand | None = None,
     progress: Callable[[str], None] | None = None,
     cpu: CpuBudget | None = None,
-) -> Iterator[tuple[Callable[[], CellBound], bool]]:
+) -> Iterator[tuple[Callable[[], CellBound], Pause | bool]]:
     """`cell_bound` round by round: after each knapsack, (the bound so far, and whether `cpu`'s
     deadline has passed). Every round's bound is valid; a caller may stop at any, and resume
     later with a new deadline (the solver's search runs between). Refinement stops at the work
@@ -355,6 +355,7 @@ def cell_bound_rounds(
     zero = np.zeros(len(space))
     least = 0.0
     work, rounds = 0.0, 0
+    extended = False  # past the work budget, resumed with CPU to spend
     # the deadline leaves no time for another knapsack round: refinement stops, the rounds pause
     late = (lambda: False) if cpu is None else (lambda: cpu.left() <= round_cpu)
     while True:
@@ -407,20 +408,26 @@ def cell_bound_rounds(
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
         yield snapshot, late()
-        while late() and (cut or not (not todo or work >= budget or done)):
+        while late() and (cut or not (not todo or work >= budget and not extended or done)):
             yield snapshot, True  # resumed with no time for a round: the same bound, until a later deadline
         if cut:  # the cut keys' rows first, until the deadline
             cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
             for p in phases:
                 table[p].refresh()
             continue
-        if work >= budget or (not todo or done) and (routed or len(caps) == 1 or late()):
+        finished = (not todo or done) and (routed or len(caps) == 1 or late())
+        if work >= budget and not finished and cpu is not None and not extended:
+            # the work budget spent: the plan is the budget's (deterministic); resumed after the search, the
+            # refinement goes on with the CPU the search left, until a deadline
+            extended = True
+            yield snapshot, Pause.WORK
+        elif work >= budget and not extended or finished:
             return
         if not todo or done:  # settled with every KV route open: on, steering by the routes decode pools' types open
             routed = True
             continue
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
-                if work >= budget or table[p].settled(c) or late():
+                if work >= budget and not extended or table[p].settled(c) or late():
                     break
                 work += table[p].refine(c)

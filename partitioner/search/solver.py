@@ -32,7 +32,7 @@ from hetc.partitioner.bounds.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECON
 from hetc.partitioner.bounds.colgen import METHOD as COLUMNS
 from hetc.partitioner.bounds.colgen import ColumnBound, column_bound_rounds
 from hetc.partitioner.bounds.stage_costs import StageCosts
-from hetc.partitioner.budget import CpuBudget
+from hetc.partitioner.budget import CpuBudget, Pause
 from hetc.partitioner.cost_models.memory import stage_memory
 from hetc.partitioner.cost_models.envelope import falling_curves
 from hetc.partitioner.estimate.simulate import PipelineEstimate, StagePlan, Workload, estimate_pipeline
@@ -258,8 +258,8 @@ def solve(
         )
     seeds_only = objective == Objective.LATENCY
     cpu.deadline(min(SEEDS_ONLY_SHARE, 1.0 - reserve - SEARCH_RESERVE) if seeds_only else 1.0 - reserve - SEARCH_RESERVE)
-    first, paused = (CellBound(math.inf), True) if defer_bound else _timed(rounds, cpu)  # deferred: no bound yet, no seeds
-    if paused and not defer_bound and not seeds_only:
+    first, paused = (CellBound(math.inf), Pause.DEADLINE) if defer_bound else _timed(rounds, cpu)  # deferred: no bound yet, no seeds
+    if paused == Pause.DEADLINE and not defer_bound and not seeds_only:
         cpu.stop(BOUND)
     assert first is not None  # the first round always yields
     bound = first
@@ -391,20 +391,20 @@ def _servable(opts: list[Option], cluster: Cluster, caps: Caps) -> bool:
     return Phase.BOTH in phases or {Phase.PREFILL, Phase.DECODE} <= phases
 
 
-def _timed(rounds: Iterator[tuple[Callable[[], CellBound], bool]], cpu: CpuBudget) -> tuple[CellBound | None, bool]:
+def _timed(rounds: Iterator[tuple[Callable[[], CellBound], Pause | bool]], cpu: CpuBudget) -> tuple[CellBound | None, Pause]:
     """`_rounds`, its CPU charged to the bound."""
     with cpu.phase(BOUND):
         return _rounds(rounds)
 
 
-def _rounds(rounds: Iterator[tuple[Callable[[], CellBound], bool]]) -> tuple[CellBound | None, bool]:
-    """The bound's rounds until they end (False) or pause at the CPU deadline (True): the bound so
-    far (None: they had ended already)."""
+def _rounds(rounds: Iterator[tuple[Callable[[], CellBound], Pause | bool]]) -> tuple[CellBound | None, Pause]:
+    """The bound's rounds until they end (NO) or pause (at the CPU deadline, or where the work budget
+    is spent with refinement left for the CPU after the search): the bound so far (None: they had ended already)."""
     last = None
     for last, pause in rounds:
         if pause:
-            return last(), True
-    return (last() if last is not None else None), False
+            return last(), Pause(pause)
+    return (last() if last is not None else None), Pause.NO
 
 
 FILL_ROUNDS = 3  # latency with a floor: rounds of every batch below the fleet's TPOT, then CP-SAT again

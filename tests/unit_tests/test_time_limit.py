@@ -17,7 +17,7 @@ from hetc.partitioner.bounds.colgen import column_bound, column_bound_rounds
 from hetc.partitioner.bounds.bound import cost_bound
 from hetc.partitioner.bounds import latency_bound
 from hetc.partitioner.bounds.latency_bound import tpot_floor_bound
-from hetc.partitioner.budget import CPSAT_FLOOR, OBJECTIVE_BOUND, STRETCH_SLACK, CpuBudget, OutOfTime
+from hetc.partitioner.budget import CPSAT_FLOOR, OBJECTIVE_BOUND, STRETCH_SLACK, CpuBudget, OutOfTime, Pause
 from hetc.partitioner.estimate.batches import batch_ceiling
 from hetc.partitioner.estimate.tables import type_key
 from hetc.partitioner.estimate.simulate import Workload
@@ -225,3 +225,23 @@ def test_latency_runs_the_throughput_bound_for_its_seeds_only(tiny, cluster):
     throughput = CpuBudget(limit, clock=Ticks(1e-3))
     solve(tiny.units, cluster, WL, time_limit=30, cpu=throughput)
     assert throughput.spent[BOUND] > 2 * SEEDS_ONLY_SHARE * limit  # the same rounds run longer for throughput
+
+
+def test_the_cell_bound_refines_past_its_work_budget_with_the_cpu_left(tiny, cluster):
+    """Its work budget spent with cells left to refine, the cell bound pauses (Pause.WORK: the plan before it is
+    the budget's); resumed, it goes on refining with the CPU left, tighter than the budget's bound and still
+    above the converged one. Without a CPU budget the work budget ends it, as before."""
+    tables = Tables(tiny.units, WL)
+    args = (tables, kinds_of(cluster), cluster, len(tiny.units), 4096)
+    converged = cell_bound(*args, phases=tuple(Phase))
+    small = 2e4  # a few DP cells: refinement far from done
+    spent = cell_bound(*args, phases=tuple(Phase), budget=small)
+    assert spent.value > converged.value * (1 + 1e-6)
+    gen = cell_bound_rounds(*args, phases=tuple(Phase), budget=small, cpu=CpuBudget(60.0))
+    snap, pause = next((s, p) for s, p in gen if p)
+    assert pause == Pause.WORK and snap().value == pytest.approx(spent.value)
+    last = None
+    for snap, pause in gen:  # resumed after the search: no deadline falls within 60 CPU s here
+        assert pause == Pause.NO
+        last = snap()
+    assert last is not None and converged.value * (1 - 1e-9) <= last.value < spent.value * (1 - 1e-6)
