@@ -37,6 +37,12 @@ EXACT = 8  # pipeline lengths up to this are classes of their own; longer ones g
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
 PER_OCTAVE = 1  # batch intervals per octave (batches.octaves): exact wherever memory admits the top; SPLITS covers the rest
+# the cell bound's first pass: narrower intervals, whose memory at the first batch rules out the cells whose pipelines hold
+# far fewer sequences than the cells' memory in all (stages of uneven weights): at one per octave a cell of 15 L40S / L4 /
+# A100 / H200 for mixtral-8x7b read 15.7k tok/s (costed at 3,561 sequences, memory at 2,048) against 13.3k attained, and
+# each cell needed a chain DP per key to come down (gen3066 of the explore block: the bound 28.1k at 120 CPU s, 27.1k at
+# four per octave within the same work)
+CELL_PER_OCTAVE = 4
 SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
 
@@ -67,13 +73,14 @@ def classes(max_stages: int) -> list[tuple[int, int]]:
     return out
 
 
-def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[Key]:
+def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes, per_octave: int = PER_OCTAVE) -> list[Key]:
     """Operating points that cover every pipeline of `phase` at every batch up to `ceiling`
     (prefill pools keep one prompt per stage, so at most `ceiling` stages); no key straddles a
     change of its shortest pipelines' step regime, and a class whose lengths prefill in
     different chunks somewhere in a key is split into single lengths there (batches.Regimes).
     Where the steps are full one key runs to the ceiling: priced at the floor, a chain's tok/s is the
-    same at every batch there, so octaves would only repeat it (budget_floor.py)."""
+    same at every batch there, so octaves would only repeat it (budget_floor.py). `per_octave`: batch
+    intervals per octave (any partition of the batches is valid: batches.py)."""
     out = []
     for lo, hi in classes(max_stages):
         if phase == Phase.PREFILL:
@@ -81,7 +88,7 @@ def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[
                 out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
         full = regimes.floor_from(lo)
-        spans = [(b, min(top, full - 1)) for b, top in octaves(ceiling, PER_OCTAVE) if b < full] + [(full, ceiling)]
+        spans = [(b, min(top, full - 1)) for b, top in octaves(ceiling, per_octave) if b < full] + [(full, ceiling)]
         for b, top in spans:
             for rb, rt in regimes.runs(lo, b, top):
                 if regimes.shared(lo, hi, rb, rt):
@@ -313,10 +320,19 @@ class Rows:
     can skip cells far below the bound so far) and, once `cut`, `FirstPass.rest` for the others,
     which `step` tightens to `row` later (taking the least of the two: both are bounds)."""
 
-    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None) -> None:
+    def __init__(
+        self,
+        costs: StageCosts,
+        space: CountSpace,
+        phase: Phase,
+        max_stages: int,
+        ceiling: int,
+        regimes: Regimes | None = None,
+        per_octave: int = PER_OCTAVE,
+    ) -> None:
         self.fp = FirstPass(costs, space, phase)
         regimes = regimes or Regimes(costs.tables.wl, phase, ceiling)
-        self.keys = sorted(keys(phase, max_stages, ceiling, regimes), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
+        self.keys = sorted(keys(phase, max_stages, ceiling, regimes, per_octave), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
         self.V = np.zeros((len(self.keys), len(space)))
         self.best = np.zeros(len(space))  # the least bound so far from `row`s
         self.done, self.cut = 0, False

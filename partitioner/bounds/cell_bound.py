@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster
-from hetc.partitioner.bounds.aggregate import Rows, most_sequences
+from hetc.partitioner.bounds.aggregate import CELL_PER_OCTAVE, Rows, most_sequences
 from hetc.partitioner.budget import CpuBudget
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
@@ -124,7 +124,7 @@ class _Cells:
         # the first pass prices keys past the budget at its floor (budget_floor.py); refinement splits them at every
         # change of the steps and costs its pieces exactly, as a pipeline runs
         self.regimes = Regimes(costs.tables.wl, phase, ceiling, floor=False)
-        self.rows = Rows(costs, space, phase, max_stages, ceiling)  # the first pass (`_first_pass` runs it)
+        self.rows = Rows(costs, space, phase, max_stages, ceiling, per_octave=CELL_PER_OCTAVE)  # the first pass (`_first_pass` runs it)
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)
