@@ -30,13 +30,20 @@ from hetc.partitioner.bounds.stage_costs import SLACK, Case, StageCosts
 from hetc.partitioner.estimate.batches import Regimes, octaves
 from hetc.scheduling import Phase
 
-__all__ = ["FirstPass", "Key", "Rows", "classes", "keys", "first_pass", "most_sequences"]
+__all__ = ["FirstPass", "Key", "Rows", "cell_per_octave", "classes", "keys", "first_pass", "most_sequences"]
 
 INF = np.inf
 EXACT = 8  # pipeline lengths up to this are classes of their own; longer ones grow by GROWTH (refinement splits a class per length)
 GROWTH = 1.15
 NEAR = 0.9  # a key that can't give a cell this share of its best bound so far is not bisected
 PER_OCTAVE = 1  # batch intervals per octave (batches.octaves): exact wherever memory admits the top; SPLITS covers the rest
+# the cell bound's first pass: narrower intervals where it can afford them (`cell_per_octave`). Memory at an interval's first
+# batch then rules out the cells whose pipelines hold far fewer sequences than the cells' memory in all (stages of uneven
+# weights): at one per octave a cell of 15 L40S / L4 / A100 / H200 for mixtral-8x7b read 15.7k tok/s (costed at 3,561
+# sequences, memory at 2,048) against 13.3k attained, and each such cell needed a chain DP per key to come down
+CELL_PER_OCTAVE = (4, 2)  # the finest first
+FIRST_PASS_WORK = 0.6  # a row's work per key × cell × unit (cell_bound.WORK_PER_SECOND's unit; measured 15 ns on gen8 and gen3066)
+FINE_SHARE = 0.75  # of the refinement budget, the most a finer first pass may cost: gen8 (53 devices, 163 units) at 4 per octave cut its pass at 30 CPU s
 SPLITS = 2  # sub-intervals of a key, for the cells whose memory maximum lies inside it
 
 
@@ -67,13 +74,14 @@ def classes(max_stages: int) -> list[tuple[int, int]]:
     return out
 
 
-def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[Key]:
+def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes, per_octave: int = PER_OCTAVE) -> list[Key]:
     """Operating points that cover every pipeline of `phase` at every batch up to `ceiling`
     (prefill pools keep one prompt per stage, so at most `ceiling` stages); no key straddles a
     change of its shortest pipelines' step regime, and a class whose lengths prefill in
     different chunks somewhere in a key is split into single lengths there (batches.Regimes).
     Where the steps are full one key runs to the ceiling: priced at the floor, a chain's tok/s is the
-    same at every batch there, so octaves would only repeat it (budget_floor.py)."""
+    same at every batch there, so octaves would only repeat it (budget_floor.py). `per_octave`: batch
+    intervals per octave (any partition of the batches is valid: batches.py)."""
     out = []
     for lo, hi in classes(max_stages):
         if phase == Phase.PREFILL:
@@ -81,7 +89,7 @@ def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[
                 out.append(Key(phase, lo, lo, 1, lo, min(hi, ceiling)))
             continue
         full = regimes.floor_from(lo)
-        spans = [(b, min(top, full - 1)) for b, top in octaves(ceiling, PER_OCTAVE) if b < full] + [(full, ceiling)]
+        spans = [(b, min(top, full - 1)) for b, top in octaves(ceiling, per_octave) if b < full] + [(full, ceiling)]
         for b, top in spans:
             for rb, rt in regimes.runs(lo, b, top):
                 if regimes.shared(lo, hi, rb, rt):
@@ -93,6 +101,17 @@ def keys(phase: Phase, max_stages: int, ceiling: int, regimes: Regimes) -> list[
         had = merged.get(k[:4])
         merged[k[:4]] = k if had is None else k._replace(lo=min(k.lo, had.lo), hi=max(k.hi, had.hi))
     return list(merged.values())
+
+
+def cell_per_octave(costs: StageCosts, space: CountSpace, phases: tuple[Phase, ...], max_stages: int, ceiling: int, budget: float) -> int:
+    """The finest of CELL_PER_OCTAVE whose first pass over every phase's keys is estimated to cost at most
+    FINE_SHARE of `budget` (work: keys × cells × units, deterministic); else PER_OCTAVE."""
+    regimes = {ph: Regimes(costs.tables.wl, ph, ceiling) for ph in phases}
+    for per in CELL_PER_OCTAVE:
+        rows = sum(len(keys(ph, max_stages, ceiling, regimes[ph], per)) for ph in phases)
+        if rows * len(space) * costs.u * FIRST_PASS_WORK <= FINE_SHARE * budget:
+            return per
+    return PER_OCTAVE
 
 
 def weightings(costs: StageCosts, case: Case, phase: str, batch: int, gs: list[int]) -> np.ndarray:
@@ -313,10 +332,19 @@ class Rows:
     can skip cells far below the bound so far) and, once `cut`, `FirstPass.rest` for the others,
     which `step` tightens to `row` later (taking the least of the two: both are bounds)."""
 
-    def __init__(self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None) -> None:
+    def __init__(
+        self,
+        costs: StageCosts,
+        space: CountSpace,
+        phase: Phase,
+        max_stages: int,
+        ceiling: int,
+        regimes: Regimes | None = None,
+        per_octave: int = PER_OCTAVE,
+    ) -> None:
         self.fp = FirstPass(costs, space, phase)
         regimes = regimes or Regimes(costs.tables.wl, phase, ceiling)
-        self.keys = sorted(keys(phase, max_stages, ceiling, regimes), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
+        self.keys = sorted(keys(phase, max_stages, ceiling, regimes, per_octave), key=lambda k: (-k.rate(costs.tables.wl.output_len), k.lo))
         self.V = np.zeros((len(self.keys), len(space)))
         self.best = np.zeros(len(space))  # the least bound so far from `row`s
         self.done, self.cut = 0, False
@@ -342,10 +370,10 @@ class Rows:
 
 
 def first_pass(
-    costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None
+    costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, regimes: Regimes | None = None, per_octave: int = PER_OCTAVE
 ) -> tuple[list[Key], np.ndarray]:
     """The keys of `phase` and V [keys, cells] (`Rows` to the end)."""
-    rows = Rows(costs, space, phase, max_stages, ceiling, regimes)
+    rows = Rows(costs, space, phase, max_stages, ceiling, regimes, per_octave)
     while rows.left:
         rows.step()
     return rows.keys, rows.V

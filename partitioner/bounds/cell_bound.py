@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetc.cluster import Cluster
-from hetc.partitioner.bounds.aggregate import Rows, most_sequences
+from hetc.partitioner.bounds.aggregate import PER_OCTAVE, Rows, cell_per_octave, most_sequences
 from hetc.partitioner.budget import CpuBudget, Pause
 from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace, closure, combine, decompose
@@ -117,14 +117,22 @@ class _Cells:
     and the best pipeline refinement found on it (a value it attains)."""
 
     def __init__(
-        self, costs: StageCosts, space: CountSpace, phase: Phase, max_stages: int, ceiling: int, loop: bool = False, loop_stages: int = LOOP_STAGES
+        self,
+        costs: StageCosts,
+        space: CountSpace,
+        phase: Phase,
+        max_stages: int,
+        ceiling: int,
+        loop: bool = False,
+        loop_stages: int = LOOP_STAGES,
+        per_octave: int = PER_OCTAVE,
     ) -> None:
         self.costs, self.space, self.phase, self.loop, self.loop_stages = costs, space, phase, loop, loop_stages
         self.tp_groups = any(costs.tp > 1) and phase == Phase.BOTH
         # the first pass prices keys past the budget at its floor (budget_floor.py); refinement splits them at every
         # change of the steps and costs its pieces exactly, as a pipeline runs
         self.regimes = Regimes(costs.tables.wl, phase, ceiling, floor=False)
-        self.rows = Rows(costs, space, phase, max_stages, ceiling)  # the first pass (`_first_pass` runs it)
+        self.rows = Rows(costs, space, phase, max_stages, ceiling, per_octave=per_octave)  # the first pass (`_first_pass` runs it)
         self.keys, self.V = self.rows.keys, self.rows.V  # V [keys, cells]
         self.most = most_sequences(costs, space, phase)
         # prefill pools: within the KV routes any decode pools open (the tightest set: `route_caps`)
@@ -337,7 +345,8 @@ def cell_bound_rounds(
     space = CountSpace(costs.devices)
     # a floor's cheapest devices turn on a few percent of one pipeline: the loop counted at every length there
     loop_stages = max_stages if demand is not None else LOOP_STAGES
-    table = {p: _Cells(costs, space, p, max_stages, ceiling, loop=True, loop_stages=loop_stages) for p in phases}
+    per = cell_per_octave(costs, space, phases, max_stages, ceiling, budget)  # batch intervals per octave in the first pass
+    table = {p: _Cells(costs, space, p, max_stages, ceiling, loop=True, loop_stages=loop_stages, per_octave=per) for p in phases}
     if progress:
         progress(f"cell bound: first pass, {'/'.join(phases)} pipelines over {len(space):,} device-count vectors")
     pools = Phase.PREFILL in phases and Phase.DECODE in phases

@@ -7,7 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from hetc.partitioner.bounds.aggregate import first_pass
+from hetc.partitioner.bounds import aggregate
+from hetc.partitioner.bounds.aggregate import CELL_PER_OCTAVE, PER_OCTAVE, cell_per_octave, first_pass
+from hetc.partitioner.bounds.cell_bound import _Cells
+from hetc.partitioner.estimate.batches import Regimes
 from hetc.partitioner.bounds.cells import CountSpace
 from hetc.partitioner.bounds import loop_dp
 from hetc.partitioner.bounds.refine import best_chain
@@ -102,12 +105,14 @@ def test_chain_dp_with_the_loop_term_finds_the_least_round(costs, phase, batch, 
     assert (raised > 0) == binds
 
 
+@pytest.mark.parametrize("per_octave", [PER_OCTAVE, CELL_PER_OCTAVE[0]])
 @pytest.mark.parametrize("phase", ["both", "decode", "prefill"])
-def test_first_pass_bounds_every_chain_on_exactly_its_cell(costs, phase):
+def test_first_pass_bounds_every_chain_on_exactly_its_cell(costs, phase, per_octave):
     """At every batch a key covers (its ends and a batch between; costs and tokens at the key's
-    top, memory at its first batch), every chain on exactly a cell's devices."""
+    top, memory at its first batch), every chain on exactly a cell's devices: column generation's
+    octaves and the cell bound's narrower intervals alike."""
     space = CountSpace(costs.devices)
-    keys, V = first_pass(costs, space, phase, max_stages=4, ceiling=300)
+    keys, V = first_pass(costs, space, phase, max_stages=4, ceiling=300, per_octave=per_octave)
     checked = 0
     for ki, key in enumerate(keys):
         if phase != "prefill" and key.batch not in (1, 4, 32, 256):
@@ -122,6 +127,26 @@ def test_first_pass_bounds_every_chain_on_exactly_its_cell(costs, phase):
                     assert V[ki, c] >= rate / R * (1 - 1e-9), (ks, b, n)
                     checked += 1
     assert checked > 100
+
+
+def test_cell_bound_first_pass_narrows_the_batch_intervals(costs):
+    """Where the budget affords it, the cell bound's first pass cuts each octave of batches below the floor
+    into CELL_PER_OCTAVE[0] intervals (memory at the first batch, tokens at the top: at one per octave a cell
+    of small cards was costed at 1.75× the sequences its chains held), tighter than one per octave; where it
+    does not, one per octave as column generation keeps."""
+    space = CountSpace(costs.devices)
+    per = cell_per_octave(costs, space, (Phase.BOTH,), 4, 300, budget=4e8)
+    assert per == CELL_PER_OCTAVE[0]
+    assert cell_per_octave(costs, space, (Phase.BOTH,), 4, 300, budget=1.0) == PER_OCTAVE
+    cells = _Cells(costs, space, Phase.BOTH, 4, 300, loop=True, per_octave=per)
+    floor = Regimes(costs.tables.wl, Phase.BOTH, 300)  # past its floor_from one key runs to the ceiling (budget_floor.py)
+    narrow = [k for k in cells.keys if k.batch < floor.floor_from(k.lo) and k.top > k.batch]
+    assert narrow
+    assert all(k.top + 1 <= k.batch * 2 ** (1 / per) + 1.5 for k in narrow), narrow
+    _, wide = first_pass(costs, space, Phase.BOTH, max_stages=4, ceiling=300)
+    _, fine = first_pass(costs, space, Phase.BOTH, max_stages=4, ceiling=300, per_octave=per)
+    assert (fine.max(axis=0) <= wide.max(axis=0) * (1 + 1e-9)).all()
+    assert (fine.max(axis=0) < wide.max(axis=0) * (1 - 1e-3)).any()
 
 
 @pytest.mark.parametrize("a_memory,b_memory", [("0.8 MB", "2 MB"), ("2 MB", "1 MB")])
@@ -148,4 +173,7 @@ def test_bound_holds_where_a_profiles_efficiency_falls_with_the_batch(tmp_path, 
     if memory == "1 MB":
         return  # there the best plan's pipelines never hold the batches where the profile falls
     monkeypatch.setattr(tables_module, "bound_node", lambda node: node)
+    # at one batch interval per octave (the cell bound's where a finer first pass is past its budget): four per octave
+    # cost these pipelines near the batches they hold, and the profile itself happened to stay above the plan
+    monkeypatch.setattr(aggregate, "CELL_PER_OCTAVE", ())
     assert solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto").bound < want * (1 - 1e-3)
