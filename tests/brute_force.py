@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetc.cluster import Cluster
+from hetc.cluster import Cluster, Node
+from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.bounds.aggregate import Rows
 from hetc.partitioner.bounds.cells import CountSpace
 from hetc.partitioner.bounds.pricing import KeyPricer, Worth
@@ -294,3 +295,36 @@ def best_reduced_cost(pricer: KeyPricer, prices, worth: Worth, padded: bool = Fa
                 R = max([link] + [case.P[g, bd[s + 1]] - case.P[g, bd[s]] + case.over[g] for s, g in enumerate(ks)])
                 best = max(best, float(worth.of(pricer.rate / R)) - price)
     return best
+
+
+def optimum_with_kv(units, cluster, wl, max_num_seqs: int, phases: tuple[Phase, ...] = tuple(Phase)) -> float:
+    """The most output tok/s of disjoint pipelines and pools, each prefill pool capped at its slowest
+    KV route to the decode pools taken (as the solver prices a fleet). Pools are kept apart by the
+    node their KV leaves (a prefill pool's last stage) or arrives at (a decode pool's first)."""
+    best: dict[tuple, tuple[float, Node]] = {}
+    for o in options(units, cluster, wl, tp=False, phases=phases, max_num_seqs=max_num_seqs):
+        node = o.stages[-1].node if o.phase == Phase.PREFILL else o.stages[0].node
+        key = (o.devices, o.phase, node.name)
+        if key not in best or o.estimate.output_tok_s > best[key][0]:
+            best[key] = (o.estimate.output_tok_s, node)
+    nbytes = wl.input_len * (wl.kv_bytes(units, wl.input_len) / wl.input_len)
+    items = [(devs, phase, tok, node) for (devs, phase, _), (tok, node) in best.items()]
+
+    def value(pick: list) -> float:
+        both = sum(tok for _, p, tok, _ in pick if p == Phase.BOTH)
+        decode = [(tok, node) for _, p, tok, node in pick if p == Phase.DECODE]
+        feed = sum(
+            min(tok, wl.output_len / max(transfer_time(nbytes, hops(cluster, node, d)) for _, d in decode))
+            for _, p, tok, node in pick
+            if p == Phase.PREFILL and decode
+        )
+        return both + min(sum(t for t, _ in decode), feed)
+
+    def search(i: int, taken: frozenset, pick: list) -> float:
+        top = value(pick)
+        for j in range(i, len(items)):
+            if not items[j][0] & taken:
+                top = max(top, search(j + 1, taken | items[j][0], pick + [items[j]]))
+        return top
+
+    return search(0, frozenset(), [])

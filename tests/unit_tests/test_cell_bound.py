@@ -177,3 +177,26 @@ def test_bound_holds_where_a_profiles_efficiency_falls_with_the_batch(tmp_path, 
     # cost these pipelines near the batches they hold, and the profile itself happened to stay above the plan
     monkeypatch.setattr(aggregate, "CELL_PER_OCTAVE", ())
     assert solve(tiny.units, cluster, WL, tp="auto", disaggregate="auto").bound < want * (1 - 1e-3)
+
+
+def test_a_floors_cell_bound_keeps_one_interval_per_octave(tmp_path, tiny, monkeypatch):
+    """With a floor (cost or energy) the least spend comes from refining the cheapest cells, each refinement dearer
+    by the keys' number: the first pass keeps one interval per octave there (finer ones loosened
+    70b-24dev-cost-10k's least spend within its work budget), and narrows them only without one."""
+    from hetc.partitioner.bounds import cell_bound as C
+
+    seen = []
+    real = C._Cells
+
+    def cells(*args, per_octave, **kwargs):
+        seen.append(per_octave)
+        return real(*args, per_octave=per_octave, **kwargs)
+
+    monkeypatch.setattr(C, "_Cells", cells)
+    cluster = two_type_cluster(tmp_path, "0.8 MB", "2 MB", a_count=3)
+    args = (Tables(tiny.units, WL), kinds_of(cluster), cluster, 4, 300)
+    spend = {tables_module.type_key(n): 1.0 + i for i, n in enumerate(cluster.nodes)}
+    C.cell_bound(*args, demand=C.Demand(spend, 1.0))
+    assert seen == [PER_OCTAVE]
+    C.cell_bound(*args)
+    assert seen[-1] == CELL_PER_OCTAVE[0]

@@ -9,50 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetc.cluster import TP_SIZES, Node
+from hetc.cluster import TP_SIZES
 from hetc.partitioner.bounds import cell_bound
 from hetc.partitioner.bounds.cells import CountSpace
 from hetc.partitioner.bounds.stage_costs import StageCosts
-from hetc.partitioner.cost_models.links import hops, transfer_time
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search import solver as solver_module
 from hetc.partitioner.search.solver import solve
 from hetc.scheduling import Phase
-from tests.brute_force import options
+from tests.brute_force import optimum_with_kv
 from tests.brute_force import bench_module as _module
-
-
-def _optimum_with_kv(units, cluster, wl, max_num_seqs: int, phases: tuple[Phase, ...] = tuple(Phase)) -> float:
-    """The most output tok/s of disjoint pipelines and pools, each prefill pool capped at its slowest
-    KV route to the decode pools taken (as the solver prices a fleet). Pools are kept apart by the
-    node their KV leaves (a prefill pool's last stage) or arrives at (a decode pool's first)."""
-    best: dict[tuple, tuple[float, Node]] = {}
-    for o in options(units, cluster, wl, tp=False, phases=phases, max_num_seqs=max_num_seqs):
-        node = o.stages[-1].node if o.phase == Phase.PREFILL else o.stages[0].node
-        key = (o.devices, o.phase, node.name)
-        if key not in best or o.estimate.output_tok_s > best[key][0]:
-            best[key] = (o.estimate.output_tok_s, node)
-    nbytes = wl.input_len * (wl.kv_bytes(units, wl.input_len) / wl.input_len)
-    items = [(devs, phase, tok, node) for (devs, phase, _), (tok, node) in best.items()]
-
-    def value(pick: list) -> float:
-        both = sum(tok for _, p, tok, _ in pick if p == Phase.BOTH)
-        decode = [(tok, node) for _, p, tok, node in pick if p == Phase.DECODE]
-        feed = sum(
-            min(tok, wl.output_len / max(transfer_time(nbytes, hops(cluster, node, d)) for _, d in decode))
-            for _, p, tok, node in pick
-            if p == Phase.PREFILL and decode
-        )
-        return both + min(sum(t for t, _ in decode), feed)
-
-    def search(i: int, taken: frozenset, pick: list) -> float:
-        top = value(pick)
-        for j in range(i, len(items)):
-            if not items[j][0] & taken:
-                top = max(top, search(j + 1, taken | items[j][0], pick + [items[j]]))
-        return top
-
-    return search(0, frozenset(), [])
 
 
 def _uncapped(monkeypatch) -> None:
@@ -93,7 +59,7 @@ def paired(tmp_path_factory):
 
 def test_pools_bound_is_above_the_optimum_with_kv_links_and_tighter_than_without(case, monkeypatch):
     sc, units, cluster, wl = case
-    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, (Phase.PREFILL, Phase.DECODE))
+    opt = optimum_with_kv(units, cluster, wl, sc.max_num_seqs, (Phase.PREFILL, Phase.DECODE))
     sol = solve(units, cluster, wl, disaggregate="on", max_num_seqs=sc.max_num_seqs)
     assert opt > 0 and sol.output_tok_s <= opt * (1 + 1e-9)
     assert sol.bound >= opt * (1 - 1e-9)
@@ -104,7 +70,7 @@ def test_pools_bound_is_above_the_optimum_with_kv_links_and_tighter_than_without
 
 def test_auto_bound_is_above_the_optimum_with_kv_links(case):
     sc, units, cluster, wl = case
-    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs)
+    opt = optimum_with_kv(units, cluster, wl, sc.max_num_seqs)
     sol = solve(units, cluster, wl, disaggregate="auto", max_num_seqs=sc.max_num_seqs)
     assert sol.bound >= opt * (1 - 1e-9)
 
@@ -120,7 +86,7 @@ def test_a_kv_route_inside_a_node_is_counted_and_the_bound_holds(paired, disaggr
     caps, admit, _ = cell_bound.route_caps(costs, CountSpace(costs.devices))
     assert len(caps) == 3 and admit[-1].all() and not admit[0].all()  # decode pools starting on one type (each), on both
     phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
-    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
+    opt = optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
     sol = solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs)
     assert sol.bound >= opt * (1 - 1e-9)
     _uncapped(monkeypatch)
@@ -139,7 +105,7 @@ def test_column_generation_prices_the_kv_routes_and_the_bound_holds(which, disag
     sc, units, cluster, wl = request.getfixturevalue(which)
     monkeypatch.setattr(solver_module, "MAX_CELLS", 1)
     phases = (Phase.PREFILL, Phase.DECODE) if disaggregate == "on" else tuple(Phase)
-    opt = _optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
+    opt = optimum_with_kv(units, cluster, wl, sc.max_num_seqs, phases)
     sol = solve(units, cluster, wl, disaggregate=disaggregate, max_num_seqs=sc.max_num_seqs)
     assert "column generation" in sol.bound_method
     assert opt > 0 and sol.bound >= opt * (1 - 1e-9)

@@ -19,7 +19,7 @@ from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
 from tests.conftest import PROFILE
-from tests.unit_tests.test_kv_bound import _optimum_with_kv
+from tests.brute_force import optimum_with_kv
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 
@@ -55,7 +55,7 @@ def test_the_bound_holds_and_no_longer_feeds_other_types_decode_pools_inside_a_n
     phases = (Phase.PREFILL, Phase.DECODE)
     args = (Tables(tiny.units, WL), kinds_of(cluster, TP_SIZES), cluster, 4, 64)
     got = cell_bound(*args, phases=phases).value
-    opt = _optimum_with_kv(tiny.units, cluster, WL, 64, phases)
+    opt = optimum_with_kv(tiny.units, cluster, WL, 64, phases)
     assert 0 < opt <= got * (1 + 1e-9)
     route_caps = kv_feed.route_caps
 
