@@ -30,6 +30,7 @@ Work is counted in DP cells, not seconds, so the same inputs give the same bound
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -366,7 +367,6 @@ def cell_bound_rounds(
     zero = np.zeros(len(space))
     least = 0.0
     work, rounds = 0.0, 0
-    extended = False  # past the work budget, resumed with CPU to spend
     # the deadline leaves no time for another knapsack round: refinement stops, the rounds pause
     late = (lambda: False) if cpu is None else (lambda: cpu.left() <= round_cpu)
     while True:
@@ -419,7 +419,7 @@ def cell_bound_rounds(
             return CellBound(value, pipes, least)  # type: ignore[arg-type]  # refined cells with a pipeline only (above)
 
         yield snapshot, late()
-        while late() and (cut or not (not todo or work >= budget and not extended or done)):
+        while late() and (cut or not (not todo or work >= budget or done)):
             yield snapshot, True  # resumed with no time for a round: the same bound, until a later deadline
         if cut:  # the cut keys' rows first, until the deadline
             cut = _first_pass([table[p].rows for p in phases], cpu, round_cpu)
@@ -427,18 +427,18 @@ def cell_bound_rounds(
                 table[p].refresh()
             continue
         finished = (not todo or done) and (routed or len(caps) == 1 or late())
-        if work >= budget and not finished and cpu is not None and not extended:
+        if work >= budget and not finished and cpu is not None:
             # the work budget spent: the plan is the budget's (deterministic); resumed after the search, the
             # refinement goes on with the CPU the search left, until a deadline
-            extended = True
+            budget = math.inf
             yield snapshot, Pause.WORK
-        elif work >= budget and not extended or finished:
+        elif work >= budget or finished:
             return
         if not todo or done:  # settled with every KV route open: on, steering by the routes decode pools' types open
             routed = True
             continue
         for p, c in todo:  # a few steps each, then the knapsack again: it says which cells still matter
             for _ in range(STEPS):
-                if work >= budget and not extended or table[p].settled(c) or late():
+                if work >= budget or table[p].settled(c) or late():
                     break
                 work += table[p].refine(c)
