@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetc.cluster import TP_SIZES, load_cluster
+from hetc.cluster import TP_SIZES
 from hetc.partitioner.bounds import kv_feed
 from hetc.partitioner.bounds.cell_bound import cell_bound
 from hetc.partitioner.bounds.cells import CountSpace
@@ -18,7 +18,7 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.simulate import Workload
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.scheduling import Phase
-from tests.conftest import PROFILE
+from tests.fixtures.fleets import write_cluster
 from tests.brute_force import optimum_with_kv
 
 WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
@@ -28,13 +28,11 @@ WL = Workload(32, 16, "fp32", "fp32", prefill_chunk=32)
 def slow(tmp_path, tiny):
     """Two fast devices in one PCIe node, two big ones alone, on a 1 Mbit/s network: a prompt's KV
     crosses the network far slower than the node's PCIe."""
-    (tmp_path / "fast.yaml").write_text(PROFILE.format(name="fast", vendor="nvidia", backend="cuda", memory="16 GB", bw="40 GB/s", flops="4 TFLOP/s"))
-    (tmp_path / "big.yaml").write_text(PROFILE.format(name="big", vendor="nvidia", backend="cuda", memory="16 GB", bw="30 GB/s", flops="3 TFLOP/s"))
-    (tmp_path / "c.yaml").write_text(
-        "nodes:\n  - {name: a, device: ./fast.yaml, count: 2, link: pcie4}\n  - {name: b, device: ./big.yaml, count: 1}\n"
-        "  - {name: c, device: ./big.yaml, count: 1}\nnetwork: {default: {bandwidth: 1 Mbit/s, latency: 10 us}}\n"
+    devices = {"fast": ("nvidia", "cuda", "16 GB", "40 GB/s", "4 TFLOP/s"), "big": ("nvidia", "cuda", "16 GB", "30 GB/s", "3 TFLOP/s")}
+    nodes = (
+        "  - {name: a, device: ./fast.yaml, count: 2, link: pcie4}\n  - {name: b, device: ./big.yaml, count: 1}\n  - {name: c, device: ./big.yaml, count: 1}\n"
     )
-    cluster = load_cluster(tmp_path / "c.yaml")
+    cluster = write_cluster(tmp_path, nodes, engine=None, devices=devices, network="{bandwidth: 1 Mbit/s, latency: 10 us}")
     return cluster, StageCosts(Tables(tiny.units, WL), kinds_of(cluster, TP_SIZES), cluster)
 
 
