@@ -43,8 +43,8 @@ own, so the bound closes on the pipelines the LP uses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, cast
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, cast
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +64,7 @@ from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.estimate.tables import Kind, Tables
 from hetc.scheduling import Phase
 
-__all__ = ["ColumnBound", "column_bound", "column_bound_rounds", "METHOD"]
+__all__ = ["ColumnBound", "Converged", "column_bound", "column_bound_rounds", "METHOD"]
 
 TOLERANCE = 1e-3  # ε per device, as a share of the master's value per device
 GAP = 1e-3  # pricing resolves reduced costs to this share of the master's value per device: the bound ends within ≈ 0.2% of the LP
@@ -88,6 +88,14 @@ METHOD = (
 @dataclass(slots=True)
 class ColumnBound(CellBound):
     used: int = 0  # the first `used` pipelines are those the master's optimum runs (x > 0)
+
+
+class Converged(NamedTuple):
+    """Where column generation converged: its columns, the master's optimum over them, the routes it priced."""
+
+    cols: list[_Column]
+    x: list[float]
+    routes: Routes | None
 
 
 def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: float, n_kinds: int, floor_R: float | None = None) -> _Column:
@@ -184,7 +192,9 @@ def column_bound_rounds(
     demand: Demand | None = None,
     progress: Callable[[str], None] | None = None,
     cpu: CpuBudget | None = None,
-) -> Iterator[tuple[Callable[[], ColumnBound], bool]]:
+    within: Routes | None = None,
+    columns: list[_Column] | None = None,
+) -> Generator[tuple[Callable[[], ColumnBound], bool], None, Converged | None]:
     """`column_bound` pass by pass: after each, (the bound and pipelines so far, and whether to
     pause). It pauses only after a full pass (a valid bound): the one it starts where `cpu`'s
     deadline leaves no room for another (AHEAD times the last full pass's CPU), or any once the
@@ -194,6 +204,11 @@ def column_bound_rounds(
 
     Args:
         cpu: the planner's CPU budget; None: the work budget alone.
+        within: the pools' KV routes (default: `Routes.where_slow`'s; route_sets.py passes a set of them).
+        columns: columns the master starts from.
+
+    Returns:
+        Where the passes converged within the work budget: the columns, the master's optimum and the routes.
     """
     costs = StageCosts(tables, kinds, cluster)
     N = costs.devices.astype(float)  # per type
@@ -209,11 +224,11 @@ def column_bound_rounds(
     regimes = {p: Regimes(tables.wl, p, ceiling) for p in phases}
     # pools are priced per type of the stage their KV leaves or enters by (routes.py), at a cap that can bind
     base = {(Phase.PREFILL, k): KeyPricer(costs, k, tp_groups=False) for k in keys(Phase.PREFILL, max_stages, ceiling, regimes[Phase.PREFILL])} if pools else {}
-    routes = Routes.where_slow(costs, list(base.values())) if pools else None
+    routes = within if within is not None else Routes.where_slow(costs, list(base.values())) if pools else None
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
     pricers: dict[tuple[Phase, Key, int], KeyPricer | Fitting] = {}
-    cols: list[_Column] = []
+    cols: list[_Column] = list(columns or [])
     seen: set = set()
     counting = False  # converged over every chain: priced since within the devices per type (fitting.py)
     best, work, it = np.inf, 0.0, 0
@@ -364,4 +379,4 @@ def column_bound_rounds(
             pricers = {pk: Fitting(p) if isinstance(p, KeyPricer) and p.first is None and p.last is None else p for pk, p in pricers.items()}
             continue
         if ended:
-            return
+            return Converged(cols, x, routes) if full and not final else None

@@ -32,7 +32,7 @@ prefill pool can outrun its route across nodes (`where_slow`) column generation 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ortools.linear_solver import pywraplp
@@ -65,6 +65,8 @@ class Routes:
     inside: np.ndarray
     type_of: np.ndarray  # per kind
     node: np.ndarray  # per type: its largest node's devices
+    starts: np.ndarray | None = None  # per type: whether a decode pool may start on it (None: any)
+    whole: bool = False  # every decode pool starts in the node of the i_t (a set's route inside, taken)
 
     @staticmethod
     def of(costs: StageCosts, most: float) -> Routes:
@@ -87,6 +89,30 @@ class Routes:
             return None
         return Routes.of(costs, max([p.rate / p.least for p in prefill if len(p.cand)], default=0.0))
 
+    def split(self, costs: StageCosts, alone: list[int]) -> list[Routes]:
+        """These routes as sets that every plan's decode pools lie in one of (pools7's sets in kv_feed.py): per
+        type u of `alone`, decode pools starting on u only, a prefill pool ending on t capped at r[t, u] (the
+        fastest route from a node of t to another node of u; for t = u, inside one node too: an i_u); and one
+        set for the rest: decode pools starting on several types (each pool capped at its slowest route, so at
+        most the second largest of r[t, ·]) or on one type not in `alone` (r[t, u], an i_u as here). The
+        bound is the largest of the sets' bounds."""
+        T = len(self.across)
+        r = np.minimum(costs.feed_to, costs.feed_across[:, None])
+        full = r.copy()
+        full[np.diag_indices(T)] = np.maximum(r.diagonal(), costs.feed_inside)
+        never = np.isinf(self.across)  # no pool outruns even the fastest route
+        out = []
+        for u in alone:
+            one = np.arange(T) == u
+            across = np.where(never, INF, r[:, u])
+            out.append(replace(self, across=across, inside=one & (self.inside_rate > across) & np.isfinite(across), starts=one))
+        others = np.ones(T, dtype=bool)
+        others[alone] = False
+        across = np.maximum(np.sort(full, axis=1)[:, -2], np.where(others[None, :], r, 0.0).max(axis=1))
+        across = np.where(never, INF, across)
+        out.append(replace(self, across=across, inside=others & (self.inside_rate > across) & np.isfinite(across), starts=None))
+        return out
+
     def groups(self, phase: Phase) -> list[Group]:
         """The pricers a pool key of `phase` takes: one per type with an i_t, one per cap over the rest."""
         T = len(self.across)
@@ -94,9 +120,9 @@ class Routes:
         for t in np.nonzero(self.inside)[0]:
             one = np.arange(T) == t
             mine.append(Group(None, one, int(t), float(self.across[t])) if phase == Phase.PREFILL else Group(one, None, int(t)))
-        rest = ~self.inside
+        rest = ~self.inside if self.starts is None else self.starts & ~self.inside
         if phase == Phase.DECODE:
-            return mine + ([Group(rest if mine else None, None)] if rest.any() else [])
+            return mine + ([Group(rest if mine or self.starts is not None else None, None)] if rest.any() else [])
         for cap in np.unique(self.across[rest]):
             last = rest & (self.across == cap)
             mine.append(Group(None, None if last.all() else last, -1, float(cap)))
@@ -139,8 +165,12 @@ class Routes:
                 prefill.SetCoefficient(v, -min(p.tok_s, self.across[t]))
                 if t in rho:
                     rho[t].SetCoefficient(within(v, t), -(min(p.tok_s, self.inside_rate[t]) - min(p.tok_s, self.across[t])))
+            elif p.phase == Phase.DECODE and self.starts is not None and not self.starts[self.type_of[p.kinds[0]]]:
+                v.SetUb(0.0)  # a decode pool this set of routes has none of
             elif p.phase == Phase.DECODE and (t := int(self.type_of[p.kinds[0]])) in beta:
-                beta[t].SetCoefficient(within(v, t), -p.tok_s)
+                if self.whole:  # z_q = x_q
+                    node.SetCoefficient(v, 1.0 / self.node[t])
+                beta[t].SetCoefficient(v if self.whole else within(v, t), -p.tok_s)
         return rho, beta, node
 
     def feasible(self, mu: np.ndarray, rho: np.ndarray, beta: np.ndarray) -> np.ndarray:

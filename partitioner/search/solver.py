@@ -30,7 +30,8 @@ from hetc.partitioner.estimate.batches import MAX_BATCH, batch_ceiling
 from hetc.partitioner.bounds.bound import cost_bound
 from hetc.partitioner.bounds.cell_bound import MAX_CELLS, METHOD, WORK_PER_SECOND, CellBound, Demand, cell_bound_rounds
 from hetc.partitioner.bounds.colgen import METHOD as COLUMNS
-from hetc.partitioner.bounds.colgen import ColumnBound, column_bound_rounds
+from hetc.partitioner.bounds.colgen import ColumnBound
+from hetc.partitioner.bounds.route_sets import column_bound_sets
 from hetc.partitioner.bounds.stage_costs import StageCosts
 from hetc.partitioner.budget import CpuBudget, Pause
 from hetc.partitioner.cost_models.memory import stage_memory
@@ -244,7 +245,7 @@ def solve(
             tables, kinds, cluster, max_stages, ceiling, phases=phases, budget=time_limit * 0.5 * WORK_PER_SECOND, demand=demand, progress=progress, cpu=cpu
         )
     else:
-        rounds = column_bound_rounds(
+        rounds = column_bound_sets(
             tables,
             kinds,
             cluster,
