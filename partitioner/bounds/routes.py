@@ -66,7 +66,6 @@ class Routes:
     type_of: np.ndarray  # per kind
     node: np.ndarray  # per type: its largest node's devices
     starts: np.ndarray | None = None  # per type: whether a decode pool may start on it (None: any)
-    whole: bool = False  # every decode pool starts in the node of the i_t (a set's route inside, taken)
 
     @staticmethod
     def of(costs: StageCosts, most: float) -> Routes:
@@ -168,9 +167,7 @@ class Routes:
             elif p.phase == Phase.DECODE and self.starts is not None and not self.starts[self.type_of[p.kinds[0]]]:
                 v.SetUb(0.0)  # a decode pool this set of routes has none of
             elif p.phase == Phase.DECODE and (t := int(self.type_of[p.kinds[0]])) in beta:
-                if self.whole:  # z_q = x_q
-                    node.SetCoefficient(v, 1.0 / self.node[t])
-                beta[t].SetCoefficient(v if self.whole else within(v, t), -p.tok_s)
+                beta[t].SetCoefficient(within(v, t), -p.tok_s)
         return rho, beta, node
 
     def feasible(self, mu: np.ndarray, rho: np.ndarray, beta: np.ndarray) -> np.ndarray:
