@@ -68,6 +68,9 @@ def column_bound_sets(
         yield last, pause
     if done is None or done.routes is None or cpu is None or last is None:
         return
+    joint = last()
+    if not paused:
+        yield (lambda: joint), Pause.WORK  # the search first (the sets tighten the bound, not the seeds): nothing before it
     costs = StageCosts(tables, kinds, cluster)
     decode = np.zeros(len(costs.types))
     for c, x in zip(done.cols, done.x):
@@ -76,7 +79,6 @@ def column_bound_sets(
     alone = [int(t) for t in np.argsort(-decode)[:ALONE] if decode[t] > 0]
     if not alone:
         return
-    joint = last()
     sets = done.routes.split(costs, alone)
     starts = [[c for c in done.cols if c.pipe.phase != Phase.DECODE or r.starts is None or r.starts[costs.type_of[c.pipe.kinds[0]]]] for r in sets]
     groups = {g: k.groups for g, k in enumerate(kinds) if k.tp > 1}
@@ -85,8 +87,6 @@ def column_bound_sets(
     lp = [master(cols, costs.devices.astype(float), groups, True, routes=r)[0] for r, cols in zip(sets, starts)]
     if max(lp) >= joint.value * (1 - CLOSE):
         return
-    if not paused:
-        yield (lambda: joint), Pause.WORK  # the search first: the sets tighten the bound, not the seeds
     best = [np.inf] * len(sets)  # per set, its best bound so far
 
     def now() -> ColumnBound:
