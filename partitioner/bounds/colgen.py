@@ -33,6 +33,8 @@ Pricing does not count devices per type, so the master may run fractions of pipe
 devices of a type than exist (a 235B model: most columns). Where fitting.COUNT_STATES > 1 (default 0),
 once the passes converge with budget left the master keeps only the columns that fit and pricing goes on
 within each over-used type's devices (fitting.py: a valid bound, every real pipeline fits the fleet).
+The search's seeds are the master's optimum, and where some columns do not fit, also the optimum of the
+master over those that do (a pipeline of a plan: explore gen3716 0.937 → 0.961, gen0 0.969 → 0.979).
 The master's LP is in master.py.
 
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
@@ -349,6 +351,10 @@ def column_bound_rounds(
             if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
                 x = _master(cols, N, groups, pools, spend, floor)[1]
             ranked = _seeds(_ranked(cols, x, spend), cols)
+            fit = [j for j, c in enumerate(cols) if not (c.devices > N).any()]
+            if spend is None and 0 < len(fit) < len(cols):  # and the optimum over pipelines a plan can run (module docstring)
+                xf = _master([cols[j] for j in fit], N, groups, pools, spend, floor)[1]
+                ranked += [j for j in _seeds([fit[j] for j in _ranked([cols[j] for j in fit], xf, spend)], cols) if j not in ranked]
             pipes = [cols[j].pipe for j in ranked]
             used = sum(1 for j in ranked if j < len(x) and x[j] > 1e-9)
             return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)
