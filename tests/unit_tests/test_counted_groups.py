@@ -95,3 +95,32 @@ def test_grouped_counting_bounds_the_best_plan_below_the_plain_bound(tmp_path, t
     monkeypatch.setattr(fitting, "COUNT_STATES", 64)
     got = column_bound(tables, kinds_of(cluster), cluster, min(len(tiny.units), devices), 4096)
     assert want * (1 - 1e-9) <= got.value < plain.value * (1 - 1e-6)
+
+
+def test_counted_rows_the_uncounted_dp_prices_past_their_cap_are_not_counted(tmp_path, tiny):
+    """KeyPricer._dp with counts: on rows whose uncounted least price already reaches the cap, no count states
+    are priced (less work than counting every row), and every row's value is still a lower bound on the counted
+    least price, equal to it (and its chain's price) where that is below the cap."""
+    cluster = many_type_cluster(tmp_path, 3)
+    costs = StageCosts(Tables(tiny.units, WL), kinds_of(cluster), cluster)
+    every = tuple(range(len(costs.types)))
+    rng = np.random.default_rng(5)
+    skipped = 0
+    for key in keys(Phase.BOTH, 4, 40, Regimes(WL, Phase.BOTH, 40)):
+        plain = KeyPricer(costs, key, tp_groups=True)
+        if len(plain.cand) < 4:
+            continue
+        counted = plain.counted(every)
+        prices = rng.uniform(0.02, 0.4, len(costs.kinds)) * plain.rate / plain.cand[0] * costs.tp
+        Rs = plain.cand[np.linspace(0, len(plain.cand) - 1, 4).astype(int)]
+        free_low = plain._dp(Rs, prices, np.full(len(Rs), np.inf))[0]
+        exact, exact_found, every_row = counted._dp(Rs, prices, np.full(len(Rs), np.inf))
+        cap = np.where(np.arange(len(Rs)) % 2 == 0, free_low * (1 - 1e-6), np.inf)
+        low, found, work = counted._dp(Rs, prices, cap)
+        assert (low <= exact * (1 + 1e-12) + 1e-12).all()
+        below = exact < cap
+        assert np.allclose(low[below], exact[below]) and np.allclose(found[below], exact_found[below])
+        if np.isfinite(free_low[::2]).any():
+            assert work < every_row
+            skipped += 1
+    assert skipped >= 2
