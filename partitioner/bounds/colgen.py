@@ -215,6 +215,7 @@ def column_bound_rounds(
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
     pricers: dict[tuple[Phase, Key, int], KeyPricer | Fitting] = {}
+    split_from: dict[tuple[Phase, Key, int], Fitting] = {}  # a key split while counting: the pricer of the key it was cut from
     cols: list[_Column] = []
     seen: set = set()
     counting = False  # converged over every chain: priced since within the devices per type (fitting.py)
@@ -277,7 +278,7 @@ def column_bound_rounds(
                 one = base.get(pk[:2]) or base.setdefault(pk[:2], KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH))
                 g = grouped[pk[0]][pk[2]]
                 ends = g.first is not None or g.last is not None
-                pricers[pk] = one.restricted(g.first, g.last) if ends else Fitting(one) if counting else one
+                pricers[pk] = one.restricted(g.first, g.last) if ends else Fitting(one, split_from.pop(pk, None)) if counting else one
         work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
@@ -317,6 +318,9 @@ def column_bound_rounds(
             flat = key.batch >= regimes[phase].floor_from(key.lo)  # priced at the floor at every batch of the key
             parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL, flat)
             nxt += [(phase, k, gi) for k in parts]
+            parent = pricers[pk]
+            if isinstance(parent, Fitting) and len(parts) > 1:  # its parts start from its counts
+                split_from.update(dict.fromkeys(((phase, k, gi) for k in parts), parent))
             for k in parts:
                 last[(phase, k, gi)] = got.upper / lo
             col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds), got.R if flat else None)
