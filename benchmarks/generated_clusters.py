@@ -15,8 +15,9 @@ Seed blocks (fixed; see `benchmarks/solver_scenarios.py --generated tune|tune-wi
     CHECK_SEEDS  1000-1031  only ever run to report; NEVER tune on them.
     SMALL_SEEDS  2000-2039  a diagnostic block (tuning allowed): tiny cases a brute force enumerates
                  (`generate_small`, benchmarks/solver_brute.py), to tell a loose plan from a loose bound.
-    EXPLORE_SEEDS 3000-3199 a pool to draw more cases of one family from (tuning allowed): a family the
-                 tuning blocks hold once or twice gets its analogues here, never from the check block.
+    EXPLORE_SEEDS 3000-3999 a pool to draw more cases of one family from (tuning allowed): a family the
+                 tuning blocks hold once or twice gets its analogues here, never from the check block
+                 (3000-3199 first; 3200-3999 added when a family still had too few).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TUNE_SEEDS = range(0, 12)
 TUNE_WIDE_SEEDS = range(12, 44)
 CHECK_SEEDS = range(1000, 1032)
 SMALL_SEEDS = range(2000, 2040)
-EXPLORE_SEEDS = range(3000, 3200)
+EXPLORE_SEEDS = range(3000, 4000)
 
 MIN_TYPES, MAX_TYPES = 3, 6
 MIN_DEVICES, MAX_DEVICES = 8, 64

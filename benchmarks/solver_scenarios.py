@@ -13,7 +13,7 @@ Usage: python benchmarks/solver_scenarios.py [--only NAME[,NAME…]] [--record] 
 `--record` stores each row in benchmarks/results/solver.json, which BENCHMARKS.md's solver table is
 drawn from (tables.py). `--generated tune|tune-wide|explore|check` runs seeded random clusters instead of the
 table (benchmarks/generated_clusters.py): `tune` and `tune-wide` are the blocks solver changes may be tuned on
-(12 and 32 seeds), `explore` a pool of 200 more to draw one family's analogues from, `check` the block that is
+(12 and 32 seeds), `explore` a pool of 1,000 more to draw one family's analogues from, `check` the block that is
 only ever reported, never tuned on; `--seeds A,B` picks seeds of the block.
 """
 

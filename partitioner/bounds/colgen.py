@@ -33,6 +33,8 @@ Pricing does not count devices per type, so the master may run fractions of pipe
 devices of a type than exist (a 235B model: most columns). Where fitting.COUNT_STATES > 1 (default 0),
 once the passes converge with budget left the master keeps only the columns that fit and pricing goes on
 within each over-used type's devices (fitting.py: a valid bound, every real pipeline fits the fleet).
+The search's seeds are the master's optimum, and where some columns do not fit, also the optimum of the
+master over those that do (a pipeline of a plan: explore gen3716 0.937 → 0.961, gen0 0.969 → 0.979).
 The master's LP is in master.py.
 
 Where a key's best chain holds fewer sequences than the key's top, the key's batch interval is
@@ -228,6 +230,7 @@ def column_bound_rounds(
     grouped = {p: [Group(None, None)] if routes is None or p == Phase.BOTH else routes.groups(p) for p in phases}
     todo = [(p, k, g) for p in phases for k in keys(p, max_stages, ceiling, regimes[p]) for g in range(len(grouped[p]))]
     pricers: dict[tuple[Phase, Key, int], KeyPricer | Fitting] = {}
+    split_from: dict[tuple[Phase, Key, int], Fitting] = {}  # a key split while counting: the pricer of the key it was cut from
     cols: list[_Column] = list(columns or [])
     seen: set = set()
     counting = False  # converged over every chain: priced since within the devices per type (fitting.py)
@@ -290,7 +293,7 @@ def column_bound_rounds(
                 one = base.get(pk[:2]) or base.setdefault(pk[:2], KeyPricer(costs, pk[1], tp_groups=pk[0] == Phase.BOTH))
                 g = grouped[pk[0]][pk[2]]
                 ends = g.first is not None or g.last is not None
-                pricers[pk] = one.restricted(g.first, g.last) if ends else Fitting(one) if counting else one
+                pricers[pk] = one.restricted(g.first, g.last) if ends else Fitting(one, split_from.pop(pk, None)) if counting else one
         work += EVALUATION * (tables.evaluations - evaluations) + STEP_COST * (tables.step_costs - steps)
         # keys most promising first (as last priced, else by the certificate); a pass that finds MANY
         # columns stops there (no bound), else it priced every key
@@ -330,6 +333,9 @@ def column_bound_rounds(
             flat = key.batch >= regimes[phase].floor_from(key.lo)  # priced at the floor at every batch of the key
             parts = _split(key, most, len(got.chain[0]), phase == Phase.PREFILL, flat)
             nxt += [(phase, k, gi) for k in parts]
+            parent = pricers[pk]
+            if isinstance(parent, Fitting) and len(parts) > 1:  # its parts start from its counts
+                split_from.update(dict.fromkeys(((phase, k, gi) for k in parts), parent))
             for k in parts:
                 last[(phase, k, gi)] = got.upper / lo
             col = _column(costs, phase, got.chain, most, pricers[pk].rate, len(kinds), got.R if flat else None)
@@ -364,6 +370,10 @@ def column_bound_rounds(
             if new:  # the last pass's columns too: the pipelines of the master's optimum over all of them
                 x = _master(cols, N, groups, pools, spend, floor)[1]
             ranked = _seeds(_ranked(cols, x, spend), cols)
+            fit = [j for j, c in enumerate(cols) if not (c.devices > N).any()]
+            if spend is None and 0 < len(fit) < len(cols):  # and the optimum over pipelines a plan can run (module docstring)
+                xf = _master([cols[j] for j in fit], N, groups, pools, spend, floor)[1]
+                ranked += [j for j in _seeds([fit[j] for j in _ranked([cols[j] for j in fit], xf, spend)], cols) if j not in ranked]
             pipes = [cols[j].pipe for j in ranked]
             used = sum(1 for j in ranked if j < len(x) and x[j] > 1e-9)
             return ColumnBound(best, pipes, least_spend=max(0.0, least) if spend is not None else 0.0, used=used)

@@ -9,6 +9,7 @@ free_dp (cutting a chain at v and emptying its later stages keeps its kinds, so 
 lookup per stage and kind stays exact: G_s[c][v] = min_k price_k + G_{s−1}[c − inc_k][max(u0[k, v], 1)].
 Every real chain within the counts is a padded one with its own counts, so the least price over all c
 is a lower bound on theirs; a padded chain less its empty stages takes no more devices of any type.
+A digit may count a group of types together (`Counts`): the same DP over Σ_t∈g d_t ≤ Σ_t∈g N_t.
 """
 
 from __future__ import annotations
@@ -18,26 +19,37 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Counts", "counted_dp", "counted_chain"]
+__all__ = ["Counts", "Group", "counted_dp", "counted_chain", "groups_of"]
 
 INF = np.inf
 SAME = 1e-9  # relative tolerance when backtracking matches a layer's value
 
 
-class Counts:
-    """The count index of a set of counted types: each kind's step in it, and where it has no room."""
+Group = tuple[int, ...]  # types counted together: their devices summed within the sum of their counts
 
-    def __init__(self, counted: tuple[int, ...], limit: np.ndarray, type_of: np.ndarray, tp: np.ndarray) -> None:
+
+def groups_of(counted: tuple[int | Group, ...]) -> tuple[Group, ...]:
+    """Counted types as groups (a lone type: its own group)."""
+    return tuple(g if isinstance(g, tuple) else (g,) for g in counted)
+
+
+class Counts:
+    """The count index of a set of counted types: each kind's step in it, and where it has no room. A digit
+    counts one group of types: Σ_t∈g d_t ≤ Σ_t∈g N_t, which every chain within each N_t keeps (a relaxation
+    of counting them apart, with Σ N_t + 1 states in place of Π (N_t + 1))."""
+
+    def __init__(self, counted: tuple[int | Group, ...], limit: np.ndarray, type_of: np.ndarray, tp: np.ndarray) -> None:
         """Args:
-        counted: the types counted (indices into the fleet's types).
+        counted: the types counted (indices into the fleet's types), or groups of types counted together.
         limit: [T] each type's devices.
         type_of, tp: [K] each kind's type and devices.
         """
-        radix = [int(limit[t]) + 1 for t in counted]
+        groups = groups_of(counted)
+        radix = [int(sum(int(limit[t]) for t in g)) + 1 for g in groups]
         self.size = int(np.prod(radix)) if radix else 1
         stride = np.cumprod([1] + radix[:-1]) if radix else np.zeros(0, dtype=np.int64)
-        digits = [(np.arange(self.size) // s) % r for s, r in zip(stride, radix)]  # [types][C]
-        where = {t: i for i, t in enumerate(counted)}
+        digits = [(np.arange(self.size) // s) % r for s, r in zip(stride, radix)]  # [groups][C]
+        where = {t: i for i, g in enumerate(groups) for t in g}
         K = len(type_of)
         self.inc = np.zeros(K, dtype=np.int64)  # each kind's step in the index
         self.src = np.tile(np.arange(self.size), (K, 1))  # [K, C]: the index before a stage of kind k, −1: no room

@@ -9,17 +9,21 @@ of an impossible long pipeline is worth more per device than any whole possible 
 ran them (gen9 of the generated clusters: 22 of 432 columns fit; the LP over fitting ones read ~15% less).
 
 Counting every type is the cell bound's enumeration again (gen9: 87,480 count vectors), so a key's
-pricer counts only the types its best chains over-use: where the chain it finds takes more devices of a
-type than exist, that type is counted too (counted_dp.py) and the key priced again, while the count
-states stay within COUNT_STATES. Counting a subset of the types is a relaxation of counting all of
-them, so the key's upper estimate is valid at every step; past COUNT_STATES its chain may still over-use
-a type, and is a column as before.
+pricer counts only the types its best chains over-use, and those first as one group: where the chain it
+finds takes more devices of uncounted types than exist, they are counted together (one digit, Σ_t d_t ≤
+Σ_t N_t: any chain within each N_t keeps it), and only a type the chain then still over-uses gets a
+digit of its own (counted_dp.py), the key priced again each time, while the count states stay within
+COUNT_STATES. Counting some of the types, or groups of them, is a relaxation of counting all of them
+apart, so the key's upper estimate is valid at every step; past COUNT_STATES its chain may still
+over-use a type and gives no column. A key split (colgen.py) starts from its parent's counts: its
+chains over-use the same types (big7's probe: 47 of 68 keys re-priced from no counts).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from hetc.partitioner.bounds.counted_dp import Group
 from hetc.partitioner.bounds.pricing import KeyPricer, Priced, Worth
 
 __all__ = ["Fitting", "COUNT_STATES"]
@@ -32,10 +36,14 @@ COUNT_STATES = 0
 class Fitting:
     """A key's pricer, counting devices of the types its chains have over-used (module docstring)."""
 
-    def __init__(self, plain: KeyPricer) -> None:
+    def __init__(self, plain: KeyPricer, like: "Fitting | None" = None) -> None:
+        """Args:
+        like: a pricer whose counts this one starts from (the key it was split from)."""
         self.plain = self.now = plain
         self.rate = plain.rate
-        self.counted: tuple[int, ...] = ()
+        self.counted: tuple[Group, ...] = ()
+        if like is not None and like.counted and plain.first is None and plain.last is None:
+            self.counted, self.now = like.counted, plain.counted(like.counted)
 
     def certificate(self, prices: np.ndarray, worth: "float | Worth") -> float:
         """The plain pricer's certificate (it bounds every chain, fitting or not)."""
@@ -51,9 +59,26 @@ class Fitting:
         used = np.bincount(costs.type_of[kinds], weights=costs.tp[kinds], minlength=len(costs.devices))
         return tuple(int(t) for t in np.nonzero(used > costs.devices)[0])
 
+    def refined(self, over: tuple[int, ...]) -> tuple[Group, ...]:
+        """The counts after a chain over-used `over`: its types not counted yet as one new group, and each
+        of its types counted in a group with others on a digit of its own (the rest stay a group)."""
+        out: list[Group] = []
+        for g in self.counted:
+            alone = [t for t in g if t in over] if len(g) > 1 else []
+            rest = tuple(t for t in g if t not in alone)
+            out += [(t,) for t in alone] + ([rest] if rest else [])
+        counted = {t for g in self.counted for t in g}
+        new = tuple(t for t in over if t not in counted)
+        return tuple(sorted(out + ([new] if new else [])))
+
+    def states(self, groups: tuple[Group, ...]) -> int:
+        """The count states of `groups`: Π over them of (Σ N_t + 1)."""
+        N = self.plain.costs.devices
+        return int(np.prod([int(sum(int(N[t]) for t in g)) + 1 for g in groups]))
+
     def price(self, prices: np.ndarray, worth: "float | Worth", beat: float, tol: float) -> Priced:
-        """KeyPricer.price over the chains within the counted types' devices, counting more types
-        while the chain found over-uses one and the count states allow.
+        """KeyPricer.price over the chains within the counted types' devices, counting more types (or
+        counting them apart) while the chain found over-uses one and the count states allow.
 
         Args:
             prices, worth, beat, tol: as KeyPricer.price.
@@ -61,9 +86,8 @@ class Fitting:
         got = self.now.price(prices, worth, beat, tol)
         work = got.work
         while got.chain is not None and self.plain.first is None and self.plain.last is None:
-            more = tuple(sorted(set(self.counted) | set(self.over(got.chain))))
-            states = int(np.prod([int(self.plain.costs.devices[t]) + 1 for t in more]))
-            if more == self.counted or states > COUNT_STATES:
+            more = self.refined(self.over(got.chain))
+            if more == self.counted or self.states(more) > COUNT_STATES:
                 break
             self.counted, self.now = more, self.plain.counted(more)
             got = self.now.price(prices, worth, beat, tol)

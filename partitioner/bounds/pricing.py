@@ -42,7 +42,7 @@ import numpy as np
 
 from hetc.partitioner.bounds.aggregate import Key
 from hetc.partitioner.bounds.cell_bound import WORK_PER_SECOND
-from hetc.partitioner.bounds.counted_dp import Counts, counted_chain, counted_dp
+from hetc.partitioner.bounds.counted_dp import Counts, Group, counted_chain, counted_dp
 from hetc.partitioner.bounds.price_dp import free_chain, free_dp, typed_chain, typed_dp
 from hetc.partitioner.bounds.refine import Chain
 from hetc.partitioner.bounds.stage_costs import SLACK, StageCosts
@@ -144,10 +144,10 @@ class KeyPricer:
         out._stands_in, out._keep = None, (b"", None)
         return out
 
-    def counted(self, types: tuple[int, ...]) -> "KeyPricer":
+    def counted(self, types: tuple[int | Group, ...]) -> "KeyPricer":
         """This key's pricer over the chains that take at most the fleet's devices of each of `types`
-        (counted_dp.py), sharing what does not depend on it. A kind stands in for another there only
-        where it takes no more devices of a counted type."""
+        (of each group's types together: counted_dp.py), sharing what does not depend on it. A kind
+        stands in for another there only where it takes no more devices of a counted type."""
         assert self.first is None and self.last is None, "counts are priced over unrestricted ends"
         out = copy.copy(self)
         out.counts, out.hint = Counts(types, self.costs.devices, self.type_of, self.costs.tp[self.kinds]), -1
@@ -320,7 +320,8 @@ class KeyPricer:
         every link is within R; elsewhere it ignores the links (a relaxation: its least price is at most
         f), and only the rows where that stays below their cap take the exact typed_dp (long chains are
         priced out by their stages' balance, not their links: 13 of gen38's 16 CPU s of pricing were
-        typed DPs that proved no chain beats the cap)."""
+        typed DPs that proved no chain beats the cap). Counted, likewise: free_dp first, counted_dp
+        (its work × the count states) only on the rows that free_dp leaves below their cap."""
         key = self.key
         hi = min(key.hi, self.costs.u)
         pk = prices[self.kinds]
@@ -329,10 +330,13 @@ class KeyPricer:
         free = link_ok.all(axis=(1, 2))
         u0 = self._reach_u0(Rs, keep)
         first, last = self._ends(keep)
-        if self.counts is None:
-            low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap, first=first, last=last)
-        else:
-            low, found, w = counted_dp(u0, pk[keep], self.counts.of(keep), key.lo, hi, cap)
+        low, found, w = free_dp(u0, pk[keep], key.lo, hi, cap, first=first, last=last)
+        if self.counts is not None:  # counted: only rows the uncounted DP leaves below their cap (its least price bounds f there)
+            on = np.nonzero(low < cap)[0]
+            found = np.full(len(Rs), INF)
+            if len(on):
+                low[on], found[on], wc = counted_dp(u0[:, on], pk[keep], self.counts.of(keep), key.lo, hi, cap[on])
+                w += wc
         best = np.where(free, found, INF)  # a chain that ignores a link out of R is no chain
         work = w * FREE_CELL + REACH * u0.size
         rows = np.nonzero(~free & (low < cap))[0]

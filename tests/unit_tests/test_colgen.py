@@ -197,3 +197,21 @@ def test_a_column_of_a_key_at_the_floor_is_worth_what_pricing_found(tmp_path, ti
     assert col.pipe.tok_s - col.stages @ prices == pytest.approx(got.found, rel=1e-9)
     exact = colgen._column(costs, Phase.DECODE, got.chain, most, pricer.rate, len(costs.kinds))
     assert exact.pipe.tok_s < col.pipe.tok_s * (1 - 1e-3)
+
+
+def test_the_pipelines_hold_the_optimum_over_pipelines_that_fit(tmp_path, tiny, monkeypatch):
+    """Where the master runs pipelines that take more devices of a type than exist, the templates' seeds
+    also hold the optimum of the master over the columns that fit (one seed of each kind here): the
+    search's pipelines can then be those of a plan."""
+    cluster = many_type_cluster(tmp_path, 3, 1)
+    tables = Tables(tiny.units, WL)
+    costs = StageCosts(tables, kinds_of(cluster), cluster)
+
+    def fits(kinds) -> bool:
+        return bool((np.bincount(costs.type_of[list(kinds)], weights=costs.tp[list(kinds)], minlength=len(costs.devices)) <= costs.devices).all())
+
+    monkeypatch.setattr(colgen, "TEMPLATES", 1)
+    got = column_bound(tables, kinds_of(cluster), cluster, min(len(tiny.units), sum(n.count for n in cluster.nodes)), 4096, phases=tuple(Phase))
+    both = [p for p in got.pipelines if p.phase == Phase.BOTH]
+    assert not fits(both[0].kinds)  # the master's own optimum runs one that over-uses a type
+    assert any(fits(p.kinds) for p in both[1:])
