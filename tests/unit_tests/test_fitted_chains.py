@@ -108,15 +108,17 @@ def test_fleets_only_where_the_best_seed_does_not_fit(setup):
 
 
 def test_fleets_take_at_most_the_unfit_seeds_stages(setup):
-    """The bound's DP chose its seed's length (its stages costed at as many micro-batches): a fleet built
-    with every device allowed as a stage took longer, slower chains (explore gen3119)."""
+    """The cell bound's DP chose its seed's length (its stages costed at as many micro-batches): a fleet
+    built with every device allowed as a stage took longer, slower chains (explore gen3119)."""
     _, kinds, costs = setup[0], setup[2], setup[3]
     from hetc.partitioner.bounds.cell_bound import Pipeline
 
     tp4 = next(g for g, k in enumerate(kinds) if k.tp == 4)
     two = Pipeline(Phase.BOTH, (tp4, tp4), (0, 3, costs.u), BATCH, 1.0)
     three = Pipeline(Phase.BOTH, (tp4, tp4, tp4), (0, 2, 4, costs.u), 2, 1.0)
-    assert F.unfit_lengths(costs, [two, three, two]) == [(BATCH, 2), (2, 3)]
+    # two tp-4 groups are within the eight fast devices (the nodes hold one group): its length; three
+    # take twelve (column generation's kind of seed): its length and any
+    assert F.unfit_lengths(costs, [two, three, two]) == [(BATCH, (2,)), (2, (3, None))]
     assert F.unfit_batches(costs, [two, three]) == [BATCH, 2]
     out = F.fitted(costs, [two], 16, np.inf)
     assert out and max(len(p.kinds) for p in out) <= 2 and all(fits(p.kinds, kinds) for p in out)
