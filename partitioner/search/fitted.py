@@ -273,24 +273,24 @@ def unfit_batches(costs: StageCosts, seeds: list[Pipeline]) -> list[int]:
     return list(dict.fromkeys(b for b, _ in unfit_lengths(costs, seeds)))
 
 
-def unfit_lengths(costs: StageCosts, seeds: list[Pipeline]) -> list[tuple[int, tuple[int | None, ...]]]:
-    """`unfit_batches`, each with the most stages its fleets' chains get: its first unfit seed's number,
-    and where that seed takes more devices of a type than exist (column generation's may) also any
-    number (None). The bound's DP chose that length, costing its stages at as many micro-batches; a
-    fleet allowed every device as a stage costs each at that many (decode reads each stage's weights
-    once a micro-batch) and takes longer, slower chains (explore gen3119, 405b on 30 devices, whose
-    cell-bound seed is within the devices and only its tp-4 groups past the nodes': its best fitting
-    chain 5,036 tok/s at 22 stages of up to 30, 6,055 at 12 of up to 12 as the search evaluates it).
-    A seed past the devices keeps any length too: a chain that fits may need other devices and
-    stages (explore 3050 and 3143 fell 1-3% with its length alone; gen17 rose 6.5% with it)."""
+def unfit_lengths(costs: StageCosts, seeds: list[Pipeline]) -> list[tuple[int, int | None]]:
+    """`unfit_batches`, each with the most stages its fleets' chains get: its first unfit seed's number
+    where that seed is within each type's devices and only its tp groups are more than the nodes hold
+    (the cell bound's chain DP counts no groups per node), else None (any number: column generation's
+    seeds may take more devices of a type than exist, and a chain that fits may need other lengths;
+    capped there, explore 3050 and 3143 fell 1-3%). The DP chose that length, costing its stages at as
+    many micro-batches; a fleet allowed every device as a stage costs each at that many (decode reads
+    each stage's weights once a micro-batch) and takes longer, slower chains (explore gen3119, 405b on
+    30 devices: its best fitting chain 5,036 tok/s at 22 stages of up to 30, 6,055 at 12 of up to 12 as
+    the search evaluates it)."""
     both = [p for p in seeds if p.phase == Phase.BOTH]
     if not both or fits(both[0].kinds, costs.kinds):
         return []
-    out: dict[int, tuple[int | None, ...]] = {}
+    out: dict[int, int | None] = {}
     for p in both:
         if not fits(p.kinds, costs.kinds):
             devices = np.bincount(costs.type_of[list(p.kinds)], weights=costs.tp[list(p.kinds)], minlength=len(costs.types))
-            out.setdefault(p.batch, (len(p.kinds),) if (devices <= costs.devices).all() else (len(p.kinds), None))
+            out.setdefault(p.batch, len(p.kinds) if (devices <= costs.devices).all() else None)
     return list(out.items())
 
 
@@ -309,9 +309,7 @@ def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: fl
     if not batches:
         return []
     leave = [None] + sorted(range(len(costs.types)), key=lambda t: -int(costs.devices[t]))  # the largest types first
-    # each left-out type at every batch and length before the next type; the work per batch and type as with one length
-    jobs = [(b, n, t) for t in leave for b, lengths in batches[:BATCHES] for n in lengths]
-    budget *= len(jobs) / (len(leave) * len(batches[:BATCHES]))
+    jobs = [(b, n, t) for t in leave for b, n in batches[:BATCHES]]  # each left-out type at every batch before the next type
     out: dict[tuple, Pipeline] = {}
     work = 0.0
     for i, (b, n, t) in enumerate(jobs):

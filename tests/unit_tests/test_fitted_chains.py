@@ -117,8 +117,8 @@ def test_fleets_take_at_most_the_unfit_seeds_stages(setup):
     two = Pipeline(Phase.BOTH, (tp4, tp4), (0, 3, costs.u), BATCH, 1.0)
     three = Pipeline(Phase.BOTH, (tp4, tp4, tp4), (0, 2, 4, costs.u), 2, 1.0)
     # two tp-4 groups are within the eight fast devices (the nodes hold one group): its length; three
-    # take twelve (column generation's kind of seed): its length and any
-    assert F.unfit_lengths(costs, [two, three, two]) == [(BATCH, (2,)), (2, (3, None))]
+    # take twelve (column generation's kind of seed): any length
+    assert F.unfit_lengths(costs, [two, three, two]) == [(BATCH, 2), (2, None)]
     assert F.unfit_batches(costs, [two, three]) == [BATCH, 2]
     out = F.fitted(costs, [two], 16, np.inf)
     assert out and max(len(p.kinds) for p in out) <= 2 and all(fits(p.kinds, kinds) for p in out)
