@@ -239,6 +239,8 @@ def degree_mixes(costs: StageCosts, batches: list[int], max_stages: int, budget:
         if int(b) not in ladder:
             ladder.append(int(b))
         b /= LADDER
+    if not ladder:  # every batch below the ladder's least (a tiny model's seeds at one sequence)
+        return []
     priced = _Costs(costs, ladder)
     best: dict[int, tuple[float, Pipeline]] = {}
     work, kinds = 0.0, _kinds_per_type(costs)

@@ -37,7 +37,7 @@ from hetc.partitioner.bounds.stage_costs import Case, StageCosts
 from hetc.partitioner.search.templates import fits
 from hetc.scheduling import Phase
 
-__all__ = ["Resources", "fleet", "fitted", "unfit_batches"]
+__all__ = ["Resources", "fleet", "fitted", "unfit_batches", "unfit_lengths"]
 
 STATES = 40_000  # resource vectors one DP counts apart at most (gen9's whole cluster: 174,960, its tp-4 A100 group apart)
 BATCHES = 2  # distinct batches of the seeds fleets are built at
@@ -270,10 +270,28 @@ def unfit_batches(costs: StageCosts, seeds: list[Pipeline]) -> list[int]:
     Args:
         seeds: the bound's pipelines, best first (colgen.ColumnBound.pipelines).
     """
+    return list(dict.fromkeys(b for b, _ in unfit_lengths(costs, seeds)))
+
+
+def unfit_lengths(costs: StageCosts, seeds: list[Pipeline]) -> list[tuple[int, int | None]]:
+    """`unfit_batches`, each with the most stages its fleets' chains get: its first unfit seed's number
+    where that seed is within each type's devices and only its tp groups are more than the nodes hold
+    (the cell bound's chain DP counts no groups per node), else None (any number: column generation's
+    seeds may take more devices of a type than exist, and a chain that fits may need other lengths;
+    capped there, explore 3050 and 3143 fell 1-3%). The DP chose that length, costing its stages at as
+    many micro-batches; a fleet allowed every device as a stage costs each at that many (decode reads
+    each stage's weights once a micro-batch) and takes longer, slower chains (explore gen3119, 405b on
+    30 devices: its best fitting chain 5,036 tok/s at 22 stages of up to 30, 6,055 at 12 of up to 12 as
+    the search evaluates it)."""
     both = [p for p in seeds if p.phase == Phase.BOTH]
     if not both or fits(both[0].kinds, costs.kinds):
         return []
-    return list(dict.fromkeys(p.batch for p in both if not fits(p.kinds, costs.kinds)))
+    out: dict[int, int | None] = {}
+    for p in both:
+        if not fits(p.kinds, costs.kinds):
+            devices = np.bincount(costs.type_of[list(p.kinds)], weights=costs.tp[list(p.kinds)], minlength=len(costs.types))
+            out.setdefault(p.batch, len(p.kinds) if (devices <= costs.devices).all() else None)
+    return list(out.items())
 
 
 def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: float, past: Callable[[], bool] = lambda: False) -> list[Pipeline]:
@@ -287,20 +305,20 @@ def fitted(costs: StageCosts, seeds: list[Pipeline], max_stages: int, budget: fl
         budget: work in all (refine.STEP's unit); each fleet gets a share of what is left.
         past: a CPU deadline.
     """
-    batches = unfit_batches(costs, seeds)
+    batches = unfit_lengths(costs, seeds)
     if not batches:
         return []
     leave = [None] + sorted(range(len(costs.types)), key=lambda t: -int(costs.devices[t]))  # the largest types first
-    jobs = [(b, t) for t in leave for b in batches[:BATCHES]]  # each left-out type at every batch before the next type
+    jobs = [(b, n, t) for t in leave for b, n in batches[:BATCHES]]  # each left-out type at every batch before the next type
     out: dict[tuple, Pipeline] = {}
     work = 0.0
-    for i, (b, t) in enumerate(jobs):
+    for i, (b, n, t) in enumerate(jobs):
         if work >= budget or past():
             break
         counts = costs.devices.copy()
         if t is not None:
             counts[t] = 0
-        got, w = fleet(costs, b, max_stages, counts, (budget - work) / (len(jobs) - i) * 2, past)
+        got, w = fleet(costs, b, max_stages if n is None else min(n, max_stages), counts, (budget - work) / (len(jobs) - i) * 2, past)
         work += w
         for p in got:
             out.setdefault(p.kinds, p)

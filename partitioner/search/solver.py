@@ -6,7 +6,7 @@
    optimum; past MAX_CELLS vectors, column generation (colgen.py) does, with an exact
    pricing DP, so that the bound scales with the number of device types.
 3. Templates (templates.py): homogeneous chains, even mixes, and those pipelines as chains
-   of kinds (where column generation's do not fit: chains that do, fitted.py, and chains of tp
+   of kinds (where the bound's best does not fit: chains that do, fitted.py, and chains of tp
    groups of different degrees over a few types, degree_mixes.py; cost or energy with a floor past MAX_CELLS: also every mix of two kinds the
    column-generation optimum runs, in any counts). Each is evaluated exactly — best split per batch (split.py) and the
    saturation model (simulate.py) — at every batch of the grid, most promising first, within
@@ -44,7 +44,7 @@ from hetc.partitioner.search.degree_mixes import degree_mixes
 from hetc.partitioner.search.fitted import fitted, unfit_batches
 from hetc.partitioner.search import kv_routes
 from hetc.partitioner.search.kv_routes import KVRoute
-from hetc.partitioner.search.templates import Template, generate
+from hetc.partitioner.search.templates import Template, fits, generate
 from hetc.partitioner.capture.units import Unit
 from hetc.quantity import Kind, format_quantity
 from hetc.scheduling import Disaggregate, Objective, Phase
@@ -289,8 +289,10 @@ def solve(
     if cpu.left() < SEARCH_LEAST * cpu.limit:  # the bound's pass ran into the search's reserve: the plan comes first
         cpu.until = search_from + SEARCH_LEAST * cpu.limit
     seeds = bound.pipelines
-    if isinstance(bound, ColumnBound) and objective == Objective.THROUGHPUT and Phase.BOTH in phases:
-        # column generation's pipelines need not fit the cluster: chains that do, at their batches, first (fitted.py)
+    best = next((p for p in seeds if p.phase == Phase.BOTH), None)
+    if objective == Objective.THROUGHPUT and best is not None and not fits(best.kinds, kinds):
+        # the bound's best pipeline need not fit the cluster (column generation counts no devices; the cell bound's
+        # chain DP no tp groups per node): chains that do, at their batches, first (fitted.py)
         def half() -> bool:  # the search's CPU half spent: the templates get the rest
             return cpu.left() < 0.5 * (cpu.until - search_from)
 

@@ -5,6 +5,8 @@ node where it has room (single devices always, groups where the nodes hold whole
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,8 @@ from hetc.partitioner.estimate.split import Slot, batch_options
 from hetc.partitioner.estimate.tables import Tables, kinds_of
 from hetc.partitioner.search import fitted as F
 from hetc.partitioner.search.mix import Option
+from hetc.partitioner.bounds.cell_bound import METHOD as CELL_METHOD
+from hetc.partitioner.search import solver as S
 from hetc.partitioner.search.solver import _allocate
 from hetc.partitioner.search.templates import Template, fits
 from hetc.scheduling import Phase
@@ -101,6 +105,47 @@ def test_fleets_only_where_the_best_seed_does_not_fit(setup):
     out = F.fitted(costs, [two, fit], 16, np.inf)
     assert out and all(fits(p.kinds, kinds) for p in out)
     assert F.fitted(costs, [fit, two], 16, np.inf) == []  # the best seed fits
+
+
+def test_fleets_take_at_most_the_unfit_seeds_stages(setup):
+    """The cell bound's DP chose its seed's length (its stages costed at as many micro-batches): a fleet
+    built with every device allowed as a stage took longer, slower chains (explore gen3119)."""
+    _, kinds, costs = setup[0], setup[2], setup[3]
+    from hetc.partitioner.bounds.cell_bound import Pipeline
+
+    tp4 = next(g for g, k in enumerate(kinds) if k.tp == 4)
+    two = Pipeline(Phase.BOTH, (tp4, tp4), (0, 3, costs.u), BATCH, 1.0)
+    three = Pipeline(Phase.BOTH, (tp4, tp4, tp4), (0, 2, 4, costs.u), 2, 1.0)
+    # two tp-4 groups are within the eight fast devices (the nodes hold one group): its length; three
+    # take twelve (column generation's kind of seed): any length
+    assert F.unfit_lengths(costs, [two, three, two]) == [(BATCH, 2), (2, None)]
+    assert F.unfit_batches(costs, [two, three]) == [BATCH, 2]
+    out = F.fitted(costs, [two], 16, np.inf)
+    assert out and max(len(p.kinds) for p in out) <= 2 and all(fits(p.kinds, kinds) for p in out)
+    assert max(len(p.kinds) for p in F.fleet(costs, BATCH, 16, costs.devices, budget=np.inf)[0]) > 2  # what 16 allowed
+
+
+def test_the_solver_fits_the_cell_bounds_seeds_too(setup, monkeypatch):
+    """The cell bound's chain DP counts devices per type, not tp groups per node: its best pipeline may
+    need more tp-4 groups than the nodes hold (explore gen3119: three Gaudi 3 TP4 groups, two nodes of
+    four), and `templates.fits` drops it; fleets that fit are sought from its seeds as from column
+    generation's (here the bound's rounds are given such a best pipeline)."""
+    cluster, units, kinds, costs = setup
+    from hetc.partitioner.bounds.cell_bound import Pipeline
+
+    tp4 = next(g for g, k in enumerate(kinds) if k.tp == 4)
+    two = Pipeline(Phase.BOTH, (tp4, tp4), (0, 3, costs.u), BATCH, 1.0)  # two tp-4 groups: the nodes hold one
+    rounds = S.cell_bound_rounds
+
+    def unfit_first(*a, **k):
+        for snap, pause in rounds(*a, **k):
+            yield (lambda snap=snap: replace(got := snap(), pipelines=[two, *got.pipelines])), pause
+
+    seen = []
+    monkeypatch.setattr(S, "cell_bound_rounds", unfit_first)
+    monkeypatch.setattr(S, "fitted", lambda costs, seeds, *a, **k: seen.append(seeds) or [])
+    sol = S.solve(units, cluster, WL, time_limit=10)
+    assert sol.bound_method == CELL_METHOD and len(seen) == 1 and seen[0][0] == two
 
 
 def test_allocation_keeps_a_replicas_singles_on_one_node(setup, tmp_path):
