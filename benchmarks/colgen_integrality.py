@@ -2,7 +2,7 @@
 and sets the master LP's last value beside an integer master over the same columns (SCIP), with the columns
 the LP uses most and their devices per type against the fleet's.
 
-usage: .venv/bin/python benchmarks/colgen_integrality.py SEED [--time-limit S] [--fitting] [--counted STATES]
+usage: .venv/bin/python benchmarks/colgen_integrality.py SEED [--time-limit S] [--fitting] [--counted STATES] [--disaggregate auto|on|off]
 
 The integer master over the bound's columns is no bound (pricing never enumerates every pipeline) and no
 plan (columns are priced at their keys' relaxed costs); a wide gap between the two values, with the LP
@@ -102,13 +102,15 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=30.0)
     ap.add_argument("--fitting", action="store_true", help="columns only of pipelines that fit the fleet (module docstring)")
     ap.add_argument("--counted", type=int, default=0, help="count states per key once converged (fitting.COUNT_STATES; 0: off)")
+    ap.add_argument("--disaggregate", choices=("auto", "on", "off"), default="auto", help="as `hetc plan --disaggregate`")
     args = ap.parse_args()
     last: dict[str, Any] = {}
     master = colgen._master
 
     def recording(cols, N, groups, pools, spend=None, floor=0.0, routes=None):
         out = master(cols, N, groups, pools, spend, floor, routes)
-        last.update(cols=list(cols), N=N, groups=dict(groups), pools=pools, value=out[0], x=out[1])
+        if len(cols) >= len(last.get("cols", ())):  # the master over every column (not one over those that fit, nor a later run's)
+            last.update(cols=list(cols), N=N, groups=dict(groups), pools=pools, value=out[0], x=out[1])
         return out
 
     made = KeyPricer.__init__
@@ -125,7 +127,11 @@ def main() -> None:
     case = generate(args.seed)
     with TemporaryDirectory() as tmp:
         where = str(case.write(Path(tmp)))  # the engine as solver_scenarios.py plans the case
-        plan = make_plan(PlanRequest(model=case.model, profiles=where, dtype=case.dtype, time_limit=args.time_limit, engine=engine_for(case).value))
+        plan = make_plan(
+            PlanRequest(
+                model=case.model, profiles=where, dtype=case.dtype, time_limit=args.time_limit, engine=engine_for(case).value, disaggregate=args.disaggregate
+            )
+        )
     if not last:
         raise SystemExit(f"{case.name}: its bound is the cell bound (integer already), not column generation")
     sv = plan.solver
