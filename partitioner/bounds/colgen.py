@@ -105,7 +105,7 @@ def _column(costs: StageCosts, phase: Phase, chain: tuple, most: int, rate: floa
     output tokens per prompt); in a key at the floor, as pricing valued it (`rate` / `floor_R`): at `most`
     it was worth less, kept its reduced cost in the master and the bound stayed above the LP (gen38: 0.8%)."""
     kinds_ = list(chain[0])
-    devices = np.bincount(costs.type_of[kinds_], weights=costs.tp[kinds_], minlength=len(costs.types))
+    devices = costs.devices_of(kinds_)
     tokens = rate if phase == Phase.PREFILL else most
     tok_s = rate / floor_R if floor_R is not None else tokens / chain_round(costs, phase, most, chain)
     return _Column(Pipeline(phase, chain[0], chain[1], most, tok_s), devices, np.bincount(np.array(kinds_), minlength=n_kinds))

@@ -55,9 +55,8 @@ class Fitting:
 
     def over(self, chain: tuple) -> tuple[int, ...]:
         """The types of which `chain` takes more devices than the fleet has."""
-        costs, kinds = self.plain.costs, list(chain[0])
-        used = np.bincount(costs.type_of[kinds], weights=costs.tp[kinds], minlength=len(costs.devices))
-        return tuple(int(t) for t in np.nonzero(used > costs.devices)[0])
+        costs = self.plain.costs
+        return tuple(int(t) for t in np.nonzero(costs.devices_of(chain[0]) > costs.devices)[0])
 
     def refined(self, over: tuple[int, ...]) -> tuple[Group, ...]:
         """The counts after a chain over-used `over`: its types not counted yet as one new group, and each

@@ -50,8 +50,7 @@ def _sets(costs: StageCosts) -> tuple[list[np.ndarray], list[int | None]]:
     T = len(costs.types)
     if T > ROUTE_TYPES:
         return [_feed(costs, np.ones(T, dtype=bool))], [None]
-    r = np.minimum(costs.feed_to, costs.feed_across[:, None])
-    r[np.diag_indices(T)] = np.maximum(r.diagonal(), costs.feed_inside)
+    r = costs.feed_routes()
     if T == 1:
         return [r[:, 0]], [0]
     return [r[:, u] for u in range(T)] + [np.sort(r, axis=1)[:, -2]], [*range(T), None]

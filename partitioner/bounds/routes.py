@@ -96,9 +96,7 @@ class Routes:
         most the second largest of r[t, ·]) or on one type not in `alone` (r[t, u], an i_u as here). The
         bound is the largest of the sets' bounds."""
         T = len(self.across)
-        r = np.minimum(costs.feed_to, costs.feed_across[:, None])
-        full = r.copy()
-        full[np.diag_indices(T)] = np.maximum(r.diagonal(), costs.feed_inside)
+        r, full = costs.feed_routes(inside=False), costs.feed_routes()
         never = np.isinf(self.across)  # no pool outruns even the fastest route
         out = []
         for u in alone:

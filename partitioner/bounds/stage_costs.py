@@ -15,6 +15,7 @@ that, column generation bounds without enumerating them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,20 @@ class StageCosts:
         self._memory: dict = {}
         self._link: dict = {}
         self._ranges: dict = {}
+
+    def devices_of(self, kinds: Sequence[int]) -> np.ndarray:
+        """[types]: the devices of each type a chain of `kinds` (indices into self.kinds) takes."""
+        ks = list(kinds)
+        return np.bincount(self.type_of[ks], weights=self.tp[ks], minlength=len(self.types))
+
+    def feed_routes(self, inside: bool = True) -> np.ndarray:
+        """[types, types] r[t, u]: the most output tok/s a prefill pool ending on t feeds where every decode pool
+        starts on u: the fastest route from a node of t to another node of u (`feed_to`, at most `feed_across`),
+        and with `inside`, for t = u inside one of its nodes too (`feed_inside`)."""
+        r = np.minimum(self.feed_to, self.feed_across[:, None])
+        if inside:
+            r[np.diag_indices(len(r))] = np.maximum(r.diagonal(), self.feed_inside)
+        return r
 
     def case(self, phase: Phase, batch: int, m: int, use: np.ndarray | None = None, fit: int | None = None, floor: bool = False) -> Case | None:
         """Costs for `phase` at `batch` sequences in flight (prefill pools: prompts) and m

@@ -289,8 +289,7 @@ def unfit_lengths(costs: StageCosts, seeds: list[Pipeline]) -> list[tuple[int, i
     out: dict[int, int | None] = {}
     for p in both:
         if not fits(p.kinds, costs.kinds):
-            devices = np.bincount(costs.type_of[list(p.kinds)], weights=costs.tp[list(p.kinds)], minlength=len(costs.types))
-            out.setdefault(p.batch, len(p.kinds) if (devices <= costs.devices).all() else None)
+            out.setdefault(p.batch, len(p.kinds) if (costs.devices_of(p.kinds) <= costs.devices).all() else None)
     return list(out.items())
 
 

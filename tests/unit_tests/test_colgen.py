@@ -208,7 +208,7 @@ def test_the_pipelines_hold_the_optimum_over_pipelines_that_fit(tmp_path, tiny, 
     costs = StageCosts(tables, kinds_of(cluster), cluster)
 
     def fits(kinds) -> bool:
-        return bool((np.bincount(costs.type_of[list(kinds)], weights=costs.tp[list(kinds)], minlength=len(costs.devices)) <= costs.devices).all())
+        return bool((costs.devices_of(kinds) <= costs.devices).all())
 
     monkeypatch.setattr(colgen, "TEMPLATES", 1)
     got = column_bound(tables, kinds_of(cluster), cluster, min(len(tiny.units), sum(n.count for n in cluster.nodes)), 4096, phases=tuple(Phase))
